@@ -1,0 +1,340 @@
+//go:build !purego
+
+#include "textflag.h"
+#include "go_asm.h"
+
+// PCLMULQDQ folding for the non-reflected (MSB-first) AAL5 CRC-32, after
+// Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ
+// Instruction". See doc.go for the algebra and consts.go for the constants,
+// which come from go_asm.h.
+//
+// Every 16-byte block is byte-reversed with PSHUFB so that, read as a
+// 128-bit integer, bit i is the coefficient of x^i of the message polynomial
+// (the first byte of the block is the most significant). A carry-less
+// product of such values needs no bit reflection or shift.
+//
+// Register use:
+//   X7/Y7     byte-reverse shuffle mask (in both lanes for Y7)
+//   X0/Y0     folding constants {lo: x^d mod P, hi: x^(d+64) mod P}
+//   X1..X4    accumulators (Y1..Y4 in the VPCLMULQDQ loop)
+//   others    scratch
+//
+// Paths by length, all ending in the same 1x128-bit loop, partial-block
+// step and Barrett reduction:
+//   >= 256 bytes and useVPCLMUL: 4 YMM accumulators, 128 bytes/iteration
+//   >= 64 bytes:                 4 XMM accumulators, 64 bytes/iteration
+//   16..63 bytes:                1 XMM accumulator
+
+// bswapMask reverses the 16 bytes of an XMM register with PSHUFB.
+DATA bswapMask<>+0(SB)/8, $0x08090a0b0c0d0e0f
+DATA bswapMask<>+8(SB)/8, $0x0001020304050607
+GLOBL bswapMask<>(SB), RODATA|NOPTR, $16
+
+// Folding constants, low qword multiplies the low half of a block, high qword
+// the high half.
+DATA k128<>+0(SB)/8, $const_kX128
+DATA k128<>+8(SB)/8, $const_kX192
+GLOBL k128<>(SB), RODATA|NOPTR, $16
+
+DATA k256<>+0(SB)/8, $const_kX256
+DATA k256<>+8(SB)/8, $const_kX320
+GLOBL k256<>(SB), RODATA|NOPTR, $16
+
+DATA k384<>+0(SB)/8, $const_kX384
+DATA k384<>+8(SB)/8, $const_kX448
+GLOBL k384<>(SB), RODATA|NOPTR, $16
+
+DATA k512<>+0(SB)/8, $const_kX512
+DATA k512<>+8(SB)/8, $const_kX576
+GLOBL k512<>(SB), RODATA|NOPTR, $16
+
+DATA k768<>+0(SB)/8, $const_kX768
+DATA k768<>+8(SB)/8, $const_kX832
+GLOBL k768<>(SB), RODATA|NOPTR, $16
+
+DATA k1024<>+0(SB)/8, $const_kX1024
+DATA k1024<>+8(SB)/8, $const_kX1088
+GLOBL k1024<>(SB), RODATA|NOPTR, $16
+
+// Final reduction: 128 -> 96 bits uses x^96, 96 -> 64 bits uses x^64.
+DATA kRed<>+0(SB)/8, $const_kX96
+DATA kRed<>+8(SB)/8, $const_kX64
+GLOBL kRed<>(SB), RODATA|NOPTR, $16
+
+// Barrett reduction 64 -> 32 bits: mu = floor(x^64/P) and P.
+DATA kBarrett<>+0(SB)/8, $const_kMu
+DATA kBarrett<>+8(SB)/8, $const_kP
+GLOBL kBarrett<>(SB), RODATA|NOPTR, $16
+
+// shiftTab yields PSHUFB masks for the final partial block: loaded at offset
+// 16-r it shifts a register right by 16-r bytes (bytes 0..r-1 receive bytes
+// 16-r..15, the rest are zeroed); the same mask with every byte's top bit
+// flipped shifts left by r bytes.
+DATA shiftTab<>+0(SB)/8, $0x0706050403020100
+DATA shiftTab<>+8(SB)/8, $0x0f0e0d0c0b0a0908
+DATA shiftTab<>+16(SB)/8, $0x8786858483828180
+DATA shiftTab<>+24(SB)/8, $0x8f8e8d8c8b8a8988
+GLOBL shiftTab<>(SB), RODATA|NOPTR, $32
+
+DATA flip80<>+0(SB)/8, $0x8080808080808080
+DATA flip80<>+8(SB)/8, $0x8080808080808080
+GLOBL flip80<>(SB), RODATA|NOPTR, $16
+
+// FOLD folds accumulator acc forward with constants in X0 and XORs the
+// result into acc, using tmp as scratch: acc = acc.lo*X0.lo ^ acc.hi*X0.hi.
+#define FOLD(acc, tmp) \
+	MOVOA     acc, tmp; \
+	PCLMULQDQ $0x00, X0, acc; \
+	PCLMULQDQ $0x11, X0, tmp; \
+	PXOR      tmp, acc
+
+// YFOLD folds the two 128-bit lanes of acc forward with constants in Y0
+// (both lanes), using tmp as scratch.
+#define YFOLD(acc, tmp) \
+	VPCLMULQDQ $0x00, Y0, acc, tmp; \
+	VPCLMULQDQ $0x11, Y0, acc, acc; \
+	VPXOR      tmp, acc, acc
+
+// func updateCLMUL(state uint32, p []byte) uint32
+TEXT ·updateCLMUL(SB), NOSPLIT, $0-36
+	MOVL state+0(FP), AX
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), CX
+
+	CMPQ CX, $256
+	JB   sse
+	CMPB ·useVPCLMUL(SB), $0
+	JEQ  sse
+
+	// Four YMM accumulators each holding two consecutive blocks, 128 bytes
+	// per iteration, every lane folded forward by 1024 bits.
+	VBROADCASTI128 bswapMask<>(SB), Y7
+	VMOVD          AX, X6
+	VPSLLDQ        $12, X6, X6 // VEX: zeroes the upper lane of Y6
+	VMOVDQU        0(SI), Y1
+	VMOVDQU        32(SI), Y2
+	VMOVDQU        64(SI), Y3
+	VMOVDQU        96(SI), Y4
+	VPSHUFB        Y7, Y1, Y1
+	VPSHUFB        Y7, Y2, Y2
+	VPSHUFB        Y7, Y3, Y3
+	VPSHUFB        Y7, Y4, Y4
+	VPXOR          Y6, Y1, Y1
+	ADDQ           $128, SI
+	SUBQ           $128, CX
+	VBROADCASTI128 k1024<>(SB), Y0
+
+	PCALIGN $16
+loop128:
+	VMOVDQU    0(SI), Y9
+	VMOVDQU    32(SI), Y10
+	VMOVDQU    64(SI), Y11
+	VMOVDQU    96(SI), Y12
+	VPCLMULQDQ $0x00, Y0, Y1, Y5
+	VPCLMULQDQ $0x00, Y0, Y2, Y6
+	VPCLMULQDQ $0x00, Y0, Y3, Y8
+	VPCLMULQDQ $0x00, Y0, Y4, Y13
+	VPCLMULQDQ $0x11, Y0, Y1, Y1
+	VPCLMULQDQ $0x11, Y0, Y2, Y2
+	VPCLMULQDQ $0x11, Y0, Y3, Y3
+	VPCLMULQDQ $0x11, Y0, Y4, Y4
+	VPSHUFB    Y7, Y9, Y9
+	VPSHUFB    Y7, Y10, Y10
+	VPSHUFB    Y7, Y11, Y11
+	VPSHUFB    Y7, Y12, Y12
+	VPXOR      Y5, Y1, Y1
+	VPXOR      Y6, Y2, Y2
+	VPXOR      Y8, Y3, Y3
+	VPXOR      Y13, Y4, Y4
+	VPXOR      Y9, Y1, Y1
+	VPXOR      Y10, Y2, Y2
+	VPXOR      Y11, Y3, Y3
+	VPXOR      Y12, Y4, Y4
+	ADDQ       $128, SI
+	SUBQ       $128, CX
+	CMPQ       CX, $128
+	JAE        loop128
+
+	// Lane-wise, Y1 is 768 bits ahead of Y4, Y2 512 and Y3 256.
+	VBROADCASTI128 k768<>(SB), Y0
+	YFOLD(Y1, Y5)
+	VBROADCASTI128 k512<>(SB), Y0
+	YFOLD(Y2, Y6)
+	VBROADCASTI128 k256<>(SB), Y0
+	YFOLD(Y3, Y8)
+	VPXOR          Y2, Y1, Y1
+	VPXOR          Y3, Y1, Y1
+	VPXOR          Y4, Y1, Y1
+
+	// The low lane is 128 bits ahead of the high lane.
+	VEXTRACTI128 $1, Y1, X2
+	VMOVDQU      k128<>(SB), X0
+	VPCLMULQDQ   $0x00, X0, X1, X5
+	VPCLMULQDQ   $0x11, X0, X1, X1
+	VPXOR        X5, X1, X1
+	VPXOR        X2, X1, X1
+	VZEROUPPER
+	JMP          loop16
+
+sse:
+	MOVOU bswapMask<>(SB), X7
+
+	// The register state is XORed into the first 32 message bits: put it in
+	// the top dword of X6.
+	MOVL   AX, X6
+	PSLLDQ $12, X6
+
+	CMPQ CX, $64
+	JB   single
+
+	// Four accumulators, 64 bytes per iteration.
+	MOVOU  0(SI), X1
+	MOVOU  16(SI), X2
+	MOVOU  32(SI), X3
+	MOVOU  48(SI), X4
+	PSHUFB X7, X1
+	PSHUFB X7, X2
+	PSHUFB X7, X3
+	PSHUFB X7, X4
+	PXOR   X6, X1
+	ADDQ   $64, SI
+	SUBQ   $64, CX
+	CMPQ   CX, $64
+	JB     fold4
+
+	MOVOU k512<>(SB), X0
+
+	PCALIGN $16
+loop64:
+	MOVOU     0(SI), X9
+	MOVOU     16(SI), X10
+	MOVOU     32(SI), X11
+	MOVOU     48(SI), X12
+	MOVOA     X1, X5
+	MOVOA     X2, X6
+	MOVOA     X3, X8
+	MOVOA     X4, X13
+	PCLMULQDQ $0x00, X0, X1
+	PCLMULQDQ $0x00, X0, X2
+	PCLMULQDQ $0x00, X0, X3
+	PCLMULQDQ $0x00, X0, X4
+	PCLMULQDQ $0x11, X0, X5
+	PCLMULQDQ $0x11, X0, X6
+	PCLMULQDQ $0x11, X0, X8
+	PCLMULQDQ $0x11, X0, X13
+	PSHUFB    X7, X9
+	PSHUFB    X7, X10
+	PSHUFB    X7, X11
+	PSHUFB    X7, X12
+	PXOR      X5, X1
+	PXOR      X6, X2
+	PXOR      X8, X3
+	PXOR      X13, X4
+	PXOR      X9, X1
+	PXOR      X10, X2
+	PXOR      X11, X3
+	PXOR      X12, X4
+	ADDQ      $64, SI
+	SUBQ      $64, CX
+	CMPQ      CX, $64
+	JAE       loop64
+
+fold4:
+	// X1 is 384 bits ahead of X4, X2 256 and X3 128: fold all three onto X4
+	// independently and sum.
+	MOVOU k384<>(SB), X0
+	FOLD(X1, X5)
+	MOVOU k256<>(SB), X0
+	FOLD(X2, X6)
+	MOVOU k128<>(SB), X0
+	FOLD(X3, X8)
+	PXOR  X2, X1
+	PXOR  X3, X1
+	PXOR  X4, X1
+	JMP   loop16
+
+single:
+	// 16..63 bytes: start with one accumulator.
+	MOVOU  0(SI), X1
+	PSHUFB X7, X1
+	PXOR   X6, X1
+	ADDQ   $16, SI
+	SUBQ   $16, CX
+	MOVOU  k128<>(SB), X0
+
+loop16:
+	// Fold one block at a time; X0 holds k128.
+	CMPQ   CX, $16
+	JB     tail
+	MOVOU  0(SI), X2
+	PSHUFB X7, X2
+	FOLD(X1, X5)
+	PXOR   X2, X1
+	ADDQ   $16, SI
+	SUBQ   $16, CX
+	JMP    loop16
+
+tail:
+	// 0..15 bytes remain. With r of them, the message from the accumulator
+	// on is X1·x^(8r) + T where T is the last r bytes. Split X1·x^(8r) into
+	// H·x^128 + L (H = X1 >> (128-8r), L = X1 << 8r mod x^128), fill the low
+	// r bytes of L with T and fold H onto it by 128 bits. The last 16 bytes
+	// of p are loaded (len(p) >= 16), so no byte outside p is touched.
+	TESTQ    CX, CX
+	JZ       reduce
+	MOVOU    -16(SI)(CX*1), X3
+	PSHUFB   X7, X3
+	LEAQ     shiftTab<>(SB), AX
+	MOVQ     $16, DX
+	SUBQ     CX, DX
+	MOVOU    (AX)(DX*1), X4
+	MOVOU    flip80<>(SB), X0
+	PXOR     X4, X0
+	MOVOA    X1, X2
+	PSHUFB   X4, X2
+	PSHUFB   X0, X1
+	PBLENDVB X0, X3, X1
+	MOVOU    k128<>(SB), X0
+	FOLD(X2, X5)
+	PXOR     X2, X1
+
+reduce:
+	// The CRC register is X1·x^32 mod P.
+	// 128 -> 96 bits: T = X1.hi·(x^96 mod P) ^ X1.lo·x^32.
+	MOVOU     kRed<>(SB), X0
+	MOVOA     X1, X2
+	PCLMULQDQ $0x01, X0, X2
+	PSLLDQ    $8, X1
+	PSRLDQ    $4, X1
+	PXOR      X2, X1
+
+	// 96 -> 64 bits: T' = T[95:64]·(x^64 mod P) ^ T[63:0].
+	MOVOA     X1, X2
+	PCLMULQDQ $0x11, X0, X2
+	MOVQ      X1, X1
+	PXOR      X2, X1
+
+	// Barrett, 64 -> 32 bits: q = floor(T'[63:32]·mu / x^32),
+	// remainder = T' ^ q·P.
+	MOVOU     kBarrett<>(SB), X0
+	MOVOA     X1, X2
+	PSRLQ     $32, X2
+	PCLMULQDQ $0x00, X0, X2
+	PSRLQ     $32, X2
+	PCLMULQDQ $0x10, X0, X2
+	PXOR      X2, X1
+
+	MOVQ X1, AX
+	MOVL AX, ret+32(FP)
+	RET
+
+// func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL eaxArg+0(FP), AX
+	MOVL ecxArg+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET

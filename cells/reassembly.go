@@ -1,0 +1,291 @@
+package cells
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/xam-project/xam/cells/internal/crc32aal5"
+	"github.com/xam-project/xam/internal/clock"
+)
+
+// Reassembly collects the payloads of each circuit's cells until a cell
+// with the end-of-message bit arrives, then checks the CPCS-PDU it closes:
+//
+//  1. Length 0 is the abort indication of I.363.5: ErrAborted.
+//  2. A length above the configured maximum SDU: ErrOversize.
+//  3. Fewer cells than the length calls for: ErrLostCells (cells of the PDU
+//     were lost on the way; AAL5 has no sequence numbers, the count is all
+//     there is).
+//  4. More cells than the length calls for: ErrLength (typically two PDUs
+//     run together because an end-of-message cell was lost).
+//  5. A CRC-32 that does not match: ErrCRC.
+//
+// While a PDU is open, a circuit that accumulates more cells than the
+// longest allowed PDU needs is cut off with ErrOversize and its cells are
+// dropped up to the next end of message, so the memory of a circuit never
+// exceeds one maximal PDU. The number of circuits is bounded too (MaxVCs).
+// With a Timeout, a PDU whose first cell is older than the timeout when it
+// completes, or when Expire runs, is abandoned with ErrTimeout.
+
+// ReassemblerConfig configures a Reassembler. The zero value is usable.
+type ReassemblerConfig struct {
+	Format  Format        // header layout of the cells (default UNI)
+	MaxSDU  int           // largest SDU accepted; 0 or above MaxSDU means MaxSDU
+	MaxVCs  int           // circuits with reassembly state; 0 means 1024
+	Timeout time.Duration // reassembly timer; 0 disables it
+	Clock   clock.Clock   // time source for the timer; nil means the system clock
+}
+
+// PDU is a reassembled CPCS-PDU. SDU aliases the Reassembler's buffer for
+// the circuit and is valid until the next call to Push.
+type PDU struct {
+	VC    VC
+	UU    uint8
+	CPI   uint8
+	CLP   bool // some cell of the PDU had CLP set
+	Cells int
+	SDU   []byte
+	// CPCS is the whole CPCS-PDU: SDU, pad and trailer (Cells*48 bytes).
+	// It aliases the same buffer as SDU.
+	CPCS []byte
+}
+
+// ReassemblyStats counts what a Reassembler did.
+type ReassemblyStats struct {
+	HEC       HECStats
+	Cells     uint64 // cells accepted into reassembly
+	PDUs      uint64 // PDUs delivered
+	CRC       uint64
+	Length    uint64
+	Oversize  uint64
+	Timeout   uint64
+	Lost      uint64
+	Aborted   uint64
+	Mgmt      uint64 // OAM/RM cells dropped
+	NoRoom    uint64 // cells refused because MaxVCs circuits were busy
+	Discarded uint64 // cells dropped while discarding an oversize PDU
+}
+
+// circuit is the reassembly state of one VC.
+type circuit struct {
+	vc      VC
+	buf     []byte // payloads received so far
+	cells   int
+	clp     bool
+	cut     bool // oversize: drop cells until the end of message
+	started time.Time
+}
+
+// Reassembler turns a stream of cells back into PDUs, one open PDU per
+// circuit. It runs the I.432 header check (HECReceiver) on every cell. It is
+// not safe for concurrent use: it belongs to one receive path.
+type Reassembler struct {
+	cfg      ReassemblerConfig
+	maxCells int
+	mask     uint32 // header bits that name the circuit
+	hec      HECReceiver
+	vcs      map[uint32]*circuit
+	lastKey  uint32
+	last     *circuit
+	stats    ReassemblyStats
+}
+
+// NewReassembler returns a Reassembler for cfg.
+func NewReassembler(cfg ReassemblerConfig) *Reassembler {
+	if cfg.MaxSDU <= 0 || cfg.MaxSDU > MaxSDU {
+		cfg.MaxSDU = MaxSDU
+	}
+	if cfg.MaxVCs <= 0 {
+		cfg.MaxVCs = 1024
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System{}
+	}
+	r := &Reassembler{
+		cfg:      cfg,
+		maxCells: CellCount(cfg.MaxSDU),
+		mask:     0xfffffff0,
+		vcs:      make(map[uint32]*circuit),
+	}
+	if cfg.Format == UNI {
+		r.mask = 0x0ffffff0
+	}
+	return r
+}
+
+// Stats returns the reassembler's counters.
+func (r *Reassembler) Stats() ReassemblyStats {
+	s := r.stats
+	s.HEC = r.hec.Stats()
+	return s
+}
+
+// HECMode returns the mode of the header check.
+func (r *Reassembler) HECMode() HECMode { return r.hec.Mode() }
+
+// Push feeds one cell. When the cell completes a good PDU, Push returns it
+// with ok set. When the cell or the PDU it closes is dropped, Push returns
+// a *ReassemblyError. A header with a single-bit error is corrected in
+// place (counted in Stats().HEC.Corrected) and processed normally.
+func (r *Reassembler) Push(c Cell) (pdu PDU, ok bool, err error) {
+	if len(c) < CellSize {
+		return PDU{}, false, &ReassemblyError{Err: ErrShortCell, Length: -1}
+	}
+	if r.hec.Check(c) == HECDiscarded {
+		return PDU{}, false, &ReassemblyError{Err: ErrHEC, Length: -1}
+	}
+	w := binary.BigEndian.Uint32(c)
+	if w&(PTIManagement<<1) != 0 {
+		r.stats.Mgmt++
+		return PDU{}, false, &ReassemblyError{Err: ErrManagement, VC: c.VC(r.cfg.Format), Length: -1}
+	}
+	key := w & r.mask
+	v := r.last
+	if v == nil || key != r.lastKey {
+		if v, err = r.circuit(key, c); err != nil {
+			return PDU{}, false, err
+		}
+		r.last, r.lastKey = v, key
+	}
+	eom := w&(PTIEndOfMessage<<1) != 0
+
+	if v.cut {
+		r.stats.Discarded++
+		if eom {
+			v.reset()
+		}
+		return PDU{}, false, nil
+	}
+	if v.cells == r.maxCells {
+		r.stats.Oversize++
+		r.stats.Discarded += uint64(v.cells) + 1
+		err := &ReassemblyError{Err: ErrOversize, VC: v.vc, Cells: v.cells + 1, Length: -1, Want: r.maxCells}
+		v.reset()
+		v.cut = !eom
+		return PDU{}, false, err
+	}
+	if v.cells == 0 && !eom && r.cfg.Timeout > 0 {
+		v.started = r.cfg.Clock.Now()
+	}
+	if len(v.buf)+PayloadSize > cap(v.buf) {
+		v.grow(r.maxCells * PayloadSize)
+	}
+	v.buf = append(v.buf, c[payloadOffset:CellSize]...)
+	v.cells++
+	v.clp = v.clp || w&1 != 0
+	r.stats.Cells++
+	if !eom {
+		return PDU{}, false, nil
+	}
+	return r.complete(v)
+}
+
+// circuit finds or creates the state for the circuit named by key.
+func (r *Reassembler) circuit(key uint32, c Cell) (*circuit, error) {
+	if v := r.vcs[key]; v != nil {
+		return v, nil
+	}
+	if len(r.vcs) >= r.cfg.MaxVCs && !r.evictIdle() {
+		r.stats.NoRoom++
+		return nil, &ReassemblyError{Err: ErrTooManyVCs, VC: c.VC(r.cfg.Format), Length: -1, Want: r.cfg.MaxVCs}
+	}
+	v := &circuit{vc: c.VC(r.cfg.Format)}
+	r.vcs[key] = v
+	return v, nil
+}
+
+// evictIdle forgets one circuit with no open PDU, if there is one.
+func (r *Reassembler) evictIdle() bool {
+	for k, v := range r.vcs {
+		if v.cells == 0 && !v.cut {
+			delete(r.vcs, k)
+			if r.last == v {
+				r.last = nil
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// grow doubles the circuit's buffer, never beyond limit bytes (one maximal
+// PDU), so that a circuit's memory stays bounded.
+func (v *circuit) grow(limit int) {
+	n := min(max(2*cap(v.buf), 4*PayloadSize), limit)
+	b := make([]byte, len(v.buf), n)
+	copy(b, v.buf)
+	v.buf = b
+}
+
+func (v *circuit) reset() {
+	v.buf = v.buf[:0]
+	v.cells = 0
+	v.clp = false
+	v.cut = false
+}
+
+// complete checks the PDU that v's last cell closed.
+func (r *Reassembler) complete(v *circuit) (PDU, bool, error) {
+	defer v.reset()
+	if r.cfg.Timeout > 0 && v.cells > 1 && r.cfg.Clock.Now().Sub(v.started) > r.cfg.Timeout {
+		r.stats.Timeout++
+		return PDU{}, false, &ReassemblyError{Err: ErrTimeout, VC: v.vc, Cells: v.cells, Length: -1}
+	}
+	pdu := v.buf
+	tr := Trailer(pdu[len(pdu)-TrailerSize:])
+	n := tr.Length()
+	e := &ReassemblyError{VC: v.vc, Cells: v.cells, Length: n, Want: CellCount(n)}
+	switch {
+	case n == 0:
+		r.stats.Aborted++
+		e.Err = ErrAborted
+	case n > r.cfg.MaxSDU:
+		r.stats.Oversize++
+		e.Err, e.Want = ErrOversize, r.cfg.MaxSDU
+	case v.cells < e.Want:
+		r.stats.Lost++
+		e.Err = ErrLostCells
+	case v.cells > e.Want:
+		r.stats.Length++
+		e.Err = ErrLength
+	case crc32aal5.Checksum(pdu[:len(pdu)-4]) != tr.CRC():
+		r.stats.CRC++
+		e.Err = ErrCRC
+	default:
+		r.stats.PDUs++
+		return PDU{VC: v.vc, UU: tr.UU(), CPI: tr.CPI(), CLP: v.clp, Cells: v.cells, SDU: pdu[:n], CPCS: pdu}, true, nil
+	}
+	return PDU{}, false, e
+}
+
+// Expire abandons every open PDU whose first cell arrived more than the
+// configured Timeout ago, and returns one ErrTimeout error for each. It
+// does nothing without a Timeout. Receive loops call it when idle.
+func (r *Reassembler) Expire() []error {
+	if r.cfg.Timeout <= 0 {
+		return nil
+	}
+	now := r.cfg.Clock.Now()
+	var errs []error
+	for _, v := range r.vcs {
+		if v.cells > 0 && now.Sub(v.started) > r.cfg.Timeout {
+			r.stats.Timeout++
+			errs = append(errs, &ReassemblyError{Err: ErrTimeout, VC: v.vc, Cells: v.cells, Length: -1})
+			v.reset()
+		}
+	}
+	return errs
+}
+
+// Pending reports whether some circuit has a PDU open (cells received but
+// no end of message yet). A stream that ends while a PDU is pending ended
+// in the middle of a PDU.
+func (r *Reassembler) Pending() []VC {
+	var vcs []VC
+	for _, v := range r.vcs {
+		if v.cells > 0 {
+			vcs = append(vcs, v.vc)
+		}
+	}
+	return vcs
+}

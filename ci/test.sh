@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# xam's test command (README: "Run the tests"). Run as root: the data-path
+# tests create network namespaces, veth pairs and XDP programs.
+#
+#   ci/test.sh            everything: deps, vet, tests, race, fuzz, benchmarks once
+#   FUZZTIME=30s ci/test.sh    fuzz each target longer (default 5s)
+#
+# Under CI=true (as .ci/run sets it), a test that would skip for lack of
+# privileges or kernel features fails instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZTIME=${FUZZTIME:-5s}
+# Packages with concurrency, tested again under the race detector.
+RACE_PKGS=(./internal/... ./cells/...)
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "dependencies"
+scripts/deps.sh
+go version
+
+step "go vet"
+go vet ./...
+
+step "go test (gofmt is enforced by internal/lint)"
+go test -count=1 ./...
+
+step "go test -race"
+go test -race -count=1 "${RACE_PKGS[@]}"
+
+step "fuzz (${FUZZTIME} per target)"
+# Every Fuzz function in the module, by package.
+while read -r dir name; do
+	echo "--- $name ($dir)"
+	go test -run=NONE -fuzz="^${name}\$" -fuzztime="$FUZZTIME" "./$dir"
+done < <(grep -roP --include='*_test.go' '^func \KFuzz\w+' . |
+	sed -E 's#^\./(.*)/[^/]*_test\.go:(Fuzz\w+)$#\1 \2#' | sort -u)
+
+step "benchmarks, once each"
+go test -run=NONE -bench=. -benchtime=1x ./...
+
+step "ok"

@@ -1,0 +1,133 @@
+// Command xam is the one binary users of xam run: the demo, the lab, the
+// firmware daemon, ping and the benchmarks, and offline tools for cells.
+//
+// Usage:
+//
+//	xam demo                        the main job (see README.md)
+//	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
+//	xam cells reassemble [--hex] [--erf FILE]
+//	xam version
+//
+// Run `xam help` or `xam COMMAND -h` for details.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// env is what a command sees of the world, so that tests run commands
+// in-process.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(e *env, args []string) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"demo", "run the main job: the cell/AAL5 path end to end, with a comparison table", runDemo},
+		{"cells", "offline cell and AAL5 tools: segment, reassemble", runCells},
+		{"version", "print the version", func(e *env, _ []string) error {
+			fmt.Fprintln(e.stdout, "xam", version)
+			return nil
+		}},
+	}
+}
+
+// errUsage marks errors caused by how xam was invoked; they exit with 2.
+// Its text is not shown: wrap it with %w after the message.
+var errUsage = errors.New("")
+
+// usageError formats an invocation error.
+func usageError(format string, args ...any) error {
+	return fmt.Errorf("%s%w", fmt.Sprintf(format, args...), errUsage)
+}
+
+func main() {
+	os.Exit(run(&env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
+}
+
+// run dispatches args to a command and returns the exit status: 0 on
+// success, 1 when the command failed, 2 for a usage error.
+func run(e *env, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printHelp(e.stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(e, args[1:])
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(e.stderr, "xam %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(e.stderr, "xam %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(e.stderr, "xam: unknown command %q (try `xam help`)\n", args[0])
+	return 2
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintln(w, "xam: kernel-bypass cluster messaging over AF_XDP, with ATM cells and Active Messages.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run `xam COMMAND -h` for a command's options.")
+}
+
+// newFlags returns a flag set that reports errors instead of exiting.
+func newFlags(e *env, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: xam %s\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning flag errors into usage errors and
+// refusing stray arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%v%w", err, errUsage)
+	}
+	if fs.NArg() > 0 {
+		return usageError("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package lint
+
+import (
+	"bytes"
+	"go/format"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/xam-project/xam"
+
+// root returns the repository root (two levels above this package).
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(r, "go.mod")); err != nil {
+		t.Fatalf("repository root not found: %v", err)
+	}
+	return r
+}
+
+// goFiles returns the repository's Go files, skipping testdata and hidden
+// directories.
+func goFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(root(t), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if name == "testdata" || (strings.HasPrefix(name, ".") && path != root(t)) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, ".go") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no Go files found")
+	}
+	return files
+}
+
+func TestGofmt(t *testing.T) {
+	r := root(t)
+	for _, path := range goFiles(t) {
+		rel, _ := filepath.Rel(r, path)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := format.Source(src)
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			continue
+		}
+		if !bytes.Equal(src, out) {
+			t.Errorf("%s is not gofmt-formatted (run gofmt -w)", rel)
+		}
+	}
+}
+
+// layer ranks xam's top-level packages: a package may import only packages
+// of a strictly lower rank (internal helpers have rank 0, usable by all).
+var layer = map[string]int{
+	"internal": 0,
+	"loader":   1, "afxdp": 1, "cells": 1,
+	"driver": 2, "nicfw": 2,
+	"am":    3,
+	"bench": 4,
+	"cmd":   5, "examples": 5,
+}
+
+func TestImportsPointDown(t *testing.T) {
+	fset := token.NewFileSet()
+	r := root(t)
+	for _, path := range goFiles(t) {
+		rel, _ := filepath.Rel(r, path)
+		top := strings.Split(filepath.ToSlash(rel), "/")[0]
+		from, ok := layer[top]
+		if !ok {
+			if !strings.Contains(rel, "/") {
+				continue // files at the root
+			}
+			t.Errorf("%s: top-level folder %q has no layer in internal/lint", rel, top)
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			continue
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if !strings.HasPrefix(p, module+"/") {
+				continue
+			}
+			dep := strings.Split(strings.TrimPrefix(p, module+"/"), "/")[0]
+			if dep == top {
+				continue
+			}
+			to, ok := layer[dep]
+			if !ok {
+				t.Errorf("%s imports %s, whose folder has no layer", rel, p)
+				continue
+			}
+			if top != "internal" && to >= from {
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports must point downward", rel, from, p, to)
+			}
+			if top == "internal" && to != 0 {
+				t.Errorf("%s: internal helpers may not import layer %s", rel, p)
+			}
+		}
+	}
+}
