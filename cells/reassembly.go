@@ -226,36 +226,37 @@ func (v *circuit) reset() {
 
 // complete checks the PDU that v's last cell closed.
 func (r *Reassembler) complete(v *circuit) (PDU, bool, error) {
-	defer v.reset()
-	if r.cfg.Timeout > 0 && v.cells > 1 && r.cfg.Clock.Now().Sub(v.started) > r.cfg.Timeout {
+	pdu, cells, clp := v.buf, v.cells, v.clp
+	v.reset()
+	if r.cfg.Timeout > 0 && cells > 1 && r.cfg.Clock.Now().Sub(v.started) > r.cfg.Timeout {
 		r.stats.Timeout++
-		return PDU{}, false, &ReassemblyError{Err: ErrTimeout, VC: v.vc, Cells: v.cells, Length: -1}
+		return PDU{}, false, &ReassemblyError{Err: ErrTimeout, VC: v.vc, Cells: cells, Length: -1}
 	}
-	pdu := v.buf
 	tr := Trailer(pdu[len(pdu)-TrailerSize:])
 	n := tr.Length()
-	e := &ReassemblyError{VC: v.vc, Cells: v.cells, Length: n, Want: CellCount(n)}
+	var err error
+	want := CellCount(n)
 	switch {
 	case n == 0:
 		r.stats.Aborted++
-		e.Err = ErrAborted
+		err = ErrAborted
 	case n > r.cfg.MaxSDU:
 		r.stats.Oversize++
-		e.Err, e.Want = ErrOversize, r.cfg.MaxSDU
-	case v.cells < e.Want:
+		err, want = ErrOversize, r.cfg.MaxSDU
+	case cells < want:
 		r.stats.Lost++
-		e.Err = ErrLostCells
-	case v.cells > e.Want:
+		err = ErrLostCells
+	case cells > want:
 		r.stats.Length++
-		e.Err = ErrLength
+		err = ErrLength
 	case crc32aal5.Checksum(pdu[:len(pdu)-4]) != tr.CRC():
 		r.stats.CRC++
-		e.Err = ErrCRC
+		err = ErrCRC
 	default:
 		r.stats.PDUs++
-		return PDU{VC: v.vc, UU: tr.UU(), CPI: tr.CPI(), CLP: v.clp, Cells: v.cells, SDU: pdu[:n], CPCS: pdu}, true, nil
+		return PDU{VC: v.vc, UU: tr.UU(), CPI: tr.CPI(), CLP: clp, Cells: cells, SDU: pdu[:n], CPCS: pdu}, true, nil
 	}
-	return PDU{}, false, e
+	return PDU{}, false, &ReassemblyError{Err: err, VC: v.vc, Cells: cells, Length: n, Want: want}
 }
 
 // Expire abandons every open PDU whose first cell arrived more than the

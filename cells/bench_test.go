@@ -1,0 +1,130 @@
+package cells
+
+import (
+	"hash/crc32"
+	"testing"
+)
+
+// The 64 KiB benchmarks use the largest SDU AAL5 carries, 65535 bytes (64
+// KiB less one), whose 1366 cells sit contiguously as they do in frames.
+// hash/crc32's IEEE CRC (hardware-assisted) and a plain copy run on the
+// same input for comparison.
+
+func benchInput(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*131 + i>>8)
+	}
+	return b
+}
+
+func BenchmarkCRC32AAL5(b *testing.B) {
+	p := benchInput(64 << 10)
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		CRC32(p)
+	}
+}
+
+func BenchmarkCRC32IEEE(b *testing.B) {
+	p := benchInput(64 << 10)
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		crc32.ChecksumIEEE(p)
+	}
+}
+
+func BenchmarkCopy64K(b *testing.B) {
+	p := benchInput(MaxSDU)
+	dst := make([]byte, len(p))
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(dst, p)
+	}
+}
+
+func BenchmarkSegment64K(b *testing.B) {
+	sdu := benchInput(MaxSDU)
+	g, err := NewSegmenter(SAR{VPI: 1, VCI: 42})
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make([]byte, CellCount(len(sdu))*CellSize)
+	b.SetBytes(int64(len(sdu)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := g.Put(out, sdu); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*MaxPDUCells), "ns/cell")
+}
+
+func BenchmarkReassemble64K(b *testing.B) {
+	sdu := benchInput(MaxSDU)
+	cs, err := Segment(SAR{VPI: 1, VCI: 42}, sdu)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := NewReassembler(ReassemblerConfig{})
+	b.SetBytes(int64(len(sdu)))
+	b.ReportAllocs()
+	for b.Loop() {
+		for o := 0; o < len(cs); o += CellSize {
+			_, ok, err := r.Push(Cell(cs[o : o+CellSize]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if ok != (o == len(cs)-CellSize) {
+				b.Fatal("PDU not completed at its last cell")
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*MaxPDUCells), "ns/cell")
+}
+
+// BenchmarkSingleCell is one SSAM-sized message through segmentation and
+// reassembly: the per-message overhead that matters for latency.
+func BenchmarkSingleCell(b *testing.B) {
+	g, _ := NewSegmenter(SAR{VPI: 1, VCI: 42})
+	r := NewReassembler(ReassemblerConfig{})
+	sdu := benchInput(SSAMDataSize)
+	cell := make([]byte, CellSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Put(cell, sdu)
+		if _, ok, err := r.Push(Cell(cell)); !ok || err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSSAMEncodeCheck(b *testing.B) {
+	p := make([]byte, PayloadSize)
+	data := benchInput(SSAMDataSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		EncodeSSAM(p, 1, 2, data)
+		if err := SSAMCell(p).Check(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUnpack(b *testing.B) {
+	cs, _ := Segment(SAR{VCI: 1}, benchInput(1300))
+	frame, err := (&Framer{Dst: macB, Src: macA}).Append(nil, cs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := Unpack(frame, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
