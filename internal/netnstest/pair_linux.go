@@ -1,0 +1,227 @@
+package netnstest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/xam-project/xam/internal/testenv"
+)
+
+var (
+	pairs     atomic.Uint64 // pairs created by this process
+	token     = newToken()  // distinguishes this process from an earlier one with its pid
+	sweepOnce sync.Once
+)
+
+// upTimeout bounds the wait for both veth ends to report carrier.
+const upTimeout = 5 * time.Second
+
+func newToken() string {
+	var b [2]byte
+	rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// NewVethPair returns two new network namespaces joined by a veth pair, set
+// up as the package documentation describes, and removes them in tb's cleanup.
+// It calls testenv.RequirePrivileged first, and fails the test if the set-up
+// fails.
+func NewVethPair(tb testing.TB, opts ...Option) *Pair {
+	tb.Helper()
+	testenv.RequirePrivileged(tb)
+	sweepOnce.Do(func() {
+		if err := Sweep(); err != nil {
+			tb.Logf("netnstest: removing leftovers of earlier runs: %v", err)
+		}
+	})
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		tb.Fatalf("netnstest: %v", err)
+	}
+	p := newPair(os.Getpid(), token, pairs.Add(1), cfg)
+	tb.Cleanup(func() {
+		if err := p.close(); err != nil {
+			tb.Errorf("netnstest: removing %s and %s: %v", p.A.NS, p.B.NS, err)
+		}
+	})
+	if err := p.setup(cfg); err != nil {
+		tb.Fatalf("netnstest: %v", err)
+	}
+	return p
+}
+
+func (p *Pair) hosts() []*Host { return []*Host{p.A, p.B} }
+
+// setup builds the pair step by step; close undoes whatever part is done.
+func (p *Pair) setup(cfg config) error {
+	for _, h := range p.hosts() {
+		if err := h.create(); err != nil {
+			return err
+		}
+	}
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = p.A.Link
+	attrs.MTU = cfg.mtu
+	attrs.NumTxQueues, attrs.NumRxQueues = cfg.queues, cfg.queues
+	veth := netlink.NewVeth(attrs)
+	veth.PeerName = p.B.Link
+	veth.PeerNamespace = netlink.NsFd(p.B.Handle)
+	// Created in A (through A's netlink socket) with the peer in B: no end
+	// ever appears in the caller's namespace.
+	if err := p.A.Netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("adding veth %s to %s with peer %s in %s: %w", p.A.Link, p.A.NS, p.B.Link, p.B.NS, err)
+	}
+	for _, h := range p.hosts() {
+		if err := h.configure(cfg); err != nil {
+			return err
+		}
+	}
+	for _, h := range p.hosts() {
+		if err := h.waitUp(upTimeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// create makes h's namespace and a netlink socket in it.
+func (h *Host) create() error {
+	err := onLockedThread(func() error {
+		// NewNamed moves the thread into the new namespace; onLockedThread
+		// moves it back.
+		ns, err := netns.NewNamed(h.NS)
+		h.Handle = ns
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("creating namespace %s: %w", h.NS, err)
+	}
+	err = h.Do(func() error {
+		nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		h.Netlink = nl
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("opening netlink socket in %s: %w", h.NS, err)
+	}
+	return nil
+}
+
+// configure brings lo and the veth end up, records the end's attributes,
+// and sets the addresses.
+func (h *Host) configure(cfg config) error {
+	lo, err := h.Netlink.LinkByName("lo")
+	if err == nil {
+		err = h.Netlink.LinkSetUp(lo)
+	}
+	if err != nil {
+		return fmt.Errorf("bringing lo up in %s: %w", h.NS, err)
+	}
+	link, err := h.Netlink.LinkByName(h.Link)
+	if err != nil {
+		return fmt.Errorf("finding %s: %w", h, err)
+	}
+	a := link.Attrs()
+	h.Index, h.MTU, h.Queues = a.Index, a.MTU, a.NumTxQueues
+	h.MAC = append(net.HardwareAddr(nil), a.HardwareAddr...)
+	if !cfg.ipv6 {
+		if err := h.Do(func() error { return disableIPv6(h.Link) }); err != nil {
+			return fmt.Errorf("disabling IPv6 on %s: %w", h, err)
+		}
+	}
+	if h.Addr.IsValid() {
+		addr := &netlink.Addr{IPNet: &net.IPNet{
+			IP:   h.Addr.Addr().AsSlice(),
+			Mask: net.CIDRMask(h.Addr.Bits(), 32),
+		}}
+		if err := h.Netlink.AddrAdd(link, addr); err != nil {
+			return fmt.Errorf("adding %v to %s: %w", h.Addr, h, err)
+		}
+	}
+	if err := h.Netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("bringing %s up: %w", h, err)
+	}
+	return nil
+}
+
+// disableIPv6 sets disable_ipv6 on link in the calling thread's namespace (the
+// sysctls under /proc/sys/net are those of the opening thread's namespace).
+// A kernel without IPv6 has nothing to disable.
+func disableIPv6(link string) error {
+	path := filepath.Join("/proc/sys/net/ipv6/conf", link, "disable_ipv6")
+	err := os.WriteFile(path, []byte("1\n"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// waitUp waits until h's veth end reports operstate up: until then the kernel
+// has not attached its queueing discipline and drops what is sent.
+func (h *Host) waitUp(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		link, err := h.Netlink.LinkByIndex(h.Index)
+		if err != nil {
+			return fmt.Errorf("reading the state of %s: %w", h, err)
+		}
+		state := link.Attrs().OperState
+		if state == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still %v after %v", h, state, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// close removes whatever part of the pair exists. It deletes the veth first,
+// which removes both ends synchronously (the kernel tears a namespace down
+// asynchronously), then closes the sockets and handles, then removes the names.
+func (p *Pair) close() error {
+	var errs []error
+	if nl := p.A.Netlink; nl != nil {
+		link, err := nl.LinkByName(p.A.Link)
+		var notFound netlink.LinkNotFoundError
+		switch {
+		case err == nil:
+			if err := nl.LinkDel(link); err != nil {
+				errs = append(errs, fmt.Errorf("deleting %s: %w", p.A, err))
+			}
+		case !errors.As(err, &notFound):
+			errs = append(errs, fmt.Errorf("finding %s: %w", p.A, err))
+		}
+	}
+	for _, h := range p.hosts() {
+		if h.Netlink != nil {
+			h.Netlink.Close()
+			h.Netlink = nil
+		}
+		if h.Handle.IsOpen() {
+			if err := h.Handle.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("closing handle of %s: %w", h.NS, err))
+			}
+		}
+		if err := deleteNamed(h.NS); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

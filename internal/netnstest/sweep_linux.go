@@ -1,0 +1,76 @@
+package netnstest
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// nsDir is where named network namespaces are mounted (as in netns and ip).
+const nsDir = "/run/netns"
+
+// Sweep removes the namespaces that test processes which no longer run left
+// behind: those named Prefix+PID+"-"... whose PID is not a live process. It
+// returns the errors of the removals that failed; removals that other
+// processes sweeping at the same time win are not errors.
+func Sweep() error {
+	entries, err := os.ReadDir(nsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("netnstest: sweep: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		pid, ok := ownerPid(e.Name())
+		if !ok || alive(pid) {
+			continue
+		}
+		if err := deleteNamed(e.Name()); err != nil {
+			errs = append(errs, fmt.Errorf("netnstest: sweep: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ownerPid returns the pid embedded in a namespace name of this package.
+func ownerPid(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, Prefix)
+	if !ok {
+		return 0, false
+	}
+	digits, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(digits)
+	return pid, err == nil && pid > 0
+}
+
+// alive reports whether pid is a running process (or one not ours to signal).
+func alive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// deleteNamed unmounts and removes /run/netns/name, like netns.DeleteNamed,
+// and also copes with a name that is not mounted (a creator that died between
+// creating the file and mounting it) or already gone.
+func deleteNamed(name string) error {
+	path := filepath.Join(nsDir, name)
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil &&
+		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmounting %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", path, err)
+	}
+	return nil
+}
