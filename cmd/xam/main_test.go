@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// xam runs the command in-process and returns its exit status and output.
+func xam(t *testing.T, stdin []byte, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(&env{stdin: bytes.NewReader(stdin), stdout: &out, stderr: &errb}, args)
+	return code, out.String(), errb.String()
+}
+
+func TestSegmentReassembleRoundTrip(t *testing.T) {
+	for _, n := range []int{1, 40, 41, 1000, 65535} {
+		sdu := make([]byte, n)
+		for i := range sdu {
+			sdu[i] = byte(i * 13)
+		}
+		code, cells, errs := xam(t, sdu, "cells", "segment", "--vpi", "5", "--vci", "300")
+		if code != 0 || len(cells)%53 != 0 {
+			t.Fatalf("segment %d bytes: exit %d, %d bytes out, %s", n, code, len(cells), errs)
+		}
+		code, got, errs := xam(t, []byte(cells), "cells", "reassemble")
+		if code != 0 || got != string(sdu) {
+			t.Fatalf("reassemble %d bytes: exit %d, %d bytes out, %s", n, code, len(got), errs)
+		}
+	}
+}
+
+func TestSegmentHex(t *testing.T) {
+	code, out, errs := xam(t, []byte("hello xam"), "cells", "segment", "--vpi", "1", "--vci", "42", "--hex")
+	want := "001002a2ba68656c6c6f2078616d" + strings.Repeat("00", 31) + "00000009a917da06\n"
+	if code != 0 || out != want {
+		t.Fatalf("exit %d, stderr %q\n got %q\nwant %q", code, errs, out, want)
+	}
+	code, got, _ := xam(t, []byte(out), "cells", "reassemble", "--hex")
+	if code != 0 || got != "hello xam" {
+		t.Fatalf("reassemble --hex: exit %d, %q", code, got)
+	}
+}
+
+func TestReassembleErrors(t *testing.T) {
+	_, good, _ := xam(t, bytes.Repeat([]byte("abc"), 40), "cells", "segment", "--vpi", "1", "--vci", "42", "--hex")
+	lines := strings.Split(strings.TrimSpace(good), "\n") // 3 cells
+	flip := func(line string, byteIdx int, mask byte) string {
+		b, _ := hex.DecodeString(line)
+		b[byteIdx] ^= mask
+		return hex.EncodeToString(b)
+	}
+	join := func(ls ...string) []byte { return []byte(strings.Join(ls, "\n") + "\n") }
+	for _, tc := range []struct {
+		name   string
+		in     []byte
+		code   int
+		stderr string
+		out    string
+	}{
+		{"single-bit header error is corrected", join(flip(lines[0], 2, 0x10), lines[1], lines[2]), 0,
+			"cell 1: corrected a single-bit header error (HEC)", strings.Repeat("abc", 40)},
+		{"two-bit header error", join(flip(lines[0], 0, 0x81), lines[1], lines[2]), 1, "HEC error", ""},
+		{"payload damage", join(lines[0], flip(lines[1], 30, 1), lines[2]), 1, "AAL5 CRC mismatch", ""},
+		{"lost cell", join(lines[0], lines[2]), 1, "AAL5 lost cells", ""},
+		{"no end of message", join(lines[0], lines[1]), 1, "input ended inside a PDU on VC 1/42", ""},
+		{"bad length field", join(lines[0], lines[1], flip(lines[2], 48, 0x40)), 1, "AAL5 length mismatch: 3 cells received, length 56 needs 2", ""},
+		{"not hex", []byte(strings.Repeat("zz", 53) + "\n"), 1, "line 1: not hex", ""},
+		{"short line", []byte("0011\n"), 1, "line 1: cells: short cell: 4 hex digits, want 106", ""},
+		{"empty input", nil, 1, "no cells on input", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := xam(t, tc.in, "cells", "reassemble", "--hex")
+			if code != tc.code || !strings.Contains(errs, tc.stderr) || out != tc.out {
+				t.Errorf("exit %d (want %d), stdout %q (want %q), stderr %q (want it to say %q)",
+					code, tc.code, out, tc.out, errs, tc.stderr)
+			}
+		})
+	}
+	// Binary input that stops mid-cell.
+	_, bin, _ := xam(t, []byte("x"), "cells", "segment", "--vpi", "1", "--vci", "1")
+	if code, _, errs := xam(t, []byte(bin[:50]), "cells", "reassemble"); code != 1 || !strings.Contains(errs, "input ends after 50 of 53 bytes") {
+		t.Errorf("truncated binary cell: exit %d, %q", code, errs)
+	}
+}
+
+func TestSegmentUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		in     []byte
+		code   int
+		stderr string
+	}{
+		{[]string{"cells", "segment", "--vci", "1"}, []byte("x"), 2, "--vpi and --vci are required"},
+		{[]string{"cells", "segment", "--vpi", "256", "--vci", "1"}, []byte("x"), 2, "VPI 256 exceeds 255"},
+		{[]string{"cells", "segment", "--vpi", "256", "--vci", "1", "--nni"}, []byte("x"), 0, ""},
+		{[]string{"cells", "segment", "--vpi", "1", "--vci", "70000"}, []byte("x"), 2, "out of range"},
+		{[]string{"cells", "segment", "--vpi", "1", "--vci", "1"}, nil, 1, "SDU length out of range"},
+		{[]string{"cells", "segment", "--vpi", "1", "--vci", "1"}, make([]byte, 65536), 1, "SDU length out of range"},
+		{[]string{"cells", "segment", "--bogus"}, nil, 2, "flag provided but not defined"},
+		{[]string{"cells", "frobnicate"}, nil, 2, "unknown subcommand"},
+		{[]string{"nonesuch"}, nil, 2, "unknown command"},
+	} {
+		code, _, errs := xam(t, tc.in, tc.args...)
+		if code != tc.code || !strings.Contains(errs, tc.stderr) {
+			t.Errorf("xam %v: exit %d (want %d), stderr %q (want %q)", tc.args, code, tc.code, errs, tc.stderr)
+		}
+	}
+}
+
+func TestSegmentERF(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.pcap")
+	code, _, errs := xam(t, make([]byte, 100), "cells", "segment", "--vpi", "1", "--vci", "2", "--erf", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pcap header (24) + 3 cell records (16+16+52 each) + 1 AAL5 record (16+16+4+144).
+	if want := 24 + 3*(16+16+52) + (16 + 16 + 4 + 144); len(b) != want {
+		t.Errorf("capture is %d bytes, want %d", len(b), want)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	code, out, errs := xam(t, nil, "demo", "--duration", "5ms")
+	if code != 0 {
+		t.Fatalf("demo: exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"HEC corrected 1 header; 1 PDU delivered intact", "AAL5 CRC mismatch",
+		"AAL5 lost cells", "AAL5 length mismatch", "reassemble"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "WRONG") {
+		t.Errorf("demo delivered wrong data:\n%s", out)
+	}
+}
