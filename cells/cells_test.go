@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -559,5 +561,72 @@ func TestGopacketLayers(t *testing.T) {
 	}
 	if len(decoded) != 4 || decoded[1] != LayerTypeFrame || decoded[3] != LayerTypeCell {
 		t.Errorf("decoded %v", decoded)
+	}
+}
+
+// TestPushCellsMatchesPush feeds the same streams, with interleaved
+// circuits, damage, loss and oversize PDUs, cell by cell through Push and a
+// frame at a time through PushCells: the outcomes must be identical.
+func TestPushCellsMatchesPush(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for round := range 200 {
+		var stream []byte
+		for range 1 + rng.IntN(6) {
+			s := SAR{VPI: uint16(rng.IntN(3)), VCI: uint16(rng.IntN(3))}
+			cs := mustSegment(t, s, make([]byte, 1+rng.IntN(400)))
+			switch rng.IntN(6) {
+			case 0: // payload damage
+				cs[rng.IntN(len(cs))] ^= 0x01
+			case 1: // lose a cell
+				k := rng.IntN(len(cs) / CellSize)
+				cs = append(cs[:k*CellSize:k*CellSize], cs[(k+1)*CellSize:]...)
+			case 2: // header damage, one or two bits
+				cs[rng.IntN(len(cs)/CellSize)*CellSize+rng.IntN(5)] ^= 1 << rng.IntN(8)
+				if rng.IntN(2) == 0 {
+					cs[rng.IntN(len(cs)/CellSize)*CellSize+rng.IntN(5)] ^= 1 << rng.IntN(8)
+				}
+			}
+			// Interleave with what is there at cell granularity.
+			at := rng.IntN(len(stream)/CellSize+1) * CellSize
+			stream = append(stream[:at:at], append(cs, stream[at:]...)...)
+		}
+		cfg := ReassemblerConfig{MaxSDU: 300}
+		one, batch := NewReassembler(cfg), NewReassembler(cfg)
+		var want, got []string
+		for o := 0; o < len(stream); o += CellSize {
+			c := bytes.Clone(stream[o : o+CellSize])
+			pdu, ok, err := one.Push(Cell(c))
+			if err != nil {
+				want = append(want, err.Error())
+			} else if ok {
+				want = append(want, fmt.Sprintf("%v %x", pdu.VC, pdu.SDU))
+			}
+		}
+		frame := CellsPerFrame(1 + rng.IntN(1500))
+		if frame == 0 {
+			frame = 1
+		}
+		buf := bytes.Clone(stream)
+		for o := 0; o < len(buf); o += frame * CellSize {
+			err := batch.PushCells(buf[o:min(o+frame*CellSize, len(buf))], func(pdu PDU, err error) {
+				if err != nil {
+					got = append(got, err.Error())
+				} else {
+					got = append(got, fmt.Sprintf("%v %x", pdu.VC, pdu.SDU))
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("round %d: PushCells gave\n%s\nPush gave\n%s", round, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		if one.Stats() != batch.Stats() {
+			t.Fatalf("round %d: stats differ:\nPushCells %+v\nPush      %+v", round, batch.Stats(), one.Stats())
+		}
+	}
+	if err := NewReassembler(ReassemblerConfig{}).PushCells(make([]byte, 54), nil); !errors.Is(err, ErrShortCell) {
+		t.Errorf("PushCells(54 bytes) = %v", err)
 	}
 }

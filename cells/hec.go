@@ -133,6 +133,13 @@ func (r *HECReceiver) Mode() HECMode { return r.mode }
 // Stats returns the receiver's counters.
 func (r *HECReceiver) Stats() HECStats { return r.stats }
 
+// goodRun accounts for n cells whose headers the caller matched against the
+// header this receiver last accepted.
+func (r *HECReceiver) goodRun(n uint64) {
+	r.mode = HECCorrection
+	r.stats.Good += n
+}
+
 // Check runs the state machine on the header of c (at least HeaderSize
 // bytes), correcting a single-bit error in place when it may. A result of
 // HECDiscarded means the cell must be dropped.

@@ -2,6 +2,7 @@ package cells
 
 import (
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/xam-project/xam/cells/internal/crc32aal5"
@@ -87,7 +88,13 @@ type Reassembler struct {
 	vcs      map[uint32]*circuit
 	lastKey  uint32
 	last     *circuit
-	stats    ReassemblyStats
+	// run is the full header (word and HEC) of the last continuation cell
+	// accepted on last; PushCells takes cells with exactly this header
+	// without the general checks.
+	runWord uint32
+	runHEC  uint8
+	runOK   bool
+	stats   ReassemblyStats
 }
 
 // NewReassembler returns a Reassembler for cfg.
@@ -128,6 +135,7 @@ func (r *Reassembler) HECMode() HECMode { return r.hec.Mode() }
 // a *ReassemblyError. A header with a single-bit error is corrected in
 // place (counted in Stats().HEC.Corrected) and processed normally.
 func (r *Reassembler) Push(c Cell) (pdu PDU, ok bool, err error) {
+	r.runOK = false
 	if len(c) < CellSize {
 		return PDU{}, false, &ReassemblyError{Err: ErrShortCell, Length: -1}
 	}
@@ -175,9 +183,61 @@ func (r *Reassembler) Push(c Cell) (pdu PDU, ok bool, err error) {
 	v.clp = v.clp || w&1 != 0
 	r.stats.Cells++
 	if !eom {
+		r.runWord, r.runHEC, r.runOK = binary.BigEndian.Uint32(c), c[hecOffset], true
 		return PDU{}, false, nil
 	}
 	return r.complete(v)
+}
+
+// PushCells feeds a buffer of whole cells, as they sit in a frame, and
+// calls fn with each PDU delivered and each error, in order. It does what
+// Push does cell by cell, but takes runs of continuation cells on one
+// circuit with a header comparison and a copy each. A PDU passed to fn is
+// valid until fn returns.
+func (r *Reassembler) PushCells(cs []byte, fn func(PDU, error)) error {
+	if len(cs)%CellSize != 0 {
+		return fmt.Errorf("%w: %d bytes is not a whole number of cells", ErrShortCell, len(cs))
+	}
+	for o := 0; o < len(cs); o += CellSize {
+		if r.runOK && r.last != nil {
+			o = r.run(cs, o)
+			if o == len(cs) {
+				break
+			}
+		}
+		pdu, ok, err := r.Push(Cell(cs[o : o+CellSize]))
+		if err != nil {
+			fn(PDU{}, err)
+		} else if ok {
+			fn(pdu, nil)
+		}
+	}
+	return nil
+}
+
+// run takes cells from cs[o:] while they repeat the last continuation
+// header on the last circuit, and returns the offset of the first cell it
+// did not take.
+func (r *Reassembler) run(cs []byte, o int) int {
+	v := r.last
+	n := 0
+	for ; o+CellSize <= len(cs); o += CellSize {
+		c := cs[o : o+CellSize : o+CellSize]
+		if binary.BigEndian.Uint32(c) != r.runWord || c[hecOffset] != r.runHEC || v.cut || v.cells >= r.maxCells {
+			break
+		}
+		if len(v.buf)+PayloadSize > cap(v.buf) {
+			v.grow(r.maxCells * PayloadSize)
+		}
+		v.buf = append(v.buf, c[payloadOffset:]...)
+		v.cells++
+		n++
+	}
+	if n > 0 {
+		r.stats.Cells += uint64(n)
+		r.hec.goodRun(uint64(n))
+	}
+	return o
 }
 
 // circuit finds or creates the state for the circuit named by key.
@@ -267,6 +327,7 @@ func (r *Reassembler) Expire() []error {
 		return nil
 	}
 	now := r.cfg.Clock.Now()
+	r.runOK = false
 	var errs []error
 	for _, v := range r.vcs {
 		if v.cells > 0 && now.Sub(v.started) > r.cfg.Timeout {
