@@ -630,3 +630,26 @@ func TestPushCellsMatchesPush(t *testing.T) {
 		t.Errorf("PushCells(54 bytes) = %v", err)
 	}
 }
+
+// A circuit cut off for size, whose end of message never comes, gives its
+// slot back when the reassembly timer runs out.
+func TestReassemblyCutCircuitExpires(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	r := NewReassembler(ReassemblerConfig{MaxSDU: 40, MaxVCs: 1, Timeout: time.Second, Clock: clk})
+	big := mustSegment(t, SAR{VPI: 1, VCI: 1}, make([]byte, 200))
+	_, errs := pushAll(r, big[:3*CellSize])
+	if len(errs) != 1 || !errors.Is(errs[0], ErrOversize) {
+		t.Fatalf("errors %v, want one ErrOversize", errs)
+	}
+	other := mustSegment(t, SAR{VPI: 2, VCI: 2}, []byte("x"))
+	if _, errs := pushAll(r, other); len(errs) != 1 || !errors.Is(errs[0], ErrTooManyVCs) {
+		t.Fatalf("while cut: %v, want ErrTooManyVCs", errs)
+	}
+	clk.Advance(time.Hour)
+	if errs := r.Expire(); len(errs) != 0 {
+		t.Errorf("Expire reported %v for a circuit whose error was already reported", errs)
+	}
+	if sdus, errs := pushAll(r, other); len(errs) != 0 || len(sdus) != 1 {
+		t.Fatalf("after expiry: %q %v", sdus, errs)
+	}
+}

@@ -170,6 +170,9 @@ func (r *Reassembler) Push(c Cell) (pdu PDU, ok bool, err error) {
 		err := &ReassemblyError{Err: ErrOversize, VC: v.vc, Cells: v.cells + 1, Length: -1, Want: r.maxCells}
 		v.reset()
 		v.cut = !eom
+		if v.cut && r.cfg.Timeout > 0 {
+			v.started = r.cfg.Clock.Now() // the discard state expires too
+		}
 		return PDU{}, false, err
 	}
 	if v.cells == 0 && !eom && r.cfg.Timeout > 0 {
@@ -321,7 +324,9 @@ func (r *Reassembler) complete(v *circuit) (PDU, bool, error) {
 
 // Expire abandons every open PDU whose first cell arrived more than the
 // configured Timeout ago, and returns one ErrTimeout error for each. It
-// does nothing without a Timeout. Receive loops call it when idle.
+// does nothing without a Timeout. A circuit discarding the rest of an
+// oversize PDU for longer than the timeout stops discarding (its error was
+// reported when it was cut). Receive loops call it when idle.
 func (r *Reassembler) Expire() []error {
 	if r.cfg.Timeout <= 0 {
 		return nil
@@ -330,6 +335,10 @@ func (r *Reassembler) Expire() []error {
 	r.runOK = false
 	var errs []error
 	for _, v := range r.vcs {
+		if v.cut && now.Sub(v.started) > r.cfg.Timeout {
+			v.reset() // its oversize error was reported when it was cut
+			continue
+		}
 		if v.cells > 0 && now.Sub(v.started) > r.cfg.Timeout {
 			r.stats.Timeout++
 			errs = append(errs, &ReassemblyError{Err: ErrTimeout, VC: v.vc, Cells: v.cells, Length: -1})

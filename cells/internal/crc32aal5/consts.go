@@ -11,9 +11,9 @@ package crc32aal5
 // forward by n bits replaces A·x^n by A_hi·kX(n+64) ⊕ A_lo·kXn, which is
 // congruent modulo P and has degree < 96, so it fits in 128 bits again.
 const (
-	kX64   = 0x490d678d // x^64 mod P: final 96 -> 64 bit reduction
-	kX96   = 0xf200aa66 // x^96 mod P: final 128 -> 96 bit reduction
-	kX128  = 0xe8a45605 // x^128 mod P: fold by 128 bits, low half
+	kX64   = 0x490d678d // x^64 mod P: final 128 -> 64 bit reduction
+	kX96   = 0xf200aa66 // x^96 mod P: final 128 -> 64 bit reduction
+	kX128  = 0xe8a45605 // x^128 mod P: fold by 128 bits, low half; final reduction
 	kX192  = 0xc5b9cd4c // x^192 mod P: fold by 128 bits, high half
 	kX256  = 0x75be46b7 // x^256 mod P: fold by 256 bits, low half
 	kX320  = 0x569700e5 // x^320 mod P: fold by 256 bits, high half
@@ -21,8 +21,6 @@ const (
 	kX448  = 0x64bf7a9b // x^448 mod P: fold by 384 bits, high half
 	kX512  = 0xe6228b11 // x^512 mod P: fold by 512 bits, low half
 	kX576  = 0x8833794c // x^576 mod P: fold by 512 bits, high half
-	kX768  = 0x1d49ada7 // x^768 mod P: fold by 768 bits, low half
-	kX832  = 0x7606eeeb // x^832 mod P: fold by 768 bits, high half
 	kX1024 = 0x567fddeb // x^1024 mod P: fold by 1024 bits, low half
 	kX1088 = 0x10bd4d7c // x^1088 mod P: fold by 1024 bits, high half
 

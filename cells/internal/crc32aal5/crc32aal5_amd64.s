@@ -21,9 +21,11 @@
 //
 // Paths by length, all ending in the same 1x128-bit loop, partial-block
 // step and Barrett reduction:
-//   >= 256 bytes and useVPCLMUL: 4 YMM accumulators, 128 bytes/iteration
+//   >= 256 bytes and useVPCLMUL: 4 YMM accumulators, 128 bytes/iteration,
+//                                then the 4 XMM loop for what remains
 //   >= 64 bytes:                 4 XMM accumulators, 64 bytes/iteration
-//   16..63 bytes:                1 XMM accumulator
+//   16..63 bytes:                1 XMM accumulator (three blocks folded in
+//                                parallel when there are 48 bytes or more)
 
 // bswapMask reverses the 16 bytes of an XMM register with PSHUFB.
 DATA bswapMask<>+0(SB)/8, $0x08090a0b0c0d0e0f
@@ -48,18 +50,21 @@ DATA k512<>+0(SB)/8, $const_kX512
 DATA k512<>+8(SB)/8, $const_kX576
 GLOBL k512<>(SB), RODATA|NOPTR, $16
 
-DATA k768<>+0(SB)/8, $const_kX768
-DATA k768<>+8(SB)/8, $const_kX832
-GLOBL k768<>(SB), RODATA|NOPTR, $16
-
 DATA k1024<>+0(SB)/8, $const_kX1024
 DATA k1024<>+8(SB)/8, $const_kX1088
 GLOBL k1024<>(SB), RODATA|NOPTR, $16
 
-// Final reduction: 128 -> 96 bits uses x^96, 96 -> 64 bits uses x^64.
-DATA kRed<>+0(SB)/8, $const_kX96
-DATA kRed<>+8(SB)/8, $const_kX64
-GLOBL kRed<>(SB), RODATA|NOPTR, $16
+// Final reduction 128 -> 64 bits: {x^64, x^128} mod P, then x^96 mod P.
+DATA kRed<>+0(SB)/8, $const_kX64
+DATA kRed<>+8(SB)/8, $const_kX128
+DATA kRed<>+16(SB)/8, $const_kX96
+DATA kRed<>+24(SB)/8, $0
+GLOBL kRed<>(SB), RODATA|NOPTR, $32
+
+// mask32 keeps the low 32 bits of each qword.
+DATA mask32<>+0(SB)/8, $0x00000000ffffffff
+DATA mask32<>+8(SB)/8, $0x00000000ffffffff
+GLOBL mask32<>(SB), RODATA|NOPTR, $16
 
 // Barrett reduction 64 -> 32 bits: mu = floor(x^64/P) and P.
 DATA kBarrett<>+0(SB)/8, $const_kMu
@@ -155,26 +160,23 @@ loop128:
 	CMPQ       CX, $128
 	JAE        loop128
 
-	// Lane-wise, Y1 is 768 bits ahead of Y4, Y2 512 and Y3 256.
-	VBROADCASTI128 k768<>(SB), Y0
-	YFOLD(Y1, Y5)
+	// Lane-wise, Y1 and Y2 are 512 bits ahead of Y3 and Y4: fold them on,
+	// leaving four consecutive blocks in Y3 and Y4, and carry on with those
+	// as the four 128-bit accumulators X1..X4.
 	VBROADCASTI128 k512<>(SB), Y0
+	YFOLD(Y1, Y5)
 	YFOLD(Y2, Y6)
-	VBROADCASTI128 k256<>(SB), Y0
-	YFOLD(Y3, Y8)
-	VPXOR          Y2, Y1, Y1
-	VPXOR          Y3, Y1, Y1
-	VPXOR          Y4, Y1, Y1
-
-	// The low lane is 128 bits ahead of the high lane.
-	VEXTRACTI128 $1, Y1, X2
-	VMOVDQU      k128<>(SB), X0
-	VPCLMULQDQ   $0x00, X0, X1, X5
-	VPCLMULQDQ   $0x11, X0, X1, X1
-	VPXOR        X5, X1, X1
-	VPXOR        X2, X1, X1
+	VPXOR          Y1, Y3, Y3
+	VPXOR          Y2, Y4, Y4
+	VMOVDQA        X3, X1
+	VEXTRACTI128   $1, Y3, X2
+	VMOVDQA        X4, X3
+	VEXTRACTI128   $1, Y4, X4
 	VZEROUPPER
-	JMP          loop16
+	MOVOU          k512<>(SB), X0
+	CMPQ           CX, $64
+	JAE            loop64
+	JMP            fold4
 
 sse:
 	MOVOU bswapMask<>(SB), X7
@@ -261,6 +263,23 @@ single:
 	ADDQ   $16, SI
 	SUBQ   $16, CX
 	MOVOU  k128<>(SB), X0
+	CMPQ   CX, $32
+	JB     loop16
+
+	// 48..63 bytes: fold the first block by 256 bits and the second by 128
+	// onto the third in parallel rather than one after the other.
+	MOVOU  0(SI), X2
+	MOVOU  16(SI), X3
+	PSHUFB X7, X2
+	PSHUFB X7, X3
+	MOVOU  k256<>(SB), X0
+	FOLD(X1, X5)
+	MOVOU  k128<>(SB), X0
+	FOLD(X2, X6)
+	PXOR   X2, X1
+	PXOR   X3, X1
+	ADDQ   $32, SI
+	SUBQ   $32, CX
 
 loop16:
 	// Fold one block at a time; X0 holds k128.
@@ -299,23 +318,30 @@ tail:
 	PXOR     X2, X1
 
 reduce:
-	// The CRC register is X1·x^32 mod P.
-	// 128 -> 96 bits: T = X1.hi·(x^96 mod P) ^ X1.lo·x^32.
-	MOVOU     kRed<>(SB), X0
+	// The CRC register is X1·x^32 mod P. With X1 = a3:a2:a1:a0 in 32-bit
+	// pieces, X1·x^32 = a3·x^128 + a2·x^96 + a1·x^64 + a0·x^32, which is
+	// congruent to the 64-bit
+	//   T = a3·(x^128 mod P) ^ a2·(x^96 mod P) ^ a1·(x^64 mod P) ^ a0·x^32
+	// whose three products are independent.
+	MOVOU     kRed<>+0(SB), X0  // {lo: x^64 mod P, hi: x^128 mod P}
+	MOVOU     kRed<>+16(SB), X5 // {lo: x^96 mod P, hi: 0}
+	MOVOU     mask32<>(SB), X6
 	MOVOA     X1, X2
-	PCLMULQDQ $0x01, X0, X2
-	PSLLDQ    $8, X1
-	PSRLDQ    $4, X1
+	PSRLQ     $32, X2           // X2 = {a1, a3}
+	PAND      X6, X1            // X1 = {a0, a2}
+	MOVOA     X2, X3
+	PCLMULQDQ $0x11, X0, X3     // a3·(x^128 mod P)
+	PCLMULQDQ $0x00, X0, X2     // a1·(x^64 mod P)
+	MOVOA     X1, X4
+	PCLMULQDQ $0x01, X5, X4     // a2·(x^96 mod P)
+	PSLLQ     $32, X1
+	MOVQ      X1, X1            // a0·x^32, high qword cleared
+	PXOR      X3, X2
+	PXOR      X4, X1
 	PXOR      X2, X1
 
-	// 96 -> 64 bits: T' = T[95:64]·(x^64 mod P) ^ T[63:0].
-	MOVOA     X1, X2
-	PCLMULQDQ $0x11, X0, X2
-	MOVQ      X1, X1
-	PXOR      X2, X1
-
-	// Barrett, 64 -> 32 bits: q = floor(T'[63:32]·mu / x^32),
-	// remainder = T' ^ q·P.
+	// Barrett, 64 -> 32 bits: q = floor(T[63:32]·mu / x^32),
+	// remainder = T ^ q·P.
 	MOVOU     kBarrett<>(SB), X0
 	MOVOA     X1, X2
 	PSRLQ     $32, X2

@@ -70,7 +70,7 @@ func updateCLMULNoVPCLMUL(state uint32, p []byte) uint32 {
 }
 
 func TestCheckValue(t *testing.T) {
-	const want = 0xFC891918
+	const want uint32 = 0xFC891918
 	if got := refChecksum([]byte("123456789")); got != want {
 		t.Fatalf("reference: got %#08x, want %#08x", got, want)
 	}
@@ -346,8 +346,6 @@ func TestFoldConstants(t *testing.T) {
 		{"kX448", 448, kX448},
 		{"kX512", 512, kX512},
 		{"kX576", 576, kX576},
-		{"kX768", 768, kX768},
-		{"kX832", 832, kX832},
 		{"kX1024", 1024, kX1024},
 		{"kX1088", 1088, kX1088},
 	} {
