@@ -135,6 +135,30 @@ func (r *Reassembler) HECMode() HECMode { return r.hec.Mode() }
 // a *ReassemblyError. A header with a single-bit error is corrected in
 // place (counted in Stats().HEC.Corrected) and processed normally.
 func (r *Reassembler) Push(c Cell) (pdu PDU, ok bool, err error) {
+	if r.runOK && len(c) >= CellSize && binary.BigEndian.Uint32(c) == r.runWord && c[hecOffset] == r.runHEC {
+		if v := r.last; !v.cut && v.cells < r.maxCells {
+			// Another continuation cell with the header just accepted on
+			// this circuit.
+			r.take(v, c)
+			r.stats.Cells++
+			r.hec.goodRun(1)
+			return PDU{}, false, nil
+		}
+	}
+	return r.push(c)
+}
+
+// take appends the payload of c to v's PDU.
+func (r *Reassembler) take(v *circuit, c Cell) {
+	if len(v.buf)+PayloadSize > cap(v.buf) {
+		v.grow(r.maxCells * PayloadSize)
+	}
+	v.buf = append(v.buf, c[payloadOffset:CellSize]...)
+	v.cells++
+}
+
+// push is Push's general path.
+func (r *Reassembler) push(c Cell) (pdu PDU, ok bool, err error) {
 	r.runOK = false
 	if len(c) < CellSize {
 		return PDU{}, false, &ReassemblyError{Err: ErrShortCell, Length: -1}
@@ -178,11 +202,7 @@ func (r *Reassembler) Push(c Cell) (pdu PDU, ok bool, err error) {
 	if v.cells == 0 && !eom && r.cfg.Timeout > 0 {
 		v.started = r.cfg.Clock.Now()
 	}
-	if len(v.buf)+PayloadSize > cap(v.buf) {
-		v.grow(r.maxCells * PayloadSize)
-	}
-	v.buf = append(v.buf, c[payloadOffset:CellSize]...)
-	v.cells++
+	r.take(v, c)
 	v.clp = v.clp || w&1 != 0
 	r.stats.Cells++
 	if !eom {
@@ -229,11 +249,7 @@ func (r *Reassembler) run(cs []byte, o int) int {
 		if binary.BigEndian.Uint32(c) != r.runWord || c[hecOffset] != r.runHEC || v.cut || v.cells >= r.maxCells {
 			break
 		}
-		if len(v.buf)+PayloadSize > cap(v.buf) {
-			v.grow(r.maxCells * PayloadSize)
-		}
-		v.buf = append(v.buf, c[payloadOffset:]...)
-		v.cells++
+		r.take(v, c)
 		n++
 	}
 	if n > 0 {
