@@ -54,9 +54,11 @@ func (s SSAMCell) Data() []byte {
 
 // ssamCRC computes the CRC-10 of payload p with the CRC bits taken as zero.
 func ssamCRC(p []byte) uint16 {
-	c := crc10Update(0, p[:ssamCheckOffset])
-	c = crc10Update(c, []byte{p[ssamCheckOffset] &^ 0b11, 0})
-	return crc10Update(c, p[ssamCheckOffset+2:PayloadSize])
+	var b [PayloadSize]byte
+	copy(b[:], p[:PayloadSize])
+	b[ssamCheckOffset] &^= 0b11
+	b[ssamCheckOffset+1] = 0
+	return CRC10(b[:])
 }
 
 // EncodeSSAM writes an SSAM single-cell message into the 48-byte payload p:
