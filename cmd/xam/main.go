@@ -4,6 +4,8 @@
 // Usage:
 //
 //	xam demo                        the main job (see README.md)
+//	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
+//	xam lab down --name X | --all
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
 //	xam cells reassemble [--hex] [--erf FILE]
 //	xam version
@@ -42,6 +44,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"demo", "run the main job: the cell/AAL5 path end to end, with a comparison table", runDemo},
+		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble", runCells},
 		{"version", "print the version", func(e *env, _ []string) error {
 			fmt.Fprintln(e.stdout, "xam", version)

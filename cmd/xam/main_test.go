@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/internal/testenv"
 )
 
 // xam runs the command in-process and returns its exit status and output.
@@ -141,5 +146,73 @@ func TestDemo(t *testing.T) {
 	}
 	if strings.Contains(out, "WRONG") {
 		t.Errorf("demo delivered wrong data:\n%s", out)
+	}
+}
+
+func TestLabUpDown(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	name := fmt.Sprintf("cli%d", os.Getpid())
+	t.Cleanup(func() { lab.Down(name) })
+	code, out, errs := xam(t, nil, "lab", "up", "--name", name, "--hosts", "3", "--port-rate", "1gbit", "--port-buffer", "64k", "--json")
+	if code != 0 {
+		t.Fatalf("lab up: exit %d: %s", code, errs)
+	}
+	var desc struct {
+		Name  string
+		Hosts []struct {
+			NS   string `json:"netns"`
+			MAC  string `json:"mac"`
+			IPv4 string `json:"ipv4"`
+		}
+		Switch struct {
+			NS       string `json:"netns"`
+			PortRate uint64 `json:"port_rate_bps"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &desc); err != nil {
+		t.Fatalf("lab up --json: %v\n%s", err, out)
+	}
+	if desc.Name != name || len(desc.Hosts) != 3 || desc.Hosts[2].IPv4 != "10.0.0.3/24" ||
+		desc.Switch.NS != "xam-"+name+"-sw" || desc.Switch.PortRate != 1_000_000_000 || len(desc.Hosts[0].MAC) != 17 {
+		t.Errorf("lab description %+v", desc)
+	}
+	if code, _, errs := xam(t, nil, "lab", "up", "--name", name); code != 1 || !strings.Contains(errs, "exists") {
+		t.Errorf("second lab up: exit %d, %s", code, errs)
+	}
+	if code, out, _ := xam(t, nil, "lab", "list"); code != 0 || !strings.Contains(out, name) {
+		t.Errorf("lab list: exit %d, %q", code, out)
+	}
+	if code, _, errs := xam(t, nil, "lab", "down", "--name", name); code != 0 {
+		t.Fatalf("lab down: exit %d: %s", code, errs)
+	}
+	if left, _ := lab.Namespaces("xam-" + name + "-"); len(left) != 0 {
+		t.Errorf("namespaces left after lab down: %v", left)
+	}
+}
+
+func TestLabUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"lab", "down"}, "want --name X or --all"},
+		{[]string{"lab", "down", "--all", "--name", "x"}, "not both"},
+		{[]string{"lab", "up", "--port-rate", "fast"}, "want a rate"},
+		{[]string{"lab", "up", "--port-buffer", "lots"}, "want a size"},
+		{[]string{"lab"}, "want a subcommand"},
+	} {
+		if code, _, errs := xam(t, nil, tc.args...); code != 2 || !strings.Contains(errs, tc.stderr) {
+			t.Errorf("xam %v: exit %d, %q; want 2 and %q", tc.args, code, errs, tc.stderr)
+		}
+	}
+	for s, want := range map[string]uint64{"100mbit": 100_000_000, "1gbit": 1_000_000_000, "2500": 2500, "10kbps": 10_000} {
+		if got, err := parseRate(s); err != nil || got != want {
+			t.Errorf("parseRate(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for s, want := range map[string]uint64{"64k": 65536, "1m": 1 << 20, "1500": 1500} {
+		if got, err := parseSize(s); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
+		}
 	}
 }

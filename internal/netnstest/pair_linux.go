@@ -7,16 +7,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
+	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
 )
 
@@ -93,8 +91,8 @@ func (p *Pair) setup(cfg config) error {
 		}
 	}
 	for _, h := range p.hosts() {
-		if err := h.waitUp(upTimeout); err != nil {
-			return err
+		if err := lab.WaitUp(h.Netlink, h.Index, upTimeout); err != nil {
+			return fmt.Errorf("%s: %w", h, err)
 		}
 	}
 	return nil
@@ -102,24 +100,11 @@ func (p *Pair) setup(cfg config) error {
 
 // create makes h's namespace and a netlink socket in it.
 func (h *Host) create() error {
-	err := onLockedThread(func() error {
-		// NewNamed moves the thread into the new namespace; onLockedThread
-		// moves it back.
-		ns, err := netns.NewNamed(h.NS)
-		h.Handle = ns
-		return err
-	})
+	ns, err := lab.NewNamespace(h.NS)
 	if err != nil {
-		return fmt.Errorf("creating namespace %s: %w", h.NS, err)
-	}
-	err = h.Do(func() error {
-		nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		h.Netlink = nl
 		return err
-	})
-	if err != nil {
-		return fmt.Errorf("opening netlink socket in %s: %w", h.NS, err)
 	}
+	h.Handle, h.Netlink = ns.Handle, ns.Netlink
 	return nil
 }
 
@@ -141,7 +126,7 @@ func (h *Host) configure(cfg config) error {
 	h.Index, h.MTU, h.Queues = a.Index, a.MTU, a.NumTxQueues
 	h.MAC = append(net.HardwareAddr(nil), a.HardwareAddr...)
 	if !cfg.ipv6 {
-		if err := h.Do(func() error { return disableIPv6(h.Link) }); err != nil {
+		if err := h.Do(func() error { return lab.DisableIPv6(h.Link) }); err != nil {
 			return fmt.Errorf("disabling IPv6 on %s: %w", h, err)
 		}
 	}
@@ -158,38 +143,6 @@ func (h *Host) configure(cfg config) error {
 		return fmt.Errorf("bringing %s up: %w", h, err)
 	}
 	return nil
-}
-
-// disableIPv6 sets disable_ipv6 on link in the calling thread's namespace (the
-// sysctls under /proc/sys/net are those of the opening thread's namespace).
-// A kernel without IPv6 has nothing to disable.
-func disableIPv6(link string) error {
-	path := filepath.Join("/proc/sys/net/ipv6/conf", link, "disable_ipv6")
-	err := os.WriteFile(path, []byte("1\n"), 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
-}
-
-// waitUp waits until h's veth end reports operstate up: until then the kernel
-// has not attached its queueing discipline and drops what is sent.
-func (h *Host) waitUp(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		link, err := h.Netlink.LinkByIndex(h.Index)
-		if err != nil {
-			return fmt.Errorf("reading the state of %s: %w", h, err)
-		}
-		state := link.Attrs().OperState
-		if state == netlink.OperUp {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s still %v after %v", h, state, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // close removes whatever part of the pair exists. It deletes the veth first,
@@ -219,7 +172,7 @@ func (p *Pair) close() error {
 				errs = append(errs, fmt.Errorf("closing handle of %s: %w", h.NS, err))
 			}
 		}
-		if err := deleteNamed(h.NS); err != nil {
+		if err := lab.DeleteNamespace(h.NS); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -5,22 +5,20 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
-)
 
-// nsDir is where named network namespaces are mounted (as in netns and ip).
-const nsDir = "/run/netns"
+	"github.com/xam-project/xam/internal/lab"
+)
 
 // Sweep removes the namespaces that test processes which no longer run left
 // behind: those named Prefix+PID+"-"... whose PID is not a live process. It
 // returns the errors of the removals that failed; removals that other
 // processes sweeping at the same time win are not errors.
 func Sweep() error {
-	entries, err := os.ReadDir(nsDir)
+	entries, err := os.ReadDir(lab.NamespaceDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -33,7 +31,7 @@ func Sweep() error {
 		if !ok || alive(pid) {
 			continue
 		}
-		if err := deleteNamed(e.Name()); err != nil {
+		if err := lab.DeleteNamespace(e.Name()); err != nil {
 			errs = append(errs, fmt.Errorf("netnstest: sweep: %w", err))
 		}
 	}
@@ -58,19 +56,4 @@ func ownerPid(name string) (int, bool) {
 func alive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
-}
-
-// deleteNamed unmounts and removes /run/netns/name, like netns.DeleteNamed,
-// and also copes with a name that is not mounted (a creator that died between
-// creating the file and mounting it) or already gone.
-func deleteNamed(name string) error {
-	path := filepath.Join(nsDir, name)
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil &&
-		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmounting %s: %w", path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("removing %s: %w", path, err)
-	}
-	return nil
 }

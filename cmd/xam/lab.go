@@ -1,0 +1,147 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/xam-project/xam/internal/lab"
+)
+
+func runLab(e *env, args []string) error {
+	if len(args) == 0 {
+		return usageError("want a subcommand: up, down or list")
+	}
+	switch args[0] {
+	case "up":
+		return runLabUp(e, args[1:])
+	case "down":
+		return runLabDown(e, args[1:])
+	case "list":
+		names, err := lab.List()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			fmt.Fprintln(e.stdout, n)
+		}
+		return nil
+	}
+	return usageError("unknown subcommand %q (want up, down or list)", args[0])
+}
+
+func runLabUp(e *env, args []string) error {
+	fs := newFlags(e, "lab up", "lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--mtu M] [--queues Q] [--json]")
+	var cfg lab.Config
+	fs.StringVar(&cfg.Name, "name", "lab", "lab name: namespaces are xam-NAME-h0, xam-NAME-h1, ... (and xam-NAME-sw)")
+	fs.IntVar(&cfg.Hosts, "hosts", 2, "number of host namespaces")
+	fs.BoolVar(&cfg.Switch, "switch", false, "join the hosts through a bridge namespace (implied by more than 2 hosts)")
+	rate := fs.String("port-rate", "", "shape each switch port toward a host with tbf at this rate (e.g. 100mbit, 1gbit)")
+	buffer := fs.String("port-buffer", "", "tbf queue limit of each switch port (e.g. 64k; default 64k with a rate)")
+	fs.IntVar(&cfg.MTU, "mtu", 0, "MTU of the links (default the kernel's, 1500)")
+	fs.IntVar(&cfg.Queues, "queues", 1, "TX/RX queues per veth end")
+	fs.BoolVar(&cfg.IPv6, "ipv6", false, "leave IPv6 enabled on the links")
+	asJSON := fs.Bool("json", false, "describe the lab as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var err error
+	if *rate != "" {
+		if cfg.PortRate, err = parseRate(*rate); err != nil {
+			return usageError("--port-rate: %v", err)
+		}
+	}
+	if *buffer != "" {
+		b, err := parseSize(*buffer)
+		if err != nil || b > 1<<30 {
+			return usageError("--port-buffer %q: want a size such as 64k", *buffer)
+		}
+		cfg.PortBuffer = uint32(b)
+	}
+	l, err := lab.Up(cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(l)
+	}
+	fmt.Fprintf(e.stdout, "lab %s is up:\n", l.Name)
+	for _, h := range l.Hosts {
+		fmt.Fprintf(e.stdout, "  %s  netns %-16s %s %v %v mtu %d\n", h.Name, h.NS, h.Link, h.MAC, h.Addr, h.MTU)
+	}
+	if sw := l.Switch; sw != nil {
+		shaped := ""
+		if sw.PortRate != 0 {
+			shaped = fmt.Sprintf(", ports shaped to %d bit/s with %d-byte buffers", sw.PortRate, sw.PortBuffer)
+		}
+		fmt.Fprintf(e.stdout, "  switch netns %s, bridge %s, ports %s%s\n", sw.NS, sw.Bridge, strings.Join(sw.Ports, " "), shaped)
+	}
+	fmt.Fprintf(e.stdout, "remove it with: xam lab down --name %s\n", l.Name)
+	return nil
+}
+
+func runLabDown(e *env, args []string) error {
+	fs := newFlags(e, "lab down", "lab down --name X | --all")
+	name := fs.String("name", "", "the lab to remove")
+	all := fs.Bool("all", false, "remove every xam lab, including leftovers of crashed runs")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *all && *name != "":
+		return usageError("give --name or --all, not both")
+	case *all:
+		removed, err := lab.DownAll()
+		for _, n := range removed {
+			fmt.Fprintf(e.stdout, "removed lab %s\n", n)
+		}
+		return err
+	case *name != "":
+		return lab.Down(*name)
+	}
+	return usageError("want --name X or --all")
+}
+
+// parseRate parses a rate in bits per second with an optional k/m/g
+// suffix (powers of 1000, as tc reads rates) and an optional "bit", "bps"
+// or "b/s" unit: 100mbit, 1g, 2500000.
+func parseRate(s string) (uint64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	for _, unit := range []string{"bit", "bps", "b/s"} {
+		t = strings.TrimSuffix(t, unit)
+	}
+	v, err := parseScaled(t, 1000)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("%q: want a rate such as 100mbit or 1gbit", s)
+	}
+	return v, nil
+}
+
+// parseSize parses a byte count with an optional k/m/g suffix (powers of
+// 1024, as tc reads sizes).
+func parseSize(s string) (uint64, error) {
+	return parseScaled(strings.ToLower(strings.TrimSpace(s)), 1024)
+}
+
+func parseScaled(t string, base uint64) (uint64, error) {
+	mult := uint64(1)
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'k':
+			mult, t = base, t[:len(t)-1]
+		case 'm':
+			mult, t = base*base, t[:len(t)-1]
+		case 'g':
+			mult, t = base*base*base, t[:len(t)-1]
+		}
+	}
+	v, err := strconv.ParseUint(t, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a number with an optional k, m or g", t)
+	}
+	return v * mult, nil
+}

@@ -1,0 +1,27 @@
+// Package lab builds xam's test networks out of network namespaces and veth
+// links, with netlink (never by running `ip`): a lab is N host namespaces
+// joined point to point (two hosts) or in a star through a "switch"
+// namespace holding a Linux bridge with static FDB entries and, optionally,
+// a token-bucket filter (tbf) on each switch port to emulate a switch's
+// limited output buffers.
+//
+// # Names
+//
+// A lab named X consists of the namespaces "xam-X-h0", "xam-X-h1", ... and,
+// with a switch, "xam-X-sw", mounted under /run/netns as `ip netns add`
+// does, so that `ip netns exec xam-X-h0 ...` works on them too. Each host's
+// interface is "eth0" with the IPv4 address 10.0.0.(i+1)/24; the switch's
+// ports are "p0", "p1", ... on bridge "br0". Labs outlive the process that
+// made them (`xam lab up` returns and the lab stays); Down removes one by
+// name and DownAll every lab, including leftovers of a crashed run, found by
+// the "xam-" prefix.
+//
+// # Threads
+//
+// A network namespace belongs to an OS thread, and a socket to the namespace
+// it was created in, for life. Namespace.Do runs a function on a goroutine
+// locked to its own thread, switched into the namespace and back; sockets
+// created there are then used from any goroutine. A thread that cannot be
+// switched back is never returned to the scheduler: its goroutine exits
+// locked and the runtime ends the thread.
+package lab

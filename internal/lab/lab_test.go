@@ -1,0 +1,226 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/xam-project/xam/internal/testenv"
+)
+
+var labs atomic.Int32
+
+// testLab builds a lab with a name unique to this process and removes it in
+// the test's cleanup.
+func testLab(t *testing.T, cfg Config) *Lab {
+	t.Helper()
+	testenv.RequirePrivileged(t)
+	cfg.Name = fmt.Sprintf("t%d_%d", os.Getpid(), labs.Add(1))
+	l, err := Up(cfg)
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("Down: %v", err)
+		}
+		if left, _ := Namespaces(Prefix + l.Name + "-"); len(left) != 0 {
+			t.Errorf("namespaces left after Down: %v", left)
+		}
+	})
+	return l
+}
+
+// udpExchange sends a datagram from a to b and an answer back, over kernel
+// sockets created in each host's namespace.
+func udpExchange(t *testing.T, a, b *Host) {
+	t.Helper()
+	var ca, cb *net.UDPConn
+	if err := b.Do(func() (err error) {
+		cb, err = net.ListenUDP("udp4", &net.UDPAddr{IP: b.Addr.Addr().AsSlice(), Port: 7777})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	if err := a.Do(func() (err error) {
+		ca, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: b.Addr.Addr().AsSlice(), Port: 7777})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	ca.SetDeadline(deadline)
+	cb.SetDeadline(deadline)
+	if _, err := ca.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	n, from, err := cb.ReadFromUDP(buf)
+	if err != nil || string(buf[:n]) != "ping" {
+		t.Fatalf("%s -> %s: %q, %v", a.Name, b.Name, buf[:n], err)
+	}
+	if _, err := cb.WriteToUDP([]byte("pong"), from); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = ca.Read(buf); err != nil || string(buf[:n]) != "pong" {
+		t.Fatalf("%s <- %s: %q, %v", a.Name, b.Name, buf[:n], err)
+	}
+}
+
+func TestPointToPoint(t *testing.T) {
+	l := testLab(t, Config{MTU: 3000})
+	if len(l.Hosts) != 2 || l.Switch != nil {
+		t.Fatalf("lab %+v", l)
+	}
+	for i, h := range l.Hosts {
+		if h.NS != fmt.Sprintf("xam-%s-h%d", l.Name, i) || h.Link != "eth0" || h.MTU != 3000 || len(h.MAC) != 6 || h.Queues != 1 {
+			t.Errorf("host %d: %+v", i, h)
+		}
+		if got := h.Addr.String(); got != fmt.Sprintf("10.0.0.%d/24", i+1) {
+			t.Errorf("host %d address %s", i, got)
+		}
+	}
+	udpExchange(t, l.Hosts[0], l.Hosts[1])
+	udpExchange(t, l.Hosts[1], l.Hosts[0])
+
+	if _, err := Up(Config{Name: l.Name}); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("second Up with the same name: %v", err)
+	}
+	if names, _ := List(); !contains(names, l.Name) {
+		t.Errorf("List() = %v, lacks %s", names, l.Name)
+	}
+	js, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"netns":"xam-` + l.Name + `-h0"`, `"mac":"` + l.Hosts[1].MAC.String() + `"`, `"ipv4":"10.0.0.2/24"`, `"interface":"eth0"`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("JSON %s lacks %s", js, want)
+		}
+	}
+}
+
+func TestStarWithShapedPorts(t *testing.T) {
+	l := testLab(t, Config{Hosts: 3, PortRate: 100_000_000, PortBuffer: 32 << 10})
+	sw := l.Switch
+	if sw == nil || len(sw.Ports) != 3 {
+		t.Fatalf("switch %+v", sw)
+	}
+	udpExchange(t, l.Hosts[0], l.Hosts[2])
+	udpExchange(t, l.Hosts[1], l.Hosts[0])
+	for i, name := range sw.Ports {
+		port, err := sw.Netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := sw.Netlink.QdiscList(port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tbf *netlink.Tbf
+		for _, q := range qs {
+			if q, ok := q.(*netlink.Tbf); ok {
+				tbf = q
+			}
+		}
+		if tbf == nil || tbf.Rate != 100_000_000/8 || tbf.Limit != 32<<10 {
+			t.Errorf("port %s: qdiscs %v, want tbf 100 Mbit limit 32 KiB", name, qs)
+		}
+		neighs, err := sw.Netlink.NeighList(port.Attrs().Index, unix.AF_BRIDGE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		static := false
+		for _, n := range neighs {
+			if n.HardwareAddr.String() == l.Hosts[i].MAC.String() && n.State&netlink.NUD_NOARP != 0 {
+				static = true
+			}
+		}
+		if !static {
+			t.Errorf("port %s has no static FDB entry for %v: %v", name, l.Hosts[i].MAC, neighs)
+		}
+	}
+}
+
+func TestDownAll(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	name := fmt.Sprintf("t%d_all", os.Getpid())
+	l, err := Up(Config{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close() // as `xam lab up` does: the lab outlives the handles
+	// A leftover of a crashed run: a lone namespace with a lab's name.
+	leftover := fmt.Sprintf("t%d_crash", os.Getpid())
+	ns, err := NewNamespace(Prefix + leftover + "-h0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	t.Cleanup(func() { Down(name); Down(leftover) })
+
+	// DownAll as such would also remove the labs of tests running in
+	// parallel in other packages; its matching is limited to this test's.
+	mine := fmt.Sprintf("t%d_", os.Getpid())
+	removed, err := downMatching(func(lab string) bool { return strings.HasPrefix(lab, mine) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !contains(removed, name) || !contains(removed, leftover) {
+		t.Errorf("removed %v, want %s and %s", removed, name, leftover)
+	}
+	for _, n := range []string{name, leftover} {
+		if left, _ := Namespaces(Prefix + n + "-"); len(left) != 0 {
+			t.Errorf("left after DownAll: %v", left)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, cfg := range []Config{
+		{Name: "bad name"}, {Name: "a-b"}, {Hosts: 1}, {Hosts: 251},
+		{PortRate: 1000}, {MTU: 10}, {Queues: 65},
+	} {
+		if _, err := Up(cfg); err == nil {
+			t.Errorf("Up(%+v) succeeded", cfg)
+		}
+	}
+	if err := Down("../etc"); err == nil {
+		t.Error("Down with a bad name succeeded")
+	}
+}
+
+func TestSplitName(t *testing.T) {
+	for ns, want := range map[string]string{
+		"xam-lab-h0": "lab/h0", "xam-my_lab-sw": "my_lab/sw", "xam-x-h12": "x/h12",
+		"xamt-1-a": "", "xam-lab": "", "xam-lab-eth0": "", "other": "",
+	} {
+		lab, node, ok := splitName(ns)
+		got := ""
+		if ok {
+			got = lab + "/" + node
+		}
+		if got != want {
+			t.Errorf("splitName(%q) = %q, want %q", ns, got, want)
+		}
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
