@@ -100,6 +100,20 @@ GLOBL flip80<>(SB), RODATA|NOPTR, $16
 	VPCLMULQDQ $0x11, Y0, acc, acc; \
 	VPXOR      tmp, acc, acc
 
+// func update(state uint32, p []byte) uint32
+//
+// Tail-jumps, with the arguments untouched, to updateCLMUL or to the Go
+// function updateGeneric (through its ABI0 wrapper).
+TEXT ·update(SB), NOSPLIT, $0-36
+	CMPB ·useCLMUL(SB), $0
+	JEQ  generic
+	CMPQ p_len+16(FP), $const_clmulThreshold
+	JB   generic
+	JMP  ·updateCLMUL(SB)
+
+generic:
+	JMP ·updateGeneric(SB)
+
 // func updateCLMUL(state uint32, p []byte) uint32
 TEXT ·updateCLMUL(SB), NOSPLIT, $0-36
 	MOVL state+0(FP), AX
