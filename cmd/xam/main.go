@@ -4,6 +4,7 @@
 // Usage:
 //
 //	xam demo                        the main job (see README.md)
+//	xam doctor [--dev IF] [--netns NS] [--json]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --all
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
@@ -44,6 +45,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"demo", "run the main job: the cell/AAL5 path end to end, with a comparison table", runDemo},
+		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble", runCells},
 		{"version", "print the version", func(e *env, _ []string) error {

@@ -216,3 +216,39 @@ func TestLabUsage(t *testing.T) {
 		}
 	}
 }
+
+func TestDoctor(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	name := fmt.Sprintf("doc%d", os.Getpid())
+	l, err := lab.Up(lab.Config{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	code, out, errs := xam(t, nil, "doctor", "--dev", "eth0", "--netns", l.Hosts[0].NS, "--json")
+	if code != 0 {
+		t.Fatalf("doctor: exit %d: %s\n%s", code, errs, out)
+	}
+	var r struct {
+		OK     bool
+		Device struct {
+			Driver  string `json:"driver"`
+			XDPMode string `json:"xdp_mode"`
+			XSKMode string `json:"xsk_mode"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !r.OK || r.Device.Driver != "veth" || r.Device.XDPMode != "generic" || r.Device.XSKMode != "copy" {
+		t.Errorf("doctor report %+v", r)
+	}
+	code, out, _ = xam(t, nil, "doctor")
+	if code != 0 || !strings.Contains(out, "ok: xam can run here") {
+		t.Errorf("doctor: exit %d\n%s", code, out)
+	}
+	code, _, errs = xam(t, nil, "doctor", "--dev", "nonesuch0")
+	if code != 1 || !strings.Contains(errs, "xam cannot run here") || !strings.Contains(errs, "nonesuch0") {
+		t.Errorf("doctor on a missing device: exit %d, %q", code, errs)
+	}
+}
