@@ -12,3 +12,5 @@ require (
 )
 
 require golang.org/x/net v0.48.0 // indirect
+
+tool github.com/cilium/ebpf/cmd/bpf2go

@@ -46,6 +46,7 @@ type Device struct {
 	RxQueues      int      `json:"rx_queues"`
 	TxQueues      int      `json:"tx_queues"`
 	MTU           int      `json:"mtu"`
+	Loopback      bool     `json:"loopback,omitempty"`
 	XDPFeatures   []string `json:"xdp_features"`
 	XDPFeatureSet uint64   `json:"-"`
 	ZCMaxSegs     uint32   `json:"xdp_zc_max_segs"`
@@ -68,6 +69,8 @@ func (d *Device) recommend() {
 	switch {
 	case d.Driver == "veth":
 		d.XDPMode, d.XDPWhy = "generic", "veth: generic XDP measured faster than native (no ptr_ring hop) and has no peer-MTU limit"
+	case d.Loopback:
+		d.XDPMode, d.XDPWhy = "generic", "the loopback device has no native XDP"
 	case d.FeaturesKnown && d.XDPFeatureSet&(XDPBasic|XDPRedirect) == XDPBasic|XDPRedirect:
 		d.XDPMode, d.XDPWhy = "native", "the driver implements XDP with redirect"
 	case d.FeaturesKnown:

@@ -2,6 +2,7 @@ package netdev
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 
 	"github.com/vishvananda/netlink"
@@ -25,7 +26,8 @@ func Describe(dev string) (*Device, error) {
 		return nil, fmt.Errorf("device %s: %w", dev, err)
 	}
 	a := link.Attrs()
-	d := &Device{Name: a.Name, Index: a.Index, RxQueues: a.NumRxQueues, TxQueues: a.NumTxQueues, MTU: a.MTU}
+	d := &Device{Name: a.Name, Index: a.Index, RxQueues: a.NumRxQueues, TxQueues: a.NumTxQueues, MTU: a.MTU,
+		Loopback: a.Flags&net.FlagLoopback != 0}
 	// sysfs shows the namespace that mounted it, not the calling thread's:
 	// trust it only when the interface there is this one.
 	sysfsOK := readSysfs(dev, "ifindex") == strconv.Itoa(a.Index)
