@@ -1,0 +1,193 @@
+package afxdp
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// Mode chooses between zero-copy and copy mode when a Socket binds.
+type Mode int
+
+const (
+	// ModeAuto tries zero-copy first and falls back to copy mode; the
+	// fallback and its reason are reported in Info (ZeroCopy false,
+	// ZeroCopyErr the refusal). The default.
+	ModeAuto Mode = iota
+	// ModeCopy binds in copy mode (XDP_COPY): the kernel copies frames
+	// between its buffers and the UMEM. Works on every device.
+	ModeCopy
+	// ModeZeroCopy binds in zero-copy mode (XDP_ZEROCOPY) or fails with an
+	// error matching ErrNotSupported.
+	ModeZeroCopy
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeCopy:
+		return "copy"
+	case ModeZeroCopy:
+		return "zero-copy"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Options configure a Socket. The zero value of each field selects its
+// default; Open validates them before it touches the kernel.
+type Options struct {
+	// Queue is the device queue the socket binds to. The socket receives
+	// only what the XDP program redirects from this queue, and transmits on
+	// it (on veth, the peer receives on the queue of the same number).
+	Queue int
+
+	// FrameSize is the size of a UMEM chunk: 2048 (default) or 4096 bytes.
+	// A chunk holds one frame; the kernel keeps 256 bytes of headroom in
+	// front of a received frame (XDP_PACKET_HEADROOM), so 2048-byte chunks
+	// receive frames of up to 1792 bytes and 4096-byte chunks up to 3840.
+	FrameSize int
+
+	// Headroom is extra room, in bytes, that the kernel leaves in front of
+	// every received frame (the UMEM headroom); default 0. It lowers the
+	// largest frame by the same amount.
+	Headroom int
+
+	// RxSize, FillSize, TxSize and CompletionSize are the numbers of
+	// descriptors in the four rings: powers of two, default 2048 each. The
+	// UMEM has FillSize chunks for receiving and TxSize chunks for
+	// transmitting. CompletionSize must be at least TxSize and RxSize at
+	// least FillSize, so that neither ring can overflow.
+	RxSize, FillSize, TxSize, CompletionSize int
+
+	// BatchSize is what BatchSize reports (default DefaultBatchSize); at
+	// most TxSize.
+	BatchSize int
+
+	// TxBudget is the number of frames the kernel transmits per system call
+	// in copy mode (XDP_MAX_TX_SKB_BUDGET, Linux 6.17 and later; the kernel's
+	// default is 32). Default: BatchSize, set only when above 32. At most
+	// TxSize. Failure to set it is reported in Info, not returned.
+	TxBudget int
+
+	// Mode chooses zero-copy or copy mode; default ModeAuto.
+	Mode Mode
+
+	// NoNeedWakeup binds without XDP_USE_NEED_WAKEUP, so the socket makes a
+	// system call on every transmission and, when the fill ring runs empty,
+	// on every empty receive. With the flag (the default) it makes them only
+	// when the driver asks.
+	NoNeedWakeup bool
+
+	// BusyPoll is the busy-polling time of the socket (SO_BUSY_POLL, with
+	// SO_PREFER_BUSY_POLL and SO_BUSY_POLL_BUDGET = BatchSize); default 20µs.
+	// It matters only on devices whose queue has a NAPI instance (Info.NAPIID
+	// is not 0; veth has none): there an empty Recv makes a recvfrom that
+	// runs the driver's receive routine. Failures to set the options are
+	// reported in Info.
+	BusyPoll time.Duration
+	// NoBusyPoll leaves the busy-polling options unset.
+	NoBusyPoll bool
+
+	// Spin is how long Wait spins on the RX ring before it sleeps in
+	// poll(2); default 20µs. Negative: sleep at once.
+	Spin time.Duration
+
+	// BindTimeout bounds the retries of a bind that fails with EBUSY (the
+	// queue is still held by a socket closed a moment ago, whose release the
+	// kernel completes asynchronously); default 500ms.
+	BindTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultFrameSize   = 2048
+	DefaultRingSize    = 2048
+	DefaultBusyPoll    = 20 * time.Microsecond
+	DefaultSpin        = 20 * time.Microsecond
+	DefaultBindTimeout = 500 * time.Millisecond
+
+	// kernelTxBatch is the kernel's default copy-mode transmit budget
+	// (TX_BATCH_SIZE in net/xdp/xsk.c).
+	kernelTxBatch = 32
+	// packetHeadroom is XDP_PACKET_HEADROOM, the room the kernel keeps in
+	// front of every received frame.
+	packetHeadroom = 256
+	// maxRingSize bounds the ring sizes to keep the UMEM reasonable.
+	maxRingSize = 1 << 16
+)
+
+// withDefaults returns o with every zero field set to its default, and an
+// error wrapping ErrInvalidOptions if a field is out of range.
+func (o Options) withDefaults() (Options, error) {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.FrameSize, DefaultFrameSize)
+	def(&o.RxSize, DefaultRingSize)
+	def(&o.FillSize, DefaultRingSize)
+	def(&o.TxSize, DefaultRingSize)
+	def(&o.CompletionSize, DefaultRingSize)
+	def(&o.BatchSize, DefaultBatchSize)
+	if o.TxBudget == 0 {
+		o.TxBudget = o.BatchSize
+	}
+	if o.BusyPoll == 0 {
+		o.BusyPoll = DefaultBusyPoll
+	}
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
+	}
+	if o.BindTimeout == 0 {
+		o.BindTimeout = DefaultBindTimeout
+	}
+	return o, o.validate()
+}
+
+func (o Options) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("afxdp: %w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	if o.Queue < 0 {
+		return bad("queue %d is negative", o.Queue)
+	}
+	if o.FrameSize != 2048 && o.FrameSize != 4096 {
+		return bad("frame size %d: must be 2048 or 4096", o.FrameSize)
+	}
+	if o.Headroom < 0 || o.Headroom > o.FrameSize-packetHeadroom-EthernetHeaderLen-64 {
+		return bad("headroom %d out of range [0, %d] for %d-byte frames",
+			o.Headroom, o.FrameSize-packetHeadroom-EthernetHeaderLen-64, o.FrameSize)
+	}
+	for _, r := range []struct {
+		name string
+		n    int
+	}{{"RX", o.RxSize}, {"fill", o.FillSize}, {"TX", o.TxSize}, {"completion", o.CompletionSize}} {
+		if r.n <= 0 || r.n > maxRingSize || bits.OnesCount(uint(r.n)) != 1 {
+			return bad("%s ring size %d: must be a power of two in [1, %d]", r.name, r.n, maxRingSize)
+		}
+	}
+	if o.CompletionSize < o.TxSize {
+		return bad("completion ring (%d) smaller than TX ring (%d)", o.CompletionSize, o.TxSize)
+	}
+	if o.RxSize < o.FillSize {
+		return bad("RX ring (%d) smaller than fill ring (%d)", o.RxSize, o.FillSize)
+	}
+	if o.BatchSize < 1 || o.BatchSize > o.TxSize {
+		return bad("batch size %d out of range [1, TX ring size %d]", o.BatchSize, o.TxSize)
+	}
+	if o.TxBudget < 1 || o.TxBudget > o.TxSize {
+		return bad("TX budget %d out of range [1, TX ring size %d]", o.TxBudget, o.TxSize)
+	}
+	if o.Mode < ModeAuto || o.Mode > ModeZeroCopy {
+		return bad("unknown mode %d", int(o.Mode))
+	}
+	if o.BusyPoll < 0 {
+		return bad("busy-poll time %v is negative", o.BusyPoll)
+	}
+	if o.BindTimeout < 0 {
+		return bad("bind timeout %v is negative", o.BindTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,716 @@
+//go:build linux
+
+package afxdp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Socket is an AF_XDP socket bound to one queue of one device, with its own
+// UMEM and four rings. It implements Link, Statser, FDer and Waker.
+//
+// # Threads and ownership
+//
+// The socket has two sides, each behind its own mutex, so that one
+// goroutine can send while another receives:
+//
+//   - the RX side (Recv, Wait) owns the fill and RX rings, the RX half of
+//     the UMEM and the list of chunks lent to the caller by the last Recv;
+//   - the TX side (Send) owns the TX and completion rings, the TX half of
+//     the UMEM and its free list.
+//
+// Close, Stats, FD, Wake and Info may be called from any goroutine. Close
+// takes both sides' mutexes, after waking a blocked Wait, so it never unmaps
+// a ring under a running Send or Recv.
+type Socket struct {
+	info  Info
+	mac   net.HardwareAddr
+	mtu   int
+	batch int
+	umem  *umem
+
+	closed atomic.Bool
+
+	// fds guards the descriptors against Close for the callers that are not
+	// one of the two sides (Stats, FD, Wake).
+	fds struct {
+		sync.RWMutex
+		sock int // the AF_XDP socket; -1 after Close
+		ev   int // eventfd that wakes Wait (Wake, Close); -1 after Close
+	}
+
+	rx struct {
+		sync.Mutex
+		fill       fillQueue
+		rx         rxQueue
+		lent       []uint64 // chunks lent to the caller by the last Recv, not yet on the fill ring
+		sock, ev   int      // copies of the descriptors, valid while !closed
+		needWakeup bool     // honour the fill ring's need_wakeup flag
+		busyPoll   bool     // drive the driver with recvfrom when empty
+		spin       time.Duration
+		pollfds    [2]unix.PollFd
+		// umemPending: Close found frames lent and left the UMEM mapped
+		// for the next Recv to unmap, so that a receiver still reading
+		// them does not fault.
+		umemPending bool
+	}
+
+	tx struct {
+		sync.Mutex
+		tx       txQueue
+		comp     completionQueue
+		free     []uint64 // free TX chunks (a stack)
+		sock     int
+		zeroCopy bool
+		kickAll  bool // kick on every send (no need_wakeup, or copy mode)
+	}
+
+	stats struct {
+		txFrames, txBytes, rxFrames, rxBytes atomic.Uint64
+		txKicks, txDropped, rxKicks, sleeps  atomic.Uint64
+		rxBad                                atomic.Uint64
+	}
+}
+
+var _ interface {
+	Link
+	Statser
+	FDer
+	Waker
+} = (*Socket)(nil)
+
+// Open creates an AF_XDP socket on queue opts.Queue of the device with
+// index ifindex, in the calling thread's network namespace, and binds it.
+// The socket receives nothing until an XDP program on the device redirects
+// frames to it through an XSKMAP entry at key opts.Queue holding FD() (the
+// loader's job); it can transmit at once.
+//
+// Open validates opts first (errors wrap ErrInvalidOptions). Options the
+// kernel refuses but the socket can do without (busy polling, the TX
+// budget, zero-copy in ModeAuto) are reported in Info; every other failure
+// is returned, with everything created so far released. The socket needs
+// CAP_NET_RAW (EPERM otherwise), and, without CAP_IPC_LOCK, a memlock limit
+// that covers the UMEM.
+func Open(ifindex int, opts Options) (*Socket, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ifi, err := net.InterfaceByIndex(ifindex)
+	if err != nil {
+		return nil, fmt.Errorf("afxdp: device %d: %w", ifindex, err)
+	}
+	if len(ifi.HardwareAddr) != 6 {
+		return nil, fmt.Errorf("afxdp: device %s has no Ethernet address (%v)", ifi.Name, ifi.HardwareAddr)
+	}
+	s := &Socket{
+		mac:   append(net.HardwareAddr(nil), ifi.HardwareAddr...),
+		batch: o.BatchSize,
+		info: Info{
+			Ifindex: ifindex, Ifname: ifi.Name, Queue: o.Queue, DeviceMTU: ifi.MTU,
+			NeedWakeup: !o.NoNeedWakeup, TxBudget: kernelTxBatch, Options: o,
+		},
+	}
+	rxMax := o.FrameSize - packetHeadroom - o.Headroom
+	s.mtu = min(ifi.MTU, rxMax-EthernetHeaderLen)
+	s.info.MTU = s.mtu
+	s.fds.sock, s.fds.ev = -1, -1
+
+	ok := false
+	defer func() {
+		if !ok {
+			s.release()
+		}
+	}()
+	if err := s.setup(ifindex, o); err != nil {
+		return nil, fmt.Errorf("afxdp: %s queue %d: %w", ifi.Name, o.Queue, err)
+	}
+	ok = true
+	return s, nil
+}
+
+// setup does Open's work on the kernel side; release undoes any part of it.
+func (s *Socket) setup(ifindex int, o Options) error {
+	ev, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	s.fds.ev = ev
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.EAFNOSUPPORT) {
+			err = fmt.Errorf("%w: AF_XDP sockets (CONFIG_XDP_SOCKETS): %w", ErrNotSupported, err)
+		}
+		return fmt.Errorf("creating AF_XDP socket: %w", err)
+	}
+	s.fds.sock = fd
+
+	if s.umem, err = newUMEM(o.FrameSize, o.FillSize, o.TxSize); err != nil {
+		return err
+	}
+	if err := s.umem.register(fd, o.Headroom); err != nil {
+		return fmt.Errorf("registering %d-byte UMEM (XDP_UMEM_REG; memlock limit?): %w", len(s.umem.mem), err)
+	}
+	for _, r := range []struct {
+		opt  int
+		name string
+		n    int
+	}{
+		{unix.XDP_UMEM_FILL_RING, "fill", o.FillSize},
+		{unix.XDP_UMEM_COMPLETION_RING, "completion", o.CompletionSize},
+		{unix.XDP_RX_RING, "RX", o.RxSize},
+		{unix.XDP_TX_RING, "TX", o.TxSize},
+	} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, r.opt, r.n); err != nil {
+			return fmt.Errorf("creating %s ring of %d: %w", r.name, r.n, err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	n, err := getsockopt(fd, unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), unsafe.Sizeof(off))
+	if err != nil {
+		return fmt.Errorf("reading ring offsets (XDP_MMAP_OFFSETS): %w", err)
+	}
+	if n != unsafe.Sizeof(off) {
+		return fmt.Errorf("%w: kernel returned %d bytes of ring offsets, want %d (ring flags need Linux 5.4)",
+			ErrNotSupported, n, unsafe.Sizeof(off))
+	}
+	const descSize, addrSize = unsafe.Sizeof(unix.XDPDesc{}), unsafe.Sizeof(uint64(0))
+	if s.rx.fill.ring, err = mapRing(fd, unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, uint32(o.FillSize), addrSize); err != nil {
+		return fmt.Errorf("mapping fill ring: %w", err)
+	}
+	if s.tx.comp.ring, err = mapRing(fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, uint32(o.CompletionSize), addrSize); err != nil {
+		return fmt.Errorf("mapping completion ring: %w", err)
+	}
+	if s.rx.rx.ring, err = mapRing(fd, unix.XDP_PGOFF_RX_RING, off.Rx, uint32(o.RxSize), descSize); err != nil {
+		return fmt.Errorf("mapping RX ring: %w", err)
+	}
+	if s.tx.tx.ring, err = mapRing(fd, unix.XDP_PGOFF_TX_RING, off.Tx, uint32(o.TxSize), descSize); err != nil {
+		return fmt.Errorf("mapping TX ring: %w", err)
+	}
+
+	// Tolerated options: refusals go to Info.
+	if o.TxBudget > kernelTxBatch {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, o.TxBudget); err != nil {
+			s.info.TxBudgetErr = fmt.Errorf("XDP_MAX_TX_SKB_BUDGET %d: %w", o.TxBudget, err)
+		} else {
+			s.info.TxBudget = o.TxBudget
+		}
+	}
+	if !o.NoBusyPoll {
+		var errs []error
+		for _, b := range []struct {
+			opt  int
+			name string
+			v    int
+		}{
+			{unix.SO_PREFER_BUSY_POLL, "SO_PREFER_BUSY_POLL", 1},
+			{unix.SO_BUSY_POLL, "SO_BUSY_POLL", int(o.BusyPoll / time.Microsecond)},
+			{unix.SO_BUSY_POLL_BUDGET, "SO_BUSY_POLL_BUDGET", o.BatchSize},
+		} {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, b.opt, b.v); err != nil {
+				errs = append(errs, fmt.Errorf("%s %d: %w", b.name, b.v, err))
+			}
+		}
+		s.info.BusyPollErr = errors.Join(errs...)
+	}
+
+	if err := s.bind(ifindex, o); err != nil {
+		return err
+	}
+
+	var xo struct{ flags uint32 }
+	if _, err := getsockopt(fd, unix.SOL_XDP, unix.XDP_OPTIONS, unsafe.Pointer(&xo), unsafe.Sizeof(xo)); err != nil {
+		return fmt.Errorf("reading the bound mode (XDP_OPTIONS): %w", err)
+	}
+	s.info.ZeroCopy = xo.flags&unix.XDP_OPTIONS_ZEROCOPY != 0
+	if o.Mode == ModeZeroCopy && !s.info.ZeroCopy {
+		return fmt.Errorf("%w: bound, but the kernel reports copy mode", ErrNotSupported)
+	}
+	if !o.NoBusyPoll {
+		if id, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_INCOMING_NAPI_ID); err == nil {
+			s.info.NAPIID = uint32(id)
+		} else {
+			s.info.BusyPollErr = errors.Join(s.info.BusyPollErr, fmt.Errorf("SO_INCOMING_NAPI_ID: %w", err))
+		}
+		s.info.BusyPoll = s.info.BusyPollErr == nil && s.info.NAPIID != 0
+	}
+
+	// The RX side: every RX chunk starts on the fill ring.
+	s.rx.sock, s.rx.ev = fd, ev
+	s.rx.needWakeup = !o.NoNeedWakeup
+	s.rx.busyPoll = s.info.BusyPoll
+	s.rx.spin = o.Spin
+	s.rx.pollfds = [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(ev), Events: unix.POLLIN}}
+	s.rx.lent = make([]uint64, 0, s.umem.rxChunks)
+	for i := uint32(0); i < s.umem.rxChunks; i++ {
+		s.rx.lent = append(s.rx.lent, s.umem.rxAddr(i))
+	}
+	if s.rx.fill.free(s.umem.rxChunks) != s.umem.rxChunks {
+		return fmt.Errorf("fill ring has no room for %d chunks", s.umem.rxChunks)
+	}
+	s.rx.fill.fill(s.rx.lent)
+	s.rx.lent = s.rx.lent[:0]
+	if s.rx.needWakeup && s.rx.fill.needWakeup() {
+		wakeRx(fd)
+	}
+
+	// The TX side: every TX chunk starts free.
+	s.tx.sock = fd
+	s.tx.zeroCopy = s.info.ZeroCopy
+	s.tx.kickAll = !s.info.ZeroCopy || o.NoNeedWakeup
+	s.tx.free = make([]uint64, 0, max(s.umem.txChunks, uint32(o.CompletionSize)))
+	for i := s.umem.txChunks; i > 0; i-- {
+		s.tx.free = append(s.tx.free, s.umem.txAddr(i-1))
+	}
+	return nil
+}
+
+// bind binds the socket in the mode opts ask for, falling back from
+// zero-copy to copy mode in ModeAuto.
+func (s *Socket) bind(ifindex int, o Options) error {
+	var flags uint16
+	if !o.NoNeedWakeup {
+		flags |= unix.XDP_USE_NEED_WAKEUP
+	}
+	switch o.Mode {
+	case ModeCopy:
+		return s.bindRetry(ifindex, o, flags|unix.XDP_COPY)
+	case ModeZeroCopy:
+		err := s.bindRetry(ifindex, o, flags|unix.XDP_ZEROCOPY)
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			err = fmt.Errorf("%w: zero-copy: %w", ErrNotSupported, err)
+		}
+		return err
+	}
+	zcErr := s.bindRetry(ifindex, o, flags|unix.XDP_ZEROCOPY)
+	if zcErr == nil {
+		return nil
+	}
+	s.info.ZeroCopyErr = zcErr
+	if err := s.bindRetry(ifindex, o, flags|unix.XDP_COPY); err != nil {
+		return fmt.Errorf("%w (after zero-copy failed: %w)", err, zcErr)
+	}
+	return nil
+}
+
+// bindRetry binds with flags, retrying for up to o.BindTimeout while the
+// kernel reports the queue busy.
+func (s *Socket) bindRetry(ifindex int, o Options, flags uint16) error {
+	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(o.Queue)}
+	deadline := time.Now().Add(o.BindTimeout)
+	for {
+		err := unix.Bind(s.fds.sock, sa)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			mode := "copy"
+			if flags&unix.XDP_ZEROCOPY != 0 {
+				mode = "zero-copy"
+			}
+			if errors.Is(err, unix.EBUSY) {
+				return fmt.Errorf("binding in %s mode: queue busy for %v (another socket holds it): %w",
+					mode, o.BindTimeout, err)
+			}
+			return fmt.Errorf("binding in %s mode: %w", mode, err)
+		}
+		s.info.BindRetries++
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Info returns how the socket was set up.
+func (s *Socket) Info() Info { return s.info }
+
+// BatchSize returns Options.BatchSize.
+func (s *Socket) BatchSize() int { return s.batch }
+
+// MTU returns Info().MTU.
+func (s *Socket) MTU() int { return s.mtu }
+
+// HardwareAddr returns the device's MAC address.
+func (s *Socket) HardwareAddr() net.HardwareAddr { return s.mac }
+
+// FD returns the socket's descriptor, for the XSKMAP, or -1 after Close.
+func (s *Socket) FD() int {
+	s.fds.RLock()
+	defer s.fds.RUnlock()
+	return s.fds.sock
+}
+
+// Send implements Link. In copy mode the kernel transmits inside the sendto
+// that Send makes (TxBudget frames per call, repeated until the TX ring is
+// empty), so the frames have left when it returns; in zero-copy mode Send
+// wakes the driver only if it asks (need_wakeup) and the frames leave
+// asynchronously. Send waits, kicking the kernel, only when all transmit
+// chunks are in flight; a device that makes no progress for a second makes
+// it fail.
+func (s *Socket) Send(frames [][]byte) (int, error) {
+	s.tx.Lock()
+	defer s.tx.Unlock()
+	if s.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if err := CheckFrames(frames, s.mtu); err != nil {
+		return 0, err
+	}
+	var sent, idle int
+	var bytes uint64
+	var stalledSince time.Time
+	for sent < len(frames) {
+		s.reap()
+		n := min(uint32(len(frames)-sent), uint32(len(s.tx.free)))
+		n = s.tx.tx.free(n)
+		if n == 0 {
+			// Every chunk is in flight: make the kernel progress, and
+			// after a while give it the CPU.
+			if err := s.flush(); err != nil {
+				s.countTx(sent, bytes)
+				return sent, err
+			}
+			if idle++; idle < 16 {
+				continue
+			}
+			time.Sleep(20 * time.Microsecond)
+			if stalledSince.IsZero() {
+				stalledSince = time.Now()
+			} else if time.Since(stalledSince) > stallTimeout {
+				s.countTx(sent, bytes)
+				return sent, fmt.Errorf("afxdp: %s queue %d: transmit stalled: no completions in %v",
+					s.info.Ifname, s.info.Queue, stallTimeout)
+			}
+			continue
+		}
+		idle, stalledSince = 0, time.Time{}
+		free := s.tx.free
+		for i := uint32(0); i < n; i++ {
+			f := frames[sent+int(i)]
+			addr := free[len(free)-1-int(i)]
+			copy(s.umem.mem[addr:addr+s.umem.frameSize], f)
+			s.tx.tx.set(i, unix.XDPDesc{Addr: addr, Len: uint32(len(f))})
+			bytes += uint64(len(f))
+		}
+		s.tx.free = free[:len(free)-int(n)]
+		s.tx.tx.submit(n)
+		sent += int(n)
+	}
+	err := s.flush()
+	s.countTx(sent, bytes)
+	return sent, err
+}
+
+func (s *Socket) countTx(frames int, bytes uint64) {
+	if frames > 0 {
+		s.stats.txFrames.Add(uint64(frames))
+		s.stats.txBytes.Add(bytes)
+	}
+}
+
+// reap moves completed TX chunks back to the free list. The free list has
+// room for every TX chunk, so the completions always fit; an address that is
+// not a TX chunk (the kernel never returns one) is dropped.
+func (s *Socket) reap() {
+	free := s.tx.free
+	spare := free[len(free):cap(free)]
+	n := s.tx.comp.reap(spare)
+	lo, hi := s.umem.txAddr(0), s.umem.txAddr(s.umem.txChunks)
+	k := 0
+	for _, a := range spare[:n] {
+		if a >= lo && a < hi {
+			spare[k] = s.umem.chunk(a)
+			k++
+		}
+	}
+	s.tx.free = free[:len(free)+k]
+}
+
+// flush makes the kernel process the TX ring. In copy mode it calls sendto
+// until the kernel has consumed every descriptor (each call transmits up to
+// the TX budget and returns EAGAIN while more remain, or while the socket's
+// send buffer is full of frames the receiving side has not processed yet);
+// in zero-copy mode it wakes the driver if the driver asks for it. A kernel
+// that makes no progress gets the CPU for a moment (ksoftirqd may need it
+// to process the frames already sent), and after stallTimeout without
+// progress flush fails.
+func (s *Socket) flush() error {
+	pending := s.tx.tx.pending()
+	if pending == 0 {
+		return nil
+	}
+	if s.tx.zeroCopy {
+		if !s.tx.kickAll && !s.tx.tx.needWakeup() {
+			return nil
+		}
+		s.stats.txKicks.Add(1)
+		return s.kickErr(kick(s.tx.sock))
+	}
+	var idle int
+	var stalledSince time.Time
+	for pending > 0 {
+		s.stats.txKicks.Add(1)
+		if err := s.kickErr(kick(s.tx.sock)); err != nil {
+			return err
+		}
+		left := s.tx.tx.pending()
+		if left < pending {
+			pending, idle, stalledSince = left, 0, time.Time{}
+			continue
+		}
+		if idle++; idle < 16 {
+			continue
+		}
+		if stalledSince.IsZero() {
+			stalledSince = time.Now()
+		} else if time.Since(stalledSince) > stallTimeout {
+			return fmt.Errorf("afxdp: %s queue %d: transmit stalled: kernel consumed none of %d descriptors in %v",
+				s.info.Ifname, s.info.Queue, pending, stallTimeout)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return nil
+}
+
+// stallTimeout is how long Send waits for a kernel that makes no progress.
+const stallTimeout = time.Second
+
+// kickErr sorts the errors of a sendto: EAGAIN (budget used up, or retry),
+// ENOBUFS (no skb) and EBUSY (a frame was dropped, and completed) are part
+// of transmitting; the rest (ENETDOWN, ENXIO, ...) are returned.
+func (s *Socket) kickErr(err error) error {
+	switch err {
+	case nil, unix.EAGAIN, unix.ENOBUFS:
+		return nil
+	case unix.EBUSY:
+		s.stats.txDropped.Add(1)
+		return nil
+	}
+	return fmt.Errorf("afxdp: %s queue %d: sendto: %w", s.info.Ifname, s.info.Queue, err)
+}
+
+// Recv implements Link. The frames are slices of the UMEM, capped to their
+// length; Recv gives the chunks of the previous call back to the fill ring
+// before it looks for new ones.
+func (s *Socket) Recv(frames [][]byte) (int, error) {
+	s.rx.Lock()
+	defer s.rx.Unlock()
+	if s.closed.Load() {
+		if s.rx.umemPending {
+			s.rx.umemPending = false
+			s.umem.unmap()
+		}
+		return 0, net.ErrClosed
+	}
+	if len(s.rx.lent) > 0 {
+		// The fill ring holds as many entries as there are RX chunks, so
+		// it always has room for the ones we hold; were it ever short, the
+		// rest would wait for the next call.
+		k := s.rx.fill.free(uint32(len(s.rx.lent)))
+		s.rx.fill.fill(s.rx.lent[:k])
+		s.rx.lent = s.rx.lent[:copy(s.rx.lent, s.rx.lent[k:])]
+	}
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	n, idx := s.rx.rx.peek(uint32(len(frames)))
+	if n == 0 {
+		if s.rx.busyPoll || (s.rx.needWakeup && s.rx.fill.needWakeup()) {
+			s.stats.rxKicks.Add(1)
+			wakeRx(s.rx.sock)
+		}
+		return 0, nil
+	}
+	k := 0
+	var bytes uint64
+	for i := uint32(0); i < n; i++ {
+		d := s.rx.rx.get(idx + i)
+		f, ok := s.umem.frame(d.Addr, d.Len)
+		if d.Addr < uint64(s.umem.rxChunks)*s.umem.frameSize {
+			s.rx.lent = append(s.rx.lent, s.umem.chunk(d.Addr))
+		}
+		if !ok {
+			s.stats.rxBad.Add(1)
+			continue
+		}
+		frames[k] = f
+		bytes += uint64(len(f))
+		k++
+	}
+	s.rx.rx.release(n)
+	s.stats.rxFrames.Add(uint64(k))
+	s.stats.rxBytes.Add(bytes)
+	return k, nil
+}
+
+// Wait implements Link: it spins on the RX ring's producer index for up to
+// Options.Spin, then sleeps in poll(2) on the socket and the eventfd that
+// Wake and Close write.
+func (s *Socket) Wait(timeout time.Duration) (bool, error) {
+	s.rx.Lock()
+	defer s.rx.Unlock()
+	if s.closed.Load() {
+		return false, net.ErrClosed
+	}
+	if s.rx.rx.peekReady() {
+		return true, nil
+	}
+	if timeout == 0 {
+		return false, nil
+	}
+	start := time.Now()
+	if spin := s.rx.spin; spin > 0 {
+		if timeout > 0 {
+			spin = min(spin, timeout)
+		}
+		for time.Since(start) < spin {
+			if s.rx.rx.peekReady() {
+				return true, nil
+			}
+			if s.closed.Load() {
+				return false, net.ErrClosed
+			}
+		}
+	}
+	if s.rx.needWakeup && s.rx.fill.needWakeup() {
+		s.stats.rxKicks.Add(1)
+		wakeRx(s.rx.sock)
+	}
+	for {
+		var ts *unix.Timespec
+		if timeout > 0 {
+			left := timeout - time.Since(start)
+			if left <= 0 {
+				return s.rx.rx.peekReady(), nil
+			}
+			t := unix.NsecToTimespec(left.Nanoseconds())
+			ts = &t
+		}
+		s.rx.pollfds[0].Revents, s.rx.pollfds[1].Revents = 0, 0
+		s.stats.sleeps.Add(1)
+		_, err := unix.Ppoll(s.rx.pollfds[:], ts, nil)
+		if err != nil && err != unix.EINTR {
+			return false, fmt.Errorf("afxdp: %s queue %d: poll: %w", s.info.Ifname, s.info.Queue, err)
+		}
+		if s.closed.Load() {
+			return false, net.ErrClosed
+		}
+		if s.rx.pollfds[1].Revents&unix.POLLIN != 0 {
+			var buf [8]byte
+			unix.Read(s.rx.ev, buf[:]) // reset the eventfd: this Wake is used up
+			return s.rx.rx.peekReady(), nil
+		}
+		if s.rx.rx.peekReady() {
+			return true, nil
+		}
+		if s.rx.pollfds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+			return false, fmt.Errorf("afxdp: %s queue %d: poll: socket error (revents %#x)",
+				s.info.Ifname, s.info.Queue, s.rx.pollfds[0].Revents)
+		}
+	}
+}
+
+// eventOne is the 8-byte counter increment written to the eventfd.
+var eventOne = func() (b [8]byte) {
+	*(*uint64)(unsafe.Pointer(&b)) = 1
+	return b
+}()
+
+// Wake implements Waker.
+func (s *Socket) Wake() error {
+	s.fds.RLock()
+	defer s.fds.RUnlock()
+	if s.fds.ev < 0 {
+		return net.ErrClosed
+	}
+	if _, err := unix.Write(s.fds.ev, eventOne[:]); err != nil && err != unix.EAGAIN {
+		return fmt.Errorf("afxdp: waking: %w", err)
+	}
+	return nil
+}
+
+// Stats implements Statser: the socket's counters and the kernel's
+// XDP_STATISTICS.
+func (s *Socket) Stats() (Stats, error) {
+	s.fds.RLock()
+	defer s.fds.RUnlock()
+	if s.fds.sock < 0 {
+		return Stats{}, net.ErrClosed
+	}
+	var ks unix.XDPStatistics
+	if _, err := getsockopt(s.fds.sock, unix.SOL_XDP, unix.XDP_STATISTICS, unsafe.Pointer(&ks), unsafe.Sizeof(ks)); err != nil {
+		return Stats{}, fmt.Errorf("afxdp: %s queue %d: XDP_STATISTICS: %w", s.info.Ifname, s.info.Queue, err)
+	}
+	return Stats{
+		TxFrames:             s.stats.txFrames.Load(),
+		TxBytes:              s.stats.txBytes.Load(),
+		RxFrames:             s.stats.rxFrames.Load(),
+		RxBytes:              s.stats.rxBytes.Load(),
+		TxKicks:              s.stats.txKicks.Load(),
+		TxDropped:            s.stats.txDropped.Load(),
+		RxKicks:              s.stats.rxKicks.Load(),
+		Sleeps:               s.stats.sleeps.Load(),
+		RxDropped:            ks.Rx_dropped,
+		RxInvalidDescs:       ks.Rx_invalid_descs + s.stats.rxBad.Load(),
+		TxInvalidDescs:       ks.Tx_invalid_descs,
+		RxRingFull:           ks.Rx_ring_full,
+		RxFillRingEmptyDescs: ks.Rx_fill_ring_empty_descs,
+		TxRingEmptyDescs:     ks.Tx_ring_empty_descs,
+	}, nil
+}
+
+// Close implements Link. It wakes a blocked Wait, waits for a running Send
+// and Recv to return, unmaps the rings, closes the socket (the kernel then
+// removes it from any XSKMAP and releases the queue, asynchronously; see
+// Options.BindTimeout) and unmaps the UMEM, unless the last Recv's frames
+// are still lent: then the receiver's next Recv unmaps it.
+func (s *Socket) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return net.ErrClosed
+	}
+	s.Wake()
+	s.rx.Lock()
+	s.tx.Lock()
+	defer s.tx.Unlock()
+	defer s.rx.Unlock()
+	if len(s.rx.lent) > 0 {
+		s.rx.umemPending = true
+	}
+	return s.release()
+}
+
+// release unmaps and closes whatever exists, except the UMEM while frames
+// are lent.
+func (s *Socket) release() error {
+	var errs []error
+	for _, r := range []*ring{&s.rx.fill.ring, &s.rx.rx.ring, &s.tx.tx.ring, &s.tx.comp.ring} {
+		if err := r.unmap(); err != nil {
+			errs = append(errs, fmt.Errorf("unmapping ring: %w", err))
+		}
+	}
+	s.fds.Lock()
+	for _, fd := range []*int{&s.fds.sock, &s.fds.ev} {
+		if *fd >= 0 {
+			if err := unix.Close(*fd); err != nil {
+				errs = append(errs, fmt.Errorf("closing descriptor: %w", err))
+			}
+			*fd = -1
+		}
+	}
+	s.fds.Unlock()
+	if s.umem != nil && !s.rx.umemPending {
+		if err := s.umem.unmap(); err != nil {
+			errs = append(errs, fmt.Errorf("unmapping UMEM: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("afxdp: %s queue %d: close: %w", s.info.Ifname, s.info.Queue, err)
+	}
+	return nil
+}

@@ -1,0 +1,34 @@
+//go:build !linux
+
+package afxdp
+
+import (
+	"fmt"
+	"net"
+	"time"
+)
+
+// Socket is an AF_XDP socket; on this system Open always fails.
+type Socket struct{}
+
+var errNotLinux = fmt.Errorf("afxdp: %w: AF_XDP sockets need Linux", ErrNotSupported)
+
+// Open fails: AF_XDP sockets need Linux. It still validates opts first.
+func Open(ifindex int, opts Options) (*Socket, error) {
+	if _, err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	return nil, errNotLinux
+}
+
+func (s *Socket) Info() Info                       { return Info{} }
+func (s *Socket) BatchSize() int                   { return 0 }
+func (s *Socket) MTU() int                         { return 0 }
+func (s *Socket) HardwareAddr() net.HardwareAddr   { return nil }
+func (s *Socket) FD() int                          { return -1 }
+func (s *Socket) Send([][]byte) (int, error)       { return 0, net.ErrClosed }
+func (s *Socket) Recv([][]byte) (int, error)       { return 0, net.ErrClosed }
+func (s *Socket) Wait(time.Duration) (bool, error) { return false, net.ErrClosed }
+func (s *Socket) Wake() error                      { return net.ErrClosed }
+func (s *Socket) Stats() (Stats, error)            { return Stats{}, net.ErrClosed }
+func (s *Socket) Close() error                     { return net.ErrClosed }
