@@ -1,7 +1,17 @@
-// Package bench runs the experiments of the four papers next to today's
-// peers (raw AF_XDP, kernel UDP, AF_PACKET), measured side by side in one
-// run, and reports them as JSON, Markdown tables and plots.
+// Package bench runs xam's experiments: the four papers' measurements next
+// to today's peers (raw AF_XDP, kernel UDP, AF_PACKET), measured side by
+// side in one run because absolute times drift on shared machines, and
+// reported as JSON, Markdown tables and plots.
 //
-// Status: not yet built; the package holds this description only. The
-// cell layer's benchmarks live in package cells (go test -bench . ./cells).
+// So far it has the ping-pongs behind `xam ping`: raw xam frames over
+// AF_XDP sockets fed by xam's XDP program (RawPing, or RawEndpoint's Ping
+// and Echo across two machines), kernel UDP (UDPPing) and the same frames
+// through AF_PACKET sockets, one system call per frame (PacketPing). Round
+// trips are recorded in an HDR histogram (1 ns to 1 minute, 3 significant
+// digits). Each side spins: the pinger on its receive ring while it waits
+// for the answer, the echo on its ring between frames; the kernel paths
+// block in recvfrom, as ordinary programs do.
+//
+// The cell layer's micro-benchmarks live in package cells, the socket's in
+// package afxdp (go test -bench).
 package bench

@@ -5,6 +5,7 @@
 //
 //	xam demo                        the main job (see README.md)
 //	xam doctor [--dev IF] [--netns NS] [--json]
+//	xam ping [--api raw|udp|packet] [--count N] [--size B] [--json] [--dev IF (--peer MAC | --serve)]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --all
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
@@ -46,6 +47,7 @@ func init() {
 	commands = []command{
 		{"demo", "run the main job: the cell/AAL5 path end to end, with a comparison table", runDemo},
 		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
+		{"ping", "round-trip times over raw AF_XDP frames, AF_PACKET or kernel UDP", runPing},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble", runCells},
 		{"version", "print the version", func(e *env, _ []string) error {

@@ -8,10 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/loader"
 )
 
 // xam runs the command in-process and returns its exit status and output.
@@ -250,5 +253,83 @@ func TestDoctor(t *testing.T) {
 	code, _, errs = xam(t, nil, "doctor", "--dev", "nonesuch0")
 	if code != 1 || !strings.Contains(errs, "xam cannot run here") || !strings.Contains(errs, "nonesuch0") {
 		t.Errorf("doctor on a missing device: exit %d, %q", code, errs)
+	}
+}
+
+func TestPingJSON(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	for _, api := range []string{"raw", "udp", "packet"} {
+		code, out, errs := xam(t, nil, "ping", "--api", api, "--count", "300", "--size", "100", "--json")
+		if code != 0 {
+			t.Fatalf("ping --api %s: exit %d: %s", api, code, errs)
+		}
+		var r struct {
+			API   string           `json:"api"`
+			Count int              `json:"count"`
+			Size  int              `json:"size"`
+			Lost  int              `json:"lost"`
+			RTT   map[string]int64 `json:"rtt_ns"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if r.API != api || r.Count != 300 || r.Size != 100 || r.Lost != 0 {
+			t.Errorf("ping --api %s: %+v", api, r)
+		}
+		for _, k := range []string{"p50", "p90", "p99", "p999", "mean", "max"} {
+			if r.RTT[k] <= 0 {
+				t.Errorf("ping --api %s: rtt_ns.%s = %d", api, k, r.RTT[k])
+			}
+		}
+	}
+	// The lab built for the run is gone.
+	if left, _ := lab.Namespaces(fmt.Sprintf("xam-ping%d-", os.Getpid())); len(left) != 0 {
+		t.Errorf("ping left %v behind", left)
+	}
+}
+
+// TestPingDevice pings, as a user on real NICs would, from one host of a
+// lab with --dev and --peer, while the other host echoes.
+func TestPingDevice(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("pdev%d", os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	a, b := l.Hosts[0], l.Hosts[1]
+	echo, err := bench.OpenRaw(bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}, loader.ModeAuto, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	done := make(chan error, 1)
+	go func() { done <- echo.Echo(&stop) }()
+	t.Cleanup(func() {
+		stop.Store(true)
+		if err := <-done; err != nil {
+			t.Errorf("echo: %v", err)
+		}
+		echo.Close()
+	})
+	var code int
+	var out, errs string
+	err = a.Do(func() error {
+		code, out, errs = xam(t, nil, "ping", "--dev", "eth0", "--peer", b.MAC.String(), "--count", "200", "--json")
+		return nil
+	})
+	if err != nil || code != 0 || !strings.Contains(out, `"api":"raw"`) || !strings.Contains(out, `"lost":0`) {
+		t.Fatalf("ping --dev: %v, exit %d, %s %s", err, code, out, errs)
+	}
+	for _, args := range [][]string{
+		{"ping", "--dev", "eth0"},
+		{"ping", "--peer", "02:00:00:00:00:01"},
+		{"ping", "--api", "ssam"},
+		{"ping", "--mode", "sideways"},
+		{"ping", "--count", "0"},
+	} {
+		if code, _, _ := xam(t, nil, args...); code != 2 {
+			t.Errorf("xam %v: exit %d, want 2", args, code)
+		}
 	}
 }

@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/vishvananda/netlink"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/loader"
+)
+
+// PingConfig describes a ping-pong run.
+type PingConfig struct {
+	Count   int           // measured round trips; default 10000
+	Warmup  int           // unmeasured round trips before them; default min(Count/10, 1000)
+	Size    int           // message bytes (see each API); default 32
+	Timeout time.Duration // a round trip not answered within it is lost; default 1 s
+	Mode    loader.Mode   // XDP attach mode for the raw API; default as the doctor recommends
+	Queue   int           // device queue of the AF_XDP sockets
+}
+
+func (c *PingConfig) fill() error {
+	if c.Count == 0 {
+		c.Count = 10000
+	}
+	if c.Count < 0 || c.Warmup < 0 {
+		return fmt.Errorf("bench: count %d and warmup %d must not be negative", c.Count, c.Warmup)
+	}
+	if c.Warmup == 0 {
+		c.Warmup = min(c.Count/10, 1000)
+	}
+	if c.Size == 0 {
+		c.Size = 32
+	}
+	if c.Timeout == 0 {
+		c.Timeout = time.Second
+	}
+	return nil
+}
+
+// RTT holds round-trip statistics in nanoseconds.
+type RTT struct {
+	P50  int64 `json:"p50"`
+	P90  int64 `json:"p90"`
+	P99  int64 `json:"p99"`
+	P999 int64 `json:"p999"`
+	Mean int64 `json:"mean"`
+	Max  int64 `json:"max"`
+}
+
+// PingResult is the outcome of a ping-pong run (the JSON of `xam ping`).
+type PingResult struct {
+	API        string `json:"api"`
+	Count      int    `json:"count"`
+	Size       int    `json:"size"`
+	FrameBytes int    `json:"frame_bytes,omitempty"`
+	Lost       int    `json:"lost"`
+	RTT        RTT    `json:"rtt_ns"`
+	hist       *hdrhistogram.Histogram
+}
+
+// Histogram returns the recorded round trips (nanoseconds).
+func (r *PingResult) Histogram() *hdrhistogram.Histogram { return r.hist }
+
+func newHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(time.Minute), 3)
+}
+
+func (r *PingResult) finish() {
+	h := r.hist
+	r.RTT = RTT{
+		P50: h.ValueAtQuantile(50), P90: h.ValueAtQuantile(90), P99: h.ValueAtQuantile(99),
+		P999: h.ValueAtQuantile(99.9), Mean: int64(h.Mean()), Max: h.Max(),
+	}
+}
+
+// Place is where an endpoint lives: a device, its MAC, and how to run code
+// in its network namespace.
+type Place struct {
+	Ifindex int
+	MAC     net.HardwareAddr
+	Do      func(func() error) error
+}
+
+// Here returns the Place of device ifindex in the caller's namespace.
+func Here(ifindex int, mac net.HardwareAddr) Place {
+	return Place{Ifindex: ifindex, MAC: mac, Do: func(f func() error) error { return f() }}
+}
+
+// RawEndpoint is an AF_XDP socket on a device queue with xam's XDP program
+// steering xam frames to it.
+type RawEndpoint struct {
+	MAC  net.HardwareAddr
+	Prog *loader.Program
+	Att  *loader.Attachment
+	Sock *afxdp.Socket
+}
+
+// OpenRaw loads and attaches the XDP program on the device and opens an
+// AF_XDP socket on queue.
+func OpenRaw(p Place, mode loader.Mode, queue int) (*RawEndpoint, error) {
+	e := &RawEndpoint{MAC: p.MAC}
+	err := p.Do(func() (err error) {
+		if e.Prog, err = loader.Load(loader.Config{DstMAC: p.MAC}); err != nil {
+			return err
+		}
+		if e.Att, err = e.Prog.Attach(p.Ifindex, mode); err != nil {
+			return err
+		}
+		opts := afxdp.Options{Queue: queue}
+		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil && link.Attrs().MTU+cells.EthernetHeaderSize > 2048-256 {
+			opts.FrameSize = 4096 // 2 KB chunks hold frames of up to 1792 bytes
+		}
+		if e.Sock, err = afxdp.Open(p.Ifindex, opts); err != nil {
+			return err
+		}
+		return e.Prog.Register(queue, e.Sock.FD())
+	})
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close closes the socket and detaches and unloads the program.
+func (e *RawEndpoint) Close() error {
+	var errs []error
+	if e.Sock != nil {
+		errs = append(errs, e.Sock.Close())
+	}
+	if e.Prog != nil {
+		errs = append(errs, e.Prog.Close()) // also detaches e.Att
+	}
+	return errors.Join(errs...)
+}
+
+// rawFrame builds a valid xam frame from src to dst carrying size bytes in
+// the payloads of max(1, ceil(size/48)) cells on VC 0/32; the first eight
+// payload bytes carry the sequence number.
+func rawFrame(dst, src net.HardwareAddr, size int) ([]byte, error) {
+	n := max(1, (size+cells.PayloadSize-1)/cells.PayloadSize)
+	cs := make([]byte, n*cells.CellSize)
+	for i := range n {
+		c := cells.Cell(cs[i*cells.CellSize : (i+1)*cells.CellSize])
+		pti := uint8(0)
+		if i == n-1 {
+			pti = cells.PTIEndOfMessage
+		}
+		if err := c.Encode(cells.UNI, cells.Fields{VCI: 32, PTI: pti}); err != nil {
+			return nil, err
+		}
+	}
+	f := cells.Framer{Dst: dst, Src: src, MTU: 9000}
+	return f.Append(nil, cs)
+}
+
+// seqOffset is where the sequence number sits: the first cell's payload.
+const seqOffset = cells.EthernetHeaderSize + cells.FrameHeaderSize + cells.HeaderSize
+
+// Echo answers every xam frame the endpoint receives with the same frame,
+// addresses swapped, until stop is set. It spins on the ring.
+func (e *RawEndpoint) Echo(stop *atomic.Bool) error {
+	bufs := make([][]byte, e.Sock.BatchSize())
+	for !stop.Load() {
+		n, err := e.Sock.Recv(bufs)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			continue
+		}
+		for _, f := range bufs[:n] {
+			var mac [6]byte
+			copy(mac[:], f[0:6])
+			copy(f[0:6], f[6:12])
+			copy(f[6:12], mac[:])
+		}
+		if _, err := e.Sock.Send(bufs[:n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ping runs the ping-pong from e to the endpoint with MAC peer, which must
+// echo (Echo).
+func (e *RawEndpoint) Ping(peer net.HardwareAddr, cfg PingConfig) (*PingResult, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	frame, err := rawFrame(peer, e.MAC, cfg.Size)
+	if err != nil {
+		return nil, err
+	}
+	if len(frame) > cells.EthernetHeaderSize+e.Sock.MTU() {
+		return nil, fmt.Errorf("bench: a %d-byte message needs a %d-byte frame; the device's MTU is %d", cfg.Size, len(frame), e.Sock.MTU())
+	}
+	r := &PingResult{API: "raw", Count: cfg.Count, Size: cfg.Size, FrameBytes: len(frame), hist: newHistogram()}
+	out := [][]byte{frame}
+	bufs := make([][]byte, e.Sock.BatchSize())
+	for i := range cfg.Warmup + cfg.Count {
+		seq := uint64(i)
+		binary.BigEndian.PutUint64(frame[seqOffset:], seq)
+		start := time.Now()
+		if _, err := e.Sock.Send(out); err != nil {
+			return nil, err
+		}
+		got := false
+		for spins := 0; !got; spins++ {
+			n, err := e.Sock.Recv(bufs)
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range bufs[:n] {
+				if len(f) >= seqOffset+8 && binary.BigEndian.Uint64(f[seqOffset:]) == seq {
+					got = true
+				}
+			}
+			if !got && spins&1023 == 1023 && time.Since(start) > cfg.Timeout {
+				break
+			}
+		}
+		rtt := time.Since(start)
+		switch {
+		case i < cfg.Warmup:
+		case !got:
+			r.Lost++
+		default:
+			r.hist.RecordValue(int64(rtt))
+		}
+	}
+	r.finish()
+	return r, nil
+}
+
+// RawPing runs the raw AF_XDP ping-pong between two places (two lab
+// hosts): b echoes, a pings.
+func RawPing(a, b Place, cfg PingConfig) (*PingResult, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	ea, err := OpenRaw(a, cfg.Mode, cfg.Queue)
+	if err != nil {
+		return nil, fmt.Errorf("raw endpoint A: %w", err)
+	}
+	defer ea.Close()
+	eb, err := OpenRaw(b, cfg.Mode, cfg.Queue)
+	if err != nil {
+		return nil, fmt.Errorf("raw endpoint B: %w", err)
+	}
+	defer eb.Close()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var echoErr error
+	wg.Go(func() { echoErr = eb.Echo(&stop) })
+	r, err := ea.Ping(b.MAC, cfg)
+	stop.Store(true)
+	wg.Wait()
+	return r, errors.Join(err, echoErr)
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/loader"
+)
+
+func runPing(e *env, args []string) error {
+	fs := newFlags(e, "ping", "ping [--api raw|udp|packet] [--count N] [--size B] [--json] [--dev IF (--peer MAC | --serve)]")
+	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), udp (kernel UDP), packet (AF_PACKET); ssam, amii and grim come with their layers")
+	var cfg bench.PingConfig
+	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips")
+	fs.IntVar(&cfg.Warmup, "warmup", 0, "unmeasured round trips first (default count/10, at most 1000)")
+	fs.IntVar(&cfg.Size, "size", 32, "message bytes (raw/packet: carried in ceil(size/48) cells, at least one)")
+	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost")
+	mode := fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
+	fs.IntVar(&cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
+	dev := fs.String("dev", "", "ping over this device instead of a lab built for the run")
+	peer := fs.String("peer", "", "with --dev: the MAC address of the peer running `xam ping --serve`")
+	serve := fs.Bool("serve", false, "with --dev: echo raw pings until interrupted")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var err error
+	if cfg.Mode, err = loader.ParseMode(*mode); err != nil {
+		return usageError("--mode: %v", err)
+	}
+	if cfg.Count < 1 || cfg.Size < 0 || cfg.Warmup < 0 {
+		return usageError("--count must be at least 1, --size and --warmup not negative")
+	}
+	switch *api {
+	case "raw", "udp", "packet":
+	case "ssam", "amii", "grim":
+		return usageError("--api %s: that layer is not built yet; --api raw, udp and packet work", *api)
+	default:
+		return usageError("--api %q: want raw, udp or packet", *api)
+	}
+
+	var r *bench.PingResult
+	switch {
+	case *dev != "":
+		if *api != "raw" {
+			return usageError("--dev works with --api raw")
+		}
+		if *serve == (*peer != "") {
+			return usageError("with --dev give either --peer MAC or --serve")
+		}
+		link, err := netlink.LinkByName(*dev)
+		if err != nil {
+			return fmt.Errorf("device %s: %w", *dev, err)
+		}
+		here := bench.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
+		ep, err := bench.OpenRaw(here, cfg.Mode, cfg.Queue)
+		if err != nil {
+			return err
+		}
+		defer ep.Close()
+		if *serve {
+			return serveRaw(e, ep, *dev)
+		}
+		mac, err := net.ParseMAC(*peer)
+		if err != nil {
+			return usageError("--peer: %v", err)
+		}
+		if r, err = ep.Ping(mac, cfg); err != nil {
+			return err
+		}
+	default:
+		if *serve || *peer != "" {
+			return usageError("--peer and --serve need --dev")
+		}
+		l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid())})
+		if err != nil {
+			return err
+		}
+		defer l.Down()
+		a, b := l.Hosts[0], l.Hosts[1]
+		pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
+		pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
+		switch *api {
+		case "raw":
+			r, err = bench.RawPing(pa, pb, cfg)
+		case "packet":
+			r, err = bench.PacketPing(pa, pb, cfg)
+		case "udp":
+			r, err = bench.UDPPing(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return json.NewEncoder(e.stdout).Encode(r)
+	}
+	printPing(e, r)
+	return nil
+}
+
+func printPing(e *env, r *bench.PingResult) {
+	d := func(ns int64) string { return time.Duration(ns).String() }
+	frame := ""
+	if r.FrameBytes > 0 {
+		frame = fmt.Sprintf(" (%d-byte frames)", r.FrameBytes)
+	}
+	fmt.Fprintf(e.stdout, "%s ping-pong: %d round trips of %d-byte messages%s, %d lost\n", r.API, r.Count, r.Size, frame, r.Lost)
+	fmt.Fprintf(e.stdout, "RTT  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n",
+		d(r.RTT.P50), d(r.RTT.P90), d(r.RTT.P99), d(r.RTT.P999), d(r.RTT.Max), d(r.RTT.Mean))
+}
+
+// serveRaw echoes raw pings until SIGINT or SIGTERM.
+func serveRaw(e *env, ep *bench.RawEndpoint, dev string) error {
+	var stop atomic.Bool
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		<-sig
+		stop.Store(true)
+	}()
+	fmt.Fprintf(e.stderr, "xam ping: echoing raw pings on %s (%v); interrupt to stop\n", dev, ep.MAC)
+	return ep.Echo(&stop)
+}
