@@ -283,6 +283,9 @@ func BenchmarkFrameRate(b *testing.B) {
 			})
 		}
 	}
+	// 3500-byte frames need 4 KB chunks and a link MTU above 3486.
+	jumbo := newSocketPair(b, afxdp.Options{BatchSize: 256, FrameSize: 4096}, netnstest.WithMTU(3500))
+	b.Run("3500B/batch=256", func(b *testing.B) { benchFrameRate(b, jumbo, 3500, 256) })
 }
 
 // benchFrameRate sends b.N frames of size bytes from A to B in batches and

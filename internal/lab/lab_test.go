@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -223,4 +224,48 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// TestHelperFailingLab is run by TestCleanupAfterFailure in a child
+// process: it builds a lab the way tests do and fails.
+func TestHelperFailingLab(t *testing.T) {
+	if os.Getenv("XAM_LAB_FAILING_CHILD") != "1" {
+		return
+	}
+	l := testLab(t, Config{Hosts: 3})
+	fmt.Printf("LAB %s\n", l.Name)
+	t.Fatal("failing on purpose")
+}
+
+func TestCleanupAfterFailure(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFailingLab$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "XAM_LAB_FAILING_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the failing child passed:\n%s", out)
+	}
+	var name string
+	for _, line := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, "LAB "); ok {
+			name = rest
+		}
+	}
+	if name == "" {
+		t.Fatalf("the child built no lab:\n%s", out)
+	}
+	if left, _ := Namespaces(Prefix + name + "-"); len(left) != 0 {
+		Down(name)
+		t.Fatalf("the failed test left %v behind", left)
+	}
+	// Nothing of it in the root namespace either: no bridge, no veth.
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if n := l.Attrs().Name; n == "br0" || strings.HasPrefix(n, "p") && l.Type() == "veth" {
+			t.Errorf("link %s (%s) in the root namespace", n, l.Type())
+		}
+	}
 }
