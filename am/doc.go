@@ -1,6 +1,18 @@
-// Package am holds xam's Active Messages APIs: SSAM's request/reply with
-// single-cell messages, AM-II's endpoints, virtual networks and
-// return-to-sender, and GRIM's named handler registry.
+// Package am holds xam's Active Messages APIs. Each message names a handler
+// that runs when it arrives; communication is request/reply: a request
+// handler may send one reply, a reply handler sends nothing, which rules
+// out deadlock without flow control in the network.
 //
-// Status: not yet built; the package holds this description only.
+// SSAM (ssam.go) is von Eicken et al.'s single-cell Active Messages over a
+// driver.Device: 40 data bytes in one ATM cell with SSAM's 8-byte header,
+// longer messages as AAL5 PDUs, and reliability in software — a window of
+// W requests per connection, 2W preallocated buffers in the device's pinned
+// send area, acks piggy-backed on replies or sent explicitly, go-back-N
+// retransmission on a timer, duplicate requests answered from the saved
+// reply without running the handler twice. Polling only: every send also
+// polls, and Poll runs handlers for what has arrived. An SSAM endpoint is
+// driven by one goroutine.
+//
+// AM-II's endpoints and virtual networks and GRIM's named handlers come with
+// the firmware engine.
 package am

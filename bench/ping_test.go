@@ -2,6 +2,8 @@ package bench
 
 import (
 	"testing"
+
+	"github.com/xam-project/xam/am"
 	"time"
 
 	"github.com/xam-project/xam/internal/netnstest"
@@ -51,8 +53,9 @@ func TestKernelPings(t *testing.T) {
 }
 
 // BenchmarkPingPong measures the round trip of a 32-byte message over raw
-// AF_XDP (xam's XDP program and socket), AF_PACKET and kernel UDP on the
-// same veth pair, side by side; ns/op is the mean round trip.
+// AF_XDP (xam's XDP program and socket), SSAM (request/reply on the same
+// data path), AF_PACKET and kernel UDP on the same veth pair, side by side;
+// ns/op is the mean round trip.
 func BenchmarkPingPong(b *testing.B) {
 	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
 	pa, pb := places(p)
@@ -67,6 +70,16 @@ func BenchmarkPingPong(b *testing.B) {
 	}
 	b.Run("raw", func(b *testing.B) {
 		run(b, func(c PingConfig) (*PingResult, error) { return RawPing(pa, pb, c) })
+	})
+	b.Run("ssam", func(b *testing.B) {
+		run(b, func(c PingConfig) (*PingResult, error) {
+			r, err := SSAMPing(pa, pb, c, 0, am.SSAMConfig{})
+			if err != nil {
+				return nil, err
+			}
+			b.ReportMetric(float64(r.Retransmits), "retransmits")
+			return &r.PingResult, nil
+		})
 	})
 	b.Run("packet", func(b *testing.B) {
 		run(b, func(c PingConfig) (*PingResult, error) { return PacketPing(pa, pb, c) })

@@ -16,18 +16,20 @@ import (
 
 func runCells(e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError("want a subcommand: segment or reassemble")
+		return usageError("want a subcommand: segment, reassemble or demo")
 	}
 	switch args[0] {
 	case "segment":
 		return runSegment(e, args[1:])
 	case "reassemble":
 		return runReassemble(e, args[1:])
+	case "demo":
+		return runCellsDemo(e, args[1:])
 	case "-h", "--help", "help":
-		fmt.Fprintln(e.stdout, "usage: xam cells segment|reassemble [options]   (-h on each for options)")
+		fmt.Fprintln(e.stdout, "usage: xam cells segment|reassemble|demo [options]   (-h on each for options)")
 		return nil
 	}
-	return usageError("unknown subcommand %q (want segment or reassemble)", args[0])
+	return usageError("unknown subcommand %q (want segment, reassemble or demo)", args[0])
 }
 
 func runSegment(e *env, args []string) error {

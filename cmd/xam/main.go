@@ -45,7 +45,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"demo", "run the main job: the cell/AAL5 path end to end, with a comparison table", runDemo},
+		{"demo", "the main job: a 2-host veth lab, raw/SSAM/AF_PACKET/UDP ping-pong and a bulk transfer, one table", runDemo},
 		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
 		{"ping", "round-trip times over raw AF_XDP frames, AF_PACKET or kernel UDP", runPing},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},

@@ -136,8 +136,8 @@ func TestSegmentERF(t *testing.T) {
 	}
 }
 
-func TestDemo(t *testing.T) {
-	code, out, errs := xam(t, nil, "demo", "--duration", "5ms")
+func TestCellsDemo(t *testing.T) {
+	code, out, errs := xam(t, nil, "cells", "demo", "--duration", "5ms")
 	if code != 0 {
 		t.Fatalf("demo: exit %d: %s", code, errs)
 	}
@@ -324,12 +324,29 @@ func TestPingDevice(t *testing.T) {
 	for _, args := range [][]string{
 		{"ping", "--dev", "eth0"},
 		{"ping", "--peer", "02:00:00:00:00:01"},
-		{"ping", "--api", "ssam"},
+		{"ping", "--api", "amii"},
+		{"ping", "--api", "raw", "--loss", "0.1"},
 		{"ping", "--mode", "sideways"},
 		{"ping", "--count", "0"},
 	} {
 		if code, _, _ := xam(t, nil, args...); code != 2 {
 			t.Errorf("xam %v: exit %d, want 2", args, code)
 		}
+	}
+}
+
+func TestDemo(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	code, out, errs := xam(t, nil, "demo", "--count", "500", "--bulk", "4000000")
+	if code != 0 {
+		t.Fatalf("demo: exit %d: %s\n%s", code, errs, out)
+	}
+	for _, want := range []string{"raw", "ssam", "packet", "udp", "1.00×", "0 duplicates", "SSAM bulk write", "MB/s", "The lab is removed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if left, _ := lab.Namespaces(fmt.Sprintf("xam-demo%d-", os.Getpid())); len(left) != 0 {
+		t.Errorf("demo left %v behind", left)
 	}
 }

@@ -12,14 +12,16 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/loader"
 )
 
 func runPing(e *env, args []string) error {
-	fs := newFlags(e, "ping", "ping [--api raw|udp|packet] [--count N] [--size B] [--json] [--dev IF (--peer MAC | --serve)]")
-	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), udp (kernel UDP), packet (AF_PACKET); ssam, amii and grim come with their layers")
+	fs := newFlags(e, "ping", "ping [--api raw|ssam|udp|packet] [--count N] [--size B] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]")
+	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), udp (kernel UDP), packet (AF_PACKET); amii and grim come with their layers")
+	loss := fs.Float64("loss", 0, "with --api ssam: fraction of xam frames both hosts' XDP programs drop (0..1)")
 	var cfg bench.PingConfig
 	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips")
 	fs.IntVar(&cfg.Warmup, "warmup", 0, "unmeasured round trips first (default count/10, at most 1000)")
@@ -42,14 +44,17 @@ func runPing(e *env, args []string) error {
 		return usageError("--count must be at least 1, --size and --warmup not negative")
 	}
 	switch *api {
-	case "raw", "udp", "packet":
-	case "ssam", "amii", "grim":
-		return usageError("--api %s: that layer is not built yet; --api raw, udp and packet work", *api)
+	case "raw", "ssam", "udp", "packet":
+	case "amii", "grim":
+		return usageError("--api %s: that layer is not built yet; --api raw, ssam, udp and packet work", *api)
 	default:
-		return usageError("--api %q: want raw, udp or packet", *api)
+		return usageError("--api %q: want raw, ssam, udp or packet", *api)
+	}
+	if *loss < 0 || *loss > 1 || *loss > 0 && *api != "ssam" {
+		return usageError("--loss %v: a fraction in [0, 1], with --api ssam", *loss)
 	}
 
-	var r *bench.PingResult
+	var r any
 	switch {
 	case *dev != "":
 		if *api != "raw" {
@@ -93,6 +98,8 @@ func runPing(e *env, args []string) error {
 		switch *api {
 		case "raw":
 			r, err = bench.RawPing(pa, pb, cfg)
+		case "ssam":
+			r, err = bench.SSAMPing(pa, pb, cfg, *loss, am.SSAMConfig{})
 		case "packet":
 			r, err = bench.PacketPing(pa, pb, cfg)
 		case "udp":
@@ -105,7 +112,13 @@ func runPing(e *env, args []string) error {
 	if *asJSON {
 		return json.NewEncoder(e.stdout).Encode(r)
 	}
-	printPing(e, r)
+	switch r := r.(type) {
+	case *bench.PingResult:
+		printPing(e, r)
+	case *bench.SSAMResult:
+		printPing(e, &r.PingResult)
+		fmt.Fprintf(e.stdout, "sent %d, delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+	}
 	return nil
 }
 

@@ -1,0 +1,616 @@
+package am
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/driver"
+	"github.com/xam-project/xam/internal/clock"
+)
+
+// SSAM's Active Messages over a driver.Device (von Eicken et al., section
+// 3; docs/wire.md).
+//
+// Messages. Every message starts with SSAM's 8-byte header: 16 bits of flow
+// control, the 32-bit handler index, and (in a single cell) the data length
+// and CRC-10. A message with at most 40 data bytes is one cell on the
+// connection's short VC; a longer one is an AAL5 PDU on its bulk VC whose
+// SDU is the same header (length and CRC-10 zero: AAL5's own length and
+// CRC-32 cover it) followed by the data.
+//
+// Flow control, 16 bits:
+//
+//	 15 14 13        7 6         0
+//	+-----+-----------+-----------+
+//	|kind |    seq    |    ack    |
+//	+-----+-----------+-----------+
+//
+// kind is request (0), reply (1) or ack (2). A request carries its sequence
+// number; a reply or an ack carries the sequence number of the request it
+// answers and, in ack, the responder's cumulative acknowledgement (the next
+// request sequence number it expects). Sequence numbers count modulo 128.
+//
+// Reliability, as SSAM did it. Each side may have up to W requests
+// outstanding per connection (W <= 63). The responder delivers requests in
+// order (go-back-N: it drops a request that is not the next one), answers
+// each with the reply its handler sent or, when the handler sent none, an
+// explicit ack, and keeps that answer in one of W reply buffers. A duplicate
+// request (one it has already delivered) means the answer was lost: it
+// sends the saved answer again and does not run the handler. The requester
+// keeps each request in one of W request buffers until its answer arrives,
+// accepts answers in order only (a later answer, or one already handled,
+// is dropped), and when the oldest request has waited longer than the
+// timeout it sends every outstanding request again. Hence the 2W buffers
+// per connection, preallocated in the device's pinned send area.
+const (
+	kindRequest = 0
+	kindReply   = 1
+	kindAck     = 2
+
+	seqBits = 7
+	seqMod  = 1 << seqBits
+	seqMask = seqMod - 1
+
+	// MaxWindow is the largest window the 7-bit sequence numbers allow
+	// (the sender's and receiver's windows must not overlap).
+	MaxWindow = seqMod/2 - 1
+
+	// DefaultGiveUp is how long Request waits, by default, for room in a
+	// full window before it reports the peer unresponsive.
+	DefaultGiveUp = 5 * time.Second
+
+	// MaxShort is the data a single-cell message carries.
+	MaxShort = cells.SSAMDataSize
+	// MaxBulk is the most data a message carries: an AAL5 SDU less the
+	// 8-byte SSAM header.
+	MaxBulk = cells.MaxSDU - cells.SSAMHeaderSize
+)
+
+func flowWord(kind, seq, ack uint8) uint16 {
+	return uint16(kind)<<14 | uint16(seq&seqMask)<<7 | uint16(ack&seqMask)
+}
+
+func splitFlow(f uint16) (kind, seq, ack uint8) {
+	return uint8(f >> 14), uint8(f>>7) & seqMask, uint8(f) & seqMask
+}
+
+// Errors.
+var (
+	// ErrDiscipline: a handler broke the request/reply discipline (a
+	// request handler sends at most one reply and no request; a reply
+	// handler sends nothing).
+	ErrDiscipline = errors.New("am: request/reply discipline violated")
+	ErrTooLong    = errors.New("am: message too long")
+	ErrBadConn    = errors.New("am: no such connection")
+	ErrNoHandler  = errors.New("am: no such handler")
+	// ErrTimeout: a request found no room in the window for the
+	// configured give-up time (the peer does not answer).
+	ErrTimeout = errors.New("am: peer does not answer")
+)
+
+// Handler is an Active Message handler. data aliases the receive buffer and
+// is valid only until the handler returns. A request handler may send one
+// reply with t.Reply; a reply handler sends nothing.
+type Handler func(t *Token, data []byte)
+
+// Token identifies the message a handler runs for. It is valid only while
+// the handler runs.
+type Token struct {
+	s       *SSAM
+	conn    int
+	seq     uint8
+	request bool
+	replied bool
+}
+
+// Conn returns the connection the message came from.
+func (t *Token) Conn() int { return t.conn }
+
+// IsRequest reports whether the handler runs for a request.
+func (t *Token) IsRequest() bool { return t.request }
+
+// Reply sends the reply to the request the handler runs for, naming the
+// requester's handler. It may be called once, in a request handler only.
+func (t *Token) Reply(handler uint32, data []byte) error {
+	switch {
+	case !t.request:
+		return fmt.Errorf("%w: a reply handler may not send", ErrDiscipline)
+	case t.replied:
+		return fmt.Errorf("%w: a request handler sends at most one reply", ErrDiscipline)
+	}
+	if err := t.s.checkLen(len(data)); err != nil {
+		return err
+	}
+	t.replied = true
+	return t.s.answer(t.conn, t.seq, kindReply, handler, data)
+}
+
+// SSAMConfig configures an SSAM endpoint.
+type SSAMConfig struct {
+	Window     int           // outstanding requests per connection (W); default 8, at most MaxWindow
+	Timeout    time.Duration // retransmission timeout; default 2 ms
+	GiveUp     time.Duration // how long Request waits for room in the window; default 5 s
+	MaxMessage int           // longest message data in bytes; default 8192, at most MaxBulk
+	Clock      clock.Clock   // default the system clock
+}
+
+func (c *SSAMConfig) fill() error {
+	if c.Window == 0 {
+		c.Window = 8
+	}
+	if c.Window < 1 || c.Window > MaxWindow {
+		return fmt.Errorf("am: window %d out of range [1, %d]", c.Window, MaxWindow)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 2 * time.Millisecond
+	}
+	if c.GiveUp == 0 {
+		c.GiveUp = DefaultGiveUp
+	}
+	if c.MaxMessage == 0 {
+		c.MaxMessage = 8192
+	}
+	if c.MaxMessage < MaxShort || c.MaxMessage > MaxBulk {
+		return fmt.Errorf("am: MaxMessage %d out of range [%d, %d]", c.MaxMessage, MaxShort, MaxBulk)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.System{}
+	}
+	return nil
+}
+
+// SlotsPerMessage returns the 48-byte send slots a message of up to max
+// data bytes occupies (its whole CPCS-PDU).
+func SlotsPerMessage(max int) int { return cells.CellCount(cells.SSAMHeaderSize + max) }
+
+// SendSlots returns the send area (in slots) a device needs per connection
+// for an SSAM endpoint with this window and message size: 2W buffers.
+func SendSlots(window, maxMessage int) int {
+	n := 2 * window * SlotsPerMessage(maxMessage)
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// Stats counts what an SSAM endpoint did.
+type Stats struct {
+	Requests      uint64 // requests sent (first transmissions)
+	Replies       uint64 // replies sent
+	Acks          uint64 // explicit acks sent
+	Retransmits   uint64 // requests sent again after a timeout
+	Resent        uint64 // saved answers sent again for duplicate requests
+	Handled       uint64 // request handlers run
+	ReplyHandled  uint64 // reply handlers run
+	DupRequests   uint64 // duplicate requests recognised (handler not run)
+	DupAnswers    uint64 // answers dropped: already handled, or not the oldest outstanding
+	OutOfOrder    uint64 // requests dropped for arriving ahead of the next expected
+	BadCells      uint64 // cells dropped: CRC-10, length, or unknown kind
+	BadPDUs       uint64 // bulk PDUs dropped by reassembly (CRC-32, lost cells, ...)
+	HandlerErrors uint64 // messages for a handler index with no handler
+}
+
+// outstanding is a request in the window.
+type outstanding struct {
+	slots  int  // send slots it occupies (cells)
+	bulk   bool // sent on the bulk VC
+	sentAt time.Time
+}
+
+// saved is an answer kept for duplicate requests.
+type saved struct {
+	valid bool
+	seq   uint8
+	slots int
+	bulk  bool
+}
+
+// conn is the per-connection protocol state.
+type conn struct {
+	// Requester.
+	next, base uint8 // next sequence number to use; oldest unanswered
+	window     []outstanding
+	// Responder.
+	expected uint8 // next request sequence number to deliver
+	answers  []saved
+	reasm    *cells.Reassembler
+}
+
+// SSAM is an Active Messages endpoint on a device: one per process, with a
+// connection per peer as the device was opened. It is not safe for
+// concurrent use: like SSAM it is driven by one thread that sends and
+// polls.
+type SSAM struct {
+	dev      *driver.Device
+	cfg      SSAMConfig
+	per      int // send slots per message buffer
+	handlers []Handler
+	conns    []conn
+	depth    int   // handlers running (0 or 1: handlers do not poll)
+	tok      Token // the running handler's token (handlers do not nest)
+	polls    uint  // Poll calls, for running the timers every timerPolls
+	stats    Stats
+}
+
+// NewSSAM returns an endpoint on dev. The device's send areas must hold
+// SendSlots(cfg.Window, cfg.MaxMessage) slots.
+func NewSSAM(dev *driver.Device, cfg SSAMConfig) (*SSAM, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &SSAM{dev: dev, cfg: cfg, per: SlotsPerMessage(cfg.MaxMessage), conns: make([]conn, dev.NumConns())}
+	need := 2 * cfg.Window * s.per * cells.PayloadSize
+	for i := range s.conns {
+		if got := len(dev.SendArea(i)); got < need {
+			return nil, fmt.Errorf("am: connection %d's send area is %d bytes; window %d of %d-byte messages needs %d (driver.Config.SendSlots >= %d)",
+				i, got, cfg.Window, cfg.MaxMessage, need, SendSlots(cfg.Window, cfg.MaxMessage))
+		}
+		s.conns[i] = conn{
+			window:  make([]outstanding, cfg.Window),
+			answers: make([]saved, cfg.Window),
+			reasm:   cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: cells.SSAMHeaderSize + cfg.MaxMessage, MaxVCs: 2}),
+		}
+	}
+	return s, nil
+}
+
+// Register adds a handler and returns its index, the number that names it
+// on the wire.
+func (s *SSAM) Register(h Handler) uint32 {
+	s.handlers = append(s.handlers, h)
+	return uint32(len(s.handlers) - 1)
+}
+
+// Stats returns the endpoint's counters.
+func (s *SSAM) Stats() Stats { return s.stats }
+
+// Config returns the endpoint's configuration, defaults filled in.
+func (s *SSAM) Config() SSAMConfig { return s.cfg }
+
+func (s *SSAM) checkLen(n int) error {
+	if n > s.cfg.MaxMessage {
+		return fmt.Errorf("%w: %d bytes, this endpoint carries at most %d", ErrTooLong, n, s.cfg.MaxMessage)
+	}
+	return nil
+}
+
+// requestOffset and answerOffset are the first send slot of the buffer for
+// sequence number seq: requests in the first half of the area, answers in
+// the second.
+func (s *SSAM) requestOffset(seq uint8) int { return (int(seq) % s.cfg.Window) * s.per }
+func (s *SSAM) answerOffset(seq uint8) int {
+	return (s.cfg.Window + int(seq)%s.cfg.Window) * s.per
+}
+
+// Buffer returns where the data of connection c's next request goes: the
+// application may write up to MaxMessage bytes there and send them with
+// RequestBuffered, without a copy (SSAM's exported next send buffer). It is
+// nil while the window is full.
+func (s *SSAM) Buffer(c int) []byte {
+	if c < 0 || c >= len(s.conns) || s.windowFull(&s.conns[c]) {
+		return nil
+	}
+	off := s.requestOffset(s.conns[c].next) * cells.PayloadSize
+	return s.dev.SendArea(c)[off+cells.SSAMHeaderSize : off+cells.SSAMHeaderSize+s.cfg.MaxMessage]
+}
+
+func (s *SSAM) windowFull(cn *conn) bool {
+	return int((cn.next-cn.base)&seqMask) >= s.cfg.Window
+}
+
+// Request sends a request with data to handler on connection c, then polls.
+// While the window is full it polls until there is room, for at most the
+// configured give-up time. It may not be called from a handler.
+func (s *SSAM) Request(c int, handler uint32, data []byte) error {
+	if err := s.makeRoom(c); err != nil {
+		return err
+	}
+	if err := s.checkLen(len(data)); err != nil {
+		return err
+	}
+	copy(s.Buffer(c), data)
+	return s.send(c, handler, len(data))
+}
+
+// RequestBuffered sends a request whose n data bytes the application has
+// already written into Buffer(c).
+func (s *SSAM) RequestBuffered(c int, handler uint32, n int) error {
+	if err := s.makeRoom(c); err != nil {
+		return err
+	}
+	if err := s.checkLen(n); err != nil {
+		return err
+	}
+	return s.send(c, handler, n)
+}
+
+// makeRoom checks the call and polls until the window has room.
+func (s *SSAM) makeRoom(c int) error {
+	if s.depth > 0 {
+		return fmt.Errorf("%w: a handler may not send a request", ErrDiscipline)
+	}
+	if c < 0 || c >= len(s.conns) {
+		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
+	}
+	cn := &s.conns[c]
+	if !s.windowFull(cn) {
+		return nil
+	}
+	start := s.cfg.Clock.Now()
+	for s.windowFull(cn) {
+		if _, err := s.Poll(); err != nil {
+			return err
+		}
+		if s.windowFull(cn) && s.cfg.Clock.Now().Sub(start) > s.cfg.GiveUp {
+			return fmt.Errorf("%w: connection %d: window of %d full for %v", ErrTimeout, c, s.cfg.Window, s.cfg.GiveUp)
+		}
+	}
+	return nil
+}
+
+// send transmits request seq next of connection c, whose data is in place.
+func (s *SSAM) send(c int, handler uint32, n int) error {
+	cn := &s.conns[c]
+	seq := cn.next
+	off := s.requestOffset(seq)
+	slots, bulk, err := s.build(c, off, flowWord(kindRequest, seq, 0), handler, n)
+	if err != nil {
+		return err
+	}
+	// The timer stamps the request the first time it sees it (a clock
+	// read costs more than a single-cell send on some machines).
+	cn.window[int(seq)%s.cfg.Window] = outstanding{slots: slots, bulk: bulk}
+	cn.next = (seq + 1) & seqMask
+	s.stats.Requests++
+	if !bulk {
+		// SSAM's write-read trap: send, and receive what is waiting.
+		k, err := s.dev.SendRecv(c, off, driver.EOM, s.dev.RecvBatch())
+		if err != nil {
+			return err
+		}
+		if k > 0 {
+			s.dispatchAll()
+		}
+		return nil
+	}
+	if err := s.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM); err != nil {
+		return err
+	}
+	_, err = s.Poll()
+	return err
+}
+
+// build writes the header (and, for bulk, the AAL5 pad and trailer) of a
+// message whose n data bytes sit after the header at send slot off, and
+// returns how many slots it occupies and whether it goes on the bulk VC.
+func (s *SSAM) build(c, off int, flow uint16, handler uint32, n int) (slots int, bulk bool, err error) {
+	area := s.dev.SendArea(c)[off*cells.PayloadSize:]
+	if n <= MaxShort {
+		p := area[:cells.PayloadSize]
+		// EncodeSSAM copies the data onto itself (it is already in
+		// place) and clears the unused tail.
+		if err := cells.EncodeSSAM(p, flow, handler, p[cells.SSAMHeaderSize:cells.SSAMHeaderSize+n]); err != nil {
+			return 0, false, err
+		}
+		return 1, false, nil
+	}
+	sdu := cells.SSAMHeaderSize + n
+	pdu := area[:cells.PDULen(sdu)]
+	binary.BigEndian.PutUint16(pdu[0:], flow)
+	binary.BigEndian.PutUint32(pdu[2:], handler)
+	binary.BigEndian.PutUint16(pdu[6:], 0)
+	clear(pdu[sdu : len(pdu)-cells.TrailerSize])
+	tr := pdu[len(pdu)-cells.TrailerSize:]
+	tr[0], tr[1] = 0, 0
+	binary.BigEndian.PutUint16(tr[2:], uint16(sdu))
+	binary.BigEndian.PutUint32(tr[4:], cells.CRC32(pdu[:len(pdu)-4]))
+	return len(pdu) / cells.PayloadSize, true, nil
+}
+
+// answer sends and saves the reply or ack to request seq on connection c.
+func (s *SSAM) answer(c int, seq, kind uint8, handler uint32, data []byte) error {
+	cn := &s.conns[c]
+	off := s.answerOffset(seq)
+	start := off*cells.PayloadSize + cells.SSAMHeaderSize
+	copy(s.dev.SendArea(c)[start:], data)
+	slots, bulk, err := s.build(c, off, flowWord(kind, seq, cn.expected), handler, len(data))
+	if err != nil {
+		return err
+	}
+	cn.answers[int(seq)%s.cfg.Window] = saved{valid: true, seq: seq, slots: slots, bulk: bulk}
+	if kind == kindReply {
+		s.stats.Replies++
+	} else {
+		s.stats.Acks++
+	}
+	return s.transmit(c, off, slots, bulk)
+}
+
+func (s *SSAM) transmit(c, off, slots int, bulk bool) error {
+	if bulk {
+		return s.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM)
+	}
+	return s.dev.Send(c, off, driver.EOM)
+}
+
+// Poll receives what has arrived, runs its handlers, and retransmits what
+// has timed out. It returns the number of handlers run.
+func (s *SSAM) Poll() (int, error) {
+	if s.depth > 0 {
+		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
+	}
+	before := s.stats.Handled + s.stats.ReplyHandled
+	if _, err := s.dev.Recv(s.dev.RecvBatch()); err != nil {
+		return 0, err
+	}
+	s.dispatchAll()
+	if s.polls++; s.polls%timerPolls == 0 {
+		if err := s.timers(); err != nil {
+			return 0, err
+		}
+	}
+	return int(s.stats.Handled + s.stats.ReplyHandled - before), nil
+}
+
+// dispatchAll processes every cell waiting in the connections' receive
+// rings.
+func (s *SSAM) dispatchAll() {
+	for c := range s.conns {
+		for {
+			cell, ok := s.dev.Take(c)
+			if !ok {
+				break
+			}
+			s.cell(c, cell)
+		}
+	}
+}
+
+// cell processes one received cell of connection c.
+func (s *SSAM) cell(c int, cell cells.Cell) {
+	if s.dev.IsBulk(c, cell) {
+		pdu, ok, err := s.conns[c].reasm.Push(cell)
+		if err != nil {
+			s.stats.BadPDUs++
+		}
+		if !ok {
+			return
+		}
+		sdu := pdu.SDU
+		if len(sdu) < cells.SSAMHeaderSize {
+			s.stats.BadPDUs++
+			return
+		}
+		s.message(c, binary.BigEndian.Uint16(sdu), binary.BigEndian.Uint32(sdu[2:]), sdu[cells.SSAMHeaderSize:])
+		return
+	}
+	p := cells.SSAMCell(cell.Payload())
+	if p.Check() != nil {
+		s.stats.BadCells++
+		return
+	}
+	s.message(c, p.FlowControl(), p.Handler(), p.Data())
+}
+
+// message handles one received message.
+func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
+	kind, seq, _ := splitFlow(flow)
+	cn := &s.conns[c]
+	switch kind {
+	case kindRequest:
+		switch d := (cn.expected - seq) & seqMask; {
+		case d == 0:
+			s.tok = Token{s: s, conn: c, seq: seq, request: true}
+			cn.expected = (seq + 1) & seqMask
+			s.stats.Handled++
+			s.run(handler, &s.tok, data)
+			if !s.tok.replied {
+				s.answer(c, seq, kindAck, 0, nil)
+			}
+		case int(d) <= s.cfg.Window:
+			// Delivered already: its answer was lost. Send it again.
+			s.stats.DupRequests++
+			if a := cn.answers[int(seq)%s.cfg.Window]; a.valid && a.seq == seq {
+				s.stats.Resent++
+				s.transmit(c, s.answerOffset(seq), a.slots, a.bulk)
+			}
+		default:
+			s.stats.OutOfOrder++ // ahead of the next expected: go-back-N
+		}
+	case kindReply, kindAck:
+		if cn.next == cn.base || seq != cn.base {
+			s.stats.DupAnswers++ // handled already, or not the oldest outstanding
+			return
+		}
+		cn.base = (cn.base + 1) & seqMask
+		if kind == kindReply {
+			s.tok = Token{s: s, conn: c, seq: seq}
+			s.stats.ReplyHandled++
+			s.run(handler, &s.tok, data)
+		}
+	default:
+		s.stats.BadCells++
+	}
+}
+
+// run calls handler h with the discipline flag raised.
+func (s *SSAM) run(h uint32, t *Token, data []byte) {
+	if int(h) >= len(s.handlers) || s.handlers[h] == nil {
+		s.stats.HandlerErrors++
+		return
+	}
+	s.depth++
+	defer s.leave()
+	s.handlers[h](t, data)
+}
+
+func (s *SSAM) leave() { s.depth-- }
+
+// timerPolls is how often Poll looks at the retransmission timers: every
+// so many calls, because reading the clock costs more than an empty poll.
+// A request's timer starts when the timers first see it, so a timeout is
+// late by at most timerPolls polls.
+const timerPolls = 16
+
+// timers retransmits, on every connection whose oldest request has waited
+// longer than the timeout, all its outstanding requests.
+func (s *SSAM) timers() error {
+	var now time.Time
+	for c := range s.conns {
+		cn := &s.conns[c]
+		if cn.next == cn.base {
+			continue
+		}
+		if now.IsZero() {
+			now = s.cfg.Clock.Now()
+		}
+		for seq := cn.base; seq != cn.next; seq = (seq + 1) & seqMask {
+			if o := &cn.window[int(seq)%s.cfg.Window]; o.sentAt.IsZero() {
+				o.sentAt = now
+			}
+		}
+		if now.Sub(cn.window[int(cn.base)%s.cfg.Window].sentAt) <= s.cfg.Timeout {
+			continue
+		}
+		for seq := cn.base; seq != cn.next; seq = (seq + 1) & seqMask {
+			o := &cn.window[int(seq)%s.cfg.Window]
+			if err := s.transmit(c, s.requestOffset(seq), o.slots, o.bulk); err != nil {
+				return err
+			}
+			o.sentAt = now
+			s.stats.Retransmits++
+		}
+	}
+	return nil
+}
+
+// Outstanding returns the number of unanswered requests on connection c.
+func (s *SSAM) Outstanding(c int) int {
+	cn := &s.conns[c]
+	return int((cn.next - cn.base) & seqMask)
+}
+
+// Drain polls until every request on every connection has been answered, or
+// until timeout.
+func (s *SSAM) Drain(timeout time.Duration) error {
+	start := s.cfg.Clock.Now()
+	for {
+		busy := false
+		for c := range s.conns {
+			busy = busy || s.Outstanding(c) > 0
+		}
+		if !busy {
+			return nil
+		}
+		if s.cfg.Clock.Now().Sub(start) > timeout {
+			return fmt.Errorf("%w: requests still unanswered after %v", ErrTimeout, timeout)
+		}
+		if _, err := s.Poll(); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package am
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/driver"
+	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/loader"
+)
+
+// testVCI is the VCI of the test connections' short cells (the bulk VC is
+// testVCI+1), the same at both ends.
+const testVCI = 32
+
+// pair is two SSAM endpoints joined by one connection (number 0 at each
+// end) over a link, and how to inject loss into it.
+type pair struct {
+	a, b    *SSAM
+	setLoss func(t *testing.T, p float64)
+}
+
+// linkPairs are the links every test body runs over: the in-memory link
+// and real AF_XDP sockets on a veth pair, with xam's XDP program admitting
+// only the connection's VCIs.
+var linkPairs = []struct {
+	name string
+	new  func(t *testing.T, cfg SSAMConfig) *pair
+}{
+	{"memlink", newMemPair},
+	{"afxdp", newXDPPair},
+}
+
+func deviceConfig(peer net.HardwareAddr, cfg SSAMConfig) driver.Config {
+	c := cfg
+	c.fill()
+	return driver.Config{
+		Conns:     []driver.ConnSpec{{Peer: peer, SendVCI: testVCI, RecvVCI: testVCI}},
+		SendSlots: SendSlots(c.Window, c.MaxMessage),
+		RecvSlots: 4096,
+	}
+}
+
+func endpoints(t *testing.T, la, lb afxdp.Link, cfg SSAMConfig) (*SSAM, *SSAM) {
+	t.Helper()
+	var eps [2]*SSAM
+	for i, l := range []afxdp.Link{la, lb} {
+		peer := lb.HardwareAddr()
+		if i == 1 {
+			peer = la.HardwareAddr()
+		}
+		d, err := driver.Open(l, deviceConfig(peer, cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if eps[i], err = NewSSAM(d, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return eps[0], eps[1]
+}
+
+func newMemPair(t *testing.T, cfg SSAMConfig) *pair {
+	p := &pair{}
+	var a, b *memlink.Link
+	p.setLoss = func(t *testing.T, loss float64) {
+		t.Helper()
+		var err error
+		a, b, err = memlink.NewPair(memlink.Options{Loss: loss, Seed: 1, Depth: 8192})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close(); b.Close() })
+		p.a, p.b = endpoints(t, a, b, cfg)
+	}
+	p.setLoss(t, 0)
+	return p
+}
+
+func newXDPPair(t *testing.T, cfg SSAMConfig) *pair {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	var progs []*loader.Program
+	var socks []*afxdp.Socket
+	for _, h := range []*netnstest.Host{v.A, v.B} {
+		var prog *loader.Program
+		var sock *afxdp.Socket
+		err := h.Do(func() (err error) {
+			if prog, err = loader.Load(loader.Config{DstMAC: h.MAC, Admission: true}); err != nil {
+				return err
+			}
+			if _, err = prog.Attach(h.Index, loader.ModeAuto); err != nil {
+				return err
+			}
+			for _, vci := range []uint16{testVCI, testVCI + 1} {
+				if err := prog.Admit(0, vci); err != nil {
+					return err
+				}
+			}
+			if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
+				return err
+			}
+			return prog.Register(0, sock.FD())
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sock.Close(); prog.Close() })
+		progs = append(progs, prog)
+		socks = append(socks, sock)
+	}
+	p := &pair{}
+	p.a, p.b = endpoints(t, socks[0], socks[1], cfg)
+	p.setLoss = func(t *testing.T, loss float64) {
+		t.Helper()
+		for i, prog := range progs {
+			if err := prog.SetFaults(loader.Faults{DropRate: loss, Seed: uint64(7 + i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return p
+}
+
+// exchange runs n requests from a to b, each carrying its number and size
+// bytes of data, answered by b with a reply carrying the same. It checks
+// that every request handler and every reply handler runs exactly once, in
+// order, with the data intact.
+func exchange(t *testing.T, p *pair, n int, size func(i int) int) {
+	t.Helper()
+	payload := func(i int) []byte {
+		d := make([]byte, max(size(i), 8))
+		binary.BigEndian.PutUint64(d, uint64(i))
+		for j := 8; j < len(d); j++ {
+			d[j] = byte(i + j)
+		}
+		return d[:size(i)]
+	}
+	check := func(what string, want int, data []byte) error {
+		if exp := payload(want); !bytes.Equal(data, exp) {
+			return fmt.Errorf("%s %d: %d bytes %x..., want %d bytes", what, want, len(data), data[:min(len(data), 16)], len(exp))
+		}
+		return nil
+	}
+	// The responder's state is touched only by its goroutine, the
+	// requester's only by this one, until the responder has stopped.
+	var got, replies int
+	var failA, failB error
+	var replyH uint32
+	reqH := p.b.Register(func(tk *Token, data []byte) {
+		if err := check("request", got, data); err != nil && failB == nil {
+			failB = err
+		}
+		got++
+		if err := tk.Reply(replyH, data); err != nil && failB == nil {
+			failB = err
+		}
+	})
+	replyH = p.a.Register(func(tk *Token, data []byte) {
+		if err := check("reply", replies, data); err != nil && failA == nil {
+			failA = err
+		}
+		replies++
+	})
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := p.b.Poll(); err != nil && failB == nil {
+				failB = err
+				return
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+			<-stopped
+		}
+	}()
+	for i := range n {
+		if err := p.a.Request(0, reqH, payload(i)); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	err := p.a.Drain(20 * time.Second)
+	close(stop)
+	<-stopped
+	if err != nil {
+		t.Fatalf("%v (%d of %d replies; requester %+v; responder %+v)", err, replies, n, p.a.Stats(), p.b.Stats())
+	}
+	if failA != nil || failB != nil {
+		t.Fatal(errors.Join(failA, failB))
+	}
+	if got != n || replies != n {
+		t.Fatalf("%d request handlers and %d reply handlers ran for %d requests", got, replies, n)
+	}
+	if s := p.b.Stats(); s.Handled != uint64(n) {
+		t.Fatalf("responder stats %+v", s)
+	}
+}
+
+func TestRoundTrips(t *testing.T) {
+	for _, lp := range linkPairs {
+		t.Run(lp.name, func(t *testing.T) {
+			p := lp.new(t, SSAMConfig{MaxMessage: MaxBulk})
+			// Every single-cell size, then multi-cell sizes up to 64 KB.
+			sizes := []int{}
+			for n := 0; n <= MaxShort; n++ {
+				sizes = append(sizes, n)
+			}
+			sizes = append(sizes, 41, 48, 88, 89, 1000, 1500, 8192, 30000, MaxBulk)
+			exchange(t, p, len(sizes), func(i int) int { return sizes[i] })
+		})
+	}
+}
+
+func TestLoss(t *testing.T) {
+	for _, lp := range linkPairs {
+		for _, loss := range []float64{0.05, 0.20} {
+			t.Run(fmt.Sprintf("%s/%.0f%%", lp.name, 100*loss), func(t *testing.T) {
+				p := lp.new(t, SSAMConfig{Window: 8, Timeout: time.Millisecond, MaxMessage: 2000})
+				p.setLoss(t, loss)
+				rng := rand.New(rand.NewPCG(3, 4))
+				sizes := make([]int, 2000)
+				for i := range sizes {
+					if rng.IntN(4) == 0 {
+						sizes[i] = 41 + rng.IntN(1900)
+					} else {
+						sizes[i] = rng.IntN(MaxShort + 1)
+					}
+				}
+				exchange(t, p, len(sizes), func(i int) int { return sizes[i] })
+				sa, sb := p.a.Stats(), p.b.Stats()
+				if sa.Retransmits == 0 {
+					t.Errorf("no retransmissions under %.0f%% loss: %+v", 100*loss, sa)
+				}
+				t.Logf("requester %+v", sa)
+				t.Logf("responder %+v", sb)
+			})
+		}
+	}
+}
+
+func TestDiscipline(t *testing.T) {
+	p := newMemPair(t, SSAMConfig{})
+	var errs []error
+	var replyH uint32
+	replyH = p.a.Register(func(tk *Token, data []byte) {
+		errs = append(errs, tk.Reply(replyH, nil))  // a reply handler may not reply
+		errs = append(errs, p.a.Request(0, 0, nil)) // nor request
+		_, err := p.a.Poll()                        // nor poll
+		errs = append(errs, err)
+	})
+	reqH := p.b.Register(func(tk *Token, data []byte) {
+		errs = append(errs, tk.Reply(replyH, []byte("one")))
+		errs = append(errs, tk.Reply(replyH, []byte("two")))  // a second reply
+		errs = append(errs, p.b.Request(0, 0, []byte("req"))) // a request from a handler
+	})
+	if err := p.a.Request(0, reqH, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.a.Outstanding(0) > 0 && time.Now().Before(deadline) {
+		p.b.Poll()
+		p.a.Poll()
+	}
+	if len(errs) != 6 || errs[0] != nil {
+		t.Fatalf("errors %v", errs)
+	}
+	for i, err := range errs[1:] {
+		if !errors.Is(err, ErrDiscipline) {
+			t.Errorf("violation %d: %v, want ErrDiscipline", i+1, err)
+		}
+	}
+	if err := p.a.Request(0, reqH, make([]byte, 9000)); !errors.Is(err, ErrTooLong) {
+		t.Errorf("9000-byte request on an 8192-byte endpoint: %v", err)
+	}
+	if err := p.a.Request(5, reqH, nil); !errors.Is(err, ErrBadConn) {
+		t.Errorf("request on connection 5: %v", err)
+	}
+}
+
+// A request to a handler nobody answers is acknowledged explicitly, and a
+// duplicate request is answered from the saved answer without running the
+// handler again.
+func TestExplicitAckAndDuplicates(t *testing.T) {
+	p := newMemPair(t, SSAMConfig{Timeout: time.Hour})
+	runs := 0
+	h := p.b.Register(func(tk *Token, data []byte) { runs++ })
+	if err := p.a.Request(0, h, []byte("no reply")); err != nil {
+		t.Fatal(err)
+	}
+	p.b.Poll()
+	p.a.Poll()
+	if p.a.Outstanding(0) != 0 || p.b.Stats().Acks != 1 || runs != 1 {
+		t.Fatalf("after an unanswered request: outstanding %d, responder %+v, runs %d", p.a.Outstanding(0), p.b.Stats(), runs)
+	}
+	// Replay the request by hand: the responder recognises it.
+	p.b.message(0, flowWord(kindRequest, 0, 0), h, []byte("no reply"))
+	if runs != 1 || p.b.Stats().DupRequests != 1 || p.b.Stats().Resent != 1 {
+		t.Fatalf("duplicate request: runs %d, stats %+v", runs, p.b.Stats())
+	}
+	p.a.Poll()
+	if p.a.Stats().DupAnswers != 1 {
+		t.Fatalf("the resent ack was not dropped as a duplicate: %+v", p.a.Stats())
+	}
+}
+
+func TestBuffer(t *testing.T) {
+	p := newMemPair(t, SSAMConfig{})
+	var got string
+	h := p.b.Register(func(tk *Token, data []byte) { got = string(data) })
+	buf := p.a.Buffer(0)
+	n := copy(buf, "written in place")
+	if err := p.a.RequestBuffered(0, h, n); err != nil {
+		t.Fatal(err)
+	}
+	p.b.Poll()
+	if got != "written in place" {
+		t.Fatalf("handler got %q", got)
+	}
+}
+
+// A request/reply round trip allocates nothing (garbage collection pauses
+// would show as latency spikes and spurious retransmissions).
+func TestRoundTripAllocs(t *testing.T) {
+	p := newMemPair(t, SSAMConfig{Timeout: time.Hour})
+	var replyH uint32
+	reqH := p.b.Register(func(tk *Token, data []byte) { tk.Reply(replyH, data) })
+	replyH = p.a.Register(func(tk *Token, data []byte) {})
+	msg := make([]byte, 32)
+	bulk := make([]byte, 1000)
+	for _, m := range [][]byte{msg, bulk} {
+		allocs := testing.AllocsPerRun(200, func() {
+			if err := p.a.Request(0, reqH, m); err != nil {
+				t.Fatal(err)
+			}
+			for p.a.Outstanding(0) > 0 {
+				p.b.Poll()
+				p.a.Poll()
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%d-byte round trip: %.1f allocations", len(m), allocs)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/driver"
+	"github.com/xam-project/xam/loader"
+)
+
+// SSAMVCI is the VCI of the SSAM connection between two ping hosts (its
+// bulk VC is SSAMVCI+1).
+const SSAMVCI = 32
+
+// SSAMEndpoint is an SSAM endpoint over AF_XDP with one connection to a
+// peer: xam's XDP program admitting only the connection's VCIs (SSAM's
+// kernel VCI table), an AF_XDP socket, the SSAM device and the endpoint.
+type SSAMEndpoint struct {
+	Raw *RawEndpoint
+	Dev *driver.Device
+	AM  *am.SSAM
+}
+
+// OpenSSAM builds an SSAM endpoint at p with one connection to peer.
+func OpenSSAM(p Place, peer net.HardwareAddr, mode loader.Mode, cfg am.SSAMConfig) (*SSAMEndpoint, error) {
+	e := &SSAMEndpoint{Raw: &RawEndpoint{MAC: p.MAC}}
+	err := p.Do(func() (err error) {
+		r := e.Raw
+		if r.Prog, err = loader.Load(loader.Config{DstMAC: p.MAC, Admission: true}); err != nil {
+			return err
+		}
+		for _, vci := range []uint16{SSAMVCI, SSAMVCI + 1} {
+			if err := r.Prog.Admit(0, vci); err != nil {
+				return err
+			}
+		}
+		if r.Att, err = r.Prog.Attach(p.Ifindex, mode); err != nil {
+			return err
+		}
+		if r.Sock, err = afxdp.Open(p.Ifindex, afxdp.Options{}); err != nil {
+			return err
+		}
+		return r.Prog.Register(0, r.Sock.FD())
+	})
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	c := cfg
+	if c.Window == 0 {
+		c.Window = 8
+	}
+	if c.MaxMessage == 0 {
+		c.MaxMessage = 8192
+	}
+	e.Dev, err = driver.Open(e.Raw.Sock, driver.Config{
+		Conns:     []driver.ConnSpec{{Peer: peer, SendVCI: SSAMVCI, RecvVCI: SSAMVCI}},
+		SendSlots: am.SendSlots(c.Window, c.MaxMessage),
+	})
+	if err == nil {
+		e.AM, err = am.NewSSAM(e.Dev, cfg)
+	}
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close tears the endpoint down.
+func (e *SSAMEndpoint) Close() error {
+	var errs []error
+	if e.Dev != nil {
+		errs = append(errs, e.Dev.Close())
+	}
+	if e.Raw != nil {
+		errs = append(errs, e.Raw.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// SSAMResult extends the ping result with SSAM's delivery accounting.
+type SSAMResult struct {
+	PingResult
+	Sent        int    `json:"sent"`        // requests sent
+	Delivered   int    `json:"delivered"`   // request handlers run
+	Duplicates  int    `json:"duplicates"`  // messages whose handler ran more than once
+	Retransmits uint64 `json:"retransmits"` // requests sent again after a timeout
+}
+
+// SSAMPing runs a request/reply ping-pong from a to b over SSAM: each
+// request carries size bytes and its number, b's handler replies with the
+// same, and the round trip ends when a's reply handler has run. loss, when
+// above 0, makes both hosts' XDP programs drop that fraction of xam frames.
+func SSAMPing(a, b Place, cfg PingConfig, loss float64, amc am.SSAMConfig) (*SSAMResult, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if amc.MaxMessage == 0 {
+		amc.MaxMessage = max(8192, cfg.Size)
+	}
+	if cfg.Size > amc.MaxMessage {
+		return nil, fmt.Errorf("bench: %d-byte messages exceed the endpoint's %d", cfg.Size, amc.MaxMessage)
+	}
+	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, amc)
+	if err != nil {
+		return nil, fmt.Errorf("SSAM endpoint A: %w", err)
+	}
+	defer ea.Close()
+	eb, err := OpenSSAM(b, a.MAC, cfg.Mode, amc)
+	if err != nil {
+		return nil, fmt.Errorf("SSAM endpoint B: %w", err)
+	}
+	defer eb.Close()
+	if loss > 0 {
+		for _, e := range []*SSAMEndpoint{ea, eb} {
+			if err := e.Raw.Prog.SetFaults(loader.Faults{DropRate: loss}); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	total := cfg.Warmup + cfg.Count
+	runs := make([]uint8, total) // request handler runs per message, at b
+	var delivered atomic.Int64
+	var replyH uint32
+	reqH := eb.AM.Register(func(t *am.Token, data []byte) {
+		if len(data) >= 8 {
+			if i := binary.BigEndian.Uint64(data); i < uint64(total) {
+				runs[i]++
+			}
+		}
+		delivered.Add(1)
+		t.Reply(replyH, data)
+	})
+	var answered atomic.Int64 // highest message whose reply arrived, plus one
+	replyH = ea.AM.Register(func(t *am.Token, data []byte) {
+		if len(data) >= 8 {
+			answered.Store(int64(binary.BigEndian.Uint64(data)) + 1)
+		} else {
+			answered.Add(1)
+		}
+	})
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var echoErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, err := eb.AM.Poll(); err != nil {
+				echoErr = err
+				return
+			}
+		}
+	})
+	r := &SSAMResult{PingResult: PingResult{API: "ssam", Count: cfg.Count, Size: cfg.Size, hist: newHistogram()}}
+	msg := make([]byte, cfg.Size)
+	var runErr error
+	for i := range total {
+		if len(msg) >= 8 {
+			binary.BigEndian.PutUint64(msg, uint64(i))
+		}
+		start := time.Now()
+		if err := ea.AM.Request(0, reqH, msg); err != nil {
+			runErr = err
+			break
+		}
+		r.Sent++
+		for spins := 0; answered.Load() <= int64(i); spins++ {
+			if _, err := ea.AM.Poll(); err != nil {
+				runErr = err
+				break
+			}
+			if spins&1023 == 1023 && time.Since(start) > cfg.Timeout+am.DefaultGiveUp {
+				runErr = fmt.Errorf("bench: SSAM request %d unanswered after %v", i, time.Since(start))
+				break
+			}
+		}
+		if runErr != nil {
+			break
+		}
+		if i >= cfg.Warmup {
+			r.hist.RecordValue(int64(time.Since(start)))
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(runErr, echoErr); err != nil {
+		return nil, err
+	}
+	r.Delivered = int(delivered.Load())
+	for _, n := range runs {
+		if n > 1 {
+			r.Duplicates++
+		}
+	}
+	r.Lost = r.Sent - int(answered.Load())
+	r.Retransmits = ea.AM.Stats().Retransmits
+	r.finish()
+	return r, nil
+}
+
+// BulkResult is the outcome of a bulk transfer.
+type BulkResult struct {
+	API      string  `json:"api"`
+	Bytes    int64   `json:"bytes"`
+	Message  int     `json:"message_bytes"`
+	Seconds  float64 `json:"seconds"`
+	MBPerSec float64 `json:"mb_per_s"`
+}
+
+// SSAMBulk writes total bytes from a to b as requests of msg bytes each
+// (AAL5 PDUs when msg > 40), pipelined through the window; b's handler
+// takes the data and sends no reply, so each request is acknowledged
+// explicitly. The rate counts data bytes, from the first request until the
+// last is acknowledged.
+func SSAMBulk(a, b Place, total int64, msg int, mode loader.Mode, amc am.SSAMConfig) (*BulkResult, error) {
+	if msg < 1 || msg > am.MaxBulk {
+		return nil, fmt.Errorf("bench: bulk message of %d bytes out of range [1, %d]", msg, am.MaxBulk)
+	}
+	if amc.MaxMessage == 0 {
+		amc.MaxMessage = msg
+	}
+	ea, err := OpenSSAM(a, b.MAC, mode, amc)
+	if err != nil {
+		return nil, fmt.Errorf("SSAM endpoint A: %w", err)
+	}
+	defer ea.Close()
+	eb, err := OpenSSAM(b, a.MAC, mode, amc)
+	if err != nil {
+		return nil, fmt.Errorf("SSAM endpoint B: %w", err)
+	}
+	defer eb.Close()
+	var received atomic.Int64
+	sink := eb.AM.Register(func(t *am.Token, data []byte) { received.Add(int64(len(data))) })
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var echoErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, err := eb.AM.Poll(); err != nil {
+				echoErr = err
+				return
+			}
+		}
+	})
+	start := time.Now()
+	var runErr error
+	for sent := int64(0); sent < total && runErr == nil; {
+		n := int(min(int64(msg), total-sent))
+		buf := ea.AM.Buffer(0)
+		if buf == nil { // window full: RequestBuffered polls for room
+			runErr = ea.AM.Request(0, sink, make([]byte, n))
+		} else {
+			runErr = ea.AM.RequestBuffered(0, sink, n)
+		}
+		sent += int64(n)
+	}
+	if runErr == nil {
+		runErr = ea.AM.Drain(30 * time.Second)
+	}
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(runErr, echoErr); err != nil {
+		return nil, err
+	}
+	if got := received.Load(); got != total {
+		return nil, fmt.Errorf("bench: %d of %d bytes delivered", got, total)
+	}
+	return &BulkResult{API: "ssam", Bytes: total, Message: msg, Seconds: elapsed.Seconds(),
+		MBPerSec: float64(total) / elapsed.Seconds() / 1e6}, nil
+}
