@@ -130,8 +130,14 @@ func (t *Token) Reply(handler uint32, data []byte) error {
 
 // SSAMConfig configures an SSAM endpoint.
 type SSAMConfig struct {
-	Window     int           // outstanding requests per connection (W); default 8, at most MaxWindow
-	Timeout    time.Duration // retransmission timeout; default 2 ms
+	Window  int           // outstanding requests per connection (W); default 8, at most MaxWindow
+	Timeout time.Duration // retransmission timeout; default 2 ms
+	// Batch, above 1, coalesces single-cell messages: requests wait in
+	// their slots until Batch are pending, the window fills, or the
+	// endpoint polls or flushes, and go out packed in frames by one
+	// SendBatch trap; answers to the requests one poll delivers go out the
+	// same way. 0 or 1 sends each message at once (SSAM's write-read trap).
+	Batch      int
 	GiveUp     time.Duration // how long Request waits for room in the window; default 5 s
 	MaxMessage int           // longest message data in bytes; default 8192, at most MaxBulk
 	Clock      clock.Clock   // default the system clock
@@ -159,6 +165,9 @@ func (c *SSAMConfig) fill() error {
 	if c.Clock == nil {
 		c.Clock = clock.System{}
 	}
+	if c.Batch < 0 || c.Batch > c.Window {
+		return fmt.Errorf("am: batch %d out of range [0, window %d]", c.Batch, c.Window)
+	}
 	return nil
 }
 
@@ -166,10 +175,33 @@ func (c *SSAMConfig) fill() error {
 // data bytes occupies (its whole CPCS-PDU).
 func SlotsPerMessage(max int) int { return cells.CellCount(cells.SSAMHeaderSize + max) }
 
+// The send area of a connection holds the 2W buffers, in four regions of R
+// each (R, the window rounded up to a power of two; see bufferRing): single-cell requests (one slot each), single-cell answers, then
+// bulk requests and bulk answers (SlotsPerMessage slots each). A message's
+// buffer is chosen by its sequence number modulo R, so consecutive
+// single-cell messages sit in consecutive slots and a batch of them is one
+// SendBatch trap.
+func layoutSlots(window, per int) int {
+	r := bufferRing(window)
+	return 2*r + 2*r*per
+}
+
+// bufferRing is the number of buffers per region: the window rounded up to
+// a power of two, which divides the 128 sequence numbers, so that
+// consecutive sequence numbers always have consecutive buffers (modulo the
+// ring), also across the wrap from 127 to 0.
+func bufferRing(window int) int {
+	r := 1
+	for r < window {
+		r <<= 1
+	}
+	return r
+}
+
 // SendSlots returns the send area (in slots) a device needs per connection
-// for an SSAM endpoint with this window and message size: 2W buffers.
+// for an SSAM endpoint with this window and message size.
 func SendSlots(window, maxMessage int) int {
-	n := 2 * window * SlotsPerMessage(maxMessage)
+	n := layoutSlots(window, SlotsPerMessage(maxMessage))
 	p := 1
 	for p < n {
 		p <<= 1
@@ -196,6 +228,7 @@ type Stats struct {
 
 // outstanding is a request in the window.
 type outstanding struct {
+	off    int  // first send slot
 	slots  int  // send slots it occupies (cells)
 	bulk   bool // sent on the bulk VC
 	sentAt time.Time
@@ -205,6 +238,7 @@ type outstanding struct {
 type saved struct {
 	valid bool
 	seq   uint8
+	off   int
 	slots int
 	bulk  bool
 }
@@ -218,6 +252,11 @@ type conn struct {
 	expected uint8 // next request sequence number to deliver
 	answers  []saved
 	reasm    *cells.Reassembler
+	// Batching: single-cell requests written but not sent, from sequence
+	// number pendFrom; single-cell answers to send at the end of the poll.
+	pending  int
+	pendFrom uint8
+	answerQ  []uint8
 }
 
 // SSAM is an Active Messages endpoint on a device: one per process, with a
@@ -228,6 +267,7 @@ type SSAM struct {
 	dev      *driver.Device
 	cfg      SSAMConfig
 	per      int // send slots per message buffer
+	ring     int // buffers per region (bufferRing of the window)
 	handlers []Handler
 	conns    []conn
 	depth    int   // handlers running (0 or 1: handlers do not poll)
@@ -242,17 +282,19 @@ func NewSSAM(dev *driver.Device, cfg SSAMConfig) (*SSAM, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &SSAM{dev: dev, cfg: cfg, per: SlotsPerMessage(cfg.MaxMessage), conns: make([]conn, dev.NumConns())}
-	need := 2 * cfg.Window * s.per * cells.PayloadSize
+	s := &SSAM{dev: dev, cfg: cfg, per: SlotsPerMessage(cfg.MaxMessage), ring: bufferRing(cfg.Window),
+		conns: make([]conn, dev.NumConns())}
+	need := layoutSlots(cfg.Window, s.per) * cells.PayloadSize
 	for i := range s.conns {
 		if got := len(dev.SendArea(i)); got < need {
 			return nil, fmt.Errorf("am: connection %d's send area is %d bytes; window %d of %d-byte messages needs %d (driver.Config.SendSlots >= %d)",
 				i, got, cfg.Window, cfg.MaxMessage, need, SendSlots(cfg.Window, cfg.MaxMessage))
 		}
 		s.conns[i] = conn{
-			window:  make([]outstanding, cfg.Window),
-			answers: make([]saved, cfg.Window),
+			window:  make([]outstanding, s.ring),
+			answers: make([]saved, s.ring),
 			reasm:   cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: cells.SSAMHeaderSize + cfg.MaxMessage, MaxVCs: 2}),
+			answerQ: make([]uint8, 0, s.ring),
 		}
 	}
 	return s, nil
@@ -278,12 +320,31 @@ func (s *SSAM) checkLen(n int) error {
 	return nil
 }
 
-// requestOffset and answerOffset are the first send slot of the buffer for
-// sequence number seq: requests in the first half of the area, answers in
-// the second.
-func (s *SSAM) requestOffset(seq uint8) int { return (int(seq) % s.cfg.Window) * s.per }
-func (s *SSAM) answerOffset(seq uint8) int {
-	return (s.cfg.Window + int(seq)%s.cfg.Window) * s.per
+// requestOffset and answerOffset are the first send slot of the buffer of
+// sequence number seq for a message of n data bytes (see layoutSlots).
+func (s *SSAM) requestOffset(seq uint8, n int) int {
+	r := s.ring
+	if n <= MaxShort {
+		return s.buf(seq)
+	}
+	return 2*r + s.buf(seq)*s.per
+}
+
+// buf is the buffer index of sequence number seq within a region.
+func (s *SSAM) buf(seq uint8) int { return int(seq) & (s.ring - 1) }
+
+func (s *SSAM) answerOffset(seq uint8, n int) int {
+	r := s.ring
+	if n <= MaxShort {
+		return r + s.buf(seq)
+	}
+	return 2*r + r*s.per + s.buf(seq)*s.per
+}
+
+// dataAt returns the data part of the buffer at send slot off.
+func (s *SSAM) dataAt(c, off, n int) []byte {
+	start := off*cells.PayloadSize + cells.SSAMHeaderSize
+	return s.dev.SendArea(c)[start : start+n]
 }
 
 // Buffer returns where the data of connection c's next request goes: the
@@ -294,8 +355,7 @@ func (s *SSAM) Buffer(c int) []byte {
 	if c < 0 || c >= len(s.conns) || s.windowFull(&s.conns[c]) {
 		return nil
 	}
-	off := s.requestOffset(s.conns[c].next) * cells.PayloadSize
-	return s.dev.SendArea(c)[off+cells.SSAMHeaderSize : off+cells.SSAMHeaderSize+s.cfg.MaxMessage]
+	return s.dataAt(c, s.requestOffset(s.conns[c].next, s.cfg.MaxMessage), s.cfg.MaxMessage)
 }
 
 func (s *SSAM) windowFull(cn *conn) bool {
@@ -312,7 +372,7 @@ func (s *SSAM) Request(c int, handler uint32, data []byte) error {
 	if err := s.checkLen(len(data)); err != nil {
 		return err
 	}
-	copy(s.Buffer(c), data)
+	copy(s.dataAt(c, s.requestOffset(s.conns[c].next, len(data)), len(data)), data)
 	return s.send(c, handler, len(data))
 }
 
@@ -324,6 +384,10 @@ func (s *SSAM) RequestBuffered(c int, handler uint32, n int) error {
 	}
 	if err := s.checkLen(n); err != nil {
 		return err
+	}
+	if n <= MaxShort { // Buffer handed out the bulk buffer: move the data
+		seq := s.conns[c].next
+		copy(s.dataAt(c, s.requestOffset(seq, n), n), s.dataAt(c, s.requestOffset(seq, s.cfg.MaxMessage), n))
 	}
 	return s.send(c, handler, n)
 }
@@ -339,6 +403,9 @@ func (s *SSAM) makeRoom(c int) error {
 	cn := &s.conns[c]
 	if !s.windowFull(cn) {
 		return nil
+	}
+	if err := s.Flush(); err != nil {
+		return err
 	}
 	start := s.cfg.Clock.Now()
 	for s.windowFull(cn) {
@@ -356,32 +423,93 @@ func (s *SSAM) makeRoom(c int) error {
 func (s *SSAM) send(c int, handler uint32, n int) error {
 	cn := &s.conns[c]
 	seq := cn.next
-	off := s.requestOffset(seq)
+	off := s.requestOffset(seq, n)
 	slots, bulk, err := s.build(c, off, flowWord(kindRequest, seq, 0), handler, n)
 	if err != nil {
 		return err
 	}
 	// The timer stamps the request the first time it sees it (a clock
 	// read costs more than a single-cell send on some machines).
-	cn.window[int(seq)%s.cfg.Window] = outstanding{slots: slots, bulk: bulk}
+	cn.window[s.buf(seq)] = outstanding{off: off, slots: slots, bulk: bulk}
 	cn.next = (seq + 1) & seqMask
 	s.stats.Requests++
-	if !bulk {
-		// SSAM's write-read trap: send, and receive what is waiting.
-		k, err := s.dev.SendRecv(c, off, driver.EOM, s.dev.RecvBatch())
-		if err != nil {
+	switch {
+	case bulk:
+		if err := s.flushRequests(c); err != nil { // keep the order on the wire
 			return err
 		}
-		if k > 0 {
-			s.dispatchAll()
+		if err := s.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM); err != nil {
+			return err
+		}
+		_, err = s.Poll()
+		return err
+	case s.cfg.Batch > 1:
+		if cn.pending == 0 {
+			cn.pendFrom = seq
+		}
+		if cn.pending++; cn.pending >= s.cfg.Batch {
+			return s.flushRequests(c)
 		}
 		return nil
 	}
-	if err := s.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM); err != nil {
+	// SSAM's write-read trap: send, and receive what is waiting.
+	k, err := s.dev.SendRecv(c, off, driver.EOM, s.dev.RecvBatch())
+	if err != nil {
 		return err
 	}
-	_, err = s.Poll()
-	return err
+	if k > 0 {
+		s.dispatchAll()
+	}
+	return nil
+}
+
+// Flush sends the single-cell messages a batching endpoint holds back.
+func (s *SSAM) Flush() error {
+	for c := range s.conns {
+		if err := s.flushRequests(c); err != nil {
+			return err
+		}
+		if err := s.flushAnswers(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushRequests sends connection c's pending single-cell requests, which
+// sit in consecutive slots (two runs when they wrap around the region).
+func (s *SSAM) flushRequests(c int) error {
+	cn := &s.conns[c]
+	for cn.pending > 0 {
+		first := s.buf(cn.pendFrom)
+		k := min(cn.pending, s.ring-first)
+		if err := s.dev.SendBatch(c, first, k, driver.EOM); err != nil {
+			return err
+		}
+		cn.pending -= k
+		cn.pendFrom = (cn.pendFrom + uint8(k)) & seqMask
+	}
+	return nil
+}
+
+// flushAnswers sends connection c's queued single-cell answers, runs of
+// consecutive sequence numbers in one trap each.
+func (s *SSAM) flushAnswers(c int) error {
+	cn := &s.conns[c]
+	q := cn.answerQ
+	for i := 0; i < len(q); {
+		j := i + 1
+		for j < len(q) && q[j] == (q[j-1]+1)&seqMask && s.buf(q[j]) != 0 {
+			j++
+		}
+		if err := s.dev.SendBatch(c, s.answerOffset(q[i], 0), j-i, driver.EOM); err != nil {
+			cn.answerQ = q[:0]
+			return err
+		}
+		i = j
+	}
+	cn.answerQ = q[:0]
+	return nil
 }
 
 // build writes the header (and, for bulk, the AAL5 pad and trailer) of a
@@ -414,18 +542,26 @@ func (s *SSAM) build(c, off int, flow uint16, handler uint32, n int) (slots int,
 // answer sends and saves the reply or ack to request seq on connection c.
 func (s *SSAM) answer(c int, seq, kind uint8, handler uint32, data []byte) error {
 	cn := &s.conns[c]
-	off := s.answerOffset(seq)
-	start := off*cells.PayloadSize + cells.SSAMHeaderSize
-	copy(s.dev.SendArea(c)[start:], data)
+	off := s.answerOffset(seq, len(data))
+	copy(s.dataAt(c, off, len(data)), data)
 	slots, bulk, err := s.build(c, off, flowWord(kind, seq, cn.expected), handler, len(data))
 	if err != nil {
 		return err
 	}
-	cn.answers[int(seq)%s.cfg.Window] = saved{valid: true, seq: seq, slots: slots, bulk: bulk}
+	cn.answers[s.buf(seq)] = saved{valid: true, seq: seq, off: off, slots: slots, bulk: bulk}
 	if kind == kindReply {
 		s.stats.Replies++
 	} else {
 		s.stats.Acks++
+	}
+	if s.cfg.Batch > 1 {
+		if !bulk {
+			cn.answerQ = append(cn.answerQ, seq) // sent at the end of the poll
+			return nil
+		}
+		if err := s.flushAnswers(c); err != nil { // answers leave in order
+			return err
+		}
 	}
 	return s.transmit(c, off, slots, bulk)
 }
@@ -444,10 +580,24 @@ func (s *SSAM) Poll() (int, error) {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
 	before := s.stats.Handled + s.stats.ReplyHandled
+	if s.cfg.Batch > 1 {
+		for c := range s.conns {
+			if err := s.flushRequests(c); err != nil {
+				return 0, err
+			}
+		}
+	}
 	if _, err := s.dev.Recv(s.dev.RecvBatch()); err != nil {
 		return 0, err
 	}
 	s.dispatchAll()
+	if s.cfg.Batch > 1 {
+		for c := range s.conns {
+			if err := s.flushAnswers(c); err != nil {
+				return 0, err
+			}
+		}
+	}
 	if s.polls++; s.polls%timerPolls == 0 {
 		if err := s.timers(); err != nil {
 			return 0, err
@@ -514,9 +664,9 @@ func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
 		case int(d) <= s.cfg.Window:
 			// Delivered already: its answer was lost. Send it again.
 			s.stats.DupRequests++
-			if a := cn.answers[int(seq)%s.cfg.Window]; a.valid && a.seq == seq {
+			if a := cn.answers[s.buf(seq)]; a.valid && a.seq == seq {
 				s.stats.Resent++
-				s.transmit(c, s.answerOffset(seq), a.slots, a.bulk)
+				s.transmit(c, a.off, a.slots, a.bulk)
 			}
 		default:
 			s.stats.OutOfOrder++ // ahead of the next expected: go-back-N
@@ -569,20 +719,42 @@ func (s *SSAM) timers() error {
 			now = s.cfg.Clock.Now()
 		}
 		for seq := cn.base; seq != cn.next; seq = (seq + 1) & seqMask {
-			if o := &cn.window[int(seq)%s.cfg.Window]; o.sentAt.IsZero() {
+			if o := &cn.window[s.buf(seq)]; o.sentAt.IsZero() {
 				o.sentAt = now
 			}
 		}
-		if now.Sub(cn.window[int(cn.base)%s.cfg.Window].sentAt) <= s.cfg.Timeout {
+		if now.Sub(cn.window[s.buf(cn.base)].sentAt) <= s.cfg.Timeout {
 			continue
 		}
-		for seq := cn.base; seq != cn.next; seq = (seq + 1) & seqMask {
-			o := &cn.window[int(seq)%s.cfg.Window]
-			if err := s.transmit(c, s.requestOffset(seq), o.slots, o.bulk); err != nil {
-				return err
+		// Go back N: everything outstanding, single-cell requests in runs
+		// of consecutive slots, one trap per run.
+		run, runFrom := 0, 0
+		for seq := cn.base; ; seq = (seq + 1) & seqMask {
+			var o *outstanding
+			if seq != cn.next {
+				o = &cn.window[s.buf(seq)]
+			}
+			if run > 0 && (o == nil || o.bulk || s.buf(seq) == 0) {
+				if err := s.dev.SendBatch(c, runFrom, run, driver.EOM); err != nil {
+					return err
+				}
+				run = 0
+			}
+			if o == nil {
+				break
 			}
 			o.sentAt = now
 			s.stats.Retransmits++
+			if o.bulk {
+				if err := s.transmit(c, o.off, o.slots, true); err != nil {
+					return err
+				}
+				continue
+			}
+			if run == 0 {
+				runFrom = o.off
+			}
+			run++
 		}
 	}
 	return nil

@@ -361,3 +361,39 @@ func TestRoundTripAllocs(t *testing.T) {
 		}
 	}
 }
+
+// With batching, single-cell requests and their answers travel many to a
+// frame, and every guarantee still holds: exactly once, in order, under
+// loss, across the wrap of the 7-bit sequence numbers with a window that
+// does not divide 128.
+func TestBatching(t *testing.T) {
+	for _, lp := range linkPairs {
+		for _, loss := range []float64{0, 0.05} {
+			t.Run(fmt.Sprintf("%s/%.0f%%", lp.name, 100*loss), func(t *testing.T) {
+				cfg := SSAMConfig{Window: 63, Batch: 28, Timeout: time.Millisecond, MaxMessage: 1000}
+				p := lp.new(t, cfg)
+				p.setLoss(t, loss)
+				const n = 3000
+				exchange(t, p, n, func(i int) int {
+					if i%50 == 49 {
+						return 500 // now and then a bulk message in between
+					}
+					return 16
+				})
+				frames := p.a.dev.Stats().FramesSent
+				t.Logf("%d requests in %d frames; requester %+v", n, frames, p.a.Stats())
+				if loss == 0 && frames > n/4 {
+					t.Errorf("%d requests took %d frames: not batched", n, frames)
+				}
+			})
+		}
+	}
+}
+
+func TestBatchConfig(t *testing.T) {
+	for _, cfg := range []SSAMConfig{{Window: 8, Batch: 9}, {Batch: -1}} {
+		if err := cfg.fill(); err == nil {
+			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+}
