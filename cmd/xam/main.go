@@ -8,6 +8,7 @@
 //	xam ping [--api raw|udp|packet] [--count N] [--size B] [--json] [--dev IF (--peer MAC | --serve)]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --all
+//	xam bench ssam|all [--count N] [--bulk BYTES] [--json] [--out DIR]
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
 //	xam cells reassemble [--hex] [--erf FILE]
 //	xam version
@@ -49,6 +50,7 @@ func init() {
 		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
 		{"ping", "round-trip times over raw AF_XDP frames, AF_PACKET or kernel UDP", runPing},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
+		{"bench", "SSAM's tables today: trap, system-call and AM costs, round trips and bandwidth beside UDP and TCP", runBench},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble", runCells},
 		{"version", "print the version", func(e *env, _ []string) error {
 			fmt.Fprintln(e.stdout, "xam", version)

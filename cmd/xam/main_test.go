@@ -350,3 +350,147 @@ func TestDemo(t *testing.T) {
 		t.Errorf("demo left %v behind", left)
 	}
 }
+
+func TestBenchSSAM(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	dir := t.TempDir()
+	code, out, errs := xam(t, nil, "bench", "ssam", "--count", "300", "--bulk", "2000000", "--json", "--out", dir)
+	if code != 0 {
+		t.Fatalf("bench ssam: exit %d: %s\n%s", code, errs, out)
+	}
+	if left, _ := lab.Namespaces(fmt.Sprintf("xam-bench%d-", os.Getpid())); len(left) != 0 {
+		t.Errorf("bench left %v behind", left)
+	}
+	type cost struct {
+		Op        string  `json:"op"`
+		Calls     int     `json:"calls"`
+		NsPerCall float64 `json:"ns_per_call"`
+	}
+	var r struct {
+		Traps    []cost `json:"traps"`
+		Syscalls []cost `json:"syscalls"`
+		AM       []cost `json:"am"`
+		RTT      []struct {
+			Path  string           `json:"path"`
+			Count int              `json:"count"`
+			RTT   map[string]int64 `json:"rtt_ns"`
+			P50R  float64          `json:"p50_vs_raw"`
+			P99R  float64          `json:"p99_vs_raw"`
+			P50S  float64          `json:"p50_vs_ssam"`
+			P99S  float64          `json:"p99_vs_ssam"`
+		} `json:"rtt"`
+		Bandwidth []struct {
+			Path     string  `json:"path"`
+			Bytes    int64   `json:"bytes"`
+			MBPerSec float64 `json:"mb_per_s"`
+			VsSSAM   float64 `json:"vs_ssam"`
+		} `json:"bandwidth"`
+		Memory map[string]int `json:"memory"`
+		Paper  struct {
+			RTT  float64 `json:"rtt_us"`
+			Bulk float64 `json:"bulk_mb_per_s"`
+		} `json:"paper"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, table := range []struct {
+		name string
+		rows []cost
+		ops  []string
+	}{
+		{"traps", r.Traps, []string{"null_syscall", "send", "send16", "recv1", "recv16", "sendrecv"}},
+		{"syscalls", r.Syscalls, []string{"null_syscall", "send", "send16", "recv1", "recv16", "sendrecv"}},
+		{"am", r.AM, []string{"send_request", "handle_request", "reply", "handle_request_reply", "handle_reply", "explicit_ack", "handle_ack"}},
+	} {
+		var ops []string
+		for _, c := range table.rows {
+			ops = append(ops, c.Op)
+			if c.Calls < 300 || !(c.NsPerCall > 0) {
+				t.Errorf("%s: %+v", table.name, c)
+			}
+		}
+		if strings.Join(ops, " ") != strings.Join(table.ops, " ") {
+			t.Errorf("%s: operations %v, want %v", table.name, ops, table.ops)
+		}
+	}
+	var paths []string
+	for _, row := range r.RTT {
+		paths = append(paths, row.Path)
+		if row.Count != 300 || row.RTT["p50"] <= 0 || row.RTT["p99"] < row.RTT["p50"] ||
+			!(row.P50R > 0 && row.P99R > 0 && row.P50S > 0 && row.P99S > 0) {
+			t.Errorf("rtt: %+v", row)
+		}
+	}
+	if strings.Join(paths, " ") != "raw ssam udp tcp" || r.RTT[0].P50R != 1 || r.RTT[1].P50S != 1 {
+		t.Errorf("rtt rows %v (%+v)", paths, r.RTT)
+	}
+	paths = nil
+	for _, row := range r.Bandwidth {
+		paths = append(paths, row.Path)
+		if row.Bytes <= 0 || row.Bytes > 2000000 || !(row.MBPerSec > 0) || !(row.VsSSAM > 0) {
+			t.Errorf("bandwidth: %+v", row)
+		}
+	}
+	if strings.Join(paths, " ") != "ssam tcp udp" || r.Bandwidth[0].Bytes != 2000000 || r.Bandwidth[1].Bytes != 2000000 {
+		t.Errorf("bandwidth rows %v (%+v)", paths, r.Bandwidth)
+	}
+	for _, k := range []string{"window", "max_message", "send_slots", "recv_slots", "pinned_bytes", "per_peer_bytes"} {
+		if r.Memory[k] <= 0 {
+			t.Errorf("memory.%s = %d", k, r.Memory[k])
+		}
+	}
+	if r.Memory["per_peer_bytes"] >= r.Memory["pinned_bytes"] {
+		t.Errorf("memory %v: a further peer pins no less than the first", r.Memory)
+	}
+	if r.Paper.RTT != 20 || r.Paper.Bulk != 5.5 {
+		t.Errorf("paper %+v", r.Paper)
+	}
+	for _, name := range []string{"ssam-rtt.png", "ssam-rtt.svg"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestBenchUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"bench"}, "name a benchmark: ssam or all"},
+		{[]string{"bench", "--json"}, "name a benchmark"},
+		{[]string{"bench", "nonesuch"}, `unknown benchmark "nonesuch"`},
+		{[]string{"bench", "ssam", "--count", "0"}, "--count and --bulk must be positive"},
+		{[]string{"bench", "ssam", "--bulk", "-1"}, "--count and --bulk must be positive"},
+		{[]string{"bench", "ssam", "--mode", "sideways"}, "--mode"},
+		{[]string{"bench", "ssam", "--bogus"}, "flag provided but not defined"},
+		{[]string{"bench", "--count", "5", "ssam", "extra"}, `unknown benchmark "extra"`},
+	} {
+		if code, out, errs := xam(t, nil, tc.args...); code != 2 || !strings.Contains(errs, tc.stderr) || out != "" {
+			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errs, tc.stderr)
+		}
+	}
+	if code, _, errs := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(errs, "usage: xam bench ssam|all") {
+		t.Errorf("bench -h: exit %d, %q", code, errs)
+	}
+}
+
+// TestBenchSSAMLabExists checks that bench fails clearly, and leaves alone a
+// lab it did not build, when its lab's name is taken.
+func TestBenchSSAMLabExists(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	name := fmt.Sprintf("bench%d", os.Getpid())
+	l, err := lab.Up(lab.Config{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	code, out, errs := xam(t, nil, "bench", "ssam", "--count", "10")
+	if code != 1 || out != "" || !strings.Contains(errs, fmt.Sprintf("xam bench: lab %q exists", name)) {
+		t.Errorf("bench over an existing lab: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if left, _ := lab.Namespaces("xam-" + name + "-"); len(left) != 2 {
+		t.Errorf("the existing lab's namespaces: %v", left)
+	}
+}

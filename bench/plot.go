@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// RTTSeries is one round-trip distribution to plot: nanoseconds, as the
+// ping-pongs record them.
+type RTTSeries struct {
+	Name string
+	Hist *hdrhistogram.Histogram
+}
+
+// RTTMark is a vertical reference line, at Micros.
+type RTTMark struct {
+	Name   string
+	Micros float64
+}
+
+// maxCDFPoints bounds the points drawn per series (the HDR histogram has a
+// bucket per 0.1% of value).
+const maxCDFPoints = 1500
+
+// cdf returns the cumulative distribution of h as steps: x in microseconds
+// (the upper end of each non-empty bucket), y the fraction of values at or
+// below x. Buckets closer than a factor of (max/min)^(1/maxCDFPoints) are
+// merged.
+func cdf(h *hdrhistogram.Histogram) plotter.XYs {
+	total := h.TotalCount()
+	if total == 0 {
+		return nil
+	}
+	lo, hi := float64(max(h.Min(), 1)), float64(max(h.Max(), 1))
+	step := math.Pow(hi/lo, 1.0/maxCDFPoints)
+	var xy plotter.XYs
+	var cum int64
+	prevY, lastX := 0.0, 0.0
+	for _, bar := range h.Distribution() {
+		if bar.Count == 0 {
+			continue
+		}
+		if len(xy) == 0 {
+			xy = append(xy, plotter.XY{X: float64(max(bar.From, 1)) / 1e3, Y: 0})
+		}
+		cum += bar.Count
+		x, y := float64(max(bar.To, 1))/1e3, float64(cum)/float64(total)
+		if cum < total && lastX > 0 && x < lastX*step {
+			continue // merged into the next point
+		}
+		xy = append(xy, plotter.XY{X: x, Y: prevY}, plotter.XY{X: x, Y: y})
+		prevY, lastX = y, x
+	}
+	return xy
+}
+
+// PlotRTT draws the cumulative distributions of the series' round trips,
+// microseconds on a log scale, with gonum/plot, and saves the plot to each
+// path; the extension picks the format (.png, .svg, .pdf, ...). Series
+// with no values are left out.
+func PlotRTT(title string, series []RTTSeries, marks []RTTMark, paths ...string) (err error) {
+	defer func() {
+		if r := recover(); r != nil { // gonum/plot panics on some inputs
+			err = fmt.Errorf("bench: plotting round trips: %v", r)
+		}
+	}()
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "round trip (µs, log scale)"
+	p.Y.Label.Text = "fraction of round trips ≤ x"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.YOffs = vg.Points(36)
+	p.Add(plotter.NewGrid())
+	lo, hi := math.Inf(1), math.Inf(-1)
+	drawn := 0
+	for i, s := range series {
+		if s.Hist == nil {
+			continue
+		}
+		xy := cdf(s.Hist)
+		if len(xy) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(xy)
+		if err != nil {
+			return fmt.Errorf("bench: plotting %s: %w", s.Name, err)
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s (p50 %.1f µs)", s.Name, float64(s.Hist.ValueAtQuantile(50))/1e3), l)
+		lo, hi = min(lo, xy[0].X), max(hi, xy[len(xy)-1].X)
+		drawn++
+	}
+	if drawn == 0 {
+		return errors.New("bench: no round trips to plot")
+	}
+	for i, m := range marks {
+		if m.Micros <= 0 {
+			continue
+		}
+		l, err := plotter.NewLine(plotter.XYs{{X: m.Micros, Y: 0}, {X: m.Micros, Y: 1}})
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(len(series) + i)
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(l)
+		p.Legend.Add(m.Name, l)
+		lo, hi = min(lo, m.Micros), max(hi, m.Micros)
+	}
+	p.X.Min, p.X.Max = lo/1.2, hi*1.2
+	for _, path := range paths {
+		if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+			return fmt.Errorf("bench: writing %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// Plot writes the round-trip distributions of raw AF_XDP, SSAM, UDP and
+// TCP, with SSAM's 1994 round trip for reference, to dir/ssam-rtt.png and
+// dir/ssam-rtt.svg, and returns the paths.
+func (t *SSAMTables) Plot(dir string) ([]string, error) {
+	names := map[string]string{"raw": "raw AF_XDP", "ssam": "SSAM", "udp": "kernel UDP", "tcp": "kernel TCP"}
+	var series []RTTSeries
+	for _, path := range []string{"raw", "ssam", "udp", "tcp"} {
+		series = append(series, RTTSeries{Name: names[path], Hist: t.hists[path]})
+	}
+	size := ssamMessage
+	if len(t.RTT) > 0 {
+		size = t.RTT[0].Size
+	}
+	paths := []string{filepath.Join(dir, "ssam-rtt.png"), filepath.Join(dir, "ssam-rtt.svg")}
+	err := PlotRTT(fmt.Sprintf("Round trips of %d-byte messages on one lab (%d each)", size, t.Count),
+		series, []RTTMark{{Name: fmt.Sprintf("SSAM 1994 (~%g µs)", t.Paper.RTTMicros), Micros: t.Paper.RTTMicros}}, paths...)
+	if err != nil {
+		return nil, err
+	}
+	return paths, nil
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/internal/netdev"
+	"github.com/xam-project/xam/loader"
+)
+
+// benchmarks are the names `xam bench` knows; "all" runs them all.
+var benchmarks = []string{"ssam"}
+
+const benchUsage = "bench ssam|all [--count N] [--bulk BYTES] [--mode auto|generic|native] [--json] [--out DIR]"
+
+// runBench runs the named benchmarks, each on a lab of its own.
+func runBench(e *env, args []string) error {
+	var names []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		names, args = append(names, args[0]), args[1:]
+	}
+	fs := newFlags(e, "bench", benchUsage)
+	count := fs.Int("count", 20000, "round trips per path, and calls timed per cost")
+	bulk := fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, TCP stream, UDP blast)")
+	mode := fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
+	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of Markdown")
+	out := fs.String("out", "", "also write plots of the round-trip distributions into this directory")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%v%w", err, errUsage)
+	}
+	names = append(names, fs.Args()...)
+	if len(names) == 0 {
+		return usageError("name a benchmark: %s or all", strings.Join(benchmarks, ", "))
+	}
+	for _, n := range names {
+		if n == "all" {
+			names = benchmarks
+			break
+		}
+		known := false
+		for _, b := range benchmarks {
+			known = known || n == b
+		}
+		if !known {
+			return usageError("unknown benchmark %q (have: %s, all)", n, strings.Join(benchmarks, ", "))
+		}
+	}
+	if *count < 1 || *bulk < 1 {
+		return usageError("--count and --bulk must be positive")
+	}
+	m, err := loader.ParseMode(*mode)
+	if err != nil {
+		return usageError("--mode: %v", err)
+	}
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	cfg := bench.SSAMTablesConfig{Count: *count, Bulk: *bulk, Mode: m}
+	for _, n := range names {
+		switch n {
+		case "ssam":
+			if err := benchSSAM(e, cfg, *asJSON, *out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// benchSSAM measures SSAM's tables on a two-host lab built for the run and
+// removed afterwards (also on failure, and on an interrupt).
+func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) (err error) {
+	name := fmt.Sprintf("bench%d", os.Getpid())
+	l, err := lab.Up(lab.Config{Name: name})
+	if err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		if s, ok := <-sig; ok {
+			derr := l.Down()
+			fmt.Fprintf(e.stderr, "xam bench: %v: stopped; lab %s removed (%v)\n", s, name, derr)
+			os.Exit(130)
+		}
+	}()
+	defer func() {
+		signal.Stop(sig)
+		close(sig)
+		if derr := l.Down(); derr != nil && err == nil {
+			err = fmt.Errorf("removing lab %s: %w", name, derr)
+		}
+	}()
+	a, b := l.Hosts[0], l.Hosts[1]
+	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
+	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
+	fmt.Fprintf(e.stderr, "xam bench ssam: lab %s: %s %v (%v) <-> %s %v (%v)\n", name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
+	cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+	t, err := bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg)
+	if err != nil {
+		return err
+	}
+	t.Setup = bench.Setup{
+		Kernel: netdev.Probe().Kernel,
+		CPUs:   runtime.NumCPU(),
+		Lab:    "a 2-host veth lab (network namespaces " + a.NS + ", " + b.NS + ")",
+	}
+	if out != "" {
+		paths, err := t.Plot(out)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "xam bench ssam: wrote %s\n", strings.Join(paths, ", "))
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(t)
+	}
+	return t.Markdown(e.stdout)
+}
