@@ -143,6 +143,13 @@ type SSAMConfig struct {
 	Clock      clock.Clock   // default the system clock
 }
 
+// Filled returns the configuration with its defaults filled in, or an
+// error if it is out of range.
+func (c SSAMConfig) Filled() (SSAMConfig, error) {
+	err := c.fill()
+	return c, err
+}
+
 func (c *SSAMConfig) fill() error {
 	if c.Window == 0 {
 		c.Window = 8

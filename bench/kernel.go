@@ -77,14 +77,7 @@ func UDPPing(a, b Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, 
 			}
 			got = n >= 8 && binary.BigEndian.Uint64(buf) == uint64(i)
 		}
-		rtt := time.Since(start)
-		switch {
-		case i < cfg.Warmup:
-		case !got:
-			r.Lost++
-		default:
-			r.hist.RecordValue(int64(rtt))
-		}
+		r.record(i >= cfg.Warmup, got, time.Since(start))
 	}
 	r.finish()
 	return r, nil
@@ -192,14 +185,7 @@ func PacketPing(a, b Place, cfg PingConfig) (*PingResult, error) {
 			// The socket also sees its own transmissions.
 			got = !outgoing(from) && n >= seqOffset+8 && binary.BigEndian.Uint64(buf[seqOffset:]) == seq
 		}
-		rtt := time.Since(start)
-		switch {
-		case i < cfg.Warmup:
-		case !got:
-			r.Lost++
-		default:
-			r.hist.RecordValue(int64(rtt))
-		}
+		r.record(i >= cfg.Warmup, got, time.Since(start))
 	}
 	r.finish()
 	return r, nil

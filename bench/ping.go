@@ -74,6 +74,18 @@ func newHistogram() *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, int64(time.Minute), 3)
 }
 
+// record accounts for one round trip: measured or warm-up, answered or
+// lost.
+func (r *PingResult) record(measured, answered bool, rtt time.Duration) {
+	switch {
+	case !measured:
+	case !answered:
+		r.Lost++
+	default:
+		r.hist.RecordValue(int64(rtt))
+	}
+}
+
 func (r *PingResult) finish() {
 	h := r.hist
 	r.RTT = RTT{
@@ -107,10 +119,21 @@ type RawEndpoint struct {
 // OpenRaw loads and attaches the XDP program on the device and opens an
 // AF_XDP socket on queue.
 func OpenRaw(p Place, mode loader.Mode, queue int) (*RawEndpoint, error) {
+	return openRaw(p, mode, queue, loader.Config{DstMAC: p.MAC})
+}
+
+// openRaw is OpenRaw with the program's configuration; with Admission on,
+// the VCIs in admit (on VPI 0) are admitted.
+func openRaw(p Place, mode loader.Mode, queue int, cfg loader.Config, admit ...uint16) (*RawEndpoint, error) {
 	e := &RawEndpoint{MAC: p.MAC}
 	err := p.Do(func() (err error) {
-		if e.Prog, err = loader.Load(loader.Config{DstMAC: p.MAC}); err != nil {
+		if e.Prog, err = loader.Load(cfg); err != nil {
 			return err
+		}
+		for _, vci := range admit {
+			if err := e.Prog.Admit(0, vci); err != nil {
+				return err
+			}
 		}
 		if e.Att, err = e.Prog.Attach(p.Ifindex, mode); err != nil {
 			return err
@@ -229,14 +252,7 @@ func (e *RawEndpoint) Ping(peer net.HardwareAddr, cfg PingConfig) (*PingResult, 
 				break
 			}
 		}
-		rtt := time.Since(start)
-		switch {
-		case i < cfg.Warmup:
-		case !got:
-			r.Lost++
-		default:
-			r.hist.RecordValue(int64(rtt))
-		}
+		r.record(i >= cfg.Warmup, got, time.Since(start))
 	}
 	r.finish()
 	return r, nil

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/driver"
 	"github.com/xam-project/xam/loader"
@@ -30,36 +29,15 @@ type SSAMEndpoint struct {
 
 // OpenSSAM builds an SSAM endpoint at p with one connection to peer.
 func OpenSSAM(p Place, peer net.HardwareAddr, mode loader.Mode, cfg am.SSAMConfig) (*SSAMEndpoint, error) {
-	e := &SSAMEndpoint{Raw: &RawEndpoint{MAC: p.MAC}}
-	err := p.Do(func() (err error) {
-		r := e.Raw
-		if r.Prog, err = loader.Load(loader.Config{DstMAC: p.MAC, Admission: true}); err != nil {
-			return err
-		}
-		for _, vci := range []uint16{SSAMVCI, SSAMVCI + 1} {
-			if err := r.Prog.Admit(0, vci); err != nil {
-				return err
-			}
-		}
-		if r.Att, err = r.Prog.Attach(p.Ifindex, mode); err != nil {
-			return err
-		}
-		if r.Sock, err = afxdp.Open(p.Ifindex, afxdp.Options{}); err != nil {
-			return err
-		}
-		return r.Prog.Register(0, r.Sock.FD())
-	})
+	c, err := cfg.Filled()
 	if err != nil {
-		e.Close()
 		return nil, err
 	}
-	c := cfg
-	if c.Window == 0 {
-		c.Window = 8
+	raw, err := openRaw(p, mode, 0, loader.Config{DstMAC: p.MAC, Admission: true}, SSAMVCI, SSAMVCI+1)
+	if err != nil {
+		return nil, err
 	}
-	if c.MaxMessage == 0 {
-		c.MaxMessage = 8192
-	}
+	e := &SSAMEndpoint{Raw: raw}
 	e.Dev, err = driver.Open(e.Raw.Sock, driver.Config{
 		Conns:     []driver.ConnSpec{{Peer: peer, SendVCI: SSAMVCI, RecvVCI: SSAMVCI}},
 		SendSlots: am.SendSlots(c.Window, c.MaxMessage),

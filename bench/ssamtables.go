@@ -914,14 +914,7 @@ func TCPPing(a, b Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, 
 			}
 			got = binary.BigEndian.Uint64(buf) == uint64(i) // an older, late echo is skipped
 		}
-		rtt := time.Since(start)
-		switch {
-		case i < cfg.Warmup:
-		case !got:
-			r.Lost++
-		default:
-			r.hist.RecordValue(int64(rtt))
-		}
+		r.record(i >= cfg.Warmup, got, time.Since(start))
 	}
 	r.finish()
 	return r, nil
