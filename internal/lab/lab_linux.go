@@ -209,36 +209,12 @@ func (l *Lab) build(cfg Config) error {
 	return nil
 }
 
-// configure brings lo and the interface up, records its attributes and
-// assigns the address.
+// configure brings the host's interface up with its address and records
+// its attributes.
 func (h *Host) configure(ipv6 bool) error {
-	lo, err := h.Netlink.LinkByName("lo")
-	if err == nil {
-		err = h.Netlink.LinkSetUp(lo)
-	}
-	if err != nil {
-		return fmt.Errorf("bringing lo up in %s: %w", h.NS, err)
-	}
-	link, err := h.Netlink.LinkByName(h.Link)
-	if err != nil {
-		return fmt.Errorf("finding %s in %s: %w", h.Link, h.NS, err)
-	}
-	a := link.Attrs()
-	h.Index, h.MTU, h.Queues = a.Index, a.MTU, a.NumTxQueues
-	h.MAC = append(net.HardwareAddr(nil), a.HardwareAddr...)
-	if !ipv6 {
-		if err := h.Do(func() error { return DisableIPv6(h.Link) }); err != nil {
-			return fmt.Errorf("disabling IPv6 on %s/%s: %w", h.NS, h.Link, err)
-		}
-	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: h.Addr.Addr().AsSlice(), Mask: net.CIDRMask(h.Addr.Bits(), 32)}}
-	if err := h.Netlink.AddrAdd(link, addr); err != nil {
-		return fmt.Errorf("adding %v to %s/%s: %w", h.Addr, h.NS, h.Link, err)
-	}
-	if err := h.Netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("bringing %s/%s up: %w", h.NS, h.Link, err)
-	}
-	return nil
+	info, err := h.ConfigureLink(h.Link, h.Addr, ipv6)
+	h.Index, h.MTU, h.Queues, h.MAC = info.Index, info.MTU, info.Queues, info.MAC
+	return err
 }
 
 // configure brings the ports up, installs a static FDB entry for each

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -142,6 +144,46 @@ func Namespaces(prefix string) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// LinkInfo is what ConfigureLink reads of an interface.
+type LinkInfo struct {
+	Index, MTU, Queues int
+	MAC                net.HardwareAddr
+}
+
+// ConfigureLink brings lo and the interface name of the namespace up,
+// disables IPv6 on the interface unless ipv6 is set, assigns addr when it
+// is valid, and returns the interface's attributes.
+func (n *Namespace) ConfigureLink(name string, addr netip.Prefix, ipv6 bool) (LinkInfo, error) {
+	lo, err := n.Netlink.LinkByName("lo")
+	if err == nil {
+		err = n.Netlink.LinkSetUp(lo)
+	}
+	if err != nil {
+		return LinkInfo{}, fmt.Errorf("bringing lo up in %s: %w", n.Name, err)
+	}
+	link, err := n.Netlink.LinkByName(name)
+	if err != nil {
+		return LinkInfo{}, fmt.Errorf("finding %s in %s: %w", name, n.Name, err)
+	}
+	a := link.Attrs()
+	info := LinkInfo{Index: a.Index, MTU: a.MTU, Queues: a.NumTxQueues, MAC: append(net.HardwareAddr(nil), a.HardwareAddr...)}
+	if !ipv6 {
+		if err := n.Do(func() error { return DisableIPv6(name) }); err != nil {
+			return info, fmt.Errorf("disabling IPv6 on %s/%s: %w", n.Name, name, err)
+		}
+	}
+	if addr.IsValid() {
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), addr.Addr().BitLen())}}
+		if err := n.Netlink.AddrAdd(link, a); err != nil {
+			return info, fmt.Errorf("adding %v to %s/%s: %w", addr, n.Name, name, err)
+		}
+	}
+	if err := n.Netlink.LinkSetUp(link); err != nil {
+		return info, fmt.Errorf("bringing %s/%s up: %w", n.Name, name, err)
+	}
+	return info, nil
 }
 
 // DisableIPv6 sets disable_ipv6 on link in the calling thread's namespace

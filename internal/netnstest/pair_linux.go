@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -111,38 +110,10 @@ func (h *Host) create() error {
 // configure brings lo and the veth end up, records the end's attributes,
 // and sets the addresses.
 func (h *Host) configure(cfg config) error {
-	lo, err := h.Netlink.LinkByName("lo")
-	if err == nil {
-		err = h.Netlink.LinkSetUp(lo)
-	}
-	if err != nil {
-		return fmt.Errorf("bringing lo up in %s: %w", h.NS, err)
-	}
-	link, err := h.Netlink.LinkByName(h.Link)
-	if err != nil {
-		return fmt.Errorf("finding %s: %w", h, err)
-	}
-	a := link.Attrs()
-	h.Index, h.MTU, h.Queues = a.Index, a.MTU, a.NumTxQueues
-	h.MAC = append(net.HardwareAddr(nil), a.HardwareAddr...)
-	if !cfg.ipv6 {
-		if err := h.Do(func() error { return lab.DisableIPv6(h.Link) }); err != nil {
-			return fmt.Errorf("disabling IPv6 on %s: %w", h, err)
-		}
-	}
-	if h.Addr.IsValid() {
-		addr := &netlink.Addr{IPNet: &net.IPNet{
-			IP:   h.Addr.Addr().AsSlice(),
-			Mask: net.CIDRMask(h.Addr.Bits(), 32),
-		}}
-		if err := h.Netlink.AddrAdd(link, addr); err != nil {
-			return fmt.Errorf("adding %v to %s: %w", h.Addr, h, err)
-		}
-	}
-	if err := h.Netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("bringing %s up: %w", h, err)
-	}
-	return nil
+	ns := &lab.Namespace{Name: h.NS, Handle: h.Handle, Netlink: h.Netlink}
+	info, err := ns.ConfigureLink(h.Link, h.Addr, cfg.ipv6)
+	h.Index, h.MTU, h.Queues, h.MAC = info.Index, info.MTU, info.Queues, info.MAC
+	return err
 }
 
 // close removes whatever part of the pair exists. It deletes the veth first,
