@@ -44,3 +44,18 @@ func Example() {
 		}
 	}
 }
+
+// Sockets on four queues of one device sharing one UMEM: each has its own
+// rings and its own chunks, and the memory goes with the last socket.
+func ExampleOpenShared() {
+	socks, err := afxdp.OpenShared(2, []int{0, 1, 2, 3}, afxdp.Options{FillSize: 1024, TxSize: 1024})
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, afxdp.ErrNotSupported) before Linux 5.10
+	}
+	for _, s := range socks {
+		// The loader registers each socket at the key of its queue.
+		fmt.Printf("queue %d: fd %d, chunks from UMEM address %#x\n", s.Info().Queue, s.FD(), s.Info().ChunkBase)
+		defer s.Close()
+	}
+	// ... one receive loop per socket, as in the package example.
+}

@@ -33,6 +33,20 @@ type redirector struct {
 // veth end; the test's cleanup removes it.
 func newRedirector(tb testing.TB, h *netnstest.Host) *redirector {
 	tb.Helper()
+	return newRedirectorMode(tb, h, link.XDPGenericMode)
+}
+
+// newRedirectorMode is newRedirector attaching in mode (link.XDPGenericMode
+// or link.XDPDriverMode).
+//
+// On a multi-queue veth the two modes see different queues: veth hands a
+// frame transmitted on queue q to the peer's queue q, which the native
+// program sees as rx_queue_index q, but veth does not record the receive
+// queue in the skb, so generic XDP reads the transmit queue as a recorded
+// receive queue plus one and sees q-1 (0 for q = 0). Tests that steer by
+// queue use native mode.
+func newRedirectorMode(tb testing.TB, h *netnstest.Host, mode link.XDPAttachFlags) *redirector {
+	tb.Helper()
 	xsks, err := ebpf.NewMap(&ebpf.MapSpec{
 		Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: uint32(max(h.Queues, 1)),
 	})
@@ -74,11 +88,11 @@ func newRedirector(tb testing.TB, h *netnstest.Host) *redirector {
 	tb.Cleanup(func() { prog.Close() })
 	r := &redirector{xsks: xsks, prog: prog}
 	err = h.Do(func() (err error) {
-		r.link, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: h.Index, Flags: link.XDPGenericMode})
+		r.link, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: h.Index, Flags: mode})
 		return err
 	})
 	if err != nil {
-		tb.Fatalf("attaching test XDP program to %s: %v", h, err)
+		tb.Fatalf("attaching test XDP program to %s (flags %v): %v", h, mode, err)
 	}
 	tb.Cleanup(func() { r.link.Close() })
 	return r
@@ -93,7 +107,9 @@ func (r *redirector) register(tb testing.TB, s *afxdp.Socket) {
 }
 
 // openSocket opens a socket on h's veth end inside h's namespace and closes
-// it in the test's cleanup (a second Close is harmless).
+// it in the test's cleanup (a second Close is harmless), calling Recv after
+// Close as a receive loop does, so that a UMEM left mapped for frames still
+// lent at Close goes too.
 func openSocket(tb testing.TB, h *netnstest.Host, opts afxdp.Options) *afxdp.Socket {
 	tb.Helper()
 	var s *afxdp.Socket
@@ -104,8 +120,15 @@ func openSocket(tb testing.TB, h *netnstest.Host, opts afxdp.Options) *afxdp.Soc
 	if err != nil {
 		tb.Fatalf("opening AF_XDP socket on %s: %v", h, err)
 	}
-	tb.Cleanup(func() { s.Close() })
+	tb.Cleanup(func() { closeAndDrain(s) })
 	return s
+}
+
+// closeAndDrain closes s, if it is open, and calls Recv, which drops the
+// reference to the UMEM that Close keeps while frames are lent.
+func closeAndDrain(s *afxdp.Socket) {
+	s.Close()
+	s.Recv(nil)
 }
 
 // socketPair is a veth pair with an AF_XDP socket on queue 0 of each end

@@ -17,8 +17,10 @@ type Info struct {
 	// kernel confirms it (XDP_OPTIONS).
 	ZeroCopy bool
 	// ZeroCopyErr is why zero-copy is not in use: in ModeAuto the refused
-	// zero-copy bind (EOPNOTSUPP on veth) before the fallback to copy mode.
-	// Nil in zero-copy mode and in ModeCopy.
+	// zero-copy bind (EOPNOTSUPP on veth) before the fallback to copy mode;
+	// for a socket that bound to a shared UMEM, that of the socket that
+	// registered it, whose mode it inherits. Nil in zero-copy mode and in
+	// ModeCopy.
 	ZeroCopyErr error
 
 	// NeedWakeup reports whether the socket was bound with
@@ -41,6 +43,15 @@ type Info struct {
 	// NAPIID is the NAPI instance of the queue (SO_INCOMING_NAPI_ID); 0 when
 	// the device registers none (veth) or busy polling is off.
 	NAPIID uint32
+
+	// SharedUMEM reports whether the socket bound with XDP_SHARED_UMEM to
+	// the UMEM of another socket (UMEM.Open, OpenShared: every socket of a
+	// UMEM but the one that registered it with the kernel).
+	SharedUMEM bool
+	// ChunkBase is the UMEM address of the socket's first chunk: it owns
+	// Options.FillSize receive chunks from there, then Options.TxSize
+	// transmit chunks. 0 for a socket with a UMEM of its own.
+	ChunkBase uint64
 
 	// BindRetries is the number of times bind failed with EBUSY (the queue
 	// still held by a socket being released) before it succeeded.

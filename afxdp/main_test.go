@@ -14,8 +14,8 @@ import (
 )
 
 // TestMain fails the run if the tests leave AF_XDP sockets, eventfds, BPF
-// objects or socket mappings (rings) behind, as cilium/ebpf's tests fail on
-// leaked descriptors.
+// objects, socket mappings (rings) or UMEM mappings behind, as cilium/ebpf's
+// tests fail on leaked descriptors.
 func TestMain(m *testing.M) {
 	// Let the runtime create its poller's descriptors before the snapshot.
 	if r, w, err := os.Pipe(); err == nil {
@@ -61,7 +61,8 @@ func leakable(target string) bool {
 		strings.HasPrefix(target, "anon_inode:bpf")
 }
 
-// socketMappings lists the mappings of socket files (AF_XDP rings).
+// socketMappings lists the mappings of socket files (AF_XDP rings) and of
+// UMEMs ("/memfd:xam-AF_XDP-UMEM").
 func socketMappings() []string {
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {

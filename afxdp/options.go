@@ -55,8 +55,8 @@ type Options struct {
 
 	// RxSize, FillSize, TxSize and CompletionSize are the numbers of
 	// descriptors in the four rings: powers of two, default 2048 each. The
-	// UMEM has FillSize chunks for receiving and TxSize chunks for
-	// transmitting. CompletionSize must be at least TxSize and RxSize at
+	// socket has FillSize UMEM chunks for receiving and TxSize chunks for
+	// transmitting (its own UMEM, or its share of a UMEM; see UMEM.Open). CompletionSize must be at least TxSize and RxSize at
 	// least FillSize, so that neither ring can overflow.
 	RxSize, FillSize, TxSize, CompletionSize int
 
@@ -67,7 +67,10 @@ type Options struct {
 	// TxBudget is the number of frames the kernel transmits per system call
 	// in copy mode (XDP_MAX_TX_SKB_BUDGET, Linux 6.17 and later; the kernel's
 	// default is 32). Default: BatchSize, set only when above 32. At most
-	// TxSize. Failure to set it is reported in Info, not returned.
+	// TxSize. Failure to set it is reported in Info, not returned. With a
+	// budget in force of at most 256, Send makes its sendto calls as raw
+	// system calls, which the Go scheduler does not see (each is short);
+	// with a larger one, as ordinary ones.
 	TxBudget int
 
 	// Mode chooses zero-copy or copy mode; default ModeAuto.
@@ -190,4 +193,54 @@ func (o Options) validate() error {
 		return bad("bind timeout %v is negative", o.BindTimeout)
 	}
 	return nil
+}
+
+// UMEMOptions configure a UMEM that several sockets share (NewUMEM). The
+// zero value of each field but Chunks selects its default.
+type UMEMOptions struct {
+	// Chunks is the number of chunks, at most MaxUMEMChunks. Every socket
+	// opened on the UMEM takes FillSize+TxSize of them (4096 with the
+	// default ring sizes), for good.
+	Chunks int
+
+	// FrameSize and Headroom are as in Options, for every socket of the
+	// UMEM.
+	FrameSize int
+	Headroom  int
+
+	// Mode and NoNeedWakeup are as in Options. The kernel applies them when
+	// the first socket binds; the others inherit them.
+	Mode         Mode
+	NoNeedWakeup bool
+}
+
+// MaxUMEMChunks bounds UMEMOptions.Chunks (4 GiB of 4096-byte chunks).
+const MaxUMEMChunks = 1 << 20
+
+// withDefaults returns o with every zero field but Chunks set to its
+// default, and an error wrapping ErrInvalidOptions if a field is out of
+// range.
+func (o UMEMOptions) withDefaults() (UMEMOptions, error) {
+	so, err := Options{FrameSize: o.FrameSize, Headroom: o.Headroom, Mode: o.Mode}.withDefaults()
+	if err != nil {
+		return o, err
+	}
+	o.FrameSize = so.FrameSize
+	if o.Chunks < 1 || o.Chunks > MaxUMEMChunks {
+		return o, fmt.Errorf("afxdp: %w: UMEM of %d chunks: must be in [1, %d]", ErrInvalidOptions, o.Chunks, MaxUMEMChunks)
+	}
+	return o, nil
+}
+
+// sharedOptions checks the arguments of OpenShared and returns opts with
+// defaults filled in.
+func sharedOptions(queues []int, opts Options) (Options, error) {
+	if len(queues) == 0 {
+		return opts, fmt.Errorf("afxdp: %w: no queues", ErrInvalidOptions)
+	}
+	if opts.Queue != 0 {
+		return opts, fmt.Errorf("afxdp: %w: Options.Queue %d: OpenShared takes the queues as its argument",
+			ErrInvalidOptions, opts.Queue)
+	}
+	return opts.withDefaults()
 }

@@ -69,3 +69,37 @@ func TestCheckFrames(t *testing.T) {
 		t.Errorf("runt: %v", err)
 	}
 }
+
+// TestUMEMOptions checks that NewUMEM and OpenShared refuse invalid options
+// before they touch the kernel (no privileges needed).
+func TestUMEMOptions(t *testing.T) {
+	for _, c := range []struct {
+		opts  afxdp.UMEMOptions
+		words string
+	}{
+		{afxdp.UMEMOptions{}, "UMEM of 0 chunks"},
+		{afxdp.UMEMOptions{Chunks: afxdp.MaxUMEMChunks + 1}, "UMEM of 1048577 chunks"},
+		{afxdp.UMEMOptions{Chunks: 64, FrameSize: 1000}, "frame size 1000"},
+		{afxdp.UMEMOptions{Chunks: 64, Headroom: -1}, "headroom -1"},
+		{afxdp.UMEMOptions{Chunks: 64, Mode: afxdp.Mode(9)}, "unknown mode 9"},
+	} {
+		u, err := afxdp.NewUMEM(c.opts)
+		if u != nil || !errors.Is(err, afxdp.ErrInvalidOptions) || !strings.Contains(err.Error(), c.words) {
+			t.Errorf("NewUMEM(%+v): %v; want ErrInvalidOptions saying %q", c.opts, err, c.words)
+		}
+	}
+	for _, c := range []struct {
+		queues []int
+		opts   afxdp.Options
+		words  string
+	}{
+		{nil, afxdp.Options{}, "no queues"},
+		{[]int{0, 1}, afxdp.Options{Queue: 1}, "Options.Queue 1"},
+		{[]int{0, 1}, afxdp.Options{FillSize: 3}, "fill ring size 3"},
+	} {
+		socks, err := afxdp.OpenShared(1, c.queues, c.opts)
+		if socks != nil || !errors.Is(err, afxdp.ErrInvalidOptions) || !strings.Contains(err.Error(), c.words) {
+			t.Errorf("OpenShared(%v, %+v): %v; want ErrInvalidOptions saying %q", c.queues, c.opts, err, c.words)
+		}
+	}
+}

@@ -14,18 +14,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Socket is an AF_XDP socket bound to one queue of one device, with its own
-// UMEM and four rings. It implements Link, Statser, FDer and Waker.
+// Socket is an AF_XDP socket bound to one queue of one device, with four
+// rings and either a UMEM of its own (Open) or a share of a UMEM that other
+// sockets use too (UMEM.Open, OpenShared). It implements Link, Statser,
+// FDer and Waker.
 //
 // # Threads and ownership
 //
 // The socket has two sides, each behind its own mutex, so that one
 // goroutine can send while another receives:
 //
-//   - the RX side (Recv, Wait) owns the fill and RX rings, the RX half of
-//     the UMEM and the list of chunks lent to the caller by the last Recv;
-//   - the TX side (Send) owns the TX and completion rings, the TX half of
-//     the UMEM and its free list.
+//   - the RX side (Recv, Wait) owns the fill and RX rings, the socket's
+//     receive chunks and the list of chunks lent to the caller by the last
+//     Recv;
+//   - the TX side (Send) owns the TX and completion rings, the socket's
+//     transmit chunks and their free list.
 //
 // Close, Stats, FD, Wake and Info may be called from any goroutine. Close
 // takes both sides' mutexes, after waking a blocked Wait, so it never unmaps
@@ -35,7 +38,13 @@ type Socket struct {
 	mac   net.HardwareAddr
 	mtu   int
 	batch int
-	umem  *umem
+	umem  *umem // a reference to the mapping, dropped when the socket is done with it
+	part  share // the socket's chunks; read-only after Open
+
+	// shared is the UMEM handle the socket was opened on (nil for Open),
+	// netns the inode of the network namespace it was opened in.
+	shared *UMEM
+	netns  uint64
 
 	closed atomic.Bool
 
@@ -71,6 +80,7 @@ type Socket struct {
 		sock     int
 		zeroCopy bool
 		kickAll  bool // kick on every send (no need_wakeup, or copy mode)
+		rawKick  bool // make the sendto calls raw system calls (see kick)
 	}
 
 	stats struct {
@@ -104,6 +114,24 @@ func Open(ifindex int, opts Options) (*Socket, error) {
 	if err != nil {
 		return nil, err
 	}
+	return open(ifindex, o, nil)
+}
+
+// join says how a socket opened on a shared UMEM (UMEM.Open) uses it.
+type join struct {
+	umem *umem
+	base uint64 // UMEM address of the socket's first chunk
+	// sharedFD is a bound socket of the UMEM to bind to with
+	// XDP_SHARED_UMEM, or -1: the socket registers the UMEM itself.
+	sharedFD int
+	// zeroCopyErr is the ZeroCopyErr of the socket that registered the
+	// UMEM, whose mode every socket of the UMEM inherits.
+	zeroCopyErr error
+}
+
+// open does the work of Open (j nil: the socket gets a UMEM of its own)
+// and of UMEM.Open, with o validated and defaults filled in.
+func open(ifindex int, o Options, j *join) (*Socket, error) {
 	ifi, err := net.InterfaceByIndex(ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("afxdp: device %d: %w", ifindex, err)
@@ -130,7 +158,7 @@ func Open(ifindex int, opts Options) (*Socket, error) {
 			s.release()
 		}
 	}()
-	if err := s.setup(ifindex, o); err != nil {
+	if err := s.setup(ifindex, o, j); err != nil {
 		return nil, fmt.Errorf("afxdp: %s queue %d: %w", ifi.Name, o.Queue, err)
 	}
 	ok = true
@@ -138,7 +166,7 @@ func Open(ifindex int, opts Options) (*Socket, error) {
 }
 
 // setup does Open's work on the kernel side; release undoes any part of it.
-func (s *Socket) setup(ifindex int, o Options) error {
+func (s *Socket) setup(ifindex int, o Options, j *join) error {
 	ev, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("eventfd: %w", err)
@@ -153,11 +181,24 @@ func (s *Socket) setup(ifindex int, o Options) error {
 	}
 	s.fds.sock = fd
 
-	if s.umem, err = newUMEM(o.FrameSize, o.FillSize, o.TxSize); err != nil {
-		return err
+	register := true
+	if j == nil {
+		if s.umem, err = newUMEM(o.FrameSize, o.FillSize+o.TxSize); err != nil {
+			return err
+		}
+		s.part = newShare(s.umem, 0, o.FillSize, o.TxSize)
+	} else {
+		j.umem.get()
+		s.umem = j.umem
+		s.part = newShare(s.umem, j.base, o.FillSize, o.TxSize)
+		s.info.ChunkBase = j.base
+		register = j.sharedFD < 0
+		s.info.SharedUMEM = !register
 	}
-	if err := s.umem.register(fd, o.Headroom); err != nil {
-		return fmt.Errorf("registering %d-byte UMEM (XDP_UMEM_REG; memlock limit?): %w", len(s.umem.mem), err)
+	if register {
+		if err := s.umem.register(fd, o.Headroom); err != nil {
+			return fmt.Errorf("registering %d-byte UMEM (XDP_UMEM_REG; memlock limit?): %w", len(s.umem.mem), err)
+		}
 	}
 	for _, r := range []struct {
 		opt  int
@@ -170,6 +211,9 @@ func (s *Socket) setup(ifindex int, o Options) error {
 		{unix.XDP_TX_RING, "TX", o.TxSize},
 	} {
 		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, r.opt, r.n); err != nil {
+			if !register && (r.opt == unix.XDP_UMEM_FILL_RING || r.opt == unix.XDP_UMEM_COMPLETION_RING) {
+				err = sharedErr(err, kernelRelease())
+			}
 			return fmt.Errorf("creating %s ring of %d: %w", r.name, r.n, err)
 		}
 	}
@@ -222,7 +266,12 @@ func (s *Socket) setup(ifindex int, o Options) error {
 		s.info.BusyPollErr = errors.Join(errs...)
 	}
 
-	if err := s.bind(ifindex, o); err != nil {
+	if register {
+		err = s.bind(ifindex, o)
+	} else {
+		err = s.bindShared(ifindex, o, j)
+	}
+	if err != nil {
 		return err
 	}
 
@@ -249,12 +298,12 @@ func (s *Socket) setup(ifindex int, o Options) error {
 	s.rx.busyPoll = s.info.BusyPoll
 	s.rx.spin = o.Spin
 	s.rx.pollfds = [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(ev), Events: unix.POLLIN}}
-	s.rx.lent = make([]uint64, 0, s.umem.rxChunks)
-	for i := uint32(0); i < s.umem.rxChunks; i++ {
-		s.rx.lent = append(s.rx.lent, s.umem.rxAddr(i))
+	s.rx.lent = make([]uint64, 0, s.part.rxChunks)
+	for i := uint32(0); i < s.part.rxChunks; i++ {
+		s.rx.lent = append(s.rx.lent, s.part.rxAddr(i))
 	}
-	if s.rx.fill.free(s.umem.rxChunks) != s.umem.rxChunks {
-		return fmt.Errorf("fill ring has no room for %d chunks", s.umem.rxChunks)
+	if s.rx.fill.free(s.part.rxChunks) != s.part.rxChunks {
+		return fmt.Errorf("fill ring has no room for %d chunks", s.part.rxChunks)
 	}
 	s.rx.fill.fill(s.rx.lent)
 	s.rx.lent = s.rx.lent[:0]
@@ -266,9 +315,12 @@ func (s *Socket) setup(ifindex int, o Options) error {
 	s.tx.sock = fd
 	s.tx.zeroCopy = s.info.ZeroCopy
 	s.tx.kickAll = !s.info.ZeroCopy || o.NoNeedWakeup
-	s.tx.free = make([]uint64, 0, max(s.umem.txChunks, uint32(o.CompletionSize)))
-	for i := s.umem.txChunks; i > 0; i-- {
-		s.tx.free = append(s.tx.free, s.umem.txAddr(i-1))
+	// A zero-copy kick only wakes the driver; a copy-mode one transmits up
+	// to TxBudget frames in the call.
+	s.tx.rawKick = s.info.ZeroCopy || s.info.TxBudget <= rawKickBudget
+	s.tx.free = make([]uint64, 0, max(s.part.txChunks, uint32(o.CompletionSize)))
+	for i := s.part.txChunks; i > 0; i-- {
+		s.tx.free = append(s.tx.free, s.part.txAddr(i-1))
 	}
 	return nil
 }
@@ -282,29 +334,44 @@ func (s *Socket) bind(ifindex int, o Options) error {
 	}
 	switch o.Mode {
 	case ModeCopy:
-		return s.bindRetry(ifindex, o, flags|unix.XDP_COPY)
+		return s.bindRetry(ifindex, o, flags|unix.XDP_COPY, -1)
 	case ModeZeroCopy:
-		err := s.bindRetry(ifindex, o, flags|unix.XDP_ZEROCOPY)
+		err := s.bindRetry(ifindex, o, flags|unix.XDP_ZEROCOPY, -1)
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			err = fmt.Errorf("%w: zero-copy: %w", ErrNotSupported, err)
 		}
 		return err
 	}
-	zcErr := s.bindRetry(ifindex, o, flags|unix.XDP_ZEROCOPY)
+	zcErr := s.bindRetry(ifindex, o, flags|unix.XDP_ZEROCOPY, -1)
 	if zcErr == nil {
 		return nil
 	}
 	s.info.ZeroCopyErr = zcErr
-	if err := s.bindRetry(ifindex, o, flags|unix.XDP_COPY); err != nil {
+	if err := s.bindRetry(ifindex, o, flags|unix.XDP_COPY, -1); err != nil {
 		return fmt.Errorf("%w (after zero-copy failed: %w)", err, zcErr)
 	}
 	return nil
 }
 
-// bindRetry binds with flags, retrying for up to o.BindTimeout while the
-// kernel reports the queue busy.
-func (s *Socket) bindRetry(ifindex int, o Options, flags uint16) error {
+// bindShared binds with XDP_SHARED_UMEM to the UMEM of the bound socket
+// j.sharedFD. The kernel takes no mode flags then: the socket inherits
+// copy or zero-copy mode and need_wakeup from that socket's UMEM.
+func (s *Socket) bindShared(ifindex int, o Options, j *join) error {
+	s.info.ZeroCopyErr = j.zeroCopyErr
+	if err := s.bindRetry(ifindex, o, unix.XDP_SHARED_UMEM, j.sharedFD); err != nil {
+		return sharedErr(err, kernelRelease())
+	}
+	return nil
+}
+
+// bindRetry binds with flags (and the UMEM of socket sharedFD, unless it is
+// -1), retrying for up to o.BindTimeout while the kernel reports the queue
+// busy.
+func (s *Socket) bindRetry(ifindex int, o Options, flags uint16, sharedFD int) error {
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(o.Queue)}
+	if sharedFD >= 0 {
+		sa.SharedUmemFD = uint32(sharedFD)
+	}
 	deadline := time.Now().Add(o.BindTimeout)
 	for {
 		err := unix.Bind(s.fds.sock, sa)
@@ -313,8 +380,11 @@ func (s *Socket) bindRetry(ifindex int, o Options, flags uint16) error {
 		}
 		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
 			mode := "copy"
-			if flags&unix.XDP_ZEROCOPY != 0 {
+			switch {
+			case flags&unix.XDP_ZEROCOPY != 0:
 				mode = "zero-copy"
+			case flags&unix.XDP_SHARED_UMEM != 0:
+				mode = "shared-UMEM"
 			}
 			if errors.Is(err, unix.EBUSY) {
 				return fmt.Errorf("binding in %s mode: queue busy for %v (another socket holds it): %w",
@@ -394,7 +464,7 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 		for i := uint32(0); i < n; i++ {
 			f := frames[sent+int(i)]
 			addr := free[len(free)-1-int(i)]
-			copy(s.umem.mem[addr:addr+s.umem.frameSize], f)
+			copy(s.part.mem[addr:addr+s.part.frameSize], f)
 			s.tx.tx.set(i, unix.XDPDesc{Addr: addr, Len: uint32(len(f))})
 			bytes += uint64(len(f))
 		}
@@ -416,16 +486,16 @@ func (s *Socket) countTx(frames int, bytes uint64) {
 
 // reap moves completed TX chunks back to the free list. The free list has
 // room for every TX chunk, so the completions always fit; an address that is
-// not a TX chunk (the kernel never returns one) is dropped.
+// not one of the socket's TX chunks (the kernel never returns one) is
+// dropped.
 func (s *Socket) reap() {
 	free := s.tx.free
 	spare := free[len(free):cap(free)]
 	n := s.tx.comp.reap(spare)
-	lo, hi := s.umem.txAddr(0), s.umem.txAddr(s.umem.txChunks)
 	k := 0
 	for _, a := range spare[:n] {
-		if a >= lo && a < hi {
-			spare[k] = s.umem.chunk(a)
+		if s.part.isTx(a) {
+			spare[k] = s.part.chunk(a)
 			k++
 		}
 	}
@@ -450,13 +520,13 @@ func (s *Socket) flush() error {
 			return nil
 		}
 		s.stats.txKicks.Add(1)
-		return s.kickErr(kick(s.tx.sock))
+		return s.kickErr(kick(s.tx.sock, s.tx.rawKick))
 	}
 	var idle int
 	var stalledSince time.Time
 	for pending > 0 {
 		s.stats.txKicks.Add(1)
-		if err := s.kickErr(kick(s.tx.sock)); err != nil {
+		if err := s.kickErr(kick(s.tx.sock, s.tx.rawKick)); err != nil {
 			return err
 		}
 		left := s.tx.tx.pending()
@@ -502,9 +572,15 @@ func (s *Socket) Recv(frames [][]byte) (int, error) {
 	s.rx.Lock()
 	defer s.rx.Unlock()
 	if s.closed.Load() {
+		// Calling Recv gives the lent frames back, closed or not. A Close
+		// that has not taken the RX side yet then finds none lent and
+		// drops the UMEM reference itself; one that has left it to us.
+		// (Without this, a Recv that saw the flag before Close took the
+		// RX side would leave the UMEM mapped for good.)
+		s.rx.lent = s.rx.lent[:0]
 		if s.rx.umemPending {
 			s.rx.umemPending = false
-			s.umem.unmap()
+			s.umem.put()
 		}
 		return 0, net.ErrClosed
 	}
@@ -531,9 +607,9 @@ func (s *Socket) Recv(frames [][]byte) (int, error) {
 	var bytes uint64
 	for i := uint32(0); i < n; i++ {
 		d := s.rx.rx.get(idx + i)
-		f, ok := s.umem.frame(d.Addr, d.Len)
-		if d.Addr < uint64(s.umem.rxChunks)*s.umem.frameSize {
-			s.rx.lent = append(s.rx.lent, s.umem.chunk(d.Addr))
+		f, ok := s.part.frame(d.Addr, d.Len)
+		if s.part.isRx(d.Addr) {
+			s.rx.lent = append(s.rx.lent, s.part.chunk(d.Addr))
 		}
 		if !ok {
 			s.stats.rxBad.Add(1)
@@ -668,8 +744,11 @@ func (s *Socket) Stats() (Stats, error) {
 // Close implements Link. It wakes a blocked Wait, waits for a running Send
 // and Recv to return, unmaps the rings, closes the socket (the kernel then
 // removes it from any XSKMAP and releases the queue, asynchronously; see
-// Options.BindTimeout) and unmaps the UMEM, unless the last Recv's frames
-// are still lent: then the receiver's next Recv unmaps it.
+// Options.BindTimeout) and drops its reference to the UMEM, unless the last
+// Recv's frames are still lent: then the receiver's next Recv drops it. A
+// UMEM is unmapped when its last reference goes: at once for a socket with
+// a UMEM of its own; for a shared one, when its last socket and the UMEM
+// handle are closed.
 func (s *Socket) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return net.ErrClosed
@@ -685,14 +764,18 @@ func (s *Socket) Close() error {
 	return s.release()
 }
 
-// release unmaps and closes whatever exists, except the UMEM while frames
-// are lent.
+// release unmaps and closes whatever exists, and drops the socket's
+// reference to the UMEM unless frames are lent.
 func (s *Socket) release() error {
 	var errs []error
 	for _, r := range []*ring{&s.rx.fill.ring, &s.rx.rx.ring, &s.tx.tx.ring, &s.tx.comp.ring} {
 		if err := r.unmap(); err != nil {
 			errs = append(errs, fmt.Errorf("unmapping ring: %w", err))
 		}
+	}
+	if s.shared != nil {
+		// Before the descriptor closes: UMEM.Open must not bind to it.
+		s.shared.detach(s)
 	}
 	s.fds.Lock()
 	for _, fd := range []*int{&s.fds.sock, &s.fds.ev} {
@@ -705,7 +788,7 @@ func (s *Socket) release() error {
 	}
 	s.fds.Unlock()
 	if s.umem != nil && !s.rx.umemPending {
-		if err := s.umem.unmap(); err != nil {
+		if err := s.umem.put(); err != nil {
 			errs = append(errs, fmt.Errorf("unmapping UMEM: %w", err))
 		}
 	}

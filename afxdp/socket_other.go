@@ -32,3 +32,29 @@ func (s *Socket) Wait(time.Duration) (bool, error) { return false, net.ErrClosed
 func (s *Socket) Wake() error                      { return net.ErrClosed }
 func (s *Socket) Stats() (Stats, error)            { return Stats{}, net.ErrClosed }
 func (s *Socket) Close() error                     { return net.ErrClosed }
+
+// UMEM is packet memory shared by several sockets; on this system NewUMEM
+// always fails.
+type UMEM struct{}
+
+// NewUMEM fails: AF_XDP sockets need Linux. It still validates opts first.
+func NewUMEM(opts UMEMOptions) (*UMEM, error) {
+	if _, err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	return nil, errNotLinux
+}
+
+// OpenShared fails: AF_XDP sockets need Linux. It still validates opts
+// first.
+func OpenShared(ifindex int, queues []int, opts Options) ([]*Socket, error) {
+	if _, err := sharedOptions(queues, opts); err != nil {
+		return nil, err
+	}
+	return nil, errNotLinux
+}
+
+func (u *UMEM) Options() UMEMOptions                            { return UMEMOptions{} }
+func (u *UMEM) Chunks() (total, free int)                       { return 0, 0 }
+func (u *UMEM) Open(ifindex int, opts Options) (*Socket, error) { return nil, errNotLinux }
+func (u *UMEM) Close() error                                    { return net.ErrClosed }

@@ -120,8 +120,9 @@ func TestSocketReopen(t *testing.T) {
 	}
 }
 
-// mappings returns the lines of /proc/self/maps that map socket ino or lie
-// in [start, end).
+// mappings returns the lines of /proc/self/maps that map socket ino, or a
+// UMEM that overlaps [start, end) (the range alone would also find what the
+// process mapped there after the UMEM went).
 func mappings(t *testing.T, ino string, start, end uintptr) []string {
 	t.Helper()
 	f, err := os.Open("/proc/self/maps")
@@ -138,7 +139,8 @@ func mappings(t *testing.T, ino string, start, end uintptr) []string {
 			continue
 		}
 		var lo, hi uintptr
-		if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil && lo < end && hi > start {
+		if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil && lo < end && hi > start &&
+			strings.Contains(line, afxdp.UMEMMapName) {
 			out = append(out, line)
 		}
 	}
@@ -308,7 +310,8 @@ func TestSocketOverrun(t *testing.T) {
 }
 
 // TestSocketTxBudget checks that a TX budget above the kernel's 32 is
-// used: one sendto per 256-frame batch instead of eight.
+// used: one sendto per 256-frame batch instead of eight; and that the
+// sendto calls are raw system calls up to a budget of 256.
 func TestSocketTxBudget(t *testing.T) {
 	checkGoroutines(t)
 	veth := netnstest.NewVethPair(t) // frames to B go to its stack, which drops them
@@ -337,7 +340,16 @@ func TestSocketTxBudget(t *testing.T) {
 		if st.TxFrames != batches*256 {
 			t.Errorf("TxFrames %d", st.TxFrames)
 		}
+		if !afxdp.RawKick(s) {
+			t.Errorf("TxBudget %d: ordinary sendto calls, want raw ones", c.budget)
+		}
 		s.Close()
+	}
+	// A budget above 256 makes sendto calls too long to hide from the Go
+	// scheduler.
+	s := openSocket(t, veth.A, afxdp.Options{BatchSize: 512, TxBudget: 512})
+	if s.Info().TxBudget != 512 || afxdp.RawKick(s) {
+		t.Errorf("TxBudget %d: raw sendto calls %v, want ordinary ones", s.Info().TxBudget, afxdp.RawKick(s))
 	}
 }
 
