@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/xam-project/xam/am"
@@ -116,4 +118,41 @@ func BenchmarkShortMessageRate(b *testing.B) {
 		r, err := SSAMRate(pa, pb, b.N, 16, loader.ModeAuto, am.SSAMConfig{Window: 63, Batch: 28})
 		report(b, r, err)
 	})
+}
+
+// BenchmarkRawProgram measures the raw ping-pong with xam's XDP program as
+// xam runs it (frame check, destination-MAC filter, counters) and with the
+// program reduced to the EtherType steering alone, interleaved twice, in
+// one run: what the program's checks cost on the round trip.
+func BenchmarkRawProgram(b *testing.B) {
+	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
+	pa, pb := places(p)
+	full := func(p Place) loader.Config { return loader.Config{DstMAC: p.MAC} }
+	bare := func(Place) loader.Config { return loader.Config{SkipFrameCheck: true} }
+	for i, cfg := range []func(Place) loader.Config{full, bare, full, bare} {
+		name := []string{"xam-program", "steering-only"}[i%2]
+		b.Run(name, func(b *testing.B) {
+			ea, err := openRaw(pa, loader.ModeAuto, 0, cfg(pa))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ea.Close()
+			eb, err := openRaw(pb, loader.ModeAuto, 0, cfg(pb))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer eb.Close()
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			wg.Go(func() { eb.Echo(&stop) })
+			r, err := ea.Ping(pb.MAC, PingConfig{Count: b.N})
+			stop.Store(true)
+			wg.Wait()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(r.RTT.P50), "p50-ns")
+			b.ReportMetric(float64(r.RTT.P99), "p99-ns")
+		})
+	}
 }
