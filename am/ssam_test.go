@@ -113,7 +113,7 @@ func newXDPPair(t *testing.T, cfg SSAMConfig) *pair {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { sock.Close(); prog.Close() })
+		t.Cleanup(func() { sock.Close(); sock.Recv(nil); prog.Close() })
 		progs = append(progs, prog)
 		socks = append(socks, sock)
 	}

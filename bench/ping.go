@@ -159,6 +159,7 @@ func (e *RawEndpoint) Close() error {
 	var errs []error
 	if e.Sock != nil {
 		errs = append(errs, e.Sock.Close())
+		e.Sock.Recv(nil) // gives back lent frames, which keep the UMEM mapped until then
 	}
 	if e.Prog != nil {
 		errs = append(errs, e.Prog.Close()) // also detaches e.Att

@@ -43,7 +43,9 @@ func xdpHost(tb testing.TB, h *netnstest.Host) (*loader.Program, *afxdp.Socket) 
 		if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
 			return err
 		}
-		tb.Cleanup(func() { sock.Close() })
+		// A Recv after Close gives back frames still lent, which keep the
+		// UMEM mapped until then (afxdp.Socket.Close).
+		tb.Cleanup(func() { sock.Close(); sock.Recv(nil) })
 		return prog.Register(0, sock.FD())
 	})
 	if err != nil {

@@ -26,7 +26,7 @@ func TestPinned(t *testing.T) {
 	defer lb.Close()
 	a, _ := configs()
 	a.NoLock = false
-	before := lockedKB()
+	before := testenv.LockedKB()
 	d, err := driver.Open(la, withPeers(a, lb.HardwareAddr()))
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN) {
 		testenv.SkipOrFail(t, "cannot lock memory: %v", err)
@@ -45,14 +45,14 @@ func TestPinned(t *testing.T) {
 	if pinned%page != 0 || pinned < least || pinned > most {
 		t.Errorf("PinnedBytes %d, want a multiple of %d in [%d, %d]", pinned, page, least, most)
 	}
-	if got := lockedKB() - before; got != pinned/1024 {
+	if got := testenv.LockedKB() - before; got != pinned/1024 {
 		t.Errorf("VmLck grew by %d kB, PinnedBytes says %d kB", got, pinned/1024)
 	}
 	t.Logf("%d connections, default slots: %d bytes pinned (%d per connection)", d.NumConns(), pinned, pinned/d.NumConns())
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := lockedKB(); got != before || d.PinnedBytes() != 0 {
+	if got := testenv.LockedKB(); got != before || d.PinnedBytes() != 0 {
 		t.Errorf("after Close: VmLck %d kB (%d before), PinnedBytes %d", got, before, d.PinnedBytes())
 	}
 	b, _ := configs()
