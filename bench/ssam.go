@@ -67,25 +67,143 @@ func (e *SSAMEndpoint) Close() error {
 // SSAMResult extends the ping result with SSAM's delivery accounting.
 type SSAMResult struct {
 	PingResult
-	Sent        int    `json:"sent"`        // requests sent
-	Delivered   int    `json:"delivered"`   // request handlers run
-	Duplicates  int    `json:"duplicates"`  // messages whose handler ran more than once
+	Sent      int `json:"sent"`      // requests sent
+	Delivered int `json:"delivered"` // request handlers run (-1: not observable, the responder is remote)
+	// Duplicates counts messages whose handler ran more than once (-1:
+	// not observable from the requester; a remote responder reports its
+	// own count).
+	Duplicates  int    `json:"duplicates"`
 	Retransmits uint64 `json:"retransmits"` // requests sent again after a timeout
 }
 
-// SSAMPing runs a request/reply ping-pong from a to b over SSAM: each
-// request carries size bytes and its number, b's handler replies with the
-// same, and the round trip ends when a's reply handler has run. loss, when
-// above 0, makes both hosts' XDP programs drop that fraction of xam frames.
+// The ping's handlers: the responder's echo and the requester's reply
+// handler are each the first handler registered on their endpoint.
+const (
+	ssamEchoHandler  = 0
+	ssamReplyHandler = 0
+)
+
+// EchoCounts tells how often the echo handler ran for each message number.
+type EchoCounts struct {
+	mu   sync.Mutex
+	runs map[uint64]uint32
+	n    int
+}
+
+func (c *EchoCounts) add(i uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runs == nil {
+		c.runs = map[uint64]uint32{}
+	}
+	c.runs[i]++
+	c.n++
+}
+
+// Delivered returns the number of handler runs; Duplicates the number of
+// messages whose handler ran more than once.
+func (c *EchoCounts) Delivered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *EchoCounts) Duplicates() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := 0
+	for _, n := range c.runs {
+		if n > 1 {
+			d++
+		}
+	}
+	return d
+}
+
+// Echo makes e the responder of SSAM pings: its first handler, registered
+// here, echoes each request back to the requester's reply handler, counting
+// the runs per message in counts. Then PollUntil serves.
+func (e *SSAMEndpoint) Echo(counts *EchoCounts) error {
+	if h := e.AM.Register(func(t *am.Token, data []byte) {
+		if len(data) >= 8 {
+			counts.add(binary.BigEndian.Uint64(data))
+		} else {
+			counts.add(^uint64(0))
+		}
+		t.Reply(ssamReplyHandler, data)
+	}); h != ssamEchoHandler {
+		return fmt.Errorf("bench: the SSAM echo must be the endpoint's first handler (got %d)", h)
+	}
+	return nil
+}
+
+// PollUntil polls the endpoint until stop is set, then flushes.
+func (e *SSAMEndpoint) PollUntil(stop *atomic.Bool) error {
+	for !stop.Load() {
+		if _, err := e.AM.Poll(); err != nil {
+			return err
+		}
+	}
+	return e.AM.Flush()
+}
+
+// Ping runs the SSAM ping-pong from e to a peer endpoint that serves the
+// echo (ServeEcho): each request carries size bytes and its number, and a
+// round trip ends when the reply handler has run for it.
+func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if cfg.Size > e.AM.Config().MaxMessage {
+		return nil, fmt.Errorf("bench: %d-byte messages exceed the endpoint's %d", cfg.Size, e.AM.Config().MaxMessage)
+	}
+	var answered atomic.Int64 // highest message whose reply arrived, plus one
+	if h := e.AM.Register(func(t *am.Token, data []byte) {
+		if len(data) >= 8 {
+			answered.Store(int64(binary.BigEndian.Uint64(data)) + 1)
+		} else {
+			answered.Add(1)
+		}
+	}); h != ssamReplyHandler {
+		return nil, fmt.Errorf("bench: the SSAM reply handler must be the endpoint's first handler (got %d)", h)
+	}
+	r := &SSAMResult{PingResult: PingResult{API: "ssam", Count: cfg.Count, Size: cfg.Size, hist: newHistogram()},
+		Delivered: -1, Duplicates: -1}
+	msg := make([]byte, cfg.Size)
+	for i := range cfg.Warmup + cfg.Count {
+		if len(msg) >= 8 {
+			binary.BigEndian.PutUint64(msg, uint64(i))
+		}
+		start := time.Now()
+		if err := e.AM.Request(0, ssamEchoHandler, msg); err != nil {
+			return nil, err
+		}
+		r.Sent++
+		for spins := 0; answered.Load() <= int64(i); spins++ {
+			if _, err := e.AM.Poll(); err != nil {
+				return nil, err
+			}
+			if spins&1023 == 1023 && time.Since(start) > cfg.Timeout+am.DefaultGiveUp {
+				return nil, fmt.Errorf("bench: SSAM request %d unanswered after %v", i, time.Since(start))
+			}
+		}
+		r.record(i >= cfg.Warmup, true, time.Since(start))
+	}
+	r.Lost = r.Sent - int(answered.Load())
+	r.Retransmits = e.AM.Stats().Retransmits
+	r.finish()
+	return r, nil
+}
+
+// SSAMPing runs the SSAM ping-pong from a to b on one machine (two lab
+// hosts), b echoing. loss, when above 0, makes both hosts' XDP programs
+// drop that fraction of xam frames.
 func SSAMPing(a, b Place, cfg PingConfig, loss float64, amc am.SSAMConfig) (*SSAMResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	if amc.MaxMessage == 0 {
 		amc.MaxMessage = max(8192, cfg.Size)
-	}
-	if cfg.Size > amc.MaxMessage {
-		return nil, fmt.Errorf("bench: %d-byte messages exceed the endpoint's %d", cfg.Size, amc.MaxMessage)
 	}
 	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, amc)
 	if err != nil {
@@ -104,84 +222,21 @@ func SSAMPing(a, b Place, cfg PingConfig, loss float64, amc am.SSAMConfig) (*SSA
 			}
 		}
 	}
-
-	total := cfg.Warmup + cfg.Count
-	runs := make([]uint8, total) // request handler runs per message, at b
-	var delivered atomic.Int64
-	var replyH uint32
-	reqH := eb.AM.Register(func(t *am.Token, data []byte) {
-		if len(data) >= 8 {
-			if i := binary.BigEndian.Uint64(data); i < uint64(total) {
-				runs[i]++
-			}
-		}
-		delivered.Add(1)
-		t.Reply(replyH, data)
-	})
-	var answered atomic.Int64 // highest message whose reply arrived, plus one
-	replyH = ea.AM.Register(func(t *am.Token, data []byte) {
-		if len(data) >= 8 {
-			answered.Store(int64(binary.BigEndian.Uint64(data)) + 1)
-		} else {
-			answered.Add(1)
-		}
-	})
-
+	var counts EchoCounts
+	if err := eb.Echo(&counts); err != nil {
+		return nil, err
+	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var echoErr error
-	wg.Go(func() {
-		for !stop.Load() {
-			if _, err := eb.AM.Poll(); err != nil {
-				echoErr = err
-				return
-			}
-		}
-	})
-	r := &SSAMResult{PingResult: PingResult{API: "ssam", Count: cfg.Count, Size: cfg.Size, hist: newHistogram()}}
-	msg := make([]byte, cfg.Size)
-	var runErr error
-	for i := range total {
-		if len(msg) >= 8 {
-			binary.BigEndian.PutUint64(msg, uint64(i))
-		}
-		start := time.Now()
-		if err := ea.AM.Request(0, reqH, msg); err != nil {
-			runErr = err
-			break
-		}
-		r.Sent++
-		for spins := 0; answered.Load() <= int64(i); spins++ {
-			if _, err := ea.AM.Poll(); err != nil {
-				runErr = err
-				break
-			}
-			if spins&1023 == 1023 && time.Since(start) > cfg.Timeout+am.DefaultGiveUp {
-				runErr = fmt.Errorf("bench: SSAM request %d unanswered after %v", i, time.Since(start))
-				break
-			}
-		}
-		if runErr != nil {
-			break
-		}
-		if i >= cfg.Warmup {
-			r.hist.RecordValue(int64(time.Since(start)))
-		}
-	}
+	wg.Go(func() { echoErr = eb.PollUntil(&stop) })
+	r, err := ea.Ping(cfg)
 	stop.Store(true)
 	wg.Wait()
-	if err := errors.Join(runErr, echoErr); err != nil {
+	if err := errors.Join(err, echoErr); err != nil {
 		return nil, err
 	}
-	r.Delivered = int(delivered.Load())
-	for _, n := range runs {
-		if n > 1 {
-			r.Duplicates++
-		}
-	}
-	r.Lost = r.Sent - int(answered.Load())
-	r.Retransmits = ea.AM.Stats().Retransmits
-	r.finish()
+	r.Delivered, r.Duplicates = counts.Delivered(), counts.Duplicates()
 	return r, nil
 }
 

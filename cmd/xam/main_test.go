@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
@@ -492,5 +493,48 @@ func TestBenchSSAMLabExists(t *testing.T) {
 	}
 	if left, _ := lab.Namespaces("xam-" + name + "-"); len(left) != 2 {
 		t.Errorf("the existing lab's namespaces: %v", left)
+	}
+}
+
+// TestPingSSAMDevice runs the SSAM ping as on two real machines: one host of
+// a lab serves with --serve --peer, the other pings with --peer.
+func TestPingSSAMDevice(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("sdev%d", os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	a, b := l.Hosts[0], l.Hosts[1]
+	server, err := bench.OpenSSAM(bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}, a.MAC, loader.ModeAuto, am.SSAMConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counts bench.EchoCounts
+	if err := server.Echo(&counts); err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	done := make(chan error, 1)
+	go func() { done <- server.PollUntil(&stop) }()
+	t.Cleanup(func() {
+		stop.Store(true)
+		<-done
+		server.Close()
+	})
+	var code int
+	var out, errs string
+	a.Do(func() error {
+		code, out, errs = xam(t, nil, "ping", "--api", "ssam", "--dev", "eth0", "--peer", b.MAC.String(), "--count", "300", "--json")
+		return nil
+	})
+	if code != 0 || !strings.Contains(out, `"api":"ssam"`) || !strings.Contains(out, `"lost":0`) {
+		t.Fatalf("ping --api ssam --dev: exit %d, %s %s", code, out, errs)
+	}
+	if got := counts.Delivered(); got != 330 || counts.Duplicates() != 0 {
+		t.Errorf("server handled %d requests (%d duplicates), want 330 (300 + 30 warm-up), 0", got, counts.Duplicates())
+	}
+	if code, _, errs := xam(t, nil, "ping", "--api", "ssam", "--dev", "eth0"); code != 2 || !strings.Contains(errs, "--peer") {
+		t.Errorf("ssam --dev without --peer: exit %d, %s", code, errs)
 	}
 }

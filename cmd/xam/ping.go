@@ -19,7 +19,7 @@ import (
 )
 
 func runPing(e *env, args []string) error {
-	fs := newFlags(e, "ping", "ping [--api raw|ssam|udp|packet] [--count N] [--size B] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]")
+	fs := newFlags(e, "ping", "ping [--api raw|ssam|udp|packet] [--count N] [--size B] [--loss P] [--json] [--dev IF [--peer MAC] [--serve]]")
 	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), udp (kernel UDP), packet (AF_PACKET); amii and grim come with their layers")
 	loss := fs.Float64("loss", 0, "with --api ssam: fraction of xam frames both hosts' XDP programs drop (0..1)")
 	var cfg bench.PingConfig
@@ -31,7 +31,7 @@ func runPing(e *env, args []string) error {
 	fs.IntVar(&cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
 	dev := fs.String("dev", "", "ping over this device instead of a lab built for the run")
 	peer := fs.String("peer", "", "with --dev: the MAC address of the peer running `xam ping --serve`")
-	serve := fs.Bool("serve", false, "with --dev: echo raw pings until interrupted")
+	serve := fs.Bool("serve", false, "with --dev: answer pings until interrupted (--api ssam: with --peer, the pinging host's MAC)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -57,17 +57,32 @@ func runPing(e *env, args []string) error {
 	var r any
 	switch {
 	case *dev != "":
-		if *api != "raw" {
-			return usageError("--dev works with --api raw")
+		if *api != "raw" && *api != "ssam" {
+			return usageError("--dev works with --api raw or ssam")
 		}
-		if *serve == (*peer != "") {
+		switch {
+		case *api == "raw" && *serve == (*peer != ""):
 			return usageError("with --dev give either --peer MAC or --serve")
+		case *api == "ssam" && *peer == "":
+			return usageError("with --dev --api ssam give --peer MAC (and --serve on the responding host): an SSAM connection is bound to its peer")
+		}
+		if *loss > 0 {
+			return usageError("--loss needs the lab built for the run (no --dev)")
 		}
 		link, err := netlink.LinkByName(*dev)
 		if err != nil {
 			return fmt.Errorf("device %s: %w", *dev, err)
 		}
 		here := bench.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
+		var mac net.HardwareAddr
+		if *peer != "" {
+			if mac, err = net.ParseMAC(*peer); err != nil {
+				return usageError("--peer: %v", err)
+			}
+		}
+		if *api == "ssam" {
+			return pingSSAMDevice(e, here, mac, *serve, *dev, cfg, *asJSON)
+		}
 		ep, err := bench.OpenRaw(here, cfg.Mode, cfg.Queue)
 		if err != nil {
 			return err
@@ -75,10 +90,6 @@ func runPing(e *env, args []string) error {
 		defer ep.Close()
 		if *serve {
 			return serveRaw(e, ep, *dev)
-		}
-		mac, err := net.ParseMAC(*peer)
-		if err != nil {
-			return usageError("--peer: %v", err)
 		}
 		if r, err = ep.Ping(mac, cfg); err != nil {
 			return err
@@ -133,16 +144,59 @@ func printPing(e *env, r *bench.PingResult) {
 		d(r.RTT.P50), d(r.RTT.P90), d(r.RTT.P99), d(r.RTT.P999), d(r.RTT.Max), d(r.RTT.Mean))
 }
 
-// serveRaw echoes raw pings until SIGINT or SIGTERM.
-func serveRaw(e *env, ep *bench.RawEndpoint, dev string) error {
+// stopOnSignal returns a flag set by SIGINT or SIGTERM, and a function that
+// stops listening.
+func stopOnSignal() (*atomic.Bool, func()) {
 	var stop atomic.Bool
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sig)
+	done := make(chan struct{})
 	go func() {
-		<-sig
-		stop.Store(true)
+		select {
+		case <-sig:
+			stop.Store(true)
+		case <-done:
+		}
 	}()
+	return &stop, func() { signal.Stop(sig); close(done) }
+}
+
+// serveRaw echoes raw pings until SIGINT or SIGTERM.
+func serveRaw(e *env, ep *bench.RawEndpoint, dev string) error {
+	stop, release := stopOnSignal()
+	defer release()
 	fmt.Fprintf(e.stderr, "xam ping: echoing raw pings on %s (%v); interrupt to stop\n", dev, ep.MAC)
-	return ep.Echo(&stop)
+	return ep.Echo(stop)
+}
+
+// pingSSAMDevice runs the SSAM ping over a device with a peer (real NICs):
+// serving the echo until interrupted, or pinging.
+func pingSSAMDevice(e *env, here bench.Place, peer net.HardwareAddr, serve bool, dev string, cfg bench.PingConfig, asJSON bool) error {
+	ep, err := bench.OpenSSAM(here, peer, cfg.Mode, am.SSAMConfig{MaxMessage: max(8192, cfg.Size)})
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	if serve {
+		var counts bench.EchoCounts
+		if err := ep.Echo(&counts); err != nil {
+			return err
+		}
+		stop, release := stopOnSignal()
+		defer release()
+		fmt.Fprintf(e.stderr, "xam ping: serving SSAM pings from %v on %s (%v); interrupt to stop\n", peer, dev, here.MAC)
+		err := ep.PollUntil(stop)
+		fmt.Fprintf(e.stderr, "xam ping: %d requests handled, %d duplicates\n", counts.Delivered(), counts.Duplicates())
+		return err
+	}
+	r, err := ep.Ping(cfg)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(e.stdout).Encode(r)
+	}
+	printPing(e, &r.PingResult)
+	fmt.Fprintf(e.stdout, "sent %d, retransmits %d (delivery and duplicates are counted by the server)\n", r.Sent, r.Retransmits)
+	return nil
 }
