@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 FUZZTIME=${FUZZTIME:-5s}
 # Packages with concurrency, tested again under the race detector.
-RACE_PKGS=(./internal/... ./cells/... ./loader/... ./afxdp/... ./driver/... ./am/... ./bench/...)
+RACE_PKGS=(./internal/... ./cells/... ./loader/... ./afxdp/... ./driver/... ./am/... ./nicfw/... ./bench/...)
 
 step() { printf '\n==> %s\n' "$*"; }
 

@@ -1,8 +1,93 @@
-// Package nicfw is xam's NIC firmware: an engine that runs inline in the
-// application's thread or as a daemon on dedicated cores, with endpoint
-// scheduling, a reliable transport of logical stop-and-wait channels with
-// ACK/NACK and timer-driven retransmission, endpoint residency, flow
-// control, extension modules and the mapper (AM-II, DVCM, GRIM).
+// Package nicfw is xam's NIC firmware: the engine that AM-II calls the NIC
+// processor. This package holds its reliable transport (AM-II's "virtual
+// network transport protocol"); endpoints, scheduling, residency and the
+// mapper are built on top of it and are not here yet.
 //
-// Status: not yet built; the package holds this description only.
+// # Transport
+//
+// A Transport moves messages between this host and its peers on one
+// afxdp.Link. Peers are named by a small HostID that AddPeer maps to a MAC
+// address (the mapper's host table). Towards each peer there are C logical
+// channels (Config.Channels); each channel is stop-and-wait with a 16-bit
+// sequence number, so at most C messages per peer are unacknowledged at
+// once and Send reports ErrBusy when all of them are. The state lives in two
+// tables, one row per peer and one column per channel (channels.go):
+//
+//   - send channel table: in use, sequence number, the unacknowledged
+//     message (its transport header and payload, kept to retransmit), the
+//     timestamp of its current transmission, the time of its first and last
+//     transmission, the retry count and the time of the next retransmission;
+//   - receive channel table: the sequence number expected next, which
+//     suppresses duplicates.
+//
+// The receiver answers every DATA frame. A DATA frame carrying the expected
+// sequence number is offered to the Deliver callback: if Deliver accepts it
+// the channel's expected number advances and an ACK goes back; if Deliver
+// refuses it (the receive queue is full) a NACK goes back and nothing
+// advances. A DATA frame with any other sequence number is a duplicate of
+// one already delivered (a retransmission whose ACK was lost): it is not
+// delivered again, only ACKed again. ACKs and NACKs echo the sequence number
+// and the timestamp of the DATA frame they answer.
+//
+// At the sender an ACK whose channel is in use with the same sequence number
+// frees the channel. A NACK counts only if its echoed timestamp is that of
+// the channel's current transmission: a NACK for an earlier transmission is
+// stale (the message may since have been retransmitted and accepted) and is
+// ignored. A valid NACK schedules a retransmission after Config.NackDelay.
+//
+// Retransmission is driven by a timer scan (timers.go) that Poll runs every
+// Config.ScanInterval of its clock. The transport keeps, per peer, the
+// number of unacknowledged channels, and a list of the peers whose count is
+// not zero; the scan visits only those. A channel whose retransmission is
+// due is sent again with a fresh timestamp, unless nothing has been heard
+// for it (no NACK) for Config.GiveUpAfter since its first transmission or
+// its last valid NACK: then the peer is taken to be unreachable, the channel
+// is freed and the message goes back to its sender through the Returned
+// callback with ErrUnreachable. A NACK proves the peer alive, so a message
+// that the peer keeps refusing is not returned; the sender sees ErrBusy
+// instead (back-pressure).
+//
+// Sequence numbers start at 0 on both sides and the transport keeps no
+// epoch: a host whose transport restarts while a peer still remembers
+// higher expected numbers would have its first messages on each channel
+// taken for duplicates. Resetting a peer's channels when it reappears is the
+// mapper's job and is not built yet.
+//
+// Timestamps are the transport clock's reading in nanoseconds since the
+// Unix epoch, made strictly increasing per Transport, so each transmission
+// has its own even under a manual clock that does not move.
+//
+// # Threads
+//
+// A Transport belongs to one goroutine, the engine thread: New, AddPeer,
+// Send, Poll and Stats are called from it alone, and the callbacks run in it
+// (inside Poll). The callbacks may call Send, but not Poll. Nothing in the
+// transport starts a goroutine or takes a lock; the link's own contract
+// (one sender, one receiver at a time) is met by being one goroutine.
+//
+// # Wire format
+//
+// Every message, acknowledgements included, is one AAL5 CPCS-PDU on the
+// circuit Config.VPI/VCI (default 0/32), carried whole in one xam frame
+// (docs/wire.md: Ethernet header, 4-byte frame header, cells). The AAL5 SDU
+// is a 16-byte transport header followed by the payload (DATA only),
+// big-endian:
+//
+//	offset  size  field
+//	0       1     type: 1 DATA, 2 ACK, 3 NACK
+//	1       1     channel (0..C-1)
+//	2       2     sequence number of the channel's message
+//	4       8     timestamp: DATA the sender's, ACK and NACK the echoed one
+//	12      2     payload length (0 for ACK and NACK)
+//	14      2     reserved, sent as 0, ignored on receipt
+//	16      n     payload
+//
+// Because the whole PDU is in one frame, a message carries at most
+// CellsPerFrame(MTU)*48 - 8 - 16 bytes: 1320 at the standard MTU of 1500
+// (28 cells), 8088 at 9000 (169 cells); Transport.MaxPayload reports it. An
+// ACK or NACK is one cell, a 71-byte frame. A receiver drops and counts
+// frames not addressed to its MAC, from a MAC not in its host table, with
+// another EtherType, that fail cell or AAL5 checks (HEC, length, CRC-32),
+// on another circuit, or whose header is malformed (unknown type, channel
+// out of range, length field not matching the SDU).
 package nicfw

@@ -1,0 +1,94 @@
+package nicfw
+
+import (
+	"net"
+	"time"
+)
+
+// The channel tables. Everything here is owned by the engine thread (the
+// goroutine that calls Send and Poll); nothing is locked.
+//
+// A peer is one row of both tables: its C send channels and C receive
+// channels. Transport.peers indexes rows by HostID, Transport.byMAC by the
+// source address of received frames. Transport.active lists the peers with
+// unacked > 0, each knowing its own position (activeIdx), so that the timer
+// scan visits only them and a peer joins or leaves the list in O(1).
+
+// HostID names a peer host in the transport's host table (AddPeer).
+type HostID uint16
+
+// peer is a destination host and a source of frames.
+type peer struct {
+	id   HostID
+	mac  net.HardwareAddr
+	send []sendChannel
+	recv []recvChannel
+
+	unacked   int // send channels in use
+	activeIdx int // position in Transport.active, or -1
+	next      int // send channel to try first (round robin)
+}
+
+// sendChannel is one entry of the send channel table.
+type sendChannel struct {
+	inUse   bool
+	seq     uint16 // sequence number of the message in flight, or of the next one
+	cookie  uint64 // the sender's cookie, given back by Returned
+	stamp   uint64 // timestamp of the current transmission, echoed by NACKs
+	first   time.Time
+	last    time.Time // last transmission
+	heard   time.Time // first transmission or last valid NACK: GiveUpAfter counts from here
+	due     time.Time // next retransmission
+	retries int
+
+	// sdu is the transport header and the payload of the message in flight
+	// (the copy of the unacknowledged packet); frame is the whole frame
+	// built from it for the current transmission. Both are reused by the
+	// channel's next message.
+	sdu   []byte
+	frame []byte
+}
+
+// recvChannel is one entry of the receive channel table.
+type recvChannel struct {
+	expect uint16 // sequence number of the next message to deliver
+}
+
+func newPeer(id HostID, mac net.HardwareAddr, channels int) *peer {
+	return &peer{
+		id:        id,
+		mac:       append(net.HardwareAddr(nil), mac...),
+		send:      make([]sendChannel, channels),
+		recv:      make([]recvChannel, channels),
+		activeIdx: -1,
+	}
+}
+
+// occupy marks channel c of p in use and keeps the active list.
+func (t *Transport) occupy(p *peer, c *sendChannel) {
+	c.inUse = true
+	p.unacked++
+	if p.unacked == 1 {
+		p.activeIdx = len(t.active)
+		t.active = append(t.active, p)
+	}
+}
+
+// release frees channel c of p: the next message on it takes the next
+// sequence number. A peer left with nothing unacknowledged leaves the
+// active list.
+func (t *Transport) release(p *peer, c *sendChannel) {
+	c.inUse = false
+	c.seq++
+	c.retries = 0
+	p.unacked--
+	if p.unacked == 0 {
+		i := p.activeIdx
+		last := len(t.active) - 1
+		t.active[i] = t.active[last]
+		t.active[i].activeIdx = i
+		t.active[last] = nil
+		t.active = t.active[:last]
+		p.activeIdx = -1
+	}
+}

@@ -1,0 +1,110 @@
+package nicfw
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
+)
+
+// The send path, in the engine thread:
+//
+//  1. Send finds the destination's row of the send channel table and a free
+//     channel in it, round robin from the one after the last used (none
+//     free: ErrBusy, the transport's flow control).
+//  2. It copies header and payload into the channel (the copy kept for
+//     retransmission), occupies the channel (unacked count, active list)
+//     and transmits.
+//  3. transmit stamps the header with a fresh timestamp, segments the SDU
+//     into one AAL5 PDU in the channel's frame buffer and hands the frame to
+//     the link. The timer scan (timers.go) calls it again for
+//     retransmissions.
+//
+// ACKs and NACKs are built by the receive path (receive.go) in buffers of
+// their own and sent in a batch at the end of each received batch.
+
+// Send sends payload to dst on a free channel. It returns ErrBusy when all
+// C channels to dst have a message in flight, ErrUnknownHost and ErrTooLarge
+// for what their names say, and the link's error if the link refuses the
+// frame (then the message is not sent and the channel stays free). Once Send
+// returns nil the message is either delivered exactly once, in order on its
+// channel, or given back through Returned with cookie. The payload is
+// copied; the caller may reuse it.
+func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
+	p := t.peers[dst]
+	if p == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownHost, dst)
+	}
+	if len(payload) > t.maxPL {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(payload), t.maxPL)
+	}
+	if p.unacked == len(p.send) {
+		return ErrBusy
+	}
+	i := p.next
+	for p.send[i].inUse {
+		if i++; i == len(p.send) {
+			i = 0
+		}
+	}
+	if p.next = i + 1; p.next == len(p.send) {
+		p.next = 0
+	}
+	c := &p.send[i]
+
+	n := headerLen + len(payload)
+	if cap(c.sdu) < n {
+		c.sdu = make([]byte, n, max(n, 2*cap(c.sdu)))
+	}
+	c.sdu = c.sdu[:n]
+	header(c.sdu).put(typeData, i, c.seq, 0, len(payload))
+	copy(c.sdu[headerLen:], payload)
+	c.cookie = cookie
+	c.retries = 0
+
+	now := t.clk.Now()
+	c.first, c.heard = now, now
+	t.occupy(p, c)
+	if err := t.transmit(p, c, now); err != nil {
+		t.release(p, c)
+		c.seq-- // the message never left: its number is still free
+		return fmt.Errorf("nicfw: send to host %d: %w", dst, err)
+	}
+	t.stats.Sent++
+	return nil
+}
+
+// transmit sends the message in channel c to p with a fresh timestamp and
+// schedules its retransmission.
+func (t *Transport) transmit(p *peer, c *sendChannel, now time.Time) error {
+	c.stamp = t.stampNow(now)
+	header(c.sdu).setStamp(c.stamp)
+	c.last = now
+	c.due = now.Add(t.cfg.RetransmitAfter)
+
+	n := len(c.sdu)
+	ncells := cells.CellCount(n)
+	fl := cells.FrameLen(ncells)
+	if cap(c.frame) < fl {
+		c.frame = make([]byte, fl, max(fl, 2*cap(c.frame)))
+	}
+	c.frame = c.frame[:fl]
+	t.putHeaders(c.frame, p, ncells)
+	if _, err := t.seg.Put(c.frame[len(t.eth):], c.sdu); err != nil {
+		return err
+	}
+	t.one[0] = c.frame
+	_, err := t.link.Send(t.one[:])
+	t.one[0] = nil
+	return err
+}
+
+// putHeaders writes the Ethernet and xam frame headers of a frame to p that
+// carries ncells cells.
+func (t *Transport) putHeaders(frame []byte, p *peer, ncells int) {
+	copy(frame, t.eth[:])
+	copy(frame[:6], p.mac)
+	binary.BigEndian.PutUint16(frame[afxdp.EthernetHeaderLen+2:], uint16(ncells))
+}

@@ -1,0 +1,55 @@
+package nicfw
+
+import "time"
+
+// The timer scan, in the engine thread, run by Poll every
+// Config.ScanInterval of the transport's clock. It visits only the peers on
+// the active list (unacked > 0, kept by occupy and release in channels.go),
+// so its cost follows the traffic in flight, not the size of the host
+// table. For each channel in use whose retransmission is due it either
+//
+//   - gives up, when nothing has been heard for the message (no NACK) for
+//     GiveUpAfter since its first transmission or its last valid NACK: the
+//     channel is freed and the message goes back through Returned with
+//     ErrUnreachable; or
+//   - retransmits it with a fresh timestamp (transmit, send.go).
+//
+// Returned runs with the channel already free, and may call Send; a peer it
+// puts back on the active list waits for the next scan.
+
+// scan runs the timer scan at now.
+func (t *Transport) scan(now time.Time) error {
+	t.stats.Scans++
+	// Backwards, because release swaps the last active peer into the place
+	// of one that leaves, and that one has then been visited already; a
+	// peer that Returned's Send appends is left for the next scan.
+	for i := len(t.active) - 1; i >= 0; i-- {
+		p := t.active[i]
+		t.stats.ScanVisits++
+		for j := range p.send {
+			c := &p.send[j]
+			if !c.inUse || now.Before(c.due) {
+				continue
+			}
+			if now.Sub(c.heard) >= t.cfg.GiveUpAfter {
+				t.giveUp(p, c)
+				continue
+			}
+			c.retries++
+			if err := t.transmit(p, c, now); err != nil {
+				return err
+			}
+			t.stats.Retransmits++
+		}
+	}
+	return nil
+}
+
+// giveUp frees channel c of p and returns its message to the sender.
+func (t *Transport) giveUp(p *peer, c *sendChannel) {
+	t.release(p, c)
+	t.stats.Returned++
+	if t.cfg.Returned != nil {
+		t.cfg.Returned(p.id, c.cookie, c.sdu[headerLen:], ErrUnreachable)
+	}
+}

@@ -1,0 +1,255 @@
+package nicfw
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/internal/clock"
+)
+
+// Specification constants.
+const (
+	// MaxChannels is the most logical channels per peer: the channel field
+	// of the header is one byte.
+	MaxChannels = 256
+)
+
+// Implementation defaults, used for the zero fields of a Config.
+const (
+	DefaultChannels        = 8
+	DefaultRetransmitAfter = 5 * time.Millisecond
+	DefaultGiveUpAfter     = 3 * time.Second
+	DefaultVCI             = 32 // the first VCI that I.361 leaves to users
+)
+
+// Errors. Test for them with errors.Is.
+var (
+	// ErrBusy: every channel to the destination has a message in flight.
+	// Try again after Poll has taken acknowledgements in.
+	ErrBusy = errors.New("nicfw: all channels to the destination are busy")
+	// ErrUnreachable: the reason Returned gives for a message that was not
+	// acknowledged within Config.GiveUpAfter.
+	ErrUnreachable = errors.New("nicfw: destination unreachable")
+	// ErrUnknownHost: the destination is not in the host table.
+	ErrUnknownHost = errors.New("nicfw: unknown host")
+	// ErrTooLarge: the payload does not fit in one frame (MaxPayload).
+	ErrTooLarge = errors.New("nicfw: payload too large")
+	// ErrConfig: New or AddPeer was given invalid settings.
+	ErrConfig = errors.New("nicfw: invalid configuration")
+)
+
+// Config configures a Transport. Zero fields take the defaults.
+type Config struct {
+	// Channels is C, the number of stop-and-wait channels per peer
+	// (1..MaxChannels; default DefaultChannels).
+	Channels int
+	// RetransmitAfter is how long a message waits for its ACK before it is
+	// sent again (default DefaultRetransmitAfter).
+	RetransmitAfter time.Duration
+	// NackDelay is how long after a NACK the message is sent again
+	// (default RetransmitAfter).
+	NackDelay time.Duration
+	// GiveUpAfter is how long a message is retried without any answer
+	// before its destination counts as unreachable and the message is
+	// returned (default DefaultGiveUpAfter).
+	GiveUpAfter time.Duration
+	// ScanInterval is the period of the timer scan (default
+	// RetransmitAfter/4).
+	ScanInterval time.Duration
+	// Clock is the time source of the timers (default the system clock).
+	Clock clock.Clock
+	// EtherType of the frames (default cells.EtherType, 0x88B5).
+	EtherType uint16
+	// VPI and VCI of the circuit the transport's PDUs travel on (default
+	// 0/DefaultVCI).
+	VPI, VCI uint16
+
+	// Deliver receives a message from src, in order per channel ch and
+	// exactly once. payload is valid only during the call. Returning false
+	// refuses the message (the receive queue is full): the sender is sent a
+	// NACK and retransmits later. Required.
+	Deliver func(src HostID, ch int, payload []byte) (accept bool)
+	// Returned receives a message the transport gave up on, with the cookie
+	// given to Send and the reason (ErrUnreachable). The channel is free
+	// again when it runs, and it may call Send; payload is valid only
+	// during the call and until it calls Send. Optional.
+	Returned func(dst HostID, cookie uint64, payload []byte, reason error)
+}
+
+// Stats counts what a Transport did. The scan counters show its cost:
+// ScanVisits grows with the peers that have unacknowledged messages, not
+// with the size of the host table.
+type Stats struct {
+	Sent        uint64 // DATA frames sent for the first time
+	Retransmits uint64 // DATA frames sent again (timer or NACK)
+	Acked       uint64 // messages acknowledged: channels freed by an ACK
+	Returned    uint64 // messages given up on (Returned called)
+
+	Delivered  uint64 // messages accepted by Deliver
+	Refused    uint64 // messages refused by Deliver (NACKs sent)
+	Duplicates uint64 // DATA frames already delivered (ACKed again)
+
+	NacksReceived uint64 // valid NACKs
+	StaleAcks     uint64 // ACKs for no message in flight (duplicates, late)
+	StaleNacks    uint64 // NACKs for another transmission, ignored
+
+	Scans      uint64 // timer scans run
+	ScanVisits uint64 // peers visited by them
+
+	NotForUs      uint64 // frames addressed to another MAC
+	UnknownSource uint64 // frames from a MAC not in the host table
+	BadFrames     uint64 // frames that failed framing, cell, AAL5 or header checks
+}
+
+// Transport is the reliable transport of one host on one link. See the
+// package documentation for the protocol and the threading contract.
+type Transport struct {
+	link  afxdp.Link
+	cfg   Config
+	clk   clock.Clock
+	mac   [6]byte
+	seg   *cells.Segmenter
+	reasm *cells.Reassembler
+	vc    cells.VC
+	eth   [afxdp.EthernetHeaderLen + cells.FrameHeaderSize]byte // template: dst filled per frame
+	maxPL int
+
+	peers  map[HostID]*peer
+	byMAC  map[[6]byte]*peer
+	active []*peer // peers with unacknowledged messages (channels.go)
+
+	lastStamp uint64
+	nextScan  time.Time
+
+	rx    [][]byte  // receive batch
+	tx    [][]byte  // control frames (ACK, NACK) waiting to be sent
+	ctl   [][]byte  // their buffers
+	one   [1][]byte // a single frame for link.Send
+	stats Stats
+}
+
+// New returns a Transport on link. The transport does not own the link:
+// closing it is the caller's business.
+func New(link afxdp.Link, cfg Config) (*Transport, error) {
+	if cfg.Channels == 0 {
+		cfg.Channels = DefaultChannels
+	}
+	if cfg.RetransmitAfter == 0 {
+		cfg.RetransmitAfter = DefaultRetransmitAfter
+	}
+	if cfg.NackDelay == 0 {
+		cfg.NackDelay = cfg.RetransmitAfter
+	}
+	if cfg.GiveUpAfter == 0 {
+		cfg.GiveUpAfter = DefaultGiveUpAfter
+	}
+	if cfg.ScanInterval == 0 {
+		cfg.ScanInterval = cfg.RetransmitAfter / 4
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System{}
+	}
+	if cfg.EtherType == 0 {
+		cfg.EtherType = cells.EtherType
+	}
+	if cfg.VPI == 0 && cfg.VCI == 0 {
+		cfg.VCI = DefaultVCI
+	}
+	switch {
+	case link == nil:
+		return nil, fmt.Errorf("%w: no link", ErrConfig)
+	case cfg.Channels < 1 || cfg.Channels > MaxChannels:
+		return nil, fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, cfg.Channels, MaxChannels)
+	case cfg.RetransmitAfter < 0 || cfg.NackDelay < 0 || cfg.GiveUpAfter < 0 || cfg.ScanInterval < 0:
+		return nil, fmt.Errorf("%w: negative duration", ErrConfig)
+	case cfg.Deliver == nil:
+		return nil, fmt.Errorf("%w: no Deliver callback", ErrConfig)
+	case len(link.HardwareAddr()) != 6:
+		return nil, fmt.Errorf("%w: link address %v is not a MAC", ErrConfig, link.HardwareAddr())
+	}
+	seg, err := cells.NewSegmenter(cells.SAR{VPI: cfg.VPI, VCI: cfg.VCI})
+	if err != nil {
+		return nil, fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI, err)
+	}
+	ncells := cells.CellsPerFrame(link.MTU())
+	maxPL := ncells*cells.PayloadSize - cells.TrailerSize - headerLen
+	if maxPL < 0 {
+		return nil, fmt.Errorf("%w: link MTU %d carries no transport frame", ErrConfig, link.MTU())
+	}
+	maxPL = min(maxPL, cells.MaxSDU-headerLen)
+	t := &Transport{
+		link:  link,
+		cfg:   cfg,
+		clk:   cfg.Clock,
+		seg:   seg,
+		reasm: cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: headerLen + maxPL, MaxVCs: 16}),
+		vc:    cells.VC{VPI: cfg.VPI, VCI: cfg.VCI},
+		maxPL: maxPL,
+		peers: make(map[HostID]*peer),
+		byMAC: make(map[[6]byte]*peer),
+	}
+	copy(t.mac[:], link.HardwareAddr())
+	copy(t.eth[6:12], t.mac[:])
+	t.eth[12], t.eth[13] = byte(cfg.EtherType>>8), byte(cfg.EtherType)
+	t.eth[14] = cells.FrameVersion
+	batch := max(link.BatchSize(), 1)
+	t.rx = make([][]byte, batch)
+	t.ctl = make([][]byte, batch)
+	ctlLen := frameLen(0)
+	for i := range t.ctl {
+		t.ctl[i] = make([]byte, ctlLen)
+	}
+	t.tx = make([][]byte, 0, batch)
+	return t, nil
+}
+
+// frameLen is the length of the frame that carries a payload of n bytes.
+func frameLen(n int) int { return cells.FrameLen(cells.CellCount(headerLen + n)) }
+
+// AddPeer enters a host in the host table: messages to id go to mac, and
+// frames from mac come from id. Neither may be in the table already.
+func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
+	if len(mac) != 6 {
+		return fmt.Errorf("%w: host %d: address %v is not a MAC", ErrConfig, id, mac)
+	}
+	key := [6]byte(mac)
+	if _, ok := t.peers[id]; ok {
+		return fmt.Errorf("%w: host %d is in the table already", ErrConfig, id)
+	}
+	if _, ok := t.byMAC[key]; ok {
+		return fmt.Errorf("%w: address %v is in the table already", ErrConfig, mac)
+	}
+	p := newPeer(id, mac, t.cfg.Channels)
+	t.peers[id] = p
+	t.byMAC[key] = p
+	return nil
+}
+
+// MaxPayload returns the largest payload Send accepts.
+func (t *Transport) MaxPayload() int { return t.maxPL }
+
+// Unacked returns the number of messages to dst in flight.
+func (t *Transport) Unacked(dst HostID) int {
+	if p := t.peers[dst]; p != nil {
+		return p.unacked
+	}
+	return 0
+}
+
+// Stats returns the transport's counters.
+func (t *Transport) Stats() Stats { return t.stats }
+
+// stampNow returns the timestamp of a transmission at now: its reading in
+// nanoseconds, made strictly greater than every earlier one.
+func (t *Transport) stampNow(now time.Time) uint64 {
+	s := uint64(now.UnixNano())
+	if s <= t.lastStamp {
+		s = t.lastStamp + 1
+	}
+	t.lastStamp = s
+	return s
+}

@@ -1,0 +1,619 @@
+package nicfw
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/internal/clock"
+)
+
+const (
+	hostA HostID = 1
+	hostB HostID = 2
+)
+
+// end is one host of a test pair: its transport, its link, and what it was
+// given through the callbacks.
+type end struct {
+	tr   *Transport
+	link *memlink.Link
+	// got[src][ch] lists the message numbers delivered on each channel.
+	got      map[HostID]map[int][]uint32
+	refuse   func(src HostID, n uint32) bool // nil: accept everything
+	returned []returnedMsg
+}
+
+type returnedMsg struct {
+	dst    HostID
+	cookie uint64
+	n      uint32
+	err    error
+}
+
+type pair struct {
+	clk  *clock.Manual
+	a, b *end
+}
+
+// newPair connects two transports over a memlink pair, A (host 1) and B
+// (host 2), on one manual clock.
+func newPair(tb testing.TB, opts memlink.Options, cfg Config) *pair {
+	tb.Helper()
+	la, lb, err := memlink.NewPair(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { la.Close(); lb.Close() })
+	p := &pair{clk: clock.NewManual(time.Unix(1_000_000, 0))}
+	mk := func(l *memlink.Link) *end {
+		e := &end{link: l, got: make(map[HostID]map[int][]uint32)}
+		c := cfg
+		c.Clock = p.clk
+		c.Deliver = func(src HostID, ch int, payload []byte) bool {
+			n := binary.BigEndian.Uint32(payload)
+			if e.refuse != nil && e.refuse(src, n) {
+				return false
+			}
+			checkPayload(tb, payload)
+			if e.got[src] == nil {
+				e.got[src] = make(map[int][]uint32)
+			}
+			e.got[src][ch] = append(e.got[src][ch], n)
+			return true
+		}
+		c.Returned = func(dst HostID, cookie uint64, payload []byte, reason error) {
+			checkPayload(tb, payload)
+			e.returned = append(e.returned, returnedMsg{dst, cookie, binary.BigEndian.Uint32(payload), reason})
+		}
+		tr, err := New(l, c)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		e.tr = tr
+		return e
+	}
+	p.a, p.b = mk(la), mk(lb)
+	if err := p.a.tr.AddPeer(hostB, lb.HardwareAddr()); err != nil {
+		tb.Fatal(err)
+	}
+	if err := p.b.tr.AddPeer(hostA, la.HardwareAddr()); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// payload returns message n: its number and a body of a length and
+// content that depend on n, so that checkPayload can verify it.
+func payload(n uint32, maxLen int) []byte {
+	l := 4 + int(n*7919)%(maxLen-3)
+	b := make([]byte, l)
+	binary.BigEndian.PutUint32(b, n)
+	for i := 4; i < l; i++ {
+		b[i] = byte(n) + byte(i)
+	}
+	return b
+}
+
+func checkPayload(tb testing.TB, b []byte) {
+	tb.Helper()
+	if len(b) < 4 {
+		tb.Fatalf("payload of %d bytes", len(b))
+	}
+	n := binary.BigEndian.Uint32(b)
+	for i := 4; i < len(b); i++ {
+		if b[i] != byte(n)+byte(i) {
+			tb.Fatalf("message %d: byte %d is %d, want %d", n, i, b[i], byte(n)+byte(i))
+		}
+	}
+}
+
+// poll polls both ends once and reports whether any frame moved.
+func (p *pair) poll(tb testing.TB) bool {
+	tb.Helper()
+	na, err := p.a.tr.Poll()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	nb, err := p.b.tr.Poll()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return na+nb > 0
+}
+
+// transfer sends count messages from each sender in from, in numbered
+// order, polling both ends and advancing the clock by step whenever
+// nothing moves, until every message is acknowledged.
+func (p *pair) transfer(tb testing.TB, count int, maxLen int, step time.Duration, from ...*end) {
+	tb.Helper()
+	next := make([]uint32, len(from))
+	for rounds := 0; ; rounds++ {
+		if rounds > 100*count+1000 {
+			tb.Fatalf("no progress after %d rounds", rounds)
+		}
+		done := true
+		for i, e := range from {
+			dst := hostB
+			if e == p.b {
+				dst = hostA
+			}
+			for int(next[i]) < count {
+				err := e.tr.Send(dst, payload(next[i], maxLen), uint64(next[i]))
+				if errors.Is(err, ErrBusy) {
+					break
+				}
+				if err != nil {
+					tb.Fatal(err)
+				}
+				next[i]++
+			}
+			if int(next[i]) < count || e.tr.Unacked(dst) > 0 {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+		if !p.poll(tb) {
+			p.clk.Advance(step)
+		}
+	}
+}
+
+// checkExactlyOnce checks that e received messages 0..count-1 from src
+// exactly once each, and on each channel in increasing order.
+func checkExactlyOnce(tb testing.TB, e *end, src HostID, count int) {
+	tb.Helper()
+	seen := make([]int, count)
+	for ch, ns := range e.got[src] {
+		for i, n := range ns {
+			if int(n) >= count {
+				tb.Fatalf("channel %d: message %d was never sent", ch, n)
+			}
+			seen[n]++
+			if i > 0 && n <= ns[i-1] {
+				tb.Fatalf("channel %d: message %d delivered after %d", ch, n, ns[i-1])
+			}
+		}
+	}
+	for n, k := range seen {
+		if k != 1 {
+			tb.Fatalf("message %d delivered %d times", n, k)
+		}
+	}
+}
+
+func TestDeliveryInOrderExactlyOnce(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 4})
+	const count = 2000
+	p.transfer(t, count, p.a.tr.MaxPayload(), time.Millisecond, p.a)
+	checkExactlyOnce(t, p.b, hostA, count)
+	if got := len(p.b.got[hostA]); got != 4 {
+		t.Errorf("messages used %d channels, want 4", got)
+	}
+	sa, sb := p.a.tr.Stats(), p.b.tr.Stats()
+	if sa.Sent != count || sa.Acked != count || sa.Retransmits != 0 || sb.Delivered != count || sb.Duplicates != 0 {
+		t.Errorf("stats A %+v B %+v", sa, sb)
+	}
+	if sa.BadFrames+sb.BadFrames+sa.UnknownSource+sb.UnknownSource+sa.NotForUs+sb.NotForUs != 0 {
+		t.Errorf("frames dropped: A %+v B %+v", sa, sb)
+	}
+}
+
+func TestLoss(t *testing.T) {
+	const count = 10_000
+	p := newPair(t, memlink.Options{Loss: 0.1, Seed: 7}, Config{Channels: 8, RetransmitAfter: 10 * time.Millisecond})
+	p.transfer(t, count, 200, 10*time.Millisecond, p.a, p.b)
+	checkExactlyOnce(t, p.b, hostA, count)
+	checkExactlyOnce(t, p.a, hostB, count)
+	for _, e := range []*end{p.a, p.b} {
+		s := e.tr.Stats()
+		if len(e.returned) != 0 || s.Retransmits == 0 || s.Duplicates == 0 || s.Acked != count {
+			t.Errorf("returned %d, stats %+v", len(e.returned), s)
+		}
+	}
+	f := p.b.link.Faults()
+	t.Logf("A: %+v; lost to B: %d", p.a.tr.Stats(), f.Lost)
+}
+
+func TestDuplicateAndReorder(t *testing.T) {
+	const count = 3000
+	p := newPair(t, memlink.Options{Duplicate: 0.2, Reorder: 0.1, Seed: 3}, Config{Channels: 8})
+	p.transfer(t, count, 100, DefaultRetransmitAfter, p.a, p.b)
+	checkExactlyOnce(t, p.b, hostA, count)
+	checkExactlyOnce(t, p.a, hostB, count)
+	sa, sb := p.a.tr.Stats(), p.b.tr.Stats()
+	if sb.Duplicates == 0 || sa.StaleAcks == 0 {
+		t.Errorf("no duplicates seen: A %+v B %+v", sa, sb)
+	}
+	if f := p.b.link.Faults(); f.Duplicated == 0 || f.Reordered == 0 {
+		t.Errorf("faults %+v", f)
+	}
+}
+
+func TestNackThenRetransmit(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2, RetransmitAfter: 100 * time.Millisecond, NackDelay: time.Millisecond, ScanInterval: time.Millisecond})
+	refusals := 0
+	p.b.refuse = func(HostID, uint32) bool { refusals++; return refusals == 1 }
+	if err := p.a.tr.Send(hostB, payload(0, 50), 0); err != nil {
+		t.Fatal(err)
+	}
+	p.poll(t) // B refuses and NACKs
+	p.poll(t) // A takes the NACK
+	sa, sb := p.a.tr.Stats(), p.b.tr.Stats()
+	if sb.Refused != 1 || sa.NacksReceived != 1 || p.a.tr.Unacked(hostB) != 1 || len(p.b.got[hostA]) != 0 {
+		t.Fatalf("after the NACK: A %+v B %+v", sa, sb)
+	}
+	p.poll(t)
+	if p.a.tr.Stats().Retransmits != 0 {
+		t.Fatal("retransmitted before NackDelay")
+	}
+	p.clk.Advance(time.Millisecond)
+	p.poll(t) // A retransmits; B delivers and ACKs
+	p.poll(t) // A takes the ACK
+	sa, sb = p.a.tr.Stats(), p.b.tr.Stats()
+	if sa.Retransmits != 1 || sa.Acked != 1 || sb.Delivered != 1 || p.a.tr.Unacked(hostB) != 0 {
+		t.Fatalf("after the retransmission: A %+v B %+v", sa, sb)
+	}
+	checkExactlyOnce(t, p.b, hostA, 1)
+}
+
+// frameTo builds a transport frame by hand from src to dst.
+func frameTo(tb testing.TB, dst, src net.HardwareAddr, typ uint8, ch int, seq uint16, stamp uint64, body []byte) []byte {
+	tb.Helper()
+	sdu := make([]byte, headerLen+len(body))
+	header(sdu).put(typ, ch, seq, stamp, len(body))
+	copy(sdu[headerLen:], body)
+	cs, err := cells.Segment(cells.SAR{VCI: DefaultVCI}, sdu)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fr := cells.Framer{Dst: dst, Src: src}
+	f, err := fr.Append(nil, cs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// parseFrame decodes a transport frame by hand.
+func parseFrame(tb testing.TB, f []byte) header {
+	tb.Helper()
+	cs, _, err := cells.Unpack(f, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var h header
+	r := cells.NewReassembler(cells.ReassemblerConfig{})
+	r.PushCells(cs, func(pdu cells.PDU, err error) {
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if pdu.VC != (cells.VC{VCI: DefaultVCI}) || !valid(pdu.SDU, MaxChannels) {
+			tb.Fatalf("bad PDU %+v", pdu)
+		}
+		h = append(header(nil), pdu.SDU...)
+	})
+	if h == nil {
+		tb.Fatal("no PDU in the frame")
+	}
+	return h
+}
+
+func TestStaleNackIgnored(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 1, RetransmitAfter: 100 * time.Millisecond, NackDelay: time.Millisecond, ScanInterval: time.Millisecond})
+	macA, macB := p.a.link.HardwareAddr(), p.b.link.HardwareAddr()
+	body := payload(0, 50)
+	if err := p.a.tr.Send(hostB, body, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Take the DATA frame off B's link by hand, so B's transport never
+	// sees it, and read its header.
+	rx := make([][]byte, 4)
+	if n, err := p.b.link.Recv(rx); err != nil || n != 1 {
+		t.Fatalf("Recv = %d, %v", n, err)
+	}
+	h := parseFrame(t, rx[0])
+	if h.typ() != typeData || h.channel() != 0 || h.seq() != 0 || h.length() != len(body) {
+		t.Fatalf("DATA header % x", []byte(h[:headerLen]))
+	}
+	first := h.stamp()
+
+	inject := func(typ uint8, seq uint16, stamp uint64) {
+		t.Helper()
+		f := frameTo(t, macA, macB, typ, 0, seq, stamp, nil)
+		if _, err := p.b.link.Send([][]byte{f}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.a.tr.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retransmitted := func() uint64 {
+		t.Helper()
+		p.clk.Advance(time.Millisecond)
+		if _, err := p.a.tr.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		return p.a.tr.Stats().Retransmits
+	}
+
+	// A NACK with a timestamp of no transmission, and one for another
+	// sequence number: both stale, and nothing is retransmitted early.
+	inject(typeNack, 0, first-1)
+	inject(typeNack, 1, first)
+	if s := p.a.tr.Stats(); s.StaleNacks != 2 || s.NacksReceived != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if r := retransmitted(); r != 0 {
+		t.Fatalf("%d retransmissions after stale NACKs", r)
+	}
+
+	// The right NACK makes A retransmit after NackDelay, with a new
+	// timestamp.
+	inject(typeNack, 0, first)
+	if s := p.a.tr.Stats(); s.NacksReceived != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	if r := retransmitted(); r != 1 {
+		t.Fatalf("%d retransmissions after a valid NACK, want 1", r)
+	}
+	if n, err := p.b.link.Recv(rx); err != nil || n != 1 {
+		t.Fatalf("Recv = %d, %v", n, err)
+	}
+	second := parseFrame(t, rx[0]).stamp()
+	if second <= first {
+		t.Fatalf("retransmission stamped %d, first transmission %d", second, first)
+	}
+
+	// The first NACK again, late (a duplicate): it names the first
+	// transmission, not the current one, and must not count.
+	inject(typeNack, 0, first)
+	if s := p.a.tr.Stats(); s.StaleNacks != 3 || s.NacksReceived != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	if r := retransmitted(); r != 1 {
+		t.Fatalf("%d retransmissions after a stale NACK, want still 1", r)
+	}
+
+	// An ACK with the stale timestamp still frees the channel: the message
+	// was delivered whichever transmission carried it.
+	inject(typeAck, 0, first)
+	if s := p.a.tr.Stats(); s.Acked != 1 || p.a.tr.Unacked(hostB) != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	const giveUp = 2 * time.Second
+	p := newPair(t, memlink.Options{}, Config{Channels: 4, RetransmitAfter: 50 * time.Millisecond, GiveUpAfter: giveUp})
+	p.b.link.Close() // the peer disappears: frames to it vanish
+	for n := range uint32(3) {
+		if err := p.a.tr.Send(hostB, payload(n, 80), 100+uint64(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := p.clk.Now()
+	for p.clk.Now().Sub(start) < giveUp-50*time.Millisecond {
+		p.clk.Advance(50 * time.Millisecond)
+		if _, err := p.a.tr.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.a.returned) != 0 {
+			t.Fatalf("returned after %v, before GiveUpAfter", p.clk.Now().Sub(start))
+		}
+	}
+	if s := p.a.tr.Stats(); s.Retransmits < 3*30 {
+		t.Fatalf("only %d retransmissions", s.Retransmits)
+	}
+	p.clk.Advance(50 * time.Millisecond)
+	if _, err := p.a.tr.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.a.returned) != 3 {
+		t.Fatalf("%d messages returned, want 3", len(p.a.returned))
+	}
+	seen := map[uint64]bool{}
+	for _, r := range p.a.returned {
+		if r.dst != hostB || !errors.Is(r.err, ErrUnreachable) || r.cookie != 100+uint64(r.n) {
+			t.Fatalf("returned %+v", r)
+		}
+		seen[r.cookie] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("cookies %v", seen)
+	}
+	if u := p.a.tr.Unacked(hostB); u != 0 || p.a.tr.Stats().Returned != 3 {
+		t.Fatalf("unacked %d, stats %+v", u, p.a.tr.Stats())
+	}
+	// The channels are free again.
+	for n := range uint32(4) {
+		if err := p.a.tr.Send(hostB, payload(n, 80), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestNackKeepsPeerReachable(t *testing.T) {
+	const giveUp = time.Second
+	p := newPair(t, memlink.Options{}, Config{Channels: 1, RetransmitAfter: 100 * time.Millisecond, GiveUpAfter: giveUp})
+	full := true
+	p.b.refuse = func(HostID, uint32) bool { return full }
+	if err := p.a.tr.Send(hostB, payload(0, 50), 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 * giveUp / (100 * time.Millisecond) {
+		p.poll(t)
+		p.poll(t)
+		p.clk.Advance(100 * time.Millisecond)
+	}
+	if len(p.a.returned) != 0 || p.a.tr.Stats().NacksReceived < 20 {
+		t.Fatalf("returned %v, stats %+v", p.a.returned, p.a.tr.Stats())
+	}
+	if err := p.a.tr.Send(hostB, payload(1, 50), 1); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Send to a refusing peer = %v, want ErrBusy", err)
+	}
+	full = false
+	p.transfer(t, 0, 50, 100*time.Millisecond, p.a)
+	checkExactlyOnce(t, p.b, hostA, 1)
+}
+
+func TestBusy(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 3})
+	for n := range uint32(3) {
+		if err := p.a.tr.Send(hostB, payload(n, 50), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.a.tr.Send(hostB, payload(3, 50), 0); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Send with every channel in flight = %v, want ErrBusy", err)
+	}
+	if u := p.a.tr.Unacked(hostB); u != 3 {
+		t.Fatalf("unacked %d", u)
+	}
+	p.poll(t) // B delivers and ACKs
+	p.poll(t) // A frees the channels
+	if u := p.a.tr.Unacked(hostB); u != 0 {
+		t.Fatalf("unacked %d after the ACKs", u)
+	}
+	if err := p.a.tr.Send(hostB, payload(3, 50), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestScanSkipsIdlePeers(t *testing.T) {
+	const ra = 10 * time.Millisecond
+	p := newPair(t, memlink.Options{}, Config{Channels: 2, RetransmitAfter: ra, ScanInterval: ra})
+	for i := range 200 {
+		if err := p.a.tr.AddPeer(HostID(100+i), net.HardwareAddr{2, 1, 0, 0, byte(i >> 8), byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scan := func() Stats {
+		t.Helper()
+		p.clk.Advance(ra)
+		if _, err := p.a.tr.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		return p.a.tr.Stats()
+	}
+	s0 := scan()
+	if s0.Scans == 0 || s0.ScanVisits != 0 {
+		t.Fatalf("idle transport: %+v", s0)
+	}
+	// Two messages to host 100 (no such host on the link) and one to B,
+	// which B does not take in yet: two active peers of 201.
+	for _, dst := range []HostID{100, 100, hostB} {
+		if err := p.a.tr.Send(dst, payload(0, 50), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1 := scan()
+	if s1.Scans != s0.Scans+1 || s1.ScanVisits != 2 || s1.Retransmits != 3 {
+		t.Fatalf("two active peers: %+v", s1)
+	}
+	// B takes the message in and A the ACK: one active peer is left.
+	if _, err := p.b.tr.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := scan()
+	if s2.Acked != 1 || s2.ScanVisits != s1.ScanVisits+1 {
+		t.Fatalf("one active peer: %+v", s2)
+	}
+}
+
+func TestBadFramesCounted(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	macA, macB := p.a.link.HardwareAddr(), p.b.link.HardwareAddr()
+	other := net.HardwareAddr{2, 9, 9, 9, 9, 9}
+	good := frameTo(t, macA, macB, typeData, 0, 0, 1, payload(0, 50))
+	corrupt := append([]byte(nil), good...)
+	corrupt[len(corrupt)-20] ^= 0x40 // payload bit: the AAL5 CRC fails
+	frames := [][]byte{
+		frameTo(t, other, macB, typeData, 0, 0, 1, payload(0, 50)), // not for A
+		frameTo(t, macA, other, typeData, 0, 0, 1, payload(0, 50)), // unknown source
+		frameTo(t, macA, macB, typeData, 2, 0, 1, payload(0, 50)),  // channel out of range
+		frameTo(t, macA, macB, 9, 0, 0, 1, nil),                    // unknown type
+		corrupt,
+		good,
+	}
+	if _, err := p.b.link.Send(frames); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.a.tr.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	s := p.a.tr.Stats()
+	if s.NotForUs != 1 || s.UnknownSource != 1 || s.BadFrames != 3 || s.Delivered != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	checkExactlyOnce(t, p.a, hostB, 1)
+}
+
+func TestErrors(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{})
+	if err := p.a.tr.Send(99, []byte("x"), 0); !errors.Is(err, ErrUnknownHost) {
+		t.Errorf("Send to an unknown host = %v", err)
+	}
+	if max := p.a.tr.MaxPayload(); max != 1320 {
+		t.Errorf("MaxPayload = %d at MTU 1500, want 1320", max)
+	}
+	if err := p.a.tr.Send(hostB, make([]byte, p.a.tr.MaxPayload()+1), 0); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Send of an oversize payload = %v", err)
+	}
+	if err := p.a.tr.Send(hostB, nil, 0); err != nil {
+		t.Errorf("Send of an empty payload = %v", err)
+	}
+	if err := p.a.tr.AddPeer(hostB, net.HardwareAddr{2, 3, 4, 5, 6, 7}); !errors.Is(err, ErrConfig) {
+		t.Errorf("AddPeer of a known id = %v", err)
+	}
+	if err := p.a.tr.AddPeer(7, p.b.link.HardwareAddr()); !errors.Is(err, ErrConfig) {
+		t.Errorf("AddPeer of a known MAC = %v", err)
+	}
+	deliver := func(HostID, int, []byte) bool { return true }
+	for _, cfg := range []Config{
+		{}, // no Deliver
+		{Deliver: deliver, Channels: MaxChannels + 1}, // too many channels
+		{Deliver: deliver, GiveUpAfter: -1},
+	} {
+		if _, err := New(p.a.link, cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%+v) = %v", cfg, err)
+		}
+	}
+	p.a.link.Close()
+	if _, err := p.a.tr.Poll(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Poll on a closed link = %v", err)
+	}
+	if err := p.a.tr.Send(hostB, []byte("x"), 0); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Send on a closed link = %v", err)
+	}
+}
+
+var _ afxdp.Link = (*memlink.Link)(nil)
+
+func ExampleTransport() {
+	la, lb, _ := memlink.NewPair(memlink.Options{})
+	defer la.Close()
+	defer lb.Close()
+	a, _ := New(la, Config{Deliver: func(HostID, int, []byte) bool { return true }})
+	b, _ := New(lb, Config{Deliver: func(src HostID, ch int, p []byte) bool {
+		fmt.Printf("from host %d on channel %d: %s\n", src, ch, p)
+		return true
+	}})
+	a.AddPeer(2, lb.HardwareAddr())
+	b.AddPeer(1, la.HardwareAddr())
+	a.Send(2, []byte("hello"), 0)
+	b.Poll() // delivers and acknowledges
+	a.Poll() // takes the ACK in: the channel is free
+	fmt.Println("unacked:", a.Unacked(2))
+	// Output:
+	// from host 1 on channel 0: hello
+	// unacked: 0
+}
