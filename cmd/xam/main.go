@@ -6,6 +6,7 @@
 //	xam demo                        the main job (see README.md)
 //	xam doctor [--dev IF] [--netns NS] [--json]
 //	xam ping [--api raw|udp|packet] [--count N] [--size B] [--json] [--dev IF (--peer MAC | --serve)]
+//	xam capture --dev IF [--netns NS] --out FILE [--count N] [--duration D]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --all
 //	xam bench ssam|all [--count N] [--bulk BYTES] [--json] [--out DIR]
@@ -49,6 +50,7 @@ func init() {
 		{"demo", "the main job: a 2-host veth lab, raw/SSAM/AF_PACKET/UDP ping-pong and a bulk transfer, one table", runDemo},
 		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
 		{"ping", "round-trip times over raw AF_XDP frames, AF_PACKET or kernel UDP", runPing},
+		{"capture", "record the xam frames a device carries, for Wireshark (ERF pcap)", runCapture},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
 		{"bench", "SSAM's tables today: trap, system-call and AM costs, round trips and bandwidth beside UDP and TCP", runBench},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble", runCells},

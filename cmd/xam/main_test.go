@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/bench"
@@ -536,5 +538,56 @@ func TestPingSSAMDevice(t *testing.T) {
 	}
 	if code, _, errs := xam(t, nil, "ping", "--api", "ssam", "--dev", "eth0"); code != 2 || !strings.Contains(errs, "--peer") {
 		t.Errorf("ssam --dev without --peer: exit %d, %s", code, errs)
+	}
+}
+
+// TestCapture records an SSAM bulk transfer on a switch port of a lab and
+// checks that the capture holds the cells and the reassembled AAL5 PDUs.
+func TestCapture(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("cap%d", os.Getpid()), Switch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	a, b := l.Hosts[0], l.Hosts[1]
+	path := filepath.Join(t.TempDir(), "ssam.pcap")
+	done := make(chan struct{})
+	var code int
+	var errs string
+	go func() {
+		defer close(done)
+		code, _, errs = xam(t, nil, "capture", "--dev", "p1", "--netns", l.Switch.NS, "--out", path, "--duration", "3s", "--count", "40")
+	}()
+	time.Sleep(200 * time.Millisecond) // the capture socket is open
+	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
+	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
+	if _, err := bench.SSAMBulk(pa, pb, 200_000, 4000, loader.ModeAuto, am.SSAMConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if code != 0 || !strings.Contains(errs, "40 frames") {
+		t.Fatalf("capture: exit %d: %s", code, errs)
+	}
+	var pdus int
+	if _, err := fmt.Sscanf(errs[strings.Index(errs, "cells, ")+len("cells, "):], "%d PDUs", &pdus); err != nil || pdus == 0 {
+		t.Fatalf("capture reassembled no PDU: %s", errs)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() < 40*(16+52) {
+		t.Fatalf("capture file: %v, %v", st, err)
+	}
+	// Wireshark reads it: the bulk PDUs' AAL5 CRCs are correct.
+	tshark := testenv.RequireCommand(t, "tshark")
+	out, err := exec.Command(tshark, "-r", path, "-o", "erf.aal5_type:Unspecified", "-V").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	if good, bad := strings.Count(string(out), "(correct)"), strings.Count(string(out), "(incorrect)"); good != pdus || bad != 0 {
+		t.Errorf("tshark: %d correct and %d incorrect AAL5 CRCs, want %d and 0", good, bad, pdus)
+	}
+	for _, args := range [][]string{{"capture", "--dev", "p1"}, {"capture", "--dev", "p1", "--out", "x", "--duration", "0"}} {
+		if code, _, _ := xam(t, nil, args...); code != 2 {
+			t.Errorf("xam %v: exit %d, want 2", args, code)
+		}
 	}
 }
