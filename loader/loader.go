@@ -59,6 +59,10 @@ var (
 
 	// ErrNotSupported: the platform has no XDP (not Linux).
 	ErrNotSupported = errors.New("loader: XDP needs Linux")
+
+	// ErrNotXam: CountersOn found no XDP program on the device, or not
+	// xam's.
+	ErrNotXam = errors.New("loader: no xam XDP program on the device")
 )
 
 // Mode says how an XDP program is attached to a device.
@@ -236,17 +240,17 @@ func threshold(name string, rate float64) (uint64, error) {
 // Received frame ends in exactly one of Malformed, FaultDropped, HECDropped,
 // NotAdmitted, Redirected and RedirectMiss.
 type Counters struct {
-	Received       uint64 // frames of xam's EtherType (and destination, if filtered)
-	Redirected     uint64 // handed to the socket of the receiving queue
-	RedirectMiss   uint64 // no socket registered for the receiving queue: passed to the kernel
-	Passed         uint64 // not xam frames: passed to the kernel
-	OtherDst       uint64 // xam's EtherType to another unicast MAC (included in Passed)
-	Malformed      uint64 // dropped: bad version, cell count or length
-	FaultDropped   uint64 // dropped by fault injection
-	FaultCorrupted uint64 // corrupted by fault injection (then delivered)
-	HECErrors      uint64 // cells with a bad HEC (Config.HECCells)
-	HECDropped     uint64 // frames dropped for a bad HEC (Config.DropOnHEC)
-	NotAdmitted    uint64 // frames dropped for a cell of an unadmitted VPI/VCI
+	Received       uint64 `json:"received"`        // frames of xam's EtherType (and destination, if filtered)
+	Redirected     uint64 `json:"redirected"`      // handed to the socket of the receiving queue
+	RedirectMiss   uint64 `json:"redirect_miss"`   // no socket registered for the receiving queue: passed to the kernel
+	Passed         uint64 `json:"passed"`          // not xam frames: passed to the kernel
+	OtherDst       uint64 `json:"other_dst"`       // xam's EtherType to another unicast MAC (included in Passed)
+	Malformed      uint64 `json:"malformed"`       // dropped: bad version, cell count or length
+	FaultDropped   uint64 `json:"fault_dropped"`   // dropped by fault injection
+	FaultCorrupted uint64 `json:"fault_corrupted"` // corrupted by fault injection (then delivered)
+	HECErrors      uint64 `json:"hec_errors"`      // cells with a bad HEC (Config.HECCells)
+	HECDropped     uint64 `json:"hec_dropped"`     // frames dropped for a bad HEC (Config.DropOnHEC)
+	NotAdmitted    uint64 `json:"not_admitted"`    // frames dropped for a cell of an unadmitted VPI/VCI
 }
 
 // Duplicate configures the duplicator.

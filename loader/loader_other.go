@@ -47,3 +47,6 @@ func AttachDuplicator(ifindex int, d Duplicate) (*Duplicator, error) { return ni
 func (d *Duplicator) SetRate(rate float64, seed uint64) error { return ErrNotSupported }
 func (d *Duplicator) Counters() (DupCounters, error)          { return DupCounters{}, ErrNotSupported }
 func (d *Duplicator) Close() error                            { return nil }
+
+// CountersOn returns ErrNotSupported: XDP needs Linux.
+func CountersOn(ifindex int) (Counters, error) { return Counters{}, ErrNotSupported }

@@ -169,8 +169,13 @@ func (p *Program) Counters() (Counters, error) {
 	if err := p.usable(); err != nil {
 		return Counters{}, err
 	}
+	return readCounters(p.objs.Stats)
+}
+
+// readCounters sums the per-CPU counters in the program's stats map.
+func readCounters(stats *ebpf.Map) (Counters, error) {
 	var per []xamCounters
-	if err := p.objs.Stats.Lookup(uint32(0), &per); err != nil {
+	if err := stats.Lookup(uint32(0), &per); err != nil {
 		return Counters{}, fmt.Errorf("loader: reading counters: %w", err)
 	}
 	var c Counters

@@ -7,6 +7,7 @@
 //	xam doctor [--dev IF] [--netns NS] [--json]
 //	xam ping [--api raw|udp|packet] [--count N] [--size B] [--json] [--dev IF (--peer MAC | --serve)]
 //	xam capture --dev IF [--netns NS] --out FILE [--count N] [--duration D]
+//	xam stat --dev IF [--netns NS] [--json]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --all
 //	xam bench ssam|all [--count N] [--bulk BYTES] [--json] [--out DIR]
@@ -51,6 +52,7 @@ func init() {
 		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
 		{"ping", "round-trip times over raw AF_XDP frames, AF_PACKET or kernel UDP", runPing},
 		{"capture", "record the xam frames a device carries, for Wireshark (ERF pcap)", runCapture},
+		{"stat", "counters of the xam XDP program on a device", runStat},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
 		{"bench", "SSAM's tables today: trap, system-call and AM costs, round trips and bandwidth beside UDP and TCP", runBench},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble", runCells},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -589,5 +590,54 @@ func TestCapture(t *testing.T) {
 		if code, _, _ := xam(t, nil, args...); code != 2 {
 			t.Errorf("xam %v: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// TestStat reads, from the command line, the counters of an XDP program
+// another part of the process attached, after a raw ping through it.
+func TestStat(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("stat%d", os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	a, b := l.Hosts[0], l.Hosts[1]
+	ea, err := bench.OpenRaw(bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}, loader.ModeAuto, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ea.Close()
+	eb, err := bench.OpenRaw(bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}, loader.ModeAuto, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eb.Close()
+	var stop atomic.Bool
+	done := make(chan error, 1)
+	go func() { done <- eb.Echo(&stop) }()
+	_, err = ea.Ping(b.MAC, bench.PingConfig{Count: 100})
+	stop.Store(true)
+	if err := errors.Join(err, <-done); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := xam(t, nil, "stat", "--dev", "eth0", "--netns", b.NS, "--json")
+	if code != 0 {
+		t.Fatalf("stat: exit %d: %s", code, errs)
+	}
+	var r struct {
+		XDP struct {
+			Received   uint64 `json:"received"`
+			Redirected uint64 `json:"redirected"`
+		} `json:"xdp"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.XDP.Received != 110 || r.XDP.Redirected != 110 { // 100 pings and 10 warm-up
+		t.Errorf("B's counters %+v, want 110 received and redirected", r.XDP)
+	}
+	if code, _, errs := xam(t, nil, "stat", "--dev", "lo", "--netns", b.NS); code != 1 || !strings.Contains(errs, "no xam XDP program") {
+		t.Errorf("stat on lo: exit %d, %s", code, errs)
 	}
 }
