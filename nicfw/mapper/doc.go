@@ -1,0 +1,65 @@
+// Package mapper finds the hosts on one Ethernet segment and agrees on a
+// host table with them: AM-II's mapper daemon, reduced to one L2 segment
+// (no routes to compute: every host reaches every other directly).
+//
+// # Model
+//
+// Every host runs a Mapper on its link. Each one broadcasts a PROBE every
+// Config.ProbeInterval announcing its MAC, its queue and whether it is
+// privileged. A host not heard from for Config.DeadAfter has vanished.
+//
+// The leader is the live privileged host with the lowest MAC, as each
+// mapper sees it. A mapper that is the leader builds the host table from
+// the hosts it hears (itself included), numbering them 0, 1, ... in MAC
+// order, so that the same set of hosts always gets the same ids whoever
+// the leader is. It broadcasts the table in a TABLE message at once when
+// the table changes and then every ProbeInterval in place of its PROBE.
+// Every other mapper adopts the newest table (by epoch) from the host it
+// takes for the leader and ignores tables from anyone else; when the
+// leader vanishes, the next lowest privileged MAC takes over, with an
+// epoch above every epoch it has seen. A mapper that is not privileged
+// (Config.Privileged false) never sends a TABLE and never becomes the
+// leader: it probes, listens and adopts.
+//
+// Ids follow MAC order, so they are equal on every host, but a host that
+// joins with a MAC below others, or a host that vanishes, renumbers the
+// hosts above it; users of the table follow Config.OnChange (or the table's
+// Epoch) and key long-lived state by MAC.
+//
+// "Privileged" is a local decision (only a privileged endpoint may run a
+// mapper that leads); the wire carries the flag without authentication, as
+// AM-II's mapper trusted the hosts of its cluster.
+//
+// # Wire format
+//
+// Mapper messages are AAL5 PDUs on circuit 0/16 (VPI/VCI; Config.VPI and
+// Config.VCI change it), one whole PDU per xam frame (docs/wire.md),
+// sent to the Ethernet broadcast address. The SDU, big-endian:
+//
+//	offset  size  field
+//	0       1     version: 1
+//	1       1     type: 1 PROBE, 2 TABLE
+//	2       1     flags: bit 0 privileged; the others sent as 0, ignored
+//	3       1     reserved, sent as 0, ignored
+//	4       6     sender MAC (must equal the frame's source MAC)
+//	10      2     sender queue
+//	12      8     epoch: TABLE the table's, PROBE the epoch of the table
+//	              the sender holds
+//	20      2     entries n: 0 for PROBE
+//	22      2     reserved, sent as 0, ignored
+//	24      10*n  entries: host id (2), MAC (6), queue (2)
+//
+// A TABLE comes from a privileged sender and lists its hosts with ids 0..n-1
+// in strictly ascending MAC order. A frame that breaks any of these rules,
+// or whose framing or AAL5 check fails, is counted (Stats.Truncated for a
+// message shorter than its header or its entries, Stats.Malformed for the
+// rest) and dropped. xam frames on other circuits, and frames of other
+// EtherTypes, are counted in Stats.Ignored.
+//
+// # Threads
+//
+// Poll belongs to one goroutine (the mapper owns its link's receive and
+// send sides). Table, Leader and Stats may be called from any goroutine;
+// they return what the last Poll published. Config.OnChange runs in Poll's
+// goroutine.
+package mapper
