@@ -1,7 +1,8 @@
 // Package nicfw is xam's NIC firmware: the engine that AM-II calls the NIC
 // processor. This package holds its reliable transport (AM-II's "virtual
-// network transport protocol"); endpoints, scheduling, residency and the
-// mapper are built on top of it and are not here yet.
+// network transport protocol"), and the parts of endpoints, scheduling and
+// residency described below; the engine loop that joins them to the
+// transport, and the mapper, are not here yet.
 //
 // # Transport
 //
@@ -64,6 +65,32 @@
 // (inside Poll). The callbacks may call Send, but not Poll. Nothing in the
 // transport starts a goroutine or takes a lock; the link's own contract
 // (one sender, one receiver at a time) is met by being one goroutine.
+//
+// # Endpoints, scheduling and residency
+//
+// An endpoint's memory (endpoint.go) is a memfd sealed against shrinking
+// and growing, which the engine maps (NewEndpointMemory) and hands to the
+// application, which maps it too (MapEndpoint). It holds AM-II's four
+// queues (request send, reply send, request receive, reply receive), each a
+// single-producer/single-consumer ring of 96-byte descriptors with atomic
+// free-running indices, and the staging area of medium and bulk messages.
+// The application produces into the send queues and the engine consumes
+// them with Take, which copies each descriptor out of the shared memory
+// before checking it (class, argument count, destination index against the
+// translation table's size, offset and length inside the staging area) and
+// counts each refusal by reason (EndpointStats.Refused). The engine
+// produces into the receive queues with Put. Checking a descriptor's tag
+// against the translation table, the table itself, the unix-socket hand-over
+// of the memfd and a blocking wait are not built yet.
+//
+// A Scheduler (sched.go) chooses the endpoint to send from next: weighted
+// round robin over the endpoints with sends pending, skipping empty ones
+// and loitering up to a given number of sends on a busy one. A Residency
+// (residency.go) keeps at most R endpoints in the engine's fast tables:
+// touching another is an endpoint fault that evicts the least recently used
+// endpoint without outstanding messages, or reports ErrMustWait when every
+// resident endpoint has some. Both are bookkeeping for the engine thread,
+// which is not wired to them yet.
 //
 // # Wire format
 //

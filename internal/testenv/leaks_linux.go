@@ -12,7 +12,8 @@ import (
 // MainWithLeakCheck runs the tests and exits, failing the run when they
 // pass but leave behind what xam's data-path tests create: sockets
 // (AF_XDP, netlink, packet, UDP), eventfds, BPF maps, programs and links,
-// mappings of sockets (AF_XDP rings) and UMEMs, or locked memory. It is
+// xam's memfds (UMEMs, endpoint memory) or their mappings, mappings of
+// sockets (AF_XDP rings), or locked memory. It is
 // what cilium/ebpf's tests do for descriptors; call it from TestMain.
 func MainWithLeakCheck(m *testing.M) {
 	// Let the runtime create its poller's descriptors before the snapshot.
@@ -55,14 +56,15 @@ func openFDs() map[string]string {
 }
 
 // leakable reports whether a descriptor target is of a kind the tests
-// create.
+// create: sockets, eventfds, BPF objects, and xam's memfds (UMEMs,
+// endpoint memory).
 func leakable(target string) bool {
 	return strings.HasPrefix(target, "socket:") || target == "anon_inode:[eventfd]" ||
-		strings.HasPrefix(target, "anon_inode:bpf")
+		strings.HasPrefix(target, "anon_inode:bpf") || strings.HasPrefix(target, "/memfd:xam-")
 }
 
 // socketMappings lists the mappings of socket files (AF_XDP rings) and of
-// UMEMs ("/memfd:xam-AF_XDP-UMEM").
+// xam's memfds (UMEMs, endpoint memory).
 func socketMappings() []string {
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
@@ -70,7 +72,7 @@ func socketMappings() []string {
 	}
 	var out []string
 	for _, line := range strings.Split(string(maps), "\n") {
-		if strings.Contains(line, "socket:[") || strings.Contains(line, "XDP") {
+		if strings.Contains(line, "socket:[") || strings.Contains(line, "/memfd:xam-") {
 			out = append(out, "mapping "+line)
 		}
 	}

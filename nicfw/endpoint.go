@@ -1,0 +1,613 @@
+package nicfw
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Endpoint memory: the part of an AM-II endpoint that the engine and the
+// application share. Who owns what:
+//
+//   - The engine creates the memory (NewEndpointMemory, in the engine
+//     thread), keeps the memfd to hand to the application, and is the only
+//     user of its EndpointMemory: it consumes the two send queues (Take) and
+//     produces into the two receive queues (Put), all in the engine thread.
+//   - The application maps the memfd it received (MapEndpoint) and is the
+//     only user of its EndpointView: it produces into the send queues (Send)
+//     and consumes the receive queues (Receive). An EndpointView is not safe
+//     for concurrent use; an application with several threads serialises
+//     its calls (or gives each queue's side to one thread: the four rings of
+//     a view share no state).
+//   - In the shared memory each ring's producer index is written only by its
+//     producer and its consumer index only by its consumer, always through
+//     sync/atomic. Each side keeps its own index in local memory and only
+//     stores it to the shared word, never reads it back, so an application
+//     that scribbles on the engine's indices hurts only itself.
+//
+// Protection lives in the engine's Take: the application can write anything
+// anywhere in its endpoint, so Take copies each descriptor out of the shared
+// memory before it looks at it (the application cannot change it between
+// check and use), checks the copy (class, argument count, destination index,
+// offset and length inside the staging area) and counts each refusal by
+// reason. A producer index that claims more entries than the ring holds is
+// refused as a corrupt ring (and not cached, so the queue works again once
+// the application repairs it); a consumer index of a receive queue is read
+// only when the engine's cached copy says the queue is full, and refused
+// the same way if it is corrupt. Slots are always index&mask, so no index
+// can make the engine touch memory outside the ring. The memfd is sealed against shrinking and
+// growing, so the application cannot truncate it under the engine's mapping
+// (which would make the engine's accesses fault). The staging area's bytes
+// are the application's: the engine copies what a descriptor names and
+// otherwise does not trust them.
+
+// Specification constants of AM-II's message classes.
+const (
+	// MaxShortArgs is the most argument words of a short message.
+	MaxShortArgs = 8
+	// MaxMedium is the largest medium message, in bytes.
+	MaxMedium = 8192
+)
+
+// Implementation constants and defaults of endpoint memory.
+const (
+	DefaultQueueEntries = 64
+	DefaultStagingSize  = 64 << 10
+	DefaultTableSize    = 256
+
+	maxQueueEntries = 1 << 14
+	maxStagingSize  = 1 << 30
+	maxTableSize    = 1 << 20
+
+	endpointMagic   = 0x5045_4d58 // "XMEP" little-endian
+	endpointVersion = 1
+	endpointName    = "xam-endpoint" // the memfd's name, in /proc/*/maps
+	pageSize        = 4096
+	cacheLine       = 64
+	descSize        = 96
+)
+
+// Queue names one of an endpoint's four queues.
+type Queue uint8
+
+// AM-II's four queues. The application produces into the send queues and
+// the engine consumes them; the engine produces into the receive queues and
+// the application consumes them.
+const (
+	RequestSend Queue = iota
+	ReplySend
+	RequestReceive
+	ReplyReceive
+	numQueues
+)
+
+func (q Queue) String() string {
+	switch q {
+	case RequestSend:
+		return "request send"
+	case ReplySend:
+		return "reply send"
+	case RequestReceive:
+		return "request receive"
+	case ReplyReceive:
+		return "reply receive"
+	}
+	return fmt.Sprintf("queue %d", uint8(q))
+}
+
+// isSend reports whether the application produces into q.
+func (q Queue) isSend() bool { return q == RequestSend || q == ReplySend }
+
+// Class is a message class.
+type Class uint8
+
+// AM-II's message classes; 0 is not a class.
+const (
+	ClassShort  Class = 1 // up to MaxShortArgs words in the descriptor
+	ClassMedium Class = 2 // up to MaxMedium bytes in the staging area
+	ClassBulk   Class = 3 // any length inside the staging area
+)
+
+// Descriptor is one entry of an endpoint queue. In a send queue Dest is an
+// index into the endpoint's translation table; in a receive queue the
+// engine sets it to the sender's index. Offset and Length name the message
+// bytes in the staging area (medium and bulk; zero for short), Args[:NArgs]
+// the arguments of a short message.
+//
+// In the shared memory a descriptor takes 96 bytes, little-endian:
+//
+//	offset  size  field
+//	0       1     class
+//	1       1     number of arguments
+//	2       2     reserved, 0
+//	4       4     destination index
+//	8       4     handler
+//	12      4     offset in the staging area
+//	16      4     length
+//	20      4     reserved, 0
+//	24      8     tag
+//	32      64    arguments, 8 words
+type Descriptor struct {
+	Class   Class
+	NArgs   uint8
+	Dest    uint32
+	Handler uint32
+	Offset  uint32
+	Length  uint32
+	Tag     uint64
+	Args    [MaxShortArgs]uint64
+}
+
+func (d *Descriptor) encode(b []byte) {
+	_ = b[descSize-1]
+	b[0], b[1], b[2], b[3] = byte(d.Class), d.NArgs, 0, 0
+	binary.LittleEndian.PutUint32(b[4:], d.Dest)
+	binary.LittleEndian.PutUint32(b[8:], d.Handler)
+	binary.LittleEndian.PutUint32(b[12:], d.Offset)
+	binary.LittleEndian.PutUint32(b[16:], d.Length)
+	binary.LittleEndian.PutUint32(b[20:], 0)
+	binary.LittleEndian.PutUint64(b[24:], d.Tag)
+	for i, a := range d.Args {
+		binary.LittleEndian.PutUint64(b[32+8*i:], a)
+	}
+}
+
+func (d *Descriptor) decode(b []byte) {
+	_ = b[descSize-1]
+	d.Class, d.NArgs = Class(b[0]), b[1]
+	d.Dest = binary.LittleEndian.Uint32(b[4:])
+	d.Handler = binary.LittleEndian.Uint32(b[8:])
+	d.Offset = binary.LittleEndian.Uint32(b[12:])
+	d.Length = binary.LittleEndian.Uint32(b[16:])
+	d.Tag = binary.LittleEndian.Uint64(b[24:])
+	for i := range d.Args {
+		d.Args[i] = binary.LittleEndian.Uint64(b[32+8*i:])
+	}
+}
+
+// Refusal is why the engine refused a descriptor from a send queue. It is
+// an error; errors.Is(err, ErrRefused) holds for every Refusal.
+type Refusal uint8
+
+// The reasons for refusing a descriptor.
+const (
+	RefusedClass       Refusal = iota // class not short, medium or bulk
+	RefusedArgs                       // more than MaxShortArgs arguments
+	RefusedDestination                // index outside the translation table
+	RefusedLength                     // length not allowed for the class
+	RefusedRange                      // offset+length outside the staging area
+	RefusedRing                       // the producer index claims more than the ring holds
+	NumRefusals
+)
+
+// ErrRefused matches every Refusal.
+var ErrRefused = errors.New("nicfw: descriptor refused")
+
+func (r Refusal) Error() string {
+	switch r {
+	case RefusedClass:
+		return "nicfw: descriptor refused: unknown class"
+	case RefusedArgs:
+		return "nicfw: descriptor refused: too many arguments"
+	case RefusedDestination:
+		return "nicfw: descriptor refused: destination index out of range"
+	case RefusedLength:
+		return "nicfw: descriptor refused: length not allowed for the class"
+	case RefusedRange:
+		return "nicfw: descriptor refused: offset and length outside the staging area"
+	case RefusedRing:
+		return "nicfw: descriptor refused: corrupt ring index"
+	}
+	return fmt.Sprintf("nicfw: descriptor refused: reason %d", uint8(r))
+}
+
+// Is makes errors.Is(r, ErrRefused) true.
+func (r Refusal) Is(target error) bool { return target == ErrRefused }
+
+// Errors of endpoint memory. Test for them with errors.Is.
+var (
+	// ErrQueueFull: the ring has no free entry; the consumer has not caught
+	// up (for a receive queue, the engine NACKs).
+	ErrQueueFull = errors.New("nicfw: endpoint queue full")
+	// ErrWrongQueue: a send operation on a receive queue or the other way
+	// round.
+	ErrWrongQueue = errors.New("nicfw: operation not allowed on this queue")
+	// ErrBadEndpoint: MapEndpoint found no valid endpoint memory in the fd.
+	ErrBadEndpoint = errors.New("nicfw: not a valid endpoint memory")
+	// ErrClosed: the memory or view has been closed.
+	ErrClosed = errors.New("nicfw: endpoint memory closed")
+)
+
+// EndpointConfig sizes an endpoint's memory. Zero fields take the defaults.
+type EndpointConfig struct {
+	// QueueEntries is the number of descriptors in each of the four queues,
+	// a power of two up to 16384 (default DefaultQueueEntries).
+	QueueEntries int
+	// StagingSize is the size of the staging area in bytes, at least
+	// MaxMedium and at most 1 GiB (default DefaultStagingSize).
+	StagingSize int
+	// TableSize is the number of entries of the endpoint's translation
+	// table: a send descriptor's destination index must be below it
+	// (default DefaultTableSize, at most 1<<20).
+	TableSize int
+}
+
+func (c EndpointConfig) withDefaults() (EndpointConfig, error) {
+	if c.QueueEntries == 0 {
+		c.QueueEntries = DefaultQueueEntries
+	}
+	if c.StagingSize == 0 {
+		c.StagingSize = DefaultStagingSize
+	}
+	if c.TableSize == 0 {
+		c.TableSize = DefaultTableSize
+	}
+	switch {
+	case c.QueueEntries < 2 || c.QueueEntries > maxQueueEntries || c.QueueEntries&(c.QueueEntries-1) != 0:
+		return c, fmt.Errorf("%w: QueueEntries %d: want a power of two in 2..%d", ErrConfig, c.QueueEntries, maxQueueEntries)
+	case c.StagingSize < MaxMedium || c.StagingSize > maxStagingSize:
+		return c, fmt.Errorf("%w: StagingSize %d: want %d..%d", ErrConfig, c.StagingSize, MaxMedium, maxStagingSize)
+	case c.TableSize < 1 || c.TableSize > maxTableSize:
+		return c, fmt.Errorf("%w: TableSize %d: want 1..%d", ErrConfig, c.TableSize, maxTableSize)
+	}
+	return c, nil
+}
+
+// The layout of endpoint memory:
+//
+//	0                 header: magic, version, queue entries, staging
+//	                  size, table size (uint32 each), padded to 128 bytes
+//	128 + q*ringSize  queue q (RequestSend, ReplySend, RequestReceive,
+//	                  ReplyReceive): producer index (own cache line),
+//	                  consumer index (own cache line), descriptors
+//	stagingOff        the staging area, page-aligned
+//
+// The indices are free-running uint32 counters; an entry's slot is
+// index&(entries-1).
+const (
+	hdrMagic   = 0
+	hdrVersion = 4
+	hdrEntries = 8
+	hdrStaging = 12
+	hdrTable   = 16
+	hdrSize    = 128
+
+	ringProd  = 0
+	ringCons  = cacheLine
+	ringDescs = 2 * cacheLine
+)
+
+type layout struct {
+	entries, staging, table int
+	ringSize                int
+	stagingOff              int
+	total                   int
+}
+
+func layoutFor(c EndpointConfig) layout {
+	l := layout{entries: c.QueueEntries, staging: c.StagingSize, table: c.TableSize}
+	l.ringSize = ringDescs + l.entries*descSize
+	l.stagingOff = roundUp(hdrSize+int(numQueues)*l.ringSize, pageSize)
+	l.total = roundUp(l.stagingOff+l.staging, pageSize)
+	return l
+}
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }
+
+func (l layout) writeHeader(mem []byte) {
+	binary.LittleEndian.PutUint32(mem[hdrMagic:], endpointMagic)
+	binary.LittleEndian.PutUint32(mem[hdrVersion:], endpointVersion)
+	binary.LittleEndian.PutUint32(mem[hdrEntries:], uint32(l.entries))
+	binary.LittleEndian.PutUint32(mem[hdrStaging:], uint32(l.staging))
+	binary.LittleEndian.PutUint32(mem[hdrTable:], uint32(l.table))
+}
+
+// readHeader reads and checks the header of memory of size bytes.
+func readHeader(mem []byte) (layout, error) {
+	if len(mem) < hdrSize {
+		return layout{}, fmt.Errorf("%w: %d bytes", ErrBadEndpoint, len(mem))
+	}
+	if m, v := binary.LittleEndian.Uint32(mem[hdrMagic:]), binary.LittleEndian.Uint32(mem[hdrVersion:]); m != endpointMagic || v != endpointVersion {
+		return layout{}, fmt.Errorf("%w: magic %#x version %d", ErrBadEndpoint, m, v)
+	}
+	c, err := EndpointConfig{
+		QueueEntries: int(binary.LittleEndian.Uint32(mem[hdrEntries:])),
+		StagingSize:  int(binary.LittleEndian.Uint32(mem[hdrStaging:])),
+		TableSize:    int(binary.LittleEndian.Uint32(mem[hdrTable:])),
+	}.withDefaults()
+	if err != nil {
+		return layout{}, fmt.Errorf("%w: %w", ErrBadEndpoint, err)
+	}
+	l := layoutFor(c)
+	if l.total > len(mem) {
+		return layout{}, fmt.Errorf("%w: needs %d bytes, has %d", ErrBadEndpoint, l.total, len(mem))
+	}
+	return l, nil
+}
+
+// descRing is one side of one queue: a single-producer/single-consumer ring
+// of descriptors in the shared memory. own is this side's index (the
+// producer's or the consumer's), kept locally and stored to the shared word;
+// peer is the other side's index as last loaded. Not safe for concurrent
+// use.
+type descRing struct {
+	ownIdx  *atomic.Uint32 // shared word this side writes
+	peerIdx *atomic.Uint32 // shared word the other side writes
+	descs   []byte
+	mask    uint32
+	size    uint32
+	own     uint32
+	peer    uint32
+}
+
+func newDescRing(mem []byte, l layout, q Queue, producer bool) descRing {
+	base := hdrSize + int(q)*l.ringSize
+	prod := (*atomic.Uint32)(unsafe.Pointer(&mem[base+ringProd]))
+	cons := (*atomic.Uint32)(unsafe.Pointer(&mem[base+ringCons]))
+	r := descRing{
+		descs: mem[base+ringDescs : base+ringDescs+l.entries*descSize : base+ringDescs+l.entries*descSize],
+		mask:  uint32(l.entries - 1),
+		size:  uint32(l.entries),
+	}
+	if producer {
+		r.ownIdx, r.peerIdx = prod, cons
+	} else {
+		r.ownIdx, r.peerIdx = cons, prod
+	}
+	// The side that maps later starts from the indices as they stand.
+	r.own, r.peer = r.ownIdx.Load(), r.peerIdx.Load()
+	return r
+}
+
+func (r *descRing) slot(i uint32) []byte {
+	off := int(i&r.mask) * descSize
+	return r.descs[off : off+descSize : off+descSize]
+}
+
+// produce writes d into the next free slot and publishes it. It returns
+// ErrQueueFull when the ring is full, and RefusedRing when the consumer's
+// index is further from ours than the ring is long (a corrupt peer).
+func (r *descRing) produce(d *Descriptor) error {
+	if r.own-r.peer >= r.size {
+		// An invalid index is not cached, so the ring works again once the
+		// peer repairs it.
+		peer := r.peerIdx.Load()
+		used := r.own - peer
+		if used > r.size {
+			return RefusedRing
+		}
+		r.peer = peer
+		if used == r.size {
+			return ErrQueueFull
+		}
+	}
+	d.encode(r.slot(r.own))
+	r.own++
+	r.ownIdx.Store(r.own)
+	return nil
+}
+
+// available returns how many entries the consumer may take, loading the
+// producer's index when the cached one shows none; it returns RefusedRing
+// when the producer claims more entries than the ring holds.
+func (r *descRing) available() (uint32, error) {
+	if r.peer != r.own {
+		return r.peer - r.own, nil
+	}
+	// An invalid index is not cached, so the ring works again once the
+	// peer repairs it.
+	peer := r.peerIdx.Load()
+	n := peer - r.own
+	if n > r.size {
+		return 0, RefusedRing
+	}
+	r.peer = peer
+	return n, nil
+}
+
+// consume copies the next entry into d and releases its slot; ok is false
+// when the ring is empty.
+func (r *descRing) consume(d *Descriptor) (ok bool, err error) {
+	n, err := r.available()
+	if n == 0 || err != nil {
+		return false, err
+	}
+	d.decode(r.slot(r.own))
+	r.own++
+	r.ownIdx.Store(r.own)
+	return true, nil
+}
+
+// EndpointStats counts what the engine did with an endpoint's queues.
+type EndpointStats struct {
+	Taken   uint64              // descriptors taken from send queues and accepted
+	Refused [NumRefusals]uint64 // refusals by reason; RefusedRing counts calls that found a corrupt index
+	Put     uint64              // descriptors put into receive queues
+	PutFull uint64              // Put calls that found the receive queue full
+}
+
+// EndpointMemory is the engine's side of an endpoint: the memfd and its
+// mapping. It belongs to the engine thread.
+type EndpointMemory struct {
+	fd    int
+	mem   []byte
+	l     layout
+	rings [numQueues]descRing
+	stats EndpointStats
+}
+
+// Config returns the memory's sizes.
+func (m *EndpointMemory) Config() EndpointConfig {
+	return EndpointConfig{QueueEntries: m.l.entries, StagingSize: m.l.staging, TableSize: m.l.table}
+}
+
+// FD returns the memfd, for handing to the application (SCM_RIGHTS, or
+// exec.Cmd.ExtraFiles after a dup). The memory owns it; Close closes it.
+func (m *EndpointMemory) FD() int { return m.fd }
+
+// Staging returns the engine's view of the staging area. The application
+// may change its bytes at any time.
+func (m *EndpointMemory) Staging() []byte {
+	if m.mem == nil {
+		return nil
+	}
+	return m.mem[m.l.stagingOff : m.l.stagingOff+m.l.staging : m.l.stagingOff+m.l.staging]
+}
+
+// Stats returns the memory's counters.
+func (m *EndpointMemory) Stats() EndpointStats { return m.stats }
+
+// Pending reports whether either send queue holds a descriptor (a corrupt
+// ring counts as pending, so that Take gets to refuse it).
+func (m *EndpointMemory) Pending() bool {
+	if m.mem == nil {
+		return false
+	}
+	for _, q := range [...]Queue{RequestSend, ReplySend} {
+		if n, err := m.rings[q].available(); n > 0 || err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Take takes the next descriptor from send queue q and checks it. It
+// returns ok false and a nil error when the queue is empty; ok true and a
+// nil error for a descriptor that passed; and a Refusal for one that did
+// not, which is counted. A refused descriptor has still been taken off the
+// queue and d holds it (to return to its sender), except for RefusedRing,
+// where nothing was taken and the queue stays refused until the
+// application repairs its index.
+func (m *EndpointMemory) Take(q Queue, d *Descriptor) (ok bool, err error) {
+	if m.mem == nil {
+		return false, ErrClosed
+	}
+	if !q.isSend() {
+		return false, ErrWrongQueue
+	}
+	ok, err = m.rings[q].consume(d)
+	if err == nil && ok {
+		err = m.check(d)
+	}
+	if err != nil {
+		if r, isRefusal := err.(Refusal); isRefusal && r < NumRefusals {
+			m.stats.Refused[r]++
+		}
+		return false, err
+	}
+	if ok {
+		m.stats.Taken++
+	}
+	return ok, nil
+}
+
+// check validates a descriptor copied out of a send queue.
+func (m *EndpointMemory) check(d *Descriptor) error {
+	switch d.Class {
+	case ClassShort:
+		if d.NArgs > MaxShortArgs {
+			return RefusedArgs
+		}
+		if d.Offset != 0 || d.Length != 0 {
+			return RefusedLength
+		}
+	case ClassMedium, ClassBulk:
+		if d.NArgs > MaxShortArgs {
+			return RefusedArgs
+		}
+		if d.Length == 0 || d.Class == ClassMedium && d.Length > MaxMedium {
+			return RefusedLength
+		}
+		// In 64 bits, so that offset+length cannot wrap around.
+		if uint64(d.Offset)+uint64(d.Length) > uint64(m.l.staging) {
+			return RefusedRange
+		}
+	default:
+		return RefusedClass
+	}
+	if uint64(d.Dest) >= uint64(m.l.table) {
+		return RefusedDestination
+	}
+	return nil
+}
+
+// Put puts d into receive queue q. It returns ErrQueueFull when the
+// application has not made room (the engine then NACKs), and RefusedRing
+// when the application's consumer index is corrupt.
+func (m *EndpointMemory) Put(q Queue, d *Descriptor) error {
+	if m.mem == nil {
+		return ErrClosed
+	}
+	if q.isSend() || q >= numQueues {
+		return ErrWrongQueue
+	}
+	err := m.rings[q].produce(d)
+	switch {
+	case err == nil:
+		m.stats.Put++
+	case errors.Is(err, ErrQueueFull):
+		m.stats.PutFull++
+	default:
+		m.stats.Refused[RefusedRing]++
+	}
+	return err
+}
+
+// EndpointView is the application's side of an endpoint: a mapping of the
+// memfd it received. See the top of endpoint.go for its threading contract.
+type EndpointView struct {
+	mem   []byte
+	l     layout
+	rings [numQueues]descRing
+}
+
+func newEndpointView(mem []byte) (*EndpointView, error) {
+	l, err := readHeader(mem)
+	if err != nil {
+		return nil, err
+	}
+	v := &EndpointView{mem: mem, l: l}
+	for q := range numQueues {
+		v.rings[q] = newDescRing(mem, l, q, q.isSend())
+	}
+	return v, nil
+}
+
+// Config returns the endpoint's sizes as its header gives them.
+func (v *EndpointView) Config() EndpointConfig {
+	return EndpointConfig{QueueEntries: v.l.entries, StagingSize: v.l.staging, TableSize: v.l.table}
+}
+
+// Staging returns the staging area.
+func (v *EndpointView) Staging() []byte {
+	if v.mem == nil {
+		return nil
+	}
+	return v.mem[v.l.stagingOff : v.l.stagingOff+v.l.staging : v.l.stagingOff+v.l.staging]
+}
+
+// Send puts d into send queue q. It does not check d: the engine does. It
+// returns ErrQueueFull when the engine has not caught up.
+func (v *EndpointView) Send(q Queue, d *Descriptor) error {
+	if v.mem == nil {
+		return ErrClosed
+	}
+	if !q.isSend() {
+		return ErrWrongQueue
+	}
+	return v.rings[q].produce(d)
+}
+
+// Receive takes the next descriptor from receive queue q into d; ok is
+// false when the queue is empty.
+func (v *EndpointView) Receive(q Queue, d *Descriptor) (ok bool, err error) {
+	if v.mem == nil {
+		return false, ErrClosed
+	}
+	if q.isSend() || q >= numQueues {
+		return false, ErrWrongQueue
+	}
+	return v.rings[q].consume(d)
+}

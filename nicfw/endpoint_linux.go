@@ -1,0 +1,107 @@
+//go:build linux
+
+package nicfw
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// The system calls of endpoint memory: memfd_create, its seals, mmap and
+// munmap. NewEndpointMemory and EndpointMemory.Close run in the engine
+// thread; MapEndpoint and EndpointView.Close in the application.
+
+// NewEndpointMemory creates an endpoint's memory: a memfd sized for cfg,
+// sealed so that nobody can shrink or grow it, mapped shared, with its
+// header written and its queues empty. The caller closes it with Close.
+func NewEndpointMemory(cfg EndpointConfig) (*EndpointMemory, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	l := layoutFor(cfg)
+	fd, err := unix.MemfdCreate(endpointName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("nicfw: endpoint memfd: %w", err)
+	}
+	fail := func(what string, err error) (*EndpointMemory, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("nicfw: endpoint %s: %w", what, err)
+	}
+	if err := unix.Ftruncate(fd, int64(l.total)); err != nil {
+		return fail("ftruncate", err)
+	}
+	// Without F_SEAL_SHRINK the application could truncate the file and
+	// make the engine's accesses to its mapping fault (SIGBUS).
+	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		return fail("seal", err)
+	}
+	mem, err := unix.Mmap(fd, 0, l.total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return fail("mmap", err)
+	}
+	l.writeHeader(mem)
+	m := &EndpointMemory{fd: fd, mem: mem, l: l}
+	for q := range numQueues {
+		m.rings[q] = newDescRing(mem, l, q, !q.isSend())
+	}
+	return m, nil
+}
+
+// Close unmaps the memory and closes the memfd. The application's mappings
+// stay valid until it closes them. Close is idempotent.
+func (m *EndpointMemory) Close() error {
+	if m.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(m.mem)
+	if cerr := unix.Close(m.fd); err == nil {
+		err = cerr
+	}
+	*m = EndpointMemory{fd: -1}
+	return err
+}
+
+// MapEndpoint maps the endpoint memory in fd, a memfd the application
+// received from the engine, and checks its header. The view does not own
+// fd: the caller may close it as soon as MapEndpoint returns.
+func MapEndpoint(fd int) (*EndpointView, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("nicfw: endpoint fstat: %w", err)
+	}
+	maxTotal := layoutFor(EndpointConfig{maxQueueEntries, maxStagingSize, maxTableSize}).total
+	if st.Size < hdrSize || st.Size > int64(maxTotal) {
+		return nil, fmt.Errorf("%w: size %d", ErrBadEndpoint, st.Size)
+	}
+	// Only a memfd sealed against shrinking is safe to keep mapped.
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not a memfd: %w", ErrBadEndpoint, err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("%w: memfd not sealed against shrinking (seals %#x)", ErrBadEndpoint, seals)
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("nicfw: endpoint mmap: %w", err)
+	}
+	v, err := newEndpointView(mem)
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, err
+	}
+	return v, nil
+}
+
+// Close unmaps the view. Close is idempotent.
+func (v *EndpointView) Close() error {
+	if v.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(v.mem)
+	*v = EndpointView{}
+	return err
+}

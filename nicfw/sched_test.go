@@ -1,0 +1,207 @@
+package nicfw
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// pendingSet is a Pending that counts how often it is asked.
+type pendingSet struct {
+	set   map[int]bool
+	asked int
+}
+
+func (p *pendingSet) Pending(ep int) bool { p.asked++; return p.set[ep] }
+
+func newSched(t *testing.T, loiter int, weights ...int) *Scheduler {
+	t.Helper()
+	s, err := NewScheduler(loiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ep, w := range weights {
+		if err := s.Add(ep, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func all(n int) *pendingSet {
+	p := &pendingSet{set: map[int]bool{}}
+	for i := range n {
+		p.set[i] = true
+	}
+	return p
+}
+
+func sequence(s *Scheduler, p Pending, n int) string {
+	var b strings.Builder
+	for range n {
+		ep, ok := s.Next(p)
+		if !ok {
+			b.WriteByte('.')
+			continue
+		}
+		b.WriteByte(byte('A' + ep))
+	}
+	return b.String()
+}
+
+func TestSchedulerConfig(t *testing.T) {
+	if _, err := NewScheduler(-1); !errors.Is(err, ErrConfig) {
+		t.Errorf("NewScheduler(-1): %v", err)
+	}
+	s := newSched(t, 0, 1)
+	if s.loiter != DefaultLoiter {
+		t.Errorf("loiter %d, want DefaultLoiter", s.loiter)
+	}
+	if err := s.Add(0, 1); !errors.Is(err, ErrConfig) {
+		t.Errorf("adding endpoint 0 twice: %v", err)
+	}
+	if err := s.Add(1, 0); !errors.Is(err, ErrConfig) {
+		t.Errorf("weight 0: %v", err)
+	}
+	if s.Len() != 1 {
+		t.Errorf("Len() = %d", s.Len())
+	}
+}
+
+func TestSchedulerSequences(t *testing.T) {
+	cases := []struct {
+		name    string
+		loiter  int
+		weights []int
+		pending []int
+		want    string
+	}{
+		{"loiter 2, equal weights", 2, []int{4, 4}, []int{0, 1}, "AABBAABBAABB"},
+		{"loiter 1 is plain round robin", 1, []int{3, 3, 3}, []int{0, 1, 2}, "ABCABCABC"},
+		{"weights by loiter", 2, []int{1, 2, 3}, []int{0, 1, 2}, "ABBCCCABBCCC"},
+		{"weight bounds the visit", 8, []int{2, 1}, []int{0, 1}, "AABAAB"},
+		{"empties skipped", 1, []int{1, 1, 1, 1}, []int{1, 3}, "BDBDBD"},
+		{"alone, loiter does not stop it", 2, []int{1, 1}, []int{1}, "BBBBB"},
+		{"nothing pending", 2, []int{1, 1}, nil, "..."},
+		{"others out of weight", 2, []int{5, 1}, []int{0, 1}, "AABAAABAAAAA"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSched(t, c.loiter, c.weights...)
+			p := &pendingSet{set: map[int]bool{}}
+			for _, ep := range c.pending {
+				p.set[ep] = true
+			}
+			if got := sequence(s, p, len(c.want)); got != c.want {
+				t.Errorf("sequence %s, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+func TestSchedulerFairness(t *testing.T) {
+	weights := []int{1, 2, 3, 4}
+	s := newSched(t, 2, weights...)
+	p := all(len(weights))
+	const rounds = 1000
+	counts := make([]int, len(weights))
+	for range 10 * rounds {
+		ep, ok := s.Next(p)
+		if !ok {
+			t.Fatal("nothing chosen with every endpoint busy")
+		}
+		counts[ep]++
+	}
+	for ep, w := range weights {
+		if counts[ep] != w*rounds {
+			t.Errorf("endpoint %d (weight %d) sent %d, want %d", ep, w, counts[ep], w*rounds)
+		}
+	}
+	if s.Rounds() != rounds-1 {
+		t.Errorf("weights restored %d times, want %d", s.Rounds(), rounds-1)
+	}
+	// Each Next asks about every endpoint at most twice.
+	p.asked = 0
+	p.set = map[int]bool{}
+	s.Next(p)
+	if p.asked > 2*len(weights) {
+		t.Errorf("Next asked %d times with %d endpoints", p.asked, len(weights))
+	}
+}
+
+// An endpoint that was idle for many rounds gets no more than its weight
+// per round when it becomes busy.
+func TestSchedulerNoSavingUp(t *testing.T) {
+	s := newSched(t, 8, 2, 2)
+	p := &pendingSet{set: map[int]bool{0: true}}
+	sequence(s, p, 100)
+	p.set[1] = true
+	if got := sequence(s, p, 12); got != "BBAABBAABBAA" && got != "AABBAABBAABB" {
+		t.Errorf("sequence %s after B woke up, want a 2:2 share", got)
+	}
+}
+
+func TestSchedulerRemove(t *testing.T) {
+	s := newSched(t, 2, 2, 2, 2)
+	p := all(3)
+	if got := sequence(s, p, 3); got != "AAB" {
+		t.Fatalf("sequence %s", got)
+	}
+	if !s.Remove(1) || s.Remove(1) {
+		t.Fatal("Remove(1) twice did not report true, false")
+	}
+	delete(p.set, 1)
+	if got := sequence(s, p, 6); got != "CCAACC" {
+		t.Errorf("after removing the current endpoint: %s, want CCAACC", got)
+	}
+	s.Remove(0)
+	s.Remove(2)
+	if _, ok := s.Next(p); ok || s.Len() != 0 {
+		t.Errorf("an empty scheduler chose an endpoint")
+	}
+}
+
+// TestSchedulerRandom changes which endpoints are pending at random and
+// checks at every step: the chosen endpoint is pending; nothing is chosen
+// only when nothing is pending; once another pending endpoint with weight
+// left in the round waits, the current one sends at most the loiter limit
+// more before it gets its turn.
+func TestSchedulerRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n, loiter = 6, 3
+	weights := []int{1, 2, 3, 4, 5, 6}
+	s := newSched(t, loiter, weights...)
+	p := &pendingSet{set: map[int]bool{}}
+	last, whileWaiting := -1, 0
+	for step := range 50000 {
+		if rng.IntN(4) == 0 {
+			ep := rng.IntN(n)
+			p.set[ep] = !p.set[ep]
+		}
+		waiting := false
+		for _, e := range s.entries {
+			waiting = waiting || e.ep != last && e.left > 0 && p.set[e.ep]
+		}
+		ep, ok := s.Next(p)
+		anyPending := false
+		for _, v := range p.set {
+			anyPending = anyPending || v
+		}
+		if ok != anyPending || ok && !p.set[ep] {
+			t.Fatalf("step %d: Next = %d, %v with pending %v", step, ep, ok, p.set)
+		}
+		switch {
+		case !ok || ep != last || !waiting:
+			last, whileWaiting = ep, 0
+			if !ok {
+				last = -1
+			}
+		default:
+			whileWaiting++
+		}
+		if whileWaiting >= loiter {
+			t.Fatalf("step %d: endpoint %d sent %d more while another waited", step, ep, whileWaiting+1)
+		}
+	}
+}
