@@ -50,12 +50,12 @@ func init() {
 	commands = []command{
 		{"demo", "the main job: a 2-host veth lab, raw/SSAM/AF_PACKET/UDP ping-pong and a bulk transfer, one table", runDemo},
 		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
-		{"ping", "round-trip times over raw AF_XDP frames, AF_PACKET or kernel UDP", runPing},
+		{"ping", "round-trip times over raw AF_XDP frames, SSAM, AF_PACKET or kernel UDP", runPing},
 		{"capture", "record the xam frames a device carries, for Wireshark (ERF pcap)", runCapture},
 		{"stat", "counters of the xam XDP program on a device", runStat},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
 		{"bench", "SSAM's tables today: trap, system-call and AM costs, round trips and bandwidth beside UDP and TCP", runBench},
-		{"cells", "offline cell and AAL5 tools: segment, reassemble", runCells},
+		{"cells", "offline cell and AAL5 tools: segment, reassemble, demo", runCells},
 		{"version", "print the version", func(e *env, _ []string) error {
 			fmt.Fprintln(e.stdout, "xam", version)
 			return nil
