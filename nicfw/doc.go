@@ -1,8 +1,8 @@
 // Package nicfw is xam's NIC firmware: the engine that AM-II calls the NIC
 // processor. This package holds its reliable transport (AM-II's "virtual
-// network transport protocol"), and the parts of endpoints, scheduling and
-// residency described below; the engine loop that joins them to the
-// transport, and the mapper, are not here yet.
+// network transport protocol"), endpoints, scheduling and residency, and the
+// inline engine loop that joins them (Engine); the mapper is package
+// nicfw/mapper. The daemon (firmware mode) is not here yet.
 //
 // # Transport
 //
@@ -51,8 +51,8 @@
 // Sequence numbers start at 0 on both sides and the transport keeps no
 // epoch: a host whose transport restarts while a peer still remembers
 // higher expected numbers would have its first messages on each channel
-// taken for duplicates. Resetting a peer's channels when it reappears is the
-// mapper's job and is not built yet.
+// taken for duplicates. Resetting a peer's channels when it reappears, on
+// the mapper's word, is not built yet.
 //
 // Timestamps are the transport clock's reading in nanoseconds since the
 // Unix epoch, made strictly increasing per Transport, so each transmission
@@ -79,9 +79,10 @@
 // before checking it (class, argument count, destination index against the
 // translation table's size, offset and length inside the staging area) and
 // counts each refusal by reason (EndpointStats.Refused). The engine
-// produces into the receive queues with Put. Checking a descriptor's tag
-// against the translation table, the table itself, the unix-socket hand-over
-// of the memfd and a blocking wait are not built yet.
+// produces into the receive queues with Put. The engine keeps each
+// endpoint's translation table and tag (its virtual network; see Engine);
+// the unix-socket hand-over of the memfd and a blocking wait are not built
+// yet.
 //
 // A Scheduler (sched.go) chooses the endpoint to send from next: weighted
 // round robin over the endpoints with sends pending, skipping empty ones
@@ -117,4 +118,57 @@
 // another EtherType, that fail cell or AAL5 checks (HEC, length, CRC-32),
 // on another circuit, or whose header is malformed (unknown type, channel
 // out of range, length field not matching the SDU).
+//
+// # Engine
+//
+// An Engine (engine.go) joins the pieces, run inline: the caller's
+// goroutine calls Poll, which sends queued return messages, lets the
+// Scheduler choose endpoints to send from, polls the Transport, notices
+// acknowledgements and puts returned messages into their senders' queues.
+// CreateEndpoint gives an endpoint its virtual network (VNet): a tag and a
+// translation table from index to Name (host, endpoint). The engine stamps
+// the endpoint's tag on what it sends (a send descriptor's Tag is ignored)
+// and delivers a message only to an endpoint with the same tag.
+//
+// Each endpoint has at most one message taken from its send queues
+// (replies first) and not finished: pending, in flight, or being returned.
+// That keeps its messages in order across the C channels; C endpoints can
+// have a message in flight to one host at once. The scheduler is asked only
+// about endpoints whose next message could leave now (a free channel, a
+// frame to pin), so a blocked endpoint is not charged a send. The sender is
+// touched in the Residency before its message is taken, held while the
+// message is in flight and released on its ACK (seen as its channel freed)
+// or its return; one frame is always left unpinned, so a delivery to a
+// non-resident endpoint can load it (R is at least 2). Deliveries touch the
+// destination too; its receive queue full means a NACK.
+//
+// Return to sender: a message for an unknown endpoint or with a wrong tag
+// is accepted (ACKed) and answered with a return message carrying the
+// reason, queued (EngineConfig.ReturnQueue; full: NACK) until a channel is free;
+// a return is never returned. The transport's ErrUnreachable returns a
+// message locally and marks the host down for GiveUpAfter, during which
+// messages to it are returned at once. A returned message arrives in the
+// sender's reply receive queue as its original descriptor with
+// ClassReturned set in Class and Tag = reason | sending queue<<8
+// (Descriptor.ReturnInfo); Dest is the index it was sent to. A received
+// descriptor's Dest is the sender's index in the receiver's table (NoIndex
+// if absent) and its Tag the message's.
+//
+// The engine's message, the transport payload, big-endian:
+//
+//	offset  size  field
+//	0       1     queue: 0 request, 1 reply (the sender's send queue)
+//	1       1     class (1, short)
+//	2       1     number of arguments n (0..8)
+//	3       1     return reason, 0 for a message that is not a return
+//	4       2     destination endpoint (a return: the original sender)
+//	6       2     source endpoint
+//	8       4     handler
+//	12      4     destination index in the original sender's table
+//	16      8     tag
+//	24      8n    arguments
+//
+// Only short messages are carried: medium and bulk descriptors are
+// returned with ReasonUnsupported (staging allocation at the receiver is
+// not built). Refused descriptors are counted and dropped, not returned.
 package nicfw

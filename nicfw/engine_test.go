@@ -1,0 +1,663 @@
+//go:build linux
+
+package nicfw
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/clock"
+)
+
+const (
+	engStep    = time.Millisecond // the tests' RetransmitAfter
+	engGiveUp  = time.Second      // the tests' GiveUpAfter
+	tagRed     = 0x7ed
+	tagBlue    = 0xb1e
+	engUnknown = HostID(9) // a host in no host table
+)
+
+// engHost is one host of a test network: its engine, its link and the
+// application's views of its endpoints.
+type engHost struct {
+	eng   *Engine
+	link  *memlink.Link
+	views map[EndpointID]*EndpointView
+}
+
+// engNet is two hosts, A (hostA) and B (hostB), on a memlink pair and one
+// manual clock.
+type engNet struct {
+	clk  *clock.Manual
+	a, b *engHost
+}
+
+func newEngNet(t *testing.T, opts memlink.Options, cfg EngineConfig) *engNet {
+	t.Helper()
+	noEndpointLeaks(t)
+	la, lb, err := memlink.NewPair(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	n := &engNet{clk: clock.NewManual(time.Unix(1_000_000, 0))}
+	if cfg.Transport.RetransmitAfter == 0 {
+		cfg.Transport.RetransmitAfter = engStep
+	}
+	if cfg.Transport.GiveUpAfter == 0 {
+		cfg.Transport.GiveUpAfter = engGiveUp
+	}
+	cfg.Transport.Clock = n.clk
+	mk := func(id HostID, l *memlink.Link) *engHost {
+		c := cfg
+		c.Host = id
+		e, err := NewEngine(l, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := e.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		return &engHost{eng: e, link: l, views: make(map[EndpointID]*EndpointView)}
+	}
+	n.a, n.b = mk(hostA, la), mk(hostB, lb)
+	if err := n.a.eng.AddHost(hostB, lb.HardwareAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.b.eng.AddHost(hostA, la.HardwareAddr()); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// endpoint creates endpoint id on h and maps it as the application does.
+func (h *engHost) endpoint(t *testing.T, id EndpointID, cfg EndpointConfig, vnet VNet) *EndpointView {
+	t.Helper()
+	m, err := h.eng.CreateEndpoint(id, cfg, vnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := MapEndpoint(m.FD())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := v.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	h.views[id] = v
+	return v
+}
+
+// poll polls both engines once and returns the work they did.
+func (n *engNet) poll(t *testing.T) int {
+	t.Helper()
+	wa, err := n.a.eng.Poll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := n.b.eng.Poll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wa + wb
+}
+
+// run calls app, then polls both engines, advancing the clock by engStep
+// whenever nothing moved, until app reports it is done.
+func (n *engNet) run(t *testing.T, limit int, app func() (done bool)) {
+	t.Helper()
+	for i := 0; !app(); i++ {
+		if i == limit {
+			t.Fatalf("not done after %d rounds", limit)
+		}
+		if n.poll(t) == 0 {
+			n.clk.Advance(engStep)
+		}
+	}
+}
+
+func short(dest, handler uint32, args ...uint64) Descriptor {
+	d := Descriptor{Class: ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
+	copy(d.Args[:], args)
+	return d
+}
+
+func mustSend(t *testing.T, v *EndpointView, q Queue, d Descriptor) {
+	t.Helper()
+	if err := v.Send(q, &d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// drain appends everything in receive queue q of v to *into.
+func drain(t *testing.T, v *EndpointView, q Queue, into *[]Descriptor) {
+	t.Helper()
+	for {
+		var d Descriptor
+		ok, err := v.Receive(q, &d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return
+		}
+		*into = append(*into, d)
+	}
+}
+
+// twoNets sets up two virtual networks over the two hosts: red (endpoint 1
+// on each) and blue (endpoint 2 on each). A1's table also names B2 (blue:
+// a wrong tag), B9 (no such endpoint) and a host in no host table.
+func twoNets(t *testing.T, n *engNet, cfgA1, cfgB1 EndpointConfig) (a1, a2, b1, b2 *EndpointView) {
+	t.Helper()
+	a1 = n.a.endpoint(t, 1, cfgA1, VNet{Tag: tagRed, Table: []Name{
+		{hostA, 1}, {hostB, 1}, {hostB, 2}, {hostB, 9}, {engUnknown, 1},
+	}})
+	a2 = n.a.endpoint(t, 2, EndpointConfig{}, VNet{Tag: tagBlue, Table: []Name{{hostA, 2}, {hostB, 2}}})
+	b1 = n.b.endpoint(t, 1, cfgB1, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+	b2 = n.b.endpoint(t, 2, EndpointConfig{}, VNet{Tag: tagBlue, Table: []Name{{hostA, 2}, {hostB, 2}}})
+	return a1, a2, b1, b2
+}
+
+func TestEngineConfig(t *testing.T) {
+	noEndpointLeaks(t)
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	for _, c := range []EngineConfig{
+		{Resident: 1},
+		{ReturnQueue: -1},
+		{Transport: Config{Deliver: func(HostID, int, []byte) bool { return true }}},
+		{Transport: Config{Channels: MaxChannels + 1}},
+	} {
+		if _, err := NewEngine(la, c); !errors.Is(err, ErrConfig) {
+			t.Errorf("NewEngine(%+v) = %v, want ErrConfig", c, err)
+		}
+	}
+	e, err := NewEngine(la, EngineConfig{Host: hostA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.AddHost(hostA, lb.HardwareAddr()); !errors.Is(err, ErrConfig) {
+		t.Errorf("AddHost(self) = %v", err)
+	}
+	vnet := VNet{Tag: 1, Table: []Name{{hostA, 1}, {hostB, 1}}}
+	if _, err := e.CreateEndpoint(1, EndpointConfig{}, VNet{Tag: 1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("CreateEndpoint with an empty table = %v", err)
+	}
+	if _, err := e.CreateEndpoint(1, EndpointConfig{TableSize: 3}, vnet); !errors.Is(err, ErrConfig) {
+		t.Errorf("CreateEndpoint with TableSize 3 for 2 entries = %v", err)
+	}
+	m, err := e.CreateEndpoint(1, EndpointConfig{}, vnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Config().TableSize; got != 2 {
+		t.Errorf("TableSize %d, want 2", got)
+	}
+	if _, err := e.CreateEndpoint(1, EndpointConfig{}, vnet); !errors.Is(err, ErrConfig) {
+		t.Errorf("second endpoint 1 = %v", err)
+	}
+}
+
+// Two virtual networks over two hosts: each network's messages reach only
+// its own endpoints, replies find their way back through the received
+// index, and everything that cannot be delivered comes back to its sender
+// with its reason.
+func TestEngineVirtualNetworks(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	const count = 20
+	for i := range uint64(count) {
+		mustSend(t, a1, RequestSend, short(1, 100, i, tagRed))
+		mustSend(t, a2, RequestSend, short(1, 200, i, tagBlue))
+	}
+	mustSend(t, a1, RequestSend, short(0, 50, 42)) // to itself, delivered locally
+
+	var gotB1, gotB2, gotA1, gotA1Rep, gotA2Rep []Descriptor
+	n.run(t, 10000, func() bool {
+		drain(t, b1, RequestReceive, &gotB1)
+		drain(t, b2, RequestReceive, &gotB2)
+		return len(gotB1) == count && len(gotB2) == count
+	})
+	check := func(name string, got []Descriptor, handler uint32, tag uint64) {
+		t.Helper()
+		for i, d := range got {
+			want := short(0, handler, uint64(i), tag)
+			want.Tag = tag
+			if d != want {
+				t.Fatalf("%s: message %d = %+v, want %+v", name, i, d, want)
+			}
+		}
+	}
+	check("B1", gotB1, 100, tagRed)
+	check("B2", gotB2, 200, tagBlue)
+
+	// B1 replies to what it received, through the index it was given.
+	for _, d := range gotB1 {
+		mustSend(t, b1, ReplySend, short(d.Dest, 300, d.Args[0]))
+	}
+	n.run(t, 10000, func() bool {
+		drain(t, a1, ReplyReceive, &gotA1Rep)
+		drain(t, a2, ReplyReceive, &gotA2Rep)
+		return len(gotA1Rep) == count
+	})
+	for i, d := range gotA1Rep {
+		want := short(1, 300, uint64(i)) // B1 is index 1 in A1's table
+		want.Tag = tagRed
+		if d != want {
+			t.Fatalf("reply %d = %+v, want %+v", i, d, want)
+		}
+	}
+	drain(t, a1, RequestReceive, &gotA1)
+	if want := (Descriptor{Class: ClassShort, NArgs: 1, Handler: 50, Tag: tagRed, Args: [8]uint64{42}}); len(gotA1) != 1 || gotA1[0] != want {
+		t.Errorf("A1 to itself: %+v, want %+v", gotA1, want)
+	}
+
+	// Undeliverable messages. The descriptor's own tag is ignored: the
+	// engine stamps the endpoint's, so A1 cannot forge blue's.
+	forged := short(2, 7, 1, 2, 3)
+	forged.Tag = tagBlue
+	mustSend(t, a1, RequestSend, forged)
+	mustSend(t, a1, RequestSend, short(3, 8, 4))
+	mustSend(t, a1, RequestSend, short(4, 9, 5))
+	mustSend(t, a1, ReplySend, Descriptor{Class: ClassMedium, Dest: 1, Handler: 10, Length: 64})
+	mustSend(t, a1, RequestSend, short(99, 11)) // outside the table: refused by Take
+	var returned []Descriptor
+	n.run(t, 10000, func() bool {
+		drain(t, a1, ReplyReceive, &returned)
+		return len(returned) == 4
+	})
+	for k := 0; k < 20; k++ { // nothing else arrives anywhere
+		n.poll(t)
+		n.clk.Advance(engStep)
+	}
+	drain(t, a1, ReplyReceive, &returned)
+	drain(t, b1, RequestReceive, &gotB1)
+	drain(t, b2, RequestReceive, &gotB2)
+	drain(t, a2, RequestReceive, &gotA2Rep)
+	drain(t, a2, ReplyReceive, &gotA2Rep)
+	if len(returned) != 4 || len(gotB1) != count || len(gotB2) != count || len(gotA2Rep) != 0 {
+		t.Fatalf("returned %d, B1 %d, B2 %d, A2 %d messages", len(returned), len(gotB1), len(gotB2), len(gotA2Rep))
+	}
+	// Replies before requests: the medium reply was taken first.
+	wants := []struct {
+		reason Reason
+		from   Queue
+		d      Descriptor
+	}{
+		{ReasonUnsupported, ReplySend, Descriptor{Class: ClassMedium, Dest: 1, Handler: 10}},
+		{ReasonBadTag, RequestSend, short(2, 7, 1, 2, 3)},
+		{ReasonNoEndpoint, RequestSend, short(3, 8, 4)},
+		{ReasonNoHost, RequestSend, short(4, 9, 5)},
+	}
+	for i, w := range wants {
+		d := returned[i]
+		reason, from, ok := d.ReturnInfo()
+		if !ok || reason != w.reason || from != w.from {
+			t.Errorf("returned %d: ReturnInfo = %v, %v, %v; want %v, %v", i, reason, from, ok, w.reason, w.from)
+		}
+		d.Class &^= ClassReturned
+		d.Tag = 0
+		if d != w.d {
+			t.Errorf("returned %d (%v) = %+v, want %+v", i, w.reason, d, w.d)
+		}
+	}
+	if st := n.a.eng.eps[1].mem.Stats(); st.Refused[RefusedDestination] != 1 {
+		t.Errorf("A1 refusals %v, want one RefusedDestination", st.Refused)
+	}
+	if st := n.a.eng.Stats(); st.Returned != 4 {
+		t.Errorf("A stats %+v, want 4 returned", st)
+	}
+	if st := n.b.eng.Stats(); st.ReturnsSent != 2 || st.Delivered != 2*count {
+		t.Errorf("B stats %+v, want 2 returns sent and %d delivered", st, 2*count)
+	}
+	if st := n.a.eng.Stats(); st.Delivered != count+1 {
+		t.Errorf("A stats %+v, want %d delivered", st, count+1)
+	}
+}
+
+// A full receive queue NACKs; the messages arrive, in order, once the
+// application makes room.
+func TestEngineQueueFull(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{QueueEntries: 4})
+	const count = 12
+	for i := range uint64(count) {
+		mustSend(t, a1, RequestSend, short(1, 1, i))
+	}
+	for range 200 {
+		if n.poll(t) == 0 {
+			n.clk.Advance(engStep)
+		}
+	}
+	if ts := n.b.eng.TransportStats(); ts.Refused == 0 || n.b.eng.Stats().QueueFull == 0 {
+		t.Fatalf("B refused nothing: %+v", ts)
+	}
+	if ts := n.a.eng.TransportStats(); ts.NacksReceived == 0 || ts.Returned != 0 {
+		t.Fatalf("A transport %+v, want NACKs and nothing returned", ts)
+	}
+	var got []Descriptor
+	drain(t, b1, RequestReceive, &got)
+	if len(got) != 4 {
+		t.Fatalf("%d messages in a full queue of 4", len(got))
+	}
+	n.run(t, 10000, func() bool {
+		drain(t, b1, RequestReceive, &got)
+		return len(got) >= count
+	})
+	for i, d := range got {
+		if d.Args[0] != uint64(i) {
+			t.Fatalf("message %d carries %d", i, d.Args[0])
+		}
+	}
+	if len(got) != count {
+		t.Fatalf("%d messages, want %d", len(got), count)
+	}
+}
+
+// A host that disappears: the messages to it come back to their senders
+// with ReasonUnreachable once GiveUpAfter has passed, those still queued
+// behind them at once.
+func TestEngineUnreachable(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, a2, _, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	n.b.link.Close() // B is gone; it is not polled again
+	const count = 5
+	for i := range uint64(count) {
+		mustSend(t, a1, RequestSend, short(1, 1, i))
+	}
+	mustSend(t, a2, RequestSend, short(1, 2, 99))
+	pollA := func() {
+		if _, err := n.a.eng.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := n.clk.Now()
+	for range 10 {
+		pollA()
+		n.clk.Advance(engStep)
+	}
+	var r1, r2 []Descriptor
+	drain(t, a1, ReplyReceive, &r1)
+	if len(r1) != 0 {
+		t.Fatalf("returned before GiveUpAfter: %+v", r1)
+	}
+	n.clk.Advance(engGiveUp)
+	for range 10 {
+		pollA()
+	}
+	drain(t, a1, ReplyReceive, &r1)
+	drain(t, a2, ReplyReceive, &r2)
+	if el := n.clk.Now().Sub(start); el > engGiveUp+20*engStep {
+		t.Errorf("took %v", el)
+	}
+	if len(r1) != count || len(r2) != 1 {
+		t.Fatalf("returned %d to A1 and %d to A2, want %d and 1", len(r1), len(r2), count)
+	}
+	for i, d := range append(r1, r2...) {
+		reason, from, ok := d.ReturnInfo()
+		want := short(1, 1, uint64(i))
+		if i == count {
+			want = short(1, 2, 99)
+		}
+		d.Class &^= ClassReturned
+		d.Tag = 0
+		if !ok || reason != ReasonUnreachable || from != RequestSend || d != want {
+			t.Errorf("returned %d: %v %v %v %+v, want %+v", i, reason, from, ok, d, want)
+		}
+	}
+	if ts := n.a.eng.TransportStats(); ts.Returned != 2 {
+		t.Errorf("transport returned %d, want 2 (one in flight per endpoint)", ts.Returned)
+	}
+	if rs := n.a.eng.res; rs.Outstanding(1) != 0 || rs.Outstanding(2) != 0 || n.a.eng.pinned != 0 {
+		t.Errorf("endpoints still pinned")
+	}
+}
+
+// 10^4 short messages, from four endpoints (two per host), under 10% loss
+// in each direction: each is delivered exactly once, in order per sender.
+func TestEngineLoss(t *testing.T) {
+	n := newEngNet(t, memlink.Options{Loss: 0.1, Seed: 7}, EngineConfig{})
+	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	const per = 2500
+	type flow struct {
+		from, to   *EndpointView
+		dest, src  uint32 // the receiver's index at the sender, the sender's at the receiver
+		next, recv uint64
+		tag        uint64
+	}
+	flows := []*flow{
+		{from: a1, to: b1, dest: 1, src: 0, tag: tagRed},
+		{from: a2, to: b2, dest: 1, src: 0, tag: tagBlue},
+		{from: b1, to: a1, dest: 0, src: 1, tag: tagRed},
+		{from: b2, to: a2, dest: 0, src: 1, tag: tagBlue},
+	}
+	n.run(t, 2_000_000, func() bool {
+		done := true
+		for _, f := range flows {
+			for f.next < per {
+				d := short(f.dest, uint32(f.tag), f.next)
+				if err := f.from.Send(RequestSend, &d); errors.Is(err, ErrQueueFull) {
+					break
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				f.next++
+			}
+			for {
+				var d Descriptor
+				ok, err := f.to.Receive(RequestReceive, &d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+				if d.Args[0] != f.recv || d.Tag != f.tag || d.Handler != uint32(f.tag) || d.Dest != f.src {
+					t.Fatalf("flow %x: got %+v, want message %d", f.tag, d, f.recv)
+				}
+				f.recv++
+			}
+			if f.recv < per {
+				done = false
+			}
+		}
+		return done
+	})
+	for range 100 { // nothing more arrives
+		n.poll(t)
+		n.clk.Advance(engStep)
+	}
+	for _, f := range flows {
+		var d Descriptor
+		if ok, _ := f.to.Receive(RequestReceive, &d); ok {
+			t.Fatalf("flow %x: extra message %+v", f.tag, d)
+		}
+	}
+	ta, tb := n.a.eng.TransportStats(), n.b.eng.TransportStats()
+	if ta.Retransmits == 0 || tb.Retransmits == 0 || ta.Returned+tb.Returned != 0 {
+		t.Errorf("transport A %+v, B %+v", ta, tb)
+	}
+	if sa, sb := n.a.eng.Stats(), n.b.eng.Stats(); sa.Delivered+sb.Delivered != 4*per || sa.Acked+sb.Acked != 4*per {
+		t.Errorf("engine A %+v, B %+v", sa, sb)
+	}
+	t.Logf("lost frames: %d to A, %d to B; retransmissions %d + %d", n.a.link.Faults().Lost, n.b.link.Faults().Lost, ta.Retransmits, tb.Retransmits)
+}
+
+// More active endpoints than resident frames, on both hosts, with one
+// channel: every message is delivered, in order per sender, the senders
+// take turns (round robin), and the faults are counted.
+func TestEngineResidency(t *testing.T) {
+	const eps, per, resident = 8, 40, 3
+	n := newEngNet(t, memlink.Options{}, EngineConfig{Resident: resident, Loiter: 2, Transport: Config{Channels: 1}})
+	var senders, receivers []*EndpointView
+	for i := range EndpointID(eps) {
+		senders = append(senders, n.a.endpoint(t, i+1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, i + 1}}}))
+		receivers = append(receivers, n.b.endpoint(t, i+1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, i + 1}}}))
+	}
+	for i, v := range senders {
+		for k := range uint64(per) {
+			mustSend(t, v, RequestSend, short(0, uint32(i), k))
+		}
+	}
+	got := make([]uint64, eps)
+	n.run(t, 100000, func() bool {
+		done := true
+		for i, v := range receivers {
+			var ds []Descriptor
+			drain(t, v, RequestReceive, &ds)
+			for _, d := range ds {
+				if d.Handler != uint32(i) || d.Args[0] != got[i] || d.Dest != 0 {
+					t.Fatalf("receiver %d: %+v, want message %d", i, d, got[i])
+				}
+				got[i]++
+			}
+			if got[i] < per {
+				done = false
+			}
+		}
+		return done
+	})
+	for range 10 { // the last acknowledgements
+		n.poll(t)
+	}
+	ra, rb := n.a.eng.ResidencyStats(), n.b.eng.ResidencyStats()
+	if ra.Faults <= eps || ra.Evictions == 0 || rb.Faults <= eps || rb.Evictions == 0 {
+		t.Errorf("residency A %+v, B %+v: want more faults than endpoints", ra, rb)
+	}
+	// The scheduler is offered only endpoints whose next message can
+	// leave, so the single channel shows as waiting, never as ErrBusy.
+	if sa := n.a.eng.Stats(); sa.Busy != 0 || sa.Acked != eps*per || sa.Sent != eps*per {
+		t.Errorf("engine A %+v", sa)
+	}
+	t.Logf("residency A %+v, B %+v", ra, rb)
+}
+
+// The engines run in a goroutine of their own on the system clock while
+// the applications send and receive in theirs, through shared memory.
+func TestEngineConcurrent(t *testing.T) {
+	noEndpointLeaks(t)
+	la, lb, err := memlink.NewPair(memlink.Options{Loss: 0.02, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	cfg := EngineConfig{Transport: Config{RetransmitAfter: time.Millisecond}}
+	cfg.Host = hostA
+	ea, err := NewEngine(la, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ea.Close()
+	cfg.Host = hostB
+	eb, err := NewEngine(lb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eb.Close()
+	if err := ea.AddHost(hostB, lb.HardwareAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := eb.AddHost(hostA, la.HardwareAddr()); err != nil {
+		t.Fatal(err)
+	}
+	view := func(e *Engine, table []Name) *EndpointView {
+		m, err := e.CreateEndpoint(1, EndpointConfig{QueueEntries: 8}, VNet{Tag: tagRed, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := MapEndpoint(m.FD())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	va := view(ea, []Name{{hostB, 1}})
+	defer va.Close()
+	vb := view(eb, []Name{{hostA, 1}})
+	defer vb.Close()
+
+	const count = 2000
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { // the engines
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := ea.Poll(); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := eb.Poll(); err != nil {
+				t.Error(err)
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	go func() { // the sender on A
+		defer wg.Done()
+		for i := uint64(0); i < count; {
+			d := short(0, 1, i)
+			switch err := va.Send(RequestSend, &d); {
+			case err == nil:
+				i++
+			case errors.Is(err, ErrQueueFull):
+				select {
+				case <-done:
+					return
+				default:
+				}
+				runtime.Gosched()
+			default:
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() { // the receiver on B
+		defer wg.Done()
+		defer close(done)
+		deadline := time.Now().Add(60 * time.Second)
+		for i := uint64(0); i < count; {
+			var d Descriptor
+			ok, err := vb.Receive(RequestReceive, &d)
+			switch {
+			case err != nil:
+				t.Error(err)
+				return
+			case ok:
+				if d.Args[0] != i || d.Tag != tagRed {
+					t.Errorf("got %+v, want message %d", d, i)
+					return
+				}
+				i++
+			case time.Now().After(deadline):
+				t.Errorf("received %d of %d", i, count)
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}()
+	wg.Wait()
+}
