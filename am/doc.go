@@ -13,6 +13,11 @@
 // polls, and Poll runs handlers for what has arrived. An SSAM endpoint is
 // driven by one goroutine.
 //
-// AM-II's endpoints and virtual networks and GRIM's named handlers come with
-// the firmware engine.
+// AM-II (amii.go) is the API of an endpoint of the firmware engine
+// (nicfw): short messages of up to 8 words as requests and replies, named
+// by an index into the endpoint's virtual-network translation table, user
+// credits (K outstanding requests), and an error handler that receives
+// messages returned to the sender with a reason (bad tag, no such
+// endpoint, unreachable host). Medium and bulk messages, blocking wait and
+// firmware mode come next; GRIM's named handlers after them.
 package am

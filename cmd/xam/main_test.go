@@ -328,7 +328,7 @@ func TestPingDevice(t *testing.T) {
 	for _, args := range [][]string{
 		{"ping", "--dev", "eth0"},
 		{"ping", "--peer", "02:00:00:00:00:01"},
-		{"ping", "--api", "amii"},
+		{"ping", "--api", "grim"},
 		{"ping", "--api", "raw", "--loss", "0.1"},
 		{"ping", "--mode", "sideways"},
 		{"ping", "--count", "0"},
@@ -639,5 +639,29 @@ func TestStat(t *testing.T) {
 	}
 	if code, _, errs := xam(t, nil, "stat", "--dev", "lo", "--netns", b.NS); code != 1 || !strings.Contains(errs, "no xam XDP program") {
 		t.Errorf("stat on lo: exit %d, %s", code, errs)
+	}
+}
+
+func TestPingAMII(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	code, out, errs := xam(t, nil, "ping", "--api", "amii", "--mode", "inline", "--count", "300", "--loss", "0.05", "--json")
+	if code != 0 {
+		t.Fatalf("ping --api amii: exit %d: %s", code, errs)
+	}
+	var r struct {
+		API        string `json:"api"`
+		Lost       int    `json:"lost"`
+		Sent       int    `json:"sent"`
+		Delivered  int    `json:"delivered"`
+		Duplicates int    `json:"duplicates"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.API != "amii" || r.Lost != 0 || r.Duplicates != 0 || r.Delivered != r.Sent || r.Sent != 330 {
+		t.Errorf("ping --api amii: %+v", r)
+	}
+	if code, _, errs := xam(t, nil, "ping", "--api", "amii", "--mode", "firmware"); code != 2 || !strings.Contains(errs, "not built") {
+		t.Errorf("--mode firmware: exit %d, %s", code, errs)
 	}
 }

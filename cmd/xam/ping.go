@@ -21,13 +21,14 @@ import (
 func runPing(e *env, args []string) error {
 	fs := newFlags(e, "ping", "ping [--api raw|ssam|udp|packet] [--count N] [--size B] [--loss P] [--json] [--dev IF [--peer MAC] [--serve]]")
 	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), udp (kernel UDP), packet (AF_PACKET); amii and grim come with their layers")
-	loss := fs.Float64("loss", 0, "with --api ssam: fraction of xam frames both hosts' XDP programs drop (0..1)")
+	loss := fs.Float64("loss", 0, "with --api ssam or amii: fraction of xam frames both hosts' XDP programs drop (0..1)")
+	engineMode := fs.String("mode", "inline", "with --api amii: where the firmware engine runs (inline)")
 	var cfg bench.PingConfig
 	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips")
 	fs.IntVar(&cfg.Warmup, "warmup", 0, "unmeasured round trips first (default count/10, at most 1000)")
 	fs.IntVar(&cfg.Size, "size", 32, "message bytes (raw/packet: carried in ceil(size/48) cells, at least one)")
 	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost")
-	mode := fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
+	mode := fs.String("xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	fs.IntVar(&cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
 	dev := fs.String("dev", "", "ping over this device instead of a lab built for the run")
 	peer := fs.String("peer", "", "with --dev: the MAC address of the peer running `xam ping --serve`")
@@ -38,20 +39,26 @@ func runPing(e *env, args []string) error {
 	}
 	var err error
 	if cfg.Mode, err = loader.ParseMode(*mode); err != nil {
-		return usageError("--mode: %v", err)
+		return usageError("--xdp-mode: %v", err)
 	}
 	if cfg.Count < 1 || cfg.Size < 0 || cfg.Warmup < 0 {
 		return usageError("--count must be at least 1, --size and --warmup not negative")
 	}
 	switch *api {
-	case "raw", "ssam", "udp", "packet":
-	case "amii", "grim":
-		return usageError("--api %s: that layer is not built yet; --api raw, ssam, udp and packet work", *api)
+	case "raw", "ssam", "amii", "udp", "packet":
+	case "grim":
+		return usageError("--api %s: that layer is not built yet; --api raw, ssam, amii, udp and packet work", *api)
 	default:
-		return usageError("--api %q: want raw, ssam, udp or packet", *api)
+		return usageError("--api %q: want raw, ssam, amii, udp or packet", *api)
 	}
-	if *loss < 0 || *loss > 1 || *loss > 0 && *api != "ssam" {
-		return usageError("--loss %v: a fraction in [0, 1], with --api ssam", *loss)
+	if *loss < 0 || *loss > 1 || *loss > 0 && *api != "ssam" && *api != "amii" {
+		return usageError("--loss %v: a fraction in [0, 1], with --api ssam or amii", *loss)
+	}
+	if *engineMode != "inline" && (*api != "amii" || *engineMode != "firmware") {
+		return usageError("--mode %q: want inline (firmware mode is not built yet)", *engineMode)
+	}
+	if *engineMode == "firmware" {
+		return usageError("--mode firmware: the firmware daemon is not built yet; use --mode inline")
 	}
 
 	var r any
@@ -111,6 +118,8 @@ func runPing(e *env, args []string) error {
 			r, err = bench.RawPing(pa, pb, cfg)
 		case "ssam":
 			r, err = bench.SSAMPing(pa, pb, cfg, *loss, am.SSAMConfig{})
+		case "amii":
+			r, err = bench.AMIIPing(pa, pb, cfg, *loss)
 		case "packet":
 			r, err = bench.PacketPing(pa, pb, cfg)
 		case "udp":
@@ -127,6 +136,9 @@ func runPing(e *env, args []string) error {
 	case *bench.PingResult:
 		printPing(e, r)
 	case *bench.SSAMResult:
+		printPing(e, &r.PingResult)
+		fmt.Fprintf(e.stdout, "sent %d, delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+	case *bench.AMIIResult:
 		printPing(e, &r.PingResult)
 		fmt.Fprintf(e.stdout, "sent %d, delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
 	}

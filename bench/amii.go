@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
+)
+
+// The AM-II ping: two nicfw engines run inline (each host's goroutine
+// drives its engine through its AM-II endpoint), over AF_XDP with xam's XDP
+// program on each device. Host A is engine host 1 with endpoint 1, host B
+// engine host 2 with endpoint 1, both in one virtual network whose tables
+// have one entry, the other endpoint.
+const (
+	amiiHostA    = nicfw.HostID(1)
+	amiiHostB    = nicfw.HostID(2)
+	amiiEndpoint = nicfw.EndpointID(1)
+	amiiTag      = 0xa11
+)
+
+// AMIIResult is the outcome of an AM-II ping-pong: the ping result with
+// the delivery accounting of SSAMResult.
+type AMIIResult struct {
+	PingResult
+	Sent       int `json:"sent"`       // requests sent
+	Delivered  int `json:"delivered"`  // request handlers run at the responder
+	Duplicates int `json:"duplicates"` // messages whose request handler ran more than once
+	// Retransmits counts the transports' retransmissions, both hosts'
+	// (requests, replies and returns alike).
+	Retransmits uint64 `json:"retransmits"`
+}
+
+// amiiHost is one host of the ping: its AF_XDP endpoint, engine and AM-II
+// endpoint. Everything but Close belongs to the host's goroutine.
+type amiiHost struct {
+	raw  *RawEndpoint
+	eng  *nicfw.Engine
+	view *nicfw.EndpointView
+	am   *am.AMII
+}
+
+func (h *amiiHost) close() error {
+	var errs []error
+	if h.view != nil {
+		errs = append(errs, h.view.Close())
+	}
+	if h.eng != nil {
+		errs = append(errs, h.eng.Close())
+	}
+	if h.raw != nil {
+		errs = append(errs, h.raw.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// openAMII builds host id at p, whose peer is host peerID at peer.
+func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg PingConfig) (h *amiiHost, err error) {
+	h = &amiiHost{}
+	defer func() {
+		if err != nil {
+			h.close()
+		}
+	}()
+	if h.raw, err = OpenRaw(p, cfg.Mode, cfg.Queue); err != nil {
+		return nil, err
+	}
+	if h.eng, err = nicfw.NewEngine(h.raw.Sock, nicfw.EngineConfig{Host: id}); err != nil {
+		return nil, err
+	}
+	if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
+		return nil, err
+	}
+	mem, err := h.eng.CreateEndpoint(amiiEndpoint, nicfw.EndpointConfig{},
+		nicfw.VNet{Tag: amiiTag, Table: []nicfw.Name{{Host: peerID, Endpoint: amiiEndpoint}}})
+	if err != nil {
+		return nil, err
+	}
+	if h.view, err = nicfw.MapEndpoint(mem.FD()); err != nil {
+		return nil, err
+	}
+	if h.am, err = am.NewAMII(h.view, h.eng.Poll, am.AMIIConfig{}); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// AMIIPing runs the AM-II request/reply ping-pong from a to b (two lab
+// hosts, or the two ends of a veth pair) with two nicfw engines in inline
+// mode, one goroutine per host driving its engine and its endpoint: b's
+// request handler replies with the request's arguments, a sends the next
+// request when the reply handler has run for the last one. cfg.Size is
+// rounded up to whole 8-byte words, 8 at most (a short message); the
+// first word carries the message's number. loss, when above 0, makes both
+// hosts' XDP programs drop that fraction of xam frames; the engines'
+// transports recover them.
+func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	nargs := (cfg.Size + 7) / 8
+	if nargs > am.MaxArgs2 {
+		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*am.MaxArgs2, cfg.Size)
+	}
+	ha, err := openAMII(a, amiiHostA, b, amiiHostB, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("AM-II host A: %w", err)
+	}
+	defer ha.close()
+	hb, err := openAMII(b, amiiHostB, a, amiiHostA, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("AM-II host B: %w", err)
+	}
+	defer hb.close()
+	if loss > 0 {
+		for _, h := range []*amiiHost{ha, hb} {
+			if err := h.raw.Prog.SetFaults(loader.Faults{DropRate: loss}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// The handlers: each is the first registered on its endpoint.
+	const reply, echo = 0, 0
+	var counts EchoCounts
+	var echoErr error
+	hb.am.Register(func(t *am.Token2, args []uint64) {
+		counts.add(args[0])
+		if err := t.Reply(reply, args...); err != nil && echoErr == nil {
+			echoErr = err
+		}
+	})
+	answered := -1 // the number of the last message answered
+	ha.am.Register(func(t *am.Token2, args []uint64) { answered = int(args[0]) })
+	returned := -1 // the number of the last message returned to sender
+	ha.am.OnReturn(func(r am.Returned) {
+		if len(r.Args) > 0 && r.Request {
+			returned = int(r.Args[0])
+		}
+	})
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, err := hb.am.Poll(); err != nil {
+				serveErr = err
+				return
+			}
+		}
+	})
+	r, err := amiiPing(ha, cfg, nargs, echo, &answered, &returned)
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(err, serveErr, echoErr); err != nil {
+		return nil, err
+	}
+	r.Delivered, r.Duplicates = counts.Delivered(), counts.Duplicates()
+	r.Retransmits = ha.eng.TransportStats().Retransmits + hb.eng.TransportStats().Retransmits
+	return r, nil
+}
+
+// amiiPing is host A's side: the timed request/reply loop.
+func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, returned *int) (*AMIIResult, error) {
+	r := &AMIIResult{PingResult: PingResult{API: "amii", Count: cfg.Count, Size: 8 * nargs, hist: newHistogram()}}
+	args := make([]uint64, nargs)
+	// A message is answered or returned within the transport's give-up
+	// time; past it and cfg.Timeout the peer is taken to be gone.
+	limit := cfg.Timeout + nicfw.DefaultGiveUpAfter
+	for i := range cfg.Warmup + cfg.Count {
+		args[0] = uint64(i)
+		start := time.Now()
+		if err := h.am.Request(0, echo, args...); err != nil {
+			return nil, err
+		}
+		r.Sent++
+		for spins := 0; *answered < i && *returned < i; spins++ {
+			if _, err := h.am.Poll(); err != nil {
+				return nil, err
+			}
+			if spins&1023 == 1023 && time.Since(start) > limit {
+				return nil, fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))
+			}
+		}
+		r.record(i >= cfg.Warmup, *answered >= i, time.Since(start))
+	}
+	r.finish()
+	return r, nil
+}
