@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/internal/netnstest"
-	"github.com/xam-project/xam/loader"
 )
 
 // TestEngineOverAFXDP runs two engines over real AF_XDP sockets on a veth
@@ -20,27 +18,7 @@ func TestEngineOverAFXDP(t *testing.T) {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	n := &engNet{}
 	for i, h := range []*netnstest.Host{v.A, v.B} {
-		var prog *loader.Program
-		var sock *afxdp.Socket
-		err := h.Do(func() (err error) {
-			if prog, err = loader.Load(loader.Config{DstMAC: h.MAC}); err != nil {
-				return err
-			}
-			if _, err = prog.Attach(h.Index, loader.ModeAuto); err != nil {
-				return err
-			}
-			if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
-				return err
-			}
-			return prog.Register(0, sock.FD())
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sock.Close(); sock.Recv(nil); prog.Close() })
-		if err := prog.SetFaults(loader.Faults{DropRate: 0.10, Seed: uint64(11 + i)}); err != nil {
-			t.Fatal(err)
-		}
+		_, sock := xdpHost(t, h, 0.10, uint64(11+i))
 		e, err := NewEngine(sock, EngineConfig{Host: []HostID{hostA, hostB}[i],
 			Transport: Config{RetransmitAfter: 2 * time.Millisecond}})
 		if err != nil {

@@ -10,6 +10,35 @@ import (
 	"github.com/xam-project/xam/loader"
 )
 
+// xdpHost attaches xam's XDP program to h's veth end, opens an AF_XDP
+// socket there, and has the program drop the fraction drop of xam frames
+// (seeded); everything is closed in t's cleanup.
+func xdpHost(t *testing.T, h *netnstest.Host, drop float64, seed uint64) (*loader.Program, *afxdp.Socket) {
+	t.Helper()
+	var prog *loader.Program
+	var sock *afxdp.Socket
+	err := h.Do(func() (err error) {
+		if prog, err = loader.Load(loader.Config{DstMAC: h.MAC}); err != nil {
+			return err
+		}
+		if _, err = prog.Attach(h.Index, loader.ModeAuto); err != nil {
+			return err
+		}
+		if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
+			return err
+		}
+		return prog.Register(0, sock.FD())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sock.Close(); sock.Recv(nil); prog.Close() })
+	if err := prog.SetFaults(loader.Faults{DropRate: drop, Seed: seed}); err != nil {
+		t.Fatal(err)
+	}
+	return prog, sock
+}
+
 // TestOverAFXDP runs the transport over real AF_XDP sockets on a veth pair,
 // with xam's XDP program dropping 10% of the frames at both hosts: every
 // message is delivered exactly once, in order per channel, on the system
@@ -23,27 +52,7 @@ func TestOverAFXDP(t *testing.T) {
 	}
 	var hosts [2]*host
 	for i, h := range []*netnstest.Host{v.A, v.B} {
-		var prog *loader.Program
-		var sock *afxdp.Socket
-		err := h.Do(func() (err error) {
-			if prog, err = loader.Load(loader.Config{DstMAC: h.MAC}); err != nil {
-				return err
-			}
-			if _, err = prog.Attach(h.Index, loader.ModeAuto); err != nil {
-				return err
-			}
-			if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
-				return err
-			}
-			return prog.Register(0, sock.FD())
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sock.Close(); sock.Recv(nil); prog.Close() })
-		if err := prog.SetFaults(loader.Faults{DropRate: 0.10, Seed: uint64(3 + i)}); err != nil {
-			t.Fatal(err)
-		}
+		prog, sock := xdpHost(t, h, 0.10, uint64(3+i))
 		hh := &host{prog: prog, got: map[int][]uint32{}}
 		tr, err := New(sock, Config{
 			Channels:        4,
