@@ -57,7 +57,7 @@ func TestKernelPings(t *testing.T) {
 
 // BenchmarkPingPong measures the round trip of a 32-byte message over raw
 // AF_XDP (xam's XDP program and socket), SSAM (request/reply on the same
-// data path), AF_PACKET and kernel UDP on the same veth pair, side by side;
+// data path), AM-II over the inline firmware engine, AF_PACKET and kernel UDP on the same veth pair, side by side;
 // ns/op is the mean round trip.
 func BenchmarkPingPong(b *testing.B) {
 	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
@@ -81,6 +81,15 @@ func BenchmarkPingPong(b *testing.B) {
 				return nil, err
 			}
 			b.ReportMetric(float64(r.Retransmits), "retransmits")
+			return &r.PingResult, nil
+		})
+	})
+	b.Run("amii", func(b *testing.B) {
+		run(b, func(c PingConfig) (*PingResult, error) {
+			r, err := AMIIPing(pa, pb, c, 0)
+			if err != nil {
+				return nil, err
+			}
 			return &r.PingResult, nil
 		})
 	})

@@ -653,3 +653,30 @@ func TestReassemblyCutCircuitExpires(t *testing.T) {
 		t.Fatalf("after expiry: %q %v", sdus, errs)
 	}
 }
+
+// A PDU whose end was lost is dropped by Discard, and the next PDU on the
+// circuit is then delivered instead of running into it.
+func TestReassemblyDiscard(t *testing.T) {
+	for _, f := range []Format{UNI, NNI} {
+		r := NewReassembler(ReassemblerConfig{Format: f})
+		vc := VC{VPI: 5, VCI: 77}
+		cs := mustSegment(t, SAR{Format: f, VPI: vc.VPI, VCI: vc.VCI}, make([]byte, 200)) // 5 cells
+		if r.Discard(vc) {
+			t.Fatal("Discard with nothing open reported a PDU")
+		}
+		pushAll(r, cs[:3*CellSize]) // the last two cells are lost
+		if r.Discard(VC{VPI: vc.VPI, VCI: vc.VCI + 1}) {
+			t.Fatal("Discard of another circuit dropped something")
+		}
+		if !r.Discard(vc) {
+			t.Fatalf("%v: Discard found no open PDU", f)
+		}
+		sdus, errs := pushAll(r, cs)
+		if len(sdus) != 1 || len(errs) != 0 || len(sdus[0]) != 200 {
+			t.Fatalf("%v: after Discard: %d SDUs, errors %v", f, len(sdus), errs)
+		}
+		if s := r.Stats(); s.Abandoned != 1 || s.PDUs != 1 {
+			t.Fatalf("%v: stats %+v", f, s)
+		}
+	}
+}

@@ -14,9 +14,10 @@ import (
 //	|                   |                   |0x88B5 | 1  | 0  | (BE 16) | 53 bytes   |
 //	+-------------------+-------------------+-------+----+----+---------+------------+
 //
-// The frame header after the EtherType is four bytes: version (1), flags
-// (reserved, sent as zero, ignored on receipt), and the number of cells
-// that follow, big-endian. A frame carries at least one cell and as many as
+// The frame header after the EtherType is four bytes: version (1), flags,
+// and the number of cells that follow, big-endian. One flag is defined,
+// FlagStart; the other bits are reserved, sent as zero and ignored on
+// receipt. A frame carries at least one cell and as many as
 // its MTU allows: (MTU-4)/53, which is 28 cells for the standard 1500.
 const (
 	// EtherType is the default EtherType of xam frames, from the IEEE
@@ -31,6 +32,14 @@ const (
 	DefaultMTU = 1500
 	// MaxFrameCells is the most cells a frame header can announce.
 	MaxFrameCells = 0xffff
+
+	// FlagStart in a frame header's flags says that the frame's first cell
+	// is the first cell of an AAL5 PDU. A sender that spreads PDUs over
+	// several frames sets it, so that a receiver can drop what it holds of
+	// a PDU whose last frame was lost (Reassembler.Discard) instead of
+	// running it into the next one. Senders whose frames each hold whole
+	// PDUs may leave it clear.
+	FlagStart uint8 = 0x01
 )
 
 // CellsPerFrame returns how many cells fit in one frame on a link with the

@@ -65,6 +65,7 @@ type ReassemblyStats struct {
 	Mgmt      uint64 // OAM/RM cells dropped
 	NoRoom    uint64 // cells refused because MaxVCs circuits were busy
 	Discarded uint64 // cells dropped while discarding an oversize PDU
+	Abandoned uint64 // open PDUs dropped by Discard
 }
 
 // circuit is the reassembly state of one VC.
@@ -362,6 +363,22 @@ func (r *Reassembler) Expire() []error {
 		}
 	}
 	return errs
+}
+
+// Discard drops the open PDU of circuit vc, if there is one, and reports
+// whether there was. A receiver calls it when a frame flagged FlagStart
+// arrives on a circuit whose previous PDU never ended (its last cells were
+// lost): without it the two would run together and both fail the length
+// check.
+func (r *Reassembler) Discard(vc VC) bool {
+	v := r.vcs[uint32(vc.VPI)<<20|uint32(vc.VCI)<<4]
+	if v == nil || v.cells == 0 && !v.cut {
+		return false
+	}
+	v.reset()
+	r.runOK = false
+	r.stats.Abandoned++
+	return true
 }
 
 // Pending reports whether some circuit has a PDU open (cells received but

@@ -3,6 +3,8 @@ package nicfw
 import (
 	"net"
 	"time"
+
+	"github.com/xam-project/xam/cells"
 )
 
 // The channel tables. Everything here is owned by the engine thread (the
@@ -27,6 +29,21 @@ type peer struct {
 	unacked   int // send channels in use
 	activeIdx int // position in Transport.active, or -1
 	next      int // send channel to try first (round robin)
+
+	// reasm reassembles the PDUs of this peer, which may span frames.
+	reasm *cells.Reassembler
+
+	// Acknowledgements owed to the peer and not yet sent (acks.go): per
+	// channel whether one is owed and for which transmission, the channels
+	// in the order they were queued, and when the oldest was queued.
+	ackOn    []bool
+	ackSeq   []uint16
+	ackStamp []uint64
+	ackList  []uint8
+	ackPoll  uint64
+	ackAt    time.Time
+	ackIdx   int    // position in Transport.acking, or -1
+	ackFrame []byte // the frame of a standalone ACK
 }
 
 // sendChannel is one entry of the send channel table.
@@ -42,11 +59,13 @@ type sendChannel struct {
 	retries int
 
 	// sdu is the transport header and the payload of the message in flight
-	// (the copy of the unacknowledged packet); frame is the whole frame
-	// built from it for the current transmission. Both are reused by the
-	// channel's next message.
-	sdu   []byte
-	frame []byte
+	// (the copy of the unacknowledged packet), without acknowledgements;
+	// frames are the frames built from it for the current transmission, in
+	// the backing buffer frameBuf. All are reused by the channel's next
+	// message.
+	sdu      []byte
+	frames   [][]byte
+	frameBuf []byte
 }
 
 // recvChannel is one entry of the receive channel table.
@@ -54,13 +73,19 @@ type recvChannel struct {
 	expect uint16 // sequence number of the next message to deliver
 }
 
-func newPeer(id HostID, mac net.HardwareAddr, channels int) *peer {
+func newPeer(id HostID, mac net.HardwareAddr, channels, maxSDU int) *peer {
 	return &peer{
 		id:        id,
 		mac:       append(net.HardwareAddr(nil), mac...),
 		send:      make([]sendChannel, channels),
 		recv:      make([]recvChannel, channels),
 		activeIdx: -1,
+		reasm:     cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: maxSDU, MaxVCs: 4}),
+		ackOn:     make([]bool, channels),
+		ackSeq:    make([]uint16, channels),
+		ackStamp:  make([]uint64, channels),
+		ackList:   make([]uint8, 0, channels),
+		ackIdx:    -1,
 	}
 }
 

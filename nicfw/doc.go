@@ -23,12 +23,17 @@
 //
 // The receiver answers every DATA frame. A DATA frame carrying the expected
 // sequence number is offered to the Deliver callback: if Deliver accepts it
-// the channel's expected number advances and an ACK goes back; if Deliver
-// refuses it (the receive queue is full) a NACK goes back and nothing
-// advances. A DATA frame with any other sequence number is a duplicate of
-// one already delivered (a retransmission whose ACK was lost): it is not
-// delivered again, only ACKed again. ACKs and NACKs echo the sequence number
-// and the timestamp of the DATA frame they answer.
+// the channel's expected number advances and an acknowledgement is owed; if
+// Deliver refuses it (the receive queue is full) a NACK goes back at once
+// and nothing advances. A DATA frame with any other sequence number is a
+// duplicate of one already delivered (a retransmission whose ACK was lost):
+// it is not delivered again, only acknowledged again. Acknowledgements
+// piggy-back (acks.go): the next DATA frame to the peer carries every one
+// owed to it, so in request/reply traffic a round trip is two frames; what
+// nothing carries by the end of the next Poll (and Config.AckDelay) leaves
+// in an ACK frame, which carries all that are owed. ACKs and NACKs echo the
+// sequence number and the timestamp of the DATA frame they answer;
+// piggy-backed entries carry the sequence number.
 //
 // At the sender an ACK whose channel is in use with the same sequence number
 // frees the channel. A NACK counts only if its echoed timestamp is that of
@@ -107,17 +112,29 @@
 //	2       2     sequence number of the channel's message
 //	4       8     timestamp: DATA the sender's, ACK and NACK the echoed one
 //	12      2     payload length (0 for ACK and NACK)
-//	14      2     reserved, sent as 0, ignored on receipt
-//	16      n     payload
+//	14      2     k, the number of acknowledgement entries
+//	16      4k    entries: channel, 0, sequence number (2 bytes)
+//	16+4k   n     payload
 //
-// Because the whole PDU is in one frame, a message carries at most
-// CellsPerFrame(MTU)*48 - 8 - 16 bytes: 1320 at the standard MTU of 1500
-// (28 cells), 8088 at 9000 (169 cells); Transport.MaxPayload reports it. An
-// ACK or NACK is one cell, a 71-byte frame. A receiver drops and counts
-// frames not addressed to its MAC, from a MAC not in its host table, with
-// another EtherType, that fail cell or AAL5 checks (HEC, length, CRC-32),
-// on another circuit, or whose header is malformed (unknown type, channel
-// out of range, length field not matching the SDU).
+// Bytes 14..15 count the acknowledgements the frame carries besides its
+// own meaning; they follow the header, four bytes each (channel, 0,
+// sequence number), before the payload. A DATA frame's entries acknowledge
+// messages the other way; an ACK's header acknowledges one channel and its
+// entries more.
+//
+// A PDU spans as many frames as it needs (28 cells per frame at the
+// standard MTU of 1500); the first is flagged cells.FlagStart, and a
+// receiver drops the partial PDU of a peer whose end was lost when the next
+// PDU starts (Stats.Abandoned). Losing any frame loses the message, which
+// is then retransmitted whole. A message carries at most Config.MaxPayload
+// bytes (default DefaultMaxPayload: a medium message of 8 KB and the
+// engine's header, 7 frames at MTU 1500). An ACK or NACK is one cell, a
+// 71-byte frame, plus a cell per 12 further entries. A receiver drops and
+// counts frames not addressed to its MAC, from a MAC not in its host
+// table, with another EtherType, that fail cell or AAL5 checks (HEC,
+// length, CRC-32), on another circuit, or whose header is malformed
+// (unknown type, channel out of range, length and entry count not matching
+// the SDU).
 //
 // # Engine
 //

@@ -3,20 +3,26 @@ package nicfw
 import "encoding/binary"
 
 // The transport header at the start of every AAL5 SDU (see the package
-// documentation for the table):
+// documentation for the table), followed by the piggy-backed
+// acknowledgements and the payload:
 //
 //	 0      1      2             4                            12           14           16
-//	+------+------+-------------+----------------------------+------------+------------+---------
-//	| type | chan |  sequence   |         timestamp          |   length   |  reserved  | payload
-//	+------+------+-------------+----------------------------+------------+------------+---------
+//	+------+------+-------------+----------------------------+------------+------------+------------+---------
+//	| type | chan |  sequence   |         timestamp          |   length   |  n acks    | acks, 4n   | payload
+//	+------+------+-------------+----------------------------+------------+------------+------------+---------
+//
+// An acknowledgement entry is four bytes: channel, zero, sequence number
+// (big-endian).
 const (
-	headerLen = 16
+	headerLen   = 16
+	ackEntryLen = 4
 
 	offType   = 0
 	offChan   = 1
 	offSeq    = 2
 	offStamp  = 4
 	offLength = 12
+	offAcks   = 14
 )
 
 // Frame types.
@@ -34,21 +40,37 @@ func (h header) channel() int      { return int(h[offChan]) }
 func (h header) seq() uint16       { return binary.BigEndian.Uint16(h[offSeq:]) }
 func (h header) stamp() uint64     { return binary.BigEndian.Uint64(h[offStamp:]) }
 func (h header) length() int       { return int(binary.BigEndian.Uint16(h[offLength:])) }
+func (h header) acks() int         { return int(binary.BigEndian.Uint16(h[offAcks:])) }
 func (h header) setStamp(s uint64) { binary.BigEndian.PutUint64(h[offStamp:], s) }
+func (h header) setAcks(n int)     { binary.BigEndian.PutUint16(h[offAcks:], uint16(n)) }
 
-// put writes a header with the given fields (reserved bytes zero).
+// put writes a header with the given fields and no acknowledgements.
 func (h header) put(typ uint8, ch int, seq uint16, stamp uint64, length int) {
 	h[offType] = typ
 	h[offChan] = uint8(ch)
 	binary.BigEndian.PutUint16(h[offSeq:], seq)
 	binary.BigEndian.PutUint64(h[offStamp:], stamp)
 	binary.BigEndian.PutUint16(h[offLength:], uint16(length))
-	h[14], h[15] = 0, 0
+	h[offAcks], h[offAcks+1] = 0, 0
+}
+
+// putAck writes acknowledgement entry i of the entries in b.
+func putAck(b []byte, i, ch int, seq uint16) {
+	e := b[i*ackEntryLen:]
+	e[0], e[1] = uint8(ch), 0
+	binary.BigEndian.PutUint16(e[2:], seq)
+}
+
+// ackAt reads acknowledgement entry i of the entries in b.
+func ackAt(b []byte, i int) (ch int, seq uint16) {
+	e := b[i*ackEntryLen:]
+	return int(e[0]), binary.BigEndian.Uint16(e[2:])
 }
 
 // valid reports whether sdu holds a well-formed header for a transport
-// with the given number of channels, with exactly the announced payload
-// behind it.
+// with the given number of channels, with exactly the announced
+// acknowledgements and payload behind it, every entry naming a channel in
+// range.
 func valid(sdu []byte, channels int) bool {
 	if len(sdu) < headerLen {
 		return false
@@ -63,5 +85,15 @@ func valid(sdu []byte, channels int) bool {
 	default:
 		return false
 	}
-	return h.channel() < channels && h.length() == len(sdu)-headerLen
+	n := h.acks()
+	if h.channel() >= channels || headerLen+ackEntryLen*n+h.length() != len(sdu) {
+		return false
+	}
+	entries := sdu[headerLen:]
+	for i := range n {
+		if ch, _ := ackAt(entries, i); ch >= channels {
+			return false
+		}
+	}
+	return true
 }

@@ -12,12 +12,15 @@ import (
 //  1. link.Recv lends a batch of frames (valid until the next Recv).
 //  2. Each frame is checked: addressed to this host, from a host in the
 //     table, xam framing (cells.Unpack), then its cells go through the
-//     reassembler (HEC, AAL5 length and CRC-32). A frame carries one whole
-//     PDU, so one reassembler serves all peers.
-//  3. The PDU's transport header is checked and dispatched: DATA to the
-//     receive channel table and Deliver (answered by an ACK or a NACK, queued
-//     in t.tx), ACK and NACK to the send channel table.
-//  4. The queued ACKs and NACKs go to the link in one batch.
+//     peer's reassembler (HEC, AAL5 length and CRC-32). A PDU may span
+//     frames; a frame flagged cells.FlagStart drops what the reassembler
+//     holds of an earlier PDU whose end was lost.
+//  3. The PDU's transport header is checked and dispatched: piggy-backed
+//     acknowledgements to the send channel table first, then DATA to the
+//     receive channel table and Deliver (an acknowledgement owed, acks.go,
+//     or a NACK queued in t.tx), ACK and NACK to the send channel table.
+//  4. The acknowledgements that are due (acks.go) join the NACKs, and all
+//     go to the link in one batch.
 //  5. The timer scan runs if its period has passed (timers.go).
 
 // Poll receives and handles one batch of frames, sends the acknowledgements
@@ -26,66 +29,129 @@ import (
 // link's Wait (but no longer than Config.ScanInterval while Unacked is not
 // zero for some peer). It returns the link's errors.
 func (t *Transport) Poll() (int, error) {
+	t.polls++
+	t.beginPass()
+	n, err := t.poll()
+	t.endPass()
+	return n, err
+}
+
+func (t *Transport) poll() (int, error) {
 	n, err := t.link.Recv(t.rx)
 	if err != nil {
 		return 0, fmt.Errorf("nicfw: receive: %w", err)
 	}
-	now := t.clk.Now()
 	for _, f := range t.rx[:n] {
-		t.receive(f, now)
+		t.receive(f)
 	}
 	clear(t.rx[:n])
+	if len(t.acking) > 0 {
+		t.flushAcks(false)
+	}
 	if err := t.flush(); err != nil {
 		return n, err
 	}
-	if !now.Before(t.nextScan) {
-		t.nextScan = now.Add(t.cfg.ScanInterval)
-		if err := t.scan(now); err != nil {
-			return n, err
+	if t.scanDue() {
+		now := t.now()
+		if !now.Before(t.nextScan) {
+			t.nextScan = now.Add(t.cfg.ScanInterval)
+			if err := t.scan(now); err != nil {
+				return n, err
+			}
 		}
 	}
 	return n, nil
 }
 
+// The clock. Reading the system clock costs more than the rest of an idle
+// Poll (about 150 ns on a virtual machine), so the transport reads it at
+// most once per pass — a Poll, or an engine's whole loop around its sends
+// and its Poll (beginPass, endPass) — and only when something needs it:
+// a Send, a NACK, an acknowledgement delay, the timer scan. With the system
+// clock the timer scan is checked every idleClockEvery Polls, not every
+// Poll: its period is milliseconds, a Poll takes well under one. Other
+// clocks (a test's manual clock) are checked every Poll.
+
+// idleClockEvery is how many Polls check the timer scan once, on the
+// system clock.
+const idleClockEvery = 16
+
+// beginPass starts a pass: the clock is read at most once until endPass.
+func (t *Transport) beginPass() { t.pass++ }
+
+// endPass ends a pass; outside one every use of the time reads the clock.
+func (t *Transport) endPass() {
+	if t.pass--; t.pass == 0 {
+		t.nowOK = false
+	}
+}
+
+// now returns the time of the current pass, reading the clock on first use.
+func (t *Transport) now() time.Time {
+	if !t.nowOK {
+		t.tnow = t.clk.Now()
+		t.nowOK = t.pass > 0
+	}
+	return t.tnow
+}
+
+// scanDue reports whether this Poll checks the timer scan.
+func (t *Transport) scanDue() bool {
+	if !t.sysClock {
+		return true
+	}
+	if t.idle++; t.idle < idleClockEvery {
+		return false
+	}
+	t.idle = 0
+	return true
+}
+
 // receive handles one frame.
-func (t *Transport) receive(f []byte, now time.Time) {
+func (t *Transport) receive(f []byte) {
 	if len(f) < 12 || [6]byte(f[:6]) != t.mac {
 		t.stats.NotForUs++
 		return
 	}
-	p := t.byMAC[[6]byte(f[6:12])]
+	p := t.last
+	if p == nil || [6]byte(f[6:12]) != [6]byte(p.mac) {
+		p = t.byMAC[[6]byte(f[6:12])]
+		t.last = p
+	}
 	if p == nil {
 		t.stats.UnknownSource++
 		return
 	}
-	cs, _, err := cells.Unpack(f, t.cfg.EtherType)
+	cs, fh, err := cells.Unpack(f, t.cfg.EtherType)
 	if err != nil {
 		t.stats.BadFrames++
 		return
 	}
-	// One frame, one PDU: a frame whose last cell does not end a message
-	// is refused before it can leave a partial PDU in the reassembler.
-	if len(cs) < cells.CellSize || !cells.Cell(cs[len(cs)-cells.CellSize:]).EndOfMessage() {
-		t.stats.BadFrames++
-		return
+	if fh.Flags()&cells.FlagStart != 0 && p.reasm.Discard(t.vc) {
+		t.stats.Abandoned++
 	}
-	// The PDU must span the whole frame: then it is the frame's only one.
-	want := len(cs) / cells.CellSize
-	ok := false
-	t.reasm.PushCells(cs, func(pdu cells.PDU, err error) {
-		if err != nil || pdu.Cells != want || pdu.VC != t.vc || !valid(pdu.SDU, len(p.send)) {
+	bad := false
+	p.reasm.PushCells(cs, func(pdu cells.PDU, err error) {
+		if err != nil || pdu.VC != t.vc || !valid(pdu.SDU, len(p.send)) {
+			bad = true
 			return
 		}
-		ok = true
-		t.dispatch(p, header(pdu.SDU), pdu.SDU[headerLen:], now)
+		h := header(pdu.SDU)
+		acks := pdu.SDU[headerLen : headerLen+ackEntryLen*h.acks()]
+		t.dispatch(p, h, acks, pdu.SDU[headerLen+len(acks):])
 	})
-	if !ok {
+	if bad {
 		t.stats.BadFrames++
 	}
 }
 
-// dispatch handles one checked transport PDU from p.
-func (t *Transport) dispatch(p *peer, h header, payload []byte, now time.Time) {
+// dispatch handles one checked transport PDU from p: its piggy-backed
+// acknowledgements (the entries in acks), then the frame itself.
+func (t *Transport) dispatch(p *peer, h header, acks, payload []byte) {
+	for i := range h.acks() {
+		ch, seq := ackAt(acks, i)
+		t.acked(p, ch, seq)
+	}
 	ch := h.channel()
 	switch h.typ() {
 	case typeData:
@@ -95,7 +161,7 @@ func (t *Transport) dispatch(p *peer, h header, payload []byte, now time.Time) {
 			// expect was delivered, so any other number is a message
 			// delivered already whose ACK was lost.
 			t.stats.Duplicates++
-			t.answer(p, typeAck, h)
+			t.queueAck(p, h)
 			return
 		}
 		if !t.cfg.Deliver(p.id, ch, payload) {
@@ -105,16 +171,10 @@ func (t *Transport) dispatch(p *peer, h header, payload []byte, now time.Time) {
 		}
 		r.expect++
 		t.stats.Delivered++
-		t.answer(p, typeAck, h)
+		t.queueAck(p, h)
 
 	case typeAck:
-		c := &p.send[ch]
-		if !c.inUse || c.seq != h.seq() {
-			t.stats.StaleAcks++
-			return
-		}
-		t.release(p, c)
-		t.stats.Acked++
+		t.acked(p, ch, h.seq())
 
 	case typeNack:
 		c := &p.send[ch]
@@ -123,20 +183,32 @@ func (t *Transport) dispatch(p *peer, h header, payload []byte, now time.Time) {
 			return
 		}
 		t.stats.NacksReceived++
+		now := t.now()
 		c.heard = now
 		c.due = now.Add(t.cfg.NackDelay)
 	}
 }
 
+// acked handles the acknowledgement of message seq on channel ch to p.
+func (t *Transport) acked(p *peer, ch int, seq uint16) {
+	c := &p.send[ch]
+	if !c.inUse || c.seq != seq {
+		t.stats.StaleAcks++
+		return
+	}
+	t.release(p, c)
+	t.stats.Acked++
+}
+
 // answer queues an ACK or a NACK to p for the DATA frame with header h,
 // echoing its channel, sequence number and timestamp.
 func (t *Transport) answer(p *peer, typ uint8, h header) {
-	// Every received frame yields at most one answer and t.tx holds a
+	// Every received frame yields at most one answer and t.ctl holds a
 	// whole receive batch, so there is always room.
 	var sdu [headerLen]byte
 	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), 0)
 	f := t.ctl[len(t.tx)]
-	t.putHeaders(f, p, 1)
+	t.putHeaders(f, p, 1, cells.FlagStart)
 	t.seg.Put(f[len(t.eth):], sdu[:])
 	t.tx = append(t.tx, f)
 }

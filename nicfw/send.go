@@ -64,7 +64,7 @@ func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
 	c.cookie = cookie
 	c.retries = 0
 
-	now := t.clk.Now()
+	now := t.now()
 	c.first, c.heard = now, now
 	t.occupy(p, c)
 	if err := t.transmit(p, c, now); err != nil {
@@ -77,34 +77,76 @@ func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
 }
 
 // transmit sends the message in channel c to p with a fresh timestamp and
-// schedules its retransmission.
+// schedules its retransmission. The acknowledgements owed to p ride along
+// (piggy-backing, acks.go). The PDU is cut into as many frames as it needs;
+// the first is flagged cells.FlagStart, and all go to the link in one
+// batch.
 func (t *Transport) transmit(p *peer, c *sendChannel, now time.Time) error {
 	c.stamp = t.stampNow(now)
 	header(c.sdu).setStamp(c.stamp)
 	c.last = now
 	c.due = now.Add(t.cfg.RetransmitAfter)
 
-	n := len(c.sdu)
-	ncells := cells.CellCount(n)
-	fl := cells.FrameLen(ncells)
-	if cap(c.frame) < fl {
-		c.frame = make([]byte, fl, max(fl, 2*cap(c.frame)))
+	sdu := c.sdu
+	if len(p.ackList) > 0 {
+		n := min(len(p.ackList), t.maxAcks)
+		need := len(c.sdu) + ackEntryLen*n
+		if cap(t.scratch) < need {
+			t.scratch = make([]byte, need, max(need, 2*cap(t.scratch)))
+		}
+		sdu = t.scratch[:need]
+		copy(sdu, c.sdu[:headerLen])
+		header(sdu).setAcks(n)
+		t.takeAcks(p, sdu[headerLen:headerLen+ackEntryLen*n])
+		copy(sdu[headerLen+ackEntryLen*n:], c.sdu[headerLen:])
+		t.stats.AcksPiggybacked += uint64(n)
 	}
-	c.frame = c.frame[:fl]
-	t.putHeaders(c.frame, p, ncells)
-	if _, err := t.seg.Put(c.frame[len(t.eth):], c.sdu); err != nil {
-		return err
+
+	ncells := cells.CellCount(len(sdu))
+	nframes := (ncells + t.perFrame - 1) / t.perFrame
+	total := nframes*len(t.eth) + ncells*cells.CellSize
+	if cap(c.frameBuf) < total {
+		c.frameBuf = make([]byte, total, max(total, 2*cap(c.frameBuf)))
 	}
-	t.one[0] = c.frame
-	_, err := t.link.Send(t.one[:])
-	t.one[0] = nil
+	buf := c.frameBuf[:total]
+	c.frames = c.frames[:0]
+	if nframes == 1 {
+		t.putHeaders(buf, p, ncells, cells.FlagStart)
+		if _, err := t.seg.Put(buf[len(t.eth):], sdu); err != nil {
+			return err
+		}
+		c.frames = append(c.frames, buf)
+	} else {
+		cl := ncells * cells.CellSize
+		if cap(t.cellBuf) < cl {
+			t.cellBuf = make([]byte, cl)
+		}
+		cs := t.cellBuf[:cl]
+		if _, err := t.seg.Put(cs, sdu); err != nil {
+			return err
+		}
+		flags := cells.FlagStart
+		for len(cs) > 0 {
+			k := min(len(cs)/cells.CellSize, t.perFrame)
+			fl := len(t.eth) + k*cells.CellSize
+			f := buf[:fl:fl]
+			buf = buf[fl:]
+			t.putHeaders(f, p, k, flags)
+			copy(f[len(t.eth):], cs[:k*cells.CellSize])
+			cs = cs[k*cells.CellSize:]
+			c.frames = append(c.frames, f)
+			flags = 0
+		}
+	}
+	_, err := t.link.Send(c.frames)
 	return err
 }
 
 // putHeaders writes the Ethernet and xam frame headers of a frame to p that
 // carries ncells cells.
-func (t *Transport) putHeaders(frame []byte, p *peer, ncells int) {
+func (t *Transport) putHeaders(frame []byte, p *peer, ncells int, flags uint8) {
 	copy(frame, t.eth[:])
 	copy(frame[:6], p.mac)
+	frame[afxdp.EthernetHeaderLen+1] = flags
 	binary.BigEndian.PutUint16(frame[afxdp.EthernetHeaderLen+2:], uint16(ncells))
 }

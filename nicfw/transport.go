@@ -24,6 +24,9 @@ const (
 	DefaultRetransmitAfter = 5 * time.Millisecond
 	DefaultGiveUpAfter     = 3 * time.Second
 	DefaultVCI             = 32 // the first VCI that I.361 leaves to users
+	// DefaultMaxPayload is the largest payload by default: a medium
+	// message (MaxMedium) with room for the engine's header and arguments.
+	DefaultMaxPayload = MaxMedium + 512
 )
 
 // Errors. Test for them with errors.Is.
@@ -60,6 +63,18 @@ type Config struct {
 	// ScanInterval is the period of the timer scan (default
 	// RetransmitAfter/4).
 	ScanInterval time.Duration
+	// AckDelay is how long an acknowledgement may wait for a DATA frame to
+	// the same peer to carry it (piggy-backing) before it is sent in an ACK
+	// frame of its own. An acknowledgement always waits at least until the
+	// end of the Poll after the one that received the DATA frame, so that
+	// a reply the application makes in between carries it; 0 means just
+	// that. Negative: every DATA frame is acknowledged at the end of the
+	// Poll that received it, nothing is piggy-backed.
+	AckDelay time.Duration
+	// MaxPayload is the largest payload Send accepts (default
+	// DefaultMaxPayload, at most 65535-16-4*Channels). A message spans as
+	// many frames as it needs; losing any of them loses the message.
+	MaxPayload int
 	// Clock is the time source of the timers (default the system clock).
 	Clock clock.Clock
 	// EtherType of the frames (default cells.EtherType, 0x88B5).
@@ -100,6 +115,10 @@ type Stats struct {
 	Scans      uint64 // timer scans run
 	ScanVisits uint64 // peers visited by them
 
+	AcksPiggybacked uint64 // acknowledgements carried by DATA frames
+	AckFrames       uint64 // ACK frames sent (each may carry several)
+	Abandoned       uint64 // partial messages dropped: a frame of theirs was lost
+
 	NotForUs      uint64 // frames addressed to another MAC
 	UnknownSource uint64 // frames from a MAC not in the host table
 	BadFrames     uint64 // frames that failed framing, cell, AAL5 or header checks
@@ -113,22 +132,35 @@ type Transport struct {
 	clk   clock.Clock
 	mac   [6]byte
 	seg   *cells.Segmenter
-	reasm *cells.Reassembler
 	vc    cells.VC
 	eth   [afxdp.EthernetHeaderLen + cells.FrameHeaderSize]byte // template: dst filled per frame
 	maxPL int
 
+	perFrame  int // cells per frame
+	maxAcks   int // acknowledgements one DATA frame may carry
+	ackOneMax int // acknowledgements one ACK frame (one frame) may carry
+
 	peers  map[HostID]*peer
 	byMAC  map[[6]byte]*peer
 	active []*peer // peers with unacknowledged messages (channels.go)
+	acking []*peer // peers owed acknowledgements (acks.go)
 
 	lastStamp uint64
 	nextScan  time.Time
+	polls     uint64
+	sysClock  bool // the clock is the system's (receive.go, "The clock")
+	idle      int  // Polls since the timer scan was last checked
+	pass      int  // depth of beginPass
+	tnow      time.Time
+	nowOK     bool  // tnow is this pass's time
+	last      *peer // the source of the last frame received
 
-	rx    [][]byte  // receive batch
-	tx    [][]byte  // control frames (ACK, NACK) waiting to be sent
-	ctl   [][]byte  // their buffers
-	one   [1][]byte // a single frame for link.Send
+	scratch []byte // an SDU with acknowledgements, being built
+	cellBuf []byte // the cells of a message that spans frames
+
+	rx    [][]byte // receive batch
+	tx    [][]byte // control frames (ACK, NACK) waiting to be sent
+	ctl   [][]byte // their buffers
 	stats Stats
 }
 
@@ -159,6 +191,9 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if cfg.VPI == 0 && cfg.VCI == 0 {
 		cfg.VCI = DefaultVCI
 	}
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = DefaultMaxPayload
+	}
 	switch {
 	case link == nil:
 		return nil, fmt.Errorf("%w: no link", ErrConfig)
@@ -166,6 +201,8 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, cfg.Channels, MaxChannels)
 	case cfg.RetransmitAfter < 0 || cfg.NackDelay < 0 || cfg.GiveUpAfter < 0 || cfg.ScanInterval < 0:
 		return nil, fmt.Errorf("%w: negative duration", ErrConfig)
+	case cfg.MaxPayload < 1 || cfg.MaxPayload > cells.MaxSDU-headerLen-ackEntryLen*cfg.Channels:
+		return nil, fmt.Errorf("%w: MaxPayload %d, want 1..%d", ErrConfig, cfg.MaxPayload, cells.MaxSDU-headerLen-ackEntryLen*cfg.Channels)
 	case cfg.Deliver == nil:
 		return nil, fmt.Errorf("%w: no Deliver callback", ErrConfig)
 	case len(link.HardwareAddr()) != 6:
@@ -175,23 +212,25 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI, err)
 	}
-	ncells := cells.CellsPerFrame(link.MTU())
-	maxPL := ncells*cells.PayloadSize - cells.TrailerSize - headerLen
-	if maxPL < 0 {
+	perFrame := cells.CellsPerFrame(link.MTU())
+	oneFrame := perFrame*cells.PayloadSize - cells.TrailerSize - headerLen // an ACK's room for entries
+	if oneFrame < ackEntryLen {
 		return nil, fmt.Errorf("%w: link MTU %d carries no transport frame", ErrConfig, link.MTU())
 	}
-	maxPL = min(maxPL, cells.MaxSDU-headerLen)
 	t := &Transport{
-		link:  link,
-		cfg:   cfg,
-		clk:   cfg.Clock,
-		seg:   seg,
-		reasm: cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: headerLen + maxPL, MaxVCs: 16}),
-		vc:    cells.VC{VPI: cfg.VPI, VCI: cfg.VCI},
-		maxPL: maxPL,
-		peers: make(map[HostID]*peer),
-		byMAC: make(map[[6]byte]*peer),
+		link:      link,
+		cfg:       cfg,
+		clk:       cfg.Clock,
+		seg:       seg,
+		vc:        cells.VC{VPI: cfg.VPI, VCI: cfg.VCI},
+		maxPL:     cfg.MaxPayload,
+		perFrame:  perFrame,
+		maxAcks:   cfg.Channels,
+		ackOneMax: min(oneFrame/ackEntryLen, cfg.Channels),
+		peers:     make(map[HostID]*peer),
+		byMAC:     make(map[[6]byte]*peer),
 	}
+	_, t.sysClock = cfg.Clock.(clock.System)
 	copy(t.mac[:], link.HardwareAddr())
 	copy(t.eth[6:12], t.mac[:])
 	t.eth[12], t.eth[13] = byte(cfg.EtherType>>8), byte(cfg.EtherType)
@@ -207,7 +246,7 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// frameLen is the length of the frame that carries a payload of n bytes.
+// frameLen is the length of a frame that carries a PDU of n bytes whole.
 func frameLen(n int) int { return cells.FrameLen(cells.CellCount(headerLen + n)) }
 
 // AddPeer enters a host in the host table: messages to id go to mac, and
@@ -223,7 +262,7 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 	if _, ok := t.byMAC[key]; ok {
 		return fmt.Errorf("%w: address %v is in the table already", ErrConfig, mac)
 	}
-	p := newPeer(id, mac, t.cfg.Channels)
+	p := newPeer(id, mac, t.cfg.Channels, headerLen+ackEntryLen*t.maxAcks+t.maxPL)
 	t.peers[id] = p
 	t.byMAC[key] = p
 	return nil

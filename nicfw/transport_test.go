@@ -239,7 +239,7 @@ func TestDuplicateAndReorder(t *testing.T) {
 }
 
 func TestNackThenRetransmit(t *testing.T) {
-	p := newPair(t, memlink.Options{}, Config{Channels: 2, RetransmitAfter: 100 * time.Millisecond, NackDelay: time.Millisecond, ScanInterval: time.Millisecond})
+	p := newPair(t, memlink.Options{}, Config{Channels: 2, RetransmitAfter: 100 * time.Millisecond, NackDelay: time.Millisecond, ScanInterval: time.Millisecond, AckDelay: -1})
 	refusals := 0
 	p.b.refuse = func(HostID, uint32) bool { refusals++; return refusals == 1 }
 	if err := p.a.tr.Send(hostB, payload(0, 50), 0); err != nil {
@@ -466,7 +466,7 @@ func TestNackKeepsPeerReachable(t *testing.T) {
 }
 
 func TestBusy(t *testing.T) {
-	p := newPair(t, memlink.Options{}, Config{Channels: 3})
+	p := newPair(t, memlink.Options{}, Config{Channels: 3, AckDelay: -1})
 	for n := range uint32(3) {
 		if err := p.a.tr.Send(hostB, payload(n, 50), 0); err != nil {
 			t.Fatal(err)
@@ -490,7 +490,7 @@ func TestBusy(t *testing.T) {
 
 func TestScanSkipsIdlePeers(t *testing.T) {
 	const ra = 10 * time.Millisecond
-	p := newPair(t, memlink.Options{}, Config{Channels: 2, RetransmitAfter: ra, ScanInterval: ra})
+	p := newPair(t, memlink.Options{}, Config{Channels: 2, RetransmitAfter: ra, ScanInterval: ra, AckDelay: -1})
 	for i := range 200 {
 		if err := p.a.tr.AddPeer(HostID(100+i), net.HardwareAddr{2, 1, 0, 0, byte(i >> 8), byte(i)}); err != nil {
 			t.Fatal(err)
@@ -562,8 +562,8 @@ func TestErrors(t *testing.T) {
 	if err := p.a.tr.Send(99, []byte("x"), 0); !errors.Is(err, ErrUnknownHost) {
 		t.Errorf("Send to an unknown host = %v", err)
 	}
-	if max := p.a.tr.MaxPayload(); max != 1320 {
-		t.Errorf("MaxPayload = %d at MTU 1500, want 1320", max)
+	if max := p.a.tr.MaxPayload(); max != DefaultMaxPayload {
+		t.Errorf("MaxPayload = %d, want %d", max, DefaultMaxPayload)
 	}
 	if err := p.a.tr.Send(hostB, make([]byte, p.a.tr.MaxPayload()+1), 0); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("Send of an oversize payload = %v", err)
@@ -582,6 +582,7 @@ func TestErrors(t *testing.T) {
 		{}, // no Deliver
 		{Deliver: deliver, Channels: MaxChannels + 1}, // too many channels
 		{Deliver: deliver, GiveUpAfter: -1},
+		{Deliver: deliver, MaxPayload: 65535}, // no room for the header
 	} {
 		if _, err := New(p.a.link, cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v", cfg, err)
@@ -610,10 +611,99 @@ func ExampleTransport() {
 	a.AddPeer(2, lb.HardwareAddr())
 	b.AddPeer(1, la.HardwareAddr())
 	a.Send(2, []byte("hello"), 0)
-	b.Poll() // delivers and acknowledges
+	b.Poll() // delivers; the acknowledgement waits for a reply to carry it
+	b.Poll() // none came: an ACK frame of its own
 	a.Poll() // takes the ACK in: the channel is free
 	fmt.Println("unacked:", a.Unacked(2))
 	// Output:
 	// from host 1 on channel 0: hello
 	// unacked: 0
+}
+
+// In request/reply traffic each DATA frame carries the acknowledgement of
+// the one before it the other way, so a round trip is two frames; what
+// nothing carries leaves in an ACK frame at the end of the next Poll.
+func TestAcksPiggyback(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 4})
+	const rounds = 100
+	for n := range uint32(rounds) {
+		if err := p.a.tr.Send(hostB, payload(n, 60), 0); err != nil {
+			t.Fatal(err)
+		}
+		p.poll(t) // B receives the request: its acknowledgement is owed
+		if err := p.b.tr.Send(hostA, payload(n, 60), 0); err != nil {
+			t.Fatal(err) // the reply carries it
+		}
+		p.poll(t) // A receives the reply: acknowledged, its own owed
+	}
+	sa, sb := p.a.tr.Stats(), p.b.tr.Stats()
+	if sa.Acked != rounds || sb.Acked != rounds-1 || p.b.tr.Unacked(hostA) != 1 {
+		t.Fatalf("acked: A %+v B %+v", sa, sb)
+	}
+	if sa.AckFrames != 0 || sb.AckFrames != 0 || sa.AcksPiggybacked != rounds-1 || sb.AcksPiggybacked != rounds {
+		t.Fatalf("frames: A %+v B %+v", sa, sb)
+	}
+	// Nothing more to carry the last acknowledgement: the next Poll but one
+	// sends it alone.
+	if !p.a.tr.AcksPending() {
+		t.Fatal("no acknowledgement pending at A")
+	}
+	p.poll(t)
+	p.poll(t)
+	if sa := p.a.tr.Stats(); sa.AckFrames != 1 || p.b.tr.Unacked(hostA) != 0 || p.a.tr.AcksPending() {
+		t.Fatalf("after the flush: A %+v, unacked at B %d", sa, p.b.tr.Unacked(hostA))
+	}
+	checkExactlyOnce(t, p.b, hostA, rounds)
+	checkExactlyOnce(t, p.a, hostB, rounds)
+}
+
+// AckDelay holds an acknowledgement for at least that long, and FlushAcks
+// sends it at once.
+func TestAckDelay(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{AckDelay: time.Millisecond})
+	if err := p.a.tr.Send(hostB, payload(1, 60), 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		p.poll(t)
+	}
+	if p.a.tr.Unacked(hostB) != 1 {
+		t.Fatal("acknowledged before AckDelay")
+	}
+	p.clk.Advance(time.Millisecond)
+	p.poll(t)
+	p.poll(t)
+	if p.a.tr.Unacked(hostB) != 0 {
+		t.Fatal("not acknowledged after AckDelay")
+	}
+	if err := p.a.tr.Send(hostB, payload(2, 60), 0); err != nil {
+		t.Fatal(err)
+	}
+	p.poll(t)
+	if err := p.b.tr.FlushAcks(); err != nil {
+		t.Fatal(err)
+	}
+	p.poll(t)
+	if p.a.tr.Unacked(hostB) != 0 || p.b.tr.Stats().AckFrames != 2 {
+		t.Fatalf("FlushAcks: unacked %d, B %+v", p.a.tr.Unacked(hostB), p.b.tr.Stats())
+	}
+}
+
+// Messages up to MaxPayload span several frames; under loss each is still
+// delivered exactly once, and a message that lost a frame is dropped whole
+// when the next one starts.
+func TestMultiFrameLoss(t *testing.T) {
+	const count = 1500
+	p := newPair(t, memlink.Options{Loss: 0.05, Seed: 11}, Config{Channels: 4, RetransmitAfter: 10 * time.Millisecond})
+	if got := p.a.tr.MaxPayload(); got != DefaultMaxPayload {
+		t.Fatalf("MaxPayload %d, want %d", got, DefaultMaxPayload)
+	}
+	p.transfer(t, count, p.a.tr.MaxPayload(), 10*time.Millisecond, p.a, p.b)
+	checkExactlyOnce(t, p.b, hostA, count)
+	checkExactlyOnce(t, p.a, hostB, count)
+	sa, sb := p.a.tr.Stats(), p.b.tr.Stats()
+	if sa.Retransmits == 0 || sb.Abandoned == 0 || sa.Acked != count || sb.Acked != count {
+		t.Errorf("A %+v B %+v", sa, sb)
+	}
+	t.Logf("A %+v", sa)
 }

@@ -1,0 +1,128 @@
+package nicfw
+
+import "github.com/xam-project/xam/cells"
+
+// Acknowledgements, in the engine thread. A DATA frame that the receiver
+// accepts (or recognises as a duplicate) is owed an acknowledgement; the
+// receiver notes it per peer and channel (queueAck) instead of answering at
+// once. The next DATA frame to that peer carries every acknowledgement owed
+// to it (transmit, send.go): in request/reply traffic the reply
+// acknowledges the request, and the next request the reply, so a round
+// trip costs two frames, not four. What no DATA frame has carried by the
+// end of the Poll after the one that queued it, and at least
+// Config.AckDelay after it was queued, leaves in an ACK frame of its own
+// (flushAcks): the ACK header answers one channel and echoes its
+// timestamp, the entries after it the others. NACKs are never delayed.
+//
+// A channel owes at most one acknowledgement: the sender sends its next
+// message on a channel only after the acknowledgement of the previous one,
+// so a second DATA frame on the channel before the first is acknowledged
+// is a retransmission of the same message, and its acknowledgement
+// replaces the first.
+
+// queueAck notes that the DATA frame with header h from p is to be
+// acknowledged.
+func (t *Transport) queueAck(p *peer, h header) {
+	if t.cfg.AckDelay < 0 {
+		t.answer(p, typeAck, h)
+		return
+	}
+	ch := h.channel()
+	p.ackSeq[ch], p.ackStamp[ch] = h.seq(), h.stamp()
+	if p.ackOn[ch] {
+		return
+	}
+	p.ackOn[ch] = true
+	p.ackList = append(p.ackList, uint8(ch))
+	if len(p.ackList) == 1 {
+		p.ackPoll = t.polls
+		if t.cfg.AckDelay > 0 {
+			p.ackAt = t.now()
+		}
+		p.ackIdx = len(t.acking)
+		t.acking = append(t.acking, p)
+	}
+}
+
+// takeAcks writes up to len(b)/ackEntryLen of the acknowledgements owed to
+// p into b, oldest first, and forgets them.
+func (t *Transport) takeAcks(p *peer, b []byte) {
+	n := len(b) / ackEntryLen
+	for i, ch := range p.ackList[:n] {
+		putAck(b, i, int(ch), p.ackSeq[ch])
+		p.ackOn[ch] = false
+	}
+	t.dropAcks(p, n)
+}
+
+// dropAcks forgets the first n acknowledgements owed to p; a peer owed
+// none leaves the acking list.
+func (t *Transport) dropAcks(p *peer, n int) {
+	rest := copy(p.ackList, p.ackList[n:])
+	p.ackList = p.ackList[:rest]
+	if rest > 0 {
+		return
+	}
+	i, last := p.ackIdx, len(t.acking)-1
+	t.acking[i] = t.acking[last]
+	t.acking[i].ackIdx = i
+	t.acking[last] = nil
+	t.acking = t.acking[:last]
+	p.ackIdx = -1
+}
+
+// flushAcks queues an ACK frame (into t.tx) for each peer whose owed
+// acknowledgements are due, or for every peer owed any with force.
+func (t *Transport) flushAcks(force bool) {
+	for i := len(t.acking) - 1; i >= 0; i-- {
+		p := t.acking[i]
+		if !force && (p.ackPoll == t.polls || t.cfg.AckDelay > 0 && t.now().Sub(p.ackAt) < t.cfg.AckDelay) {
+			continue
+		}
+		ch0 := int(p.ackList[0])
+		n := min(len(p.ackList)-1, t.ackOneMax-1)
+		sduLen := headerLen + ackEntryLen*n
+		fl := frameLen(ackEntryLen * n)
+		if cap(p.ackFrame) < fl {
+			p.ackFrame = make([]byte, frameLen(ackEntryLen*(t.ackOneMax-1)))
+		}
+		f := p.ackFrame[:fl]
+		sdu := t.scratchSDU(sduLen)
+		header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0)
+		header(sdu).setAcks(n)
+		p.ackOn[ch0] = false
+		for j, ch := range p.ackList[1 : 1+n] {
+			putAck(sdu[headerLen:], j, int(ch), p.ackSeq[ch])
+			p.ackOn[ch] = false
+		}
+		t.putHeaders(f, p, cells.CellCount(sduLen), cells.FlagStart)
+		t.seg.Put(f[len(t.eth):], sdu)
+		t.tx = append(t.tx, f)
+		t.stats.AckFrames++
+		t.dropAcks(p, 1+n) // may move another peer into place i, visited already
+		if len(p.ackList) > 0 {
+			p.ackPoll = t.polls // the rest go at the next flush
+		}
+	}
+}
+
+// scratchSDU returns the transport's scratch buffer with length n.
+func (t *Transport) scratchSDU(n int) []byte {
+	if cap(t.scratch) < n {
+		t.scratch = make([]byte, n, max(n, 2*cap(t.scratch)))
+	}
+	return t.scratch[:n]
+}
+
+// AcksPending reports whether acknowledgements are owed and not sent. An
+// engine about to sleep calls FlushAcks first.
+func (t *Transport) AcksPending() bool { return len(t.acking) > 0 }
+
+// FlushAcks sends every acknowledgement owed, in ACK frames, at once.
+func (t *Transport) FlushAcks() error {
+	if len(t.acking) == 0 {
+		return nil
+	}
+	t.flushAcks(true)
+	return t.flush()
+}
