@@ -155,6 +155,14 @@ func (t *Transport) dispatch(p *peer, h header, acks, payload []byte) {
 	ch := h.channel()
 	switch h.typ() {
 	case typeData:
+		if t.cfg.Unreliable {
+			if t.cfg.Deliver(p.id, ch, payload) {
+				t.stats.Delivered++
+			} else {
+				t.stats.Refused++
+			}
+			return
+		}
 		r := &p.recv[ch]
 		if h.seq() != r.expect {
 			// Stop-and-wait: the sender moves to expect+1 only after

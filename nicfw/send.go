@@ -40,6 +40,9 @@ func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
 	if len(payload) > t.maxPL {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(payload), t.maxPL)
 	}
+	if t.cfg.Unreliable {
+		return t.sendUnreliable(p, payload)
+	}
 	if p.unacked == len(p.send) {
 		return ErrBusy
 	}
@@ -71,6 +74,23 @@ func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
 		t.release(p, c)
 		c.seq-- // the message never left: its number is still free
 		return fmt.Errorf("nicfw: send to host %d: %w", dst, err)
+	}
+	t.stats.Sent++
+	return nil
+}
+
+// sendUnreliable sends payload to p once, keeping nothing.
+func (t *Transport) sendUnreliable(p *peer, payload []byte) error {
+	c := &t.uc
+	n := headerLen + len(payload)
+	if cap(c.sdu) < n {
+		c.sdu = make([]byte, n, max(n, 2*cap(c.sdu)))
+	}
+	c.sdu = c.sdu[:n]
+	header(c.sdu).put(typeData, 0, 0, 0, len(payload))
+	copy(c.sdu[headerLen:], payload)
+	if err := t.transmit(p, c, t.now()); err != nil {
+		return fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
 	t.stats.Sent++
 	return nil

@@ -71,6 +71,12 @@ type Config struct {
 	// that. Negative: every DATA frame is acknowledged at the end of the
 	// Poll that received it, nothing is piggy-backed.
 	AckDelay time.Duration
+	// Unreliable turns reliability off, for measuring what it costs (the
+	// LogP baseline of AM-II): Send transmits at once with no channel, no
+	// copy kept and no retransmission, never reports ErrBusy, and the
+	// receiver delivers what arrives, acknowledges nothing and drops what
+	// Deliver refuses. Both ends must agree.
+	Unreliable bool
 	// MaxPayload is the largest payload Send accepts (default
 	// DefaultMaxPayload, at most 65535-16-4*Channels). A message spans as
 	// many frames as it needs; losing any of them loses the message.
@@ -155,7 +161,8 @@ type Transport struct {
 	nowOK     bool  // tnow is this pass's time
 	last      *peer // the source of the last frame received
 
-	scratch []byte // an SDU with acknowledgements, being built
+	uc      sendChannel // the frames of unreliable sends
+	scratch []byte      // an SDU with acknowledgements, being built
 	cellBuf []byte // the cells of a message that spans frames
 
 	rx    [][]byte // receive batch

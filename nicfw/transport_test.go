@@ -707,3 +707,25 @@ func TestMultiFrameLoss(t *testing.T) {
 	}
 	t.Logf("A %+v", sa)
 }
+
+// Unreliable transports send at once, keep nothing and acknowledge
+// nothing: under loss messages are simply lost.
+func TestUnreliable(t *testing.T) {
+	p := newPair(t, memlink.Options{Loss: 0.2, Seed: 5}, Config{Unreliable: true, Channels: 1})
+	const count = 1000
+	for n := range uint32(count) {
+		if err := p.a.tr.Send(hostB, payload(n, 300), 0); err != nil {
+			t.Fatal(err) // never ErrBusy, though there is one channel
+		}
+		p.poll(t)
+	}
+	p.poll(t)
+	sa, sb := p.a.tr.Stats(), p.b.tr.Stats()
+	got := len(p.b.got[hostA][0])
+	if got == count || got < count/2 || sb.Delivered != uint64(got) || sa.Sent != count {
+		t.Fatalf("delivered %d of %d: A %+v B %+v", got, count, sa, sb)
+	}
+	if sa.Retransmits+sa.Acked+sb.AckFrames+sb.AcksPiggybacked != 0 || p.a.tr.Unacked(hostB) != 0 {
+		t.Fatalf("reliability at work: A %+v B %+v", sa, sb)
+	}
+}
