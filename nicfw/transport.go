@@ -163,7 +163,7 @@ type Transport struct {
 
 	uc      sendChannel // the frames of unreliable sends
 	scratch []byte      // an SDU with acknowledgements, being built
-	cellBuf []byte // the cells of a message that spans frames
+	cellBuf []byte      // the cells of a message that spans frames
 
 	rx    [][]byte // receive batch
 	tx    [][]byte // control frames (ACK, NACK) waiting to be sent
