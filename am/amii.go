@@ -1,8 +1,10 @@
 package am
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/xam-project/xam/internal/clock"
@@ -11,7 +13,7 @@ import (
 
 // AM-II's Active Messages (Mainwaring and Culler's AM-II API, as Chun et
 // al. run it over Myrinet) on an endpoint of xam's NIC firmware engine
-// (package nicfw), short messages only.
+// (package nicfw): short, medium and bulk messages, and blocking wait.
 //
 // The endpoint. An AMII is the application's side of one nicfw endpoint:
 // the mapping of its memory (nicfw.EndpointView) with AM-II's four queues.
@@ -27,17 +29,45 @@ import (
 // function that polls several engines, as the tests do). Poll calls it and
 // then runs the handlers of what the engine put into the request and reply
 // receive queues; Request calls it after queuing the request, so the
-// message leaves at once. Firmware mode (an engine on its own cores,
-// reached through the daemon's socket) is not built; this API makes no
-// assumption about what poll does beyond running the engine's side.
+// message leaves at once; Wait calls it until a message is there. This API
+// makes no assumption about what poll does beyond running the engine's
+// side.
 //
-// Messages. A short message carries up to 8 64-bit words (MaxArgs2) and
-// names a handler by its index (Register). Request sends into the request
-// send queue, Token2.Reply into the reply send queue; the engine sends
-// replies first. The request/reply discipline is SSAM's and its violations
-// report the same ErrDiscipline: a request handler sends at most one reply
-// and no request, a reply handler and the error handler send nothing, and
-// no handler polls.
+// Firmware mode. The engine runs elsewhere (the daemon, on cores of its
+// own): NewAMII is given no poll function but AMIIConfig.Block, which
+// blocks until the engine notifies the endpoint (the daemon's eventfd).
+// Poll then only runs handlers; Wait arms the endpoint's events
+// (nicfw.EndpointView.Arm) and blocks in Block unless a message is there
+// already; a Request that must wait for a credit, and Drain, wait the same
+// way; a send that finds its queue full, or no medium slot free, yields the
+// processor until the engine has caught up.
+//
+// Messages. A message names a handler by its index (Register,
+// RegisterMedium) and carries up to 8 64-bit words (MaxArgs2). A short
+// message carries nothing else. A medium message carries up to
+// nicfw.MaxMedium bytes too: RequestMedium and Token2.ReplyMedium copy
+// them into a slot of the staging area (the one copy at the sender), the
+// engine copies them into the message when it takes it, and the receiver's
+// handler gets them in place in its endpoint's receive area (no copy at the
+// receiver), valid while it runs. A bulk message (Store) carries any
+// length from the application's part of the staging area (Staging) into a
+// region of the receiving endpoint's staging area, in chunks, and runs its
+// handler there once all of it is stored, with the stored bytes. Requests
+// go into the request send queue, replies into the reply send queue; the
+// engine sends replies first. The request/reply discipline is SSAM's and
+// its violations report the same ErrDiscipline: a request handler sends at
+// most one reply and no request, a reply handler and the error handler send
+// nothing, and no handler polls or waits.
+//
+// The staging area. Its last MediumSlots*nicfw.MaxMedium bytes are the
+// medium slots; the rest (Staging) is the application's, for bulk data to
+// send and for peers' Stores to land in. A slot is free again as soon as
+// the engine has taken the message in it (nicfw.EndpointView.Progress).
+// Requests hold at most all slots but one, so a reply always finds one
+// after the engine has moved on. The application keeps a Store's region
+// unchanged until the request is answered (the engine reads it chunk by
+// chunk) and decides with its peers where their Stores may write: the
+// engine checks only that a region lies inside the receiving staging area.
 //
 // Implicit replies. A request handler that returns without replying gets
 // an empty reply sent on its behalf to NullReply, a handler index that runs
@@ -53,20 +83,22 @@ import (
 // NACKs of full receive queues do the rest of the flow control.
 //
 // Return to sender. A message the engine cannot deliver (bad tag, no such
-// endpoint, unknown or unreachable host, unsupported class) comes back into
-// the sender's reply receive queue marked returned (nicfw's
+// endpoint, endpoint closed, unknown or unreachable host, too large for the
+// transport, a bulk region outside the receiver's staging area) comes back
+// into the sender's reply receive queue marked returned (nicfw's
 // Descriptor.ReturnInfo); Poll hands it to the error handler set with
-// OnReturn, as a Returned with the reason and the original message. A
-// returned request gives back its credit. A reply that comes back means
-// its requester keeps a credit it will never get back: the requester sees
-// nothing of it (the reply was lost on the way back to it), which is the
-// one case where a credit is lost; an application that must survive its
-// peers' failures uses Outstanding and its own timeout.
+// OnReturn, as a Returned with the reason and the original message (a
+// medium message with its bytes). A returned request gives back its credit.
+// A reply that comes back means its requester keeps a credit it will never
+// get back: the requester sees nothing of it (the reply was lost on the way
+// back to it), which is the one case where a credit is lost; an application
+// that must survive its peers' failures uses Outstanding and its own
+// timeout.
 //
 // Threads. An AMII, like the engine it drives in inline mode, belongs to one
 // goroutine: every method, and every handler, runs in it.
 
-// MaxArgs2 is the most argument words of an AM-II short message.
+// MaxArgs2 is the most argument words of an AM-II message.
 const MaxArgs2 = nicfw.MaxShortArgs
 
 // NullReply is the handler index of implicit replies: a reply to it runs no
@@ -78,6 +110,11 @@ const NullReply = ^uint32(0)
 // AMIIConfig.Credits is 0.
 const DefaultCredits = 8
 
+// DefaultMediumSlots is the number of medium slots when
+// AMIIConfig.MediumSlots is 0, if half of the staging area holds them
+// (otherwise as many as half holds).
+const DefaultMediumSlots = 4
+
 // Errors of the AM-II API besides ErrDiscipline, ErrTooLong and ErrTimeout.
 var (
 	// ErrBadIndex: a destination index outside the endpoint's translation
@@ -86,12 +123,33 @@ var (
 	// ErrUnknownSender: a reply to a request whose sender is not in this
 	// endpoint's translation table.
 	ErrUnknownSender = errors.New("am: the sender is not in this endpoint's translation table")
+	// ErrNoMediumSlots: a medium message on an endpoint without medium
+	// slots (AMIIConfig.MediumSlots).
+	ErrNoMediumSlots = errors.New("am: no staging slots for medium messages")
+	// ErrBadRegion: a Store whose region is empty or not inside the
+	// application's part of the staging area (Staging).
+	ErrBadRegion = errors.New("am: region outside the application's staging area")
 )
 
 // Handler2 is an AM-II short-message handler. args aliases the endpoint's
 // buffer and is valid only until the handler returns. A request handler may
-// send one reply with t.Reply; a reply handler sends nothing.
+// send one reply with t.Reply or t.ReplyMedium; a reply handler sends
+// nothing.
 type Handler2 func(t *Token2, args []uint64)
+
+// MediumHandler is an AM-II handler of medium and bulk messages: data is a
+// medium message's bytes, in the endpoint's receive area, or the region of
+// the staging area a bulk message was stored into; a short message sent to
+// it gets nil. args and a medium message's data are valid only until the
+// handler returns (the slot is then given back to the engine); a bulk
+// region is the application's.
+type MediumHandler func(t *Token2, args []uint64, data []byte)
+
+// handler is an entry of the handler table: one of the two kinds.
+type handler struct {
+	short  Handler2
+	medium MediumHandler
+}
 
 // Token2 identifies the message an AM-II handler runs for. It is valid only
 // while the handler runs.
@@ -114,6 +172,20 @@ func (t *Token2) IsRequest() bool { return t.request }
 // once, in a request handler only. While the reply send queue is full it
 // drives the engine, for at most the give-up time.
 func (t *Token2) Reply(handler uint32, args ...uint64) error {
+	return t.reply(handler, nil, args)
+}
+
+// ReplyMedium is Reply with up to nicfw.MaxMedium bytes of data, which it
+// copies into a medium slot (waiting for one as for room in the queue);
+// without data it sends a short reply.
+func (t *Token2) ReplyMedium(handler uint32, data []byte, args ...uint64) error {
+	if len(data) > nicfw.MaxMedium {
+		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), nicfw.MaxMedium)
+	}
+	return t.reply(handler, data, args)
+}
+
+func (t *Token2) reply(handler uint32, data []byte, args []uint64) error {
 	switch {
 	case t.a == nil:
 		return fmt.Errorf("%w: not a handler's token", ErrDiscipline)
@@ -122,11 +194,17 @@ func (t *Token2) Reply(handler uint32, args ...uint64) error {
 	case t.replied:
 		return fmt.Errorf("%w: a request handler sends at most one reply", ErrDiscipline)
 	case len(args) > MaxArgs2:
-		return fmt.Errorf("%w: %d arguments, a short message carries at most %d", ErrTooLong, len(args), MaxArgs2)
+		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs2)
 	case t.src == nicfw.NoIndex:
 		return ErrUnknownSender
 	}
-	if err := t.a.send(nicfw.ReplySend, t.src, handler, args); err != nil {
+	var err error
+	if len(data) > 0 {
+		err = t.a.sendMedium(nicfw.ReplySend, t.src, handler, data, args)
+	} else {
+		err = t.a.send(nicfw.ReplySend, t.src, handler, args)
+	}
+	if err != nil {
 		return err
 	}
 	t.replied = true
@@ -138,9 +216,31 @@ func (t *Token2) Reply(handler uint32, args ...uint64) error {
 type Returned struct {
 	Reason  nicfw.Reason // why it was not delivered
 	Request bool         // a request (its credit was given back); else a reply
+	Class   nicfw.Class  // short, medium or bulk
 	Dest    uint32       // the destination index it was sent to
 	Handler uint32
 	Args    []uint64 // a copy, the application's to keep
+	Data    []byte   // a medium message's bytes, a copy
+	// A bulk message's region in the sender's staging area and the offset
+	// it was to be stored at.
+	Offset, Length, RemoteOffset uint32
+}
+
+// String describes r for logs: "request to 1, handler 3, medium of 100
+// bytes: endpoint closed".
+func (r Returned) String() string {
+	kind := "reply"
+	if r.Request {
+		kind = "request"
+	}
+	what := ""
+	switch r.Class {
+	case nicfw.ClassMedium:
+		what = fmt.Sprintf(", medium of %d bytes", len(r.Data))
+	case nicfw.ClassBulk:
+		what = fmt.Sprintf(", bulk of %d bytes to offset %d", r.Length, r.RemoteOffset)
+	}
+	return fmt.Sprintf("%s to %d, handler %d%s: %v", kind, r.Dest, r.Handler, what, r.Reason)
 }
 
 // AMIIConfig configures an AM-II endpoint. Zero fields take the defaults.
@@ -148,41 +248,67 @@ type AMIIConfig struct {
 	Credits int           // K, outstanding requests; default DefaultCredits, at most the queue entries
 	GiveUp  time.Duration // how long Request and Reply wait for room; default DefaultGiveUp
 	Clock   clock.Clock   // default the system clock
+	// MediumSlots is the number of nicfw.MaxMedium-byte slots, at the end
+	// of the staging area, for medium messages (default DefaultMediumSlots,
+	// or as many as half the staging area holds if fewer; negative: none,
+	// and medium messages report ErrNoMediumSlots).
+	MediumSlots int
+	// Block is firmware mode's wait: it blocks until the engine notifies
+	// the endpoint (EndpointMemory.SetNotify: the eventfd the daemon
+	// handed over) or timeout passes, and returns nil either way, or an
+	// error that Wait passes on. AMII calls it only after arming the
+	// endpoint's events found no message. Required without a poll
+	// function; unused with one.
+	Block func(timeout time.Duration) error
 }
 
 // AMIIStats counts what an AM-II endpoint did.
 type AMIIStats struct {
-	Requests      uint64 // requests sent
-	Replies       uint64 // explicit replies sent
+	Requests      uint64 // requests sent (short, medium and bulk)
+	Replies       uint64 // explicit replies sent (short and medium)
 	NullReplies   uint64 // implicit replies sent for handlers that did not reply
+	Mediums       uint64 // medium messages sent (requests and replies)
+	Stores        uint64 // bulk messages sent (Store)
 	Handled       uint64 // request handlers run
 	ReplyHandled  uint64 // reply handlers run (implicit replies not counted)
 	Returned      uint64 // returned messages handed to the error handler (or dropped without one)
-	HandlerErrors uint64 // messages naming no registered handler
-	Malformed     uint64 // received descriptors of a class this API does not take
+	HandlerErrors uint64 // messages naming no registered handler, or one of the other kind
+	Malformed     uint64 // received descriptors of an unknown class, or naming bytes outside their area
 }
 
-// AMII is an AM-II endpoint in inline mode. See the top of amii.go.
+// slotUse is a medium slot holding a message the engine has not taken yet:
+// the one at position pos of send queue q.
+type slotUse struct {
+	slot int
+	q    nicfw.Queue
+	pos  uint32
+}
+
+// AMII is an AM-II endpoint. See the top of amii.go.
 type AMII struct {
 	view        *nicfw.EndpointView
-	poll        func() (int, error)
+	poll        func() (int, error) // nil: firmware mode
 	cfg         AMIIConfig
 	table       uint32 // the translation table's size
 	entries     int    // entries per queue
-	handlers    []Handler2
+	handlers    []handler
 	onReturn    func(Returned)
 	outstanding int
 	depth       int // handlers running (handlers do not nest)
 	tok         Token2
 	d           nicfw.Descriptor
 	args        [MaxArgs2]uint64
+	slotBase    int       // offset of the first medium slot: the end of the application's part
+	free        []int     // free medium slots
+	used        []slotUse // medium slots whose message the engine has not taken
 	stats       AMIIStats
 }
 
-// NewAMII returns the AM-II endpoint of view, whose engine poll runs once.
+// NewAMII returns the AM-II endpoint of view. In inline mode poll runs the
+// engine once; in firmware mode poll is nil and cfg.Block blocks.
 func NewAMII(view *nicfw.EndpointView, poll func() (int, error), cfg AMIIConfig) (*AMII, error) {
-	if view == nil || poll == nil {
-		return nil, errors.New("am: NewAMII needs an endpoint view and a poll function")
+	if view == nil || poll == nil && cfg.Block == nil {
+		return nil, errors.New("am: NewAMII needs an endpoint view, and a poll function (inline mode) or AMIIConfig.Block (firmware mode)")
 	}
 	ec := view.Config()
 	if cfg.Credits == 0 {
@@ -200,13 +326,35 @@ func NewAMII(view *nicfw.EndpointView, poll func() (int, error), cfg AMIIConfig)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
 	}
-	return &AMII{view: view, poll: poll, cfg: cfg, table: uint32(ec.TableSize), entries: ec.QueueEntries}, nil
+	fit := ec.StagingSize / nicfw.MaxMedium
+	switch {
+	case cfg.MediumSlots == 0:
+		cfg.MediumSlots = min(DefaultMediumSlots, fit/2)
+	case cfg.MediumSlots < 0:
+		cfg.MediumSlots = 0
+	case cfg.MediumSlots > fit:
+		return nil, fmt.Errorf("am: %d medium slots of %d bytes in a staging area of %d", cfg.MediumSlots, nicfw.MaxMedium, ec.StagingSize)
+	}
+	a := &AMII{view: view, poll: poll, cfg: cfg, table: uint32(ec.TableSize), entries: ec.QueueEntries,
+		slotBase: ec.StagingSize - cfg.MediumSlots*nicfw.MaxMedium,
+		free:     make([]int, 0, cfg.MediumSlots), used: make([]slotUse, 0, cfg.MediumSlots)}
+	for i := range cfg.MediumSlots {
+		a.free = append(a.free, cfg.MediumSlots-1-i)
+	}
+	return a, nil
 }
 
-// Register adds a handler and returns its index, the number that names it
-// in messages.
+// Register adds a short-message handler and returns its index, the number
+// that names it in messages.
 func (a *AMII) Register(h Handler2) uint32 {
-	a.handlers = append(a.handlers, h)
+	a.handlers = append(a.handlers, handler{short: h})
+	return uint32(len(a.handlers) - 1)
+}
+
+// RegisterMedium adds a handler of medium and bulk messages and returns
+// its index; the two kinds share the index space.
+func (a *AMII) RegisterMedium(h MediumHandler) uint32 {
+	a.handlers = append(a.handlers, handler{medium: h})
 	return uint32(len(a.handlers) - 1)
 }
 
@@ -226,48 +374,219 @@ func (a *AMII) Stats() AMIIStats { return a.stats }
 // the credits in use.
 func (a *AMII) Outstanding() int { return a.outstanding }
 
+// Staging returns the application's part of the endpoint's staging area
+// (the medium slots after it excluded): the bulk data it sends from
+// (Store's localOffset) and where peers' Stores land (their remoteOffset).
+func (a *AMII) Staging() []byte { return a.view.Staging()[:a.slotBase:a.slotBase] }
+
 // Request sends a request with up to MaxArgs2 arguments to handler at the
-// endpoint of index dest in the translation table, then runs the engine
-// once. With no credit left it polls (running handlers) until a reply or a
-// return gives one back, for at most the give-up time. It may not be
-// called from a handler.
+// endpoint of index dest in the translation table, then (inline mode) runs
+// the engine once. With no credit left it polls (running handlers) until a
+// reply or a return gives one back, for at most the give-up time. It may
+// not be called from a handler.
 func (a *AMII) Request(dest uint32, handler uint32, args ...uint64) error {
-	switch {
-	case a.depth > 0:
-		return fmt.Errorf("%w: a handler may not send a request", ErrDiscipline)
-	case len(args) > MaxArgs2:
-		return fmt.Errorf("%w: %d arguments, a short message carries at most %d", ErrTooLong, len(args), MaxArgs2)
-	case dest >= a.table:
-		return fmt.Errorf("%w: %d (the table has %d entries)", ErrBadIndex, dest, a.table)
+	if err := a.checkRequest(dest, args); err != nil {
+		return err
 	}
-	if a.outstanding >= a.cfg.Credits {
-		start := a.cfg.Clock.Now()
-		for a.outstanding >= a.cfg.Credits {
-			if _, err := a.Poll(); err != nil {
-				return err
-			}
-			if a.outstanding >= a.cfg.Credits && a.cfg.Clock.Now().Sub(start) > a.cfg.GiveUp {
-				return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, a.outstanding, a.cfg.GiveUp)
-			}
-		}
+	if err := a.waitCredit(); err != nil {
+		return err
 	}
 	if err := a.send(nicfw.RequestSend, dest, handler, args); err != nil {
 		return err
 	}
+	return a.sent()
+}
+
+// RequestMedium is Request with up to nicfw.MaxMedium bytes of data, which
+// it copies into a medium slot (waiting for one, as for a credit); the
+// caller may reuse data at once. Without data it sends a short request.
+func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...uint64) error {
+	if err := a.checkRequest(dest, args); err != nil {
+		return err
+	}
+	if len(data) > nicfw.MaxMedium {
+		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), nicfw.MaxMedium)
+	}
+	if err := a.waitCredit(); err != nil {
+		return err
+	}
+	var err error
+	if len(data) > 0 {
+		err = a.sendMedium(nicfw.RequestSend, dest, handler, data, args)
+	} else {
+		err = a.send(nicfw.RequestSend, dest, handler, args)
+	}
+	if err != nil {
+		return err
+	}
+	return a.sent()
+}
+
+// Store sends a bulk request: the length bytes at localOffset of the
+// application's part of the staging area (Staging) are stored at
+// remoteOffset in the staging area of the endpoint of index dest, and then
+// its handler (a MediumHandler) runs there with them and the arguments.
+// The region must stay unchanged until the request is answered or
+// returned. A region that does not fit at the receiver comes back with
+// nicfw.ReasonRange. Otherwise Store is Request.
+func (a *AMII) Store(dest uint32, localOffset, remoteOffset, length uint32, handler uint32, args ...uint64) error {
+	if err := a.checkRequest(dest, args); err != nil {
+		return err
+	}
+	if length == 0 || uint64(localOffset)+uint64(length) > uint64(a.slotBase) {
+		return fmt.Errorf("%w: %d bytes at %d, the application's part holds %d", ErrBadRegion, length, localOffset, a.slotBase)
+	}
+	if err := a.waitCredit(); err != nil {
+		return err
+	}
+	d := nicfw.Descriptor{Class: nicfw.ClassBulk, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
+		Offset: localOffset, Length: length, RemoteOffset: remoteOffset}
+	copy(d.Args[:], args)
+	if err := a.sendDescriptor(nicfw.RequestSend, &d); err != nil {
+		return err
+	}
+	a.stats.Stores++
+	return a.sent()
+}
+
+// checkRequest checks what every request checks.
+func (a *AMII) checkRequest(dest uint32, args []uint64) error {
+	switch {
+	case a.depth > 0:
+		return fmt.Errorf("%w: a handler may not send a request", ErrDiscipline)
+	case len(args) > MaxArgs2:
+		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs2)
+	case dest >= a.table:
+		return fmt.Errorf("%w: %d (the table has %d entries)", ErrBadIndex, dest, a.table)
+	}
+	return nil
+}
+
+// waitCredit polls, running handlers, until a credit is free, for at most
+// the give-up time; in firmware mode it blocks (Wait) while nothing comes.
+func (a *AMII) waitCredit() error {
+	if a.outstanding < a.cfg.Credits {
+		return nil
+	}
+	start := a.cfg.Clock.Now()
+	for {
+		n, err := a.Poll()
+		if err != nil {
+			return err
+		}
+		if a.outstanding < a.cfg.Credits {
+			return nil
+		}
+		left := a.cfg.GiveUp - a.cfg.Clock.Now().Sub(start)
+		if left < 0 {
+			return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, a.outstanding, a.cfg.GiveUp)
+		}
+		if n == 0 && a.poll == nil {
+			if err := a.Wait(left); err != nil && !errors.Is(err, ErrTimeout) {
+				return err
+			}
+		}
+	}
+}
+
+// sent counts a request just queued and, in inline mode, runs the engine
+// once so that it leaves at once.
+func (a *AMII) sent() error {
 	a.outstanding++
 	a.stats.Requests++
+	if a.poll == nil {
+		return nil
+	}
 	_, err := a.poll()
 	return err
 }
 
-// send puts a short message into send queue q, running the engine while
-// the queue is full, for at most the give-up time.
+// send puts a short message into send queue q.
 func (a *AMII) send(q nicfw.Queue, dest, handler uint32, args []uint64) error {
 	d := nicfw.Descriptor{Class: nicfw.ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
 	copy(d.Args[:], args)
+	return a.sendDescriptor(q, &d)
+}
+
+// sendMedium copies data into a medium slot and puts the medium message
+// into send queue q.
+func (a *AMII) sendMedium(q nicfw.Queue, dest, handler uint32, data []byte, args []uint64) error {
+	slot, err := a.slot(q)
+	if err != nil {
+		return err
+	}
+	off := a.slotBase + slot*nicfw.MaxMedium
+	copy(a.view.Staging()[off:off+nicfw.MaxMedium], data)
+	d := nicfw.Descriptor{Class: nicfw.ClassMedium, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
+		Offset: uint32(off), Length: uint32(len(data))}
+	copy(d.Args[:], args)
+	if err := a.sendDescriptor(q, &d); err != nil {
+		a.free = append(a.free, slot)
+		return err
+	}
+	put, _ := a.view.Progress(q)
+	a.used = append(a.used, slotUse{slot: slot, q: q, pos: put - 1})
+	a.stats.Mediums++
+	return nil
+}
+
+// slot returns a free medium slot for a message into send queue q, waiting
+// for the engine to take a message out of one, for at most the give-up
+// time. Requests hold at most all slots but one.
+func (a *AMII) slot(q nicfw.Queue) (int, error) {
+	if a.cfg.MediumSlots == 0 {
+		return 0, ErrNoMediumSlots
+	}
 	var start time.Time
 	for {
-		err := a.view.Send(q, &d)
+		a.reclaim()
+		if len(a.free) > 0 && (q == nicfw.ReplySend || a.requestSlots() < max(1, a.cfg.MediumSlots-1)) {
+			s := a.free[len(a.free)-1]
+			a.free = a.free[:len(a.free)-1]
+			return s, nil
+		}
+		if start.IsZero() {
+			start = a.cfg.Clock.Now()
+		} else if a.cfg.Clock.Now().Sub(start) > a.cfg.GiveUp {
+			return 0, fmt.Errorf("%w: no medium slot free for %v", ErrTimeout, a.cfg.GiveUp)
+		}
+		if err := a.step(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// reclaim frees the medium slots whose messages the engine has taken.
+func (a *AMII) reclaim() {
+	j := 0
+	for _, u := range a.used {
+		if _, taken := a.view.Progress(u.q); int32(taken-u.pos) > 0 {
+			a.free = append(a.free, u.slot)
+			continue
+		}
+		a.used[j] = u
+		j++
+	}
+	a.used = a.used[:j]
+}
+
+// requestSlots returns the medium slots held by requests.
+func (a *AMII) requestSlots() int {
+	n := 0
+	for _, u := range a.used {
+		if u.q == nicfw.RequestSend {
+			n++
+		}
+	}
+	return n
+}
+
+// sendDescriptor puts d into send queue q, letting the engine run while
+// the queue is full, for at most the give-up time.
+func (a *AMII) sendDescriptor(q nicfw.Queue, d *nicfw.Descriptor) error {
+	var start time.Time
+	for {
+		err := a.view.Send(q, d)
 		if !errors.Is(err, nicfw.ErrQueueFull) {
 			return err
 		}
@@ -276,27 +595,42 @@ func (a *AMII) send(q nicfw.Queue, dest, handler uint32, args []uint64) error {
 		} else if a.cfg.Clock.Now().Sub(start) > a.cfg.GiveUp {
 			return fmt.Errorf("%w: %v queue full for %v", ErrTimeout, q, a.cfg.GiveUp)
 		}
-		if _, err := a.poll(); err != nil {
+		if err := a.step(); err != nil {
 			return err
 		}
 	}
 }
 
-// Poll runs the engine once, then the handlers of the messages in the
-// request and reply receive queues (at most a queue's worth of each), and
-// returns the number of handlers run (error handler included). It may not
-// be called from a handler.
+// step lets the engine move on: in inline mode it runs it once, in
+// firmware mode it yields the processor.
+func (a *AMII) step() error {
+	if a.poll == nil {
+		runtime.Gosched()
+		return nil
+	}
+	_, err := a.poll()
+	return err
+}
+
+// Poll runs the engine once (inline mode), then the handlers of the
+// messages in the request and reply receive queues (at most a queue's worth
+// of each), and returns the number of handlers run (error handler
+// included). It may not be called from a handler.
 func (a *AMII) Poll() (int, error) {
 	if a.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
-	if _, err := a.poll(); err != nil {
-		return 0, err
+	if a.poll != nil {
+		if _, err := a.poll(); err != nil {
+			return 0, err
+		}
 	}
 	ran := 0
 	for _, q := range [...]nicfw.Queue{nicfw.ReplyReceive, nicfw.RequestReceive} {
 		for range a.entries {
-			ok, err := a.view.Receive(q, &a.d)
+			// Peek, run, Release: a medium message's bytes stay in place
+			// while its handler runs.
+			ok, err := a.view.Peek(q, &a.d)
 			if err != nil {
 				return ran, err
 			}
@@ -305,6 +639,9 @@ func (a *AMII) Poll() (int, error) {
 			}
 			n, err := a.dispatch(q)
 			ran += n
+			if rerr := a.view.Release(q); err == nil {
+				err = rerr
+			}
 			if err != nil {
 				return ran, err
 			}
@@ -313,25 +650,65 @@ func (a *AMII) Poll() (int, error) {
 	return ran, nil
 }
 
-// dispatch handles a.d, just taken from receive queue q.
+// Wait waits until a message is in one of the endpoint's receive queues,
+// for at most timeout, and returns nil then (Poll has handlers to run), or
+// ErrTimeout. In inline mode it runs the engine meanwhile; in firmware mode
+// it arms the endpoint's events and blocks in AMIIConfig.Block. It may not
+// be called from a handler.
+func (a *AMII) Wait(timeout time.Duration) error {
+	if a.depth > 0 {
+		return fmt.Errorf("%w: a handler may not wait", ErrDiscipline)
+	}
+	const all = nicfw.EventRequest | nicfw.EventReply
+	start := a.cfg.Clock.Now()
+	for {
+		if a.view.Ready() != 0 {
+			return nil
+		}
+		left := timeout - a.cfg.Clock.Now().Sub(start)
+		if left <= 0 {
+			if a.poll == nil {
+				a.view.Arm(0)
+			}
+			return fmt.Errorf("%w: no message for %v", ErrTimeout, timeout)
+		}
+		if a.poll != nil {
+			if _, err := a.poll(); err != nil {
+				return err
+			}
+			continue
+		}
+		if a.view.Arm(all) != 0 {
+			return nil
+		}
+		if err := a.cfg.Block(left); err != nil {
+			a.view.Arm(0)
+			return err
+		}
+	}
+}
+
+// dispatch handles a.d, just peeked from receive queue q.
 func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 	d := &a.d
 	if reason, from, ok := d.ReturnInfo(); ok {
-		r := Returned{Reason: reason, Request: from == nicfw.RequestSend, Dest: d.Dest, Handler: d.Handler,
-			Args: append([]uint64(nil), d.Args[:min(int(d.NArgs), MaxArgs2)]...)}
-		if r.Request && a.outstanding > 0 {
-			a.outstanding--
-		}
-		a.stats.Returned++
-		if a.onReturn == nil {
+		return a.returned(reason, from == nicfw.RequestSend), nil
+	}
+	var data []byte
+	switch d.Class {
+	case nicfw.ClassShort:
+	case nicfw.ClassMedium, nicfw.ClassBulk:
+		b, err := a.view.Data(d)
+		if err != nil {
+			a.stats.Malformed++
 			return 0, nil
 		}
-		a.depth++
-		defer a.leave()
-		a.onReturn(r)
-		return 1, nil
+		data = b
+	default:
+		a.stats.Malformed++
+		return 0, nil
 	}
-	if d.Class != nicfw.ClassShort || d.NArgs > MaxArgs2 {
+	if d.NArgs > MaxArgs2 {
 		a.stats.Malformed++
 		return 0, nil
 	}
@@ -345,7 +722,11 @@ func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 	copy(a.args[:], d.Args[:d.NArgs])
 	a.tok = Token2{a: a, src: d.Dest, request: request}
 	ran := 0
-	if int(d.Handler) >= len(a.handlers) || a.handlers[d.Handler] == nil {
+	var h handler
+	if int(d.Handler) < len(a.handlers) {
+		h = a.handlers[d.Handler]
+	}
+	if h.medium == nil && (h.short == nil || d.Class != nicfw.ClassShort) {
 		a.stats.HandlerErrors++
 	} else {
 		if request {
@@ -353,7 +734,7 @@ func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 		} else {
 			a.stats.ReplyHandled++
 		}
-		a.run(d.Handler, int(d.NArgs))
+		a.run(h, int(d.NArgs), data)
 		ran = 1
 	}
 	if request && !a.tok.replied && a.tok.src != nicfw.NoIndex {
@@ -366,25 +747,62 @@ func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 	return ran, nil
 }
 
-// run calls handler h with the discipline flag raised.
-func (a *AMII) run(h uint32, nargs int) {
+// returned hands the returned message in a.d to the error handler.
+func (a *AMII) returned(reason nicfw.Reason, request bool) int {
+	d := &a.d
+	r := Returned{Reason: reason, Request: request, Class: d.Class &^ nicfw.ClassReturned, Dest: d.Dest, Handler: d.Handler,
+		Args: append([]uint64(nil), d.Args[:min(int(d.NArgs), MaxArgs2)]...)}
+	switch r.Class {
+	case nicfw.ClassMedium:
+		if b, err := a.view.Data(d); err == nil {
+			r.Data = bytes.Clone(b)
+		}
+	case nicfw.ClassBulk:
+		r.Offset, r.Length, r.RemoteOffset = d.Offset, d.Length, d.RemoteOffset
+	}
+	if r.Request && a.outstanding > 0 {
+		a.outstanding--
+	}
+	a.stats.Returned++
+	if a.onReturn == nil {
+		return 0
+	}
 	a.depth++
 	defer a.leave()
-	a.handlers[h](&a.tok, a.args[:nargs:nargs])
+	a.onReturn(r)
+	return 1
+}
+
+// run calls handler h with the discipline flag raised.
+func (a *AMII) run(h handler, nargs int, data []byte) {
+	a.depth++
+	defer a.leave()
+	if h.medium != nil {
+		h.medium(&a.tok, a.args[:nargs:nargs], data)
+	} else {
+		h.short(&a.tok, a.args[:nargs:nargs])
+	}
 }
 
 func (a *AMII) leave() { a.depth-- }
 
 // Drain polls until every request has been answered or returned, or until
-// timeout.
+// timeout; in firmware mode it blocks (Wait) while nothing comes.
 func (a *AMII) Drain(timeout time.Duration) error {
 	start := a.cfg.Clock.Now()
 	for a.outstanding > 0 {
-		if a.cfg.Clock.Now().Sub(start) > timeout {
+		left := timeout - a.cfg.Clock.Now().Sub(start)
+		if left < 0 {
 			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, a.outstanding, timeout)
 		}
-		if _, err := a.Poll(); err != nil {
+		n, err := a.Poll()
+		if err != nil {
 			return err
+		}
+		if n == 0 && a.poll == nil && a.outstanding > 0 {
+			if err := a.Wait(left); err != nil && !errors.Is(err, ErrTimeout) {
+				return err
+			}
 		}
 	}
 	return nil

@@ -14,10 +14,15 @@
 // driven by one goroutine.
 //
 // AM-II (amii.go) is the API of an endpoint of the firmware engine
-// (nicfw): short messages of up to 8 words as requests and replies, named
-// by an index into the endpoint's virtual-network translation table, user
-// credits (K outstanding requests), and an error handler that receives
-// messages returned to the sender with a reason (bad tag, no such
-// endpoint, unreachable host). Medium and bulk messages, blocking wait and
-// firmware mode come next; GRIM's named handlers after them.
+// (nicfw): requests and replies named by an index into the endpoint's
+// virtual-network translation table, short (up to 8 words), medium (up to
+// 8 KB, copied once into a staging slot at the sender and handed to the
+// handler in place at the receiver) and bulk (Store: a region of the
+// staging area written into a region of the receiver's), user credits (K
+// outstanding requests), an error handler that receives messages returned
+// to the sender with a reason (bad tag, no such endpoint, endpoint closed,
+// unreachable host, region out of range), and Wait, which in inline mode
+// runs the engine until a message is there and in firmware mode blocks on
+// the endpoint's notification (AMIIConfig.Block). Reaching the firmware
+// daemon through its socket, and GRIM's named handlers, come next.
 package am

@@ -78,16 +78,39 @@
 // application, which maps it too (MapEndpoint). It holds AM-II's four
 // queues (request send, reply send, request receive, reply receive), each a
 // single-producer/single-consumer ring of 96-byte descriptors with atomic
-// free-running indices, and the staging area of medium and bulk messages.
-// The application produces into the send queues and the engine consumes
-// them with Take, which copies each descriptor out of the shared memory
-// before checking it (class, argument count, destination index against the
-// translation table's size, offset and length inside the staging area) and
-// counts each refusal by reason (EndpointStats.Refused). The engine
-// produces into the receive queues with Put. The engine keeps each
-// endpoint's translation table and tag (its virtual network; see Engine);
-// the unix-socket hand-over of the memfd and a blocking wait are not built
-// yet.
+// free-running indices; the staging area, the application's, which medium
+// and bulk messages are sent from and bulk messages are stored into; and
+// the receive area, the engine's, which holds the bytes of received medium
+// messages: one MaxMedium slot per entry of each receive queue, so that an
+// entry's slot is the application's from the moment the engine puts the
+// entry until the application releases it (Peek, Data, Release: the bytes
+// are read in place). The application produces into the send queues and
+// the engine consumes them with Take, which copies each descriptor out of
+// the shared memory before checking it (class, argument count, destination
+// index against the translation table's size, offset and length inside the
+// staging area) and counts each refusal by reason (EndpointStats.Refused).
+// The engine produces into the receive queues with Put. The engine keeps
+// each endpoint's translation table and tag (its virtual network; see
+// Engine).
+//
+// Blocking wait: two words of the endpoint's header, on cache lines of
+// their own, let an application sleep instead of polling and wake an
+// engine that sleeps. The application arms an event mask (EventRequest,
+// EventReply: a receive queue is not empty) with EndpointView.Arm, which
+// looks at the queues after arming and says whether to block; Put, after
+// publishing a descriptor into an armed queue, clears the mask and calls
+// the function set with EndpointMemory.SetNotify (the daemon's writes the
+// eventfd the application blocks on). The other way, an engine going to
+// sleep sets the idle word (EndpointMemory.SetIdle) and looks at the send
+// queues once more; EndpointView.Send, after publishing, calls the kick
+// function set with SetKick (the daemon's writes the engine's eventfd) if
+// the word is set. Each side writes its word before it reads the other's
+// index, with sequentially consistent atomics, so no wake-up is lost
+// (EndpointMemory.signal has the argument). The unix-socket hand-over of
+// the memfd and the eventfds is the daemon's.
+//
+// The memory's layout is versioned (2: receive area, event words,
+// RemoteOffset); MapEndpoint refuses another version.
 //
 // A Scheduler (sched.go) chooses the endpoint to send from next: weighted
 // round robin over the endpoints with sends pending, skipping empty ones
@@ -96,7 +119,7 @@
 // touching another is an endpoint fault that evicts the least recently used
 // endpoint without outstanding messages, or reports ErrMustWait when every
 // resident endpoint has some. Both are bookkeeping for the engine thread,
-// which is not wired to them yet.
+// which the Engine drives.
 //
 // # Wire format
 //
@@ -159,33 +182,82 @@
 // non-resident endpoint can load it (R is at least 2). Deliveries touch the
 // destination too; its receive queue full means a NACK.
 //
-// Return to sender: a message for an unknown endpoint or with a wrong tag
-// is accepted (ACKed) and answered with a return message carrying the
-// reason, queued (EngineConfig.ReturnQueue; full: NACK) until a channel is free;
-// a return is never returned. The transport's ErrUnreachable returns a
-// message locally and marks the host down for GiveUpAfter, during which
-// messages to it are returned at once. A returned message arrives in the
-// sender's reply receive queue as its original descriptor with
-// ClassReturned set in Class and Tag = reason | sending queue<<8
-// (Descriptor.ReturnInfo); Dest is the index it was sent to. A received
-// descriptor's Dest is the sender's index in the receiver's table (NoIndex
-// if absent) and its Tag the message's.
+// Message classes. A short message carries its arguments only. A medium
+// message (up to MaxMedium bytes) is built when its descriptor is taken:
+// the engine copies its bytes out of the staging area then, once, so the
+// application may reuse them as soon as the descriptor is taken
+// (EndpointView.Progress). The receiving engine copies them into the
+// receive-area slot of the receive queue entry it puts, and the
+// descriptor's Offset and Length name them there. A medium message that
+// does not fit in the transport's payload (MaxPayload) is returned with
+// ReasonTooLarge. A bulk message (any length inside the staging area)
+// travels in chunks as large as the payload allows, one after another
+// through the endpoint's slot, each acknowledged before the next leaves, so
+// they arrive in order; the receiving engine writes each at RemoteOffset
+// plus its offset into the receiving endpoint's staging area, after
+// checking the whole region against the staging area's size
+// (ReasonRange), and only the last puts a descriptor (Offset =
+// RemoteOffset, Length = the whole length, handler and arguments as sent).
+// A receiver keeps, per sending endpoint, the bulk message in progress (its
+// number and the offset expected next): a chunk that does not continue it
+// (its receiving endpoint was closed and replaced) is returned with
+// ReasonIncomplete. A bulk message is returned once, whole: the receiver
+// returns its first failing chunk and drops the rest; the sender, told,
+// sends no more of it, and does not return it itself again.
+//
+// Return to sender: a message for an unknown or closed endpoint, with a
+// wrong tag, or a bulk region that does not fit is accepted (ACKed) and
+// answered with a return message carrying the reason, queued
+// (EngineConfig.ReturnQueue; full: NACK) until a channel is free; a return
+// is never returned. The transport's ErrUnreachable returns a message
+// locally and marks the host down for GiveUpAfter, during which messages
+// to it are returned at once. A returned message arrives in the sender's
+// reply receive queue as its original descriptor with ClassReturned set in
+// Class and Tag = reason | sending queue<<8 (Descriptor.ReturnInfo); Dest
+// is the index it was sent to. A returned medium message carries its bytes
+// back (the return message includes them, a local return takes the copy
+// made at take) into the receive area, where Offset and Length then name
+// them; a returned bulk message keeps the Offset, Length and RemoteOffset
+// it was sent with. A received descriptor's Dest is the sender's index in
+// the receiver's table (NoIndex if absent) and its Tag the message's.
+//
+// Closing (endpoint_close.go): CloseEndpoint stops an endpoint at once (it
+// leaves the scheduler; what it has not sent is dropped, nothing is
+// returned to it), keeps its id as a tombstone that answers ReasonClosed,
+// and closes its memory once its message in flight, if any, is finished;
+// CreateEndpoint may reuse the id. A return for the old endpoint that
+// arrives after the id was reused goes to the new one if it has the same
+// tag.
 //
 // The engine's message, the transport payload, big-endian:
 //
-//	offset  size  field
-//	0       1     queue: 0 request, 1 reply (the sender's send queue)
-//	1       1     class (1, short)
-//	2       1     number of arguments n (0..8)
-//	3       1     return reason, 0 for a message that is not a return
-//	4       2     destination endpoint (a return: the original sender)
-//	6       2     source endpoint
-//	8       4     handler
-//	12      4     destination index in the original sender's table
-//	16      8     tag
-//	24      8n    arguments
+//	offset    size  field
+//	0         1     queue: 0 request, 1 reply (the sender's send queue)
+//	1         1     class: 1 short, 2 medium, 3 bulk
+//	2         1     number of arguments n (0..8)
+//	3         1     return reason, 0 for a message that is not a return
+//	4         2     destination endpoint (a return: the original sender)
+//	6         2     source endpoint
+//	8         4     handler
+//	12        4     destination index in the original sender's table
+//	16        8     tag
+//	24        8n    arguments
 //
-// Only short messages are carried: medium and bulk descriptors are
-// returned with ReasonUnsupported (staging allocation at the receiver is
-// not built). Refused descriptors are counted and dropped, not returned.
+// followed, for medium and bulk messages, by an extension and the data:
+//
+//	24+8n     4     offset of the message in the sender's staging area
+//	28+8n     4     length L of the message (bulk: of all its chunks)
+//	32+8n     4     bulk: offset in the receiver's staging area; medium: 0
+//	36+8n     4     bulk: the message's number at its sending endpoint
+//	                (from 1); medium: 0
+//	40+8n     4     bulk: offset of this chunk's data in the message;
+//	                medium: 0
+//	44+8n     4     c, the length of the data that follows
+//	48+8n     c     data: a medium message's L bytes (a return too); a
+//	                bulk chunk's, at least 1 (a return: none)
+//
+// A message whose fields disagree (a length that does not match, a medium
+// message longer than MaxMedium or with c other than L, a chunk past its
+// message's end) is dropped and counted. Refused descriptors are counted
+// and dropped, not returned.
 package nicfw

@@ -17,10 +17,11 @@ import (
 //     produces into the two receive queues (Put), all in the engine thread.
 //   - The application maps the memfd it received (MapEndpoint) and is the
 //     only user of its EndpointView: it produces into the send queues (Send)
-//     and consumes the receive queues (Receive). An EndpointView is not safe
-//     for concurrent use; an application with several threads serialises
-//     its calls (or gives each queue's side to one thread: the four rings of
-//     a view share no state).
+//     and consumes the receive queues (Receive, or Peek and Release). An
+//     EndpointView is not safe for concurrent use; an application with
+//     several threads serialises its calls (or gives each queue's side to
+//     one thread: the four rings of a view share no state; Ready and Arm
+//     look at both receive queues, so they belong with them).
 //   - In the shared memory each ring's producer index is written only by its
 //     producer and its consumer index only by its consumer, always through
 //     sync/atomic. Each side keeps its own index in local memory and only
@@ -42,6 +43,22 @@ import (
 // (which would make the engine's accesses fault). The staging area's bytes
 // are the application's: the engine copies what a descriptor names and
 // otherwise does not trust them.
+//
+// The receive area holds the bytes of received medium messages: one
+// MaxMedium slot per entry of each receive queue, so that the slot of the
+// descriptor at ring position i is i's alone until the application consumes
+// that descriptor, and the engine writes a slot only when it may produce
+// into the entry that names it. The application reads a message's bytes in
+// place (zero copies at the receiver): it takes the descriptor with Peek,
+// uses Data, and frees entry and slot together with Release. The engine
+// only writes the receive area, never reads it.
+//
+// Blocking wait. Two words of the header let an application sleep instead
+// of polling and wake the engine when it sleeps (the daemon does the
+// sleeping and the waking; see Arm and SetIdle for the protocol and why no
+// wake-up is lost): the armed event mask, which the application writes
+// (Arm) and the engine clears when it notifies, and the engine's idle word,
+// which the engine writes (SetIdle) and the application's Send reads.
 
 // Specification constants of AM-II's message classes.
 const (
@@ -61,8 +78,8 @@ const (
 	maxStagingSize  = 1 << 30
 	maxTableSize    = 1 << 20
 
-	endpointMagic   = 0x5045_4d58 // "XMEP" little-endian
-	endpointVersion = 1
+	endpointMagic   = 0x5045_4d58    // "XMEP" little-endian
+	endpointVersion = 2              // 2: receive area, event words, RemoteOffset
 	endpointName    = "xam-endpoint" // the memfd's name, in /proc/*/maps
 	pageSize        = 4096
 	cacheLine       = 64
@@ -112,9 +129,17 @@ const (
 
 // Descriptor is one entry of an endpoint queue. In a send queue Dest is an
 // index into the endpoint's translation table; in a receive queue the
-// engine sets it to the sender's index. Offset and Length name the message
-// bytes in the staging area (medium and bulk; zero for short), Args[:NArgs]
-// the arguments of a short message.
+// engine sets it to the sender's index. Args[:NArgs] are the message's
+// arguments (every class carries up to MaxShortArgs). Offset and Length
+// name the message's bytes (zero for short messages):
+//
+//   - in a send queue, in the staging area: a medium message's bytes, or
+//     the bulk data to store at RemoteOffset in the receiving endpoint's
+//     staging area;
+//   - in a receive queue, a medium message's bytes in the receive area and
+//     a bulk message's in the staging area, where the engine stored them
+//     (Offset is then the RemoteOffset it was sent with, and RemoteOffset
+//     is 0). EndpointView.Data returns them.
 //
 // In the shared memory a descriptor takes 96 bytes, little-endian:
 //
@@ -124,20 +149,21 @@ const (
 //	2       2     reserved, 0
 //	4       4     destination index
 //	8       4     handler
-//	12      4     offset in the staging area
+//	12      4     offset (staging area; received medium: receive area)
 //	16      4     length
-//	20      4     reserved, 0
+//	20      4     remote offset: bulk, in the receiver's staging area
 //	24      8     tag
 //	32      64    arguments, 8 words
 type Descriptor struct {
-	Class   Class
-	NArgs   uint8
-	Dest    uint32
-	Handler uint32
-	Offset  uint32
-	Length  uint32
-	Tag     uint64
-	Args    [MaxShortArgs]uint64
+	Class        Class
+	NArgs        uint8
+	Dest         uint32
+	Handler      uint32
+	Offset       uint32
+	Length       uint32
+	RemoteOffset uint32
+	Tag          uint64
+	Args         [MaxShortArgs]uint64
 }
 
 func (d *Descriptor) encode(b []byte) {
@@ -147,7 +173,7 @@ func (d *Descriptor) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[8:], d.Handler)
 	binary.LittleEndian.PutUint32(b[12:], d.Offset)
 	binary.LittleEndian.PutUint32(b[16:], d.Length)
-	binary.LittleEndian.PutUint32(b[20:], 0)
+	binary.LittleEndian.PutUint32(b[20:], d.RemoteOffset)
 	binary.LittleEndian.PutUint64(b[24:], d.Tag)
 	for i, a := range d.Args {
 		binary.LittleEndian.PutUint64(b[32+8*i:], a)
@@ -161,6 +187,7 @@ func (d *Descriptor) decode(b []byte) {
 	d.Handler = binary.LittleEndian.Uint32(b[8:])
 	d.Offset = binary.LittleEndian.Uint32(b[12:])
 	d.Length = binary.LittleEndian.Uint32(b[16:])
+	d.RemoteOffset = binary.LittleEndian.Uint32(b[20:])
 	d.Tag = binary.LittleEndian.Uint64(b[24:])
 	for i := range d.Args {
 		d.Args[i] = binary.LittleEndian.Uint64(b[32+8*i:])
@@ -218,12 +245,38 @@ var (
 	ErrBadEndpoint = errors.New("nicfw: not a valid endpoint memory")
 	// ErrClosed: the memory or view has been closed.
 	ErrClosed = errors.New("nicfw: endpoint memory closed")
+	// ErrQueueEmpty: Release found nothing to release.
+	ErrQueueEmpty = errors.New("nicfw: endpoint queue empty")
+	// ErrOutOfRange: a descriptor names bytes outside the area that holds
+	// its class's data (Data).
+	ErrOutOfRange = errors.New("nicfw: descriptor names bytes outside its area")
 )
+
+// Events are the receive queues an application waits on (Arm), one bit
+// each.
+type Events uint32
+
+// The events.
+const (
+	EventRequest Events = 1 << iota // the request receive queue is not empty
+	EventReply                      // the reply receive queue is not empty
+
+	allEvents = EventRequest | EventReply
+)
+
+// event returns the event of receive queue q.
+func (q Queue) event() Events {
+	if q == RequestReceive {
+		return EventRequest
+	}
+	return EventReply
+}
 
 // EndpointConfig sizes an endpoint's memory. Zero fields take the defaults.
 type EndpointConfig struct {
 	// QueueEntries is the number of descriptors in each of the four queues,
-	// a power of two up to 16384 (default DefaultQueueEntries).
+	// a power of two up to 16384 (default DefaultQueueEntries). The receive
+	// area takes 2*QueueEntries*MaxMedium bytes: 1 MiB at the default.
 	QueueEntries int
 	// StagingSize is the size of the staging area in bytes, at least
 	// MaxMedium and at most 1 GiB (default DefaultStagingSize).
@@ -255,14 +308,21 @@ func (c EndpointConfig) withDefaults() (EndpointConfig, error) {
 	return c, nil
 }
 
-// The layout of endpoint memory:
+// The layout of endpoint memory (version 2):
 //
-//	0                 header: magic, version, queue entries, staging
-//	                  size, table size (uint32 each), padded to 128 bytes
+//	0                 header, 128 bytes (two cache lines), uint32 each:
+//	                  0 magic, 4 version, 8 queue entries, 12 staging
+//	                  size, 16 table size, 32 the engine's idle word
+//	                  (SetIdle; 0 busy, 1 idle), 64 the armed event mask
+//	                  (Arm; a line of its own); the rest reserved, 0
 //	128 + q*ringSize  queue q (RequestSend, ReplySend, RequestReceive,
 //	                  ReplyReceive): producer index (own cache line),
 //	                  consumer index (own cache line), descriptors
 //	stagingOff        the staging area, page-aligned
+//	recvOff           the receive area, page-aligned: entries slots of
+//	                  MaxMedium bytes for RequestReceive, then as many
+//	                  for ReplyReceive; the entry at ring position i of
+//	                  a queue owns its slot i&(entries-1)
 //
 // The indices are free-running uint32 counters; an entry's slot is
 // index&(entries-1).
@@ -272,6 +332,8 @@ const (
 	hdrEntries = 8
 	hdrStaging = 12
 	hdrTable   = 16
+	hdrIdle    = 32
+	hdrArmed   = cacheLine
 	hdrSize    = 128
 
 	ringProd  = 0
@@ -283,6 +345,7 @@ type layout struct {
 	entries, staging, table int
 	ringSize                int
 	stagingOff              int
+	recvOff, recvSize       int
 	total                   int
 }
 
@@ -290,8 +353,21 @@ func layoutFor(c EndpointConfig) layout {
 	l := layout{entries: c.QueueEntries, staging: c.StagingSize, table: c.TableSize}
 	l.ringSize = ringDescs + l.entries*descSize
 	l.stagingOff = roundUp(hdrSize+int(numQueues)*l.ringSize, pageSize)
-	l.total = roundUp(l.stagingOff+l.staging, pageSize)
+	l.recvOff = roundUp(l.stagingOff+l.staging, pageSize)
+	l.recvSize = 2 * l.entries * MaxMedium
+	l.total = l.recvOff + l.recvSize
 	return l
+}
+
+// recvSlot returns the offset in the receive area of the slot of the entry
+// at ring position pos of receive queue q.
+func (l layout) recvSlot(q Queue, pos uint32) int {
+	return (int(q-RequestReceive)*l.entries + int(pos&uint32(l.entries-1))) * MaxMedium
+}
+
+// words returns the header's idle and armed words.
+func words(mem []byte) (idle, armed *atomic.Uint32) {
+	return (*atomic.Uint32)(unsafe.Pointer(&mem[hdrIdle])), (*atomic.Uint32)(unsafe.Pointer(&mem[hdrArmed]))
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
@@ -366,10 +442,11 @@ func (r *descRing) slot(i uint32) []byte {
 	return r.descs[off : off+descSize : off+descSize]
 }
 
-// produce writes d into the next free slot and publishes it. It returns
-// ErrQueueFull when the ring is full, and RefusedRing when the consumer's
-// index is further from ours than the ring is long (a corrupt peer).
-func (r *descRing) produce(d *Descriptor) error {
+// room reports whether the producer may write the entry at position own:
+// nil, ErrQueueFull when the ring is full, and RefusedRing when the
+// consumer's index is further from ours than the ring is long (a corrupt
+// peer).
+func (r *descRing) room() error {
 	if r.own-r.peer >= r.size {
 		// An invalid index is not cached, so the ring works again once the
 		// peer repairs it.
@@ -382,6 +459,15 @@ func (r *descRing) produce(d *Descriptor) error {
 		if used == r.size {
 			return ErrQueueFull
 		}
+	}
+	return nil
+}
+
+// produce writes d into the next free slot and publishes it. It returns
+// the errors of room.
+func (r *descRing) produce(d *Descriptor) error {
+	if err := r.room(); err != nil {
+		return err
 	}
 	d.encode(r.slot(r.own))
 	r.own++
@@ -410,32 +496,51 @@ func (r *descRing) available() (uint32, error) {
 // consume copies the next entry into d and releases its slot; ok is false
 // when the ring is empty.
 func (r *descRing) consume(d *Descriptor) (ok bool, err error) {
+	ok, err = r.peek(d)
+	if ok {
+		r.release()
+	}
+	return ok, err
+}
+
+// peek copies the next entry into d without releasing it; ok is false when
+// the ring is empty.
+func (r *descRing) peek(d *Descriptor) (ok bool, err error) {
 	n, err := r.available()
 	if n == 0 || err != nil {
 		return false, err
 	}
 	d.decode(r.slot(r.own))
+	return true, nil
+}
+
+// release gives the next entry back to the producer; the caller has seen
+// that there is one.
+func (r *descRing) release() {
 	r.own++
 	r.ownIdx.Store(r.own)
-	return true, nil
 }
 
 // EndpointStats counts what the engine did with an endpoint's queues.
 type EndpointStats struct {
-	Taken   uint64              // descriptors taken from send queues and accepted
-	Refused [NumRefusals]uint64 // refusals by reason; RefusedRing counts calls that found a corrupt index
-	Put     uint64              // descriptors put into receive queues
-	PutFull uint64              // Put calls that found the receive queue full
+	Taken    uint64              // descriptors taken from send queues and accepted
+	Refused  [NumRefusals]uint64 // refusals by reason; RefusedRing counts calls that found a corrupt index
+	Put      uint64              // descriptors put into receive queues
+	PutFull  uint64              // Put calls that found the receive queue full
+	Notified uint64              // Puts that found their queue's event armed (SetNotify)
 }
 
 // EndpointMemory is the engine's side of an endpoint: the memfd and its
 // mapping. It belongs to the engine thread.
 type EndpointMemory struct {
-	fd    int
-	mem   []byte
-	l     layout
-	rings [numQueues]descRing
-	stats EndpointStats
+	fd     int
+	mem    []byte
+	l      layout
+	rings  [numQueues]descRing
+	idle   *atomic.Uint32 // the header's idle word
+	armed  *atomic.Uint32 // the header's armed event mask
+	notify func()
+	stats  EndpointStats
 }
 
 // Config returns the memory's sizes.
@@ -458,6 +563,35 @@ func (m *EndpointMemory) Staging() []byte {
 
 // Stats returns the memory's counters.
 func (m *EndpointMemory) Stats() EndpointStats { return m.stats }
+
+// SetNotify sets the function that Put calls after it has put a
+// descriptor into a receive queue whose event the application armed
+// (EndpointView.Arm): the daemon's writes the eventfd the application
+// blocks on. It runs in the engine thread, at most once per arming, and
+// must not block. With none (nil, the default) nobody is notified, but the
+// armed word is cleared all the same.
+func (m *EndpointMemory) SetNotify(f func()) { m.notify = f }
+
+// SetIdle writes the engine's idle word, which the application's Send
+// reads to decide whether to kick the engine (EndpointView.SetKick). An
+// engine going to sleep first sets it on every endpoint, then looks at
+// every send queue once more (Pending) and sleeps only if all are empty;
+// on waking it clears it. Looking again after setting the word is what
+// makes a kick impossible to lose: Send publishes its descriptor before it
+// loads the word, the engine sets the word before it loads the indices,
+// all four sequentially consistent atomic operations, so either the engine
+// sees the descriptor or Send sees the word and kicks (see signal for the
+// same argument in the other direction).
+func (m *EndpointMemory) SetIdle(idle bool) {
+	if m.mem == nil {
+		return
+	}
+	var w uint32
+	if idle {
+		w = 1
+	}
+	m.idle.Store(w)
+}
 
 // Pending reports whether either send queue holds a descriptor (a corrupt
 // ring counts as pending, so that Take gets to refuse it).
@@ -535,18 +669,44 @@ func (m *EndpointMemory) check(d *Descriptor) error {
 
 // Put puts d into receive queue q. It returns ErrQueueFull when the
 // application has not made room (the engine then NACKs), and RefusedRing
-// when the application's consumer index is corrupt.
-func (m *EndpointMemory) Put(q Queue, d *Descriptor) error {
+// when the application's consumer index is corrupt. If the application
+// armed q's event, Put notifies it (SetNotify).
+func (m *EndpointMemory) Put(q Queue, d *Descriptor) error { return m.put(q, d, nil) }
+
+// putData puts d into receive queue q with the bytes of a medium message,
+// which it first copies into the receive-area slot of the entry d goes
+// into, and sets d's Offset and Length to name them there. len(data) is at
+// most MaxMedium (the engine checked).
+func (m *EndpointMemory) putData(q Queue, d *Descriptor, data []byte) error {
+	if data == nil {
+		data = []byte{}
+	}
+	return m.put(q, d, data)
+}
+
+func (m *EndpointMemory) put(q Queue, d *Descriptor, data []byte) error {
 	if m.mem == nil {
 		return ErrClosed
 	}
 	if q.isSend() || q >= numQueues {
 		return ErrWrongQueue
 	}
-	err := m.rings[q].produce(d)
+	r := &m.rings[q]
+	err := r.room()
+	if err == nil {
+		if data != nil {
+			// The entry at r.own is free, so is its slot: the application
+			// gave both back when it released the entry before.
+			off := m.l.recvSlot(q, r.own)
+			slot := m.mem[m.l.recvOff+off : m.l.recvOff+off+MaxMedium]
+			d.Offset, d.Length = uint32(off), uint32(copy(slot, data))
+		}
+		err = r.produce(d)
+	}
 	switch {
 	case err == nil:
 		m.stats.Put++
+		m.signal(q)
 	case errors.Is(err, ErrQueueFull):
 		m.stats.PutFull++
 	default:
@@ -555,12 +715,47 @@ func (m *EndpointMemory) Put(q Queue, d *Descriptor) error {
 	return err
 }
 
+// signal notifies the application, after a Put into receive queue q, if
+// it armed q's event.
+//
+// No wake-up is lost. The application (EndpointView.Arm) stores the armed
+// mask, then loads the producer indices of the receive queues; Put has
+// stored the producer index, then loads the armed mask here. All four are
+// sequentially consistent atomic operations (sync/atomic), so they fall in
+// one total order in which either the application's load of the index
+// comes after Put's store, and Arm sees the entry and the application does
+// not block, or Put's load of the mask comes after Arm's store, and Put
+// sees the bit and notifies. Both may happen: the notification is then
+// spurious, and the application, finding nothing new, arms again. The mask
+// is cleared with a compare-and-swap of exactly the value seen, so one
+// arming is answered by at most one notification, and a mask that the
+// application changed in between is looked at again, not lost.
+func (m *EndpointMemory) signal(q Queue) {
+	bit := uint32(q.event())
+	for {
+		old := m.armed.Load()
+		if old&bit == 0 {
+			return
+		}
+		if m.armed.CompareAndSwap(old, 0) {
+			m.stats.Notified++
+			if m.notify != nil {
+				m.notify()
+			}
+			return
+		}
+	}
+}
+
 // EndpointView is the application's side of an endpoint: a mapping of the
 // memfd it received. See the top of endpoint.go for its threading contract.
 type EndpointView struct {
 	mem   []byte
 	l     layout
 	rings [numQueues]descRing
+	idle  *atomic.Uint32 // the header's idle word
+	armed *atomic.Uint32 // the header's armed event mask
+	kick  func()
 }
 
 func newEndpointView(mem []byte) (*EndpointView, error) {
@@ -572,6 +767,7 @@ func newEndpointView(mem []byte) (*EndpointView, error) {
 	for q := range numQueues {
 		v.rings[q] = newDescRing(mem, l, q, q.isSend())
 	}
+	v.idle, v.armed = words(mem)
 	return v, nil
 }
 
@@ -588,6 +784,14 @@ func (v *EndpointView) Staging() []byte {
 	return v.mem[v.l.stagingOff : v.l.stagingOff+v.l.staging : v.l.stagingOff+v.l.staging]
 }
 
+// SetKick sets the function that Send calls after it has published a
+// descriptor, when the engine has marked itself idle
+// (EndpointMemory.SetIdle): the daemon's writes the eventfd the engine
+// sleeps on. With none (nil, the default) Send does not look at the idle
+// word; with one, Send costs one more atomic load while the engine is
+// busy. SetIdle explains why no kick is lost.
+func (v *EndpointView) SetKick(f func()) { v.kick = f }
+
 // Send puts d into send queue q. It does not check d: the engine does. It
 // returns ErrQueueFull when the engine has not caught up.
 func (v *EndpointView) Send(q Queue, d *Descriptor) error {
@@ -597,17 +801,156 @@ func (v *EndpointView) Send(q Queue, d *Descriptor) error {
 	if !q.isSend() {
 		return ErrWrongQueue
 	}
-	return v.rings[q].produce(d)
+	if err := v.rings[q].produce(d); err != nil {
+		return err
+	}
+	if v.kick != nil && v.idle.Load() != 0 {
+		v.kick()
+	}
+	return nil
+}
+
+// Progress returns the two counters of queue q: for a send queue, the
+// descriptors the application has sent and those the engine has taken;
+// for a receive queue, those the engine has put and those the application
+// has taken. They are free-running uint32s: the descriptor that was the
+// p-th put into q (counting from 0) has been taken once int32(taken-p) > 0.
+// The engine copies a medium message's bytes when it takes its descriptor,
+// so the application may reuse them from then on (a bulk message's bytes it
+// reads until the message is done).
+func (v *EndpointView) Progress(q Queue) (put, taken uint32) {
+	if v.mem == nil || q >= numQueues {
+		return 0, 0
+	}
+	r := &v.rings[q]
+	if q.isSend() {
+		return r.own, r.peerIdx.Load()
+	}
+	return r.peerIdx.Load(), r.own
 }
 
 // Receive takes the next descriptor from receive queue q into d; ok is
-// false when the queue is empty.
+// false when the queue is empty. The entry and, for a medium message, its
+// receive-area slot go back to the engine at once, which may reuse them:
+// take medium messages with Peek and Release instead.
 func (v *EndpointView) Receive(q Queue, d *Descriptor) (ok bool, err error) {
-	if v.mem == nil {
-		return false, ErrClosed
-	}
-	if q.isSend() || q >= numQueues {
-		return false, ErrWrongQueue
+	if err := v.checkReceive(q); err != nil {
+		return false, err
 	}
 	return v.rings[q].consume(d)
+}
+
+// Peek copies the next descriptor of receive queue q into d without taking
+// it off the queue; ok is false when the queue is empty. The entry, and the
+// receive-area slot of the medium message it names, stay the
+// application's until Release: a medium message is read in place (Data)
+// between the two. Peek again returns the same descriptor.
+func (v *EndpointView) Peek(q Queue, d *Descriptor) (ok bool, err error) {
+	if err := v.checkReceive(q); err != nil {
+		return false, err
+	}
+	return v.rings[q].peek(d)
+}
+
+// Release takes the descriptor that Peek returned off receive queue q and
+// gives its entry and receive-area slot back to the engine. It returns
+// ErrQueueEmpty when there is none.
+func (v *EndpointView) Release(q Queue) error {
+	if err := v.checkReceive(q); err != nil {
+		return err
+	}
+	r := &v.rings[q]
+	if n, err := r.available(); err != nil || n == 0 {
+		if err == nil {
+			err = ErrQueueEmpty
+		}
+		return err
+	}
+	r.release()
+	return nil
+}
+
+func (v *EndpointView) checkReceive(q Queue) error {
+	if v.mem == nil {
+		return ErrClosed
+	}
+	if q.isSend() || q >= numQueues {
+		return ErrWrongQueue
+	}
+	return nil
+}
+
+// Data returns the bytes that d, taken from a receive queue, names: for a
+// medium message its bytes in the receive area, valid until the descriptor
+// is released (take it with Peek); for a bulk message the region of the
+// staging area the engine stored it in; for a short message nil. A returned
+// medium message's bytes are in the receive area too (the engine carries
+// them back); a returned bulk message names the region of the staging area
+// it was sent from. The slice aliases the shared memory. d is checked, not
+// trusted: Data returns ErrOutOfRange when it names bytes outside the area.
+func (v *EndpointView) Data(d *Descriptor) ([]byte, error) {
+	if v.mem == nil {
+		return nil, ErrClosed
+	}
+	var area []byte
+	switch d.Class &^ ClassReturned {
+	case ClassShort:
+		return nil, nil
+	case ClassMedium:
+		if d.Length > MaxMedium {
+			return nil, fmt.Errorf("%w: a medium message of %d bytes", ErrOutOfRange, d.Length)
+		}
+		area = v.mem[v.l.recvOff : v.l.recvOff+v.l.recvSize]
+	case ClassBulk:
+		area = v.Staging()
+	default:
+		return nil, fmt.Errorf("%w: class %d carries no bytes", ErrOutOfRange, d.Class)
+	}
+	end := uint64(d.Offset) + uint64(d.Length)
+	if end > uint64(len(area)) {
+		return nil, fmt.Errorf("%w: %d bytes at offset %d of an area of %d", ErrOutOfRange, d.Length, d.Offset, len(area))
+	}
+	return area[d.Offset:end:end], nil
+}
+
+// Ready reports which receive queues hold a descriptor. A corrupt producer
+// index counts as one, so that Receive gets to report it.
+func (v *EndpointView) Ready() Events {
+	if v.mem == nil {
+		return 0
+	}
+	var ev Events
+	for _, q := range [...]Queue{RequestReceive, ReplyReceive} {
+		if n, err := v.rings[q].available(); n > 0 || err != nil {
+			ev |= q.event()
+		}
+	}
+	return ev
+}
+
+// Arm prepares to block until a receive queue of ev is not empty. It
+// stores ev into the armed word, then looks at those queues: if one holds
+// a descriptor, Arm clears the word and returns their events, and the
+// caller must not block (it has work); otherwise it returns 0, and the
+// caller may block on its notification (the eventfd that the daemon's
+// notify function writes: EndpointMemory.SetNotify), which comes once the
+// engine puts a descriptor into one of them. The engine clears the word
+// when it notifies, so every block needs an Arm before it. A notification
+// may be spurious (nothing new is there): the caller arms again. Arm(0)
+// disarms. On a closed view Arm returns ev, so that the caller goes on to
+// Receive and its ErrClosed. EndpointMemory.signal explains why no
+// wake-up is lost.
+func (v *EndpointView) Arm(ev Events) (ready Events) {
+	ev &= allEvents
+	if v.mem == nil {
+		return ev
+	}
+	v.armed.Store(uint32(ev))
+	if ev == 0 {
+		return 0
+	}
+	if ready = v.Ready() & ev; ready != 0 {
+		v.armed.Store(0)
+	}
+	return ready
 }

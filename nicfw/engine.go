@@ -1,7 +1,6 @@
 package nicfw
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -18,14 +17,19 @@ import (
 //
 //  1. sends the return messages queued for remote senders (flushReturns);
 //  2. lets the scheduler pick endpoints with sends pending, touches each in
-//     the residency, takes a descriptor (replies before requests),
-//     translates its destination index and hands the message to the
-//     transport, or delivers it locally (sendPhase);
+//     the residency, takes a descriptor (replies before requests), or
+//     moves on to the next chunk of a bulk message, translates its
+//     destination index and hands the message to the transport, or
+//     delivers it locally (sendPhase);
 //  3. polls the transport, whose Deliver and Returned callbacks put
-//     messages into receive queues or return them to their senders;
+//     messages into receive queues (and their data into receive or staging
+//     areas) or return them to their senders;
 //  4. notices acknowledgements (collectAcks) and releases the senders;
 //  5. puts returned messages into their senders' reply receive queues
 //     (flushReturning).
+//
+// Endpoints are closed by CloseEndpoint (endpoint_close.go), which also
+// holds what the daemon needs for sleeping (setIdle, busy).
 
 // EndpointID names an endpoint within its host.
 type EndpointID uint16
@@ -56,7 +60,10 @@ const (
 	ReasonNoEndpoint  Reason = 2 // the destination host has no such endpoint
 	ReasonUnreachable Reason = 3 // the transport gave up (ErrUnreachable)
 	ReasonNoHost      Reason = 4 // the destination host is not in the host table
-	ReasonUnsupported Reason = 5 // medium and bulk messages: not built yet
+	ReasonTooLarge    Reason = 5 // the message does not fit in the transport's largest payload
+	ReasonClosed      Reason = 6 // the destination endpoint was closed (CloseEndpoint)
+	ReasonRange       Reason = 7 // a bulk message's region is outside the receiver's staging area
+	ReasonIncomplete  Reason = 8 // a bulk message's receiver lost its beginning (its endpoint was replaced)
 )
 
 func (r Reason) String() string {
@@ -69,8 +76,14 @@ func (r Reason) String() string {
 		return "host unreachable"
 	case ReasonNoHost:
 		return "unknown host"
-	case ReasonUnsupported:
-		return "message class not supported"
+	case ReasonTooLarge:
+		return "message too large for the transport"
+	case ReasonClosed:
+		return "endpoint closed"
+	case ReasonRange:
+		return "outside the receiver's staging area"
+	case ReasonIncomplete:
+		return "bulk transfer interrupted"
 	}
 	return fmt.Sprintf("reason %d", uint8(r))
 }
@@ -87,13 +100,20 @@ const NoIndex = ^uint32(0)
 // ReturnInfo reports whether d, taken from a reply receive queue, is a
 // returned message, why, and from which send queue it had been sent. The
 // rest of d is the original descriptor: Class without ClassReturned,
-// NArgs, Args, Handler and Dest (the index it was sent to).
+// NArgs, Args, Handler, Dest (the index it was sent to), and for a bulk
+// message Offset, Length and RemoteOffset. A returned medium message's
+// Offset and Length name its bytes in the receive area, where the engine
+// put them (EndpointView.Data), not in the staging area it was sent from.
 func (d *Descriptor) ReturnInfo() (reason Reason, from Queue, ok bool) {
 	if d.Class&ClassReturned == 0 {
 		return 0, 0, false
 	}
 	return Reason(d.Tag), Queue(d.Tag >> 8), true
 }
+
+// ErrNoEndpoint: CloseEndpoint was given an id that names no open
+// endpoint.
+var ErrNoEndpoint = errors.New("nicfw: no such endpoint")
 
 // Engine defaults.
 const (
@@ -124,33 +144,38 @@ type EngineConfig struct {
 	SendBudget int
 }
 
-// EngineStats counts what an Engine did.
+// EngineStats counts what an Engine did. A bulk message counts as one
+// message in Delivered and Returned, and each of its chunks as one in Sent
+// and Acked.
 type EngineStats struct {
-	Sent        uint64 // messages handed to the transport or delivered locally
-	Acked       uint64 // sent messages acknowledged
-	Busy        uint64 // sends put off by ErrBusy (kept pending)
-	Delivered   uint64 // messages put into a receive queue
-	QueueFull   uint64 // deliveries refused for a full receive queue (NACK)
-	NotResident uint64 // deliveries refused because no frame could be freed (NACK)
-	Returned    uint64 // returned messages put into a sender's reply receive queue
-	ReturnsSent uint64 // return messages sent to remote senders
-	ReturnsLost uint64 // return messages dropped: undeliverable themselves
-	ReturnsFull uint64 // messages NACKed because the return queue was full
-	Dropped     uint64 // messages dropped: malformed, or a receive queue with a corrupt index
+	Sent          uint64 // messages (bulk: chunks) handed to the transport or delivered locally
+	Acked         uint64 // sent messages (bulk: chunks) acknowledged
+	Busy          uint64 // sends put off by ErrBusy (kept pending)
+	Delivered     uint64 // messages put into a receive queue
+	Chunks        uint64 // bulk chunks stored that were not their message's last
+	ChunksDropped uint64 // bulk chunks dropped because their message was returned already
+	QueueFull     uint64 // deliveries refused for a full receive queue (NACK)
+	NotResident   uint64 // deliveries refused because no frame could be freed (NACK)
+	Returned      uint64 // returned messages put into a sender's reply receive queue
+	ReturnsSent   uint64 // return messages sent to remote senders
+	ReturnsLost   uint64 // return messages dropped: undeliverable themselves, or a bulk message returned twice
+	ReturnsFull   uint64 // messages NACKed because the return queue was full
+	Dropped       uint64 // messages dropped: malformed, or a receive queue with a corrupt index
 }
 
 type slotState uint8
 
 const (
 	slotEmpty     slotState = iota
-	slotPending             // taken, not yet sent (busy, not resident, queue full)
+	slotPending             // taken, not yet sent (busy, not resident, queue full); bulk: the next chunk
 	slotInflight            // sent, waiting for its acknowledgement
 	slotReturning           // to be put into the reply receive queue as returned
 )
 
 // epState is the engine's state of one endpoint. Each endpoint has at most
 // one message taken and not finished (slot): that is what keeps its
-// messages in order across the transport's C channels.
+// messages in order across the transport's C channels, and a bulk
+// message's chunks in order too.
 type epState struct {
 	id    EndpointID
 	mem   *EndpointMemory
@@ -166,6 +191,38 @@ type epState struct {
 	ch      int
 	cookie  uint64
 	blocked uint64 // Poll number in which it could not progress
+
+	// A medium message is built here when it is taken: its bytes are
+	// copied out of the staging area once, then, and the application may
+	// reuse them. Allocated at the endpoint's first medium message.
+	out    []byte
+	outLen int
+
+	// Bulk: the message's number (from 1, per endpoint), the bytes of it
+	// acknowledged so far and the length of the chunk in the slot; abort
+	// when its receiver returned it (no more chunks are sent, and it is
+	// not returned again); lastReturned, the number of the last bulk
+	// message this engine returned itself, so that a return of it from
+	// its receiver is not handed over a second time.
+	bulkID       uint32
+	done         uint32
+	chunk        uint32
+	abort        bool
+	lastReturned uint32
+
+	// closed: CloseEndpoint was called. The state stays in Engine.eps as a
+	// tombstone (arrivals are returned with ReasonClosed) until the id is
+	// reused; its memory is closed once its slot is empty.
+	closed bool
+}
+
+// bulkRx is a receiver's record of the bulk message in progress from one
+// sending endpoint, whose chunks arrive one at a time and in order.
+type bulkRx struct {
+	id     uint32   // the message's number at its sender
+	dst    *epState // the endpoint its first chunk was for (nil: none)
+	next   uint32   // the offset of the chunk expected next
+	failed bool     // returned to its sender: its remaining chunks are dropped
 }
 
 type inflightRef struct {
@@ -188,7 +245,8 @@ type Engine struct {
 	tr    *Transport
 	sched *Scheduler
 	res   *Residency
-	eps   map[EndpointID]*epState
+	eps   map[EndpointID]*epState // open endpoints and tombstones
+	live  int                     // open endpoints
 
 	pinned     int // endpoints with a message in flight (residency Hold)
 	inflight   []inflightRef
@@ -197,9 +255,13 @@ type Engine struct {
 	returning  []*epState
 	returns    []remoteReturn
 	down       map[HostID]time.Time // host -> until when sends to it are returned at once
+	bulkRx     map[Name]*bulkRx     // sending endpoint -> its bulk message arriving here
+	closing    []*epState           // closed endpoints whose id was reused before their slot was done
+	closeErr   error                // the first error of closing an endpoint's memory late
 	polls      uint64
 	pending    PendingFunc
-	buf        [msgMaxLen]byte
+	maxPL      int    // the transport's MaxPayload
+	buf        []byte // a message being built: short, or a bulk chunk
 	stats      EngineStats
 }
 
@@ -229,6 +291,7 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		eps:      make(map[EndpointID]*epState),
 		byCookie: make(map[uint64]*epState),
 		down:     make(map[HostID]time.Time),
+		bulkRx:   make(map[Name]*bulkRx),
 	}
 	var err error
 	if e.sched, err = NewScheduler(cfg.Loiter); err != nil {
@@ -246,6 +309,8 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	if e.cfg.SendBudget == 0 {
 		e.cfg.SendBudget = max(link.BatchSize(), 1)
 	}
+	e.maxPL = e.tr.MaxPayload()
+	e.buf = make([]byte, max(e.maxPL, msgMaxLen))
 	e.pending = e.isPending
 	return e, nil
 }
@@ -260,10 +325,12 @@ func (e *Engine) AddHost(id HostID, mac net.HardwareAddr) error {
 
 // CreateEndpoint creates endpoint id in virtual network vnet and returns
 // its memory, whose FD the application maps (MapEndpoint). The memory
-// belongs to the engine: Close closes it. cfg.TableSize must be 0 or
-// len(vnet.Table).
+// belongs to the engine: CloseEndpoint and Close close it. cfg.TableSize
+// must be 0 or len(vnet.Table). The id may be that of a closed endpoint,
+// whose tombstone the new endpoint replaces.
 func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*EndpointMemory, error) {
-	if _, ok := e.eps[id]; ok {
+	old := e.eps[id]
+	if old != nil && !old.closed {
 		return nil, fmt.Errorf("%w: endpoint %d exists", ErrConfig, id)
 	}
 	if len(vnet.Table) == 0 || cfg.TableSize != 0 && cfg.TableSize != len(vnet.Table) {
@@ -284,19 +351,33 @@ func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*
 		mem.Close()
 		return nil, err
 	}
+	if old != nil && old.state != slotEmpty {
+		// Its message is still in flight: it finishes, then its memory
+		// is closed (finish).
+		e.closing = append(e.closing, old)
+	}
 	e.eps[id] = s
+	e.live++
 	return mem, nil
 }
 
 // Close closes every endpoint's memory. The engine is not usable after.
+// It returns the first error of closing memory, including that of an
+// endpoint closed earlier whose memory was closed late.
 func (e *Engine) Close() error {
-	var err error
+	err := e.closeErr
 	for id, s := range e.eps {
 		if cerr := s.mem.Close(); err == nil {
 			err = cerr
 		}
 		delete(e.eps, id)
 	}
+	for _, s := range e.closing {
+		if cerr := s.mem.Close(); err == nil {
+			err = cerr
+		}
+	}
+	e.closing, e.live = nil, 0
 	return err
 }
 
@@ -309,7 +390,9 @@ func (e *Engine) TransportStats() Stats { return e.tr.Stats() }
 // ResidencyStats returns the residency's counters (endpoint faults).
 func (e *Engine) ResidencyStats() ResidencyStats { return e.res.Stats() }
 
-// MaxPayload returns the transport's largest payload.
+// MaxPayload returns the transport's largest payload: a medium message
+// must fit in it with the engine's header, arguments and extension
+// (ReasonTooLarge otherwise), and bulk messages travel in chunks of it.
 func (e *Engine) MaxPayload() int { return e.tr.MaxPayload() }
 
 // Poll runs the engine loop once and returns how much it did (messages
@@ -339,7 +422,7 @@ func (e *Engine) Poll() (int, error) {
 // isPending is the scheduler's view of an endpoint.
 func (e *Engine) isPending(ep int) bool {
 	s := e.eps[EndpointID(ep)]
-	if s == nil || s.blocked == e.polls {
+	if s == nil || s.closed || s.blocked == e.polls {
 		return false
 	}
 	switch s.state {
@@ -416,7 +499,8 @@ func (e *Engine) sendPhase() (int, error) {
 	return work, nil
 }
 
-// sendFrom moves endpoint s's next message on; it reports whether it did.
+// sendFrom moves endpoint s's next message (or bulk chunk) on; it reports
+// whether it did.
 func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if _, err := e.res.Touch(int(s.id)); err != nil {
 		return false, nil // ErrMustWait: retry after acknowledgements
@@ -424,26 +508,22 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if s.state == slotEmpty && !e.take(s) {
 		return false, nil
 	}
-	d := &s.d
-	if d.Class != ClassShort {
-		e.returnLocal(s, ReasonUnsupported)
+	m, reason := e.message(s)
+	if reason != 0 {
+		e.returnLocal(s, reason)
 		return true, nil
 	}
-	dst := s.table[d.Dest] // Take checked Dest against the table's size
-	m := e.buf[:encodeMsg(e.buf[:], msg{
-		kind: s.q, class: d.Class, nargs: d.NArgs, dst: dst.Endpoint, src: s.id,
-		handler: d.Handler, index: d.Dest, tag: s.tag, args: d.Args,
-	})]
+	dst := s.table[s.d.Dest] // Take checked Dest against the table's size
 	if dst.Host == e.cfg.Host {
-		ok, reason := e.accept(e.cfg.Host, m)
+		ok, reason := e.accept(e.cfg.Host, m, true)
 		switch {
 		case reason != 0:
 			e.returnLocal(s, reason)
 		case !ok:
 			return false, nil
 		default:
-			s.state = slotEmpty
 			e.stats.Sent++
+			e.advance(s)
 		}
 		return true, nil
 	}
@@ -471,6 +551,9 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	case errors.Is(err, ErrUnknownHost):
 		e.returnLocal(s, ReasonNoHost)
 		return true, nil
+	case errors.Is(err, ErrTooLarge):
+		e.returnLocal(s, ReasonTooLarge) // message checked against MaxPayload: not reached
+		return true, nil
 	default:
 		return false, err
 	}
@@ -492,7 +575,7 @@ func (e *Engine) take(s *epState) bool {
 		for {
 			ok, err := s.mem.Take(q, &s.d)
 			if ok && err == nil {
-				s.q, s.state = q, slotPending
+				e.begin(s, q)
 				return true
 			}
 			if err == nil || errors.Is(err, RefusedRing) || !errors.Is(err, ErrRefused) {
@@ -503,22 +586,119 @@ func (e *Engine) take(s *epState) bool {
 	return false
 }
 
-// returnLocal finishes s's message by returning it to s with reason.
+// begin puts the message just taken from send queue q into s's slot. A
+// medium message is built at once, copying its bytes out of the staging
+// area: from now on the application may change them.
+func (e *Engine) begin(s *epState, q Queue) {
+	s.q, s.state = q, slotPending
+	s.abort, s.done, s.chunk = false, 0, 0
+	d := &s.d
+	switch d.Class {
+	case ClassMedium:
+		if s.out == nil {
+			s.out = make([]byte, msgMediumMax)
+		}
+		m := e.header(s)
+		m.offset, m.length = d.Offset, d.Length
+		m.data = s.mem.Staging()[d.Offset : d.Offset+d.Length] // Take checked the range
+		s.outLen = encodeMsg(s.out, &m)
+	case ClassBulk:
+		s.bulkID++
+	}
+}
+
+// header returns the message header of the message in s's slot.
+func (e *Engine) header(s *epState) msg {
+	d := &s.d
+	return msg{
+		kind: s.q, class: d.Class, nargs: d.NArgs, dst: s.table[d.Dest].Endpoint, src: s.id,
+		handler: d.Handler, index: d.Dest, tag: s.tag, args: d.Args,
+	}
+}
+
+// message returns the engine message to send for s's slot: a short message
+// built in e.buf, a medium message as begin built it, the next chunk of a
+// bulk message built in e.buf from the staging area. A message larger than
+// the transport carries is to be returned with ReasonTooLarge.
+func (e *Engine) message(s *epState) ([]byte, Reason) {
+	d := &s.d
+	switch d.Class {
+	case ClassMedium:
+		if s.outLen > e.maxPL {
+			return nil, ReasonTooLarge
+		}
+		return s.out[:s.outLen], 0
+	case ClassBulk:
+		room := chunkRoom(e.maxPL, d.NArgs)
+		if room == 0 {
+			return nil, ReasonTooLarge
+		}
+		s.chunk = min(room, d.Length-s.done)
+		m := e.header(s)
+		m.offset, m.length, m.remote, m.id, m.chunk = d.Offset, d.Length, d.RemoteOffset, s.bulkID, s.done
+		from := d.Offset + s.done // Take checked Offset+Length against the staging area
+		m.data = s.mem.Staging()[from : from+s.chunk]
+		return e.buf[:encodeMsg(e.buf, &m)], 0
+	}
+	m := e.header(s)
+	return e.buf[:encodeMsg(e.buf, &m)], 0
+}
+
+// advance moves s on after its message (or bulk chunk) was accepted by
+// its destination: to the next chunk, or done.
+func (e *Engine) advance(s *epState) {
+	if s.d.Class == ClassBulk && !s.abort && !s.closed {
+		s.done += s.chunk
+		if s.done < s.d.Length {
+			s.state = slotPending
+			return
+		}
+	}
+	e.finish(s)
+}
+
+// finish empties s's slot; a closed endpoint's memory is closed then.
+func (e *Engine) finish(s *epState) {
+	s.state = slotEmpty
+	if s.closed {
+		if err := e.release(s); err != nil && e.closeErr == nil {
+			e.closeErr = err
+		}
+	}
+}
+
+// returnLocal finishes s's message by returning it to s with reason. A
+// bulk message its receiver has returned already is not returned again,
+// and nothing is returned to a closed endpoint.
 func (e *Engine) returnLocal(s *epState, reason Reason) {
+	if s.closed || s.d.Class == ClassBulk && s.abort {
+		e.finish(s)
+		return
+	}
+	if s.d.Class == ClassBulk {
+		s.lastReturned = s.bulkID
+	}
 	s.state, s.reason = slotReturning, reason
 	e.returning = append(e.returning, s)
 }
 
 // flushReturning puts returned messages into their senders' reply receive
-// queues; those whose queue is full wait for the next Poll.
+// queues; those whose queue is full wait for the next Poll. A returned
+// medium message takes its bytes along (the copy begin made) into the
+// receive area.
 func (e *Engine) flushReturning() int {
 	work, j := 0, 0
 	for _, s := range e.returning {
 		d := s.d
 		d.Class |= ClassReturned
 		d.Tag = uint64(s.reason) | uint64(s.q)<<8
-		d.Offset, d.Length = 0, 0
-		if err := s.mem.Put(ReplyReceive, &d); err != nil {
+		var err error
+		if s.d.Class == ClassMedium {
+			err = s.mem.putData(ReplyReceive, &d, s.out[s.outLen-int(s.d.Length):s.outLen])
+		} else {
+			err = s.mem.Put(ReplyReceive, &d)
+		}
+		if err != nil {
 			e.returning[j] = s
 			j++
 			continue
@@ -548,8 +728,8 @@ func (e *Engine) collectAcks() int {
 		}
 		delete(e.byCookie, s.cookie)
 		e.unpin(s)
-		s.state = slotEmpty
 		e.stats.Acked++
+		e.advance(s)
 		work++
 	}
 	clear(e.inflight[j:])
@@ -580,19 +760,20 @@ func (e *Engine) returned(dst HostID, cookie uint64, _ []byte, _ error) {
 // deliver is the transport's Deliver callback.
 func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	delete(e.down, src)
-	ok, reason := e.accept(src, p)
+	ok, reason := e.accept(src, p, len(e.returns) < e.cfg.ReturnQueue)
 	if reason == 0 {
 		return ok
 	}
-	if len(e.returns) >= e.cfg.ReturnQueue {
-		e.stats.ReturnsFull++
-		return false
-	}
+	// The return message: the message with the reason set, addressed back
+	// to its sender, a medium message's bytes included, a bulk chunk's not.
 	m, _ := decodeMsg(p)
 	m.reason = reason
 	m.src, m.dst = m.dst, m.src
-	b := make([]byte, msgHeaderLen+8*int(m.nargs))
-	encodeMsg(b, m)
+	if m.class == ClassBulk {
+		m.data = nil
+	}
+	b := make([]byte, m.size())
+	encodeMsg(b, &m)
 	e.returns = append(e.returns, remoteReturn{src, b})
 	return true
 }
@@ -609,7 +790,7 @@ func (e *Engine) flushReturns() (int, error) {
 		case errors.Is(err, ErrBusy):
 			e.returns[j] = r
 			j++
-		case errors.Is(err, ErrUnknownHost):
+		case errors.Is(err, ErrUnknownHost), errors.Is(err, ErrTooLarge):
 			e.stats.ReturnsLost++
 		default:
 			j += copy(e.returns[j:], e.returns[i:])
@@ -624,8 +805,10 @@ func (e *Engine) flushReturns() (int, error) {
 }
 
 // accept offers message p from host src to its endpoint. ok false refuses
-// it for now (NACK); a reason means it must go back to its sender.
-func (e *Engine) accept(src HostID, p []byte) (ok bool, reason Reason) {
+// it for now (NACK); a reason means it must go back to its sender. Only if
+// canReturn (there is room to queue the return) does accept give a reason;
+// otherwise it refuses the message, which is offered again later.
+func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason Reason) {
 	m, valid := decodeMsg(p)
 	if !valid {
 		e.stats.Dropped++
@@ -633,37 +816,70 @@ func (e *Engine) accept(src HostID, p []byte) (ok bool, reason Reason) {
 	}
 	s := e.eps[m.dst]
 	if m.reason != 0 {
-		// A return for one of our senders; never returned again.
-		if s == nil || s.tag != m.tag {
-			e.stats.ReturnsLost++
+		return e.acceptReturn(s, &m), 0
+	}
+	var rx *bulkRx
+	if m.class == ClassBulk {
+		rx, reason = e.bulkRecord(src, &m, s)
+		if rx.failed {
+			e.stats.ChunksDropped++
 			return true, 0
 		}
-	} else if s == nil {
-		return true, ReasonNoEndpoint
-	} else if s.tag != m.tag {
-		return true, ReasonBadTag
+	}
+	switch {
+	case reason != 0:
+	case s == nil:
+		reason = ReasonNoEndpoint
+	case s.closed:
+		reason = ReasonClosed
+	case s.tag != m.tag:
+		reason = ReasonBadTag
+	case m.class == ClassBulk && uint64(m.remote)+uint64(m.length) > uint64(s.mem.l.staging):
+		reason = ReasonRange
+	}
+	if reason != 0 {
+		if !canReturn {
+			e.stats.ReturnsFull++
+			return false, 0
+		}
+		if rx != nil {
+			rx.failed = true // returned once; the rest of it is dropped
+		}
+		return true, reason
 	}
 	if _, err := e.res.Touch(int(s.id)); err != nil {
 		e.stats.NotResident++
 		return false, 0
 	}
-	d := Descriptor{Class: m.class, NArgs: m.nargs, Handler: m.handler, Args: m.args}
-	q := RequestReceive
-	if m.reason != 0 {
-		d.Class |= ClassReturned
-		d.Dest = m.index
-		d.Tag = uint64(m.reason) | uint64(m.kind)<<8
-		q = ReplyReceive
-	} else {
-		d.Dest, d.Tag = NoIndex, m.tag
-		if i, ok := s.rev[Name{src, m.src}]; ok {
-			d.Dest = i
-		}
-		if m.kind == ReplySend {
-			q = ReplyReceive
-		}
+	d := Descriptor{Class: m.class, NArgs: m.nargs, Handler: m.handler, Dest: NoIndex, Tag: m.tag, Args: m.args}
+	if i, ok := s.rev[Name{src, m.src}]; ok {
+		d.Dest = i
 	}
-	switch err := s.mem.Put(q, &d); {
+	q := RequestReceive
+	if m.kind == ReplySend {
+		q = ReplyReceive
+	}
+	var err error
+	switch m.class {
+	case ClassMedium:
+		err = s.mem.putData(q, &d, m.data)
+	case ClassBulk:
+		// The range was checked above, in 64 bits: remote+length is inside
+		// the staging area, and chunk+len(data) at most length.
+		copy(s.mem.Staging()[m.remote+m.chunk:], m.data)
+		if end := m.chunk + uint32(len(m.data)); end < m.length {
+			rx.next = end
+			e.stats.Chunks++
+			return true, 0
+		}
+		// The last chunk: the message is complete. Refused (queue full),
+		// it comes again and is stored again, which changes nothing.
+		d.Offset, d.Length = m.remote, m.length
+		err = s.mem.Put(q, &d)
+	default:
+		err = s.mem.Put(q, &d)
+	}
+	switch {
 	case err == nil:
 	case errors.Is(err, ErrQueueFull):
 		e.stats.QueueFull++
@@ -675,67 +891,84 @@ func (e *Engine) accept(src HostID, p []byte) (ok bool, reason Reason) {
 		e.stats.Dropped++
 		return true, 0
 	}
-	if m.reason != 0 {
-		e.stats.Returned++
-	} else {
-		e.stats.Delivered++
+	if rx != nil {
+		rx.next = m.length
 	}
+	e.stats.Delivered++
 	return true, 0
 }
 
-// The engine's message header, the transport payload of every message,
-// big-endian (see the package documentation).
-const (
-	msgHeaderLen = 24
-	msgMaxLen    = msgHeaderLen + 8*MaxShortArgs
-)
-
-type msg struct {
-	kind     Queue // RequestSend or ReplySend
-	class    Class
-	nargs    uint8
-	reason   Reason
-	dst, src EndpointID
-	handler  uint32
-	index    uint32 // the destination's index in the sender's table
-	tag      uint64
-	args     [MaxShortArgs]uint64
+// bulkRecord returns the record of the bulk message that chunk m, from
+// host src for endpoint s (nil: none), belongs to: a new one for a first
+// chunk. A later chunk that does not continue the recorded message for the
+// same endpoint gets a record of its own and ReasonIncomplete: its
+// beginning went to an endpoint since closed and replaced by s, or never
+// arrived here (this engine restarted).
+func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, Reason) {
+	key := Name{src, m.src}
+	rx := e.bulkRx[key]
+	switch {
+	case rx == nil:
+		rx = new(bulkRx)
+		e.bulkRx[key] = rx
+	case m.chunk != 0 && rx.id == m.id && (rx.failed || rx.next == m.chunk && rx.dst == s):
+		return rx, 0
+	}
+	*rx = bulkRx{id: m.id, dst: s}
+	if m.chunk != 0 {
+		return rx, ReasonIncomplete
+	}
+	return rx, 0
 }
 
-// encodeMsg writes m into b and returns its length.
-func encodeMsg(b []byte, m msg) int {
-	b[0], b[1], b[2], b[3] = byte(m.kind), byte(m.class), m.nargs, byte(m.reason)
-	binary.BigEndian.PutUint16(b[4:], uint16(m.dst))
-	binary.BigEndian.PutUint16(b[6:], uint16(m.src))
-	binary.BigEndian.PutUint32(b[8:], m.handler)
-	binary.BigEndian.PutUint32(b[12:], m.index)
-	binary.BigEndian.PutUint64(b[16:], m.tag)
-	for i := range int(m.nargs) {
-		binary.BigEndian.PutUint64(b[msgHeaderLen+8*i:], m.args[i])
+// acceptReturn puts the return message m, for endpoint s, into s's reply
+// receive queue; false refuses it for now (NACK).
+func (e *Engine) acceptReturn(s *epState, m *msg) bool {
+	// A return is never returned again.
+	if s == nil || s.closed || s.tag != m.tag {
+		e.stats.ReturnsLost++
+		return true
 	}
-	return msgHeaderLen + 8*int(m.nargs)
-}
-
-// decodeMsg reads and checks a message.
-func decodeMsg(b []byte) (m msg, ok bool) {
-	if len(b) < msgHeaderLen {
-		return m, false
+	if m.class == ClassBulk && s.lastReturned == m.id && s.lastReturned != 0 {
+		e.stats.ReturnsLost++ // returned by this engine already (unreachable, say)
+		return true
 	}
-	m = msg{
-		kind: Queue(b[0]), class: Class(b[1]), nargs: b[2], reason: Reason(b[3]),
-		dst:     EndpointID(binary.BigEndian.Uint16(b[4:])),
-		src:     EndpointID(binary.BigEndian.Uint16(b[6:])),
-		handler: binary.BigEndian.Uint32(b[8:]),
-		index:   binary.BigEndian.Uint32(b[12:]),
-		tag:     binary.BigEndian.Uint64(b[16:]),
+	if _, err := e.res.Touch(int(s.id)); err != nil {
+		e.stats.NotResident++
+		return false
 	}
-	if !m.kind.isSend() || m.class != ClassShort || m.nargs > MaxShortArgs || len(b) != msgHeaderLen+8*int(m.nargs) {
-		return m, false
+	if m.class == ClassBulk && s.d.Class == ClassBulk && s.bulkID == m.id {
+		// The receiver refused one of its chunks: send no more of them,
+		// and do not return it a second time.
+		switch s.state {
+		case slotPending:
+			s.abort = true
+			e.finish(s)
+		case slotInflight:
+			s.abort = true
+		}
 	}
-	for i := range int(m.nargs) {
-		m.args[i] = binary.BigEndian.Uint64(b[msgHeaderLen+8*i:])
+	d := Descriptor{
+		Class: m.class | ClassReturned, NArgs: m.nargs, Handler: m.handler, Args: m.args,
+		Dest: m.index, Tag: uint64(m.reason) | uint64(m.kind)<<8,
 	}
-	return m, true
+	var err error
+	if m.class == ClassMedium {
+		err = s.mem.putData(ReplyReceive, &d, m.data)
+	} else {
+		d.Offset, d.Length, d.RemoteOffset = m.offset, m.length, m.remote
+		err = s.mem.Put(ReplyReceive, &d)
+	}
+	switch {
+	case err == nil:
+		e.stats.Returned++
+	case errors.Is(err, ErrQueueFull):
+		e.stats.QueueFull++
+		return false
+	default:
+		e.stats.Dropped++
+	}
+	return true
 }
 
 // channelHolding returns the channel to dst that holds the message sent

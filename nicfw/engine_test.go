@@ -273,7 +273,8 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	mustSend(t, a1, RequestSend, forged)
 	mustSend(t, a1, RequestSend, short(3, 8, 4))
 	mustSend(t, a1, RequestSend, short(4, 9, 5))
-	mustSend(t, a1, ReplySend, Descriptor{Class: ClassMedium, Dest: 1, Handler: 10, Length: 64})
+	copy(a1.Staging()[100:], "a medium message to no endpoint comes back with its bytes, sixty-four of them")
+	mustSend(t, a1, ReplySend, Descriptor{Class: ClassMedium, Dest: 3, Handler: 10, Offset: 100, Length: 64})
 	mustSend(t, a1, RequestSend, short(99, 11)) // outside the table: refused by Take
 	var returned []Descriptor
 	n.run(t, 10000, func() bool {
@@ -292,13 +293,18 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	if len(returned) != 4 || len(gotB1) != count || len(gotB2) != count || len(gotA2Rep) != 0 {
 		t.Fatalf("returned %d, B1 %d, B2 %d, A2 %d messages", len(returned), len(gotB1), len(gotB2), len(gotA2Rep))
 	}
-	// Replies before requests: the medium reply was taken first.
+	// Replies before requests: the medium reply was taken first. It comes
+	// back with its bytes, in the receive area.
+	if b, err := a1.Data(&returned[0]); err != nil || string(b) != string(a1.Staging()[100:164]) {
+		t.Errorf("returned medium message: %q, %v", b, err)
+	}
+	returned[0].Offset = 0
 	wants := []struct {
 		reason Reason
 		from   Queue
 		d      Descriptor
 	}{
-		{ReasonUnsupported, ReplySend, Descriptor{Class: ClassMedium, Dest: 1, Handler: 10}},
+		{ReasonNoEndpoint, ReplySend, Descriptor{Class: ClassMedium, Dest: 3, Handler: 10, Length: 64}},
 		{ReasonBadTag, RequestSend, short(2, 7, 1, 2, 3)},
 		{ReasonNoEndpoint, RequestSend, short(3, 8, 4)},
 		{ReasonNoHost, RequestSend, short(4, 9, 5)},
@@ -321,8 +327,8 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	if st := n.a.eng.Stats(); st.Returned != 4 {
 		t.Errorf("A stats %+v, want 4 returned", st)
 	}
-	if st := n.b.eng.Stats(); st.ReturnsSent != 2 || st.Delivered != 2*count {
-		t.Errorf("B stats %+v, want 2 returns sent and %d delivered", st, 2*count)
+	if st := n.b.eng.Stats(); st.ReturnsSent != 3 || st.Delivered != 2*count {
+		t.Errorf("B stats %+v, want 3 returns sent and %d delivered", st, 2*count)
 	}
 	if st := n.a.eng.Stats(); st.Delivered != count+1 {
 		t.Errorf("A stats %+v, want %d delivered", st, count+1)

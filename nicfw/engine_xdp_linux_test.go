@@ -1,6 +1,7 @@
 package nicfw
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -12,7 +13,11 @@ import (
 // pair, with xam's XDP program dropping 10% of the frames at both hosts,
 // on the system clock: two virtual networks carry their own traffic only,
 // every message exactly once and in order per sender, and a message to an
-// endpoint of the other network comes back with ReasonBadTag.
+// endpoint of the other network comes back with ReasonBadTag. Alongside
+// the short messages, B1 sends medium messages of every size the transport
+// carries to A1, reusing its staging slots as soon as the engine has taken
+// them, and B2 stores bulk messages of several chunks into A2's staging
+// area: their bytes arrive intact.
 func TestEngineOverAFXDP(t *testing.T) {
 	noEndpointLeaks(t)
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
@@ -40,6 +45,66 @@ func TestEngineOverAFXDP(t *testing.T) {
 	}
 	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
 
+	// B1 -> A1: medium messages, in 7 staging slots.
+	const mediums = 300
+	top := maxMediumFits(n.b.eng, 1)
+	mediumSize := func(i int) int { return 1 + i*997%top }
+	var medSent, medRecv int
+	sendMedium := func() {
+		for medSent < mediums {
+			// The slot's previous message must have been taken.
+			if _, taken := b1.Progress(RequestSend); medSent >= 7 && int32(taken-uint32(medSent-7)) <= 0 {
+				return
+			}
+			off := medSent % 7 * MaxMedium
+			copy(b1.Staging()[off:], pattern(mediumSize(medSent), byte(medSent)))
+			d := medium(0, 5, off, mediumSize(medSent), uint64(medSent))
+			if err := b1.Send(RequestSend, &d); errors.Is(err, ErrQueueFull) {
+				return
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			medSent++
+		}
+	}
+	recvMedium := func() {
+		for {
+			d, data, ok := receiveData(t, a1, RequestReceive)
+			if !ok {
+				return
+			}
+			if d.Class != ClassMedium || d.Args[0] != uint64(medRecv) || !bytes.Equal(data, pattern(mediumSize(medRecv), byte(medRecv))) {
+				t.Fatalf("medium message %d: %+v with %d bytes", medRecv, d, len(data))
+			}
+			medRecv++
+		}
+	}
+	// B2 -> A2: bulk messages, from two regions of B2's staging area into
+	// two of A2's.
+	const bulks, bulkLen = 6, 30000
+	for i := range 2 {
+		copy(b2.Staging()[i*bulkLen:], pattern(bulkLen, byte(100+i)))
+	}
+	for i := range bulks {
+		mustSend(t, b2, RequestSend, bulk(0, 6, i%2*bulkLen, (i+1)%2*bulkLen, bulkLen, uint64(i)))
+	}
+	var bulkRecv int
+	recvBulk := func() {
+		for {
+			d, data, ok := receiveData(t, a2, RequestReceive)
+			if !ok {
+				return
+			}
+			// A later message into the same region may be arriving: look
+			// at the bytes of the last message into each region only.
+			if d.Class != ClassBulk || d.Args[0] != uint64(bulkRecv) || d.Length != bulkLen || d.Offset != uint32((bulkRecv+1)%2*bulkLen) ||
+				bulkRecv >= bulks-2 && !bytes.Equal(data, pattern(bulkLen, byte(100+bulkRecv%2))) {
+				t.Fatalf("bulk message %d: %+v", bulkRecv, d)
+			}
+			bulkRecv++
+		}
+	}
+
 	const per = 1000
 	type flow struct {
 		from, to   *EndpointView
@@ -52,10 +117,13 @@ func TestEngineOverAFXDP(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for done := false; !done; {
 		if time.Now().After(deadline) {
-			t.Fatalf("not done after 30 s: red %d/%d, blue %d/%d; A %+v; B %+v",
-				flows[0].recv, per, flows[1].recv, per, n.a.eng.Stats(), n.b.eng.Stats())
+			t.Fatalf("not done after 30 s: red %d/%d, blue %d/%d, medium %d/%d, bulk %d/%d; A %+v; B %+v",
+				flows[0].recv, per, flows[1].recv, per, medRecv, mediums, bulkRecv, bulks, n.a.eng.Stats(), n.b.eng.Stats())
 		}
-		done = true
+		sendMedium()
+		recvMedium()
+		recvBulk()
+		done = medRecv == mediums && bulkRecv == bulks
 		for _, f := range flows {
 			for f.next < per {
 				d := short(1, uint32(f.tag), f.next) // index 1: the same network's endpoint on B
@@ -93,4 +161,6 @@ func TestEngineOverAFXDP(t *testing.T) {
 	if ta.Retransmits+tb.Retransmits == 0 {
 		t.Errorf("no retransmission under 10%% drop: A %+v, B %+v", ta, tb)
 	}
+	t.Logf("medium messages of up to %d bytes, bulk chunks of %d bytes; transport A %+v, B %+v",
+		top, chunkRoom(n.b.eng.MaxPayload(), 1), ta, tb)
 }

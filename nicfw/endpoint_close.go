@@ -1,0 +1,107 @@
+package nicfw
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Closing endpoints, and what a daemon needs to put the engine to sleep.
+// All of it runs in the engine thread, like the rest of the Engine.
+//
+// An endpoint is closed in two steps. CloseEndpoint marks it closed at
+// once: it leaves the scheduler (nothing more is taken from its send
+// queues), a message taken and not sent is dropped, a returned message not
+// yet handed over is dropped, and from then on messages arriving for it are
+// returned with ReasonClosed and returns for it are dropped. Its memory is
+// released (release) when its slot is empty: at once, or when the message
+// it has in flight is acknowledged or given up on (finish). Until then it
+// stays pinned in the residency, as any endpoint with a message in flight.
+// Its state stays in Engine.eps as a tombstone, so that its id keeps
+// answering ReasonClosed rather than ReasonNoEndpoint, until CreateEndpoint
+// reuses the id; if that happens while its message is still in flight, the
+// old state waits in Engine.closing for its release.
+
+// CloseEndpoint closes endpoint id: the engine sends nothing more from it
+// (descriptors not yet taken are dropped, and so is a message taken and not
+// yet sent; one in flight is finished but not returned), and messages that
+// arrive for it afterwards are returned to their senders with ReasonClosed.
+// Its memory is closed once nothing of it is in flight, at once if nothing
+// is; the application's own mapping stays valid until it unmaps it. The
+// error is ErrNoEndpoint for an id that names no open endpoint, or that of
+// closing the memory when it was closed at once (a later one is reported
+// by Close).
+func (e *Engine) CloseEndpoint(id EndpointID) error {
+	s := e.eps[id]
+	if s == nil || s.closed {
+		return fmt.Errorf("%w: %d", ErrNoEndpoint, id)
+	}
+	s.closed = true
+	e.live--
+	e.sched.Remove(int(id))
+	switch s.state {
+	case slotInflight:
+		return nil // released when acknowledged or returned (finish)
+	case slotReturning:
+		e.returning = slices.DeleteFunc(e.returning, func(r *epState) bool { return r == s })
+	}
+	s.state = slotEmpty
+	return e.release(s)
+}
+
+// release closes the memory of closed endpoint s, whose slot is empty. If
+// its id is still its own (not reused by CreateEndpoint), it also frees
+// the id's residency frame and forgets a bulk message it was sending to an
+// endpoint of this host. The frame stays if a message of an earlier
+// endpoint of the same id, closed and replaced, still pins it (ErrPinned);
+// it is then evicted like any other once free.
+func (e *Engine) release(s *epState) error {
+	if e.eps[s.id] == s {
+		if _, ok := e.res.Resident(int(s.id)); ok {
+			e.res.Unload(int(s.id))
+		}
+		delete(e.bulkRx, Name{e.cfg.Host, s.id})
+	} else {
+		e.closing = slices.DeleteFunc(e.closing, func(r *epState) bool { return r == s })
+	}
+	return s.mem.Close()
+}
+
+// Endpoints returns the number of open endpoints (closed ones whose
+// message is still in flight not counted).
+func (e *Engine) Endpoints() int { return e.live }
+
+// hasEndpoint reports whether endpoint id is open.
+func (e *Engine) hasEndpoint(id EndpointID) bool {
+	s := e.eps[id]
+	return s != nil && !s.closed
+}
+
+// setIdle writes the idle word of every open endpoint
+// (EndpointMemory.SetIdle). An engine going to sleep calls setIdle(true),
+// then Polls once more and sleeps only if that found nothing to do: a
+// descriptor published before the word was visible did not kick, and that
+// Poll takes it.
+func (e *Engine) setIdle(idle bool) {
+	for _, s := range e.eps {
+		if !s.closed {
+			s.mem.SetIdle(idle)
+		}
+	}
+}
+
+// busy reports whether the engine has work that only time moves on:
+// messages in flight (retransmissions, giving up), return messages waiting
+// for a channel, returned messages waiting for room in a reply receive
+// queue, messages waiting for a channel or a frame. A sleeping engine wakes
+// for its timer scan while it is busy.
+func (e *Engine) busy() bool {
+	if len(e.tr.active) > 0 || len(e.returns) > 0 || len(e.returning) > 0 {
+		return true
+	}
+	for _, s := range e.eps {
+		if s.state == slotPending {
+			return true
+		}
+	}
+	return false
+}

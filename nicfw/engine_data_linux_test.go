@@ -1,0 +1,639 @@
+package nicfw
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+)
+
+// Tests of the engine's medium and bulk messages, of closing endpoints and
+// of its side of blocking wait, over memlink pairs (engine_test.go's
+// helpers).
+
+// pattern returns n bytes that differ from those of another seed.
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) ^ seed
+	}
+	return b
+}
+
+// receiveData takes the next descriptor of receive queue q of v with Peek,
+// copies its bytes (Data) and releases it; ok false when the queue is
+// empty.
+func receiveData(t *testing.T, v *EndpointView, q Queue) (d Descriptor, data []byte, ok bool) {
+	t.Helper()
+	ok, err := v.Peek(q, &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return d, nil, false
+	}
+	b, err := v.Data(&d)
+	if err != nil {
+		t.Fatalf("Data(%+v): %v", d, err)
+	}
+	data = bytes.Clone(b)
+	if err := v.Release(q); err != nil {
+		t.Fatal(err)
+	}
+	return d, data, true
+}
+
+type received struct {
+	d    Descriptor
+	data []byte
+}
+
+// collect appends what receive queue q of v holds to *into.
+func collect(t *testing.T, v *EndpointView, q Queue, into *[]received) {
+	t.Helper()
+	for {
+		d, data, ok := receiveData(t, v, q)
+		if !ok {
+			return
+		}
+		*into = append(*into, received{d, data})
+	}
+}
+
+func medium(dest, handler uint32, offset, length int, args ...uint64) Descriptor {
+	d := Descriptor{Class: ClassMedium, NArgs: uint8(len(args)), Dest: dest, Handler: handler, Offset: uint32(offset), Length: uint32(length)}
+	copy(d.Args[:], args)
+	return d
+}
+
+func bulk(dest, handler uint32, offset, remote, length int, args ...uint64) Descriptor {
+	d := Descriptor{Class: ClassBulk, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
+		Offset: uint32(offset), RemoteOffset: uint32(remote), Length: uint32(length)}
+	copy(d.Args[:], args)
+	return d
+}
+
+// maxMediumFits returns the largest medium message with n arguments that
+// fits in e's transport.
+func maxMediumFits(e *Engine, nargs int) int {
+	return min(MaxMedium, e.MaxPayload()-msgHeaderLen-8*nargs-msgExtLen)
+}
+
+// Medium messages between two hosts and to the sender itself, requests and
+// replies, of sizes up to MaxMedium (or what the transport carries): the
+// bytes arrive in the receive area, the arguments with them, in order; the
+// receiver's slot stays its own until it releases the entry; and the
+// engine copies a message's bytes when it takes it, so the sender may
+// reuse its staging area at once.
+func TestEngineMedium(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{QueueEntries: 4})
+	top := maxMediumFits(n.a.eng, 3)
+	sizes := []int{1, 7, 100, 1500, 4096, top}
+	t.Logf("MaxPayload %d: medium messages of up to %d bytes with 3 arguments", n.a.eng.MaxPayload(), top)
+	slot := func(i int) int { return i % 7 * MaxMedium }
+	for i, size := range sizes {
+		copy(a1.Staging()[slot(i):], pattern(size, byte(i)))
+		mustSend(t, a1, RequestSend, medium(1, uint32(i), slot(i), size, uint64(i), 2, 3))
+		if i == 0 {
+			// The engine has the bytes once it has taken the message.
+			if _, err := n.a.eng.Poll(); err != nil {
+				t.Fatal(err)
+			}
+			copy(a1.Staging()[slot(i):], "overwritten")
+		}
+	}
+	// B1's queue holds 4: the fifth and sixth wait (NACK), and the slot of
+	// the head, peeked and not released, is not touched meanwhile.
+	for range 100 {
+		if n.poll(t) == 0 {
+			n.clk.Advance(engStep)
+		}
+	}
+	if n.b.eng.Stats().QueueFull == 0 {
+		t.Fatal("B1's receive queue of 4 refused nothing")
+	}
+	var head Descriptor
+	if ok, err := b1.Peek(RequestReceive, &head); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	headData, _ := b1.Data(&head)
+	for range 100 {
+		if n.poll(t) == 0 {
+			n.clk.Advance(engStep)
+		}
+	}
+	if !bytes.Equal(headData, pattern(1, 0)) {
+		t.Fatalf("the head's bytes changed while it was held: %x", headData)
+	}
+	var got []received
+	n.run(t, 10000, func() bool {
+		collect(t, b1, RequestReceive, &got)
+		return len(got) == len(sizes)
+	})
+	for i, r := range got {
+		want := medium(0, uint32(i), int(r.d.Offset), sizes[i], uint64(i), 2, 3)
+		want.Tag = tagRed
+		if r.d != want || !bytes.Equal(r.data, pattern(sizes[i], byte(i))) {
+			t.Fatalf("message %d: %+v with %d bytes, want %+v with %d", i, r.d, len(r.data), want, sizes[i])
+		}
+	}
+
+	// B1 replies with the bytes reversed; A1 sends one to itself.
+	for i, r := range got {
+		rev := bytes.Clone(r.data)
+		for j, k := 0, len(rev)-1; j < k; j, k = j+1, k-1 {
+			rev[j], rev[k] = rev[k], rev[j]
+		}
+		// B1's queues hold 4: wait until the engine has taken the reply
+		// that used this staging slot before.
+		d := medium(r.d.Dest, 100+uint32(i), slot(i), len(rev))
+		n.run(t, 1000, func() bool {
+			_, taken := b1.Progress(ReplySend)
+			return int(taken) >= i-3
+		})
+		copy(b1.Staging()[slot(i):], rev)
+		mustSend(t, b1, ReplySend, d)
+	}
+	copy(a1.Staging()[slot(6):], "to myself")
+	mustSend(t, a1, RequestSend, medium(0, 50, slot(6), len("to myself"), 42))
+	var replies, self []received
+	n.run(t, 10000, func() bool {
+		collect(t, a1, ReplyReceive, &replies)
+		collect(t, a1, RequestReceive, &self)
+		return len(replies) == len(sizes) && len(self) == 1
+	})
+	for i, r := range replies {
+		if r.d.Class != ClassMedium || r.d.Handler != 100+uint32(i) || r.d.Dest != 1 || len(r.data) != sizes[i] ||
+			r.data[0] != pattern(sizes[i], byte(i))[sizes[i]-1] {
+			t.Fatalf("reply %d: %+v with %d bytes", i, r.d, len(r.data))
+		}
+	}
+	if s := self[0]; string(s.data) != "to myself" || s.d.Args[0] != 42 || s.d.Dest != 0 {
+		t.Errorf("to itself: %+v %q", s.d, s.data)
+	}
+	if sa := n.a.eng.Stats(); sa.Returned != 0 || sa.Dropped != 0 {
+		t.Errorf("A stats %+v", sa)
+	}
+}
+
+// A medium message larger than the transport's payload, and a bulk
+// message whose header leaves no room for data, come back with
+// ReasonTooLarge; the medium one with its bytes.
+func TestEngineTooLarge(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, _, _, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	n.a.eng.maxPL = msgHeaderLen + 8*MaxShortArgs + msgExtLen // room for a bulk chunk without arguments only
+	copy(a1.Staging()[10:], pattern(2000, 9))
+	mustSend(t, a1, RequestSend, medium(1, 1, 10, 2000))
+	mustSend(t, a1, RequestSend, bulk(1, 2, 10, 0, 100, 1, 2, 3, 4, 5, 6, 7, 8))
+	mustSend(t, a1, RequestSend, short(1, 3, 1, 2, 3, 4, 5, 6, 7, 8)) // a short message always fits
+	var ret []received
+	n.run(t, 1000, func() bool {
+		collect(t, a1, ReplyReceive, &ret)
+		return len(ret) == 2
+	})
+	for i, r := range ret {
+		reason, _, ok := r.d.ReturnInfo()
+		if !ok || reason != ReasonTooLarge || r.d.Handler != uint32(i+1) {
+			t.Errorf("returned %d: %+v, %v", i, r.d, reason)
+		}
+	}
+	if !bytes.Equal(ret[0].data, pattern(2000, 9)) {
+		t.Errorf("the returned medium message carries %d bytes, not its own", len(ret[0].data))
+	}
+	if r := ret[1].d; r.Offset != 10 || r.Length != 100 || r.RemoteOffset != 0 || r.Class != ClassBulk|ClassReturned {
+		t.Errorf("the returned bulk message: %+v", r)
+	}
+}
+
+// Bulk messages of several chunks, to another host and to the sender
+// itself, with and without loss: the data lands at RemoteOffset in the
+// receiver's staging area and one descriptor announces it, after which a
+// short message sent behind it arrives.
+func TestEngineBulk(t *testing.T) {
+	for _, loss := range []float64{0, 0.1} {
+		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
+			n := newEngNet(t, memlink.Options{Loss: loss, Seed: 5}, EngineConfig{})
+			cfg := EndpointConfig{StagingSize: 256 << 10}
+			a1, _, b1, _ := twoNets(t, n, cfg, cfg)
+			const length, from, remote = 100_000, 1000, 150_000
+			data := pattern(length, 0x5a)
+			copy(a1.Staging()[from:], data)
+			mustSend(t, a1, RequestSend, bulk(1, 77, from, remote, length, 1, 2))
+			mustSend(t, a1, RequestSend, short(1, 78))
+			mustSend(t, a1, RequestSend, bulk(0, 79, from, 10, length)) // into its own staging area
+			var atB, atA []received
+			n.run(t, 1_000_000, func() bool {
+				collect(t, b1, RequestReceive, &atB)
+				collect(t, a1, RequestReceive, &atA)
+				return len(atB) == 2 && len(atA) == 1
+			})
+			want := bulk(0, 77, remote, 0, length, 1, 2)
+			want.Tag = tagRed
+			if atB[0].d != want || !bytes.Equal(atB[0].data, data) || !bytes.Equal(b1.Staging()[remote:remote+length], data) {
+				t.Errorf("B1 received %+v with %d bytes, want %+v", atB[0].d, len(atB[0].data), want)
+			}
+			if atB[1].d.Handler != 78 || atB[1].d.Class != ClassShort {
+				t.Errorf("then %+v, want the short message", atB[1].d)
+			}
+			if d := atA[0].d; d.Class != ClassBulk || d.Handler != 79 || d.Offset != 10 || d.Length != length || !bytes.Equal(atA[0].data, data) {
+				t.Errorf("A1 to itself: %+v", d)
+			}
+			chunks := (length + int(chunkRoom(n.a.eng.MaxPayload(), 2)) - 1) / int(chunkRoom(n.a.eng.MaxPayload(), 2))
+			if sb := n.b.eng.Stats(); sb.Chunks != uint64(chunks-1) || sb.Delivered != 2 {
+				t.Errorf("B stats %+v, want %d chunks before the last", sb, chunks-1)
+			}
+			t.Logf("%d bytes in %d chunks; transport A %+v", length, chunks, n.a.eng.TransportStats())
+		})
+	}
+}
+
+// A bulk message that cannot complete comes back once, whole, with its
+// reason: its region is outside the receiver's staging area; its receiver
+// is closed while it is under way; its receiver is closed and replaced
+// while it is under way. The sender's next message goes through.
+func TestEngineBulkReturned(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	cfg := EndpointConfig{StagingSize: 256 << 10}
+	a1, _, _, _ := twoNets(t, n, cfg, cfg)
+	const length = 60_000
+	room := int(chunkRoom(n.a.eng.MaxPayload(), 0))
+	if length/room < 4 {
+		t.Fatalf("a chunk carries %d bytes: the test wants a message of at least 4 chunks", room)
+	}
+	copy(a1.Staging(), pattern(length, 1))
+	// returnedOnce checks that d comes back once with reason want, then
+	// that the next message from A1 reaches B1, reopened first by reopen
+	// if it is not nil.
+	returnedOnce := func(t *testing.T, want Reason, d Descriptor, reopen func()) {
+		t.Helper()
+		var ret []received
+		n.run(t, 100000, func() bool {
+			collect(t, a1, ReplyReceive, &ret)
+			return len(ret) > 0
+		})
+		for range 100 { // nothing more comes
+			if n.poll(t) == 0 {
+				n.clk.Advance(engStep)
+			}
+		}
+		collect(t, a1, ReplyReceive, &ret)
+		if reopen != nil {
+			reopen()
+		}
+		if len(ret) != 1 {
+			t.Fatalf("returned %d times", len(ret))
+		}
+		r := ret[0].d
+		reason, from, ok := r.ReturnInfo()
+		r.Class &^= ClassReturned
+		r.Tag = 0
+		if !ok || reason != want || from != RequestSend || r != d {
+			t.Errorf("returned %+v (%v), want %+v (%v)", r, reason, d, want)
+		}
+		// The next message goes through.
+		b1 := n.b.views[1]
+		mustSend(t, a1, RequestSend, short(1, 5))
+		var got []Descriptor
+		n.run(t, 10000, func() bool {
+			drain(t, b1, RequestReceive, &got)
+			return len(got) > 0
+		})
+		if len(got) != 1 || got[0].Handler != 5 {
+			t.Errorf("B1 then received %+v", got)
+		}
+	}
+
+	t.Run("range", func(t *testing.T) {
+		d := bulk(1, 1, 0, 256<<10-length+1, length, 9)
+		mustSend(t, a1, RequestSend, d)
+		returnedOnce(t, ReasonRange, d, nil)
+		// B returned the first chunk (and dropped any that A sent before
+		// the return reached it), which made A stop.
+		if st := n.b.eng.Stats(); st.Chunks != 0 || st.ReturnsSent != 1 {
+			t.Errorf("B stats %+v", st)
+		}
+		if st := n.a.eng.Stats(); st.Sent >= uint64(length/room+1) {
+			t.Errorf("A sent every chunk of a returned message: %+v", st)
+		}
+	})
+	// mid sends d and runs the engines until B has stored two of its
+	// chunks, then calls between.
+	mid := func(t *testing.T, d Descriptor, between func()) {
+		before := n.b.eng.Stats().Chunks
+		mustSend(t, a1, RequestSend, d)
+		n.run(t, 10000, func() bool { return n.b.eng.Stats().Chunks >= before+2 })
+		between()
+	}
+	t.Run("closed", func(t *testing.T) {
+		d := bulk(1, 2, 0, 0, length)
+		mid(t, d, func() {
+			if err := n.b.eng.CloseEndpoint(1); err != nil {
+				t.Fatal(err)
+			}
+		})
+		returnedOnce(t, ReasonClosed, d, func() {
+			n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+		})
+	})
+	t.Run("replaced", func(t *testing.T) {
+		d := bulk(1, 3, 0, 0, length)
+		mid(t, d, func() {
+			if err := n.b.eng.CloseEndpoint(1); err != nil {
+				t.Fatal(err)
+			}
+			n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+		})
+		returnedOnce(t, ReasonIncomplete, d, nil)
+	})
+	if st := n.a.eng.Stats(); st.Returned != 3 {
+		t.Errorf("A stats %+v, want 3 returned", st)
+	}
+}
+
+// Closing endpoints: at once when idle, after its message in flight
+// otherwise; what arrives afterwards is returned as "endpoint closed",
+// locally and from another host; the id can be reused.
+func TestEngineCloseEndpoint(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	a3 := n.a.endpoint(t, 3, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	ea, eb := n.a.eng, n.b.eng
+	if ea.Endpoints() != 3 || eb.Endpoints() != 2 {
+		t.Fatalf("endpoints %d and %d", ea.Endpoints(), eb.Endpoints())
+	}
+	// B1 and A1 are idle: closed at once.
+	mustSend(t, a1, RequestSend, short(1, 1))
+	n.run(t, 1000, func() bool { return eb.Stats().Delivered == 1 })
+	for range 10 {
+		n.poll(t) // the acknowledgement
+	}
+	memB1, memA1 := eb.eps[1].mem, ea.eps[1].mem
+	if err := eb.CloseEndpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := ea.CloseEndpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if memB1.FD() != -1 || memA1.FD() != -1 || eb.Endpoints() != 1 || ea.Endpoints() != 2 || eb.sched.Len() != 1 {
+		t.Fatalf("after closing: fds %d %d, endpoints %d %d", memB1.FD(), memA1.FD(), ea.Endpoints(), eb.Endpoints())
+	}
+	if _, ok := eb.res.Resident(1); ok {
+		t.Error("closed B1 is still resident")
+	}
+	for _, err := range []error{eb.CloseEndpoint(1), eb.CloseEndpoint(77)} {
+		if !errors.Is(err, ErrNoEndpoint) {
+			t.Errorf("closing a closed or unknown endpoint: %v", err)
+		}
+	}
+	// A3 sends to closed A1, locally.
+	mustSend(t, a3, RequestSend, short(0, 2, 33))
+	var ret []Descriptor
+	n.run(t, 1000, func() bool {
+		drain(t, a3, ReplyReceive, &ret)
+		return len(ret) == 1
+	})
+	if reason, _, _ := ret[0].ReturnInfo(); reason != ReasonClosed || ret[0].Args[0] != 33 || reason.String() != "endpoint closed" {
+		t.Errorf("A3's message to closed A1: %+v (%v)", ret[0], reason)
+	}
+
+	// A2 has a message in flight (B is not polled, so no ACK) and more
+	// queued: its memory stays open until the ACK, the rest is dropped.
+	for i := range uint64(5) {
+		mustSend(t, a2, RequestSend, short(1, 3, i))
+	}
+	for range 3 {
+		if _, err := ea.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	memA2 := ea.eps[2].mem
+	if ea.eps[2].state != slotInflight {
+		t.Fatalf("A2's slot is %v, want in flight", ea.eps[2].state)
+	}
+	if err := ea.CloseEndpoint(2); err != nil {
+		t.Fatal(err)
+	}
+	if memA2.FD() == -1 || ea.res.Outstanding(2) != 1 {
+		t.Fatal("A2's memory closed, or unpinned, with its message in flight")
+	}
+	var atB2 []Descriptor
+	for range 50 {
+		if n.poll(t) == 0 {
+			n.clk.Advance(engStep)
+		}
+		drain(t, b2, RequestReceive, &atB2)
+	}
+	if memA2.FD() != -1 || ea.pinned != 0 || len(atB2) != 1 || atB2[0].Args[0] != 0 {
+		t.Fatalf("after the ACK: fd %d, pinned %d; B2 received %+v", memA2.FD(), ea.pinned, atB2)
+	}
+	if _, ok := ea.res.Resident(2); ok {
+		t.Error("closed A2 is still resident")
+	}
+	// B2 answers A2 (closed) remotely: returned to B2 as closed.
+	mustSend(t, b2, RequestSend, short(0, 4, 44))
+	ret = ret[:0]
+	n.run(t, 1000, func() bool {
+		drain(t, b2, ReplyReceive, &ret)
+		return len(ret) == 1
+	})
+	if reason, _, _ := ret[0].ReturnInfo(); reason != ReasonClosed || ret[0].Args[0] != 44 {
+		t.Errorf("B2's message to closed A2: %+v (%v)", ret[0], reason)
+	}
+
+	// The ids are reused: a new A1 sends to a new B1.
+	b1 = n.b.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	a1 = n.a.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+	mustSend(t, a1, RequestSend, short(1, 6, 66))
+	var got []Descriptor
+	n.run(t, 1000, func() bool {
+		drain(t, b1, RequestReceive, &got)
+		return len(got) == 1
+	})
+	if got[0].Args[0] != 66 || ea.Endpoints() != 2 || eb.Endpoints() != 2 {
+		t.Errorf("the reopened B1 received %+v; endpoints %d, %d", got, ea.Endpoints(), eb.Endpoints())
+	}
+}
+
+// The engine's side of blocking wait: a Put into an armed queue notifies
+// once per arming; an idle engine is kicked by Send.
+func TestEngineNotify(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	notified := 0
+	n.b.eng.eps[1].mem.SetNotify(func() { notified++ })
+	if b1.Arm(EventRequest) != 0 {
+		t.Fatal("B1 ready with nothing sent")
+	}
+	for i := range uint64(3) {
+		mustSend(t, a1, RequestSend, short(1, 1, i))
+	}
+	var got []Descriptor
+	n.run(t, 1000, func() bool { return n.b.eng.Stats().Delivered == 3 })
+	if notified != 1 || b1.Arm(EventRequest) != EventRequest {
+		t.Fatalf("%d notifications for one arming, or B1 not ready", notified)
+	}
+	drain(t, b1, RequestReceive, &got)
+	if b1.Arm(EventRequest|EventReply) != 0 {
+		t.Fatal("B1 ready after draining")
+	}
+	mustSend(t, a1, RequestSend, short(1, 1, 3))
+	n.run(t, 1000, func() bool { return notified == 2 })
+
+	kicks := 0
+	a1.SetKick(func() { kicks++ })
+	n.a.eng.setIdle(true)
+	mustSend(t, a1, RequestSend, short(1, 1, 4))
+	n.a.eng.setIdle(false)
+	mustSend(t, a1, RequestSend, short(1, 1, 5))
+	if kicks != 1 {
+		t.Errorf("%d kicks, want 1", kicks)
+	}
+	n.run(t, 1000, func() bool { return !n.a.eng.busy() && n.b.eng.Stats().Delivered == 6 })
+	if n.a.eng.busy() {
+		t.Error("A busy with nothing to do")
+	}
+}
+
+// The short-message path allocates nothing: a request from A1 to B1,
+// delivered and acknowledged, and the application's side.
+func TestEngineShortAllocs(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	ea, eb := n.a.eng, n.b.eng
+	d := short(1, 1, 1, 2, 3, 4, 5, 6, 7, 8)
+	var got Descriptor
+	failed := ""
+	round := func() {
+		if err := a1.Send(RequestSend, &d); err != nil {
+			failed = err.Error()
+			return
+		}
+		delivered := false
+		for i := 0; !delivered || len(ea.inflight) > 0; i++ {
+			if i == 1000 {
+				failed = "no delivery"
+				return
+			}
+			wa, _ := ea.Poll()
+			wb, _ := eb.Poll()
+			if ok, _ := b1.Receive(RequestReceive, &got); ok {
+				delivered = true
+			}
+			if wa+wb == 0 {
+				n.clk.Advance(engStep)
+			}
+		}
+	}
+	for range 100 {
+		round()
+	}
+	allocs := testing.AllocsPerRun(1000, round)
+	if failed != "" {
+		t.Fatal(failed)
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations per short message", allocs)
+	}
+}
+
+// The receiver's side of bulk messages, chunk by chunk through accept: a
+// message is returned once and its later chunks are dropped; a chunk that
+// does not continue the message in progress is returned as incomplete; a
+// complete message puts one descriptor.
+func TestEngineBulkReceiver(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	_, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	e := n.b.eng
+	staging := len(b1.Staging())
+	chunk := func(id, remote, length, at int, data string) []byte {
+		m := msg{kind: RequestSend, class: ClassBulk, dst: 1, src: 1, handler: 9, tag: tagRed,
+			length: uint32(length), remote: uint32(remote), id: uint32(id), chunk: uint32(at), data: []byte(data)}
+		b := make([]byte, m.size())
+		encodeMsg(b, &m)
+		return b
+	}
+	steps := []struct {
+		p      []byte
+		reason Reason
+	}{
+		{chunk(1, staging-5, 10, 0, "01234"), ReasonRange},
+		{chunk(1, staging-5, 10, 5, "56789"), 0}, // dropped: its message was returned
+		{chunk(2, 100, 10, 0, "abcde"), 0},
+		{chunk(2, 100, 10, 6, "ghij"), ReasonIncomplete}, // 5 was expected
+		{chunk(2, 100, 10, 5, "fghij"), 0},               // dropped: returned as incomplete
+		{chunk(3, 200, 10, 0, "ABCDE"), 0},
+		{chunk(3, 200, 10, 5, "FGHIJ"), 0}, // the last: a descriptor
+	}
+	for i, s := range steps {
+		ok, reason := e.accept(hostA, s.p, true)
+		if !ok || reason != s.reason {
+			t.Errorf("step %d: accept = %v, %v; want true, %v", i, ok, reason, s.reason)
+		}
+	}
+	// With no room for a return, the chunk is refused (NACK) and nothing
+	// is recorded: offered again with room, it is returned.
+	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), false); ok || reason != 0 {
+		t.Errorf("a chunk to return with the return queue full: %v, %v", ok, reason)
+	}
+	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), true); !ok || reason != ReasonRange {
+		t.Errorf("offered again: %v, %v", ok, reason)
+	}
+	var got []received
+	collect(t, b1, RequestReceive, &got)
+	if len(got) != 1 || string(got[0].data) != "ABCDEFGHIJ" || got[0].d.Offset != 200 || got[0].d.Handler != 9 {
+		t.Fatalf("received %+v", got)
+	}
+	if string(b1.Staging()[100:105]) != "abcde" {
+		t.Errorf("the first chunk of the incomplete message was not stored")
+	}
+	if st := e.Stats(); st.ChunksDropped != 2 || st.Chunks != 2 || st.Delivered != 1 || st.ReturnsFull != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// An id closed with a message in flight, reused at once and closed again:
+// the old endpoint's message finishes, both memories are closed, and the
+// id's residency frame is freed once nothing pins it.
+func TestEngineCloseReused(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	ea := n.a.eng
+	mustSend(t, a1, RequestSend, short(1, 1, 7))
+	if _, err := ea.Poll(); err != nil { // in flight: B is not polled
+		t.Fatal(err)
+	}
+	old := ea.eps[1]
+	if old.state != slotInflight {
+		t.Fatalf("slot %v, want in flight", old.state)
+	}
+	if err := ea.CloseEndpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	again := n.a.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	if len(ea.closing) != 1 || ea.Endpoints() != 2 {
+		t.Fatalf("closing %d, endpoints %d", len(ea.closing), ea.Endpoints())
+	}
+	newMem := ea.eps[1].mem
+	if err := ea.CloseEndpoint(1); err != nil { // its frame is pinned by the old one's message
+		t.Fatal(err)
+	}
+	if newMem.FD() != -1 || old.mem.FD() == -1 {
+		t.Fatal("the new memory is open, or the old one closed, with the old message in flight")
+	}
+	var got []Descriptor
+	n.run(t, 1000, func() bool {
+		drain(t, b1, RequestReceive, &got)
+		return len(got) == 1 && len(ea.closing) == 0
+	})
+	if old.mem.FD() != -1 || ea.pinned != 0 || ea.res.Outstanding(1) != 0 || got[0].Args[0] != 7 {
+		t.Errorf("after the ACK: fd %d, pinned %d, received %+v", old.mem.FD(), ea.pinned, got)
+	}
+	var d Descriptor
+	if ok, _ := again.Receive(ReplyReceive, &d); ok {
+		t.Errorf("the reused endpoint received %+v", d)
+	}
+}

@@ -1,0 +1,143 @@
+package nicfw
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// The engine's message, the transport payload of every message the engine
+// sends, big-endian (see the package documentation, "Engine"): a 24-byte
+// header, the arguments, and for medium and bulk messages a 24-byte
+// extension followed by the data.
+const (
+	msgHeaderLen = 24
+	msgExtLen    = 24
+	msgMaxLen    = msgHeaderLen + 8*MaxShortArgs     // the longest short message
+	msgMediumMax = msgMaxLen + msgExtLen + MaxMedium // the longest medium message
+)
+
+// msg is an engine message, decoded.
+type msg struct {
+	kind     Queue // RequestSend or ReplySend: the queue it was sent from
+	class    Class
+	nargs    uint8
+	reason   Reason // 0, or why this is a return
+	dst, src EndpointID
+	handler  uint32
+	index    uint32 // the destination's index in the sender's table
+	tag      uint64
+	args     [MaxShortArgs]uint64
+
+	// The extension, medium and bulk only.
+	offset uint32 // the message's offset in its sender's staging area
+	length uint32 // the message's length (bulk: all its chunks')
+	remote uint32 // bulk: the offset in the receiver's staging area
+	id     uint32 // bulk: the message's number at its sending endpoint
+	chunk  uint32 // bulk: the offset of this chunk's data in the message
+	data   []byte // the bytes carried: a medium message's, a bulk chunk's
+}
+
+// hasExt reports whether m's class carries the extension.
+func (m *msg) hasExt() bool { return m.class == ClassMedium || m.class == ClassBulk }
+
+// size returns the length of m encoded.
+func (m *msg) size() int {
+	n := msgHeaderLen + 8*int(m.nargs)
+	if m.hasExt() {
+		n += msgExtLen + len(m.data)
+	}
+	return n
+}
+
+// encodeMsg writes m into b, which has room for m.size() bytes, and returns
+// its length.
+func encodeMsg(b []byte, m *msg) int {
+	b[0], b[1], b[2], b[3] = byte(m.kind), byte(m.class), m.nargs, byte(m.reason)
+	binary.BigEndian.PutUint16(b[4:], uint16(m.dst))
+	binary.BigEndian.PutUint16(b[6:], uint16(m.src))
+	binary.BigEndian.PutUint32(b[8:], m.handler)
+	binary.BigEndian.PutUint32(b[12:], m.index)
+	binary.BigEndian.PutUint64(b[16:], m.tag)
+	n := msgHeaderLen
+	for i := range int(m.nargs) {
+		binary.BigEndian.PutUint64(b[n:], m.args[i])
+		n += 8
+	}
+	if !m.hasExt() {
+		return n
+	}
+	x := b[n : n+msgExtLen]
+	binary.BigEndian.PutUint32(x[0:], m.offset)
+	binary.BigEndian.PutUint32(x[4:], m.length)
+	binary.BigEndian.PutUint32(x[8:], m.remote)
+	binary.BigEndian.PutUint32(x[12:], m.id)
+	binary.BigEndian.PutUint32(x[16:], m.chunk)
+	binary.BigEndian.PutUint32(x[20:], uint32(len(m.data)))
+	n += msgExtLen
+	return n + copy(b[n:], m.data)
+}
+
+// decodeMsg reads and checks a message. m.data aliases b.
+func decodeMsg(b []byte) (m msg, ok bool) {
+	if len(b) < msgHeaderLen {
+		return m, false
+	}
+	m = msg{
+		kind: Queue(b[0]), class: Class(b[1]), nargs: b[2], reason: Reason(b[3]),
+		dst:     EndpointID(binary.BigEndian.Uint16(b[4:])),
+		src:     EndpointID(binary.BigEndian.Uint16(b[6:])),
+		handler: binary.BigEndian.Uint32(b[8:]),
+		index:   binary.BigEndian.Uint32(b[12:]),
+		tag:     binary.BigEndian.Uint64(b[16:]),
+	}
+	if !m.kind.isSend() || m.nargs > MaxShortArgs {
+		return m, false
+	}
+	n := msgHeaderLen + 8*int(m.nargs)
+	switch m.class {
+	case ClassShort:
+		if len(b) != n {
+			return m, false
+		}
+	case ClassMedium, ClassBulk:
+		if len(b) < n+msgExtLen {
+			return m, false
+		}
+		x := b[n : n+msgExtLen]
+		m.offset = binary.BigEndian.Uint32(x[0:])
+		m.length = binary.BigEndian.Uint32(x[4:])
+		m.remote = binary.BigEndian.Uint32(x[8:])
+		m.id = binary.BigEndian.Uint32(x[12:])
+		m.chunk = binary.BigEndian.Uint32(x[16:])
+		c := binary.BigEndian.Uint32(x[20:])
+		if uint64(len(b)-n-msgExtLen) != uint64(c) || m.length == 0 || uint64(m.chunk)+uint64(c) > uint64(m.length) {
+			return m, false
+		}
+		m.data = b[n+msgExtLen:]
+		if m.class == ClassMedium {
+			// A medium message carries all its bytes, a return too.
+			if m.length > MaxMedium || c != m.length {
+				return m, false
+			}
+		} else if (m.reason == 0) != (c > 0) {
+			// A bulk chunk carries data; a bulk return carries none.
+			return m, false
+		}
+	default:
+		return m, false
+	}
+	for i := range int(m.nargs) {
+		m.args[i] = binary.BigEndian.Uint64(b[msgHeaderLen+8*i:])
+	}
+	return m, true
+}
+
+// chunkRoom returns how many data bytes a bulk chunk of a message with
+// nargs arguments carries in a payload of maxPL bytes (0: none fits).
+func chunkRoom(maxPL int, nargs uint8) uint32 {
+	room := maxPL - msgHeaderLen - 8*int(nargs) - msgExtLen
+	if room < 1 {
+		return 0
+	}
+	return uint32(min(room, math.MaxUint32))
+}

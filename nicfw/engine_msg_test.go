@@ -1,0 +1,94 @@
+package nicfw
+
+import (
+	"bytes"
+	"testing"
+)
+
+// msgSamples are encoded messages of every class, returns included.
+func msgSamples() [][]byte {
+	base := msg{kind: ReplySend, nargs: 2, dst: 3, src: 4, handler: 5, index: 6, tag: 7, args: [8]uint64{8, 9}}
+	var out [][]byte
+	add := func(m msg) {
+		b := make([]byte, m.size())
+		encodeMsg(b, &m)
+		out = append(out, b)
+	}
+	m := base
+	m.class = ClassShort
+	add(m)
+	m.reason = ReasonBadTag
+	add(m)
+	m = base
+	m.class, m.offset, m.length, m.data = ClassMedium, 100, 5, []byte("hello")
+	add(m)
+	m.reason = ReasonClosed // a medium return carries its bytes
+	add(m)
+	m = base
+	m.class, m.offset, m.length, m.remote, m.id, m.chunk, m.data = ClassBulk, 10, 1000, 20, 30, 400, []byte("chunk")
+	add(m)
+	m.reason, m.data = ReasonRange, nil // a bulk return carries none
+	add(m)
+	return out
+}
+
+// The codec: what encodeMsg writes decodeMsg reads back, and decodeMsg
+// refuses messages whose fields do not agree.
+func TestMsgCodec(t *testing.T) {
+	for i, b := range msgSamples() {
+		m, ok := decodeMsg(b)
+		if !ok {
+			t.Fatalf("sample %d does not decode: %x", i, b)
+		}
+		again := make([]byte, m.size())
+		if n := encodeMsg(again, &m); n != len(b) || !bytes.Equal(again, b) {
+			t.Errorf("sample %d: re-encoded %x, want %x", i, again[:n], b)
+		}
+	}
+	s := msgSamples()
+	bad := map[string][]byte{}
+	corrupt := func(name string, sample int, f func(b []byte) []byte) {
+		bad[name] = f(bytes.Clone(s[sample]))
+	}
+	corrupt("short too long", 0, func(b []byte) []byte { return append(b, 0) })
+	corrupt("unknown class", 0, func(b []byte) []byte { b[1] = 4; return b })
+	corrupt("receive queue", 0, func(b []byte) []byte { b[0] = byte(RequestReceive); return b })
+	corrupt("nine arguments", 0, func(b []byte) []byte { b[2] = 9; return b })
+	corrupt("medium data length", 2, func(b []byte) []byte { return b[:len(b)-1] })
+	corrupt("medium length field", 2, func(b []byte) []byte { b[msgHeaderLen+16+7]++; return b })
+	corrupt("medium too long", 2, func(b []byte) []byte { b[msgHeaderLen+16+4] = 1; return b })
+	corrupt("medium without extension", 2, func(b []byte) []byte { return b[:msgHeaderLen+16+10] })
+	corrupt("bulk chunk past its message", 4, func(b []byte) []byte { b[msgHeaderLen+16+16+2] = 0xff; return b })
+	corrupt("bulk return with data", 5, func(b []byte) []byte {
+		b[msgHeaderLen+16+23] = 1
+		return append(b, 'x')
+	})
+	corrupt("bulk chunk without data", 4, func(b []byte) []byte {
+		b[msgHeaderLen+16+23] = 0
+		return b[:len(b)-5]
+	})
+	corrupt("header cut", 0, func(b []byte) []byte { return b[:msgHeaderLen-1] })
+	for name, b := range bad {
+		if _, ok := decodeMsg(b); ok {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+// FuzzDecodeMsg: decodeMsg never panics, and what it accepts encodes back
+// to the same bytes.
+func FuzzDecodeMsg(f *testing.F) {
+	for _, b := range msgSamples() {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, ok := decodeMsg(b)
+		if !ok {
+			return
+		}
+		again := make([]byte, m.size())
+		if n := encodeMsg(again, &m); n != len(b) || !bytes.Equal(again, b) {
+			t.Fatalf("re-encoded %x, want %x", again[:n], b)
+		}
+	})
+}
