@@ -1,8 +1,12 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,9 +32,10 @@ const (
 // the delivery accounting of SSAMResult.
 type AMIIResult struct {
 	PingResult
-	Sent       int `json:"sent"`       // requests sent
-	Delivered  int `json:"delivered"`  // request handlers run at the responder
-	Duplicates int `json:"duplicates"` // messages whose request handler ran more than once
+	Mode       string `json:"mode"`       // where the engines ran: inline or firmware
+	Sent       int    `json:"sent"`       // requests sent
+	Delivered  int    `json:"delivered"`  // request handlers run at the responder
+	Duplicates int    `json:"duplicates"` // messages whose request handler ran more than once
 	// Retransmits counts the transports' retransmissions, both hosts'
 	// (requests, replies and returns alike).
 	Retransmits uint64 `json:"retransmits"`
@@ -167,7 +172,7 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 
 // amiiPing is host A's side: the timed request/reply loop.
 func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, returned *int) (*AMIIResult, error) {
-	r := &AMIIResult{PingResult: PingResult{API: "amii", Count: cfg.Count, Size: 8 * nargs, hist: newHistogram()}}
+	r := &AMIIResult{Mode: "inline", PingResult: PingResult{API: "amii", Count: cfg.Count, Size: 8 * nargs, hist: newHistogram()}}
 	args := make([]uint64, nargs)
 	// A message is answered or returned within the transport's give-up
 	// time; past it and cfg.Timeout the peer is taken to be gone.
@@ -190,5 +195,159 @@ func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, ret
 		r.record(i >= cfg.Warmup, *answered >= i, time.Since(start))
 	}
 	r.finish()
+	return r, nil
+}
+
+// AMIIFirmwarePing is AMIIPing with the engines in firmware mode: each host
+// runs a nicfw.Daemon (in this process, its engine goroutine locked to an
+// OS thread, busy-polling, on cores[i] when given) that owns the host's
+// AF_XDP socket, and each application reaches its endpoint through the
+// daemon's unix socket (am.Dial). The applications block in Wait between
+// messages (the engines notify them through eventfds), so on a machine
+// with fewer cores than engines and applications the engines keep the
+// processors. loss is as for AMIIPing.
+func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, sleep time.Duration) (*AMIIResult, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	nargs := (cfg.Size + 7) / 8
+	if nargs > am.MaxArgs2 {
+		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*am.MaxArgs2, cfg.Size)
+	}
+	dir, err := os.MkdirTemp("", "xam-fw-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	type host struct {
+		raw  *RawEndpoint
+		d    *nicfw.Daemon
+		stop context.CancelFunc
+		done chan error
+		sock string
+	}
+	var hosts [2]*host
+	defer func() {
+		for _, h := range hosts {
+			if h == nil {
+				continue
+			}
+			if h.stop != nil {
+				h.stop()
+				<-h.done
+			}
+			h.raw.Close()
+		}
+	}()
+	places := [2]Place{a, b}
+	ids := [2]nicfw.HostID{amiiHostA, amiiHostB}
+	for i, p := range places {
+		raw, err := OpenRaw(p, cfg.Mode, cfg.Queue)
+		if err != nil {
+			return nil, err
+		}
+		h := &host{raw: raw, sock: filepath.Join(dir, fmt.Sprintf("h%d.sock", i))}
+		hosts[i] = h
+		if loss > 0 {
+			if err := raw.Prog.SetFaults(loader.Faults{DropRate: loss}); err != nil {
+				return nil, err
+			}
+		}
+		peer := places[1-i]
+		if h.d, err = nicfw.NewDaemon(raw.Sock, nicfw.DaemonConfig{
+			Engine: nicfw.EngineConfig{Host: ids[i]},
+			Hosts:  map[nicfw.HostID]net.HardwareAddr{ids[1-i]: peer.MAC},
+			Socket: h.sock, Cores: cores[i], Sleep: sleep,
+		}); err != nil {
+			return nil, err
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		h.stop, h.done = stop, make(chan error, 1)
+		go func() { h.done <- h.d.Run(ctx) }()
+	}
+	ra, err := am.Dial(hosts[0].sock, nicfw.OpenRequest{Endpoint: nicfw.FirstUserEndpoint, Tag: amiiTag,
+		Table: []nicfw.Name{{Host: amiiHostB, Endpoint: nicfw.FirstUserEndpoint}}}, am.AMIIConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("AM-II host A: %w", err)
+	}
+	defer ra.Close()
+	rb, err := am.Dial(hosts[1].sock, nicfw.OpenRequest{Endpoint: nicfw.FirstUserEndpoint, Tag: amiiTag,
+		Table: []nicfw.Name{{Host: amiiHostA, Endpoint: nicfw.FirstUserEndpoint}}}, am.AMIIConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("AM-II host B: %w", err)
+	}
+	defer rb.Close()
+
+	var counts EchoCounts
+	var echoErr error
+	rb.Register(func(t *am.Token2, args []uint64) {
+		counts.add(args[0])
+		if err := t.Reply(0, args...); err != nil && echoErr == nil {
+			echoErr = err
+		}
+	})
+	answered, returned := -1, -1
+	ra.Register(func(t *am.Token2, args []uint64) { answered = int(args[0]) })
+	ra.OnReturn(func(r am.Returned) {
+		if len(r.Args) > 0 && r.Request {
+			returned = int(r.Args[0])
+		}
+	})
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, err := rb.Poll(); err != nil {
+				serveErr = err
+				return
+			}
+			if err := rb.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
+				serveErr = err
+				return
+			}
+		}
+	})
+	r := &AMIIResult{Mode: "firmware", PingResult: PingResult{API: "amii", Count: cfg.Count, Size: 8 * nargs, hist: newHistogram()}}
+	args := make([]uint64, nargs)
+	limit := cfg.Timeout + nicfw.DefaultGiveUpAfter
+	err = func() error {
+		for i := range cfg.Warmup + cfg.Count {
+			args[0] = uint64(i)
+			start := time.Now()
+			if err := ra.Request(0, 0, args...); err != nil {
+				return err
+			}
+			r.Sent++
+			for answered < i && returned < i {
+				if _, err := ra.Poll(); err != nil {
+					return err
+				}
+				if answered >= i || returned >= i {
+					break
+				}
+				if err := ra.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
+					return err
+				}
+				if time.Since(start) > limit {
+					return fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))
+				}
+			}
+			r.record(i >= cfg.Warmup, answered >= i, time.Since(start))
+		}
+		return nil
+	}()
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(err, serveErr, echoErr); err != nil {
+		return nil, err
+	}
+	r.finish()
+	r.Delivered, r.Duplicates = counts.Delivered(), counts.Duplicates()
+	for _, h := range hosts {
+		if s, err := h.d.Stats(); err == nil {
+			r.Retransmits += s.Transport.Retransmits
+		}
+	}
 	return r, nil
 }

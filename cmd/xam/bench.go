@@ -18,9 +18,9 @@ import (
 )
 
 // benchmarks are the names `xam bench` knows; "all" runs them all.
-var benchmarks = []string{"ssam"}
+var benchmarks = []string{"ssam", "logp"}
 
-const benchUsage = "bench ssam|all [--count N] [--bulk BYTES] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|all [--count N] [--bulk BYTES] [--clients N] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // runBench runs the named benchmarks, each on a lab of its own.
 func runBench(e *env, args []string) error {
@@ -32,6 +32,7 @@ func runBench(e *env, args []string) error {
 	count := fs.Int("count", 20000, "round trips per path, and calls timed per cost")
 	bulk := fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, TCP stream, UDP blast)")
 	mode := fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
+	clients := fs.Int("clients", 7, "logp: the most clients of the contention experiment")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of Markdown")
 	out := fs.String("out", "", "also write plots of the round-trip distributions into this directory")
 	if err := fs.Parse(args); err != nil {
@@ -60,6 +61,9 @@ func runBench(e *env, args []string) error {
 	if *count < 1 || *bulk < 1 {
 		return usageError("--count and --bulk must be positive")
 	}
+	if *clients < 1 || *clients > 64 {
+		return usageError("--clients %d: want 1..64", *clients)
+	}
 	m, err := loader.ParseMode(*mode)
 	if err != nil {
 		return usageError("--mode: %v", err)
@@ -76,14 +80,21 @@ func runBench(e *env, args []string) error {
 			if err := benchSSAM(e, cfg, *asJSON, *out); err != nil {
 				return err
 			}
+		case "logp":
+			if *count < 100 {
+				return usageError("--count %d: logp needs at least 100", *count)
+			}
+			if err := benchLogP(e, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m}, *asJSON); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// benchSSAM measures SSAM's tables on a two-host lab built for the run and
-// removed afterwards (also on failure, and on an interrupt).
-func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) (err error) {
+// withLab builds a two-host lab for benchmark what, runs f on it and
+// removes it afterwards (also on failure, and on an interrupt).
+func withLab(e *env, what string, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
 	name := fmt.Sprintf("bench%d", os.Getpid())
 	l, err := lab.Up(lab.Config{Name: name})
 	if err != nil {
@@ -108,28 +119,52 @@ func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) (err
 	a, b := l.Hosts[0], l.Hosts[1]
 	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
 	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
-	fmt.Fprintf(e.stderr, "xam bench ssam: lab %s: %s %v (%v) <-> %s %v (%v)\n", name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
-	cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
-	t, err := bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg)
-	if err != nil {
-		return err
-	}
-	t.Setup = bench.Setup{
-		Kernel: netdev.Probe().Kernel,
-		CPUs:   runtime.NumCPU(),
-		Lab:    "a 2-host veth lab (network namespaces " + a.NS + ", " + b.NS + ")",
-	}
-	if out != "" {
-		paths, err := t.Plot(out)
+	fmt.Fprintf(e.stderr, "xam bench %s: lab %s: %s %v (%v) <-> %s %v (%v)\n", what, name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
+	return f(l, pa, pb)
+}
+
+// benchLogP measures AM-II's LogP table and the contention experiment.
+func benchLogP(e *env, cfg bench.LogPConfig, asJSON bool) error {
+	return withLab(e, "logp", func(_ *lab.Lab, pa, pb bench.Place) error {
+		r, err := bench.RunLogP(pa, pb, cfg)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stderr, "xam bench ssam: wrote %s\n", strings.Join(paths, ", "))
-	}
-	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(t)
-	}
-	return t.Markdown(e.stdout)
+		if asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(r)
+		}
+		return r.Markdown(e.stdout)
+	})
+}
+
+// benchSSAM measures SSAM's tables on a two-host lab built for the run.
+func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) error {
+	return withLab(e, "ssam", func(l *lab.Lab, pa, pb bench.Place) error {
+		a, b := l.Hosts[0], l.Hosts[1]
+		cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+		t, err := bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg)
+		if err != nil {
+			return err
+		}
+		t.Setup = bench.Setup{
+			Kernel: netdev.Probe().Kernel,
+			CPUs:   runtime.NumCPU(),
+			Lab:    "a 2-host veth lab (network namespaces " + a.NS + ", " + b.NS + ")",
+		}
+		if out != "" {
+			paths, err := t.Plot(out)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stderr, "xam bench ssam: wrote %s\n", strings.Join(paths, ", "))
+		}
+		if asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(t)
+		}
+		return t.Markdown(e.stdout)
+	})
 }

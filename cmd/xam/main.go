@@ -5,7 +5,8 @@
 //
 //	xam demo                        the main job (see README.md)
 //	xam doctor [--dev IF] [--netns NS] [--json]
-//	xam ping [--api raw|udp|packet] [--count N] [--size B] [--json] [--dev IF (--peer MAC | --serve)]
+//	xam ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--size B] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]
+//	xam fw --dev IF [--netns NS] --id N --host ID=MAC... [--cores LIST] [--socket PATH] [--sleep D]
 //	xam capture --dev IF [--netns NS] --out FILE [--count N] [--duration D]
 //	xam stat --dev IF [--netns NS] [--json]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
@@ -50,7 +51,8 @@ func init() {
 	commands = []command{
 		{"demo", "the main job: a 2-host veth lab, raw/SSAM/AF_PACKET/UDP ping-pong and a bulk transfer, one table", runDemo},
 		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
-		{"ping", "round-trip times over raw AF_XDP frames, SSAM, AF_PACKET or kernel UDP", runPing},
+		{"ping", "round-trip times over raw AF_XDP frames, SSAM, AM-II, AF_PACKET or kernel UDP", runPing},
+		{"fw", "the firmware daemon: an AM-II engine on pinned cores serving endpoints over a unix socket", runFw},
 		{"capture", "record the xam frames a device carries, for Wireshark (ERF pcap)", runCapture},
 		{"stat", "counters of the xam XDP program on a device", runStat},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},

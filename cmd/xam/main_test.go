@@ -462,7 +462,7 @@ func TestBenchUsage(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"bench"}, "name a benchmark: ssam or all"},
+		{[]string{"bench"}, "name a benchmark: ssam, logp or all"},
 		{[]string{"bench", "--json"}, "name a benchmark"},
 		{[]string{"bench", "nonesuch"}, `unknown benchmark "nonesuch"`},
 		{[]string{"bench", "ssam", "--count", "0"}, "--count and --bulk must be positive"},
@@ -475,7 +475,7 @@ func TestBenchUsage(t *testing.T) {
 			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errs, tc.stderr)
 		}
 	}
-	if code, _, errs := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(errs, "usage: xam bench ssam|all") {
+	if code, _, errs := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(errs, "usage: xam bench ssam|logp|all") {
 		t.Errorf("bench -h: exit %d, %q", code, errs)
 	}
 }
@@ -661,7 +661,7 @@ func TestPingAMII(t *testing.T) {
 	if r.API != "amii" || r.Lost != 0 || r.Duplicates != 0 || r.Delivered != r.Sent || r.Sent != 330 {
 		t.Errorf("ping --api amii: %+v", r)
 	}
-	if code, _, errs := xam(t, nil, "ping", "--api", "amii", "--mode", "firmware"); code != 2 || !strings.Contains(errs, "not built") {
-		t.Errorf("--mode firmware: exit %d, %s", code, errs)
+	if code, _, errs := xam(t, nil, "ping", "--api", "raw", "--mode", "firmware"); code != 2 || !strings.Contains(errs, "works with --api amii") {
+		t.Errorf("--mode firmware with --api raw: exit %d, %s", code, errs)
 	}
 }

@@ -22,7 +22,8 @@ func runPing(e *env, args []string) error {
 	fs := newFlags(e, "ping", "ping [--api raw|ssam|udp|packet] [--count N] [--size B] [--loss P] [--json] [--dev IF [--peer MAC] [--serve]]")
 	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), udp (kernel UDP), packet (AF_PACKET); amii and grim come with their layers")
 	loss := fs.Float64("loss", 0, "with --api ssam or amii: fraction of xam frames both hosts' XDP programs drop (0..1)")
-	engineMode := fs.String("mode", "inline", "with --api amii: where the firmware engine runs (inline)")
+	fwSleep := fs.Duration("fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
+	engineMode := fs.String("mode", "inline", "with --api amii: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	var cfg bench.PingConfig
 	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips")
 	fs.IntVar(&cfg.Warmup, "warmup", 0, "unmeasured round trips first (default count/10, at most 1000)")
@@ -54,11 +55,11 @@ func runPing(e *env, args []string) error {
 	if *loss < 0 || *loss > 1 || *loss > 0 && *api != "ssam" && *api != "amii" {
 		return usageError("--loss %v: a fraction in [0, 1], with --api ssam or amii", *loss)
 	}
-	if *engineMode != "inline" && (*api != "amii" || *engineMode != "firmware") {
-		return usageError("--mode %q: want inline (firmware mode is not built yet)", *engineMode)
+	if *engineMode != "inline" && *engineMode != "firmware" {
+		return usageError("--mode %q: want inline or firmware", *engineMode)
 	}
-	if *engineMode == "firmware" {
-		return usageError("--mode firmware: the firmware daemon is not built yet; use --mode inline")
+	if *engineMode == "firmware" && *api != "amii" {
+		return usageError("--mode firmware works with --api amii")
 	}
 
 	var r any
@@ -119,7 +120,11 @@ func runPing(e *env, args []string) error {
 		case "ssam":
 			r, err = bench.SSAMPing(pa, pb, cfg, *loss, am.SSAMConfig{})
 		case "amii":
-			r, err = bench.AMIIPing(pa, pb, cfg, *loss)
+			if *engineMode == "firmware" {
+				r, err = bench.AMIIFirmwarePing(pa, pb, cfg, *loss, [2][]int{}, *fwSleep)
+			} else {
+				r, err = bench.AMIIPing(pa, pb, cfg, *loss)
+			}
 		case "packet":
 			r, err = bench.PacketPing(pa, pb, cfg)
 		case "udp":

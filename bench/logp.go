@@ -1,0 +1,424 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
+)
+
+// AM-II's LogP measurement (Chun et al., section 5, after Culler et al.'s
+// LogP microbenchmarks) on xam's inline engine, for short messages of 8
+// bytes (one argument word):
+//
+//   - Os, send overhead: the time of one Request call on the sender when a
+//     credit is free (the call queues the descriptor and runs the engine
+//     once, which sends the frame), the median over bursts of K requests;
+//   - Or, receive overhead: the time the receiver's thread spends per
+//     message (its engine's receive work, the handler, queuing the
+//     implicit reply), the median over polls that ran handlers while the
+//     sender streams;
+//   - g, gap: the time per message of a stream of requests that keeps K
+//     outstanding, on the sender;
+//   - RTT: the median request/reply round trip;
+//   - L, latency: RTT/2 - Os - Or.
+//
+// Each figure is taken in three configurations, so that the cost of each
+// layer shows as an increment, as in AM-II's table: baseline (the
+// transport unreliable — no channels, acknowledgements or retransmission —
+// and the engine's protection checks off), + reliability, and
+// + protection (the engine as it runs by default). The contention
+// experiment runs 1..N client endpoints on one host, each keeping K
+// requests outstanding, against one server endpoint on the other host,
+// and reports the aggregate and per-client message rates and the mean
+// round trip.
+
+// LogPConfig configures the LogP measurement. Zero fields take defaults.
+type LogPConfig struct {
+	Count   int         // messages per figure (default 20000)
+	Clients int         // most clients of the contention experiment (default 7)
+	Mode    loader.Mode // XDP attach mode
+	Queue   int         // device queue
+}
+
+// LogPRow is one configuration's figures, in microseconds.
+type LogPRow struct {
+	Config string  `json:"config"`
+	Os     float64 `json:"os_us"`
+	Or     float64 `json:"or_us"`
+	G      float64 `json:"g_us"`
+	L      float64 `json:"l_us"`
+	RTT    float64 `json:"rtt_us"`
+}
+
+// ContentionRow is one point of the contention experiment.
+type ContentionRow struct {
+	Clients   int     `json:"clients"`
+	Aggregate float64 `json:"aggregate_msgs_per_s"`
+	PerClient float64 `json:"per_client_msgs_per_s"`
+	RTT       float64 `json:"rtt_us"` // mean request-to-reply time
+}
+
+// LogPResult is the outcome of RunLogP (the JSON of `xam bench logp`).
+type LogPResult struct {
+	Count      int             `json:"count"`
+	Credits    int             `json:"credits"`
+	Rows       []LogPRow       `json:"logp"`
+	Contention []ContentionRow `json:"contention"`
+}
+
+// logpConfigs are the three configurations, baseline first.
+var logpConfigs = []struct {
+	name string
+	cfg  nicfw.EngineConfig
+}{
+	{"baseline", nicfw.EngineConfig{Unprotected: true, Transport: nicfw.Config{Unreliable: true}}},
+	{"+reliability", nicfw.EngineConfig{Unprotected: true}},
+	{"+protection", nicfw.EngineConfig{}},
+}
+
+// RunLogP runs the LogP measurement between a (sender, client) and b
+// (receiver, server).
+func RunLogP(a, b Place, cfg LogPConfig) (*LogPResult, error) {
+	if cfg.Count == 0 {
+		cfg.Count = 20000
+	}
+	if cfg.Clients == 0 {
+		cfg.Clients = 7
+	}
+	if cfg.Count < 100 || cfg.Clients < 1 || cfg.Clients > 64 {
+		return nil, fmt.Errorf("bench: LogP: count %d (at least 100), clients %d (1..64)", cfg.Count, cfg.Clients)
+	}
+	res := &LogPResult{Count: cfg.Count, Credits: am.DefaultCredits}
+	for _, c := range logpConfigs {
+		row, err := logpRow(a, b, cfg, c.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("bench: LogP %s: %w", c.name, err)
+		}
+		row.Config = c.name
+		res.Rows = append(res.Rows, *row)
+	}
+	for n := 1; n <= cfg.Clients; n++ {
+		row, err := contention(a, b, cfg, n)
+		if err != nil {
+			return nil, fmt.Errorf("bench: contention with %d clients: %w", n, err)
+		}
+		res.Contention = append(res.Contention, *row)
+	}
+	return res, nil
+}
+
+// logpHost is one host of the measurement: its engine and AM-II endpoints.
+type logpHost struct {
+	raw *RawEndpoint
+	eng *nicfw.Engine
+	vs  []*nicfw.EndpointView
+	ams []*am.AMII
+}
+
+func (h *logpHost) close() error {
+	var errs []error
+	for _, v := range h.vs {
+		errs = append(errs, v.Close())
+	}
+	if h.eng != nil {
+		errs = append(errs, h.eng.Close())
+	}
+	if h.raw != nil {
+		errs = append(errs, h.raw.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// openLogPHost builds host id at p with endpoints 1..n, each with the
+// translation table table(i), on an engine configured by ecfg.
+func openLogPHost(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg LogPConfig, ecfg nicfw.EngineConfig, n int, table func(i int) []nicfw.Name) (h *logpHost, err error) {
+	h = &logpHost{}
+	defer func() {
+		if err != nil {
+			h.close()
+		}
+	}()
+	if h.raw, err = OpenRaw(p, cfg.Mode, cfg.Queue); err != nil {
+		return nil, err
+	}
+	ecfg.Host = id
+	ecfg.Resident = max(n+1, nicfw.DefaultResident)
+	if h.eng, err = nicfw.NewEngine(h.raw.Sock, ecfg); err != nil {
+		return nil, err
+	}
+	if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
+		return nil, err
+	}
+	for i := range n {
+		mem, err := h.eng.CreateEndpoint(nicfw.EndpointID(i+1), nicfw.EndpointConfig{}, nicfw.VNet{Tag: amiiTag, Table: table(i)})
+		if err != nil {
+			return nil, err
+		}
+		v, err := nicfw.MapEndpoint(mem.FD())
+		if err != nil {
+			return nil, err
+		}
+		h.vs = append(h.vs, v)
+		a, err := am.NewAMII(v, h.eng.Poll, am.AMIIConfig{})
+		if err != nil {
+			return nil, err
+		}
+		h.ams = append(h.ams, a)
+	}
+	return h, nil
+}
+
+// serve runs b's endpoint 0 until stop, recording with orHist the time per
+// handler of each poll that ran some while measure is set.
+func serve(b *logpHost, stop, measure *atomic.Bool, orHist *[]time.Duration) error {
+	s := b.ams[0]
+	for !stop.Load() {
+		t0 := time.Now()
+		n, err := s.Poll()
+		if err != nil {
+			return err
+		}
+		if n > 0 && measure.Load() {
+			*orHist = append(*orHist, time.Since(t0)/time.Duration(n))
+		}
+	}
+	return nil
+}
+
+// Handler indices on the server: echo replies, null does not (the
+// implicit reply answers it).
+const (
+	logpEcho = 0
+	logpNull = 1
+)
+
+func logpRow(pa, pb Place, cfg LogPConfig, ecfg nicfw.EngineConfig) (*LogPRow, error) {
+	one := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostB, Endpoint: 1}} }
+	back := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostA, Endpoint: 1}} }
+	ha, err := openLogPHost(pa, amiiHostA, pb, amiiHostB, cfg, ecfg, 1, one)
+	if err != nil {
+		return nil, err
+	}
+	defer ha.close()
+	hb, err := openLogPHost(pb, amiiHostB, pa, amiiHostA, cfg, ecfg, 1, back)
+	if err != nil {
+		return nil, err
+	}
+	defer hb.close()
+	var handlerErr error
+	hb.ams[0].Register(func(t *am.Token2, args []uint64) {
+		if err := t.Reply(0, args...); err != nil && handlerErr == nil {
+			handlerErr = err
+		}
+	})
+	hb.ams[0].Register(func(*am.Token2, []uint64) {})
+	answered := 0
+	a := ha.ams[0]
+	a.Register(func(*am.Token2, []uint64) { answered++ })
+
+	var stop, measure atomic.Bool
+	var ors []time.Duration
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Go(func() { serveErr = serve(hb, &stop, &measure, &ors) })
+	row, err := logpClient(a, cfg, &answered, &measure)
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(err, serveErr, handlerErr); err != nil {
+		return nil, err
+	}
+	row.Or = durUS(median(ors))
+	row.L = row.RTT/2 - row.Os - row.Or
+	return row, nil
+}
+
+// logpClient is the sender's side: RTT, Os and g, with measure set while
+// the stream runs (the receiver takes Or then).
+func logpClient(a *am.AMII, cfg LogPConfig, answered *int, measure *atomic.Bool) (*LogPRow, error) {
+	row := &LogPRow{}
+	limit := 5 * time.Second
+	wait := func(n int) error {
+		start := time.Now()
+		for spins := 0; *answered < n; spins++ {
+			if _, err := a.Poll(); err != nil {
+				return err
+			}
+			if spins&1023 == 1023 && time.Since(start) > limit {
+				return fmt.Errorf("%d of %d replies after %v", *answered, n, limit)
+			}
+		}
+		return nil
+	}
+	// RTT.
+	rtts := make([]time.Duration, 0, cfg.Count)
+	warm := min(cfg.Count/10, 1000)
+	for i := range warm + cfg.Count {
+		t0 := time.Now()
+		if err := a.Request(0, logpEcho, uint64(i)); err != nil {
+			return nil, err
+		}
+		if err := wait(i + 1); err != nil {
+			return nil, err
+		}
+		if i >= warm {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	row.RTT = durUS(median(rtts))
+	// Os: bursts of K requests, each call timed, with every credit free.
+	k := a.Config().Credits
+	sends := make([]time.Duration, 0, cfg.Count)
+	for len(sends) < cfg.Count {
+		if err := a.Drain(limit); err != nil {
+			return nil, err
+		}
+		for range k {
+			t0 := time.Now()
+			if err := a.Request(0, logpNull, 0); err != nil {
+				return nil, err
+			}
+			sends = append(sends, time.Since(t0))
+		}
+	}
+	if err := a.Drain(limit); err != nil {
+		return nil, err
+	}
+	row.Os = durUS(median(sends))
+	// g: a stream keeping K outstanding (Request polls for a credit).
+	measure.Store(true)
+	t0 := time.Now()
+	for range cfg.Count {
+		if err := a.Request(0, logpNull, 0); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.Drain(limit); err != nil {
+		return nil, err
+	}
+	row.G = durUS(time.Since(t0) / time.Duration(cfg.Count))
+	measure.Store(false)
+	return row, nil
+}
+
+// contention runs n clients on a against one server endpoint on b.
+func contention(pa, pb Place, cfg LogPConfig, n int) (*ContentionRow, error) {
+	toServer := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostB, Endpoint: 1}} }
+	clients := make([]nicfw.Name, n)
+	for i := range clients {
+		clients[i] = nicfw.Name{Host: amiiHostA, Endpoint: nicfw.EndpointID(i + 1)}
+	}
+	ha, err := openLogPHost(pa, amiiHostA, pb, amiiHostB, cfg, nicfw.EngineConfig{}, n, toServer)
+	if err != nil {
+		return nil, err
+	}
+	defer ha.close()
+	hb, err := openLogPHost(pb, amiiHostB, pa, amiiHostA, cfg, nicfw.EngineConfig{}, 1, func(int) []nicfw.Name { return clients })
+	if err != nil {
+		return nil, err
+	}
+	defer hb.close()
+	var handlerErr error
+	hb.ams[0].Register(func(t *am.Token2, args []uint64) {
+		if err := t.Reply(0, args...); err != nil && handlerErr == nil {
+			handlerErr = err
+		}
+	})
+	// Each reply carries its request's send time (ns since start).
+	start := time.Now()
+	var rttSum time.Duration
+	done := make([]int, n)
+	for i, a := range ha.ams {
+		a.Register(func(_ *am.Token2, args []uint64) {
+			done[i]++
+			rttSum += time.Since(start) - time.Duration(args[0])
+		})
+	}
+	var stop, measure atomic.Bool
+	var ors []time.Duration
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Go(func() { serveErr = serve(hb, &stop, &measure, &ors) })
+	err = func() error {
+		per := max(cfg.Count/n, 100)
+		sent := make([]int, n)
+		total := 0
+		deadline := time.Now().Add(30 * time.Second)
+		for total < per*n {
+			for i, a := range ha.ams {
+				if sent[i] < per && a.Outstanding() < a.Config().Credits {
+					if err := a.Request(0, 0, uint64(time.Since(start))); err != nil {
+						return err
+					}
+					sent[i]++
+				}
+				if _, err := a.Poll(); err != nil {
+					return err
+				}
+			}
+			total = 0
+			for _, d := range done {
+				total += d
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d replies after 30 s", total, per*n)
+			}
+		}
+		return nil
+	}()
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(err, serveErr, handlerErr); err != nil {
+		return nil, err
+	}
+	total := 0
+	for _, d := range done {
+		total += d
+	}
+	agg := float64(total) / elapsed.Seconds()
+	return &ContentionRow{Clients: n, Aggregate: agg, PerClient: agg / float64(n), RTT: durUS(rttSum / time.Duration(total))}, nil
+}
+
+// median returns the median of ds.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	h := newHistogram()
+	for _, d := range ds {
+		h.RecordValue(int64(d))
+	}
+	return time.Duration(h.ValueAtQuantile(50))
+}
+
+// Markdown writes the LogP table with each configuration's increment over
+// the one before, and the contention table.
+func (r *LogPResult) Markdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## AM-II LogP, short messages (µs; medians of %d; K = %d credits)\n\n", r.Count, r.Credits)
+	b.WriteString("| configuration | Os | Or | g | L | RTT |\n|---|---|---|---|---|---|\n")
+	for i, row := range r.Rows {
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", row.Config, row.Os, row.Or, row.G, row.L, row.RTT)
+		if i > 0 {
+			p := r.Rows[i-1]
+			fmt.Fprintf(&b, "| increment | %+.2f | %+.2f | %+.2f | %+.2f | %+.2f |\n", row.Os-p.Os, row.Or-p.Or, row.G-p.G, row.L-p.L, row.RTT-p.RTT)
+		}
+	}
+	b.WriteString("\nBaseline: unreliable transport, no protection checks; + reliability: channels, acknowledgements, retransmission; + protection: descriptor validation and tag checks (the default engine). L = RTT/2 - Os - Or.\n\n")
+	b.WriteString("## Contention: n clients, one server endpoint\n\n| clients | aggregate msgs/s | per client msgs/s | mean RTT (µs) |\n|---|---|---|---|\n")
+	for _, c := range r.Contention {
+		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f |\n", c.Clients, c.Aggregate, c.PerClient, c.RTT)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func durUS(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
+)
+
+// hostFlags collects repeated --host ID=MAC flags.
+type hostFlags map[nicfw.HostID]net.HardwareAddr
+
+func (h hostFlags) String() string { return fmt.Sprint(map[nicfw.HostID]net.HardwareAddr(h)) }
+
+func (h hostFlags) Set(s string) error {
+	id, mac, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("%q: want ID=MAC", s)
+	}
+	n, err := strconv.ParseUint(id, 10, 16)
+	if err != nil {
+		return fmt.Errorf("%q: host id: %v", s, err)
+	}
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return fmt.Errorf("%q: %v", s, err)
+	}
+	if _, dup := h[nicfw.HostID(n)]; dup {
+		return fmt.Errorf("host %d given twice", n)
+	}
+	h[nicfw.HostID(n)] = hw
+	return nil
+}
+
+// parseCores parses a CPU list such as "2,3" or "2-5".
+func parseCores(s string) ([]int, error) {
+	var cores []int
+	if s == "" {
+		return nil, nil
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %v", part, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("%q: %v", part, err)
+			}
+		}
+		if a < 0 || b < a || b >= 1024 {
+			return nil, fmt.Errorf("%q: not a CPU range", part)
+		}
+		for c := a; c <= b; c++ {
+			cores = append(cores, c)
+		}
+	}
+	return cores, nil
+}
+
+func runFw(e *env, args []string) error {
+	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] --id N --host ID=MAC... [--cores LIST] [--socket PATH] [--sleep D]")
+	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
+	ns := fs.String("netns", "", "the named network namespace the device is in")
+	id := fs.Uint("id", 0, "this host's id in the host table (1..65535)")
+	hosts := hostFlags{}
+	fs.Var(hosts, "host", "a peer host: ID=MAC (repeat for each peer)")
+	coreList := fs.String("cores", "", "CPUs the engine thread runs on, e.g. 2 or 2,3 or 2-3 (default: any)")
+	socket := fs.String("socket", "/run/xam/fw.sock", "the unix socket applications connect to")
+	sleep := fs.Duration("sleep", 0, "sleep on an eventfd after this long without work (0: busy-poll)")
+	resident := fs.Int("resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
+	channels := fs.Int("channels", nicfw.DefaultChannels, "logical channels per peer host (C)")
+	giveUp := fs.Duration("give-up", nicfw.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
+	xdpMode := fs.String("xdp-mode", "auto", "XDP attach mode: auto, generic or native")
+	queue := fs.Int("queue", 0, "the device queue to own")
+	verbose := fs.Bool("v", false, "log connections and endpoints")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *dev == "":
+		return usageError("--dev is required")
+	case *id == 0 || *id > 65535:
+		return usageError("--id N (1..65535) is required")
+	case len(hosts) == 0:
+		return usageError("give the peers with --host ID=MAC")
+	}
+	if _, self := hosts[nicfw.HostID(*id)]; self {
+		return usageError("--host %d is this host (--id)", *id)
+	}
+	cores, err := parseCores(*coreList)
+	if err != nil {
+		return usageError("--cores: %v", err)
+	}
+	mode, err := loader.ParseMode(*xdpMode)
+	if err != nil {
+		return usageError("--xdp-mode: %v", err)
+	}
+	here, err := devicePlace(*dev, *ns)
+	if err != nil {
+		return err
+	}
+	raw, err := bench.OpenRaw(here, mode, *queue)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	if err := os.MkdirAll(dirOf(*socket), 0o755); err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	d, err := nicfw.NewDaemon(raw.Sock, nicfw.DaemonConfig{
+		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident,
+			Transport: nicfw.Config{Channels: *channels, GiveUpAfter: *giveUp}},
+		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
+		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(e.stderr, "xam fw: host %d on %s (%s), socket %s, cores %v\n", *id, *dev, here.MAC, *socket, cores)
+	err = d.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// devicePlace finds device dev, in namespace ns if given.
+func devicePlace(dev, ns string) (bench.Place, error) {
+	if ns == "" {
+		link, err := netlink.LinkByName(dev)
+		if err != nil {
+			return bench.Place{}, fmt.Errorf("device %s: %w", dev, err)
+		}
+		return bench.Here(link.Attrs().Index, link.Attrs().HardwareAddr), nil
+	}
+	n, err := lab.OpenNamespace(ns)
+	if err != nil {
+		return bench.Place{}, err
+	}
+	var link netlink.Link
+	if err := n.Do(func() (err error) { link, err = netlink.LinkByName(dev); return err }); err != nil {
+		n.Close()
+		return bench.Place{}, fmt.Errorf("device %s in %s: %w", dev, ns, err)
+	}
+	// The namespace stays open for the life of the command.
+	return bench.Place{Ifindex: link.Attrs().Index, MAC: link.Attrs().HardwareAddr, Do: n.Do}, nil
+}
+
+func dirOf(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i > 0 {
+		return path[:i]
+	}
+	return "."
+}

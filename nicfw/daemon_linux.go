@@ -1,0 +1,466 @@
+//go:build linux
+
+package nicfw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xam-project/xam/afxdp"
+)
+
+// Firmware mode: the engine as a daemon (AM-II's NIC processor on cores of
+// its own). A Daemon owns one link (the device's AF_XDP queue) and one
+// Engine, and runs the engine loop in one goroutine locked to its OS thread
+// and, with DaemonConfig.Cores, pinned to those CPUs (sched_setaffinity).
+// The loop busy-polls; with DaemonConfig.Sleep it sleeps, after that long
+// without work, in poll(2) on the link's socket and the daemon's wake
+// eventfd, until a frame arrives, an application kicks it, a control
+// request comes in or the timer scan is due.
+//
+// Applications reach the daemon through its unix socket (SOCK_SEQPACKET).
+// One connection is one application's session; its requests and replies
+// are JSON messages (OpenRequest, CloseRequest, and their DaemonReply), and
+// the reply to an open carries three file descriptors (SCM_RIGHTS): the
+// endpoint's memfd, which the application maps (MapEndpoint); the
+// endpoint's notification eventfd, which the engine writes when a receive
+// queue the application armed becomes non-empty (EndpointView.Arm); and
+// the daemon's wake eventfd, which the application writes to wake a
+// sleeping engine (EndpointView.SetKick). Applications never see the
+// socket, the UMEM or other endpoints.
+//
+// Who may open what is decided by the peer's credentials (SO_PEERCRED),
+// read when the connection is accepted: endpoint ids below
+// FirstUserEndpoint are privileged (services such as a mapper) and only
+// root or the daemon's own user may open them; every user may have at most
+// DaemonConfig.MaxPerUser endpoints open. Endpoints live as long as their
+// connection: when the application closes it, exits or dies, the kernel
+// closes the socket and the daemon closes the connection's endpoints
+// (Engine.CloseEndpoint); messages still arriving for them are returned to
+// their senders as "endpoint closed". Nothing else is disturbed.
+//
+// Threads: the engine and its endpoints belong to the engine goroutine. A
+// connection's goroutine hands it work as a function on a channel and
+// writes the wake eventfd; the engine runs queued functions at the top of
+// every loop.
+
+// FirstUserEndpoint is the lowest endpoint id any user may open; ids below
+// it are privileged.
+const FirstUserEndpoint = 16
+
+// Daemon defaults.
+const (
+	DefaultMaxPerUser = 64
+	maxControlMsg     = 64 << 10
+)
+
+// DaemonConfig configures a Daemon.
+type DaemonConfig struct {
+	// Engine configures the engine.
+	Engine EngineConfig
+	// Hosts is the host table: every peer host and its MAC.
+	Hosts map[HostID]net.HardwareAddr
+	// Socket is the path of the unix socket; empty: no socket (the daemon
+	// is used in-process only, through Open).
+	Socket string
+	// Cores lists the CPUs the engine thread runs on; empty: any.
+	Cores []int
+	// Sleep is how long the engine polls without work before it sleeps;
+	// 0: it never sleeps (busy-polling).
+	Sleep time.Duration
+	// MaxPerUser bounds the endpoints one user has open (default
+	// DefaultMaxPerUser).
+	MaxPerUser int
+	// Log receives the daemon's events (default: discarded).
+	Log *slog.Logger
+}
+
+// OpenRequest asks the daemon for an endpoint.
+type OpenRequest struct {
+	Op string `json:"op"` // "open"
+	// Endpoint is the id wanted; 0 lets the daemon choose one at or above
+	// FirstUserEndpoint.
+	Endpoint EndpointID `json:"endpoint,omitempty"`
+	// Tag and Table are the endpoint's virtual network.
+	Tag   uint64 `json:"tag"`
+	Table []Name `json:"table"`
+	// QueueEntries and StagingSize size the endpoint (0: defaults).
+	QueueEntries int `json:"queue_entries,omitempty"`
+	StagingSize  int `json:"staging_size,omitempty"`
+}
+
+// CloseRequest closes an endpoint of the connection.
+type CloseRequest struct {
+	Op       string     `json:"op"` // "close"
+	Endpoint EndpointID `json:"endpoint"`
+}
+
+// DaemonReply answers a request.
+type DaemonReply struct {
+	Error    string     `json:"error,omitempty"`
+	Host     HostID     `json:"host"`
+	Endpoint EndpointID `json:"endpoint,omitempty"`
+	// Stats of the engine ("stats").
+	Stats *DaemonStats `json:"stats,omitempty"`
+}
+
+// DaemonStats is a snapshot of the daemon's counters.
+type DaemonStats struct {
+	Endpoints   int            `json:"endpoints"`
+	Connections int            `json:"connections"`
+	Refused     uint64         `json:"refused"` // open requests refused
+	Sleeps      uint64         `json:"sleeps"`  // times the engine slept
+	Engine      EngineStats    `json:"engine"`
+	Transport   Stats          `json:"transport"`
+	Residency   ResidencyStats `json:"residency"`
+}
+
+// Errors of the daemon.
+var (
+	// ErrPermission: the peer's credentials do not allow the request.
+	ErrPermission = errors.New("nicfw: permission denied")
+	// ErrDaemonClosed: the daemon has stopped.
+	ErrDaemonClosed = errors.New("nicfw: daemon stopped")
+)
+
+// Daemon is the engine in firmware mode. See the top of daemon_linux.go.
+type Daemon struct {
+	cfg  DaemonConfig
+	log  *slog.Logger
+	eng  *Engine
+	link afxdp.Link
+	wake int // eventfd: control requests and kicks wake a sleeping engine
+	ln   *net.UnixListener
+
+	work chan func()
+	done chan struct{} // closed when the engine loop has stopped
+
+	mu      sync.Mutex
+	conns   map[*daemonConn]struct{}
+	perUser map[uint32]int
+	refused uint64
+	stopped bool
+
+	// Owned by the engine goroutine.
+	notify map[EndpointID]int // endpoint -> its notification eventfd
+	nextID EndpointID
+	sleeps uint64
+	wg     sync.WaitGroup
+}
+
+// NewDaemon returns a daemon on link with a new engine; Run starts it. The
+// daemon does not own the link.
+func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
+	if cfg.MaxPerUser == 0 {
+		cfg.MaxPerUser = DefaultMaxPerUser
+	}
+	if cfg.MaxPerUser < 0 || cfg.Sleep < 0 {
+		return nil, fmt.Errorf("%w: MaxPerUser %d, Sleep %v", ErrConfig, cfg.MaxPerUser, cfg.Sleep)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	for _, c := range cfg.Cores {
+		if c < 0 || c >= 1024 {
+			return nil, fmt.Errorf("%w: CPU %d", ErrConfig, c)
+		}
+	}
+	eng, err := NewEngine(link, cfg.Engine)
+	if err != nil {
+		return nil, err
+	}
+	for id, mac := range cfg.Hosts {
+		if err := eng.AddHost(id, mac); err != nil {
+			eng.Close()
+			return nil, err
+		}
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		eng.Close()
+		return nil, fmt.Errorf("nicfw: daemon eventfd: %w", err)
+	}
+	d := &Daemon{
+		cfg: cfg, log: cfg.Log, eng: eng, link: link, wake: wake,
+		work:    make(chan func(), 64),
+		done:    make(chan struct{}),
+		conns:   make(map[*daemonConn]struct{}),
+		perUser: make(map[uint32]int),
+		notify:  make(map[EndpointID]int),
+		nextID:  FirstUserEndpoint,
+	}
+	if cfg.Socket != "" {
+		os.Remove(cfg.Socket) // a socket left by a daemon that died
+		ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: cfg.Socket, Net: "unixpacket"})
+		if err != nil {
+			d.closeAll()
+			return nil, fmt.Errorf("nicfw: daemon socket: %w", err)
+		}
+		// Anybody may connect; SO_PEERCRED decides what they may open.
+		if err := os.Chmod(cfg.Socket, 0o666); err != nil {
+			ln.Close()
+			d.closeAll()
+			return nil, fmt.Errorf("nicfw: daemon socket: %w", err)
+		}
+		d.ln = ln
+	}
+	return d, nil
+}
+
+// closeAll releases what NewDaemon made.
+func (d *Daemon) closeAll() {
+	for _, fd := range d.notify {
+		unix.Close(fd)
+	}
+	d.eng.Close()
+	unix.Close(d.wake)
+}
+
+// Run runs the engine loop in the calling goroutine, locked to its thread
+// and pinned to the configured cores, and serves the socket, until ctx is
+// done. It then closes every connection and endpoint and returns ctx's
+// error, or the link's error that stopped it.
+func (d *Daemon) Run(ctx context.Context) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if len(d.cfg.Cores) > 0 {
+		var set unix.CPUSet
+		for _, c := range d.cfg.Cores {
+			set.Set(c)
+		}
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return fmt.Errorf("nicfw: pinning the engine to CPUs %v: %w", d.cfg.Cores, err)
+		}
+	}
+	if d.ln != nil {
+		d.wg.Go(d.accept)
+	}
+	stop := context.AfterFunc(ctx, func() { d.kick() })
+	defer stop()
+	d.log.Info("engine running", "cores", d.cfg.Cores, "sleep", d.cfg.Sleep, "socket", d.cfg.Socket)
+	err := d.loop(ctx)
+	d.shutdown()
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
+}
+
+// loop is the engine loop.
+func (d *Daemon) loop(ctx context.Context) error {
+	var idleSince time.Time
+	for iter := 0; ; iter++ {
+		d.runWork()
+		n, err := d.eng.Poll()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			idleSince = time.Time{}
+			continue
+		}
+		if iter&255 == 0 && ctx.Err() != nil {
+			return nil
+		}
+		if d.cfg.Sleep <= 0 {
+			continue
+		}
+		now := time.Now()
+		if idleSince.IsZero() {
+			idleSince = now
+			continue
+		}
+		if now.Sub(idleSince) < d.cfg.Sleep {
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := d.sleep(); err != nil {
+			return err
+		}
+		idleSince = time.Time{}
+	}
+}
+
+// sleep marks the endpoints idle, checks once more for work and sleeps in
+// poll(2) until a frame, a kick or the timer scan.
+func (d *Daemon) sleep() error {
+	if err := d.eng.tr.FlushAcks(); err != nil {
+		return err
+	}
+	d.eng.setIdle(true)
+	defer d.eng.setIdle(false)
+	// A descriptor published before the idle mark was visible did not
+	// kick: look once more now that it is.
+	if n, err := d.eng.Poll(); err != nil || n > 0 || len(d.work) > 0 {
+		return err
+	}
+	timeout := -1
+	if d.eng.busy() {
+		timeout = max(int(d.eng.tr.cfg.ScanInterval/time.Millisecond), 1)
+	}
+	d.sleeps++
+	fds := []unix.PollFd{{Fd: int32(d.wake), Events: unix.POLLIN}}
+	if f, ok := d.link.(afxdp.FDer); ok {
+		fds = append(fds, unix.PollFd{Fd: int32(f.FD()), Events: unix.POLLIN})
+	} else if timeout < 0 || timeout > 1 {
+		timeout = 1 // a link without a descriptor: nap briefly
+	}
+	if _, err := unix.Poll(fds, timeout); err != nil && err != unix.EINTR {
+		return fmt.Errorf("nicfw: daemon poll: %w", err)
+	}
+	var b [8]byte
+	unix.Read(d.wake, b[:]) // reset the counter; EAGAIN when it was not written
+	return nil
+}
+
+// kick wakes the engine if it sleeps.
+func (d *Daemon) kick() {
+	one := [8]byte{1}
+	unix.Write(d.wake, one[:])
+}
+
+// do runs f in the engine goroutine and waits for it.
+func (d *Daemon) do(f func()) error {
+	ran := make(chan struct{})
+	select {
+	case d.work <- func() { f(); close(ran) }:
+	case <-d.done:
+		return ErrDaemonClosed
+	}
+	d.kick()
+	select {
+	case <-ran:
+		return nil
+	case <-d.done:
+		return ErrDaemonClosed
+	}
+}
+
+// runWork runs the functions queued by connections.
+func (d *Daemon) runWork() {
+	for {
+		select {
+		case f := <-d.work:
+			f()
+		default:
+			return
+		}
+	}
+}
+
+// shutdown stops the socket and the connections, closes the endpoints.
+func (d *Daemon) shutdown() {
+	d.mu.Lock()
+	d.stopped = true
+	conns := make([]*daemonConn, 0, len(d.conns))
+	for c := range d.conns {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	if d.ln != nil {
+		d.ln.Close()
+		os.Remove(d.cfg.Socket)
+	}
+	for _, c := range conns {
+		c.conn.Close()
+	}
+	close(d.done)
+	d.wg.Wait()
+	d.runWork() // nothing is queued any more: do gives up on done
+	d.closeAll()
+}
+
+// Stats returns the daemon's counters. It may be called from any
+// goroutine while Run runs.
+func (d *Daemon) Stats() (DaemonStats, error) {
+	var s DaemonStats
+	err := d.do(func() { s = d.statsNow() })
+	return s, err
+}
+
+func (d *Daemon) statsNow() DaemonStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return DaemonStats{
+		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps,
+		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
+	}
+}
+
+// open creates an endpoint for req in the engine goroutine and returns it
+// with the notification eventfd. Permission is checked by the caller.
+func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, notify int, err error) {
+	err = d.do(func() {
+		id = req.Endpoint
+		if id == 0 {
+			for range 1 << 16 {
+				if d.nextID < FirstUserEndpoint {
+					d.nextID = FirstUserEndpoint
+				}
+				if !d.eng.hasEndpoint(d.nextID) {
+					break
+				}
+				d.nextID++
+			}
+			id = d.nextID
+			d.nextID++
+		}
+		var efd int
+		if efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+			err = fmt.Errorf("nicfw: endpoint eventfd: %w", err)
+			return
+		}
+		mem, err = d.eng.CreateEndpoint(id, EndpointConfig{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)},
+			VNet{Tag: req.Tag, Table: req.Table})
+		if err != nil {
+			unix.Close(efd)
+			return
+		}
+		one := [8]byte{1}
+		mem.SetNotify(func() { unix.Write(efd, one[:]) })
+		d.notify[id] = efd
+		notify = efd
+	})
+	return id, mem, notify, err
+}
+
+// closeEndpoint closes endpoint id in the engine goroutine.
+func (d *Daemon) closeEndpoint(id EndpointID) error {
+	var err error
+	derr := d.do(func() {
+		err = d.eng.CloseEndpoint(id)
+		if fd, ok := d.notify[id]; ok {
+			unix.Close(fd)
+			delete(d.notify, id)
+		}
+	})
+	return errors.Join(err, derr)
+}
+
+// accept serves the socket.
+func (d *Daemon) accept() {
+	for {
+		conn, err := d.ln.AcceptUnix()
+		if err != nil {
+			return // closed by shutdown
+		}
+		c, err := d.newConn(conn)
+		if err != nil {
+			d.log.Warn("connection refused", "err", err)
+			conn.Close()
+			continue
+		}
+		d.wg.Go(c.serve)
+	}
+}

@@ -1,0 +1,474 @@
+//go:build linux
+
+package nicfw
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/loader"
+)
+
+// runDaemon starts a daemon on link in a goroutine of its own and stops it
+// in t's cleanup. The socket lives in a directory others may traverse.
+func runDaemon(t *testing.T, link afxdp.Link, cfg DaemonConfig) (*Daemon, string) {
+	t.Helper()
+	if cfg.Socket == "" {
+		cfg.Socket = filepath.Join(openDir(t), "fw.sock")
+	}
+	d, err := NewDaemon(link, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	return d, cfg.Socket
+}
+
+// openDir returns a new directory that every user may traverse (t.TempDir's
+// parent is private), removed in t's cleanup.
+func openDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "xam-fw-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// dial connects to the daemon at path and opens an endpoint.
+func dial(t *testing.T, path string, req OpenRequest) *Endpoint {
+	t.Helper()
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ep, err := c.Open(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	return ep
+}
+
+// waitFor polls cond for up to five seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 5 s", what)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+func daemonPair(t *testing.T, sleep time.Duration, giveUp time.Duration) (da, db *Daemon, sa, sb string) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	tc := Config{GiveUpAfter: giveUp}
+	da, sa = runDaemon(t, la, DaemonConfig{Engine: EngineConfig{Host: 1, Transport: tc}, Hosts: map[HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Sleep: sleep})
+	db, sb = runDaemon(t, lb, DaemonConfig{Engine: EngineConfig{Host: 2, Transport: tc}, Hosts: map[HostID]net.HardwareAddr{1: la.HardwareAddr()}, Sleep: sleep})
+	return da, db, sa, sb
+}
+
+// Applications reach the engines through the daemons' sockets; a thread
+// blocked in Wait wakes when a message arrives, with the engines sleeping
+// on their eventfds when idle (and woken by the applications' kicks).
+func TestDaemonBlockingWait(t *testing.T) {
+	for _, sleep := range []time.Duration{0, 50 * time.Microsecond} {
+		t.Run(fmt.Sprintf("sleep=%v", sleep), func(t *testing.T) {
+			da, _, sa, sb := daemonPair(t, sleep, 0)
+			client := dial(t, sa, OpenRequest{Tag: 9, Table: []Name{{2, 20}}})
+			server := dial(t, sb, OpenRequest{Endpoint: 20, Tag: 9, Table: []Name{{1, client.ID}}})
+			if client.ID < FirstUserEndpoint || client.Host != 1 || server.ID != 20 || server.Host != 2 {
+				t.Fatalf("endpoints %d@%d, %d@%d", client.ID, client.Host, server.ID, server.Host)
+			}
+			const rounds = 300
+			var wg sync.WaitGroup
+			var serr error
+			wg.Go(func() {
+				var d Descriptor
+				for n := 0; n < rounds; {
+					if ok, err := server.Receive(RequestReceive, &d); err != nil {
+						serr = err
+						return
+					} else if !ok {
+						if _, err := server.Wait(EventRequest, 5000); err != nil {
+							serr = err
+							return
+						}
+						continue
+					}
+					d.Args[0]++
+					if err := server.Send(ReplySend, &d); err != nil {
+						serr = err
+						return
+					}
+					n++
+				}
+			})
+			var d Descriptor
+			for i := range uint64(rounds) {
+				// Give the server time to block first, now and then.
+				if i%50 == 0 {
+					time.Sleep(2 * time.Millisecond)
+				}
+				req := Descriptor{Class: ClassShort, NArgs: 1, Args: [MaxShortArgs]uint64{i}}
+				if err := client.Send(RequestSend, &req); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					if ok, err := client.Receive(ReplyReceive, &d); err != nil {
+						t.Fatal(err)
+					} else if ok {
+						break
+					}
+					if ready, err := client.Wait(EventReply, 5000); err != nil {
+						t.Fatal(err)
+					} else if !ready {
+						t.Fatalf("round %d: no reply in 5 s", i)
+					}
+				}
+				if d.Args[0] != i+1 {
+					t.Fatalf("round %d: reply %d", i, d.Args[0])
+				}
+			}
+			wg.Wait()
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			s, err := da.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sleep > 0 && s.Sleeps == 0 {
+				t.Errorf("the engine never slept: %+v", s)
+			}
+			t.Logf("daemon A: sleeps %d, engine %+v", s.Sleeps, s.Engine)
+		})
+	}
+}
+
+// An application's endpoints live as long as its connection: closing it
+// (or the process dying) closes them, and messages sent to them afterwards
+// return to their senders as "endpoint closed".
+func TestDaemonConnectionClosed(t *testing.T) {
+	da, db, sa, sb := daemonPair(t, 0, 0)
+	client := dial(t, sa, OpenRequest{Tag: 9, Table: []Name{{2, 30}}})
+	c, err := Dial(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := c.Open(OpenRequest{Endpoint: 30, Tag: 9, Table: []Name{{1, client.ID}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close() // the descriptors and the mapping; the daemon closed the endpoint already
+	if s, _ := db.Stats(); s.Endpoints != 1 || s.Connections != 1 {
+		t.Fatalf("B: %+v", s)
+	}
+	c.Close()
+	waitFor(t, "endpoint closed", func() bool { s, _ := db.Stats(); return s.Endpoints == 0 && s.Connections == 0 })
+	req := Descriptor{Class: ClassShort, NArgs: 1, Args: [MaxShortArgs]uint64{42}}
+	if err := client.Send(RequestSend, &req); err != nil {
+		t.Fatal(err)
+	}
+	var d Descriptor
+	waitFor(t, "return", func() bool { ok, _ := client.Receive(ReplyReceive, &d); return ok })
+	if reason, _, ok := d.ReturnInfo(); !ok || reason != ReasonClosed || d.Args[0] != 42 {
+		t.Fatalf("got %+v (reason %v), want the request returned as endpoint closed", d, reason)
+	}
+	if s, _ := da.Stats(); s.Endpoints != 1 {
+		t.Fatalf("A: %+v", s)
+	}
+}
+
+// SO_PEERCRED decides what an application may open: a user that is not
+// root may not open a privileged endpoint id, and a process that dies
+// loses its endpoints.
+func TestDaemonCredentials(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	d, path := runDaemon(t, la, DaemonConfig{Engine: EngineConfig{Host: 1}, Hosts: map[HostID]net.HardwareAddr{2: lb.HardwareAddr()}, MaxPerUser: 2})
+
+	// A copy of the test binary that the other user may run.
+	dir := openDir(t)
+	bin := filepath.Join(dir, "nicfw.test")
+	exe, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	child := func(uid uint32, endpoint int, n int) *exec.Cmd {
+		cmd := exec.Command(bin, "-test.run=^TestDaemonChild$", "-test.v")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "XAM_TEST_FW_SOCKET="+path, "XAM_TEST_FW_ENDPOINT="+strconv.Itoa(endpoint), "XAM_TEST_FW_COUNT="+strconv.Itoa(n))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		return cmd
+	}
+	out, err := child(65534, 3, 1).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("nobody opening endpoint 3: %v\n%s", err, out)
+	}
+	out, err = child(65534, 0, 3).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "opened 2") || !strings.Contains(string(out), "the most allowed") {
+		t.Fatalf("nobody opening 3 endpoints with a limit of 2: %v\n%s", err, out)
+	}
+	// A child that opens endpoints and is killed.
+	cmd := child(0, 5, 1)
+	cmd.Env = append(cmd.Env, "XAM_TEST_FW_HANG=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && !strings.Contains(sc.Text(), "opened 1") {
+	}
+	waitFor(t, "endpoint open", func() bool { s, _ := d.Stats(); return s.Endpoints == 1 })
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitFor(t, "endpoint of the dead process closed", func() bool { s, _ := d.Stats(); return s.Endpoints == 0 && s.Connections == 0 })
+	if s, _ := d.Stats(); s.Refused != 2 {
+		t.Errorf("refused %d open requests, want 2", s.Refused)
+	}
+}
+
+// TestDaemonChild is the child process of TestDaemonCredentials: it opens
+// endpoints and reports, or hangs until killed.
+func TestDaemonChild(t *testing.T) {
+	path := os.Getenv("XAM_TEST_FW_SOCKET")
+	if path == "" {
+		t.Skip("the child process of TestDaemonCredentials")
+	}
+	ep, _ := strconv.Atoi(os.Getenv("XAM_TEST_FW_ENDPOINT"))
+	n, _ := strconv.Atoi(os.Getenv("XAM_TEST_FW_COUNT"))
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opened := 0
+	for i := range n {
+		id := EndpointID(0)
+		if ep != 0 {
+			id = EndpointID(ep + i)
+		}
+		e, err := c.Open(OpenRequest{Endpoint: id, Tag: 1, Table: []Name{{2, 1}}})
+		if err != nil {
+			fmt.Println("error:", err)
+			break
+		}
+		defer e.Close()
+		opened++
+	}
+	fmt.Println("opened", opened)
+	if os.Getenv("XAM_TEST_FW_HANG") != "" {
+		select {}
+	}
+}
+
+// The peer's daemon is killed: the messages outstanding to it come back to
+// their senders as unreachable within the give-up time, later ones at
+// once, and the surviving daemon neither leaks goroutines nor grows.
+func TestDaemonPeerKilled(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	_, sock := xdpHost(t, v.A, 0, 1)
+	const giveUp = 300 * time.Millisecond
+	_, sa := runDaemon(t, sock, DaemonConfig{Engine: EngineConfig{Host: 1, Transport: Config{GiveUpAfter: giveUp}},
+		Hosts: map[HostID]net.HardwareAddr{2: v.B.MAC}})
+	client := dial(t, sa, OpenRequest{Tag: 5, Table: []Name{{2, 40}}})
+
+	// Host B: a daemon and an echo application in a child process.
+	dir := t.TempDir()
+	sb := filepath.Join(dir, "b.sock")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDaemonPeerChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "XAM_TEST_PEER_NS="+v.B.NS, "XAM_TEST_PEER_DEV="+v.B.Link, "XAM_TEST_PEER_SOCKET="+sb, "XAM_TEST_PEER_MAC="+v.A.MAC.String())
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && sc.Text() != "ready" {
+	}
+
+	send := func(i uint64) {
+		t.Helper()
+		req := Descriptor{Class: ClassShort, NArgs: 1, Args: [MaxShortArgs]uint64{i}}
+		for {
+			err := client.Send(RequestSend, &req)
+			if !errors.Is(err, ErrQueueFull) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	var d Descriptor
+	// Echoes work.
+	for i := range uint64(100) {
+		send(i)
+		waitFor(t, "echo", func() bool { ok, _ := client.Receive(ReplyReceive, &d); return ok })
+		if _, _, ret := d.ReturnInfo(); ret || d.Args[0] != i+1 {
+			t.Fatalf("echo %d: %+v", i, d)
+		}
+	}
+	runtime.GC()
+	goroutines := runtime.NumGoroutine()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+
+	cmd.Process.Kill()
+	cmd.Wait()
+	killed := time.Now()
+	const outstanding = 20
+	for i := range uint64(outstanding) {
+		send(1000 + i)
+	}
+	returned := 0
+	for returned < outstanding {
+		if time.Since(killed) > giveUp+2*time.Second {
+			t.Fatalf("%d of %d messages returned %v after the kill", returned, outstanding, time.Since(killed))
+		}
+		if ok, err := client.Receive(ReplyReceive, &d); err != nil {
+			t.Fatal(err)
+		} else if !ok {
+			time.Sleep(100 * time.Microsecond)
+			continue
+		}
+		if reason, _, ok := d.ReturnInfo(); !ok || reason != ReasonUnreachable {
+			t.Fatalf("after the kill: %+v (reason %v), want returned as unreachable", d, reason)
+		}
+		returned++
+	}
+	t.Logf("%d messages returned %v after the kill (give-up %v)", outstanding, time.Since(killed), giveUp)
+	// More traffic to the dead host: returned at once, nothing grows.
+	for i := range uint64(2000) {
+		send(i)
+		waitFor(t, "return", func() bool { ok, _ := client.Receive(ReplyReceive, &d); return ok })
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if g := runtime.NumGoroutine(); g > goroutines {
+		t.Errorf("goroutines %d -> %d", goroutines, g)
+	}
+	if grow := int64(after.HeapInuse) - int64(before.HeapInuse); grow > 1<<20 {
+		t.Errorf("heap in use grew by %d bytes over 2000 returned messages", grow)
+	}
+}
+
+// TestDaemonPeerChild is host B of TestDaemonPeerKilled: a daemon on the
+// veth end in the given namespace and an echo application on endpoint 40.
+func TestDaemonPeerChild(t *testing.T) {
+	ns := os.Getenv("XAM_TEST_PEER_NS")
+	if ns == "" {
+		t.Skip("the child process of TestDaemonPeerKilled")
+	}
+	n, err := lab.OpenNamespace(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prog *loader.Program
+	var sock *afxdp.Socket
+	var mac net.HardwareAddr
+	err = n.Do(func() error {
+		l, err := net.InterfaceByName(os.Getenv("XAM_TEST_PEER_DEV"))
+		if err != nil {
+			return err
+		}
+		mac = l.HardwareAddr
+		if prog, err = loader.Load(loader.Config{DstMAC: mac}); err != nil {
+			return err
+		}
+		if _, err = prog.Attach(l.Index, loader.ModeAuto); err != nil {
+			return err
+		}
+		if sock, err = afxdp.Open(l.Index, afxdp.Options{}); err != nil {
+			return err
+		}
+		return prog.Register(0, sock.FD())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := net.ParseMAC(os.Getenv("XAM_TEST_PEER_MAC"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDaemon(sock, DaemonConfig{Engine: EngineConfig{Host: 2}, Hosts: map[HostID]net.HardwareAddr{1: peer}, Socket: os.Getenv("XAM_TEST_PEER_SOCKET")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go d.Run(context.Background())
+	c, err := Dial(os.Getenv("XAM_TEST_PEER_SOCKET"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := c.Open(OpenRequest{Endpoint: 40, Tag: 5, Table: []Name{{1, FirstUserEndpoint}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("ready")
+	var dd Descriptor
+	for {
+		if ok, err := ep.Receive(RequestReceive, &dd); err != nil {
+			t.Fatal(err)
+		} else if !ok {
+			ep.Wait(EventRequest, 100)
+			continue
+		}
+		dd.Args[0]++
+		for ep.Send(ReplySend, &dd) != nil {
+		}
+	}
+}
