@@ -18,9 +18,9 @@ import (
 // LogP microbenchmarks) on xam's inline engine, for short messages of 8
 // bytes (one argument word):
 //
-//   - Os, send overhead: the time of one Request call on the sender when a
-//     credit is free (the call queues the descriptor and runs the engine
-//     once, which sends the frame), the median over bursts of K requests;
+//   - Os, send overhead: the time of one Request call on an idle sender
+//     (the call queues the descriptor and runs the engine once, which
+//     sends the frame), the median;
 //   - Or, receive overhead: the time the receiver's thread spends per
 //     message (its engine's receive work, the handler, queuing the
 //     implicit reply), the median over polls that ran handlers while the
@@ -273,20 +273,20 @@ func logpClient(a *am.AMII, cfg LogPConfig, answered *int, measure *atomic.Bool)
 		}
 	}
 	row.RTT = durUS(median(rtts))
-	// Os: bursts of K requests, each call timed, with every credit free.
-	k := a.Config().Credits
+	// Os: one request at a time, each call timed, with the endpoint idle:
+	// the call queues the descriptor and its engine run sends the frame.
+	// (A request queued behind one in flight would only be queued: the
+	// engine keeps one message per endpoint in flight, for ordering.)
 	sends := make([]time.Duration, 0, cfg.Count)
 	for len(sends) < cfg.Count {
 		if err := a.Drain(limit); err != nil {
 			return nil, err
 		}
-		for range k {
-			t0 := time.Now()
-			if err := a.Request(0, logpNull, 0); err != nil {
-				return nil, err
-			}
-			sends = append(sends, time.Since(t0))
+		t0 := time.Now()
+		if err := a.Request(0, logpNull, 0); err != nil {
+			return nil, err
 		}
+		sends = append(sends, time.Since(t0))
 	}
 	if err := a.Drain(limit); err != nil {
 		return nil, err
