@@ -127,7 +127,7 @@ func TestDaemonBlockingWait(t *testing.T) {
 						serr = err
 						return
 					} else if !ok {
-						if _, err := server.Wait(EventRequest, 5000); err != nil {
+						if _, err := server.Wait(EventRequest, 5*time.Second); err != nil {
 							serr = err
 							return
 						}
@@ -157,7 +157,7 @@ func TestDaemonBlockingWait(t *testing.T) {
 					} else if ok {
 						break
 					}
-					if ready, err := client.Wait(EventReply, 5000); err != nil {
+					if ready, err := client.Wait(EventReply, 5*time.Second); err != nil {
 						t.Fatal(err)
 					} else if !ready {
 						t.Fatalf("round %d: no reply in 5 s", i)
@@ -464,7 +464,7 @@ func TestDaemonPeerChild(t *testing.T) {
 		if ok, err := ep.Receive(RequestReceive, &dd); err != nil {
 			t.Fatal(err)
 		} else if !ok {
-			ep.Wait(EventRequest, 100)
+			ep.Wait(EventRequest, 100*time.Millisecond)
 			continue
 		}
 		dd.Args[0]++

@@ -291,29 +291,23 @@ func (c *Conn) Stats() (DaemonStats, error) {
 
 // Wait blocks until a receive queue in ev is non-empty or the timeout
 // passes (negative: no limit), without spinning: it arms the endpoint's
-// event mask and sleeps on its notification eventfd. It reports whether
-// an event is ready.
-func (e *Endpoint) Wait(ev Events, timeoutMS int) (bool, error) {
+// event mask and sleeps on its notification eventfd (Block). It reports
+// whether an event is ready; a true may be spurious (a notification left
+// from an earlier arming), so callers receive and wait again.
+func (e *Endpoint) Wait(ev Events, timeout time.Duration) (bool, error) {
 	if e.Arm(ev) != 0 {
 		return true, nil
 	}
-	fds := []unix.PollFd{{Fd: int32(e.notify), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, timeoutMS)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("nicfw: endpoint wait: %w", err)
-		}
-		var b [8]byte
-		unix.Read(e.notify, b[:])
-		if n == 0 {
-			e.Arm(0)
-			return false, nil
-		}
+	if err := e.Block(timeout); err != nil {
+		e.Arm(0)
+		return false, err
+	}
+	if e.Ready()&ev != 0 {
+		e.Arm(0)
 		return true, nil
 	}
+	e.Arm(0)
+	return false, nil
 }
 
 // Block sleeps on the endpoint's notification eventfd until the engine

@@ -110,11 +110,7 @@ func (t *Transport) transmit(p *peer, c *sendChannel, now time.Time) error {
 	sdu := c.sdu
 	if len(p.ackList) > 0 {
 		n := min(len(p.ackList), t.maxAcks)
-		need := len(c.sdu) + ackEntryLen*n
-		if cap(t.scratch) < need {
-			t.scratch = make([]byte, need, max(need, 2*cap(t.scratch)))
-		}
-		sdu = t.scratch[:need]
+		sdu = t.scratchSDU(len(c.sdu) + ackEntryLen*n)
 		copy(sdu, c.sdu[:headerLen])
 		header(sdu).setAcks(n)
 		t.takeAcks(p, sdu[headerLen:headerLen+ackEntryLen*n])
