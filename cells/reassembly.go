@@ -371,7 +371,11 @@ func (r *Reassembler) Expire() []error {
 // lost): without it the two would run together and both fail the length
 // check.
 func (r *Reassembler) Discard(vc VC) bool {
-	v := r.vcs[uint32(vc.VPI)<<20|uint32(vc.VCI)<<4]
+	key := uint32(vc.VPI)<<20 | uint32(vc.VCI)<<4
+	v := r.last
+	if v == nil || key != r.lastKey {
+		v = r.vcs[key]
+	}
 	if v == nil || v.cells == 0 && !v.cut {
 		return false
 	}

@@ -31,7 +31,7 @@ import (
 // closing the memory when it was closed at once (a later one is reported
 // by Close).
 func (e *Engine) CloseEndpoint(id EndpointID) error {
-	s := e.eps[id]
+	s := e.ep(id)
 	if s == nil || s.closed {
 		return fmt.Errorf("%w: %d", ErrNoEndpoint, id)
 	}
@@ -55,7 +55,7 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 // endpoint of the same id, closed and replaced, still pins it (ErrPinned);
 // it is then evicted like any other once free.
 func (e *Engine) release(s *epState) error {
-	if e.eps[s.id] == s {
+	if e.ep(s.id) == s {
 		if _, ok := e.res.Resident(int(s.id)); ok {
 			e.res.Unload(int(s.id))
 		}
@@ -72,7 +72,7 @@ func (e *Engine) Endpoints() int { return e.live }
 
 // hasEndpoint reports whether endpoint id is open.
 func (e *Engine) hasEndpoint(id EndpointID) bool {
-	s := e.eps[id]
+	s := e.ep(id)
 	return s != nil && !s.closed
 }
 
@@ -83,7 +83,7 @@ func (e *Engine) hasEndpoint(id EndpointID) bool {
 // Poll takes it.
 func (e *Engine) setIdle(idle bool) {
 	for _, s := range e.eps {
-		if !s.closed {
+		if s != nil && !s.closed {
 			s.mem.SetIdle(idle)
 		}
 	}
@@ -99,7 +99,7 @@ func (e *Engine) busy() bool {
 		return true
 	}
 	for _, s := range e.eps {
-		if s.state == slotPending {
+		if s != nil && s.state == slotPending {
 			return true
 		}
 	}

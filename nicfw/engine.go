@@ -1,6 +1,7 @@
 package nicfw
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -252,12 +253,11 @@ type Engine struct {
 	tr    *Transport
 	sched *Scheduler
 	res   *Residency
-	eps   map[EndpointID]*epState // open endpoints and tombstones
-	live  int                     // open endpoints
+	eps   []*epState // by id: open endpoints and tombstones (nil: none)
+	live  int        // open endpoints
 
 	pinned     int // endpoints with a message in flight (residency Hold)
 	inflight   []inflightRef
-	byCookie   map[uint64]*epState
 	nextCookie uint64
 	returning  []*epState
 	returns    []remoteReturn
@@ -293,12 +293,10 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		return nil, fmt.Errorf("%w: return queue %d, send budget %d", ErrConfig, cfg.ReturnQueue, cfg.SendBudget)
 	}
 	e := &Engine{
-		cfg:      cfg,
-		clk:      cfg.Transport.Clock,
-		eps:      make(map[EndpointID]*epState),
-		byCookie: make(map[uint64]*epState),
-		down:     make(map[HostID]time.Time),
-		bulkRx:   make(map[Name]*bulkRx),
+		cfg:    cfg,
+		clk:    cfg.Transport.Clock,
+		down:   make(map[HostID]time.Time),
+		bulkRx: make(map[Name]*bulkRx),
 	}
 	var err error
 	if e.sched, err = NewScheduler(cfg.Loiter); err != nil {
@@ -336,7 +334,7 @@ func (e *Engine) AddHost(id HostID, mac net.HardwareAddr) error {
 // must be 0 or len(vnet.Table). The id may be that of a closed endpoint,
 // whose tombstone the new endpoint replaces.
 func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*EndpointMemory, error) {
-	old := e.eps[id]
+	old := e.ep(id)
 	if old != nil && !old.closed {
 		return nil, fmt.Errorf("%w: endpoint %d exists", ErrConfig, id)
 	}
@@ -363,6 +361,9 @@ func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*
 		// is closed (finish).
 		e.closing = append(e.closing, old)
 	}
+	if int(id) >= len(e.eps) {
+		e.eps = append(e.eps, make([]*epState, int(id)+1-len(e.eps))...)
+	}
 	e.eps[id] = s
 	e.live++
 	return mem, nil
@@ -373,12 +374,15 @@ func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*
 // endpoint closed earlier whose memory was closed late.
 func (e *Engine) Close() error {
 	err := e.closeErr
-	for id, s := range e.eps {
+	for _, s := range e.eps {
+		if s == nil {
+			continue
+		}
 		if cerr := s.mem.Close(); err == nil {
 			err = cerr
 		}
-		delete(e.eps, id)
 	}
+	e.eps = nil
 	for _, s := range e.closing {
 		if cerr := s.mem.Close(); err == nil {
 			err = cerr
@@ -429,9 +433,17 @@ func (e *Engine) Poll() (int, error) {
 	return work, nil
 }
 
+// ep returns endpoint id's state (an open endpoint or a tombstone), or nil.
+func (e *Engine) ep(id EndpointID) *epState {
+	if int(id) < len(e.eps) {
+		return e.eps[id]
+	}
+	return nil
+}
+
 // isPending is the scheduler's view of an endpoint.
 func (e *Engine) isPending(ep int) bool {
-	s := e.eps[EndpointID(ep)]
+	s := e.ep(EndpointID(ep))
 	if s == nil || s.closed || s.blocked == e.polls {
 		return false
 	}
@@ -458,10 +470,12 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 	if h == e.cfg.Host {
 		return true
 	}
-	if _, down := e.down[h]; down {
-		return true // returned at once (or the mark expires and it is sent)
+	if len(e.down) > 0 {
+		if _, down := e.down[h]; down {
+			return true // returned at once (or the mark expires and it is sent)
+		}
 	}
-	if p := e.tr.peers[h]; p != nil && p.unacked == len(p.send) {
+	if p := e.tr.peer(h); p != nil && p.unacked == len(p.send) {
 		return false // ErrBusy
 	}
 	return e.pinned < e.res.Frames()-1
@@ -479,9 +493,7 @@ func (e *Engine) peek(s *epState) (uint32, bool) {
 			return NoIndex, true
 		}
 		if n > 0 {
-			var d Descriptor
-			d.decode(r.slot(r.own))
-			return d.Dest, true
+			return binary.LittleEndian.Uint32(r.slot(r.own)[4:]), true // Descriptor.Dest
 		}
 	}
 	return 0, false
@@ -495,7 +507,7 @@ func (e *Engine) sendPhase() (int, error) {
 		if !ok {
 			break
 		}
-		s := e.eps[EndpointID(id)]
+		s := e.eps[id] // the scheduler holds open endpoints only
 		progressed, err := e.sendFrom(s)
 		if err != nil {
 			return work, err
@@ -537,12 +549,14 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		}
 		return true, nil
 	}
-	if until, ok := e.down[dst.Host]; ok {
-		if e.clk.Now().Before(until) {
-			e.returnLocal(s, ReasonUnreachable)
-			return true, nil
+	if len(e.down) > 0 {
+		if until, ok := e.down[dst.Host]; ok {
+			if e.clk.Now().Before(until) {
+				e.returnLocal(s, ReasonUnreachable)
+				return true, nil
+			}
+			delete(e.down, dst.Host)
 		}
-		delete(e.down, dst.Host)
 	}
 	// One frame stays unpinned, so that a delivery to a non-resident
 	// endpoint can always load it: otherwise two hosts whose frames are all
@@ -552,7 +566,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	}
 	e.nextCookie++
 	cookie := e.nextCookie
-	err := e.tr.Send(dst.Host, m, cookie)
+	ch, err := e.tr.send(dst.Host, m, cookie)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrBusy):
@@ -572,8 +586,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		panic(err) // touched above, and nothing evicts in between
 	}
 	e.pinned++
-	s.state, s.host, s.ch, s.cookie = slotInflight, dst.Host, e.tr.channelHolding(dst.Host, cookie), cookie
-	e.byCookie[cookie] = s
+	s.state, s.host, s.ch, s.cookie = slotInflight, dst.Host, ch, cookie
 	e.inflight = append(e.inflight, inflightRef{s, cookie})
 	return true, nil
 }
@@ -736,7 +749,6 @@ func (e *Engine) collectAcks() int {
 			j++
 			continue
 		}
-		delete(e.byCookie, s.cookie)
 		e.unpin(s)
 		e.stats.Acked++
 		e.advance(s)
@@ -756,12 +768,19 @@ func (e *Engine) unpin(s *epState) {
 
 // returned is the transport's Returned callback.
 func (e *Engine) returned(dst HostID, cookie uint64, _ []byte, _ error) {
-	s := e.byCookie[cookie]
+	var s *epState
+	if cookie != 0 { // a return message (cookie 0) is not returned again
+		for _, r := range e.inflight {
+			if r.cookie == cookie && r.s.state == slotInflight && r.s.cookie == cookie {
+				s = r.s
+				break
+			}
+		}
+	}
 	if s == nil {
-		e.stats.ReturnsLost++ // a return message (cookie 0) is not returned again
+		e.stats.ReturnsLost++
 		return
 	}
-	delete(e.byCookie, cookie)
 	e.unpin(s)
 	e.down[dst] = e.clk.Now().Add(e.tr.cfg.GiveUpAfter)
 	e.returnLocal(s, ReasonUnreachable)
@@ -769,7 +788,9 @@ func (e *Engine) returned(dst HostID, cookie uint64, _ []byte, _ error) {
 
 // deliver is the transport's Deliver callback.
 func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
-	delete(e.down, src)
+	if len(e.down) > 0 {
+		delete(e.down, src)
+	}
 	ok, reason := e.accept(src, p, len(e.returns) < e.cfg.ReturnQueue)
 	if reason == 0 {
 		return ok
@@ -824,7 +845,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason R
 		e.stats.Dropped++
 		return true, 0
 	}
-	s := e.eps[m.dst]
+	s := e.ep(m.dst)
 	if m.reason != 0 {
 		return e.acceptReturn(s, &m), 0
 	}
@@ -981,24 +1002,11 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 	return true
 }
 
-// channelHolding returns the channel to dst that holds the message sent
-// with cookie, or -1. The engine uses it and holds, in place of an
-// acknowledgement callback, to learn when a message was acknowledged.
-func (t *Transport) channelHolding(dst HostID, cookie uint64) int {
-	if p := t.peers[dst]; p != nil {
-		for i := range p.send {
-			if p.send[i].inUse && p.send[i].cookie == cookie {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
 // holds reports whether channel ch to dst still holds the message sent with
-// cookie (cookies are unique per engine).
+// cookie (cookies are unique per engine). The engine uses it, in place of an
+// acknowledgement callback, to learn when a message was acknowledged.
 func (t *Transport) holds(dst HostID, ch int, cookie uint64) bool {
-	p := t.peers[dst]
+	p := t.peer(dst)
 	if p == nil || ch < 0 || ch >= len(p.send) {
 		return false
 	}

@@ -56,6 +56,7 @@ type Touched struct {
 type Residency struct {
 	frames []frame
 	where  map[int]int // resident endpoint -> frame
+	hint   int         // the frame last looked up
 	tick   uint64
 	stats  ResidencyStats
 }
@@ -82,14 +83,24 @@ func (r *Residency) Frames() int { return len(r.frames) }
 func (r *Residency) Stats() ResidencyStats { return r.stats }
 
 // Resident reports whether ep is resident, and in which frame.
-func (r *Residency) Resident(ep int) (frame int, ok bool) {
-	frame, ok = r.where[ep]
-	return frame, ok
+func (r *Residency) Resident(ep int) (frame int, ok bool) { return r.lookup(ep) }
+
+// lookup finds ep's frame: the one last looked up (an engine with one busy
+// endpoint asks about it again and again), else through the map.
+func (r *Residency) lookup(ep int) (int, bool) {
+	if f := &r.frames[r.hint]; f.used && f.ep == ep {
+		return r.hint, true
+	}
+	i, ok := r.where[ep]
+	if ok {
+		r.hint = i
+	}
+	return i, ok
 }
 
 // Outstanding returns ep's outstanding messages (0 when not resident).
 func (r *Residency) Outstanding(ep int) int {
-	if f, ok := r.where[ep]; ok {
+	if f, ok := r.lookup(ep); ok {
 		return r.frames[f].outstanding
 	}
 	return 0
@@ -101,7 +112,7 @@ func (r *Residency) Outstanding(ep int) int {
 func (r *Residency) Touch(ep int) (Touched, error) {
 	r.stats.Touches++
 	r.tick++
-	if f, ok := r.where[ep]; ok {
+	if f, ok := r.lookup(ep); ok {
 		r.frames[f].last = r.tick
 		return Touched{Frame: f}, nil
 	}
@@ -135,7 +146,7 @@ func (r *Residency) Touch(ep int) (Touched, error) {
 // Hold records an outstanding message of ep, which pins it; ep must be
 // resident (touch it first).
 func (r *Residency) Hold(ep int) error {
-	f, ok := r.where[ep]
+	f, ok := r.lookup(ep)
 	if !ok {
 		return fmt.Errorf("hold endpoint %d: %w", ep, ErrNotResident)
 	}
@@ -146,7 +157,7 @@ func (r *Residency) Hold(ep int) error {
 // Release records that one outstanding message of ep was acknowledged (or
 // returned to its sender); with none left, ep may be evicted again.
 func (r *Residency) Release(ep int) error {
-	f, ok := r.where[ep]
+	f, ok := r.lookup(ep)
 	if !ok {
 		return fmt.Errorf("release endpoint %d: %w", ep, ErrNotResident)
 	}
@@ -160,7 +171,7 @@ func (r *Residency) Release(ep int) error {
 // Unload frees ep's frame, as when its endpoint is closed. It returns
 // ErrPinned while ep has outstanding messages, and ErrNotResident.
 func (r *Residency) Unload(ep int) error {
-	f, ok := r.where[ep]
+	f, ok := r.lookup(ep)
 	if !ok {
 		return fmt.Errorf("unload endpoint %d: %w", ep, ErrNotResident)
 	}

@@ -108,7 +108,7 @@ func (s *Scheduler) Rounds() uint64 { return s.rounds }
 
 // Next chooses the endpoint to send one message from and charges it one
 // send; ok is false when no endpoint has sends pending. It asks p about at
-// most every endpoint twice.
+// most every endpoint once, and the current one twice.
 func (s *Scheduler) Next(p Pending) (ep int, ok bool) {
 	if s.cur >= 0 && s.run < s.loiter {
 		e := &s.entries[s.cur]
@@ -116,35 +116,46 @@ func (s *Scheduler) Next(p Pending) (ep int, ok bool) {
 			return s.charge(s.cur, s.run+1), true
 		}
 	}
-	if i := s.find(p, true); i >= 0 {
+	i, anyPend := s.find(p)
+	if i >= 0 {
 		return s.charge(i, 1), true
 	}
 	// Nobody pending has weight left: a new round, if anybody is pending.
-	if i := s.find(p, false); i >= 0 {
+	if anyPend >= 0 {
 		s.rounds++
 		for j := range s.entries {
 			s.entries[j].left = s.entries[j].weight
 		}
-		return s.charge(i, 1), true
+		return s.charge(anyPend, 1), true
 	}
 	return 0, false
 }
 
 // find returns the first endpoint after the current one (the current one
-// last) that has sends pending and, if withWeight, weight left; or -1.
-func (s *Scheduler) find(p Pending, withWeight bool) int {
+// last) that has sends pending and weight left, or -1; and anyPend, the first
+// one in that order that has sends pending, or -1. It asks p about each
+// endpoint at most once.
+func (s *Scheduler) find(p Pending) (i, anyPend int) {
 	n := len(s.entries)
+	anyPend = -1
 	for k := 1; k <= n; k++ {
 		i := (s.cur + k) % n
 		if s.cur < 0 {
 			i = k - 1
 		}
 		e := &s.entries[i]
-		if (!withWeight || e.left > 0) && p.Pending(e.ep) {
-			return i
+		if anyPend >= 0 && e.left <= 0 {
+			continue // not a candidate, and anyPend is known
 		}
+		if !p.Pending(e.ep) {
+			continue
+		}
+		if e.left > 0 {
+			return i, anyPend
+		}
+		anyPend = i
 	}
-	return -1
+	return -1, anyPend
 }
 
 func (s *Scheduler) charge(i, run int) int {

@@ -33,18 +33,25 @@ import (
 // channel, or given back through Returned with cookie. The payload is
 // copied; the caller may reuse it.
 func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
-	p := t.peers[dst]
+	_, err := t.send(dst, payload, cookie)
+	return err
+}
+
+// send is Send; it also returns the channel that holds the message (-1
+// for an unreliable send).
+func (t *Transport) send(dst HostID, payload []byte, cookie uint64) (int, error) {
+	p := t.peer(dst)
 	if p == nil {
-		return fmt.Errorf("%w: %d", ErrUnknownHost, dst)
+		return -1, fmt.Errorf("%w: %d", ErrUnknownHost, dst)
 	}
 	if len(payload) > t.maxPL {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(payload), t.maxPL)
+		return -1, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(payload), t.maxPL)
 	}
 	if t.cfg.Unreliable {
-		return t.sendUnreliable(p, payload)
+		return -1, t.sendUnreliable(p, payload)
 	}
 	if p.unacked == len(p.send) {
-		return ErrBusy
+		return -1, ErrBusy
 	}
 	i := p.next
 	for p.send[i].inUse {
@@ -73,10 +80,10 @@ func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
 	if err := t.transmit(p, c, now); err != nil {
 		t.release(p, c)
 		c.seq-- // the message never left: its number is still free
-		return fmt.Errorf("nicfw: send to host %d: %w", dst, err)
+		return -1, fmt.Errorf("nicfw: send to host %d: %w", dst, err)
 	}
 	t.stats.Sent++
-	return nil
+	return i, nil
 }
 
 // sendUnreliable sends payload to p once, keeping nothing.

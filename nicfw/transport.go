@@ -146,7 +146,7 @@ type Transport struct {
 	maxAcks   int // acknowledgements one DATA frame may carry
 	ackOneMax int // acknowledgements one ACK frame (one frame) may carry
 
-	peers  map[HostID]*peer
+	peers  []*peer // by HostID (nil: not in the table)
 	byMAC  map[[6]byte]*peer
 	active []*peer // peers with unacknowledged messages (channels.go)
 	acking []*peer // peers owed acknowledgements (acks.go)
@@ -234,7 +234,6 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		perFrame:  perFrame,
 		maxAcks:   cfg.Channels,
 		ackOneMax: min(oneFrame/ackEntryLen, cfg.Channels),
-		peers:     make(map[HostID]*peer),
 		byMAC:     make(map[[6]byte]*peer),
 	}
 	_, t.sysClock = cfg.Clock.(clock.System)
@@ -263,15 +262,26 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 		return fmt.Errorf("%w: host %d: address %v is not a MAC", ErrConfig, id, mac)
 	}
 	key := [6]byte(mac)
-	if _, ok := t.peers[id]; ok {
+	if t.peer(id) != nil {
 		return fmt.Errorf("%w: host %d is in the table already", ErrConfig, id)
 	}
 	if _, ok := t.byMAC[key]; ok {
 		return fmt.Errorf("%w: address %v is in the table already", ErrConfig, mac)
 	}
 	p := newPeer(id, mac, t.cfg.Channels, headerLen+ackEntryLen*t.maxAcks+t.maxPL)
+	if int(id) >= len(t.peers) {
+		t.peers = append(t.peers, make([]*peer, int(id)+1-len(t.peers))...)
+	}
 	t.peers[id] = p
 	t.byMAC[key] = p
+	return nil
+}
+
+// peer returns host id's row of the host table, or nil.
+func (t *Transport) peer(id HostID) *peer {
+	if int(id) < len(t.peers) {
+		return t.peers[id]
+	}
 	return nil
 }
 
@@ -280,7 +290,7 @@ func (t *Transport) MaxPayload() int { return t.maxPL }
 
 // Unacked returns the number of messages to dst in flight.
 func (t *Transport) Unacked(dst HostID) int {
-	if p := t.peers[dst]; p != nil {
+	if p := t.peer(dst); p != nil {
 		return p.unacked
 	}
 	return 0
