@@ -9,23 +9,19 @@ import (
 	"github.com/xam-project/xam/internal/netnstest"
 )
 
-// TestEngineOverAFXDP runs two engines over real AF_XDP sockets on a veth
-// pair, with xam's XDP program dropping 10% of the frames at both hosts,
-// on the system clock: two virtual networks carry their own traffic only,
-// every message exactly once and in order per sender, and a message to an
-// endpoint of the other network comes back with ReasonBadTag. Alongside
-// the short messages, B1 sends medium messages of every size the transport
-// carries to A1, reusing its staging slots as soon as the engine has taken
-// them, and B2 stores bulk messages of several chunks into A2's staging
-// area: their bytes arrive intact.
-func TestEngineOverAFXDP(t *testing.T) {
+// newXDPEngNet is newEngNet over AF_XDP: two engines with cfg on the ends
+// of a veth pair, xam's XDP program dropping the fraction drop of the
+// frames at both, on the system clock.
+func newXDPEngNet(t *testing.T, cfg EngineConfig, drop float64) *engNet {
+	t.Helper()
 	noEndpointLeaks(t)
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	n := &engNet{}
 	for i, h := range []*netnstest.Host{v.A, v.B} {
-		_, sock := xdpHost(t, h, 0.10, uint64(11+i))
-		e, err := NewEngine(sock, EngineConfig{Host: []HostID{hostA, hostB}[i],
-			Transport: Config{RetransmitAfter: 2 * time.Millisecond}})
+		_, sock := xdpHost(t, h, drop, uint64(11+i))
+		c := cfg
+		c.Host = []HostID{hostA, hostB}[i]
+		e, err := NewEngine(sock, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,6 +39,28 @@ func TestEngineOverAFXDP(t *testing.T) {
 	if err := n.b.eng.AddHost(hostA, v.A.MAC); err != nil {
 		t.Fatal(err)
 	}
+	return n
+}
+
+// TestEngineResidencyOverAFXDP is TestEngineResidency's body over AF_XDP,
+// with 5% of the frames dropped.
+func TestEngineResidencyOverAFXDP(t *testing.T) {
+	cfg := residencyConfig
+	cfg.Transport.RetransmitAfter = 2 * time.Millisecond
+	residencyBody(t, newXDPEngNet(t, cfg, 0.05), 30)
+}
+
+// TestEngineOverAFXDP runs two engines over real AF_XDP sockets on a veth
+// pair, with xam's XDP program dropping 10% of the frames at both hosts,
+// on the system clock: two virtual networks carry their own traffic only,
+// every message exactly once and in order per sender, and a message to an
+// endpoint of the other network comes back with ReasonBadTag. Alongside
+// the short messages, B1 sends medium messages of every size the transport
+// carries to A1, reusing its staging slots as soon as the engine has taken
+// them, and B2 stores bulk messages of several chunks into A2's staging
+// area: their bytes arrive intact.
+func TestEngineOverAFXDP(t *testing.T) {
+	n := newXDPEngNet(t, EngineConfig{Transport: Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
 	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
 
 	// B1 -> A1: medium messages, in 7 staging slots.
