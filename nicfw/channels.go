@@ -23,6 +23,7 @@ type HostID uint16
 type peer struct {
 	id   HostID
 	mac  net.HardwareAddr
+	gone bool // left the host table (SetPeers); kept by references only
 	send []sendChannel
 	recv []recvChannel
 

@@ -10,12 +10,15 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/nicfw/mapper"
 )
 
 // Firmware mode: the engine as a daemon (AM-II's NIC processor on cores of
@@ -48,6 +51,17 @@ import (
 // (Engine.CloseEndpoint); messages still arriving for them are returned to
 // their senders as "endpoint closed". Nothing else is disturbed.
 //
+// The host table is static (DaemonConfig.Hosts) or the mapper's
+// (DaemonConfig.Map): the daemon then runs the mapper protocol on its link,
+// in the engine thread, and applies each table the mapper adopts
+// (Engine.SetHosts), this host's id included. Mapper frames are broadcast,
+// the transport's unicast: a splitLink hands the engine's receive batches
+// to the transport without the broadcast frames, which it keeps for the
+// mapper (maplink.go). The daemon's mapper leads only if
+// DaemonConfig.Map.Privileged: the daemon runs as root, and no application
+// endpoint can send a mapper frame (the engine sends unicast frames only),
+// so only the daemon's privileged mapper speaks for the host.
+//
 // Threads: the engine and its endpoints belong to the engine goroutine. A
 // connection's goroutine hands it work as a function on a channel and
 // writes the wake eventfd; the engine runs queued functions at the top of
@@ -69,6 +83,12 @@ type DaemonConfig struct {
 	Engine EngineConfig
 	// Hosts is the host table: every peer host and its MAC.
 	Hosts map[HostID]net.HardwareAddr
+	// Map, if set, runs the mapper protocol on the link with this
+	// configuration, and the mapper's tables replace the host table and
+	// this host's id (Hosts must be empty; Engine.Host is this host's id
+	// until the first table). Its OnChange, if set, runs after the
+	// daemon applied a table, in the engine thread.
+	Map *mapper.Config
 	// Socket is the path of the unix socket; empty: no socket (the daemon
 	// is used in-process only, through Open).
 	Socket string
@@ -122,6 +142,18 @@ type DaemonStats struct {
 	Engine      EngineStats    `json:"engine"`
 	Transport   Stats          `json:"transport"`
 	Residency   ResidencyStats `json:"residency"`
+	// Hosts is the host table, this host included; Epoch the mapper's
+	// version of it (0: static, or no table yet).
+	Hosts []DaemonHost `json:"hosts"`
+	Epoch uint64       `json:"epoch,omitempty"`
+	// Mapper counts the mapper's work (with DaemonConfig.Map).
+	Mapper *mapper.Stats `json:"mapper,omitempty"`
+}
+
+// DaemonHost is an entry of the daemon's host table.
+type DaemonHost struct {
+	ID  HostID `json:"id"`
+	MAC string `json:"mac"`
 }
 
 // Errors of the daemon.
@@ -150,11 +182,18 @@ type Daemon struct {
 	refused uint64
 	stopped bool
 
+	host atomic.Uint32 // this host's id, for the connections' replies
+
 	// Owned by the engine goroutine.
-	notify map[EndpointID]int // endpoint -> its notification eventfd
-	nextID EndpointID
-	sleeps uint64
-	wg     sync.WaitGroup
+	notify  map[EndpointID]int // endpoint -> its notification eventfd
+	hosts   map[HostID]net.HardwareAddr
+	epoch   uint64
+	split   *splitLink     // with a mapper: the engine's side of the link
+	mapper  *mapper.Mapper // nil: static host table
+	nextMap time.Time      // the mapper's next Poll without frames
+	nextID  EndpointID
+	sleeps  uint64
+	wg      sync.WaitGroup
 }
 
 // NewDaemon returns a daemon on link with a new engine; Run starts it. The
@@ -174,15 +213,26 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 			return nil, fmt.Errorf("%w: CPU %d", ErrConfig, c)
 		}
 	}
-	eng, err := NewEngine(link, cfg.Engine)
+	if cfg.Map != nil && len(cfg.Hosts) > 0 {
+		return nil, fmt.Errorf("%w: a static host table and a mapper", ErrConfig)
+	}
+	engLink := link
+	var split *splitLink
+	if cfg.Map != nil {
+		split = &splitLink{Link: link}
+		engLink = split
+	}
+	eng, err := NewEngine(engLink, cfg.Engine)
 	if err != nil {
 		return nil, err
 	}
+	hosts := map[HostID]net.HardwareAddr{cfg.Engine.Host: link.HardwareAddr()}
 	for id, mac := range cfg.Hosts {
 		if err := eng.AddHost(id, mac); err != nil {
 			eng.Close()
 			return nil, err
 		}
+		hosts[id] = mac
 	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -197,6 +247,23 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 		perUser: make(map[uint32]int),
 		notify:  make(map[EndpointID]int),
 		nextID:  FirstUserEndpoint,
+		hosts:   hosts,
+		split:   split,
+	}
+	d.host.Store(uint32(cfg.Engine.Host))
+	if cfg.Map != nil {
+		mc := *cfg.Map
+		user := mc.OnChange
+		mc.OnChange = func(t mapper.Table) {
+			d.applyTable(t)
+			if user != nil {
+				user(t)
+			}
+		}
+		if d.mapper, err = mapper.New(split.mapSide(), mc); err != nil {
+			d.closeAll()
+			return nil, err
+		}
 	}
 	if cfg.Socket != "" {
 		os.Remove(cfg.Socket) // a socket left by a daemon that died
@@ -260,6 +327,9 @@ func (d *Daemon) loop(ctx context.Context) error {
 	var idleSince time.Time
 	for iter := 0; ; iter++ {
 		d.runWork()
+		if d.mapper != nil && (len(d.split.inbox) > 0 || iter&255 == 0) {
+			d.pollMapper()
+		}
 		n, err := d.eng.Poll()
 		if err != nil {
 			return err
@@ -309,6 +379,13 @@ func (d *Daemon) sleep() error {
 	if d.eng.busy() {
 		timeout = max(int(d.eng.tr.cfg.ScanInterval/time.Millisecond), 1)
 	}
+	if d.mapper != nil {
+		// Wake for the mapper's next probe (its frames wake us anyway).
+		ms := max(int(time.Until(d.nextMap)/time.Millisecond), 1)
+		if timeout < 0 || ms < timeout {
+			timeout = ms
+		}
+	}
 	d.sleeps++
 	fds := []unix.PollFd{{Fd: int32(d.wake), Events: unix.POLLIN}}
 	if f, ok := d.link.(afxdp.FDer); ok {
@@ -322,6 +399,46 @@ func (d *Daemon) sleep() error {
 	var b [8]byte
 	unix.Read(d.wake, b[:]) // reset the counter; EAGAIN when it was not written
 	return nil
+}
+
+// pollMapper runs the mapper when frames wait for it or its time has come
+// (a quarter of its probe interval after the last run). Its errors (a
+// probe the link refused) are logged: the engine goes on.
+func (d *Daemon) pollMapper() {
+	now := time.Now()
+	if len(d.split.inbox) == 0 && now.Before(d.nextMap) {
+		return
+	}
+	every := d.cfg.Map.ProbeInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	d.nextMap = now.Add(every / 4)
+	if err := d.mapper.Poll(); err != nil {
+		d.log.Warn("mapper", "err", err)
+	}
+}
+
+// applyTable makes the mapper's table the engine's host table.
+func (d *Daemon) applyTable(t mapper.Table) {
+	self := d.eng.Host()
+	if h, ok := t.Lookup(d.link.HardwareAddr()); ok {
+		self = HostID(h.ID)
+	}
+	hosts := make(map[HostID]net.HardwareAddr, len(t.Hosts))
+	for _, h := range t.Hosts {
+		hosts[HostID(h.ID)] = h.MAC
+	}
+	if err := d.eng.SetHosts(self, hosts); err != nil {
+		d.log.Warn("host table refused", "epoch", t.Epoch, "err", err)
+		return
+	}
+	hosts[self] = d.link.HardwareAddr()
+	d.mu.Lock()
+	d.hosts, d.epoch = hosts, t.Epoch
+	d.mu.Unlock()
+	d.host.Store(uint32(self))
+	d.log.Info("host table", "epoch", t.Epoch, "leader", t.Leader, "hosts", len(t.Hosts), "self", self)
 }
 
 // kick wakes the engine if it sleeps.
@@ -392,10 +509,20 @@ func (d *Daemon) Stats() (DaemonStats, error) {
 func (d *Daemon) statsNow() DaemonStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return DaemonStats{
+	s := DaemonStats{
 		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps,
 		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
+		Epoch: d.epoch,
 	}
+	for id, mac := range d.hosts {
+		s.Hosts = append(s.Hosts, DaemonHost{ID: id, MAC: mac.String()})
+	}
+	slices.SortFunc(s.Hosts, func(a, b DaemonHost) int { return int(a.ID) - int(b.ID) })
+	if d.mapper != nil {
+		ms := d.mapper.Stats()
+		s.Mapper = &ms
+	}
+	return s
 }
 
 // open creates an endpoint for req in the engine goroutine and returns it

@@ -31,6 +31,14 @@ import (
 // in t's cleanup. The socket lives in a directory others may traverse.
 func runDaemon(t *testing.T, link afxdp.Link, cfg DaemonConfig) (*Daemon, string) {
 	t.Helper()
+	d, path, _ := startDaemon(t, link, cfg)
+	return d, path
+}
+
+// startDaemon is runDaemon that also returns a function that stops the
+// daemon before the test ends.
+func startDaemon(t *testing.T, link afxdp.Link, cfg DaemonConfig) (*Daemon, string, func()) {
+	t.Helper()
 	if cfg.Socket == "" {
 		cfg.Socket = filepath.Join(openDir(t), "fw.sock")
 	}
@@ -41,13 +49,14 @@ func runDaemon(t *testing.T, link afxdp.Link, cfg DaemonConfig) (*Daemon, string
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Errorf("daemon: %v", err)
 		}
 	})
-	return d, cfg.Socket
+	t.Cleanup(stop)
+	return d, cfg.Socket, stop
 }
 
 // openDir returns a new directory that every user may traverse (t.TempDir's

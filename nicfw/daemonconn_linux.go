@@ -147,7 +147,7 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 	}
 	c.eps[id] = true
 	log.Info("endpoint opened", "endpoint", id, "tag", req.Tag, "table", len(req.Table))
-	c.send(DaemonReply{Host: d.eng.cfg.Host, Endpoint: id}, mem.FD(), notify, d.wake)
+	c.send(DaemonReply{Endpoint: id}, mem.FD(), notify, d.wake)
 }
 
 func (c *daemonConn) replyErr(r DaemonReply, err error) {
@@ -161,7 +161,7 @@ func (c *daemonConn) reply(r DaemonReply) { c.send(r) }
 
 // send writes r with fds attached.
 func (c *daemonConn) send(r DaemonReply, fds ...int) {
-	r.Host = c.d.eng.cfg.Host
+	r.Host = HostID(c.d.host.Load())
 	b, _ := json.Marshal(r)
 	var oob []byte
 	if len(fds) > 0 {

@@ -1,8 +1,10 @@
 // Package nicfw is xam's NIC firmware: the engine that AM-II calls the NIC
 // processor. This package holds its reliable transport (AM-II's "virtual
 // network transport protocol"), endpoints, scheduling and residency, and the
-// inline engine loop that joins them (Engine); the mapper is package
-// nicfw/mapper. The daemon (firmware mode) is not here yet.
+// inline engine loop that joins them (Engine), and the daemon that runs the
+// engine on cores of its own (Daemon, firmware mode, daemon_linux.go); the
+// mapper is package nicfw/mapper, which the daemon runs when asked
+// (DaemonConfig.Map).
 //
 // # Transport
 //
@@ -56,8 +58,10 @@
 // Sequence numbers start at 0 on both sides and the transport keeps no
 // epoch: a host whose transport restarts while a peer still remembers
 // higher expected numbers would have its first messages on each channel
-// taken for duplicates. Resetting a peer's channels when it reappears, on
-// the mapper's word, is not built yet.
+// taken for duplicates. A host that leaves the host table and comes back
+// (SetPeers: under the daemon's mapper, a host silent for the mapper's
+// DeadAfter) gets fresh channels here, as it has after its restart; a
+// restart quicker than that goes unnoticed.
 //
 // Timestamps are the transport clock's reading in nanoseconds since the
 // Unix epoch, made strictly increasing per Transport, so each transmission

@@ -195,7 +195,7 @@ type epState struct {
 	d       Descriptor
 	q       Queue // the send queue d came from
 	reason  Reason
-	host    HostID
+	peer    *peer // in flight: its destination's row of the host table
 	ch      int
 	cookie  uint64
 	blocked uint64 // Poll number in which it could not progress
@@ -239,7 +239,7 @@ type inflightRef struct {
 }
 
 type remoteReturn struct {
-	host HostID
+	peer *peer
 	msg  []byte
 }
 
@@ -327,6 +327,33 @@ func (e *Engine) AddHost(id HostID, mac net.HardwareAddr) error {
 	}
 	return e.tr.AddPeer(id, mac)
 }
+
+// SetHosts replaces the host table and this host's id, as when a mapper
+// distributes a new table (hosts lists every host, this one included if
+// the table does; an entry with this host's MAC must be self). Hosts that
+// stay keep their transport state under their new ids (Transport.SetPeers);
+// messages in flight to hosts that left return to their senders as
+// unreachable. Endpoints' translation tables are not rewritten: they name
+// hosts by id, so an application whose peers' ids moved opens its
+// endpoints again with the new ids. A bulk message arriving when the table
+// changes is returned to its sender as incomplete.
+func (e *Engine) SetHosts(self HostID, hosts map[HostID]net.HardwareAddr) error {
+	for id, mac := range hosts {
+		if len(mac) == 6 && [6]byte(mac) == e.tr.mac && id != self {
+			return fmt.Errorf("%w: the table gives this host id %d, not %d", ErrConfig, id, self)
+		}
+	}
+	if err := e.tr.SetPeers(hosts); err != nil {
+		return err
+	}
+	e.cfg.Host = self
+	clear(e.down) // marked under the old ids (the give-ups above too)
+	clear(e.bulkRx)
+	return nil
+}
+
+// Host returns this host's id.
+func (e *Engine) Host() HostID { return e.cfg.Host }
 
 // CreateEndpoint creates endpoint id in virtual network vnet and returns
 // its memory, whose FD the application maps (MapEndpoint). The memory
@@ -586,7 +613,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		panic(err) // touched above, and nothing evicts in between
 	}
 	e.pinned++
-	s.state, s.host, s.ch, s.cookie = slotInflight, dst.Host, ch, cookie
+	s.state, s.peer, s.ch, s.cookie = slotInflight, e.tr.peer(dst.Host), ch, cookie
 	e.inflight = append(e.inflight, inflightRef{s, cookie})
 	return true, nil
 }
@@ -744,7 +771,7 @@ func (e *Engine) collectAcks() int {
 		if s.state != slotInflight || s.cookie != r.cookie {
 			continue // returned meanwhile
 		}
-		if e.tr.holds(s.host, s.ch, s.cookie) {
+		if holds(s.peer, s.ch, s.cookie) {
 			e.inflight[j] = r
 			j++
 			continue
@@ -805,7 +832,7 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	}
 	b := make([]byte, m.size())
 	encodeMsg(b, &m)
-	e.returns = append(e.returns, remoteReturn{src, b})
+	e.returns = append(e.returns, remoteReturn{e.tr.peer(src), b})
 	return true
 }
 
@@ -813,7 +840,7 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 func (e *Engine) flushReturns() (int, error) {
 	work, j := 0, 0
 	for i, r := range e.returns {
-		err := e.tr.Send(r.host, r.msg, 0)
+		_, err := e.tr.sendPeer(r.peer, r.msg, 0)
 		switch {
 		case err == nil:
 			e.stats.ReturnsSent++
@@ -1002,11 +1029,10 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 	return true
 }
 
-// holds reports whether channel ch to dst still holds the message sent with
+// holds reports whether channel ch to p still holds the message sent with
 // cookie (cookies are unique per engine). The engine uses it, in place of an
 // acknowledgement callback, to learn when a message was acknowledged.
-func (t *Transport) holds(dst HostID, ch int, cookie uint64) bool {
-	p := t.peer(dst)
+func holds(p *peer, ch int, cookie uint64) bool {
 	if p == nil || ch < 0 || ch >= len(p.send) {
 		return false
 	}

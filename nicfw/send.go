@@ -44,6 +44,15 @@ func (t *Transport) send(dst HostID, payload []byte, cookie uint64) (int, error)
 	if p == nil {
 		return -1, fmt.Errorf("%w: %d", ErrUnknownHost, dst)
 	}
+	return t.sendPeer(p, payload, cookie)
+}
+
+// sendPeer is send to the host table's row p. A row that left the table
+// (SetPeers) is an unknown host.
+func (t *Transport) sendPeer(p *peer, payload []byte, cookie uint64) (int, error) {
+	if p == nil || p.gone {
+		return -1, fmt.Errorf("%w: the host left the host table", ErrUnknownHost)
+	}
 	if len(payload) > t.maxPL {
 		return -1, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(payload), t.maxPL)
 	}
@@ -80,7 +89,7 @@ func (t *Transport) send(dst HostID, payload []byte, cookie uint64) (int, error)
 	if err := t.transmit(p, c, now); err != nil {
 		t.release(p, c)
 		c.seq-- // the message never left: its number is still free
-		return -1, fmt.Errorf("nicfw: send to host %d: %w", dst, err)
+		return -1, fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
 	t.stats.Sent++
 	return i, nil

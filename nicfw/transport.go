@@ -277,6 +277,68 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 	return nil
 }
 
+// SetPeers replaces the host table with hosts (id -> MAC; this host's own
+// MAC, if listed, is skipped), as when a mapper distributes a new table. A
+// host that stays, known by its MAC, keeps its channels, sequence numbers
+// and messages in flight, under its new id if its id moved. A host that
+// left has its messages in flight given up at once (Returned with
+// ErrUnreachable, under its old id), and its acknowledgements owed are
+// dropped; frames from it are then from an unknown source.
+func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
+	byMAC := make(map[[6]byte]*peer, len(hosts))
+	seen := make(map[[6]byte]bool, len(hosts))
+	top := -1
+	for id, mac := range hosts {
+		if len(mac) != 6 {
+			return fmt.Errorf("%w: host %d: address %v is not a MAC", ErrConfig, id, mac)
+		}
+		key := [6]byte(mac)
+		if key == t.mac {
+			continue
+		}
+		if seen[key] {
+			return fmt.Errorf("%w: address %v is in the table twice", ErrConfig, mac)
+		}
+		seen[key] = true
+		top = max(top, int(id))
+	}
+	peers := make([]*peer, top+1)
+	for id, mac := range hosts {
+		key := [6]byte(mac)
+		if key == t.mac {
+			continue
+		}
+		p := t.byMAC[key]
+		if p == nil {
+			p = newPeer(id, mac, t.cfg.Channels, headerLen+ackEntryLen*t.maxAcks+t.maxPL)
+		}
+		p.id = id
+		peers[id], byMAC[key] = p, p
+	}
+	var left []*peer
+	for key, p := range t.byMAC {
+		if byMAC[key] == nil {
+			left = append(left, p)
+		}
+	}
+	t.peers, t.byMAC, t.last = peers, byMAC, nil
+	for _, p := range left {
+		p.gone = true
+		if len(p.ackList) > 0 {
+			for _, ch := range p.ackList {
+				p.ackOn[ch] = false
+			}
+			t.dropAcks(p, len(p.ackList))
+		}
+		for i := range p.send {
+			if p.send[i].inUse {
+				t.giveUp(p, &p.send[i])
+			}
+		}
+	}
+	return nil
+}
+
 // peer returns host id's row of the host table, or nil.
 func (t *Transport) peer(id HostID) *peer {
 	if int(id) < len(t.peers) {

@@ -754,3 +754,52 @@ func TestUnreliable(t *testing.T) {
 		t.Fatalf("reliability at work: A %+v B %+v", sa, sb)
 	}
 }
+
+// SetPeers replaces the host table: a host that stays keeps its messages
+// in flight under its new id; one that leaves has them returned at once.
+func TestSetPeers(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 4})
+	macB := p.b.link.HardwareAddr()
+	for n := range uint32(3) {
+		if err := p.a.tr.Send(hostB, payload(n, 100), uint64(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const moved = HostID(7)
+	if err := p.a.tr.SetPeers(map[HostID]net.HardwareAddr{moved: macB, hostA: p.a.link.HardwareAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.tr.Send(hostB, payload(9, 100), 9); !errors.Is(err, ErrUnknownHost) {
+		t.Fatalf("send to the old id: %v", err)
+	}
+	for range 10 {
+		p.poll(t)
+	}
+	checkExactlyOnce(t, p.b, hostA, 3)
+	if s := p.a.tr.Stats(); s.Acked != 3 || len(p.a.returned) != 0 || p.a.tr.Unacked(moved) != 0 {
+		t.Fatalf("after the move: stats %+v, returned %v", s, p.a.returned)
+	}
+	// B leaves the table with two messages in flight.
+	for n := uint32(3); n < 5; n++ {
+		if err := p.a.tr.Send(moved, payload(n, 100), uint64(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.a.tr.SetPeers(nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.a.returned) != 2 || p.a.returned[0].dst != moved || !errors.Is(p.a.returned[1].err, ErrUnreachable) {
+		t.Fatalf("returned %+v, want messages 3 and 4 from host %d", p.a.returned, moved)
+	}
+	if err := p.a.tr.Send(moved, payload(5, 100), 5); !errors.Is(err, ErrUnknownHost) {
+		t.Fatalf("send to a host that left: %v", err)
+	}
+	for _, bad := range []map[HostID]net.HardwareAddr{
+		{1: macB, 2: macB},
+		{1: net.HardwareAddr{1, 2, 3}},
+	} {
+		if err := p.a.tr.SetPeers(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("SetPeers(%v) = %v, want ErrConfig", bad, err)
+		}
+	}
+}

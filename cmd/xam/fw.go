@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/mapper"
 )
 
 // hostFlags collects repeated --host ID=MAC flags.
@@ -73,7 +75,7 @@ func parseCores(s string) ([]int, error) {
 }
 
 func runFw(e *env, args []string) error {
-	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] --id N --host ID=MAC... [--cores LIST] [--socket PATH] [--sleep D]")
+	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D]")
 	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
 	ns := fs.String("netns", "", "the named network namespace the device is in")
 	id := fs.Uint("id", 0, "this host's id in the host table (1..65535)")
@@ -87,17 +89,27 @@ func runFw(e *env, args []string) error {
 	giveUp := fs.Duration("give-up", nicfw.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
 	xdpMode := fs.String("xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	queue := fs.Int("queue", 0, "the device queue to own")
-	verbose := fs.Bool("v", false, "log connections and endpoints")
+	useMap := fs.Bool("map", false, "find the hosts with the mapper protocol instead of --id and --host")
+	follow := fs.Bool("map-follow", false, "with --map: never lead (adopt the leader's tables only)")
+	probe := fs.Duration("probe", time.Second, "with --map: the mapper's probe interval")
+	verbose := fs.Bool("v", false, "log connections, endpoints and host tables")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	switch {
 	case *dev == "":
 		return usageError("--dev is required")
+	case *useMap && len(hosts) > 0:
+		return usageError("--map finds the hosts: no --host")
+	case *useMap && *probe <= 0:
+		return usageError("--probe must be positive")
+	case !*useMap && *follow:
+		return usageError("--map-follow needs --map")
+	case *useMap:
 	case *id == 0 || *id > 65535:
-		return usageError("--id N (1..65535) is required")
+		return usageError("--id N (1..65535) is required, or --map")
 	case len(hosts) == 0:
-		return usageError("give the peers with --host ID=MAC")
+		return usageError("give the peers with --host ID=MAC, or --map")
 	}
 	if _, self := hosts[nicfw.HostID(*id)]; self {
 		return usageError("--host %d is this host (--id)", *id)
@@ -126,18 +138,26 @@ func runFw(e *env, args []string) error {
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	d, err := nicfw.NewDaemon(raw.Sock, nicfw.DaemonConfig{
+	cfg := nicfw.DaemonConfig{
 		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident,
 			Transport: nicfw.Config{Channels: *channels, GiveUpAfter: *giveUp}},
 		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
-	})
+	}
+	if *useMap {
+		cfg.Map = &mapper.Config{ProbeInterval: *probe, Queue: *queue, Privileged: !*follow}
+	}
+	d, err := nicfw.NewDaemon(raw.Sock, cfg)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(e.stderr, "xam fw: host %d on %s (%s), socket %s, cores %v\n", *id, *dev, here.MAC, *socket, cores)
+	if *useMap {
+		fmt.Fprintf(e.stderr, "xam fw: mapper on %s (%s), socket %s, cores %v\n", *dev, here.MAC, *socket, cores)
+	} else {
+		fmt.Fprintf(e.stderr, "xam fw: host %d on %s (%s), socket %s, cores %v\n", *id, *dev, here.MAC, *socket, cores)
+	}
 	err = d.Run(ctx)
 	if ctx.Err() != nil {
 		return nil

@@ -665,3 +665,21 @@ func TestPingAMII(t *testing.T) {
 		t.Errorf("--mode firmware with --api raw: exit %d, %s", code, errs)
 	}
 }
+
+func TestFwUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"fw"}, "--dev is required"},
+		{[]string{"fw", "--dev", "x"}, "--id N (1..65535) is required, or --map"},
+		{[]string{"fw", "--dev", "x", "--id", "1"}, "--host ID=MAC, or --map"},
+		{[]string{"fw", "--dev", "x", "--map", "--host", "2=02:00:00:00:00:02"}, "no --host"},
+		{[]string{"fw", "--dev", "x", "--id", "1", "--host", "2=02:00:00:00:00:02", "--map-follow"}, "needs --map"},
+		{[]string{"fw", "--dev", "x", "--map", "--probe", "0s"}, "--probe must be positive"},
+	} {
+		if code, _, errs := xam(t, nil, tc.args...); code != 2 || !strings.Contains(errs, tc.stderr) {
+			t.Errorf("xam %v: exit %d, %q; want 2 and %q", tc.args, code, errs, tc.stderr)
+		}
+	}
+}

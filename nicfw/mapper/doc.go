@@ -10,21 +10,27 @@
 //
 // The leader is the live privileged host with the lowest MAC, as each
 // mapper sees it. A mapper that is the leader builds the host table from
-// the hosts it hears (itself included), numbering them 0, 1, ... in MAC
-// order, so that the same set of hosts always gets the same ids whoever
-// the leader is. It broadcasts the table in a TABLE message at once when
-// the table changes and then every ProbeInterval in place of its PROBE.
-// Every other mapper adopts the newest table (by epoch) from the host it
-// takes for the leader and ignores tables from anyone else; when the
-// leader vanishes, the next lowest privileged MAC takes over, with an
+// the hosts it hears (itself included) and broadcasts it in a TABLE message
+// at once when the table changes and then every ProbeInterval in place of
+// its PROBE. Every other mapper adopts the newest table (by epoch) from the
+// host it takes for the leader and ignores tables from anyone else; when
+// the leader vanishes, the next lowest privileged MAC takes over, with an
 // epoch above every epoch it has seen. A mapper that is not privileged
 // (Config.Privileged false) never sends a TABLE and never becomes the
 // leader: it probes, listens and adopts.
 //
-// Ids follow MAC order, so they are equal on every host, but a host that
-// joins with a MAC below others, or a host that vanishes, renumbers the
-// hosts above it; users of the table follow Config.OnChange (or the table's
-// Epoch) and key long-lived state by MAC.
+// Ids are stable: a host keeps its id for as long as it stays in the
+// table, whoever leads, so that names built from ids (nicfw's virtual
+// networks) keep meaning the same host. A leader numbers from the newest
+// table it holds or has heard: hosts in it keep their ids, new hosts take
+// the lowest free ids in MAC order (on a fresh segment, 0, 1, ... in MAC
+// order). A mapper listens for 1.25 probe intervals before it first leads,
+// and a mapper that built the table it holds keeps announcing it after a
+// lower MAC took over, until it adopts the new leader's table: so a leader
+// that joins an established segment learns the ids in use before it
+// numbers. A vanished host's id becomes free and may be given to a host
+// that joins later; users of the table follow Config.OnChange (or the
+// table's Epoch).
 //
 // "Privileged" is a local decision (only a privileged endpoint may run a
 // mapper that leads); the wire carries the flag without authentication, as
@@ -49,8 +55,8 @@
 //	22      2     reserved, sent as 0, ignored
 //	24      10*n  entries: host id (2), MAC (6), queue (2)
 //
-// A TABLE comes from a privileged sender and lists its hosts with ids 0..n-1
-// in strictly ascending MAC order. A frame that breaks any of these rules,
+// A TABLE comes from a privileged sender and lists its hosts with distinct
+// ids in strictly ascending MAC order. A frame that breaks any of these rules,
 // or whose framing or AAL5 check fails, is counted (Stats.Truncated for a
 // message shorter than its header or its entries, Stats.Malformed for the
 // rest) and dropped. xam frames on other circuits, and frames of other

@@ -72,9 +72,11 @@ type Mapper struct {
 	frame     []byte
 	peers     map[[6]byte]*peer
 	nextProbe time.Time
-	maxEpoch  uint64 // highest epoch seen or made
-	table     Table  // the current table: built (leader) or adopted
-	dirty     bool   // table changed since the last publish
+	maxEpoch  uint64    // highest epoch seen or made
+	table     Table     // the current table: built (leader) or adopted
+	newest    Table     // the newest table heard from anybody (ids to keep when leading)
+	started   time.Time // first Poll
+	dirty     bool      // table changed since the last publish
 	leader    [6]byte
 	hasLeader bool
 	stats     Stats
@@ -153,6 +155,9 @@ func (m *Mapper) Poll() error {
 		return fmt.Errorf("mapper: receive: %w", err)
 	}
 	now := m.clk.Now()
+	if m.started.IsZero() {
+		m.started = now
+	}
 	m.peers[m.mac].heard = now
 	for _, f := range m.rx[:n] {
 		m.receive(f, now)
@@ -231,6 +236,9 @@ func (m *Mapper) receive(f []byte, now time.Time) {
 		return
 	}
 	m.stats.TablesReceived++
+	if msg.Epoch > m.newest.Epoch {
+		m.newest = tableOf(&msg)
+	}
 	m.elect()
 	if !m.hasLeader || m.leader != msg.MAC || msg.MAC == m.mac ||
 		bytes.Equal(m.table.Leader, msg.MAC[:]) && msg.Epoch <= m.table.Epoch {
@@ -262,10 +270,19 @@ func (m *Mapper) elect() {
 	}
 }
 
+// noID marks a host not numbered yet (ids are at most maxEnt-1).
+const noID = HostID(0xffff)
+
 // lead rebuilds the table from the live hosts when this mapper leads, and
 // sends it at once if it changed.
 func (m *Mapper) lead(now time.Time) error {
 	if !m.hasLeader || m.leader != m.mac {
+		return nil
+	}
+	if now.Sub(m.started) < m.cfg.ProbeInterval+m.cfg.ProbeInterval/4 {
+		// Listen first: every host speaks once per interval, so by then
+		// this mapper has heard the table the hosts hold, if they hold
+		// one, and numbers from it.
 		return nil
 	}
 	keys := make([][6]byte, 0, len(m.peers))
@@ -278,8 +295,34 @@ func (m *Mapper) lead(now time.Time) error {
 		keys = keys[:m.maxEnt]
 	}
 	t := Table{Leader: net.HardwareAddr(slices.Clone(m.mac[:])), Hosts: make([]Host, len(keys))}
+	// Hosts keep the ids of the newest table this mapper holds or has
+	// heard (its own, the previous leader's, or, for a leader that just
+	// joined, the one the hosts hold); new ones take the lowest free ids,
+	// in MAC order.
+	base := m.table
+	if m.newest.Epoch > base.Epoch {
+		base = m.newest
+	}
+	// (After the listening time a mapper that was not leading holds no
+	// table of its own, so base is the hosts' table.)
+	used := make(map[HostID]bool, len(keys))
 	for i, k := range keys {
-		t.Hosts[i] = Host{ID: HostID(i), MAC: net.HardwareAddr(slices.Clone(k[:])), Queue: int(m.peers[k].queue)}
+		t.Hosts[i] = Host{ID: noID, MAC: net.HardwareAddr(slices.Clone(k[:])), Queue: int(m.peers[k].queue)}
+		if h, ok := base.Lookup(k[:]); ok && !used[h.ID] {
+			t.Hosts[i].ID = h.ID
+			used[h.ID] = true
+		}
+	}
+	next := HostID(0)
+	for i := range t.Hosts {
+		if t.Hosts[i].ID != noID {
+			continue
+		}
+		for used[next] {
+			next++
+		}
+		t.Hosts[i].ID = next
+		used[next] = true
 	}
 	// A host holding a newer epoch than ours (a leader that restarted
 	// forgets its epochs) makes us move above it, or it would ignore us.
@@ -306,7 +349,10 @@ func (m *Mapper) setTable(t Table) {
 func (m *Mapper) announce(now time.Time) error {
 	m.nextProbe = now.Add(m.cfg.ProbeInterval)
 	msg := Message{Type: TypeProbe, Privileged: m.cfg.Privileged, MAC: m.mac, Queue: uint16(m.cfg.Queue), Epoch: m.table.Epoch}
-	leads := m.cfg.Privileged && m.hasLeader && m.leader == m.mac && bytes.Equal(m.table.Leader, m.mac[:])
+	// A mapper that built the table it holds announces it, even after a
+	// lower MAC took over, until it adopts the new leader's table: the new
+	// leader, listening, learns the ids to keep from it.
+	leads := m.cfg.Privileged && bytes.Equal(m.table.Leader, m.mac[:])
 	if leads {
 		msg.Type = TypeTable
 		msg.Entries = make([]Entry, len(m.table.Hosts))

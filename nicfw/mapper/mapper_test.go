@@ -111,8 +111,9 @@ func (s *segment) run(d time.Duration) {
 }
 
 // check verifies that every host holds the same table, listing exactly
-// the hosts on the segment in MAC order with their queues, built by the
-// lowest privileged MAC, which every host takes for the leader.
+// the hosts on the segment in MAC order with their queues and distinct
+// ids, built by the lowest privileged MAC, which every host takes for the
+// leader.
 func (s *segment) check() Table {
 	s.t.Helper()
 	var want []Host
@@ -124,10 +125,17 @@ func (s *segment) check() Table {
 		}
 	}
 	slices.SortFunc(want, func(a, b Host) int { return bytes.Compare(a.MAC, b.MAC) })
-	for i := range want {
-		want[i].ID = HostID(i)
-	}
 	first := s.nodes[0].m.Table()
+	ids := map[HostID]bool{}
+	for i, h := range first.Hosts {
+		if i < len(want) {
+			want[i].ID = h.ID // ids are checked for being distinct, not for their values
+		}
+		if ids[h.ID] {
+			s.t.Fatalf("table %s gives id %d twice", show(first), h.ID)
+		}
+		ids[h.ID] = true
+	}
 	for _, n := range s.nodes {
 		got := n.m.Table()
 		if !got.SameHosts(Table{Hosts: want}) || got.Epoch != first.Epoch || !bytes.Equal(got.Leader, leader) {
@@ -141,6 +149,16 @@ func (s *segment) check() Table {
 		}
 	}
 	return first
+}
+
+// keptIDs checks that every host in both tables has the same id in both.
+func keptIDs(t *testing.T, before, after Table) {
+	t.Helper()
+	for _, h := range after.Hosts {
+		if b, ok := before.Lookup(h.MAC); ok && b.ID != h.ID {
+			t.Errorf("host %v moved from id %d to %d: %s, then %s", h.MAC, b.ID, h.ID, show(before), show(after))
+		}
+	}
 }
 
 func show(t Table) string {
@@ -197,6 +215,7 @@ func TestAppear(t *testing.T) {
 	if mid.Epoch <= before.Epoch {
 		t.Fatalf("epoch %d after a host appeared, %d before", mid.Epoch, before.Epoch)
 	}
+	keptIDs(t, before, mid)
 	// A privileged host with the lowest MAC joins: it takes over.
 	s.add(mac(1), true)
 	s.run(2 * probeEvery)
@@ -204,6 +223,9 @@ func TestAppear(t *testing.T) {
 	if !bytes.Equal(after.Leader, mac(1)) || after.Epoch <= mid.Epoch {
 		t.Fatalf("after the lowest MAC joined: %s", show(after))
 	}
+	// The new leader numbers from the table it held: nobody moves, and
+	// the newcomer takes a free id, not 0.
+	keptIDs(t, mid, after)
 	if got := s.nodes[1].m.Stats().Appeared; got != 4 {
 		t.Errorf("host 5 saw %d hosts appear, want 4", got)
 	}
@@ -216,12 +238,13 @@ func TestVanish(t *testing.T) {
 	c := s.add(mac(4), true)
 	s.add(mac(5), false)
 	s.run(3 * probeEvery)
-	s.check()
+	first := s.check()
 
-	// A non-leader vanishes: the leader drops it after DeadAfter.
+	// A non-leader vanishes: the leader drops it after DeadAfter; the
+	// others keep their ids.
 	s.down(c)
 	s.run(deadAfter + 2*probeEvery)
-	s.check()
+	keptIDs(t, first, s.check())
 	if got := a.m.Stats().Vanished; got != 1 {
 		t.Errorf("leader counted %d vanished hosts, want 1", got)
 	}
@@ -234,6 +257,7 @@ func TestVanish(t *testing.T) {
 	if !bytes.Equal(after.Leader, b.mac) || after.Epoch <= before.Epoch {
 		t.Fatalf("after the leader vanished: %s (before: %s)", show(after), show(before))
 	}
+	keptIDs(t, before, after)
 	if last := s.nodes[len(s.nodes)-1].changes; len(last) == 0 || len(last[len(last)-1].Hosts) != 3 {
 		t.Errorf("OnChange did not report the 3-host table: %v", last)
 	}
@@ -378,7 +402,7 @@ func TestMalformedFrames(t *testing.T) {
 		frameOf(t, evil, defaultVCI, func() []byte { p := slices.Clone(probe); p[1] = 7; return p }()),
 		frameOf(t, mac(8), defaultVCI, probe),                                                                                        // sender MAC is not the source
 		frameOf(t, evil, defaultVCI, append(slices.Clone(probe), 0)),                                                                 // trailing byte
-		frameOf(t, evil, defaultVCI, func() []byte { p := slices.Clone(table); p[HeaderLen+1] = 5; return p }()),                     // id out of place
+		frameOf(t, evil, defaultVCI, func() []byte { p := slices.Clone(table); p[HeaderLen+1] = 1; return p }()),                     // id repeated
 		frameOf(t, evil, defaultVCI, func() []byte { p := slices.Clone(table); p[2] = 0; return p }()),                               // unprivileged TABLE
 		frameOf(t, evil, defaultVCI, func() []byte { p := slices.Clone(probe); p[21] = 1; return append(p, make([]byte, 10)...) }()), // PROBE with an entry
 	}

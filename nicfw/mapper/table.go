@@ -6,7 +6,8 @@ import (
 	"slices"
 )
 
-// HostID names a host in a Table: its position in MAC order.
+// HostID names a host in a Table. A host keeps its id while it stays in
+// the table (see the package documentation).
 type HostID uint16
 
 // Host is one entry of the host table.
@@ -17,7 +18,7 @@ type Host struct {
 }
 
 // Table is the host table a leader distributed (or built, on the leader).
-// Hosts are in MAC order, Hosts[i].ID == i. The zero Table (Epoch 0) means
+// Hosts are in MAC order, with distinct ids. The zero Table (Epoch 0) means
 // no table yet.
 type Table struct {
 	Epoch  uint64           // the leader's version of the table; grows with every change

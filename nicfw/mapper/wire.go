@@ -110,8 +110,10 @@ func Parse(p []byte) (Message, error) {
 	for i := range m.Entries {
 		b := body[i*EntryLen : (i+1)*EntryLen]
 		e := Entry{ID: HostID(binary.BigEndian.Uint16(b)), MAC: [6]byte(b[2:8]), Queue: binary.BigEndian.Uint16(b[8:])}
-		if int(e.ID) != i {
-			return Message{}, fmt.Errorf("%w: entry %d has id %d", ErrMalformed, i, e.ID)
+		for _, f := range m.Entries[:i] {
+			if f.ID == e.ID {
+				return Message{}, fmt.Errorf("%w: entry %d repeats id %d", ErrMalformed, i, e.ID)
+			}
 		}
 		if isGroup(e.MAC) || i > 0 && bytes.Compare(m.Entries[i-1].MAC[:], e.MAC[:]) >= 0 {
 			return Message{}, fmt.Errorf("%w: entry %d: MAC %v out of order or a group address", ErrMalformed, i, net.HardwareAddr(e.MAC[:]))
