@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xam-project/xam/internal/clock"
@@ -95,11 +97,37 @@ import (
 // that must survive its peers' failures uses Outstanding and its own
 // timeout.
 //
-// Threads. An AMII, like the engine it drives in inline mode, belongs to one
-// goroutine: every method, and every handler, runs in it.
+// Threads. By default an AMII, like the engine it drives in inline mode,
+// belongs to one goroutine: every method, and every handler, runs in it.
+// With AMIIConfig.Shared it may be used by several goroutines at once: one
+// blocked in Wait while others send requests, several polling, several
+// sending. Every method then takes the endpoint's lock, and handlers run
+// holding it, in the goroutine whose Poll (or Request, Wait, Drain) found
+// their messages; so at most one handler of the endpoint runs at a time,
+// and a handler sees the endpoint as it would in one goroutine. A blocking
+// wait releases the lock while it blocks (firmware mode: in
+// AMIIConfig.Block; a full queue: while yielding), and inline mode's Wait
+// releases it between runs of the engine, so others get their turn; the
+// poll function of inline mode is called with the lock held, one
+// goroutine at a time. Register, RegisterMedium and OnReturn are to be
+// called before the endpoint is shared. A handler may call only its
+// Token2: a handler that calls its own endpoint's methods finds the lock
+// held (by its own goroutine), which Shared cannot tell apart from another
+// goroutine's handler running; it waits for at most the give-up time and
+// then gets ErrDiscipline (without Shared, ErrDiscipline comes at once).
+// Stats and Outstanding called from a handler in Shared mode likewise wait
+// and then return zero values. The endpoint's notification wakes one
+// blocked goroutine: in Shared mode the others wait for a Poll to take
+// messages, and Wait may then return with nothing left to poll (another
+// goroutine ran the handlers).
 
 // MaxArgs2 is the most argument words of an AM-II message.
 const MaxArgs2 = nicfw.MaxShortArgs
+
+// sharedRecheck bounds how long a goroutine of a Shared endpoint waits for
+// another one, blocked on the endpoint's notification, to take messages
+// before it looks again itself.
+const sharedRecheck = 5 * time.Millisecond
 
 // NullReply is the handler index of implicit replies: a reply to it runs no
 // handler and only gives back the requester's credit. Register never
@@ -260,6 +288,9 @@ type AMIIConfig struct {
 	// endpoint's events found no message. Required without a poll
 	// function; unused with one.
 	Block func(timeout time.Duration) error
+	// Shared makes the endpoint safe for several goroutines (see
+	// "Threads" at the top of amii.go): its methods take a lock.
+	Shared bool
 }
 
 // AMIIStats counts what an AM-II endpoint did.
@@ -294,7 +325,11 @@ type AMII struct {
 	handlers    []handler
 	onReturn    func(Returned)
 	outstanding int
-	depth       int // handlers running (handlers do not nest)
+	depth       int           // handlers running (handlers do not nest)
+	mu          sync.Mutex    // Shared: held by the goroutine in a method
+	running     atomic.Bool   // Shared: a handler runs (in the lock's holder)
+	blocking    int           // Shared, firmware mode: goroutines blocked in AMIIConfig.Block
+	changed     chan struct{} // Shared: closed (and replaced) when a Poll took messages
 	tok         Token2
 	d           nicfw.Descriptor
 	args        [MaxArgs2]uint64
@@ -341,6 +376,9 @@ func NewAMII(view *nicfw.EndpointView, poll func() (int, error), cfg AMIIConfig)
 	for i := range cfg.MediumSlots {
 		a.free = append(a.free, cfg.MediumSlots-1-i)
 	}
+	if cfg.Shared {
+		a.changed = make(chan struct{})
+	}
 	return a, nil
 }
 
@@ -368,11 +406,69 @@ func (a *AMII) OnReturn(f func(Returned)) { a.onReturn = f }
 func (a *AMII) Config() AMIIConfig { return a.cfg }
 
 // Stats returns the endpoint's counters.
-func (a *AMII) Stats() AMIIStats { return a.stats }
+func (a *AMII) Stats() AMIIStats {
+	if a.enter() != nil {
+		return AMIIStats{}
+	}
+	defer a.exit()
+	return a.stats
+}
 
 // Outstanding returns the requests sent and not yet answered or returned:
 // the credits in use.
-func (a *AMII) Outstanding() int { return a.outstanding }
+func (a *AMII) Outstanding() int {
+	if a.enter() != nil {
+		return 0
+	}
+	defer a.exit()
+	return a.outstanding
+}
+
+// enter takes the lock of a Shared endpoint for a method. A handler runs
+// holding it: if one runs, the lock's holder may be another goroutine
+// (wait for it) or this one (a handler calling its endpoint, which must
+// not wait forever), so enter then waits for at most the give-up time.
+func (a *AMII) enter() error {
+	if !a.cfg.Shared || a.mu.TryLock() {
+		return nil
+	}
+	start, nap := time.Now(), time.Microsecond
+	for {
+		if !a.running.Load() {
+			// No handler runs, so this goroutine is not in one: the
+			// holder is another goroutine, which lets go soon.
+			a.mu.Lock()
+			return nil
+		}
+		if time.Since(start) > a.cfg.GiveUp {
+			return fmt.Errorf("%w: a handler held the endpoint for %v (a handler may call only its Token2)", ErrDiscipline, a.cfg.GiveUp)
+		}
+		time.Sleep(nap)
+		nap = min(2*nap, time.Millisecond)
+		if a.mu.TryLock() {
+			return nil
+		}
+	}
+}
+
+// exit lets go of the lock enter took.
+func (a *AMII) exit() {
+	if a.cfg.Shared {
+		a.mu.Unlock()
+	}
+}
+
+// unlocked runs f (a blocking wait) without the lock of a Shared endpoint,
+// when no handler is running in this goroutine; otherwise with it.
+func (a *AMII) unlocked(f func()) {
+	if !a.cfg.Shared || a.depth > 0 {
+		f()
+		return
+	}
+	a.mu.Unlock()
+	defer a.mu.Lock()
+	f()
+}
 
 // Staging returns the application's part of the endpoint's staging area
 // (the medium slots after it excluded): the bulk data it sends from
@@ -385,6 +481,10 @@ func (a *AMII) Staging() []byte { return a.view.Staging()[:a.slotBase:a.slotBase
 // reply or a return gives one back, for at most the give-up time. It may
 // not be called from a handler.
 func (a *AMII) Request(dest uint32, handler uint32, args ...uint64) error {
+	if err := a.enter(); err != nil {
+		return err
+	}
+	defer a.exit()
 	if err := a.checkRequest(dest, args); err != nil {
 		return err
 	}
@@ -401,6 +501,10 @@ func (a *AMII) Request(dest uint32, handler uint32, args ...uint64) error {
 // it copies into a medium slot (waiting for one, as for a credit); the
 // caller may reuse data at once. Without data it sends a short request.
 func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...uint64) error {
+	if err := a.enter(); err != nil {
+		return err
+	}
+	defer a.exit()
 	if err := a.checkRequest(dest, args); err != nil {
 		return err
 	}
@@ -430,6 +534,10 @@ func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...u
 // returned. A region that does not fit at the receiver comes back with
 // nicfw.ReasonRange. Otherwise Store is Request.
 func (a *AMII) Store(dest uint32, localOffset, remoteOffset, length uint32, handler uint32, args ...uint64) error {
+	if err := a.enter(); err != nil {
+		return err
+	}
+	defer a.exit()
 	if err := a.checkRequest(dest, args); err != nil {
 		return err
 	}
@@ -470,7 +578,7 @@ func (a *AMII) waitCredit() error {
 	}
 	start := a.cfg.Clock.Now()
 	for {
-		n, err := a.Poll()
+		n, err := a.pollLocked()
 		if err != nil {
 			return err
 		}
@@ -482,9 +590,11 @@ func (a *AMII) waitCredit() error {
 			return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, a.outstanding, a.cfg.GiveUp)
 		}
 		if n == 0 && a.poll == nil {
-			if err := a.Wait(left); err != nil && !errors.Is(err, ErrTimeout) {
+			if err := a.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
 				return err
 			}
+		} else if n == 0 {
+			a.unlocked(func() {}) // let other goroutines in
 		}
 	}
 }
@@ -605,7 +715,7 @@ func (a *AMII) sendDescriptor(q nicfw.Queue, d *nicfw.Descriptor) error {
 // firmware mode it yields the processor.
 func (a *AMII) step() error {
 	if a.poll == nil {
-		runtime.Gosched()
+		a.unlocked(runtime.Gosched)
 		return nil
 	}
 	_, err := a.poll()
@@ -617,6 +727,15 @@ func (a *AMII) step() error {
 // of each), and returns the number of handlers run (error handler
 // included). It may not be called from a handler.
 func (a *AMII) Poll() (int, error) {
+	if err := a.enter(); err != nil {
+		return 0, err
+	}
+	defer a.exit()
+	return a.pollLocked()
+}
+
+// pollLocked is Poll, the lock (if Shared) held.
+func (a *AMII) pollLocked() (int, error) {
 	if a.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
@@ -625,7 +744,13 @@ func (a *AMII) Poll() (int, error) {
 			return 0, err
 		}
 	}
-	ran := 0
+	ran, took := 0, 0
+	defer func() {
+		if took > 0 && a.changed != nil {
+			close(a.changed) // wake the goroutines waiting for credits or messages
+			a.changed = make(chan struct{})
+		}
+	}()
 	for _, q := range [...]nicfw.Queue{nicfw.ReplyReceive, nicfw.RequestReceive} {
 		for range a.entries {
 			// Peek, run, Release: a medium message's bytes stay in place
@@ -639,6 +764,7 @@ func (a *AMII) Poll() (int, error) {
 			}
 			n, err := a.dispatch(q)
 			ran += n
+			took++
 			if rerr := a.view.Release(q); err == nil {
 				err = rerr
 			}
@@ -656,6 +782,15 @@ func (a *AMII) Poll() (int, error) {
 // it arms the endpoint's events and blocks in AMIIConfig.Block. It may not
 // be called from a handler.
 func (a *AMII) Wait(timeout time.Duration) error {
+	if err := a.enter(); err != nil {
+		return err
+	}
+	defer a.exit()
+	return a.waitLocked(timeout)
+}
+
+// waitLocked is Wait, the lock (if Shared) held.
+func (a *AMII) waitLocked(timeout time.Duration) error {
 	if a.depth > 0 {
 		return fmt.Errorf("%w: a handler may not wait", ErrDiscipline)
 	}
@@ -676,12 +811,39 @@ func (a *AMII) Wait(timeout time.Duration) error {
 			if _, err := a.poll(); err != nil {
 				return err
 			}
+			a.unlocked(func() {}) // let other goroutines in
 			continue
 		}
 		if a.view.Arm(all) != 0 {
 			return nil
 		}
-		if err := a.cfg.Block(left); err != nil {
+		if a.cfg.Shared && a.blocking > 0 {
+			// Another goroutine blocks on the endpoint's notification,
+			// which wakes one of us only: wait for a Poll to take
+			// messages (then return: what this goroutine waited for, a
+			// credit say, may have come), or a little while, and look
+			// again.
+			ch := a.changed
+			took := false
+			a.unlocked(func() {
+				t := time.NewTimer(min(left, sharedRecheck))
+				defer t.Stop()
+				select {
+				case <-ch:
+					took = true
+				case <-t.C:
+				}
+			})
+			if took {
+				return nil
+			}
+			continue
+		}
+		var err error
+		a.blocking++
+		a.unlocked(func() { err = a.cfg.Block(left) })
+		a.blocking--
+		if err != nil {
 			a.view.Arm(0)
 			return err
 		}
@@ -768,6 +930,7 @@ func (a *AMII) returned(reason nicfw.Reason, request bool) int {
 		return 0
 	}
 	a.depth++
+	a.running.Store(true)
 	defer a.leave()
 	a.onReturn(r)
 	return 1
@@ -776,6 +939,7 @@ func (a *AMII) returned(reason nicfw.Reason, request bool) int {
 // run calls handler h with the discipline flag raised.
 func (a *AMII) run(h handler, nargs int, data []byte) {
 	a.depth++
+	a.running.Store(true)
 	defer a.leave()
 	if h.medium != nil {
 		h.medium(&a.tok, a.args[:nargs:nargs], data)
@@ -784,25 +948,34 @@ func (a *AMII) run(h handler, nargs int, data []byte) {
 	}
 }
 
-func (a *AMII) leave() { a.depth-- }
+func (a *AMII) leave() {
+	a.depth--
+	a.running.Store(false)
+}
 
 // Drain polls until every request has been answered or returned, or until
 // timeout; in firmware mode it blocks (Wait) while nothing comes.
 func (a *AMII) Drain(timeout time.Duration) error {
+	if err := a.enter(); err != nil {
+		return err
+	}
+	defer a.exit()
 	start := a.cfg.Clock.Now()
 	for a.outstanding > 0 {
 		left := timeout - a.cfg.Clock.Now().Sub(start)
 		if left < 0 {
 			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, a.outstanding, timeout)
 		}
-		n, err := a.Poll()
+		n, err := a.pollLocked()
 		if err != nil {
 			return err
 		}
 		if n == 0 && a.poll == nil && a.outstanding > 0 {
-			if err := a.Wait(left); err != nil && !errors.Is(err, ErrTimeout) {
+			if err := a.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
 				return err
 			}
+		} else if n == 0 {
+			a.unlocked(func() {}) // let other goroutines in
 		}
 	}
 	return nil

@@ -194,7 +194,13 @@ func TestAMIIRoundTrip(t *testing.T) {
 // TestAMIIDiscipline checks the request/reply discipline and the API's
 // argument checks.
 func TestAMIIDiscipline(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	t.Run("one goroutine", func(t *testing.T) { disciplineBody(t, AMIIConfig{}) })
+	// Shared: A1's reply handler calling A1 waits for the give-up time.
+	t.Run("shared", func(t *testing.T) { disciplineBody(t, AMIIConfig{Shared: true, GiveUp: 50 * time.Millisecond}) })
+}
+
+func disciplineBody(t *testing.T, cfgA AMIIConfig) {
+	n := newAMIINet(t, cfgA)
 	n.serveB = true
 	var errs []error
 	var replyErr error

@@ -23,6 +23,8 @@
 // to the sender with a reason (bad tag, no such endpoint, endpoint closed,
 // unreachable host, region out of range), and Wait, which in inline mode
 // runs the engine until a message is there and in firmware mode blocks on
-// the endpoint's notification (AMIIConfig.Block). Reaching the firmware
-// daemon through its socket, and GRIM's named handlers, come next.
+// the endpoint's notification (AMIIConfig.Block). Dial opens an endpoint
+// through a firmware daemon's socket. An AMII belongs to one goroutine, or,
+// with AMIIConfig.Shared, may be used by several at once (amii.go,
+// "Threads"). GRIM's named handlers come next.
 package am

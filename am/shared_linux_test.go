@@ -1,0 +1,168 @@
+//go:build linux
+
+package am
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
+)
+
+// A Shared endpoint in firmware mode, used by six goroutines at once: four
+// send requests (sharing its K credits), one blocks in Wait and runs the
+// handlers, and the test's goroutine drains. Every request is answered
+// exactly once; the server endpoint is served by a goroutine of its own.
+// The daemons run on a memlink pair that loses 2% of the frames;
+// TestAMIISharedOverAFXDP runs the same body over AF_XDP.
+func TestAMIIShared(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{Loss: 0.02, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	sharedBody(t, la, lb)
+}
+
+// TestAMIISharedOverAFXDP is TestAMIIShared's body with the daemons on a
+// veth pair, over AF_XDP, xam's XDP program dropping 2% of the frames.
+func TestAMIISharedOverAFXDP(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	var links [2]afxdp.Link
+	for i, h := range []*netnstest.Host{v.A, v.B} {
+		var prog *loader.Program
+		var sock *afxdp.Socket
+		err := h.Do(func() (err error) {
+			if prog, err = loader.Load(loader.Config{DstMAC: h.MAC}); err != nil {
+				return err
+			}
+			if _, err = prog.Attach(h.Index, loader.ModeAuto); err != nil {
+				return err
+			}
+			if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
+				return err
+			}
+			return prog.Register(0, sock.FD())
+		})
+		if prog != nil {
+			t.Cleanup(func() { prog.Close() })
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sock.Close(); sock.Recv(nil) })
+		if err := prog.SetFaults(loader.Faults{DropRate: 0.02, Seed: uint64(7 + i)}); err != nil {
+			t.Fatal(err)
+		}
+		links[i] = sock
+	}
+	sharedBody(t, links[0], links[1])
+}
+
+func sharedBody(t *testing.T, la, lb afxdp.Link) {
+	dir := t.TempDir()
+	daemon := func(l afxdp.Link, id, peer nicfw.HostID, peerMAC net.HardwareAddr) string {
+		path := filepath.Join(dir, "fw"+string(rune('0'+id))+".sock")
+		d, err := nicfw.NewDaemon(l, nicfw.DaemonConfig{Engine: nicfw.EngineConfig{Host: id,
+			Transport: nicfw.Config{RetransmitAfter: time.Millisecond}},
+			Hosts: map[nicfw.HostID]net.HardwareAddr{peer: peerMAC}, Socket: path, Sleep: 50 * time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("daemon %d: %v", id, err)
+			}
+		})
+		return path
+	}
+	pa := daemon(la, amiiHostA, amiiHostB, lb.HardwareAddr())
+	pb := daemon(lb, amiiHostB, amiiHostA, la.HardwareAddr())
+
+	server, err := Dial(pb, nicfw.OpenRequest{Endpoint: 20, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostA, Endpoint: 21}}}, AMIIConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	client, err := Dial(pa, nicfw.OpenRequest{Endpoint: 21, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostB, Endpoint: 20}}},
+		AMIIConfig{Shared: true, Credits: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	const senders, per = 4, 500
+	var seen [senders * per]atomic.Int32
+	var replies atomic.Int64
+	reply := client.Register(func(_ *Token2, args []uint64) {
+		seen[args[0]-1].Add(1) // the server adds 1
+		replies.Add(1)
+	})
+	echo := server.Register(func(tok *Token2, args []uint64) {
+		if err := tok.Reply(reply, args[0]+1); err != nil {
+			t.Errorf("reply: %v", err)
+		}
+	})
+	if echo != 0 {
+		t.Fatalf("echo handler %d", echo)
+	}
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	serve := func(a *AMII) {
+		for !stop.Load() {
+			if err := a.Wait(20 * time.Millisecond); err != nil && !errors.Is(err, ErrTimeout) {
+				t.Errorf("wait: %v", err)
+				return
+			}
+			if _, err := a.Poll(); err != nil {
+				t.Errorf("poll: %v", err)
+				return
+			}
+		}
+	}
+	wg.Go(func() { serve(server.AMII) })
+	wg.Go(func() { serve(client.AMII) }) // the thread blocked in Wait
+	var sends sync.WaitGroup
+	for g := range uint64(senders) {
+		sends.Go(func() {
+			for i := range uint64(per) {
+				if err := client.Request(0, 0, g*per+i); err != nil {
+					t.Errorf("sender %d, request %d: %v", g, i, err)
+					return
+				}
+			}
+		})
+	}
+	sends.Wait()
+	if err := client.Drain(10 * time.Second); err != nil {
+		t.Error(err)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if got := replies.Load(); got != senders*per {
+		t.Fatalf("%d replies to %d requests", got, senders*per)
+	}
+	for i := range seen {
+		if n := seen[i].Load(); n != 1 {
+			t.Fatalf("request %d answered %d times", i, n)
+		}
+	}
+	if s := client.Stats(); s.Requests != senders*per || s.ReplyHandled != senders*per || client.Outstanding() != 0 {
+		t.Errorf("client stats %+v, outstanding %d", s, client.Outstanding())
+	}
+}
