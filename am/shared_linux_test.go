@@ -15,8 +15,8 @@ import (
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/netnstest"
-	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // A Shared endpoint in firmware mode, used by six goroutines at once: four
@@ -40,31 +40,7 @@ func TestAMIISharedOverAFXDP(t *testing.T) {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	var links [2]afxdp.Link
 	for i, h := range []*netnstest.Host{v.A, v.B} {
-		var prog *loader.Program
-		var sock *afxdp.Socket
-		err := h.Do(func() (err error) {
-			if prog, err = loader.Load(loader.Config{DstMAC: h.MAC}); err != nil {
-				return err
-			}
-			if _, err = prog.Attach(h.Index, loader.ModeAuto); err != nil {
-				return err
-			}
-			if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
-				return err
-			}
-			return prog.Register(0, sock.FD())
-		})
-		if prog != nil {
-			t.Cleanup(func() { prog.Close() })
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sock.Close(); sock.Recv(nil) })
-		if err := prog.SetFaults(loader.Faults{DropRate: 0.02, Seed: uint64(7 + i)}); err != nil {
-			t.Fatal(err)
-		}
-		links[i] = sock
+		_, links[i] = xdptest.Open(t, h.Do, h.Index, h.MAC, 0.02, uint64(7+i))
 	}
 	sharedBody(t, links[0], links[1])
 }

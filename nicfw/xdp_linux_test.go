@@ -8,35 +8,13 @@ import (
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
-// xdpHost attaches xam's XDP program to h's veth end, opens an AF_XDP
-// socket there, and has the program drop the fraction drop of xam frames
-// (seeded); everything is closed in t's cleanup.
+// xdpHost opens xam's data path on h's veth end (xdptest.Open).
 func xdpHost(t *testing.T, h *netnstest.Host, drop float64, seed uint64) (*loader.Program, *afxdp.Socket) {
 	t.Helper()
-	var prog *loader.Program
-	var sock *afxdp.Socket
-	err := h.Do(func() (err error) {
-		if prog, err = loader.Load(loader.Config{DstMAC: h.MAC}); err != nil {
-			return err
-		}
-		if _, err = prog.Attach(h.Index, loader.ModeAuto); err != nil {
-			return err
-		}
-		if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
-			return err
-		}
-		return prog.Register(0, sock.FD())
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sock.Close(); sock.Recv(nil); prog.Close() })
-	if err := prog.SetFaults(loader.Faults{DropRate: drop, Seed: seed}); err != nil {
-		t.Fatal(err)
-	}
-	return prog, sock
+	return xdptest.Open(t, h.Do, h.Index, h.MAC, drop, seed)
 }
 
 // TestOverAFXDP runs the transport over real AF_XDP sockets on a veth pair,

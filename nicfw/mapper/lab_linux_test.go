@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
-	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // TestLab runs three mappers over real AF_XDP sockets on a three-host star
@@ -34,30 +33,7 @@ func TestLab(t *testing.T) {
 	}
 	var hosts []*host
 	for i, h := range l.Hosts {
-		var prog *loader.Program
-		var sock *afxdp.Socket
-		err := h.Do(func() (err error) {
-			if prog, err = loader.Load(loader.Config{DstMAC: h.MAC}); err != nil {
-				return err
-			}
-			if _, err = prog.Attach(h.Index, loader.ModeAuto); err != nil {
-				prog.Close()
-				return err
-			}
-			if sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
-				prog.Close()
-				return err
-			}
-			if err = prog.Register(0, sock.FD()); err != nil {
-				sock.Close()
-				prog.Close()
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sock.Close(); sock.Recv(nil); prog.Close() })
+		_, sock := xdptest.Open(t, h.Do, h.Index, h.MAC, 0, 0)
 		m, err := New(sock, Config{ProbeInterval: 20 * time.Millisecond, DeadAfter: 150 * time.Millisecond,
 			Queue: i, Privileged: true})
 		if err != nil {

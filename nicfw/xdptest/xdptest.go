@@ -1,0 +1,47 @@
+package xdptest
+
+import (
+	"net"
+	"testing"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/loader"
+)
+
+// Open attaches xam's XDP program (accepting xam frames for mac) to device
+// ifindex, opens an AF_XDP socket on its queue 0 and registers it, all in
+// do (which runs its function in the device's network namespace), and has
+// the program drop the fraction drop of xam frames, with seed. Everything
+// is closed in tb's cleanup; a failure ends the test.
+func Open(tb testing.TB, do func(func() error) error, ifindex int, mac net.HardwareAddr, drop float64, seed uint64) (*loader.Program, *afxdp.Socket) {
+	tb.Helper()
+	var prog *loader.Program
+	var sock *afxdp.Socket
+	err := do(func() (err error) {
+		if prog, err = loader.Load(loader.Config{DstMAC: mac}); err != nil {
+			return err
+		}
+		if _, err = prog.Attach(ifindex, loader.ModeAuto); err != nil {
+			return err
+		}
+		if sock, err = afxdp.Open(ifindex, afxdp.Options{}); err != nil {
+			return err
+		}
+		return prog.Register(0, sock.FD())
+	})
+	if prog != nil {
+		tb.Cleanup(func() { prog.Close() })
+	}
+	if sock != nil {
+		// Registered after prog's, so it runs first: the socket goes
+		// before the program.
+		tb.Cleanup(func() { sock.Close(); sock.Recv(nil) })
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := prog.SetFaults(loader.Faults{DropRate: drop, Seed: seed}); err != nil {
+		tb.Fatal(err)
+	}
+	return prog, sock
+}
