@@ -23,8 +23,8 @@ import (
 //     sends the frame), the median;
 //   - Or, receive overhead: the time the receiver's thread spends per
 //     message (its engine's receive work, the handler, queuing the
-//     implicit reply), the median over polls that ran handlers while the
-//     sender streams;
+//     implicit reply), the median over the polls that ran handlers and
+//     sent nothing while the sender streams;
 //   - g, gap: the time per message of a stream of requests that keeps K
 //     outstanding, on the sender;
 //   - RTT: the median request/reply round trip;
@@ -177,16 +177,21 @@ func openLogPHost(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg
 }
 
 // serve runs b's endpoint 0 until stop, recording with orHist the time per
-// handler of each poll that ran some while measure is set.
+// handler of each poll that ran some, and in which the engine sent
+// nothing, while measure is set. (A poll's engine run sends the replies
+// the previous poll's handlers queued: that is the replies' send overhead,
+// not the requests' receive overhead, and how many polls carry it depends
+// on the stream's pace, which differs between the configurations.)
 func serve(b *logpHost, stop, measure *atomic.Bool, orHist *[]time.Duration) error {
 	s := b.ams[0]
 	for !stop.Load() {
+		sent := b.eng.Stats().Sent
 		t0 := time.Now()
 		n, err := s.Poll()
 		if err != nil {
 			return err
 		}
-		if n > 0 && measure.Load() {
+		if n > 0 && measure.Load() && b.eng.Stats().Sent == sent {
 			*orHist = append(*orHist, time.Since(t0)/time.Duration(n))
 		}
 	}
