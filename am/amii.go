@@ -118,8 +118,9 @@ import (
 // Stats and Outstanding called from a handler in Shared mode likewise wait
 // and then return zero values. The endpoint's notification wakes one
 // blocked goroutine: in Shared mode the others wait for a Poll to take
-// messages, and Wait may then return with nothing left to poll (another
-// goroutine ran the handlers).
+// messages, the one blocked wakes at least every few milliseconds, and
+// Wait may return with nothing to poll (another goroutine ran the
+// handlers); its callers loop.
 
 // MaxArgs2 is the most argument words of an AM-II message.
 const MaxArgs2 = nicfw.MaxShortArgs
@@ -840,12 +841,22 @@ func (a *AMII) waitLocked(timeout time.Duration) error {
 			continue
 		}
 		var err error
+		block := left
+		if a.cfg.Shared {
+			// Another goroutine's Poll may take the messages this one
+			// was woken for, or Arm and find them there (then nobody
+			// is notified): block briefly and let the caller look.
+			block = min(left, sharedRecheck)
+		}
 		a.blocking++
-		a.unlocked(func() { err = a.cfg.Block(left) })
+		a.unlocked(func() { err = a.cfg.Block(block) })
 		a.blocking--
 		if err != nil {
 			a.view.Arm(0)
 			return err
+		}
+		if a.cfg.Shared {
+			return nil
 		}
 	}
 }
