@@ -459,6 +459,10 @@ func (a *AMII) exit() {
 	}
 }
 
+// letOthersIn lets go of a Shared endpoint's lock for a moment, between
+// runs of a loop that holds it.
+func (a *AMII) letOthersIn() { a.unlocked(func() {}) }
+
 // unlocked runs f (a blocking wait) without the lock of a Shared endpoint,
 // when no handler is running in this goroutine; otherwise with it.
 func (a *AMII) unlocked(f func()) {
@@ -595,7 +599,7 @@ func (a *AMII) waitCredit() error {
 				return err
 			}
 		} else if n == 0 {
-			a.unlocked(func() {}) // let other goroutines in
+			a.letOthersIn()
 		}
 	}
 }
@@ -812,7 +816,7 @@ func (a *AMII) waitLocked(timeout time.Duration) error {
 			if _, err := a.poll(); err != nil {
 				return err
 			}
-			a.unlocked(func() {}) // let other goroutines in
+			a.letOthersIn()
 			continue
 		}
 		if a.view.Arm(all) != 0 {
@@ -940,8 +944,7 @@ func (a *AMII) returned(reason nicfw.Reason, request bool) int {
 	if a.onReturn == nil {
 		return 0
 	}
-	a.depth++
-	a.running.Store(true)
+	a.enterHandler()
 	defer a.leave()
 	a.onReturn(r)
 	return 1
@@ -949,8 +952,7 @@ func (a *AMII) returned(reason nicfw.Reason, request bool) int {
 
 // run calls handler h with the discipline flag raised.
 func (a *AMII) run(h handler, nargs int, data []byte) {
-	a.depth++
-	a.running.Store(true)
+	a.enterHandler()
 	defer a.leave()
 	if h.medium != nil {
 		h.medium(&a.tok, a.args[:nargs:nargs], data)
@@ -959,9 +961,20 @@ func (a *AMII) run(h handler, nargs int, data []byte) {
 	}
 }
 
+// enterHandler raises the discipline flag (and, Shared, running) before
+// a handler runs; leave lowers them after.
+func (a *AMII) enterHandler() {
+	a.depth++
+	if a.cfg.Shared {
+		a.running.Store(true)
+	}
+}
+
 func (a *AMII) leave() {
 	a.depth--
-	a.running.Store(false)
+	if a.cfg.Shared {
+		a.running.Store(false)
+	}
 }
 
 // Drain polls until every request has been answered or returned, or until
@@ -986,7 +999,7 @@ func (a *AMII) Drain(timeout time.Duration) error {
 				return err
 			}
 		} else if n == 0 {
-			a.unlocked(func() {}) // let other goroutines in
+			a.letOthersIn()
 		}
 	}
 	return nil

@@ -1,7 +1,6 @@
 package nicfw
 
 import (
-	"net"
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
@@ -60,10 +59,9 @@ func (l *splitLink) Recv(frames [][]byte) (int, error) {
 func (l *splitLink) mapSide() afxdp.Link { return (*mapLink)(l) }
 
 // mapLink is the mapper's view of a splitLink: it receives the mapper
-// frames the engine's receives set aside, and sends on the link.
+// frames the engine's receives set aside; Send, BatchSize, MTU and
+// HardwareAddr are the link's (promoted from the embedded Link).
 type mapLink splitLink
-
-func (m *mapLink) Send(frames [][]byte) (int, error) { return m.Link.Send(frames) }
 
 // Recv returns the waiting mapper frames; they are valid until the next
 // Recv, which recycles them.
@@ -82,10 +80,6 @@ func (m *mapLink) Recv(frames [][]byte) (int, error) {
 // Wait reports whether mapper frames are waiting; it does not block (the
 // engine thread receives for the mapper).
 func (m *mapLink) Wait(time.Duration) (bool, error) { return len(m.inbox) > 0, nil }
-
-func (m *mapLink) BatchSize() int                 { return m.Link.BatchSize() }
-func (m *mapLink) MTU() int                       { return m.Link.MTU() }
-func (m *mapLink) HardwareAddr() net.HardwareAddr { return m.Link.HardwareAddr() }
 
 // Close does nothing: the link belongs to the daemon's owner.
 func (m *mapLink) Close() error { return nil }

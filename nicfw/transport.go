@@ -285,8 +285,7 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 // ErrUnreachable, under its old id), and its acknowledgements owed are
 // dropped; frames from it are then from an unknown source.
 func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
-	byMAC := make(map[[6]byte]*peer, len(hosts))
-	seen := make(map[[6]byte]bool, len(hosts))
+	byMAC := make(map[[6]byte]*peer, len(hosts)) // nil until the second pass
 	top := -1
 	for id, mac := range hosts {
 		if len(mac) != 6 {
@@ -296,10 +295,10 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 		if key == t.mac {
 			continue
 		}
-		if seen[key] {
+		if _, dup := byMAC[key]; dup {
 			return fmt.Errorf("%w: address %v is in the table twice", ErrConfig, mac)
 		}
-		seen[key] = true
+		byMAC[key] = nil
 		top = max(top, int(id))
 	}
 	peers := make([]*peer, top+1)
@@ -317,7 +316,7 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 	}
 	var left []*peer
 	for key, p := range t.byMAC {
-		if byMAC[key] == nil {
+		if _, stays := byMAC[key]; !stays {
 			left = append(left, p)
 		}
 	}
