@@ -60,7 +60,7 @@ func (n *amiiNet) enginesOnly() (int, error) {
 	return wa + wb, err
 }
 
-func newAMIINet(t *testing.T, cfgA AMIIConfig) *amiiNet {
+func newAMIINet(t testing.TB, cfgA AMIIConfig) *amiiNet {
 	t.Helper()
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {

@@ -101,6 +101,44 @@ func BenchmarkPingPong(b *testing.B) {
 	})
 }
 
+// BenchmarkPingCompare measures the round trip of a 32-byte message over
+// raw AF_XDP, SSAM and AM-II (inline engines) on one veth pair in
+// alternation (Compare, ten rounds), b.N round trips each: besides each
+// path's p50, the ratios of SSAM's and AM-II's p50 to raw's, which hold
+// still on a machine whose speed drifts.
+func BenchmarkPingCompare(b *testing.B) {
+	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
+	pa, pb := places(p)
+	c, err := Compare(PingConfig{Count: max(b.N, 10), Size: 32}, 10,
+		Pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(pa, pb, c) }},
+		Pinger{"ssam", func(c PingConfig) (*PingResult, error) {
+			r, err := SSAMPing(pa, pb, c, 0, am.SSAMConfig{})
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
+		}},
+		Pinger{"amii", func(c PingConfig) (*PingResult, error) {
+			r, err := AMIIPing(pa, pb, c, 0)
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range c.Paths {
+		if r.Lost != 0 {
+			b.Fatalf("%s: %d round trips lost", r.Name, r.Lost)
+		}
+		b.ReportMetric(float64(r.RTT.P50), r.Name+"-p50-ns")
+		if r.Name != "raw" {
+			b.ReportMetric(r.Ratio, r.Name+"/raw")
+		}
+	}
+}
+
 // BenchmarkShortMessageRate compares, in one run on one veth pair, the
 // raw AF_XDP frame rate (one-cell frames in batches of 64) with SSAM's
 // reliable single-cell message rate, unbatched and batched (window 63,

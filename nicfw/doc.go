@@ -64,8 +64,12 @@
 // restart quicker than that goes unnoticed.
 //
 // Timestamps are the transport clock's reading in nanoseconds since the
-// Unix epoch, made strictly increasing per Transport, so each transmission
-// has its own even under a manual clock that does not move.
+// Unix epoch as of the current pass (a send reads the clock only after its
+// frame has left, so its stamp may be the pass's earlier reading or the
+// last stamp's), made strictly increasing per Transport, so each
+// transmission has its own even under a manual clock that does not move.
+// Only their identity matters: a NACK counts if it echoes the current
+// transmission's.
 //
 // # Threads
 //

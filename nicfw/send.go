@@ -3,7 +3,6 @@ package nicfw
 import (
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cells"
@@ -83,14 +82,16 @@ func (t *Transport) sendPeer(p *peer, payload []byte, cookie uint64) (int, error
 	c.cookie = cookie
 	c.retries = 0
 
-	now := t.now()
-	c.first, c.heard = now, now
 	t.occupy(p, c)
-	if err := t.transmit(p, c, now); err != nil {
+	if err := t.transmit(p, c); err != nil {
 		t.release(p, c)
 		c.seq-- // the message never left: its number is still free
 		return -1, fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
+	// The clock is read once the frame has left: in request/reply traffic
+	// the frame's way to the peer overlaps it.
+	now := t.now()
+	c.heard, c.due = now, now.Add(t.cfg.RetransmitAfter)
 	t.stats.Sent++
 	return i, nil
 }
@@ -105,23 +106,21 @@ func (t *Transport) sendUnreliable(p *peer, payload []byte) error {
 	c.sdu = c.sdu[:n]
 	header(c.sdu).put(typeData, 0, 0, 0, len(payload))
 	copy(c.sdu[headerLen:], payload)
-	if err := t.transmit(p, c, t.now()); err != nil {
+	if err := t.transmit(p, c); err != nil {
 		return fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
 	t.stats.Sent++
 	return nil
 }
 
-// transmit sends the message in channel c to p with a fresh timestamp and
-// schedules its retransmission. The acknowledgements owed to p ride along
-// (piggy-backing, acks.go). The PDU is cut into as many frames as it needs;
-// the first is flagged cells.FlagStart, and all go to the link in one
-// batch.
-func (t *Transport) transmit(p *peer, c *sendChannel, now time.Time) error {
-	c.stamp = t.stampNow(now)
+// transmit sends the message in channel c to p with a fresh timestamp; the
+// caller schedules its retransmission. The acknowledgements owed to p ride
+// along (piggy-backing, acks.go). The PDU is cut into as many frames as it
+// needs; the first is flagged cells.FlagStart, and all go to the link in
+// one batch.
+func (t *Transport) transmit(p *peer, c *sendChannel) error {
+	c.stamp = t.nextStamp()
 	header(c.sdu).setStamp(c.stamp)
-	c.last = now
-	c.due = now.Add(t.cfg.RetransmitAfter)
 
 	sdu := c.sdu
 	if len(p.ackList) > 0 {

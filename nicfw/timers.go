@@ -36,9 +36,10 @@ func (t *Transport) scan(now time.Time) error {
 				continue
 			}
 			c.retries++
-			if err := t.transmit(p, c, now); err != nil {
+			if err := t.transmit(p, c); err != nil {
 				return err
 			}
+			c.due = now.Add(t.cfg.RetransmitAfter)
 			t.stats.Retransmits++
 		}
 	}

@@ -360,10 +360,15 @@ func (t *Transport) Unacked(dst HostID) int {
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats { return t.stats }
 
-// stampNow returns the timestamp of a transmission at now: its reading in
-// nanoseconds, made strictly greater than every earlier one.
-func (t *Transport) stampNow(now time.Time) uint64 {
-	s := uint64(now.UnixNano())
+// nextStamp returns the timestamp of a transmission: the time of the
+// current pass in nanoseconds if the pass has read the clock (else the
+// last timestamp's), made strictly greater than every earlier one. It
+// does not read the clock itself: a send reads it after its frame left.
+func (t *Transport) nextStamp() uint64 {
+	var s uint64
+	if t.nowOK {
+		s = uint64(t.tnow.UnixNano())
+	}
 	if s <= t.lastStamp {
 		s = t.lastStamp + 1
 	}
