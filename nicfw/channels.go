@@ -50,9 +50,9 @@ type peer struct {
 // sendChannel is one entry of the send channel table.
 type sendChannel struct {
 	inUse   bool
-	seq     uint16 // sequence number of the message in flight, or of the next one
-	cookie  uint64 // the sender's cookie, given back by Returned
-	stamp   uint64 // timestamp of the current transmission, echoed by NACKs
+	seq     uint16    // sequence number of the message in flight, or of the next one
+	cookie  uint64    // the sender's cookie, given back by Returned
+	stamp   uint64    // timestamp of the current transmission, echoed by NACKs
 	heard   time.Time // first transmission or last valid NACK: GiveUpAfter counts from here
 	due     time.Time // next retransmission
 	retries int
