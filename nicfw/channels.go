@@ -53,6 +53,7 @@ type sendChannel struct {
 	seq     uint16    // sequence number of the message in flight, or of the next one
 	cookie  uint64    // the sender's cookie, given back by Returned
 	stamp   uint64    // timestamp of the current transmission, echoed by NACKs
+	timed   bool      // heard and due are set (setTimers, send.go)
 	heard   time.Time // first transmission or last valid NACK: GiveUpAfter counts from here
 	due     time.Time // next retransmission
 	retries int

@@ -192,8 +192,7 @@ func (t *Transport) dispatch(p *peer, h header, acks, payload []byte) {
 		}
 		t.stats.NacksReceived++
 		now := t.now()
-		c.heard = now
-		c.due = now.Add(t.cfg.NackDelay)
+		c.heard, c.due, c.timed = now, now.Add(t.cfg.NackDelay), true
 	}
 }
 

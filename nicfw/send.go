@@ -88,12 +88,23 @@ func (t *Transport) sendPeer(p *peer, payload []byte, cookie uint64) (int, error
 		c.seq-- // the message never left: its number is still free
 		return -1, fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
-	// The clock is read once the frame has left: in request/reply traffic
-	// the frame's way to the peer overlaps it.
-	now := t.now()
-	c.heard, c.due = now, now.Add(t.cfg.RetransmitAfter)
+	t.setTimers(c)
 	t.stats.Sent++
 	return i, nil
+}
+
+// setTimers starts the give-up and retransmission timers of the message
+// just sent on c. On the system clock, a pass that has not read the clock
+// leaves them to the next timer scan (timers.go), which starts them then:
+// a send costs no clock reading, and the timers start at most a scan
+// interval late. Other clocks (a test's manual clock) are read at once.
+func (t *Transport) setTimers(c *sendChannel) {
+	if t.sysClock && !t.nowOK {
+		c.timed = false
+		return
+	}
+	now := t.now()
+	c.heard, c.due, c.timed = now, now.Add(t.cfg.RetransmitAfter), true
 }
 
 // sendUnreliable sends payload to p once, keeping nothing.

@@ -6,7 +6,9 @@ import "time"
 // Config.ScanInterval of the transport's clock. It visits only the peers on
 // the active list (unacked > 0, kept by occupy and release in channels.go),
 // so its cost follows the traffic in flight, not the size of the host
-// table. For each channel in use whose retransmission is due it either
+// table. A channel sent on since the last scan without reading the clock
+// (setTimers, send.go) has its timers started. For each channel in use
+// whose retransmission is due it either
 //
 //   - gives up, when nothing has been heard for the message (no NACK) for
 //     GiveUpAfter since its first transmission or its last valid NACK: the
@@ -28,6 +30,11 @@ func (t *Transport) scan(now time.Time) error {
 		t.stats.ScanVisits++
 		for j := range p.send {
 			c := &p.send[j]
+			if c.inUse && !c.timed {
+				// Sent since the last scan, with the timers left to it.
+				c.heard, c.due, c.timed = now, now.Add(t.cfg.RetransmitAfter), true
+				continue
+			}
 			if !c.inUse || now.Before(c.due) {
 				continue
 			}
