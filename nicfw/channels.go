@@ -58,12 +58,14 @@ type sendChannel struct {
 	due     time.Time // next retransmission
 	retries int
 
-	// sdu is the transport header and the payload of the message in flight
-	// (the copy of the unacknowledged packet), without acknowledgements;
-	// frames are the frames built from it for the current transmission, in
-	// the backing buffer frameBuf. All are reused by the channel's next
+	// hdr is the transport header of the message in flight, without
+	// acknowledgements, and buf holds its payload after room for them
+	// (load, send.go): the copy of the unacknowledged packet. frames are
+	// the frames built from them for the current transmission, in the
+	// backing buffer frameBuf. All are reused by the channel's next
 	// message.
-	sdu      []byte
+	hdr      [headerLen]byte
+	buf      []byte
 	frames   [][]byte
 	frameBuf []byte
 }

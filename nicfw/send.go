@@ -71,14 +71,7 @@ func (t *Transport) sendPeer(p *peer, payload []byte, cookie uint64) (int, error
 		p.next = 0
 	}
 	c := &p.send[i]
-
-	n := headerLen + len(payload)
-	if cap(c.sdu) < n {
-		c.sdu = make([]byte, n, max(n, 2*cap(c.sdu)))
-	}
-	c.sdu = c.sdu[:n]
-	header(c.sdu).put(typeData, i, c.seq, 0, len(payload))
-	copy(c.sdu[headerLen:], payload)
+	t.load(c, i, c.seq, payload)
 	c.cookie = cookie
 	c.retries = 0
 
@@ -110,13 +103,7 @@ func (t *Transport) setTimers(c *sendChannel) {
 // sendUnreliable sends payload to p once, keeping nothing.
 func (t *Transport) sendUnreliable(p *peer, payload []byte) error {
 	c := &t.uc
-	n := headerLen + len(payload)
-	if cap(c.sdu) < n {
-		c.sdu = make([]byte, n, max(n, 2*cap(c.sdu)))
-	}
-	c.sdu = c.sdu[:n]
-	header(c.sdu).put(typeData, 0, 0, 0, len(payload))
-	copy(c.sdu[headerLen:], payload)
+	t.load(c, 0, 0, payload)
 	if err := t.transmit(p, c); err != nil {
 		return fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
@@ -124,23 +111,43 @@ func (t *Transport) sendUnreliable(p *peer, payload []byte) error {
 	return nil
 }
 
+// load puts a DATA message with payload into c, which keeps it to
+// retransmit: the payload at a fixed place in c.buf, with room before it
+// for the transport header and as many acknowledgements as a frame may
+// carry (transmit writes them there), and the header in c.hdr.
+func (t *Transport) load(c *sendChannel, ch int, seq uint16, payload []byte) {
+	at := headerLen + ackEntryLen*t.maxAcks
+	n := at + len(payload)
+	if cap(c.buf) < n {
+		c.buf = make([]byte, n, max(n, 2*cap(c.buf)))
+	}
+	c.buf = c.buf[:n]
+	header(c.hdr[:]).put(typeData, ch, seq, 0, len(payload))
+	copy(c.buf[at:], payload)
+}
+
+// payload returns the payload of the message in c.
+func (t *Transport) payload(c *sendChannel) []byte {
+	return c.buf[headerLen+ackEntryLen*t.maxAcks:]
+}
+
 // transmit sends the message in channel c to p with a fresh timestamp; the
 // caller schedules its retransmission. The acknowledgements owed to p ride
-// along (piggy-backing, acks.go). The PDU is cut into as many frames as it
+// along (piggy-backing, acks.go), written with the header in front of the
+// payload, which stays in place. The PDU is cut into as many frames as it
 // needs; the first is flagged cells.FlagStart, and all go to the link in
 // one batch.
 func (t *Transport) transmit(p *peer, c *sendChannel) error {
 	c.stamp = t.nextStamp()
-	header(c.sdu).setStamp(c.stamp)
-
-	sdu := c.sdu
-	if len(p.ackList) > 0 {
-		n := min(len(p.ackList), t.maxAcks)
-		sdu = t.scratchSDU(len(c.sdu) + ackEntryLen*n)
-		copy(sdu, c.sdu[:headerLen])
-		header(sdu).setAcks(n)
+	h := header(c.hdr[:])
+	h.setStamp(c.stamp)
+	n := min(len(p.ackList), t.maxAcks)
+	start := ackEntryLen * (t.maxAcks - n)
+	sdu := c.buf[start:]
+	copy(sdu, h)
+	header(sdu).setAcks(n)
+	if n > 0 {
 		t.takeAcks(p, sdu[headerLen:headerLen+ackEntryLen*n])
-		copy(sdu[headerLen+ackEntryLen*n:], c.sdu[headerLen:])
 		t.stats.AcksPiggybacked += uint64(n)
 	}
 

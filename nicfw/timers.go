@@ -58,6 +58,6 @@ func (t *Transport) giveUp(p *peer, c *sendChannel) {
 	t.release(p, c)
 	t.stats.Returned++
 	if t.cfg.Returned != nil {
-		t.cfg.Returned(p.id, c.cookie, c.sdu[headerLen:], ErrUnreachable)
+		t.cfg.Returned(p.id, c.cookie, t.payload(c), ErrUnreachable)
 	}
 }
