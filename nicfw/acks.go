@@ -12,7 +12,7 @@ import "github.com/xam-project/xam/cells"
 // end of the Poll after the one that queued it, and at least
 // Config.AckDelay after it was queued, leaves in an ACK frame of its own
 // (flushAcks): the ACK header answers one channel and echoes its
-// timestamp, the entries after it the others. NACKs are never delayed.
+// stamp, the entries after it the others. NACKs are never delayed.
 //
 // A channel owes at most one acknowledgement: the sender sends its next
 // message on a channel only after the acknowledgement of the previous one,
@@ -88,7 +88,7 @@ func (t *Transport) flushAcks(force bool) {
 		}
 		f := p.ackFrame[:fl]
 		sdu := t.scratchSDU(sduLen)
-		header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0)
+		header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0, t.epoch, p.epoch)
 		header(sdu).setAcks(n)
 		p.ackOn[ch0] = false
 		for j, ch := range p.ackList[1 : 1+n] {

@@ -27,6 +27,10 @@ type peer struct {
 	send []sendChannel
 	recv []recvChannel
 
+	// epoch is the peer's incarnation as its frames name it (0: not heard
+	// yet), prevEpoch the one before (epochs.go).
+	epoch, prevEpoch uint32
+
 	unacked   int // send channels in use
 	activeIdx int // position in Transport.active, or -1
 	next      int // send channel to try first (round robin)
@@ -39,7 +43,7 @@ type peer struct {
 	// in the order they were queued, and when the oldest was queued.
 	ackOn    []bool
 	ackSeq   []uint16
-	ackStamp []uint64
+	ackStamp []uint32
 	ackList  []uint8
 	ackPoll  uint64
 	ackAt    time.Time
@@ -52,7 +56,7 @@ type sendChannel struct {
 	inUse   bool
 	seq     uint16    // sequence number of the message in flight, or of the next one
 	cookie  uint64    // the sender's cookie, given back by Returned
-	stamp   uint64    // timestamp of the current transmission, echoed by NACKs
+	stamp   uint32    // stamp of the current transmission, echoed by NACKs
 	timed   bool      // heard and due are set (setTimers, send.go)
 	heard   time.Time // first transmission or last valid NACK: GiveUpAfter counts from here
 	due     time.Time // next retransmission
@@ -85,7 +89,7 @@ func newPeer(id HostID, mac net.HardwareAddr, channels, maxSDU int) *peer {
 		reasm:     cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: maxSDU, MaxVCs: 4}),
 		ackOn:     make([]bool, channels),
 		ackSeq:    make([]uint16, channels),
-		ackStamp:  make([]uint64, channels),
+		ackStamp:  make([]uint32, channels),
 		ackList:   make([]uint8, 0, channels),
 		ackIdx:    -1,
 	}

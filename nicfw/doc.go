@@ -18,8 +18,9 @@
 //
 //   - send channel table: in use, sequence number, the unacknowledged
 //     message (its transport header and payload, kept to retransmit), the
-//     timestamp of its current transmission, the time of its first and last
-//     transmission, the retry count and the time of the next retransmission;
+//     stamp of its current transmission, the time since which nothing has
+//     been heard for it (its first transmission or its last valid NACK),
+//     the retry count and the time of the next retransmission;
 //   - receive channel table: the sequence number expected next, which
 //     suppresses duplicates.
 //
@@ -34,11 +35,11 @@
 // owed to it, so in request/reply traffic a round trip is two frames; what
 // nothing carries by the end of the next Poll (and Config.AckDelay) leaves
 // in an ACK frame, which carries all that are owed. ACKs and NACKs echo the
-// sequence number and the timestamp of the DATA frame they answer;
+// sequence number and the stamp of the DATA frame they answer;
 // piggy-backed entries carry the sequence number.
 //
 // At the sender an ACK whose channel is in use with the same sequence number
-// frees the channel. A NACK counts only if its echoed timestamp is that of
+// frees the channel. A NACK counts only if its echoed stamp is that of
 // the channel's current transmission: a NACK for an earlier transmission is
 // stale (the message may since have been retransmitted and accepted) and is
 // ignored. A valid NACK schedules a retransmission after Config.NackDelay.
@@ -47,7 +48,7 @@
 // Config.ScanInterval of its clock. The transport keeps, per peer, the
 // number of unacknowledged channels, and a list of the peers whose count is
 // not zero; the scan visits only those. A channel whose retransmission is
-// due is sent again with a fresh timestamp, unless nothing has been heard
+// due is sent again with a fresh stamp, unless nothing has been heard
 // for it (no NACK) for Config.GiveUpAfter since its first transmission or
 // its last valid NACK: then the peer is taken to be unreachable, the channel
 // is freed and the message goes back to its sender through the Returned
@@ -55,20 +56,18 @@
 // that the peer keeps refusing is not returned; the sender sees ErrBusy
 // instead (back-pressure).
 //
-// Sequence numbers start at 0 on both sides and the transport keeps no
-// epoch: a host whose transport restarts while a peer still remembers
-// higher expected numbers would have its first messages on each channel
-// taken for duplicates. A host that leaves the host table and comes back
-// (SetPeers: under the daemon's mapper, a host silent for the mapper's
-// DeadAfter) gets fresh channels here, as it has after its restart; a
-// restart quicker than that goes unnoticed.
+// Sequence numbers start at 0 on both sides, so a restart must be noticed
+// (epochs.go): every frame carries its sender's epoch, a random number
+// drawn when the transport starts, and the receiver's as the sender last
+// heard it. A new epoch from a peer resets the channels both ways and
+// returns the messages in flight to it (ErrRestarted); a DATA frame meant
+// for an earlier epoch of the receiver is dropped and answered with a
+// RESET frame, which tells its sender. A host that leaves the host table
+// and comes back (SetPeers: under the daemon's mapper, a host silent for
+// the mapper's DeadAfter) gets fresh channels too.
 //
-// Timestamps are the transport clock's reading in nanoseconds since the
-// Unix epoch as of the current pass (a send reads the clock only after its
-// frame has left, so its stamp may be the pass's earlier reading or the
-// last stamp's), made strictly increasing per Transport, so each
-// transmission has its own even under a manual clock that does not move.
-// Only their identity matters: a NACK counts if it echoes the current
+// Stamps identify transmissions: a counter per Transport, so each
+// transmission has its own; a NACK counts if it echoes the current
 // transmission's.
 //
 // # Threads
@@ -134,20 +133,22 @@
 // Every message, acknowledgements included, is one AAL5 CPCS-PDU on the
 // circuit Config.VPI/VCI (default 0/32), carried whole in one xam frame
 // (docs/wire.md: Ethernet header, 4-byte frame header, cells). The AAL5 SDU
-// is a 16-byte transport header followed by the payload (DATA only),
+// is a 20-byte transport header followed by the payload (DATA only),
 // big-endian:
 //
 //	offset  size  field
-//	0       1     type: 1 DATA, 2 ACK, 3 NACK
+//	0       1     type: 1 DATA, 2 ACK, 3 NACK, 4 RESET
 //	1       1     channel (0..C-1)
 //	2       2     sequence number of the channel's message
-//	4       8     timestamp: DATA the sender's, ACK and NACK the echoed one
-//	12      2     payload length (0 for ACK and NACK)
-//	14      2     k, the number of acknowledgement entries
-//	16      4k    entries: channel, 0, sequence number (2 bytes)
-//	16+4k   n     payload
+//	4       4     stamp: DATA the transmission's, the others the echoed one
+//	8       2     payload length (0 but for DATA)
+//	10      2     k, the number of acknowledgement entries
+//	12      4     source epoch (never 0)
+//	16      4     destination epoch (0: not heard yet)
+//	20      4k    entries: channel, 0, sequence number (2 bytes)
+//	20+4k   n     payload
 //
-// Bytes 14..15 count the acknowledgements the frame carries besides its
+// Bytes 10..11 count the acknowledgements the frame carries besides its
 // own meaning; they follow the header, four bytes each (channel, 0,
 // sequence number), before the payload. A DATA frame's entries acknowledge
 // messages the other way; an ACK's header acknowledges one channel and its

@@ -65,6 +65,7 @@ const (
 	ReasonClosed      Reason = 6 // the destination endpoint was closed (CloseEndpoint)
 	ReasonRange       Reason = 7 // a bulk message's region is outside the receiver's staging area
 	ReasonIncomplete  Reason = 8 // a bulk message's receiver lost its beginning (its endpoint was replaced)
+	ReasonRestarted   Reason = 9 // the destination host's transport restarted while the message was in flight (ErrRestarted)
 )
 
 func (r Reason) String() string {
@@ -85,6 +86,8 @@ func (r Reason) String() string {
 		return "outside the receiver's staging area"
 	case ReasonIncomplete:
 		return "bulk transfer interrupted"
+	case ReasonRestarted:
+		return "destination host restarted"
 	}
 	return fmt.Sprintf("reason %d", uint8(r))
 }
@@ -794,7 +797,7 @@ func (e *Engine) unpin(s *epState) {
 }
 
 // returned is the transport's Returned callback.
-func (e *Engine) returned(dst HostID, cookie uint64, _ []byte, _ error) {
+func (e *Engine) returned(dst HostID, cookie uint64, _ []byte, why error) {
 	var s *epState
 	if cookie != 0 { // a return message (cookie 0) is not returned again
 		for _, r := range e.inflight {
@@ -809,6 +812,10 @@ func (e *Engine) returned(dst HostID, cookie uint64, _ []byte, _ error) {
 		return
 	}
 	e.unpin(s)
+	if errors.Is(why, ErrRestarted) {
+		e.returnLocal(s, ReasonRestarted) // the host is back: not marked down
+		return
+	}
 	e.down[dst] = e.clk.Now().Add(e.tr.cfg.GiveUpAfter)
 	e.returnLocal(s, ReasonUnreachable)
 }

@@ -6,23 +6,25 @@ import "encoding/binary"
 // documentation for the table), followed by the piggy-backed
 // acknowledgements and the payload:
 //
-//	 0      1      2             4                            12           14           16
-//	+------+------+-------------+----------------------------+------------+------------+------------+---------
-//	| type | chan |  sequence   |         timestamp          |   length   |  n acks    | acks, 4n   | payload
-//	+------+------+-------------+----------------------------+------------+------------+------------+---------
+//	 0      1      2         4         8        10        12          16          20           20+4n
+//	+------+------+---------+---------+--------+---------+-----------+-----------+------------+---------
+//	| type | chan |   seq   |  stamp  | length | n acks  | src epoch | dst epoch | acks, 4n   | payload
+//	+------+------+---------+---------+--------+---------+-----------+-----------+------------+---------
 //
 // An acknowledgement entry is four bytes: channel, zero, sequence number
 // (big-endian).
 const (
-	headerLen   = 16
+	headerLen   = 20
 	ackEntryLen = 4
 
 	offType   = 0
 	offChan   = 1
 	offSeq    = 2
 	offStamp  = 4
-	offLength = 12
-	offAcks   = 14
+	offLength = 8
+	offAcks   = 10
+	offSrc    = 12
+	offDst    = 16
 )
 
 // Frame types.
@@ -30,6 +32,10 @@ const (
 	typeData uint8 = 1
 	typeAck  uint8 = 2
 	typeNack uint8 = 3
+	// typeReset answers a DATA frame addressed to an earlier incarnation
+	// of the receiver (its destination epoch is not the receiver's): the
+	// sender learns that its peer restarted (epochs.go).
+	typeReset uint8 = 4
 )
 
 // header is a view of a transport header. Call valid before the accessors.
@@ -38,20 +44,28 @@ type header []byte
 func (h header) typ() uint8        { return h[offType] }
 func (h header) channel() int      { return int(h[offChan]) }
 func (h header) seq() uint16       { return binary.BigEndian.Uint16(h[offSeq:]) }
-func (h header) stamp() uint64     { return binary.BigEndian.Uint64(h[offStamp:]) }
+func (h header) stamp() uint32     { return binary.BigEndian.Uint32(h[offStamp:]) }
 func (h header) length() int       { return int(binary.BigEndian.Uint16(h[offLength:])) }
 func (h header) acks() int         { return int(binary.BigEndian.Uint16(h[offAcks:])) }
-func (h header) setStamp(s uint64) { binary.BigEndian.PutUint64(h[offStamp:], s) }
+func (h header) src() uint32       { return binary.BigEndian.Uint32(h[offSrc:]) }
+func (h header) dst() uint32       { return binary.BigEndian.Uint32(h[offDst:]) }
+func (h header) setStamp(s uint32) { binary.BigEndian.PutUint32(h[offStamp:], s) }
 func (h header) setAcks(n int)     { binary.BigEndian.PutUint16(h[offAcks:], uint16(n)) }
+func (h header) setDst(e uint32)   { binary.BigEndian.PutUint32(h[offDst:], e) }
+func (h header) setEpochs(src, dst uint32) {
+	binary.BigEndian.PutUint32(h[offSrc:], src)
+	binary.BigEndian.PutUint32(h[offDst:], dst)
+}
 
 // put writes a header with the given fields and no acknowledgements.
-func (h header) put(typ uint8, ch int, seq uint16, stamp uint64, length int) {
+func (h header) put(typ uint8, ch int, seq uint16, stamp uint32, length int, src, dst uint32) {
 	h[offType] = typ
 	h[offChan] = uint8(ch)
 	binary.BigEndian.PutUint16(h[offSeq:], seq)
-	binary.BigEndian.PutUint64(h[offStamp:], stamp)
+	binary.BigEndian.PutUint32(h[offStamp:], stamp)
 	binary.BigEndian.PutUint16(h[offLength:], uint16(length))
 	h[offAcks], h[offAcks+1] = 0, 0
+	h.setEpochs(src, dst)
 }
 
 // putAck writes acknowledgement entry i of the entries in b.
@@ -70,7 +84,7 @@ func ackAt(b []byte, i int) (ch int, seq uint16) {
 // valid reports whether sdu holds a well-formed header for a transport
 // with the given number of channels, with exactly the announced
 // acknowledgements and payload behind it, every entry naming a channel in
-// range.
+// range, and a source epoch (never 0).
 func valid(sdu []byte, channels int) bool {
 	if len(sdu) < headerLen {
 		return false
@@ -78,7 +92,7 @@ func valid(sdu []byte, channels int) bool {
 	h := header(sdu)
 	switch h.typ() {
 	case typeData:
-	case typeAck, typeNack:
+	case typeAck, typeNack, typeReset:
 		if h.length() != 0 {
 			return false
 		}
@@ -86,7 +100,7 @@ func valid(sdu []byte, channels int) bool {
 		return false
 	}
 	n := h.acks()
-	if h.channel() >= channels || headerLen+ackEntryLen*n+h.length() != len(sdu) {
+	if h.src() == 0 || h.channel() >= channels || headerLen+ackEntryLen*n+h.length() != len(sdu) {
 		return false
 	}
 	entries := sdu[headerLen:]

@@ -148,6 +148,9 @@ func (t *Transport) receive(f []byte) {
 // dispatch handles one checked transport PDU from p: its piggy-backed
 // acknowledgements (the entries in acks), then the frame itself.
 func (t *Transport) dispatch(p *peer, h header, acks, payload []byte) {
+	if !t.checkEpochs(p, h) {
+		return
+	}
 	for i := range h.acks() {
 		ch, seq := ackAt(acks, i)
 		t.acked(p, ch, seq)
@@ -184,6 +187,10 @@ func (t *Transport) dispatch(p *peer, h header, acks, payload []byte) {
 	case typeAck:
 		t.acked(p, ch, h.seq())
 
+	case typeReset:
+		// checkEpochs has taken the peer's new epoch in, and returned what
+		// was in flight to its previous incarnation.
+
 	case typeNack:
 		c := &p.send[ch]
 		if !c.inUse || c.seq != h.seq() || c.stamp != h.stamp() {
@@ -207,13 +214,13 @@ func (t *Transport) acked(p *peer, ch int, seq uint16) {
 	t.stats.Acked++
 }
 
-// answer queues an ACK or a NACK to p for the DATA frame with header h,
-// echoing its channel, sequence number and timestamp.
+// answer queues an ACK, NACK or RESET to p for the DATA frame with header
+// h, echoing its channel, sequence number, stamp and source epoch.
 func (t *Transport) answer(p *peer, typ uint8, h header) {
 	// Every received frame yields at most one answer and t.ctl holds a
 	// whole receive batch, so there is always room.
 	var sdu [headerLen]byte
-	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), 0)
+	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), 0, t.epoch, h.src())
 	f := t.ctl[len(t.tx)]
 	t.putHeaders(f, p, 1, cells.FlagStart)
 	t.seg.Put(f[len(t.eth):], sdu[:])

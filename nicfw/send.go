@@ -16,7 +16,7 @@ import (
 //  2. It copies header and payload into the channel (the copy kept for
 //     retransmission), occupies the channel (unacked count, active list)
 //     and transmits.
-//  3. transmit stamps the header with a fresh timestamp, segments the SDU
+//  3. transmit stamps the header with a fresh stamp, segments the SDU
 //     into one AAL5 PDU in the channel's frame buffer and hands the frame to
 //     the link. The timer scan (timers.go) calls it again for
 //     retransmissions.
@@ -122,7 +122,7 @@ func (t *Transport) load(c *sendChannel, ch int, seq uint16, payload []byte) {
 		c.buf = make([]byte, n, max(n, 2*cap(c.buf)))
 	}
 	c.buf = c.buf[:n]
-	header(c.hdr[:]).put(typeData, ch, seq, 0, len(payload))
+	header(c.hdr[:]).put(typeData, ch, seq, 0, len(payload), t.epoch, 0)
 	copy(c.buf[at:], payload)
 }
 
@@ -131,7 +131,7 @@ func (t *Transport) payload(c *sendChannel) []byte {
 	return c.buf[headerLen+ackEntryLen*t.maxAcks:]
 }
 
-// transmit sends the message in channel c to p with a fresh timestamp; the
+// transmit sends the message in channel c to p with a fresh stamp; the
 // caller schedules its retransmission. The acknowledgements owed to p ride
 // along (piggy-backing, acks.go), written with the header in front of the
 // payload, which stays in place. The PDU is cut into as many frames as it
@@ -146,6 +146,7 @@ func (t *Transport) transmit(p *peer, c *sendChannel) error {
 	sdu := c.buf[start:]
 	copy(sdu, h)
 	header(sdu).setAcks(n)
+	header(sdu).setDst(p.epoch) // learnt since the last transmission, perhaps
 	if n > 0 {
 		t.takeAcks(p, sdu[headerLen:headerLen+ackEntryLen*n])
 		t.stats.AcksPiggybacked += uint64(n)

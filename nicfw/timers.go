@@ -14,7 +14,7 @@ import "time"
 //     GiveUpAfter since its first transmission or its last valid NACK: the
 //     channel is freed and the message goes back through Returned with
 //     ErrUnreachable; or
-//   - retransmits it with a fresh timestamp (transmit, send.go).
+//   - retransmits it with a fresh stamp (transmit, send.go).
 //
 // Returned runs with the channel already free, and may call Send; a peer it
 // puts back on the active list waits for the next scan.

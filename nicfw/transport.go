@@ -3,6 +3,7 @@ package nicfw
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"time"
 
@@ -37,6 +38,10 @@ var (
 	// ErrUnreachable: the reason Returned gives for a message that was not
 	// acknowledged within Config.GiveUpAfter.
 	ErrUnreachable = errors.New("nicfw: destination unreachable")
+	// ErrRestarted: the reason Returned gives for a message in flight to a
+	// peer whose transport restarted (a new epoch, epochs.go): the new
+	// incarnation did not take it, the old one may have.
+	ErrRestarted = errors.New("nicfw: destination restarted")
 	// ErrUnknownHost: the destination is not in the host table.
 	ErrUnknownHost = errors.New("nicfw: unknown host")
 	// ErrTooLarge: the payload does not fit in one frame (MaxPayload).
@@ -78,11 +83,15 @@ type Config struct {
 	// Deliver refuses. Both ends must agree.
 	Unreliable bool
 	// MaxPayload is the largest payload Send accepts (default
-	// DefaultMaxPayload, at most 65535-16-4*Channels). A message spans as
+	// DefaultMaxPayload, at most 65535-20-4*Channels). A message spans as
 	// many frames as it needs; losing any of them loses the message.
 	MaxPayload int
 	// Clock is the time source of the timers (default the system clock).
 	Clock clock.Clock
+	// Epoch names this incarnation of the transport on the wire (epochs.go;
+	// default a random non-zero number). Tests that restart a transport
+	// set it to tell incarnations apart on purpose.
+	Epoch uint32
 	// EtherType of the frames (default cells.EtherType, 0x88B5).
 	EtherType uint16
 	// VPI and VCI of the circuit the transport's PDUs travel on (default
@@ -95,7 +104,7 @@ type Config struct {
 	// NACK and retransmits later. Required.
 	Deliver func(src HostID, ch int, payload []byte) (accept bool)
 	// Returned receives a message the transport gave up on, with the cookie
-	// given to Send and the reason (ErrUnreachable). The channel is free
+	// given to Send and the reason (ErrUnreachable, ErrRestarted). The channel is free
 	// again when it runs, and it may call Send; payload is valid only
 	// during the call and until it calls Send. Optional.
 	Returned func(dst HostID, cookie uint64, payload []byte, reason error)
@@ -117,6 +126,10 @@ type Stats struct {
 	NacksReceived uint64 // valid NACKs
 	StaleAcks     uint64 // ACKs for no message in flight (duplicates, late)
 	StaleNacks    uint64 // NACKs for another transmission, ignored
+
+	Restarts   uint64 // peers seen with a new epoch: restarted (epochs.go)
+	StaleEpoch uint64 // frames from a peer's previous incarnation, or to this one's, dropped
+	ResetsSent uint64 // RESET frames sent: DATA addressed to a previous incarnation of this transport
 
 	Scans      uint64 // timer scans run
 	ScanVisits uint64 // peers visited by them
@@ -151,7 +164,8 @@ type Transport struct {
 	active []*peer // peers with unacknowledged messages (channels.go)
 	acking []*peer // peers owed acknowledgements (acks.go)
 
-	lastStamp uint64
+	epoch     uint32 // this incarnation's (epochs.go)
+	lastStamp uint32
 	nextScan  time.Time
 	polls     uint64
 	sysClock  bool // the clock is the system's (receive.go, "The clock")
@@ -201,6 +215,9 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if cfg.MaxPayload == 0 {
 		cfg.MaxPayload = DefaultMaxPayload
 	}
+	for cfg.Epoch == 0 {
+		cfg.Epoch = rand.Uint32()
+	}
 	switch {
 	case link == nil:
 		return nil, fmt.Errorf("%w: no link", ErrConfig)
@@ -235,6 +252,7 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		maxAcks:   cfg.Channels,
 		ackOneMax: min(oneFrame/ackEntryLen, cfg.Channels),
 		byMAC:     make(map[[6]byte]*peer),
+		epoch:     cfg.Epoch,
 	}
 	_, t.sysClock = cfg.Clock.(clock.System)
 	copy(t.mac[:], link.HardwareAddr())
@@ -360,18 +378,9 @@ func (t *Transport) Unacked(dst HostID) int {
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats { return t.stats }
 
-// nextStamp returns the timestamp of a transmission: the time of the
-// current pass in nanoseconds if the pass has read the clock (else the
-// last timestamp's), made strictly greater than every earlier one. It
-// does not read the clock itself: a send reads it after its frame left.
-func (t *Transport) nextStamp() uint64 {
-	var s uint64
-	if t.nowOK {
-		s = uint64(t.tnow.UnixNano())
-	}
-	if s <= t.lastStamp {
-		s = t.lastStamp + 1
-	}
-	t.lastStamp = s
-	return s
+// nextStamp returns the stamp of a transmission: a number no earlier
+// transmission of this transport had (a counter; NACKs echo it).
+func (t *Transport) nextStamp() uint32 {
+	t.lastStamp++
+	return t.lastStamp
 }

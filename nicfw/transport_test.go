@@ -62,36 +62,7 @@ func newPair(tb testing.TB, opts memlink.Options, cfg Config) *pair {
 func pairOn(tb testing.TB, la, lb afxdp.Link, clk *clock.Manual, cfg Config) *pair {
 	tb.Helper()
 	p := &pair{clk: clk}
-	mk := func(l afxdp.Link) *end {
-		e := &end{got: make(map[HostID]map[int][]uint32)}
-		c := cfg
-		if clk != nil {
-			c.Clock = clk
-		}
-		c.Deliver = func(src HostID, ch int, payload []byte) bool {
-			n := binary.BigEndian.Uint32(payload)
-			if e.refuse != nil && e.refuse(src, n) {
-				return false
-			}
-			checkPayload(tb, payload)
-			if e.got[src] == nil {
-				e.got[src] = make(map[int][]uint32)
-			}
-			e.got[src][ch] = append(e.got[src][ch], n)
-			return true
-		}
-		c.Returned = func(dst HostID, cookie uint64, payload []byte, reason error) {
-			checkPayload(tb, payload)
-			e.returned = append(e.returned, returnedMsg{dst, cookie, binary.BigEndian.Uint32(payload), reason})
-		}
-		tr, err := New(l, c)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		e.tr = tr
-		return e
-	}
-	p.a, p.b = mk(la), mk(lb)
+	p.a, p.b = newEnd(tb, la, clk, cfg), newEnd(tb, lb, clk, cfg)
 	if err := p.a.tr.AddPeer(hostB, lb.HardwareAddr()); err != nil {
 		tb.Fatal(err)
 	}
@@ -99,6 +70,37 @@ func pairOn(tb testing.TB, la, lb afxdp.Link, clk *clock.Manual, cfg Config) *pa
 		tb.Fatal(err)
 	}
 	return p
+}
+
+// newEnd starts a transport on l that records what it is given (see end).
+func newEnd(tb testing.TB, l afxdp.Link, clk *clock.Manual, cfg Config) *end {
+	tb.Helper()
+	e := &end{got: make(map[HostID]map[int][]uint32)}
+	if clk != nil {
+		cfg.Clock = clk
+	}
+	cfg.Deliver = func(src HostID, ch int, payload []byte) bool {
+		n := binary.BigEndian.Uint32(payload)
+		if e.refuse != nil && e.refuse(src, n) {
+			return false
+		}
+		checkPayload(tb, payload)
+		if e.got[src] == nil {
+			e.got[src] = make(map[int][]uint32)
+		}
+		e.got[src][ch] = append(e.got[src][ch], n)
+		return true
+	}
+	cfg.Returned = func(dst HostID, cookie uint64, payload []byte, reason error) {
+		checkPayload(tb, payload)
+		e.returned = append(e.returned, returnedMsg{dst, cookie, binary.BigEndian.Uint32(payload), reason})
+	}
+	tr, err := New(l, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.tr = tr
+	return e
 }
 
 // payload returns message n: its number and a body of a length and
@@ -290,11 +292,21 @@ func TestNackThenRetransmit(t *testing.T) {
 	checkExactlyOnce(t, p.b, hostA, 1)
 }
 
-// frameTo builds a transport frame by hand from src to dst.
-func frameTo(tb testing.TB, dst, src net.HardwareAddr, typ uint8, ch int, seq uint16, stamp uint64, body []byte) []byte {
+// testEpoch is the source epoch of the frames frameTo builds.
+const testEpoch = 0x7e57
+
+// frameTo builds a transport frame by hand from src to dst, from a sender
+// of epoch testEpoch that has not heard of the receiver's.
+func frameTo(tb testing.TB, dst, src net.HardwareAddr, typ uint8, ch int, seq uint16, stamp uint32, body []byte) []byte {
+	tb.Helper()
+	return epochFrame(tb, dst, src, typ, ch, seq, stamp, testEpoch, 0, body)
+}
+
+// epochFrame is frameTo with the epochs given.
+func epochFrame(tb testing.TB, dst, src net.HardwareAddr, typ uint8, ch int, seq uint16, stamp, srcEpoch, dstEpoch uint32, body []byte) []byte {
 	tb.Helper()
 	sdu := make([]byte, headerLen+len(body))
-	header(sdu).put(typ, ch, seq, stamp, len(body))
+	header(sdu).put(typ, ch, seq, stamp, len(body), srcEpoch, dstEpoch)
 	copy(sdu[headerLen:], body)
 	cs, err := cells.Segment(cells.SAR{VCI: DefaultVCI}, sdu)
 	if err != nil {
@@ -351,7 +363,7 @@ func TestStaleNackIgnored(t *testing.T) {
 	}
 	first := h.stamp()
 
-	inject := func(typ uint8, seq uint16, stamp uint64) {
+	inject := func(typ uint8, seq uint16, stamp uint32) {
 		t.Helper()
 		f := frameTo(t, macA, macB, typ, 0, seq, stamp, nil)
 		if _, err := p.b.link.Send([][]byte{f}); err != nil {

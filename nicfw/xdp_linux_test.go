@@ -115,3 +115,14 @@ func TestLossOverAFXDP(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartOverAFXDP is TestRestart's body over AF_XDP on a veth pair,
+// on the system clock.
+func TestRestartOverAFXDP(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	_, sockA := xdpHost(t, v.A, 0, 0)
+	_, sockB := xdpHost(t, v.B, 0, 0)
+	cfg := Config{Channels: 4, RetransmitAfter: time.Millisecond}
+	p := pairOn(t, sockA, sockB, nil, cfg)
+	restartBody(t, p, sockB, cfg)
+}
