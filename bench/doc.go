@@ -12,6 +12,11 @@
 // for the answer, the echo on its ring between frames; the kernel paths
 // block in recvfrom, as ordinary programs do.
 //
+// Compare runs several of them in alternation, in rounds, and merges each
+// path's round trips: on a machine whose speed drifts over seconds, the
+// ratios of paths measured so hold still where those of paths measured one
+// after the other do not (BenchmarkPingCompare).
+//
 // The cell layer's micro-benchmarks live in package cells, the socket's in
 // package afxdp (go test -bench).
 package bench
