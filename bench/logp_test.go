@@ -9,7 +9,7 @@ import (
 
 // TestLogP runs the LogP measurement and the contention experiment over
 // AF_XDP on a veth pair, small: every figure is measured (positive where
-// it must be), the three configurations come in order, each client count
+// it must be), the four configurations come in order, each client count
 // moves messages, and the Markdown names them all.
 func TestLogP(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
@@ -18,7 +18,7 @@ func TestLogP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"baseline", "+reliability", "+protection"}
+	want := []string{"baseline", "+reliability", "+protection", "+pipelining"}
 	if len(res.Rows) != len(want) {
 		t.Fatalf("%d rows: %+v", len(res.Rows), res.Rows)
 	}

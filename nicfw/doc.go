@@ -182,7 +182,15 @@
 // Each endpoint has at most one message taken from its send queues
 // (replies first) and not finished: pending, in flight, or being returned.
 // That keeps its messages in order across the C channels; C endpoints can
-// have a message in flight to one host at once. The scheduler is asked only
+// have a message in flight to one host at once. EngineConfig.Window above 1
+// pipelines an endpoint's short and medium messages: a message that leaves
+// for a remote host frees the slot for the next, and up to Window of them
+// are in flight at once, on as many channels, each kept with its
+// descriptor (an inflightRef with a flight) so that it can still be
+// returned, a medium message with the bytes the transport kept. They are
+// then in order per channel only, as in AM-II: a lost message, sent again,
+// arrives after those that left after it. Bulk chunks still go one at a
+// time through the slot. The scheduler is asked only
 // about endpoints whose next message could leave now (a free channel, a
 // frame to pin), so a blocked endpoint is not charged a send. The sender is
 // touched in the Residency before its message is taken, held while the

@@ -14,7 +14,8 @@ import (
 // yet handed over is dropped, and from then on messages arriving for it are
 // returned with ReasonClosed and returns for it are dropped. Its memory is
 // released (release) when its slot is empty: at once, or when the message
-// it has in flight is acknowledged or given up on (finish). Until then it
+// it has in flight is acknowledged or given up on (finish), or the last of
+// them with a Window above 1 (land). Until then it
 // stays pinned in the residency, as any endpoint with a message in flight.
 // Its state stays in Engine.eps as a tombstone, so that its id keeps
 // answering ReasonClosed rather than ReasonNoEndpoint, until CreateEndpoint
@@ -38,6 +39,7 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 	s.closed = true
 	e.live--
 	e.sched.Remove(int(id))
+	e.returnedFl = slices.DeleteFunc(e.returnedFl, func(r returnedFlight) bool { return r.s == s })
 	switch s.state {
 	case slotInflight:
 		return nil // released when acknowledged or returned (finish)
@@ -45,6 +47,9 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 		e.returning = slices.DeleteFunc(e.returning, func(r *epState) bool { return r == s })
 	}
 	s.state = slotEmpty
+	if s.flying > 0 {
+		return nil // released when the last is acknowledged or returned (land)
+	}
 	return e.release(s)
 }
 
@@ -95,7 +100,7 @@ func (e *Engine) setIdle(idle bool) {
 // queue, messages waiting for a channel or a frame. A sleeping engine wakes
 // for its timer scan while it is busy.
 func (e *Engine) busy() bool {
-	if len(e.tr.active) > 0 || len(e.returns) > 0 || len(e.returning) > 0 {
+	if len(e.tr.active) > 0 || len(e.returns) > 0 || len(e.returning) > 0 || len(e.returnedFl) > 0 {
 		return true
 	}
 	for _, s := range e.eps {

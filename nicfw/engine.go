@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
@@ -123,6 +124,8 @@ var ErrNoEndpoint = errors.New("nicfw: no such endpoint")
 const (
 	DefaultResident    = 8
 	DefaultReturnQueue = 64
+	// MaxWindow bounds EngineConfig.Window.
+	MaxWindow = 256
 )
 
 // EngineConfig configures an Engine. Zero fields take the defaults.
@@ -146,6 +149,17 @@ type EngineConfig struct {
 	// SendBudget is the most scheduling decisions per Poll (default the
 	// link's batch size).
 	SendBudget int
+	// Window is the most short and medium messages of one endpoint in
+	// flight at once (default 1). With 1, an endpoint's messages leave
+	// one after another, each acknowledged before the next, and arrive in
+	// the order they were sent. Above 1 they go out on up to Window of the
+	// transport's channels at once, so one endpoint can keep a stream of
+	// messages in the network (its gap g falls from a round trip to the
+	// engine's send overhead); as in AM-II, whose channels are
+	// independent, they are then in order per channel only: one lost and
+	// retransmitted arrives after those sent after it. Bulk chunks always
+	// travel one at a time, in order.
+	Window int
 	// Unprotected turns the virtual networks' protection off, for
 	// measuring what it costs (the LogP baseline of AM-II): a message is
 	// delivered to its endpoint whatever its tag. Descriptors are still
@@ -221,6 +235,11 @@ type epState struct {
 	abort        bool
 	lastReturned uint32
 
+	// flying counts the messages sent from the slot and left in flight
+	// (Window above 1): each is an inflightRef of its own, and the slot is
+	// free for the next message meanwhile.
+	flying int
+
 	// closed: CloseEndpoint was called. The state stays in Engine.eps as a
 	// tombstone (arrivals are returned with ReasonClosed) until the id is
 	// reused; its memory is closed once its slot is empty.
@@ -236,9 +255,30 @@ type bulkRx struct {
 	failed bool     // returned to its sender: its remaining chunks are dropped
 }
 
+// inflightRef is a message in flight: the one in s's slot (flight nil),
+// or one that left the slot (Window above 1), which keeps what returning
+// it takes.
 type inflightRef struct {
 	s      *epState
 	cookie uint64
+	flight *flight
+}
+
+// flight is a message in flight outside its endpoint's slot.
+type flight struct {
+	d    Descriptor
+	q    Queue
+	peer *peer
+	ch   int
+}
+
+// returnedFlight is a message that left its slot, returned to its sender
+// and waiting for room in the sender's reply receive queue: d is the
+// descriptor to put (ClassReturned set), data a medium message's bytes.
+type returnedFlight struct {
+	s    *epState
+	d    Descriptor
+	data []byte
 }
 
 type remoteReturn struct {
@@ -259,10 +299,11 @@ type Engine struct {
 	eps   []*epState // by id: open endpoints and tombstones (nil: none)
 	live  int        // open endpoints
 
-	pinned     int // endpoints with a message in flight (residency Hold)
+	pinned     int // endpoints with a message in flight (residency Hold per message)
 	inflight   []inflightRef
 	nextCookie uint64
 	returning  []*epState
+	returnedFl []returnedFlight
 	returns    []remoteReturn
 	down       map[HostID]time.Time // host -> until when sends to it are returned at once
 	bulkRx     map[Name]*bulkRx     // sending endpoint -> its bulk message arriving here
@@ -286,6 +327,9 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	if cfg.ReturnQueue == 0 {
 		cfg.ReturnQueue = DefaultReturnQueue
 	}
+	if cfg.Window == 0 {
+		cfg.Window = 1
+	}
 	if cfg.Transport.Clock == nil {
 		cfg.Transport.Clock = clock.System{}
 	}
@@ -294,6 +338,8 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %d resident endpoints, want at least 2", ErrConfig, cfg.Resident)
 	case cfg.ReturnQueue < 1 || cfg.SendBudget < 0:
 		return nil, fmt.Errorf("%w: return queue %d, send budget %d", ErrConfig, cfg.ReturnQueue, cfg.SendBudget)
+	case cfg.Window < 1 || cfg.Window > MaxWindow:
+		return nil, fmt.Errorf("%w: window %d, want 1..%d", ErrConfig, cfg.Window, MaxWindow)
 	}
 	e := &Engine{
 		cfg:    cfg,
@@ -386,7 +432,7 @@ func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*
 		mem.Close()
 		return nil, err
 	}
-	if old != nil && old.state != slotEmpty {
+	if old != nil && (old.state != slotEmpty || old.flying > 0) {
 		// Its message is still in flight: it finishes, then its memory
 		// is closed (finish).
 		e.closing = append(e.closing, old)
@@ -481,11 +527,17 @@ func (e *Engine) isPending(ep int) bool {
 	case slotPending:
 		return e.canSend(s, s.d.Dest)
 	case slotEmpty:
+		if s.flying >= e.cfg.Window {
+			return false // the window is full: wait for acknowledgements
+		}
 		dest, ok := e.peek(s)
 		return ok && e.canSend(s, dest)
 	}
 	return false
 }
+
+// held reports whether s has a message in flight, pinning its frame.
+func (s *epState) held() bool { return s.state == slotInflight || s.flying > 0 }
 
 // canSend reports whether a message of s to index dest could leave now. The
 // scheduler is asked only about endpoints that can make progress: one it
@@ -508,7 +560,7 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 	if p := e.tr.peer(h); p != nil && p.unacked == len(p.send) {
 		return false // ErrBusy
 	}
-	return e.pinned < e.res.Frames()-1
+	return s.held() || e.pinned < e.res.Frames()-1
 }
 
 // peek returns the destination index of the descriptor that take would
@@ -591,7 +643,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	// One frame stays unpinned, so that a delivery to a non-resident
 	// endpoint can always load it: otherwise two hosts whose frames are all
 	// pinned by messages to each other would NACK each other forever.
-	if e.pinned >= e.res.Frames()-1 {
+	if !s.held() && e.pinned >= e.res.Frames()-1 {
 		return false, nil
 	}
 	e.nextCookie++
@@ -615,9 +667,19 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if err := e.res.Hold(int(s.id)); err != nil {
 		panic(err) // touched above, and nothing evicts in between
 	}
-	e.pinned++
-	s.state, s.peer, s.ch, s.cookie = slotInflight, e.tr.peer(dst.Host), ch, cookie
-	e.inflight = append(e.inflight, inflightRef{s, cookie})
+	if !s.held() {
+		e.pinned++
+	}
+	p := e.tr.peer(dst.Host)
+	if e.cfg.Window > 1 && s.d.Class != ClassBulk {
+		// The message leaves the slot, which takes the next one.
+		s.flying++
+		s.state = slotEmpty
+		e.inflight = append(e.inflight, inflightRef{s, cookie, &flight{d: s.d, q: s.q, peer: p, ch: ch}})
+		return true, nil
+	}
+	s.state, s.peer, s.ch, s.cookie = slotInflight, p, ch, cookie
+	e.inflight = append(e.inflight, inflightRef{s: s, cookie: cookie})
 	return true, nil
 }
 
@@ -713,7 +775,7 @@ func (e *Engine) advance(s *epState) {
 // finish empties s's slot; a closed endpoint's memory is closed then.
 func (e *Engine) finish(s *epState) {
 	s.state = slotEmpty
-	if s.closed {
+	if s.closed && s.flying == 0 {
 		if err := e.release(s); err != nil && e.closeErr == nil {
 			e.closeErr = err
 		}
@@ -762,6 +824,24 @@ func (e *Engine) flushReturning() int {
 	}
 	clear(e.returning[j:])
 	e.returning = e.returning[:j]
+	j = 0
+	for _, r := range e.returnedFl {
+		var err error
+		if r.d.Class&^ClassReturned == ClassMedium {
+			err = r.s.mem.putData(ReplyReceive, &r.d, r.data)
+		} else {
+			err = r.s.mem.Put(ReplyReceive, &r.d)
+		}
+		if err != nil {
+			e.returnedFl[j] = r
+			j++
+			continue
+		}
+		e.stats.Returned++
+		work++
+	}
+	clear(e.returnedFl[j:])
+	e.returnedFl = e.returnedFl[:j]
 	return work
 }
 
@@ -771,6 +851,17 @@ func (e *Engine) collectAcks() int {
 	work, j := 0, 0
 	for _, r := range e.inflight {
 		s := r.s
+		if f := r.flight; f != nil {
+			if holds(f.peer, f.ch, r.cookie) {
+				e.inflight[j] = r
+				j++
+				continue
+			}
+			e.land(s)
+			e.stats.Acked++
+			work++
+			continue
+		}
 		if s.state != slotInflight || s.cookie != r.cookie {
 			continue // returned meanwhile
 		}
@@ -789,35 +880,76 @@ func (e *Engine) collectAcks() int {
 	return work
 }
 
+// unpin releases the residency hold of s's message in its slot, which is
+// leaving flight (its state changes next).
 func (e *Engine) unpin(s *epState) {
 	if err := e.res.Release(int(s.id)); err != nil {
 		panic(err) // pinned endpoints are never evicted
 	}
-	e.pinned--
+	if s.flying == 0 {
+		e.pinned--
+	}
 }
 
-// returned is the transport's Returned callback.
-func (e *Engine) returned(dst HostID, cookie uint64, _ []byte, why error) {
-	var s *epState
-	if cookie != 0 { // a return message (cookie 0) is not returned again
-		for _, r := range e.inflight {
-			if r.cookie == cookie && r.s.state == slotInflight && r.s.cookie == cookie {
-				s = r.s
-				break
+// land is unpin for a message that left the slot: acknowledged or
+// returned. The memory of a closed endpoint goes when its last such
+// message does and its slot is empty.
+func (e *Engine) land(s *epState) {
+	if err := e.res.Release(int(s.id)); err != nil {
+		panic(err) // pinned endpoints are never evicted
+	}
+	if s.flying--; s.flying == 0 && s.state != slotInflight {
+		e.pinned--
+		if s.closed && s.state == slotEmpty {
+			if err := e.release(s); err != nil && e.closeErr == nil {
+				e.closeErr = err
 			}
 		}
 	}
-	if s == nil {
+}
+
+// returned is the transport's Returned callback.
+func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) {
+	i := slices.IndexFunc(e.inflight, func(r inflightRef) bool {
+		return r.cookie == cookie && (r.flight != nil || r.s.state == slotInflight && r.s.cookie == cookie)
+	})
+	if cookie == 0 || i < 0 { // a return message (cookie 0) is not returned again
 		e.stats.ReturnsLost++
 		return
 	}
-	e.unpin(s)
-	if errors.Is(why, ErrRestarted) {
-		e.returnLocal(s, ReasonRestarted) // the host is back: not marked down
+	reason := ReasonRestarted // the host is back: not marked down
+	if !errors.Is(why, ErrRestarted) {
+		reason = ReasonUnreachable
+		e.down[dst] = e.clk.Now().Add(e.tr.cfg.GiveUpAfter)
+	}
+	r := e.inflight[i]
+	if r.flight == nil {
+		e.unpin(r.s)
+		e.returnLocal(r.s, reason)
 		return
 	}
-	e.down[dst] = e.clk.Now().Add(e.tr.cfg.GiveUpAfter)
-	e.returnLocal(s, ReasonUnreachable)
+	e.inflight = slices.Delete(e.inflight, i, i+1)
+	e.returnFlight(r.s, r.flight, payload, reason)
+	e.land(r.s)
+}
+
+// returnFlight queues message f of s, returned with reason, for s's reply
+// receive queue; payload is the message as the transport carried it,
+// where a medium message's bytes are. Nothing is returned to a closed
+// endpoint.
+func (e *Engine) returnFlight(s *epState, f *flight, payload []byte, reason Reason) {
+	if s.closed {
+		return
+	}
+	r := returnedFlight{s: s, d: f.d}
+	r.d.Class |= ClassReturned
+	r.d.Tag = uint64(reason) | uint64(f.q)<<8
+	if f.d.Class == ClassMedium {
+		if m, ok := decodeMsg(payload); ok {
+			r.data = append([]byte(nil), m.data...)
+		}
+	}
+	e.returnedFl = append(e.returnedFl, r)
 }
 
 // deliver is the transport's Deliver callback.

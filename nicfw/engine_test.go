@@ -183,6 +183,8 @@ func TestEngineConfig(t *testing.T) {
 		{ReturnQueue: -1},
 		{Transport: Config{Deliver: func(HostID, int, []byte) bool { return true }}},
 		{Transport: Config{Channels: MaxChannels + 1}},
+		{Window: -1},
+		{Window: MaxWindow + 1},
 	} {
 		if _, err := NewEngine(la, c); !errors.Is(err, ErrConfig) {
 			t.Errorf("NewEngine(%+v) = %v, want ErrConfig", c, err)

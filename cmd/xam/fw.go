@@ -86,6 +86,7 @@ func runFw(e *env, args []string) error {
 	sleep := fs.Duration("sleep", 0, "sleep on an eventfd after this long without work (0: busy-poll)")
 	resident := fs.Int("resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
 	channels := fs.Int("channels", nicfw.DefaultChannels, "logical channels per peer host (C)")
+	window := fs.Int("window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
 	giveUp := fs.Duration("give-up", nicfw.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
 	xdpMode := fs.String("xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	queue := fs.Int("queue", 0, "the device queue to own")
@@ -139,7 +140,7 @@ func runFw(e *env, args []string) error {
 		level = slog.LevelInfo
 	}
 	cfg := nicfw.DaemonConfig{
-		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident,
+		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window,
 			Transport: nicfw.Config{Channels: *channels, GiveUpAfter: *giveUp}},
 		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),

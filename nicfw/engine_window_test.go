@@ -1,0 +1,201 @@
+//go:build linux
+
+package nicfw
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+)
+
+// Tests of EngineConfig.Window: one endpoint's messages in flight on
+// several channels at once.
+
+// windowBody sends per short messages each way between A1 and B1 (with
+// the window of n's engines), and per/4 medium messages from A1 to B1
+// among them, and checks that each arrives exactly once with its bytes.
+// It returns the most messages of A1 seen in flight at once and how many
+// arrived after one sent later than them.
+func windowBody(t *testing.T, n *engNet, per int, limit int) (most, late int) {
+	t.Helper()
+	a1 := n.a.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	b1 := n.b.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	type flow struct {
+		from, to *EndpointView
+		sent     int
+		seen     map[uint64]int
+		last     uint64
+	}
+	flows := []*flow{{from: a1, to: b1}, {from: b1, to: a1}}
+	mediums := 0
+	for _, f := range flows {
+		f.seen = make(map[uint64]int)
+	}
+	top := maxMediumFits(n.a.eng, 1)
+	size := func(i uint64) int { return 1 + int(i)*131%top }
+	n.run(t, limit, func() bool {
+		if k := n.a.eng.tr.peer(hostB).unacked; k > most {
+			most = k
+		}
+		done := true
+		for fi, f := range flows {
+			for f.sent < per {
+				i := uint64(f.sent)
+				d := short(0, 1, i)
+				if fi == 0 && i%4 == 3 {
+					// A medium message, from a staging slot of its own.
+					off := int(i/4) % 8 * MaxMedium
+					if _, taken := f.from.Progress(RequestSend); mediums >= 8 && int32(taken-uint32(i-32)) <= 0 {
+						break // its slot's previous message is not taken yet
+					}
+					copy(f.from.Staging()[off:], pattern(size(i), byte(i)))
+					d = medium(0, 1, off, size(i), i)
+				}
+				if err := f.from.Send(RequestSend, &d); err != nil {
+					break // the queue is full
+				}
+				if d.Class == ClassMedium {
+					mediums++
+				}
+				f.sent++
+			}
+			for {
+				d, data, ok := receiveData(t, f.to, RequestReceive)
+				if !ok {
+					break
+				}
+				i := d.Args[0]
+				if f.seen[i]++; f.seen[i] > 1 {
+					t.Fatalf("flow %d: message %d twice", fi, i)
+				}
+				if fi == 0 && i%4 == 3 && (d.Class != ClassMedium || !bytes.Equal(data, pattern(size(i), byte(i)))) {
+					t.Fatalf("medium message %d: %+v with %d bytes", i, d, len(data))
+				}
+				if len(f.seen) > 1 && i < f.last {
+					late++
+				}
+				f.last = max(f.last, i)
+			}
+			if len(f.seen) < per {
+				done = false
+			}
+		}
+		return done
+	})
+	// The last acknowledgements.
+	n.run(t, limit, func() bool {
+		sa, sb := n.a.eng.Stats(), n.b.eng.Stats()
+		return sa.Acked == sa.Sent && sb.Acked == sb.Sent
+	})
+	for _, e := range []*Engine{n.a.eng, n.b.eng} {
+		if s := e.Stats(); s.Sent != uint64(per) || s.Delivered != uint64(per) || s.Returned != 0 || e.pinned != 0 || len(e.inflight) != 0 {
+			t.Errorf("engine %d: %+v, pinned %d", e.Host(), s, e.pinned)
+		}
+	}
+	return most, late
+}
+
+// With a window of 4, one endpoint keeps 4 messages in flight to its
+// peer: on a lossless link they arrive in order, each once.
+func TestEngineWindow(t *testing.T) {
+	for _, w := range []int{4, 0} {
+		t.Run(fmt.Sprintf("window %d", w), func(t *testing.T) {
+			n := newEngNet(t, memlink.Options{}, EngineConfig{Window: w})
+			most, late := windowBody(t, n, 400, 100000)
+			if want := max(w, 1); most != want || late != 0 {
+				t.Errorf("at most %d in flight (want %d), %d out of order (want 0)", most, want, late)
+			}
+		})
+	}
+}
+
+// Under 10% loss each way, with a window of 8: every message exactly
+// once; those overtaken by a retransmission arrive out of order.
+func TestEngineWindowLoss(t *testing.T) {
+	n := newEngNet(t, memlink.Options{Loss: 0.1, Seed: 3}, EngineConfig{Window: 8})
+	most, late := windowBody(t, n, 3000, 2_000_000)
+	t.Logf("at most %d in flight, %d messages overtaken", most, late)
+	if most != 8 {
+		t.Errorf("at most %d in flight, want 8", most)
+	}
+}
+
+// TestEngineWindowOverAFXDP is TestEngineWindowLoss over AF_XDP on a veth
+// pair, xam's XDP program dropping 10% of the frames.
+func TestEngineWindowOverAFXDP(t *testing.T) {
+	n := newXDPEngNet(t, EngineConfig{Window: 8, Transport: Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
+	most, late := windowBody(t, n, 3000, 60)
+	t.Logf("at most %d in flight, %d messages overtaken", most, late)
+	if most < 2 {
+		t.Errorf("at most %d in flight", most)
+	}
+}
+
+// Messages in flight from the window when the peer is gone come back once
+// each, medium ones with their bytes; closing the endpoint meanwhile keeps
+// its memory until the last is done.
+func TestEngineWindowReturns(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{Window: 4})
+	a1 := n.a.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	a2 := n.a.endpoint(t, 2, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	n.b.link.Close() // B is gone
+	ea := n.a.eng
+	const count = 6
+	for i := range uint64(count) {
+		d := short(0, 1, i)
+		if i%2 == 1 {
+			copy(a1.Staging()[int(i)*MaxMedium:], pattern(100+int(i), byte(i)))
+			d = medium(0, 1, int(i)*MaxMedium, 100+int(i), i)
+		}
+		mustSend(t, a1, RequestSend, d)
+		mustSend(t, a2, RequestSend, short(0, 2, i))
+	}
+	poll := func() {
+		if _, err := ea.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll()
+	if ea.eps[1].flying != 4 || ea.eps[2].flying != 4 || ea.pinned != 2 || ea.res.Outstanding(1) != 4 {
+		t.Fatalf("in flight: %d and %d, pinned %d", ea.eps[1].flying, ea.eps[2].flying, ea.pinned)
+	}
+	// A2 closes with four messages in flight: its memory stays.
+	memA2 := ea.eps[2].mem
+	if err := ea.CloseEndpoint(2); err != nil {
+		t.Fatal(err)
+	}
+	if memA2.FD() == -1 {
+		t.Fatal("A2's memory closed with messages in flight")
+	}
+	var ret []received
+	n.clk.Advance(engGiveUp + engStep)
+	for range 20 {
+		poll()
+		n.clk.Advance(engStep)
+		collect(t, a1, ReplyReceive, &ret)
+	}
+	if len(ret) != count {
+		t.Fatalf("returned %d of %d", len(ret), count)
+	}
+	seen := make(map[uint64]bool)
+	for _, r := range ret {
+		reason, from, ok := r.d.ReturnInfo()
+		i := r.d.Args[0]
+		if !ok || reason != ReasonUnreachable || from != RequestSend || seen[i] {
+			t.Errorf("returned %+v: %v %v", r.d, reason, from)
+		}
+		seen[i] = true
+		if i%2 == 1 && !bytes.Equal(r.data, pattern(100+int(i), byte(i))) {
+			t.Errorf("returned medium message %d with %d bytes", i, len(r.data))
+		}
+	}
+	if memA2.FD() != -1 || ea.pinned != 0 || ea.res.Outstanding(1) != 0 || ea.eps[1].flying != 0 || len(ea.inflight) != 0 {
+		t.Errorf("after the returns: A2 fd %d, pinned %d, outstanding %d", memA2.FD(), ea.pinned, ea.res.Outstanding(1))
+	}
+	if s := ea.Stats(); s.Returned != count || s.ReturnsLost != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
