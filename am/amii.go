@@ -730,7 +730,9 @@ func (a *AMII) step() error {
 // Poll runs the engine once (inline mode), then the handlers of the
 // messages in the request and reply receive queues (at most a queue's worth
 // of each), and returns the number of handlers run (error handler
-// included). It may not be called from a handler.
+// included). In inline mode, when request handlers ran, it runs the engine
+// once more, so that their replies leave before Poll returns. It may not be
+// called from a handler.
 func (a *AMII) Poll() (int, error) {
 	if err := a.enter(); err != nil {
 		return 0, err
@@ -756,6 +758,7 @@ func (a *AMII) pollLocked() (int, error) {
 			a.changed = make(chan struct{})
 		}
 	}()
+	requests := 0 // requests dispatched: each queued a reply, explicit or implicit
 	for _, q := range [...]nicfw.Queue{nicfw.ReplyReceive, nicfw.RequestReceive} {
 		for range a.entries {
 			// Peek, run, Release: a medium message's bytes stay in place
@@ -770,12 +773,23 @@ func (a *AMII) pollLocked() (int, error) {
 			n, err := a.dispatch(q)
 			ran += n
 			took++
+			if q == nicfw.RequestReceive {
+				requests++
+			}
 			if rerr := a.view.Release(q); err == nil {
 				err = rerr
 			}
 			if err != nil {
 				return ran, err
 			}
+		}
+	}
+	if requests > 0 && a.poll != nil {
+		// The replies leave now, as a request does (sent), not at the
+		// next Poll: an application that polls now and then answers at
+		// once.
+		if _, err := a.poll(); err != nil {
+			return ran, err
 		}
 	}
 	return ran, nil

@@ -853,3 +853,32 @@ func TestAMIIShortAllocs(t *testing.T) {
 		t.Errorf("%v allocations per round trip", allocs)
 	}
 }
+
+// In inline mode a reply leaves in the Poll whose handler sent it: B1
+// polls once, and A1 gets the reply without B1 polling again.
+func TestAMIIReplyLeavesInPoll(t *testing.T) {
+	ha, hb := ownEnginePair(t)
+	hb.Register(func(tok *Token2, args []uint64) {
+		if err := tok.Reply(0, args[0]+1); err != nil {
+			t.Error(err)
+		}
+	})
+	var got []uint64
+	ha.Register(func(_ *Token2, args []uint64) { got = append(got, args[0]) })
+	for i := range uint64(3) {
+		if err := ha.Request(0, 0, 10*i); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := hb.Poll(); err != nil || n != 1 {
+			t.Fatalf("B1's Poll ran %d handlers: %v", n, err)
+		}
+		for range 100 {
+			if _, err := ha.Poll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(got) != int(i)+1 || got[i] != 10*i+1 {
+			t.Fatalf("after request %d, replies %v", i, got)
+		}
+	}
+}

@@ -23,8 +23,9 @@ import (
 //     sends the frame), the median;
 //   - Or, receive overhead: the time the receiver's thread spends per
 //     message (its engine's receive work, the handler, queuing the
-//     implicit reply), the median over the polls that ran handlers and
-//     sent nothing while the sender streams;
+//     implicit reply), the median over the polls that ran handlers while
+//     the sender streams, each up to the engine's run that sends the
+//     replies;
 //   - g, gap: the time per message of a stream of requests that keeps K
 //     outstanding, on the sender;
 //   - RTT: the median request/reply round trip;
@@ -125,6 +126,9 @@ type logpHost struct {
 	eng *nicfw.Engine
 	vs  []*nicfw.EndpointView
 	ams []*am.AMII
+	// onPoll, if set, is called before each run of the engine by the
+	// AM-II endpoints.
+	onPoll func()
 }
 
 func (h *logpHost) close() error {
@@ -171,7 +175,13 @@ func openLogPHost(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg
 			return nil, err
 		}
 		h.vs = append(h.vs, v)
-		a, err := am.NewAMII(v, h.eng.Poll, am.AMIIConfig{})
+		poll := func() (int, error) {
+			if h.onPoll != nil {
+				h.onPoll()
+			}
+			return h.eng.Poll()
+		}
+		a, err := am.NewAMII(v, poll, am.AMIIConfig{})
 		if err != nil {
 			return nil, err
 		}
@@ -180,23 +190,34 @@ func openLogPHost(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg
 	return h, nil
 }
 
-// serve runs b's endpoint 0 until stop, recording with orHist the time per
-// handler of each poll that ran some, and in which the engine sent
-// nothing, while measure is set. (A poll's engine run sends the replies
-// the previous poll's handlers queued: that is the replies' send overhead,
-// not the requests' receive overhead, and how many polls carry it depends
-// on the stream's pace, which differs between the configurations.)
+// serve runs b's endpoint 0 until stop, recording with orHist, while
+// measure is set, the receive overhead per handler of each poll that ran
+// some: the time from the start of the poll to the engine's second run in
+// it, which sends the replies the handlers queued (am.AMII.Poll), so that
+// the engine's receive work, the handlers and the queuing of the replies
+// count and the replies' sending does not (that is their send overhead).
+// Polls whose first engine run sent something are left out.
 func serve(b *logpHost, stop, measure *atomic.Bool, orHist *[]time.Duration) error {
 	s := b.ams[0]
+	var runs int
+	var second time.Time
+	var sentBefore, sentAtSecond uint64
+	b.onPoll = func() {
+		if runs++; runs == 2 {
+			second, sentAtSecond = time.Now(), b.eng.Stats().Sent
+		}
+	}
+	defer func() { b.onPoll = nil }()
 	for !stop.Load() {
-		sent := b.eng.Stats().Sent
+		runs = 0
+		sentBefore = b.eng.Stats().Sent
 		t0 := time.Now()
 		n, err := s.Poll()
 		if err != nil {
 			return err
 		}
-		if n > 0 && measure.Load() && b.eng.Stats().Sent == sent {
-			*orHist = append(*orHist, time.Since(t0)/time.Duration(n))
+		if n > 0 && runs == 2 && measure.Load() && sentAtSecond == sentBefore {
+			*orHist = append(*orHist, second.Sub(t0)/time.Duration(n))
 		}
 	}
 	return nil
