@@ -850,30 +850,26 @@ func (e *Engine) flushReturning() int {
 func (e *Engine) collectAcks() int {
 	work, j := 0, 0
 	for _, r := range e.inflight {
-		s := r.s
-		if f := r.flight; f != nil {
-			if holds(f.peer, f.ch, r.cookie) {
-				e.inflight[j] = r
-				j++
-				continue
-			}
-			e.land(s)
-			e.stats.Acked++
-			work++
-			continue
-		}
-		if s.state != slotInflight || s.cookie != r.cookie {
+		s, f := r.s, r.flight
+		p, ch := s.peer, s.ch
+		if f != nil {
+			p, ch = f.peer, f.ch
+		} else if s.state != slotInflight || s.cookie != r.cookie {
 			continue // returned meanwhile
 		}
-		if holds(s.peer, s.ch, s.cookie) {
+		if holds(p, ch, r.cookie) {
 			e.inflight[j] = r
 			j++
 			continue
 		}
-		e.unpin(s)
 		e.stats.Acked++
-		e.advance(s)
 		work++
+		if f != nil {
+			e.land(s)
+			continue
+		}
+		e.unpin(s)
+		e.advance(s)
 	}
 	clear(e.inflight[j:])
 	e.inflight = e.inflight[:j]
