@@ -276,31 +276,7 @@ func TestEndpointWakeups(t *testing.T) {
 	m.SetNotify(efd.signal)
 	const n = 10000
 	engineErr := make(chan error, 1)
-	go func() {
-		rng := rand.New(rand.NewPCG(1, 2))
-		deadline := time.Now().Add(60 * time.Second)
-		for i := range n {
-			d := Descriptor{Class: ClassShort, Handler: uint32(i)}
-			for {
-				err := m.Put(RequestReceive, &d)
-				if err == nil {
-					break
-				}
-				if !errors.Is(err, ErrQueueFull) || time.Now().After(deadline) {
-					engineErr <- err
-					return
-				}
-				runtime.Gosched()
-			}
-			switch rng.IntN(4) {
-			case 0:
-				time.Sleep(time.Duration(rng.IntN(20)) * time.Microsecond)
-			case 1:
-				runtime.Gosched()
-			}
-		}
-		engineErr <- nil
-	}()
+	go func() { engineErr <- produce(n, 1, func(d *Descriptor) error { return m.Put(RequestReceive, d) }) }()
 	blocked, spurious := 0, 0
 	var d Descriptor
 	for next := 0; next < n; {
@@ -345,31 +321,7 @@ func TestEndpointKicks(t *testing.T) {
 	v.SetKick(efd.signal)
 	const n = 10000
 	appErr := make(chan error, 1)
-	go func() {
-		rng := rand.New(rand.NewPCG(3, 4))
-		deadline := time.Now().Add(60 * time.Second)
-		for i := range n {
-			d := Descriptor{Class: ClassShort, Handler: uint32(i)}
-			for {
-				err := v.Send(RequestSend, &d)
-				if err == nil {
-					break
-				}
-				if !errors.Is(err, ErrQueueFull) || time.Now().After(deadline) {
-					appErr <- err
-					return
-				}
-				runtime.Gosched()
-			}
-			switch rng.IntN(4) {
-			case 0:
-				time.Sleep(time.Duration(rng.IntN(20)) * time.Microsecond)
-			case 1:
-				runtime.Gosched()
-			}
-		}
-		appErr <- nil
-	}()
+	go func() { appErr <- produce(n, 3, func(d *Descriptor) error { return v.Send(RequestSend, d) }) }()
 	slept := 0
 	var d Descriptor
 	for next := 0; next < n; {
@@ -402,4 +354,32 @@ func TestEndpointKicks(t *testing.T) {
 		t.Error("the engine never slept: the test tested nothing")
 	}
 	t.Logf("%d descriptors, the engine slept %d times", n, slept)
+}
+
+// produce puts n short descriptors (Handler 0..n-1) with put, retrying
+// while the queue is full, and pauses at random between them (seeded by
+// seed): a sleep, a yield or nothing.
+func produce(n int, seed uint64, put func(*Descriptor) error) error {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	deadline := time.Now().Add(60 * time.Second)
+	for i := range n {
+		d := Descriptor{Class: ClassShort, Handler: uint32(i)}
+		for {
+			err := put(&d)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrQueueFull) || time.Now().After(deadline) {
+				return err
+			}
+			runtime.Gosched()
+		}
+		switch rng.IntN(4) {
+		case 0:
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Microsecond)
+		case 1:
+			runtime.Gosched()
+		}
+	}
+	return nil
 }
