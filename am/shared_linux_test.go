@@ -45,7 +45,11 @@ func TestAMIISharedOverAFXDP(t *testing.T) {
 	sharedBody(t, links[0], links[1])
 }
 
-func sharedBody(t *testing.T, la, lb afxdp.Link) {
+// startDaemons runs a firmware daemon on each link (hosts amiiHostA and
+// amiiHostB, each knowing the other) until the test ends and returns their
+// sockets.
+func startDaemons(t *testing.T, la, lb afxdp.Link) (pa, pb string) {
+	t.Helper()
 	dir := t.TempDir()
 	daemon := func(l afxdp.Link, id, peer nicfw.HostID, peerMAC net.HardwareAddr) string {
 		path := filepath.Join(dir, "fw"+string(rune('0'+id))+".sock")
@@ -66,8 +70,11 @@ func sharedBody(t *testing.T, la, lb afxdp.Link) {
 		})
 		return path
 	}
-	pa := daemon(la, amiiHostA, amiiHostB, lb.HardwareAddr())
-	pb := daemon(lb, amiiHostB, amiiHostA, la.HardwareAddr())
+	return daemon(la, amiiHostA, amiiHostB, lb.HardwareAddr()), daemon(lb, amiiHostB, amiiHostA, la.HardwareAddr())
+}
+
+func sharedBody(t *testing.T, la, lb afxdp.Link) {
+	pa, pb := startDaemons(t, la, lb)
 
 	server, err := Dial(pb, nicfw.OpenRequest{Endpoint: 20, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostA, Endpoint: 21}}}, AMIIConfig{})
 	if err != nil {

@@ -614,16 +614,34 @@ func (m *EndpointMemory) Pending() bool {
 // queue and d holds it (to return to its sender), except for RefusedRing,
 // where nothing was taken and the queue stays refused until the
 // application repairs its index.
+//
+// Take gives the entry back to the application at once. The engine, which
+// must copy a medium message's bytes before the application may reuse
+// them (EndpointView.Progress), uses next and commit instead.
 func (m *EndpointMemory) Take(q Queue, d *Descriptor) (ok bool, err error) {
+	ok, err = m.next(q, d)
+	if ok {
+		m.commit(q)
+	}
+	return ok, err
+}
+
+// next is Take except that a descriptor that passed stays in its entry:
+// the application sees it taken (Progress) only once commit gives the
+// entry back, so the bytes it names stay the application's to leave alone
+// until then. A refused descriptor is given back at once.
+func (m *EndpointMemory) next(q Queue, d *Descriptor) (ok bool, err error) {
 	if m.mem == nil {
 		return false, ErrClosed
 	}
 	if !q.isSend() {
 		return false, ErrWrongQueue
 	}
-	ok, err = m.rings[q].consume(d)
+	ok, err = m.rings[q].peek(d)
 	if err == nil && ok {
-		err = m.check(d)
+		if err = m.check(d); err != nil {
+			m.rings[q].release()
+		}
 	}
 	if err != nil {
 		if r, isRefusal := err.(Refusal); isRefusal && r < NumRefusals {
@@ -636,6 +654,10 @@ func (m *EndpointMemory) Take(q Queue, d *Descriptor) (ok bool, err error) {
 	}
 	return ok, nil
 }
+
+// commit gives back the entry of the descriptor next returned from send
+// queue q.
+func (m *EndpointMemory) commit(q Queue) { m.rings[q].release() }
 
 // check validates a descriptor copied out of a send queue.
 func (m *EndpointMemory) check(d *Descriptor) error {

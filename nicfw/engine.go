@@ -688,9 +688,12 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 func (e *Engine) take(s *epState) bool {
 	for _, q := range [...]Queue{ReplySend, RequestSend} {
 		for {
-			ok, err := s.mem.Take(q, &s.d)
+			ok, err := s.mem.next(q, &s.d)
 			if ok && err == nil {
+				// The entry goes back once begin has copied what the
+				// application may reuse from then on.
 				e.begin(s, q)
+				s.mem.commit(q)
 				return true
 			}
 			if err == nil || errors.Is(err, RefusedRing) || !errors.Is(err, ErrRefused) {
