@@ -68,8 +68,10 @@ import (
 // Requests hold at most all slots but one, so a reply always finds one
 // after the engine has moved on. The application keeps a Store's region
 // unchanged until the request is answered (the engine reads it chunk by
-// chunk) and decides with its peers where their Stores may write: the
-// engine checks only that a region lies inside the receiving staging area.
+// chunk) and decides with its peers where their Stores may write. The
+// engine lets a Store write only the receiver's application part (NewAMII
+// sets the endpoint's store region to it): a region that reaches into the
+// medium slots, or past the staging area, comes back with ReasonRange.
 //
 // Implicit replies. A request handler that returns without replying gets
 // an empty reply sent on its behalf to NullReply, a handler index that runs
@@ -86,7 +88,8 @@ import (
 //
 // Return to sender. A message the engine cannot deliver (bad tag, no such
 // endpoint, endpoint closed, unknown or unreachable host, too large for the
-// transport, a bulk region outside the receiver's staging area) comes back
+// transport, a bulk region outside the receiver's application part, a
+// request to a handler index the receiver has not registered) comes back
 // into the sender's reply receive queue marked returned (nicfw's
 // Descriptor.ReturnInfo); Poll hands it to the error handler set with
 // OnReturn, as a Returned with the reason and the original message (a
@@ -377,6 +380,10 @@ func NewAMII(view *nicfw.EndpointView, poll func() (int, error), cfg AMIIConfig)
 	for i := range cfg.MediumSlots {
 		a.free = append(a.free, cfg.MediumSlots-1-i)
 	}
+	// Peers' Stores may write the application's part only, never the
+	// medium slots; requests may name registered handlers only.
+	view.SetStoreRegion(uint32(a.slotBase))
+	view.SetHandlers(0)
 	if cfg.Shared {
 		a.changed = make(chan struct{})
 	}
@@ -386,14 +393,21 @@ func NewAMII(view *nicfw.EndpointView, poll func() (int, error), cfg AMIIConfig)
 // Register adds a short-message handler and returns its index, the number
 // that names it in messages.
 func (a *AMII) Register(h Handler2) uint32 {
-	a.handlers = append(a.handlers, handler{short: h})
-	return uint32(len(a.handlers) - 1)
+	return a.register(handler{short: h})
 }
 
 // RegisterMedium adds a handler of medium and bulk messages and returns
 // its index; the two kinds share the index space.
 func (a *AMII) RegisterMedium(h MediumHandler) uint32 {
-	a.handlers = append(a.handlers, handler{medium: h})
+	return a.register(handler{medium: h})
+}
+
+// register adds h to the handler table and tells the engine, which
+// returns requests to unregistered handlers to their senders
+// (nicfw.ReasonNoHandler).
+func (a *AMII) register(h handler) uint32 {
+	a.handlers = append(a.handlers, h)
+	a.view.SetHandlers(uint32(len(a.handlers)))
 	return uint32(len(a.handlers) - 1)
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -443,7 +444,7 @@ func TestAMIIStore(t *testing.T) {
 	if r.Reason != nicfw.ReasonRange || r.Class != nicfw.ClassBulk || r.Offset != 100 || r.Length != length || r.RemoteOffset != far || !r.Request {
 		t.Errorf("returned %+v", r)
 	}
-	if s := r.String(); s != fmt.Sprintf("request to 0, handler %d, bulk of %d bytes to offset %d: outside the receiver's staging area", sink, length, far) {
+	if s := r.String(); s != fmt.Sprintf("request to 0, handler %d, bulk of %d bytes to offset %d: outside the receiver's store region", sink, length, far) {
 		t.Errorf("Returned.String() = %q", s)
 	}
 	for _, c := range []struct{ off, length uint32 }{{0, 0}, {uint32(len(n.a1.Staging())) - 10, 11}} {
@@ -453,6 +454,96 @@ func TestAMIIStore(t *testing.T) {
 	}
 	if n.a1.Outstanding() != 0 || n.a1.Stats().Stores != 2 {
 		t.Errorf("outstanding %d, stats %+v", n.a1.Outstanding(), n.a1.Stats())
+	}
+}
+
+// TestAMIIStoreRegion: a Store may write only the part of the receiver's
+// staging area that the receiver exposes (its Staging, which ends where
+// its medium slots begin). A Store whose region reaches into the medium
+// slots comes back with ReasonRange, its handler does not run, and the
+// slots keep their bytes; one that ends exactly at Staging's end is stored.
+func TestAMIIStoreRegion(t *testing.T) {
+	n := newAMIINet(t, AMIIConfig{})
+	n.serveB = true
+	ran := 0
+	sink := n.b1.RegisterMedium(func(*Token2, []uint64, []byte) { ran++ })
+	var returned []Returned
+	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
+	exposed := uint32(len(n.b1.Staging()))
+	whole := n.b1.view.Staging()
+	if uint32(len(whole)) <= exposed+200 {
+		t.Fatalf("staging %d bytes, exposed %d: no medium slots", len(whole), exposed)
+	}
+	slots := slices.Clone(whole[exposed:])
+	const length = 64
+	copy(n.a1.Staging()[0:], patterned(length, 3))
+	for _, remote := range []uint32{exposed + 100, exposed - length/2} {
+		returned = returned[:0]
+		if err := n.a1.Store(0, 0, remote, length, sink); err != nil {
+			t.Fatal(err)
+		}
+		until(t, n.a1, func() bool { return len(returned) > 0 })
+		if r := returned[0]; r.Reason != nicfw.ReasonRange || r.RemoteOffset != remote {
+			t.Errorf("Store to %d (exposed %d): returned %+v", remote, exposed, r)
+		}
+	}
+	if ran != 0 || !slices.Equal(whole[exposed:], slots) {
+		t.Errorf("handler ran %d times; medium slots changed: %v", ran, !slices.Equal(whole[exposed:], slots))
+	}
+	if err := n.a1.Store(0, 0, exposed-length, length, sink); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.a1.Drain(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ran != 1 || !slices.Equal(n.b1.Staging()[exposed-length:], patterned(length, 3)) {
+		t.Errorf("a Store that ends at Staging's end: handler ran %d times", ran)
+	}
+}
+
+// TestAMIINoSuchHandler: a request naming a handler index the receiver
+// never registered comes back to its sender with ReasonNoHandler (its
+// credit given back), instead of a null reply the sender cannot tell from
+// an answer; the receiver runs nothing. A reply to an unregistered handler
+// is the requester's own mistake: counted there as a handler error.
+func TestAMIINoSuchHandler(t *testing.T) {
+	n := newAMIINet(t, AMIIConfig{})
+	n.serveB = true
+	var got []uint64
+	echo := n.b1.Register(func(tok *Token2, args []uint64) {
+		got = append(got, args[0])
+		if err := tok.Reply(7, args[0]); err != nil { // A1 has no handler 7
+			t.Error(err)
+		}
+	})
+	var returned []Returned
+	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
+	if err := n.a1.Request(0, echo+1, 42, 43); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.a1.RequestMedium(0, echo+5, []byte("medium"), 43); err != nil {
+		t.Fatal(err)
+	}
+	until(t, n.a1, func() bool { return len(returned) == 2 })
+	for i, r := range returned {
+		if r.Reason != nicfw.ReasonNoHandler || !r.Request || r.Args[0] != 42+uint64(i) {
+			t.Errorf("returned %d: %+v", i, r)
+		}
+		if !strings.HasSuffix(r.String(), ": no such handler") {
+			t.Errorf("returned %d: %q", i, r.String())
+		}
+	}
+	if string(returned[1].Data) != "medium" || returned[1].Handler != echo+5 {
+		t.Errorf("returned medium: handler %d, data %q", returned[1].Handler, returned[1].Data)
+	}
+	if err := n.a1.Request(0, echo, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.a1.Drain(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []uint64{9}) || n.a1.Outstanding() != 0 || n.a1.Stats().HandlerErrors != 1 || n.b1.Stats().HandlerErrors != 0 {
+		t.Errorf("handled %v, outstanding %d, A1 %+v, B1 %+v", got, n.a1.Outstanding(), n.a1.Stats(), n.b1.Stats())
 	}
 }
 

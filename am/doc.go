@@ -21,7 +21,7 @@
 // staging area written into a region of the receiver's), user credits (K
 // outstanding requests), an error handler that receives messages returned
 // to the sender with a reason (bad tag, no such endpoint, endpoint closed,
-// unreachable host, region out of range), and Wait, which in inline mode
+// unreachable host, region out of range, no such handler), and Wait, which in inline mode
 // runs the engine until a message is there and in firmware mode blocks on
 // the endpoint's notification (AMIIConfig.Block). Dial opens an endpoint
 // through a firmware daemon's socket. An AMII belongs to one goroutine, or,

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,6 +101,14 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 		}
 	})
 
+	var mu sync.Mutex
+	var returns []nicfw.Reason
+	client.OnReturn(func(r Returned) {
+		mu.Lock()
+		returns = append(returns, r.Reason)
+		mu.Unlock()
+	})
+
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	serve := func(a *AMII) {
@@ -132,6 +141,14 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 		})
 	}
 	sends.Wait()
+	// A request to a handler the server never registered, and a Store into
+	// the server's medium slots, come back to the sender.
+	if err := client.Request(0, 99, 1); err != nil {
+		t.Error(err)
+	}
+	if err := client.Store(0, 0, uint32(len(server.Staging()))+8, 64, 0); err != nil {
+		t.Error(err)
+	}
 	if err := client.Drain(30 * time.Second); err != nil {
 		t.Error(err)
 	}
@@ -140,6 +157,11 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 	if n := bad.Load(); n > 0 {
 		t.Fatalf("%d of %d medium messages carried wrong bytes", n, 2*senders*per)
 	}
+	mu.Lock()
+	if !slices.Equal(returns, []nicfw.Reason{nicfw.ReasonNoHandler, nicfw.ReasonRange}) {
+		t.Errorf("returned %v, want [no such handler, range]", returns)
+	}
+	mu.Unlock()
 	if got := replies.Load(); got != int64(senders*per) {
 		t.Fatalf("%d replies to %d requests", got, senders*per)
 	}

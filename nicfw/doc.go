@@ -212,8 +212,9 @@
 // through the endpoint's slot, each acknowledged before the next leaves, so
 // they arrive in order; the receiving engine writes each at RemoteOffset
 // plus its offset into the receiving endpoint's staging area, after
-// checking the whole region against the staging area's size
-// (ReasonRange), and only the last puts a descriptor (Offset =
+// checking the whole region against the part of it the receiver exposes
+// (EndpointView.SetStoreRegion; ReasonRange), and only the last puts a
+// descriptor (Offset =
 // RemoteOffset, Length = the whole length, handler and arguments as sent).
 // A receiver keeps, per sending endpoint, the bulk message in progress (its
 // number and the offset expected next): a chunk that does not continue it
@@ -223,7 +224,8 @@
 // sends no more of it, and does not return it itself again.
 //
 // Return to sender: a message for an unknown or closed endpoint, with a
-// wrong tag, or a bulk region that does not fit is accepted (ACKed) and
+// wrong tag, a bulk region that does not fit, or a request to a handler the
+// receiver has not registered (EndpointView.SetHandlers) is accepted (ACKed) and
 // answered with a return message carrying the reason, queued
 // (EngineConfig.ReturnQueue; full: NACK) until a channel is free; a return
 // is never returned. The transport's ErrUnreachable returns a message

@@ -79,7 +79,7 @@ const (
 	maxTableSize    = 1 << 20
 
 	endpointMagic   = 0x5045_4d58    // "XMEP" little-endian
-	endpointVersion = 2              // 2: receive area, event words, RemoteOffset
+	endpointVersion = 3              // 2: receive area, event words, RemoteOffset; 3: store region, handler count
 	endpointName    = "xam-endpoint" // the memfd's name, in /proc/*/maps
 	pageSize        = 4096
 	cacheLine       = 64
@@ -313,8 +313,10 @@ func (c EndpointConfig) withDefaults() (EndpointConfig, error) {
 //	0                 header, 128 bytes (two cache lines), uint32 each:
 //	                  0 magic, 4 version, 8 queue entries, 12 staging
 //	                  size, 16 table size, 32 the engine's idle word
-//	                  (SetIdle; 0 busy, 1 idle), 64 the armed event mask
-//	                  (Arm; a line of its own); the rest reserved, 0
+//	                  (SetIdle; 0 busy, 1 idle), 36 the store region
+//	                  and 40 the handler count (the application's:
+//	                  SetStoreRegion, SetHandlers), 64 the armed event
+//	                  mask (Arm; a line of its own); the rest reserved, 0
 //	128 + q*ringSize  queue q (RequestSend, ReplySend, RequestReceive,
 //	                  ReplyReceive): producer index (own cache line),
 //	                  consumer index (own cache line), descriptors
@@ -333,6 +335,8 @@ const (
 	hdrStaging = 12
 	hdrTable   = 16
 	hdrIdle    = 32
+	hdrStore   = 36
+	hdrHandler = 40
 	hdrArmed   = cacheLine
 	hdrSize    = 128
 
@@ -365,9 +369,17 @@ func (l layout) recvSlot(q Queue, pos uint32) int {
 	return (int(q-RequestReceive)*l.entries + int(pos&uint32(l.entries-1))) * MaxMedium
 }
 
-// words returns the header's idle and armed words.
-func words(mem []byte) (idle, armed *atomic.Uint32) {
-	return (*atomic.Uint32)(unsafe.Pointer(&mem[hdrIdle])), (*atomic.Uint32)(unsafe.Pointer(&mem[hdrArmed]))
+// hdrWords are the header's words that the engine and the application
+// share, each written by one side only: idle by the engine; armed, store
+// and handlers by the application (the engine clears armed when it
+// notifies).
+type hdrWords struct {
+	idle, armed, store, handlers *atomic.Uint32
+}
+
+func words(mem []byte) hdrWords {
+	w := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
+	return hdrWords{idle: w(hdrIdle), armed: w(hdrArmed), store: w(hdrStore), handlers: w(hdrHandler)}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
@@ -378,6 +390,10 @@ func (l layout) writeHeader(mem []byte) {
 	binary.LittleEndian.PutUint32(mem[hdrEntries:], uint32(l.entries))
 	binary.LittleEndian.PutUint32(mem[hdrStaging:], uint32(l.staging))
 	binary.LittleEndian.PutUint32(mem[hdrTable:], uint32(l.table))
+	// Until the application says otherwise, peers' Stores may write the
+	// whole staging area and requests may name any handler.
+	binary.LittleEndian.PutUint32(mem[hdrStore:], uint32(l.staging))
+	binary.LittleEndian.PutUint32(mem[hdrHandler:], AnyHandler)
 }
 
 // readHeader reads and checks the header of memory of size bytes.
@@ -533,12 +549,11 @@ type EndpointStats struct {
 // EndpointMemory is the engine's side of an endpoint: the memfd and its
 // mapping. It belongs to the engine thread.
 type EndpointMemory struct {
-	fd     int
-	mem    []byte
-	l      layout
-	rings  [numQueues]descRing
-	idle   *atomic.Uint32 // the header's idle word
-	armed  *atomic.Uint32 // the header's armed event mask
+	fd    int
+	mem   []byte
+	l     layout
+	rings [numQueues]descRing
+	hdrWords
 	notify func()
 	stats  EndpointStats
 }
@@ -563,6 +578,16 @@ func (m *EndpointMemory) Staging() []byte {
 
 // Stats returns the memory's counters.
 func (m *EndpointMemory) Stats() EndpointStats { return m.stats }
+
+// storeRegion returns how many bytes at the start of the staging area
+// peers' Stores may write (SetStoreRegion), at most the staging area.
+func (m *EndpointMemory) storeRegion() uint64 {
+	return min(uint64(m.store.Load()), uint64(m.l.staging))
+}
+
+// acceptsHandler reports whether a request may name handler h
+// (SetHandlers).
+func (m *EndpointMemory) acceptsHandler(h uint32) bool { return h < m.handlers.Load() }
 
 // SetNotify sets the function that Put calls after it has put a
 // descriptor into a receive queue whose event the application armed
@@ -775,9 +800,8 @@ type EndpointView struct {
 	mem   []byte
 	l     layout
 	rings [numQueues]descRing
-	idle  *atomic.Uint32 // the header's idle word
-	armed *atomic.Uint32 // the header's armed event mask
-	kick  func()
+	hdrWords
+	kick func()
 }
 
 func newEndpointView(mem []byte) (*EndpointView, error) {
@@ -789,13 +813,40 @@ func newEndpointView(mem []byte) (*EndpointView, error) {
 	for q := range numQueues {
 		v.rings[q] = newDescRing(mem, l, q, q.isSend())
 	}
-	v.idle, v.armed = words(mem)
+	v.hdrWords = words(mem)
 	return v, nil
 }
 
 // Config returns the endpoint's sizes as its header gives them.
 func (v *EndpointView) Config() EndpointConfig {
 	return EndpointConfig{QueueEntries: v.l.entries, StagingSize: v.l.staging, TableSize: v.l.table}
+}
+
+// SetStoreRegion limits where peers' bulk messages (Stores) may write in
+// this endpoint's staging area to its first n bytes; a bulk message whose
+// region does not lie inside them is returned to its sender with
+// ReasonRange. A new endpoint exposes its whole staging area; n beyond it
+// is taken as all of it. The engine reads the limit for every chunk it
+// stores, so a smaller one holds for the chunks that arrive after the call.
+func (v *EndpointView) SetStoreRegion(n uint32) {
+	if v.mem != nil {
+		v.store.Store(n)
+	}
+}
+
+// AnyHandler is the handler count of an endpoint that has set none
+// (SetHandlers): requests may name any handler.
+const AnyHandler = ^uint32(0)
+
+// SetHandlers tells the engine how many request handlers the application
+// has, numbered from 0: a request that names a handler at or above n is
+// returned to its sender with ReasonNoHandler instead of being delivered.
+// A new endpoint accepts any handler (AnyHandler); replies are never
+// checked.
+func (v *EndpointView) SetHandlers(n uint32) {
+	if v.mem != nil {
+		v.handlers.Store(n)
+	}
 }
 
 // Staging returns the staging area.

@@ -47,7 +47,7 @@ func NewEndpointMemory(cfg EndpointConfig) (*EndpointMemory, error) {
 	for q := range numQueues {
 		m.rings[q] = newDescRing(mem, l, q, !q.isSend())
 	}
-	m.idle, m.armed = words(mem)
+	m.hdrWords = words(mem)
 	return m, nil
 }
 

@@ -58,15 +58,16 @@ type Reason uint8
 
 // The reasons of return-to-sender; 0 is not a reason.
 const (
-	ReasonBadTag      Reason = 1 // the destination's tag differs from the message's
-	ReasonNoEndpoint  Reason = 2 // the destination host has no such endpoint
-	ReasonUnreachable Reason = 3 // the transport gave up (ErrUnreachable)
-	ReasonNoHost      Reason = 4 // the destination host is not in the host table
-	ReasonTooLarge    Reason = 5 // the message does not fit in the transport's largest payload
-	ReasonClosed      Reason = 6 // the destination endpoint was closed (CloseEndpoint)
-	ReasonRange       Reason = 7 // a bulk message's region is outside the receiver's staging area
-	ReasonIncomplete  Reason = 8 // a bulk message's receiver lost its beginning (its endpoint was replaced)
-	ReasonRestarted   Reason = 9 // the destination host's transport restarted while the message was in flight (ErrRestarted)
+	ReasonBadTag      Reason = 1  // the destination's tag differs from the message's
+	ReasonNoEndpoint  Reason = 2  // the destination host has no such endpoint
+	ReasonUnreachable Reason = 3  // the transport gave up (ErrUnreachable)
+	ReasonNoHost      Reason = 4  // the destination host is not in the host table
+	ReasonTooLarge    Reason = 5  // the message does not fit in the transport's largest payload
+	ReasonClosed      Reason = 6  // the destination endpoint was closed (CloseEndpoint)
+	ReasonRange       Reason = 7  // a bulk message's region is outside the region the receiver exposes (EndpointView.SetStoreRegion)
+	ReasonIncomplete  Reason = 8  // a bulk message's receiver lost its beginning (its endpoint was replaced)
+	ReasonRestarted   Reason = 9  // the destination host's transport restarted while the message was in flight (ErrRestarted)
+	ReasonNoHandler   Reason = 10 // a request names a handler the receiver does not have (EndpointView.SetHandlers)
 )
 
 func (r Reason) String() string {
@@ -84,11 +85,13 @@ func (r Reason) String() string {
 	case ReasonClosed:
 		return "endpoint closed"
 	case ReasonRange:
-		return "outside the receiver's staging area"
+		return "outside the receiver's store region"
 	case ReasonIncomplete:
 		return "bulk transfer interrupted"
 	case ReasonRestarted:
 		return "destination host restarted"
+	case ReasonNoHandler:
+		return "no such handler"
 	}
 	return fmt.Sprintf("reason %d", uint8(r))
 }
@@ -1030,8 +1033,10 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason R
 		reason = ReasonClosed
 	case s.tag != m.tag && !e.cfg.Unprotected:
 		reason = ReasonBadTag
-	case m.class == ClassBulk && uint64(m.remote)+uint64(m.length) > uint64(s.mem.l.staging):
+	case m.class == ClassBulk && uint64(m.remote)+uint64(m.length) > s.mem.storeRegion():
 		reason = ReasonRange
+	case m.kind == RequestSend && !s.mem.acceptsHandler(m.handler):
+		reason = ReasonNoHandler
 	}
 	if reason != 0 {
 		if !canReturn {
@@ -1061,7 +1066,8 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason R
 		err = s.mem.putData(q, &d, m.data)
 	case ClassBulk:
 		// The range was checked above, in 64 bits: remote+length is inside
-		// the staging area, and chunk+len(data) at most length.
+		// the store region (so the staging area), and chunk+len(data) at
+		// most length.
 		copy(s.mem.Staging()[m.remote+m.chunk:], m.data)
 		if end := m.chunk + uint32(len(m.data)); end < m.length {
 			rx.next = end
