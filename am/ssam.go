@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/xam-project/xam/cells"
@@ -28,10 +29,27 @@ import (
 //	|kind |    seq    |    ack    |
 //	+-----+-----------+-----------+
 //
-// kind is request (0), reply (1) or ack (2). A request carries its sequence
-// number; a reply or an ack carries the sequence number of the request it
-// answers and, in ack, the responder's cumulative acknowledgement (the next
-// request sequence number it expects). Sequence numbers count modulo 128.
+// kind is request (0), reply (1), ack (2) or sync (3). A request carries its
+// sequence number; a reply or an ack carries the sequence number of the
+// request it answers and, in ack, the responder's cumulative
+// acknowledgement (the next request sequence number it expects). Sequence
+// numbers count modulo 128.
+//
+// Sessions. A requester's sequence numbers mean something only to the
+// responder that has followed them from the start, so before its first
+// request on a connection an endpoint syncs: it sends a sync (ack field 0)
+// carrying the sequence number of its next request and, in the handler
+// field, a session number drawn at random when the endpoint was made.
+// Requests made meanwhile wait in the window, unsent, until the
+// responder's sync answer (ack field 1, the same session number) comes
+// back, and then leave together; the timers send the sync again every
+// timeout, and a full window gives up as always. A responder that sees
+// a session number other than the last one it saw starts over: it expects
+// that sequence number next and forgets its saved answers. So a responder
+// serves one requester after another (a ping client, then the next), and
+// never answers a new requester's request with an answer saved for an
+// earlier one's. A sync with the session it already follows is answered
+// again and changes nothing (its answer was lost).
 //
 // Reliability, as SSAM did it. Each side may have up to W requests
 // outstanding per connection (W <= 63). The responder delivers requests in
@@ -49,6 +67,11 @@ const (
 	kindRequest = 0
 	kindReply   = 1
 	kindAck     = 2
+	kindSync    = 3
+
+	// The ack field of a sync: asking, or answering.
+	syncAsk    = 0
+	syncAnswer = 1
 
 	seqBits = 7
 	seqMod  = 1 << seqBits
@@ -183,12 +206,19 @@ func (c *SSAMConfig) fill() error {
 func SlotsPerMessage(max int) int { return cells.CellCount(cells.SSAMHeaderSize + max) }
 
 // The send area of a connection holds the 2W buffers, in four regions of R
-// each (R, the window rounded up to a power of two; see bufferRing): single-cell requests (one slot each), single-cell answers, then
-// bulk requests and bulk answers (SlotsPerMessage slots each). A message's
-// buffer is chosen by its sequence number modulo R, so consecutive
-// single-cell messages sit in consecutive slots and a batch of them is one
-// SendBatch trap.
+// each (R, the window rounded up to a power of two; see bufferRing):
+// single-cell requests (one slot each), single-cell answers, then bulk
+// requests and bulk answers (SlotsPerMessage slots each), and last one slot
+// for syncs. A message's buffer is chosen by its sequence number modulo R,
+// so consecutive single-cell messages sit in consecutive slots and a batch
+// of them is one SendBatch trap.
 func layoutSlots(window, per int) int {
+	return syncSlot(window, per) + 1
+}
+
+// syncSlot is the send slot of the syncs and their answers, sent at once
+// each time, so one slot serves both.
+func syncSlot(window, per int) int {
 	r := bufferRing(window)
 	return 2*r + 2*r*per
 }
@@ -228,7 +258,9 @@ type Stats struct {
 	DupRequests   uint64 // duplicate requests recognised (handler not run)
 	DupAnswers    uint64 // answers dropped: already handled, or not the oldest outstanding
 	OutOfOrder    uint64 // requests dropped for arriving ahead of the next expected
-	BadCells      uint64 // cells dropped: CRC-10, length, or unknown kind
+	BadCells      uint64 // cells dropped: CRC-10 or length
+	Syncs         uint64 // syncs sent before a connection's first request (sent again included)
+	Sessions      uint64 // requester sessions begun by a peer's sync (as responder)
 	BadPDUs       uint64 // bulk PDUs dropped by reassembly (CRC-32, lost cells, ...)
 	HandlerErrors uint64 // messages for a handler index with no handler
 }
@@ -255,8 +287,12 @@ type conn struct {
 	// Requester.
 	next, base uint8 // next sequence number to use; oldest unanswered
 	window     []outstanding
+	synced     bool      // the responder follows this endpoint's session
+	syncing    bool      // a sync is out, unanswered
+	syncAt     time.Time // when the timers first saw it unanswered, or sent it again
 	// Responder.
-	expected uint8 // next request sequence number to deliver
+	expected uint8  // next request sequence number to deliver
+	session  uint32 // the requester session it follows; 0: none yet
 	answers  []saved
 	reasm    *cells.Reassembler
 	// Batching: single-cell requests written but not sent, from sequence
@@ -277,9 +313,10 @@ type SSAM struct {
 	ring     int // buffers per region (bufferRing of the window)
 	handlers []Handler
 	conns    []conn
-	depth    int   // handlers running (0 or 1: handlers do not poll)
-	tok      Token // the running handler's token (handlers do not nest)
-	polls    uint  // Poll calls, for running the timers every timerPolls
+	depth    int    // handlers running (0 or 1: handlers do not poll)
+	tok      Token  // the running handler's token (handlers do not nest)
+	polls    uint   // Poll calls, for running the timers every timerPolls
+	session  uint32 // this endpoint's session number as requester, never 0
 	stats    Stats
 }
 
@@ -290,7 +327,7 @@ func NewSSAM(dev *driver.Device, cfg SSAMConfig) (*SSAM, error) {
 		return nil, err
 	}
 	s := &SSAM{dev: dev, cfg: cfg, per: SlotsPerMessage(cfg.MaxMessage), ring: bufferRing(cfg.Window),
-		conns: make([]conn, dev.NumConns())}
+		conns: make([]conn, dev.NumConns()), session: rand.Uint32() | 1}
 	need := layoutSlots(cfg.Window, s.per) * cells.PayloadSize
 	for i := range s.conns {
 		if got := len(dev.SendArea(i)); got < need {
@@ -408,6 +445,12 @@ func (s *SSAM) makeRoom(c int) error {
 		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
 	}
 	cn := &s.conns[c]
+	if !cn.synced && !cn.syncing {
+		cn.syncing, cn.syncAt = true, time.Time{}
+		if err := s.sendSync(c, cn.next, syncAsk, s.session); err != nil {
+			return err
+		}
+	}
 	if !s.windowFull(cn) {
 		return nil
 	}
@@ -426,6 +469,19 @@ func (s *SSAM) makeRoom(c int) error {
 	return nil
 }
 
+// sendSync sends a sync (ask) or its answer on connection c, from the
+// connection's sync slot.
+func (s *SSAM) sendSync(c int, seq, ask uint8, session uint32) error {
+	off := syncSlot(s.cfg.Window, s.per)
+	if _, _, err := s.build(c, off, flowWord(kindSync, seq, ask), session, 0); err != nil {
+		return err
+	}
+	if ask == syncAsk {
+		s.stats.Syncs++
+	}
+	return s.dev.Send(c, off, driver.EOM)
+}
+
 // send transmits request seq next of connection c, whose data is in place.
 func (s *SSAM) send(c int, handler uint32, n int) error {
 	cn := &s.conns[c]
@@ -440,6 +496,11 @@ func (s *SSAM) send(c int, handler uint32, n int) error {
 	cn.window[s.buf(seq)] = outstanding{off: off, slots: slots, bulk: bulk}
 	cn.next = (seq + 1) & seqMask
 	s.stats.Requests++
+	if !cn.synced {
+		// It waits in the window for the sync's answer (Sessions).
+		_, err = s.Poll()
+		return err
+	}
 	switch {
 	case bulk:
 		if err := s.flushRequests(c); err != nil { // keep the order on the wire
@@ -655,9 +716,29 @@ func (s *SSAM) cell(c int, cell cells.Cell) {
 
 // message handles one received message.
 func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
-	kind, seq, _ := splitFlow(flow)
+	kind, seq, ack := splitFlow(flow)
 	cn := &s.conns[c]
 	switch kind {
+	case kindSync:
+		switch {
+		case ack == syncAnswer:
+			if handler == s.session && !cn.synced {
+				// The requests that waited for it leave now.
+				cn.synced, cn.syncing = true, false
+				s.sendOutstanding(c, time.Time{}, false)
+			}
+		case ack == syncAsk && handler != 0:
+			if handler != cn.session {
+				// A new requester session: start over, so that no answer
+				// saved for the last one answers this one's requests.
+				cn.session, cn.expected = handler, seq
+				clear(cn.answers)
+				s.stats.Sessions++
+			}
+			s.sendSync(c, seq, syncAnswer, handler)
+		default:
+			s.stats.BadCells++
+		}
 	case kindRequest:
 		switch d := (cn.expected - seq) & seqMask; {
 		case d == 0:
@@ -689,8 +770,6 @@ func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
 			s.stats.ReplyHandled++
 			s.run(handler, &s.tok, data)
 		}
-	default:
-		s.stats.BadCells++
 	}
 }
 
@@ -714,11 +793,26 @@ func (s *SSAM) leave() { s.depth-- }
 const timerPolls = 16
 
 // timers retransmits, on every connection whose oldest request has waited
-// longer than the timeout, all its outstanding requests.
+// longer than the timeout, all its outstanding requests; and sends again
+// the syncs that have waited as long.
 func (s *SSAM) timers() error {
 	var now time.Time
 	for c := range s.conns {
 		cn := &s.conns[c]
+		if cn.syncing {
+			if now.IsZero() {
+				now = s.cfg.Clock.Now()
+			}
+			if cn.syncAt.IsZero() {
+				cn.syncAt = now
+			} else if now.Sub(cn.syncAt) > s.cfg.Timeout {
+				cn.syncAt = now
+				if err := s.sendSync(c, cn.base, syncAsk, s.session); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if cn.next == cn.base {
 			continue
 		}
@@ -733,38 +827,49 @@ func (s *SSAM) timers() error {
 		if now.Sub(cn.window[s.buf(cn.base)].sentAt) <= s.cfg.Timeout {
 			continue
 		}
-		// Go back N: everything outstanding, single-cell requests in runs
-		// of consecutive slots, one trap per run.
-		run, runFrom := 0, 0
-		for seq := cn.base; ; seq = (seq + 1) & seqMask {
-			var o *outstanding
-			if seq != cn.next {
-				o = &cn.window[s.buf(seq)]
-			}
-			if run > 0 && (o == nil || o.bulk || s.buf(seq) == 0) {
-				if err := s.dev.SendBatch(c, runFrom, run, driver.EOM); err != nil {
-					return err
-				}
-				run = 0
-			}
-			if o == nil {
-				break
-			}
-			o.sentAt = now
-			s.stats.Retransmits++
-			if o.bulk {
-				if err := s.transmit(c, o.off, o.slots, true); err != nil {
-					return err
-				}
-				continue
-			}
-			if run == 0 {
-				runFrom = o.off
-			}
-			run++
+		if err := s.sendOutstanding(c, now, true); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// sendOutstanding sends every outstanding request of connection c (go back
+// N), single-cell requests in runs of consecutive slots, one trap per run;
+// their timers start at now (zero: when the timers next see them). retrans
+// counts them as retransmissions.
+func (s *SSAM) sendOutstanding(c int, now time.Time, retrans bool) error {
+	cn := &s.conns[c]
+	run, runFrom := 0, 0
+	for seq := cn.base; ; seq = (seq + 1) & seqMask {
+		var o *outstanding
+		if seq != cn.next {
+			o = &cn.window[s.buf(seq)]
+		}
+		if run > 0 && (o == nil || o.bulk || s.buf(seq) == 0) {
+			if err := s.dev.SendBatch(c, runFrom, run, driver.EOM); err != nil {
+				return err
+			}
+			run = 0
+		}
+		if o == nil {
+			return nil
+		}
+		o.sentAt = now
+		if retrans {
+			s.stats.Retransmits++
+		}
+		if o.bulk {
+			if err := s.transmit(c, o.off, o.slots, true); err != nil {
+				return err
+			}
+			continue
+		}
+		if run == 0 {
+			runFrom = o.off
+		}
+		run++
+	}
 }
 
 // Outstanding returns the number of unanswered requests on connection c.

@@ -306,8 +306,10 @@ func TestExplicitAckAndDuplicates(t *testing.T) {
 	if err := p.a.Request(0, h, []byte("no reply")); err != nil {
 		t.Fatal(err)
 	}
-	p.b.Poll()
-	p.a.Poll()
+	for range 2 { // the session's sync and its answer, then the request
+		p.b.Poll()
+		p.a.Poll()
+	}
 	if p.a.Outstanding(0) != 0 || p.b.Stats().Acks != 1 || runs != 1 {
 		t.Fatalf("after an unanswered request: outstanding %d, responder %+v, runs %d", p.a.Outstanding(0), p.b.Stats(), runs)
 	}
@@ -331,6 +333,8 @@ func TestBuffer(t *testing.T) {
 	if err := p.a.RequestBuffered(0, h, n); err != nil {
 		t.Fatal(err)
 	}
+	p.b.Poll() // the session's sync
+	p.a.Poll() // its answer: the request leaves
 	p.b.Poll()
 	if got != "written in place" {
 		t.Fatalf("handler got %q", got)
@@ -400,5 +404,52 @@ func TestBatchConfig(t *testing.T) {
 		if err := cfg.fill(); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
+	}
+}
+
+// A responder serves one requester after another on the same connection:
+// each new endpoint at the requesting end begins a session of its own, and
+// its requests are answered by running the handler, never by an answer
+// saved for the requester before it (whose sequence numbers were the
+// same), nor dropped as out of order. Before sessions, the second
+// requester got the first one's saved replies for its first requests.
+func TestSuccessiveRequesters(t *testing.T) {
+	for _, lp := range linkPairs {
+		t.Run(lp.name, func(t *testing.T) {
+			p := lp.new(t, SSAMConfig{})
+			var replyH uint32
+			echo := p.b.Register(func(tk *Token, data []byte) { tk.Reply(replyH, data) })
+			requester := p.a
+			for round := range 3 {
+				if round > 0 {
+					// A new requester on the same device and connection.
+					var err error
+					if requester, err = NewSSAM(p.a.dev, SSAMConfig{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var got []string
+				replyH = requester.Register(func(tk *Token, data []byte) { got = append(got, string(data)) })
+				n := 5 + 10*round // within the last one's window, then beyond it
+				for i := range n {
+					if err := requester.Request(0, echo, fmt.Appendf(nil, "round %d request %d", round, i)); err != nil {
+						t.Fatal(err)
+					}
+					for j := 0; len(got) <= i; j++ {
+						if j > 1e6 {
+							t.Fatalf("round %d: request %d unanswered; responder %+v", round, i, p.b.Stats())
+						}
+						p.b.Poll()
+						requester.Poll()
+					}
+					if want := fmt.Sprintf("round %d request %d", round, i); got[i] != want {
+						t.Fatalf("round %d: reply %q, want %q", round, got[i], want)
+					}
+				}
+			}
+			if s := p.b.Stats(); s.Sessions != 3 || s.Handled != 5+15+25 || s.Resent != 0 {
+				t.Errorf("responder %+v", s)
+			}
+		})
 	}
 }

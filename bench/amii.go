@@ -134,7 +134,7 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	var counts EchoCounts
 	var echoErr error
 	hb.am.Register(func(t *am.Token2, args []uint64) {
-		counts.add(args[0])
+		counts.add(0, args[0])
 		if err := t.Reply(reply, args...); err != nil && echoErr == nil {
 			echoErr = err
 		}
@@ -281,7 +281,7 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 	var counts EchoCounts
 	var echoErr error
 	rb.Register(func(t *am.Token2, args []uint64) {
-		counts.add(args[0])
+		counts.add(0, args[0])
 		if err := t.Reply(0, args...); err != nil && echoErr == nil {
 			echoErr = err
 		}

@@ -83,23 +83,32 @@ const (
 	ssamReplyHandler = 0
 )
 
-// EchoCounts tells how often the echo handler ran for each message number.
-// The pings number their messages from 0, so the counts of the first
-// denseCounts numbers sit in a slice, which keeps the echo handler's
-// bookkeeping off the measured path (a map insert costs more than a
-// tenth of a round trip); other numbers go to a map.
+// EchoCounts tells how often the echo handler ran for each message number
+// of each requester session (one ping client after another: each numbers
+// its messages from 0). The counts of the first denseCounts numbers sit in
+// a slice, which keeps the echo handler's bookkeeping off the measured
+// path (a map insert costs more than a tenth of a round trip); other
+// numbers go to a map.
 type EchoCounts struct {
-	mu     sync.Mutex
-	dense  []uint32
-	sparse map[uint64]uint32
-	n      int
+	mu      sync.Mutex
+	session uint64 // the responder's count of sessions when the counts began
+	dense   []uint32
+	sparse  map[uint64]uint32
+	n       int
+	dups    int // duplicates of earlier sessions
 }
 
 const denseCounts = 1 << 22
 
-func (c *EchoCounts) add(i uint64) {
+func (c *EchoCounts) add(session, i uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if session != c.session {
+		c.dups += c.duplicates()
+		c.session = session
+		clear(c.dense)
+		clear(c.sparse)
+	}
 	c.n++
 	if i < denseCounts {
 		if i >= uint64(len(c.dense)) {
@@ -125,6 +134,10 @@ func (c *EchoCounts) Delivered() int {
 func (c *EchoCounts) Duplicates() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.dups + c.duplicates()
+}
+
+func (c *EchoCounts) duplicates() int {
 	d := 0
 	for _, n := range c.dense {
 		if n > 1 {
@@ -141,13 +154,15 @@ func (c *EchoCounts) Duplicates() int {
 
 // Echo makes e the responder of SSAM pings: its first handler, registered
 // here, echoes each request back to the requester's reply handler, counting
-// the runs per message in counts. Then PollUntil serves.
+// the runs per message in counts. Then PollUntil serves, any number of
+// requesters one after another.
 func (e *SSAMEndpoint) Echo(counts *EchoCounts) error {
 	if h := e.AM.Register(func(t *am.Token, data []byte) {
+		session := e.AM.Stats().Sessions
 		if len(data) >= 8 {
-			counts.add(binary.BigEndian.Uint64(data))
+			counts.add(session, binary.BigEndian.Uint64(data))
 		} else {
-			counts.add(^uint64(0))
+			counts.add(session, ^uint64(0))
 		}
 		t.Reply(ssamReplyHandler, data)
 	}); h != ssamEchoHandler {

@@ -525,17 +525,20 @@ func TestPingSSAMDevice(t *testing.T) {
 		<-done
 		server.Close()
 	})
-	var code int
-	var out, errs string
-	a.Do(func() error {
-		code, out, errs = xam(t, nil, "ping", "--api", "ssam", "--dev", "eth0", "--peer", b.MAC.String(), "--count", "300", "--json")
-		return nil
-	})
-	if code != 0 || !strings.Contains(out, `"api":"ssam"`) || !strings.Contains(out, `"lost":0`) {
-		t.Fatalf("ping --api ssam --dev: exit %d, %s %s", code, out, errs)
+	// One client after another, as users run them: each is answered.
+	for client := range 3 {
+		var code int
+		var out, errs string
+		a.Do(func() error {
+			code, out, errs = xam(t, nil, "ping", "--api", "ssam", "--dev", "eth0", "--peer", b.MAC.String(), "--count", "300", "--json")
+			return nil
+		})
+		if code != 0 || !strings.Contains(out, `"api":"ssam"`) || !strings.Contains(out, `"lost":0`) {
+			t.Fatalf("client %d: ping --api ssam --dev: exit %d, %s %s", client, code, out, errs)
+		}
 	}
-	if got := counts.Delivered(); got != 330 || counts.Duplicates() != 0 {
-		t.Errorf("server handled %d requests (%d duplicates), want 330 (300 + 30 warm-up), 0", got, counts.Duplicates())
+	if got := counts.Delivered(); got != 3*330 || counts.Duplicates() != 0 {
+		t.Errorf("server handled %d requests (%d duplicates), want 990 (3 clients of 300 + 30 warm-up), 0", got, counts.Duplicates())
 	}
 	if code, _, errs := xam(t, nil, "ping", "--api", "ssam", "--dev", "eth0"); code != 2 || !strings.Contains(errs, "--peer") {
 		t.Errorf("ssam --dev without --peer: exit %d, %s", code, errs)
