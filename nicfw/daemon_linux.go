@@ -162,6 +162,9 @@ var (
 	ErrPermission = errors.New("nicfw: permission denied")
 	// ErrDaemonClosed: the daemon has stopped.
 	ErrDaemonClosed = errors.New("nicfw: daemon stopped")
+	// ErrSocketInUse: another daemon answers on the socket's path, or the
+	// path is something other than a socket; NewDaemon leaves it alone.
+	ErrSocketInUse = errors.New("nicfw: daemon socket in use")
 )
 
 // Daemon is the engine in firmware mode. See the top of daemon_linux.go.
@@ -266,10 +269,17 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 		}
 	}
 	if cfg.Socket != "" {
-		os.Remove(cfg.Socket) // a socket left by a daemon that died
+		if err := claimSocket(cfg.Socket); err != nil {
+			d.closeAll()
+			return nil, err
+		}
 		ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: cfg.Socket, Net: "unixpacket"})
 		if err != nil {
 			d.closeAll()
+			if errors.Is(err, unix.EADDRINUSE) {
+				// Another daemon bound it between claimSocket and here.
+				return nil, fmt.Errorf("%w: %s: %w", ErrSocketInUse, cfg.Socket, err)
+			}
 			return nil, fmt.Errorf("nicfw: daemon socket: %w", err)
 		}
 		// Anybody may connect; SO_PEERCRED decides what they may open.
@@ -281,6 +291,37 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 		d.ln = ln
 	}
 	return d, nil
+}
+
+// claimSocket makes path free for a new daemon's socket: nothing there, or
+// a socket left by a daemon that died (nobody accepts on it), which it
+// removes. A socket on which a daemon answers, or anything that is not a
+// socket, is ErrSocketInUse: a second daemon never takes over the path of
+// a live one (which would leave it unreachable), nor removes a file that
+// is not its to remove.
+func claimSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nicfw: daemon socket: %w", err)
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("%w: %s exists and is not a socket", ErrSocketInUse, path)
+	}
+	c, err := net.DialTimeout("unixpacket", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%w: a daemon is serving on %s (stop it, or give another --socket)", ErrSocketInUse, path)
+	}
+	if !errors.Is(err, unix.ECONNREFUSED) {
+		return fmt.Errorf("%w: %s: %w", ErrSocketInUse, path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("nicfw: removing the stale daemon socket: %w", err)
+	}
+	return nil
 }
 
 // closeAll releases what NewDaemon made.
@@ -486,8 +527,7 @@ func (d *Daemon) shutdown() {
 	}
 	d.mu.Unlock()
 	if d.ln != nil {
-		d.ln.Close()
-		os.Remove(d.cfg.Socket)
+		d.ln.Close() // and unlinks the path (net.UnixListener)
 	}
 	for _, c := range conns {
 		c.conn.Close()
@@ -528,7 +568,10 @@ func (d *Daemon) statsNow() DaemonStats {
 // open creates an endpoint for req in the engine goroutine and returns it
 // with the notification eventfd. Permission is checked by the caller.
 func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, notify int, err error) {
-	err = d.do(func() {
+	// err is the open's, set in the engine goroutine; derr is do's own
+	// (the daemon stopped). Assigning do's result to err would overwrite a
+	// refusal with nil and hand out a nil memory.
+	derr := d.do(func() {
 		id = req.Endpoint
 		if id == 0 {
 			for range 1 << 16 {
@@ -559,6 +602,9 @@ func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, noti
 		d.notify[id] = efd
 		notify = efd
 	})
+	if derr != nil {
+		return 0, nil, -1, derr
+	}
 	return id, mem, notify, err
 }
 

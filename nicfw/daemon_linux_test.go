@@ -481,3 +481,69 @@ func TestDaemonPeerChild(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonSocketInUse: a second daemon on the socket of a live one is
+// refused with ErrSocketInUse and the first stays reachable; a socket left
+// by a daemon that died is taken over; a path that is not a socket is
+// refused and left as it was. Before, the second daemon removed the first
+// one's socket and took the path, and the first became unreachable.
+func TestDaemonSocketInUse(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	_, path := runDaemon(t, la, DaemonConfig{Engine: EngineConfig{Host: 1}})
+	if _, err := NewDaemon(lb, DaemonConfig{Engine: EngineConfig{Host: 2}, Socket: path}); !errors.Is(err, ErrSocketInUse) {
+		t.Fatalf("a second daemon on a live daemon's socket: %v, want ErrSocketInUse", err)
+	}
+	dial(t, path, OpenRequest{Endpoint: FirstUserEndpoint, Table: []Name{{Host: 2, Endpoint: 1}}})
+
+	dir := openDir(t)
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: stale, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close() // as a daemon that died leaves it
+	_, got, stop := startDaemon(t, lb, DaemonConfig{Engine: EngineConfig{Host: 2}, Socket: stale})
+	dial(t, got, OpenRequest{Endpoint: FirstUserEndpoint, Table: []Name{{Host: 1, Endpoint: 1}}})
+	stop()
+	if _, err := os.Lstat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a stopped daemon left its socket: %v", err)
+	}
+
+	file := filepath.Join(dir, "not-a-socket")
+	if err := os.WriteFile(file, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewDaemon(lb, DaemonConfig{Engine: EngineConfig{Host: 2}, Socket: file}); !errors.Is(err, ErrSocketInUse) {
+		t.Errorf("a daemon on a regular file's path: %v, want ErrSocketInUse", err)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep" {
+		t.Errorf("the file is now %q, %v", b, err)
+	}
+}
+
+// TestDaemonRefusedOpen: an open the engine refuses (here an empty
+// translation table) is answered with the error, and the daemon goes on
+// serving. Before, the refusal was overwritten with nil and the daemon
+// crashed on the nil endpoint memory.
+func TestDaemonRefusedOpen(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	_, path := runDaemon(t, la, DaemonConfig{Engine: EngineConfig{Host: 1}})
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ep, err := c.Open(OpenRequest{Endpoint: FirstUserEndpoint}); err == nil || !strings.Contains(err.Error(), "translation table") {
+		t.Fatalf("open with an empty table: %v, %v", ep, err)
+	}
+	dial(t, path, OpenRequest{Endpoint: FirstUserEndpoint, Table: []Name{{Host: 2, Endpoint: 1}}})
+}
