@@ -445,11 +445,8 @@ func (s *SSAM) makeRoom(c int) error {
 		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
 	}
 	cn := &s.conns[c]
-	if !cn.synced && !cn.syncing {
-		cn.syncing, cn.syncAt = true, time.Time{}
-		if err := s.sendSync(c, cn.next, syncAsk, s.session); err != nil {
-			return err
-		}
+	if err := s.startSync(c); err != nil {
+		return err
 	}
 	if !s.windowFull(cn) {
 		return nil
@@ -467,6 +464,32 @@ func (s *SSAM) makeRoom(c int) error {
 		}
 	}
 	return nil
+}
+
+// Sync begins this endpoint's session on connection c (see Sessions at the
+// top of ssam.go) ahead of its first request, which does it otherwise. It
+// sends the sync and returns; Synced reports when the responder's answer
+// has come (Poll takes it). An endpoint that must not wait for the sync on
+// its first requests, as a benchmark that times them, syncs first.
+func (s *SSAM) Sync(c int) error {
+	if c < 0 || c >= len(s.conns) {
+		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
+	}
+	return s.startSync(c)
+}
+
+// Synced reports whether the responder on connection c follows this
+// endpoint's session.
+func (s *SSAM) Synced(c int) bool { return c >= 0 && c < len(s.conns) && s.conns[c].synced }
+
+// startSync sends connection c's sync unless it is synced or syncing.
+func (s *SSAM) startSync(c int) error {
+	cn := &s.conns[c]
+	if cn.synced || cn.syncing {
+		return nil
+	}
+	cn.syncing, cn.syncAt = true, time.Time{}
+	return s.sendSync(c, cn.next, syncAsk, s.session)
 }
 
 // sendSync sends a sync (ask) or its answer on connection c, from the

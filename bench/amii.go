@@ -172,12 +172,15 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 
 // amiiPing is host A's side: the timed request/reply loop.
 func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, returned *int) (*AMIIResult, error) {
-	r := &AMIIResult{Mode: "inline", PingResult: PingResult{API: "amii", Count: cfg.Count, Size: 8 * nargs, hist: newHistogram()}}
+	r := &AMIIResult{Mode: "inline", PingResult: *cfg.newResult("amii", 8*nargs)}
 	args := make([]uint64, nargs)
 	// A message is answered or returned within the transport's give-up
 	// time; past it and cfg.Timeout the peer is taken to be gone.
 	limit := cfg.Timeout + nicfw.DefaultGiveUpAfter
 	for i := range cfg.Warmup + cfg.Count {
+		if r.stop(&cfg) {
+			break
+		}
 		args[0] = uint64(i)
 		start := time.Now()
 		if err := h.am.Request(0, echo, args...); err != nil {
@@ -188,9 +191,15 @@ func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, ret
 			if _, err := h.am.Poll(); err != nil {
 				return nil, err
 			}
+			if spins&1023 == 1023 && r.stop(&cfg) {
+				break
+			}
 			if spins&1023 == 1023 && time.Since(start) > limit {
 				return nil, fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))
 			}
+		}
+		if r.Interrupted {
+			break // the round trip in progress is not counted
 		}
 		r.record(i >= cfg.Warmup, *answered >= i, time.Since(start))
 	}
@@ -308,11 +317,14 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 			}
 		}
 	})
-	r := &AMIIResult{Mode: "firmware", PingResult: PingResult{API: "amii", Count: cfg.Count, Size: 8 * nargs, hist: newHistogram()}}
+	r := &AMIIResult{Mode: "firmware", PingResult: *cfg.newResult("amii", 8*nargs)}
 	args := make([]uint64, nargs)
 	limit := cfg.Timeout + nicfw.DefaultGiveUpAfter
 	err = func() error {
 		for i := range cfg.Warmup + cfg.Count {
+			if r.stop(&cfg) {
+				break
+			}
 			args[0] = uint64(i)
 			start := time.Now()
 			if err := ra.Request(0, 0, args...); err != nil {
@@ -328,6 +340,9 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 				}
 				if err := ra.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
 					return err
+				}
+				if r.stop(&cfg) {
+					return nil // the round trip in progress is not counted
 				}
 				if time.Since(start) > limit {
 					return fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))

@@ -55,10 +55,13 @@ func UDPPing(a, b Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, 
 	defer wg.Wait()
 	defer cb.Close()
 
-	r := &PingResult{API: "udp", Count: cfg.Count, Size: size, hist: newHistogram()}
+	r := cfg.newResult("udp", size)
 	msg := make([]byte, size)
 	buf := make([]byte, 65536)
 	for i := range cfg.Warmup + cfg.Count {
+		if r.stop(&cfg) {
+			break
+		}
 		binary.BigEndian.PutUint64(msg, uint64(i))
 		start := time.Now()
 		ca.SetReadDeadline(start.Add(cfg.Timeout))
@@ -160,10 +163,14 @@ func PacketPing(a, b Place, cfg PingConfig) (*PingResult, error) {
 	if err := unix.SetsockoptTimeval(fa, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return nil, err
 	}
-	r := &PingResult{API: "packet", Count: cfg.Count, Size: cfg.Size, FrameBytes: len(frame), hist: newHistogram()}
+	r := cfg.newResult("packet", cfg.Size)
+	r.FrameBytes = len(frame)
 	to := &unix.SockaddrLinklayer{Protocol: htons(cells.EtherType), Ifindex: a.Ifindex}
 	buf := make([]byte, 65536)
 	for i := range cfg.Warmup + cfg.Count {
+		if r.stop(&cfg) {
+			break
+		}
 		seq := uint64(i)
 		binary.BigEndian.PutUint64(frame[seqOffset:], seq)
 		start := time.Now()

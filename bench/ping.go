@@ -20,12 +20,32 @@ import (
 // PingConfig describes a ping-pong run.
 type PingConfig struct {
 	Count   int           // measured round trips; default 10000
-	Warmup  int           // unmeasured round trips before them; default min(Count/10, 1000)
+	Warmup  int           // unmeasured round trips before them; 0: min(Count/10, 1000), unless NoWarmup
 	Size    int           // message bytes (see each API); default 32
 	Timeout time.Duration // a round trip not answered within it is lost; default 1 s
 	Mode    loader.Mode   // XDP attach mode for the raw API; default as the doctor recommends
 	Queue   int           // device queue of the AF_XDP sockets
+	// NoWarmup measures from the first round trip (Warmup 0).
+	NoWarmup bool
+	// Stop, when set (by a signal handler, say), ends the run before its
+	// next round trip: the result holds what was measured so far and is
+	// marked Interrupted.
+	Stop *atomic.Bool
+	// Progress, when set, is called about once a second of round trips
+	// with how far the run has come.
+	Progress func(p Progress)
 }
+
+// Progress is how far a run has come.
+type Progress struct {
+	Made    int           // round trips made, warm-up included
+	Total   int           // Warmup + Count
+	Lost    int           // measured round trips lost
+	Elapsed time.Duration // the round trips' time, summed
+}
+
+// stopped reports whether the run is to stop.
+func (c *PingConfig) stopped() bool { return c.Stop != nil && c.Stop.Load() }
 
 func (c *PingConfig) fill() error {
 	if c.Count == 0 {
@@ -34,7 +54,7 @@ func (c *PingConfig) fill() error {
 	if c.Count < 0 || c.Warmup < 0 {
 		return fmt.Errorf("bench: count %d and warmup %d must not be negative", c.Count, c.Warmup)
 	}
-	if c.Warmup == 0 {
+	if c.Warmup == 0 && !c.NoWarmup {
 		c.Warmup = min(c.Count/10, 1000)
 	}
 	if c.Size == 0 {
@@ -57,15 +77,60 @@ type RTT struct {
 }
 
 // PingResult is the outcome of a ping-pong run (the JSON of `xam ping`).
+// Count measured round trips follow Warmup unmeasured ones; Done of them
+// were made (Count, unless the run was interrupted), Lost of those went
+// unanswered within the timeout (Loss is the fraction), and RTT sums up
+// the answered ones (all zero when none was).
 type PingResult struct {
-	API        string `json:"api"`
-	Count      int    `json:"count"`
-	Size       int    `json:"size"`
-	FrameBytes int    `json:"frame_bytes,omitempty"`
-	Lost       int    `json:"lost"`
-	RTT        RTT    `json:"rtt_ns"`
-	hist       *hdrhistogram.Histogram
+	API         string    `json:"api"`
+	Count       int       `json:"count"`
+	Warmup      int       `json:"warmup"`
+	Size        int       `json:"size"`
+	FrameBytes  int       `json:"frame_bytes,omitempty"`
+	Done        int       `json:"done"`
+	Lost        int       `json:"lost"`
+	Loss        float64   `json:"loss"`
+	Interrupted bool      `json:"interrupted,omitempty"`
+	RTT         RTT       `json:"rtt_ns"`
+	Config      RunConfig `json:"config"`
+	hist        *hdrhistogram.Histogram
+	progress    func(Progress)
+	made        int           // round trips made, warm-up included
+	elapsed     time.Duration // their time, summed
+	reported    time.Duration // elapsed at the last progress report
 }
+
+// RunConfig is the configuration a ping ran with, as its JSON records it.
+// The bench functions fill what PingConfig holds; the command adds how the
+// run was set up.
+type RunConfig struct {
+	TimeoutNS    int64   `json:"timeout_ns"`
+	XDPMode      string  `json:"xdp_mode"`
+	Queue        int     `json:"queue"`
+	Device       string  `json:"device,omitempty"`        // a device given (--dev); empty: a lab built for the run
+	Peer         string  `json:"peer,omitempty"`          // the peer's MAC with --dev
+	InjectedLoss float64 `json:"injected_loss,omitempty"` // the fraction the XDP programs dropped (--loss)
+	EngineMode   string  `json:"engine_mode,omitempty"`   // AM-II: inline or firmware
+	FWSleepNS    int64   `json:"fw_sleep_ns,omitempty"`   // AM-II firmware mode: the engines' idle time before sleeping
+}
+
+// newResult starts the result of a run of api with size-byte messages.
+func (c *PingConfig) newResult(api string, size int) *PingResult {
+	return &PingResult{API: api, Count: c.Count, Warmup: c.Warmup, Size: size, hist: newHistogram(), progress: c.Progress,
+		Config: RunConfig{TimeoutNS: int64(c.Timeout), XDPMode: c.Mode.String(), Queue: c.Queue}}
+}
+
+// stop reports whether the run is to stop before its next round trip, and
+// marks the result interrupted if so.
+func (r *PingResult) stop(c *PingConfig) bool {
+	if c.stopped() {
+		r.Interrupted = true
+	}
+	return r.Interrupted
+}
+
+// AllLost reports whether round trips were made and none was answered.
+func (r *PingResult) AllLost() bool { return r.Done > 0 && r.Lost == r.Done }
 
 // Histogram returns the recorded round trips (nanoseconds).
 func (r *PingResult) Histogram() *hdrhistogram.Histogram { return r.hist }
@@ -77,6 +142,19 @@ func newHistogram() *hdrhistogram.Histogram {
 // record accounts for one round trip: measured or warm-up, answered or
 // lost.
 func (r *PingResult) record(measured, answered bool, rtt time.Duration) {
+	if measured {
+		r.Done++
+	}
+	if r.progress != nil {
+		// The round trips' own times, summed, stand for the wall clock:
+		// no clock read is added to the measured loop.
+		r.made++
+		r.elapsed += rtt
+		if r.elapsed-r.reported >= time.Second {
+			r.reported = r.elapsed
+			r.progress(Progress{Made: r.made, Total: r.Warmup + r.Count, Lost: r.Lost, Elapsed: r.elapsed})
+		}
+	}
 	switch {
 	case !measured:
 	case !answered:
@@ -91,6 +169,9 @@ func (r *PingResult) finish() {
 	r.RTT = RTT{
 		P50: h.ValueAtQuantile(50), P90: h.ValueAtQuantile(90), P99: h.ValueAtQuantile(99),
 		P999: h.ValueAtQuantile(99.9), Mean: int64(h.Mean()), Max: h.Max(),
+	}
+	if r.Done > 0 {
+		r.Loss = float64(r.Lost) / float64(r.Done)
 	}
 }
 
@@ -228,10 +309,14 @@ func (e *RawEndpoint) Ping(peer net.HardwareAddr, cfg PingConfig) (*PingResult, 
 	if len(frame) > cells.EthernetHeaderSize+e.Sock.MTU() {
 		return nil, fmt.Errorf("bench: a %d-byte message needs a %d-byte frame; the device's MTU is %d", cfg.Size, len(frame), e.Sock.MTU())
 	}
-	r := &PingResult{API: "raw", Count: cfg.Count, Size: cfg.Size, FrameBytes: len(frame), hist: newHistogram()}
+	r := cfg.newResult("raw", cfg.Size)
+	r.FrameBytes = len(frame)
 	out := [][]byte{frame}
 	bufs := make([][]byte, e.Sock.BatchSize())
 	for i := range cfg.Warmup + cfg.Count {
+		if r.stop(&cfg) {
+			break
+		}
 		seq := uint64(i)
 		binary.BigEndian.PutUint64(frame[seqOffset:], seq)
 		start := time.Now()
@@ -249,9 +334,12 @@ func (e *RawEndpoint) Ping(peer net.HardwareAddr, cfg PingConfig) (*PingResult, 
 					got = true
 				}
 			}
-			if !got && spins&1023 == 1023 && time.Since(start) > cfg.Timeout {
+			if !got && spins&1023 == 1023 && (time.Since(start) > cfg.Timeout || r.stop(&cfg)) {
 				break
 			}
+		}
+		if r.Interrupted {
+			break // the round trip in progress is not counted
 		}
 		r.record(i >= cfg.Warmup, got, time.Since(start))
 	}

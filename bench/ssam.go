@@ -171,6 +171,27 @@ func (e *SSAMEndpoint) Echo(counts *EchoCounts) error {
 	return nil
 }
 
+// syncSSAM begins a's session with b on connection 0 before anything is
+// timed (am.SSAM.Sync), polling both, for at most 2 s.
+func syncSSAM(a, b *SSAMEndpoint) error {
+	if err := a.AM.Sync(0); err != nil {
+		return err
+	}
+	start := time.Now()
+	for spins := 0; !a.AM.Synced(0); spins++ {
+		if _, err := b.AM.Poll(); err != nil {
+			return err
+		}
+		if _, err := a.AM.Poll(); err != nil {
+			return err
+		}
+		if spins&1023 == 1023 && time.Since(start) > 2*time.Second {
+			return errors.New("bench: the SSAM session sync went unanswered for 2 s")
+		}
+	}
+	return nil
+}
+
 // PollUntil polls the endpoint until stop is set, then flushes.
 func (e *SSAMEndpoint) PollUntil(stop *atomic.Bool) error {
 	for !stop.Load() {
@@ -201,10 +222,13 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 	}); h != ssamReplyHandler {
 		return nil, fmt.Errorf("bench: the SSAM reply handler must be the endpoint's first handler (got %d)", h)
 	}
-	r := &SSAMResult{PingResult: PingResult{API: "ssam", Count: cfg.Count, Size: cfg.Size, hist: newHistogram()},
+	r := &SSAMResult{PingResult: *cfg.newResult("ssam", cfg.Size),
 		Delivered: -1, Duplicates: -1}
 	msg := make([]byte, cfg.Size)
 	for i := range cfg.Warmup + cfg.Count {
+		if r.stop(&cfg) {
+			break
+		}
 		if len(msg) >= 8 {
 			binary.BigEndian.PutUint64(msg, uint64(i))
 		}
@@ -217,13 +241,18 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 			if _, err := e.AM.Poll(); err != nil {
 				return nil, err
 			}
+			if spins&1023 == 1023 && r.stop(&cfg) {
+				break
+			}
 			if spins&1023 == 1023 && time.Since(start) > cfg.Timeout+am.DefaultGiveUp {
 				return nil, fmt.Errorf("bench: SSAM request %d unanswered after %v", i, time.Since(start))
 			}
 		}
+		if r.Interrupted {
+			break // the round trip in progress is not counted
+		}
 		r.record(i >= cfg.Warmup, true, time.Since(start))
 	}
-	r.Lost = r.Sent - int(answered.Load())
 	r.Retransmits = e.AM.Stats().Retransmits
 	r.finish()
 	return r, nil

@@ -622,6 +622,9 @@ func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) 
 	replies := 0
 	replyH = ea.AM.Register(func(*am.Token, []byte) { replies++ })
 
+	if err := syncSSAM(ea, eb); err != nil {
+		return nil, 0, 0, err
+	}
 	arr := xdpArrivals{ea.Dev: ea.Raw.Prog, eb.Dev: eb.Raw.Prog}
 	msg := make([]byte, ssamMessage)
 	const W = amWindow
@@ -892,10 +895,13 @@ func TCPPing(a, b Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, 
 	defer wg.Wait()
 	defer cb.Close()
 
-	r := &PingResult{API: "tcp", Count: cfg.Count, Size: size, hist: newHistogram()}
+	r := cfg.newResult("tcp", size)
 	msg := make([]byte, size)
 	buf := make([]byte, size)
 	for i := range cfg.Warmup + cfg.Count {
+		if r.stop(&cfg) {
+			break
+		}
 		binary.BigEndian.PutUint64(msg, uint64(i))
 		start := time.Now()
 		ca.SetReadDeadline(start.Add(cfg.Timeout))

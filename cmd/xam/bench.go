@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/lab"
@@ -100,18 +98,12 @@ func withLab(e *env, what string, f func(l *lab.Lab, pa, pb bench.Place) error) 
 	if err != nil {
 		return err
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		if s, ok := <-sig; ok {
-			derr := l.Down()
-			fmt.Fprintf(e.stderr, "xam bench: %v: stopped; lab %s removed (%v)\n", s, name, derr)
-			os.Exit(130)
-		}
-	}()
+	// The experiments do not stop half-way: an interrupt removes the lab
+	// and exits once the grace time is over (interrupts).
+	in := watchInterrupts(e, "the lab comes down")
+	in.onExit(l.Down)
 	defer func() {
-		signal.Stop(sig)
-		close(sig)
+		in.release()
 		if derr := l.Down(); derr != nil && err == nil {
 			err = fmt.Errorf("removing lab %s: %w", name, derr)
 		}

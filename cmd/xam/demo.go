@@ -21,9 +21,17 @@ func runDemo(e *env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *count < 1 || *bulk < 1 {
-		return usageError("--count and --bulk must be positive")
+	if *count < 1 {
+		return usageError("--count %d: want at least 1", *count)
 	}
+	if *bulk < 1 {
+		return usageError("--bulk %d: want at least 1 byte", *bulk)
+	}
+	if err := needPrivileges("xam demo"); err != nil {
+		return err
+	}
+	in := watchInterrupts(e, "what was measured follows")
+	defer in.release()
 	w := e.stdout
 	fmt.Fprintln(w, "xam demo: two hosts in network namespaces joined by a veth pair; xam's XDP program")
 	fmt.Fprintln(w, "steers ATM-cell frames (EtherType 0x88B5) to AF_XDP sockets, everything else to the kernel.")
@@ -31,25 +39,31 @@ func runDemo(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	in.onExit(l.Down)
 	defer l.Down()
 	a, b := l.Hosts[0], l.Hosts[1]
 	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
 	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
 	fmt.Fprintf(w, "lab: %s %v (%v) <-> %s %v (%v)\n\n", a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
 
-	cfg := bench.PingConfig{Count: *count, Size: 32}
+	cfg := bench.PingConfig{Count: *count, Size: 32, Stop: in.flag()}
 	type row struct {
 		name, what string
 		r          *bench.PingResult
 	}
 	var rows []row
 	run := func(name, what string, f func() (*bench.PingResult, error)) error {
+		if in.interrupted() {
+			return nil
+		}
 		fmt.Fprintf(e.stderr, "  measuring %s ...\n", name)
 		r, err := f()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		rows = append(rows, row{name, what, r})
+		if r.Done > r.Lost {
+			rows = append(rows, row{name, what, r})
+		}
 		return nil
 	}
 	if err := run("raw", "xam frames over AF_XDP, echoed by the peer", func() (*bench.PingResult, error) {
@@ -78,10 +92,15 @@ func runDemo(e *env, args []string) error {
 	}); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "  measuring the SSAM bulk transfer ...\n")
-	bk, err := bench.SSAMBulk(pa, pb, *bulk, 8192, loader.ModeAuto, am.SSAMConfig{})
-	if err != nil {
-		return fmt.Errorf("bulk: %w", err)
+	var bk *bench.BulkResult
+	if !in.interrupted() {
+		fmt.Fprintf(e.stderr, "  measuring the SSAM bulk transfer ...\n")
+		if bk, err = bench.SSAMBulk(pa, pb, *bulk, 8192, loader.ModeAuto, am.SSAMConfig{}); err != nil {
+			return fmt.Errorf("bulk: %w", err)
+		}
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("%w before any round trip was measured", errInterrupted)
 	}
 
 	fmt.Fprintf(w, "Round trips of %d-byte messages (%d each, after %d warm-up):\n", cfg.Size, *count, min(*count/10, 1000))
@@ -90,12 +109,23 @@ func runDemo(e *env, args []string) error {
 	raw := float64(rows[0].r.RTT.P50)
 	us := func(ns int64) string { return fmt.Sprintf("%.1f µs", float64(ns)/1e3) }
 	for _, r := range rows {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.2f×\t%s\n", r.name, us(r.r.RTT.P50), us(r.r.RTT.P99), float64(r.r.RTT.P50)/raw, r.what)
+		what := r.what
+		if r.r.Interrupted {
+			what += fmt.Sprintf(" (interrupted after %d)", r.r.Done)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.2f×\t%s\n", r.name, us(r.r.RTT.P50), us(r.r.RTT.P99), float64(r.r.RTT.P50)/raw, what)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nSSAM: %d requests, %d delivered, %d duplicates, %d retransmits.\n", ssam.Sent, ssam.Delivered, ssam.Duplicates, ssam.Retransmits)
-	fmt.Fprintf(w, "SSAM bulk write: %d MiB in %d-byte AAL5 messages: %.1f MB/s (SSAM, 1994: about 5.5 MB/s).\n",
-		bk.Bytes>>20, bk.Message, bk.MBPerSec)
-	fmt.Fprintln(w, "\nThe lab is removed. More: xam ping --api raw|ssam|udp|packet, xam lab up, xam doctor, xam cells demo.")
+	if ssam != nil {
+		fmt.Fprintf(w, "\nSSAM: %d requests, %d delivered, %d duplicates, %d retransmits.\n", ssam.Sent, ssam.Delivered, ssam.Duplicates, ssam.Retransmits)
+	}
+	if bk != nil {
+		fmt.Fprintf(w, "SSAM bulk write: %d MiB in %d-byte AAL5 messages: %.1f MB/s (SSAM, 1994: about 5.5 MB/s).\n",
+			bk.Bytes>>20, bk.Message, bk.MBPerSec)
+	}
+	if in.interrupted() {
+		return fmt.Errorf("%w: the table holds what was measured", errInterrupted)
+	}
+	fmt.Fprintln(w, "\nThe lab is removed. More: xam ping --api raw|ssam|amii|udp|packet, xam bench, xam lab up, xam doctor, xam cells demo.")
 	return nil
 }

@@ -19,13 +19,9 @@ func runLab(e *env, args []string) error {
 	case "down":
 		return runLabDown(e, args[1:])
 	case "list":
-		names, err := lab.List()
-		if err != nil {
-			return err
-		}
-		for _, n := range names {
-			fmt.Fprintln(e.stdout, n)
-		}
+		return runLabList(e, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintln(e.stdout, "usage: xam lab up|down|list [options]; `xam lab up -h` (and down, list) for each one's options")
 		return nil
 	}
 	return usageError("unknown subcommand %q (want up, down or list)", args[0])
@@ -59,6 +55,7 @@ func runLabUp(e *env, args []string) error {
 		}
 		cfg.PortBuffer = uint32(b)
 	}
+	cfg.Persistent = true
 	l, err := lab.Up(cfg)
 	if err != nil {
 		return err
@@ -84,26 +81,68 @@ func runLabUp(e *env, args []string) error {
 	return nil
 }
 
-func runLabDown(e *env, args []string) error {
-	fs := newFlags(e, "lab down", "lab down --name X | --all")
-	name := fs.String("name", "", "the lab to remove")
-	all := fs.Bool("all", false, "remove every xam lab, including leftovers of crashed runs")
+func runLabList(e *env, args []string) error {
+	fs := newFlags(e, "lab list", "lab list [--json]")
+	asJSON := fs.Bool("json", false, "list the labs as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	switch {
-	case *all && *name != "":
-		return usageError("give --name or --all, not both")
-	case *all:
-		removed, err := lab.DownAll()
-		for _, n := range removed {
-			fmt.Fprintf(e.stdout, "removed lab %s\n", n)
-		}
+	infos, err := lab.Labs()
+	if err != nil {
 		return err
-	case *name != "":
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(infos)
+	}
+	for _, i := range infos {
+		switch i.State {
+		case lab.Owned:
+			fmt.Fprintf(e.stdout, "%s\towned by pid %d\n", i.Name, i.Owner)
+		case lab.Stale:
+			fmt.Fprintf(e.stdout, "%s\tstale: pid %d is gone (xam lab down --stale removes it)\n", i.Name, i.Owner)
+		default:
+			fmt.Fprintf(e.stdout, "%s\t%s\n", i.Name, i.State)
+		}
+	}
+	return nil
+}
+
+func runLabDown(e *env, args []string) error {
+	fs := newFlags(e, "lab down", "lab down --name X | --stale | --all")
+	name := fs.String("name", "", "the lab to remove")
+	stale := fs.Bool("stale", false, "remove the labs left behind by xam runs whose process is gone; labs live processes use stay")
+	all := fs.Bool("all", false, "remove every xam lab, also those live processes use")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	given := 0
+	for _, b := range []bool{*name != "", *stale, *all} {
+		if b {
+			given++
+		}
+	}
+	if given != 1 {
+		return usageError("give one of --name X, --stale or --all")
+	}
+	var removed []string
+	var err error
+	switch {
+	case *all:
+		removed, err = lab.DownAll()
+	case *stale:
+		removed, err = lab.DownStale()
+	default:
 		return lab.Down(*name)
 	}
-	return usageError("want --name X or --all")
+	for _, n := range removed {
+		fmt.Fprintf(e.stdout, "removed lab %s\n", n)
+	}
+	if len(removed) == 0 && err == nil {
+		fmt.Fprintln(e.stdout, "no lab to remove")
+	}
+	return err
 }
 
 // parseRate parses a rate in bits per second with an optional k/m/g

@@ -98,6 +98,9 @@ func run(e *env, args []string) int {
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.Is(err, errInterrupted):
+			fmt.Fprintf(e.stderr, "xam %s: %v\n", c.name, err)
+			return exitInterrupted
 		case errors.Is(err, errUsage):
 			fmt.Fprintf(e.stderr, "xam %s: %v\n", c.name, err)
 			return 2

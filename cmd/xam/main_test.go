@@ -202,8 +202,9 @@ func TestLabUsage(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"lab", "down"}, "want --name X or --all"},
-		{[]string{"lab", "down", "--all", "--name", "x"}, "not both"},
+		{[]string{"lab", "down"}, "give one of --name X, --stale or --all"},
+		{[]string{"lab", "down", "--all", "--name", "x"}, "give one of --name X, --stale or --all"},
+		{[]string{"lab", "down", "--stale", "--all"}, "give one of --name X, --stale or --all"},
 		{[]string{"lab", "up", "--port-rate", "fast"}, "want a rate"},
 		{[]string{"lab", "up", "--port-buffer", "lots"}, "want a size"},
 		{[]string{"lab"}, "want a subcommand"},

@@ -18,23 +18,29 @@ import (
 	"github.com/xam-project/xam/loader"
 )
 
+const pingUsage = "ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]"
+
+// maxPingSize bounds --size: a message larger than the device's MTU is
+// refused by the path itself, with the MTU in its error.
+const maxPingSize = 65535
+
 func runPing(e *env, args []string) error {
-	fs := newFlags(e, "ping", "ping [--api raw|ssam|udp|packet] [--count N] [--size B] [--loss P] [--json] [--dev IF [--peer MAC] [--serve]]")
-	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), udp (kernel UDP), packet (AF_PACKET); amii and grim come with their layers")
-	loss := fs.Float64("loss", 0, "with --api ssam or amii: fraction of xam frames both hosts' XDP programs drop (0..1)")
+	fs := newFlags(e, "ping", pingUsage)
+	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), udp (kernel UDP), packet (AF_PACKET)")
+	loss := fs.Float64("loss", 0, "with --api ssam or amii: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
 	fwSleep := fs.Duration("fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
 	engineMode := fs.String("mode", "inline", "with --api amii: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	var cfg bench.PingConfig
-	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips")
-	fs.IntVar(&cfg.Warmup, "warmup", 0, "unmeasured round trips first (default count/10, at most 1000)")
-	fs.IntVar(&cfg.Size, "size", 32, "message bytes (raw/packet: carried in ceil(size/48) cells, at least one)")
-	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost")
+	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips (at least 1)")
+	warmup := fs.Int("warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
+	fs.IntVar(&cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells)", maxPingSize))
+	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost (positive)")
 	mode := fs.String("xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	fs.IntVar(&cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
 	dev := fs.String("dev", "", "ping over this device instead of a lab built for the run")
-	peer := fs.String("peer", "", "with --dev: the MAC address of the peer running `xam ping --serve`")
-	serve := fs.Bool("serve", false, "with --dev: answer pings until interrupted (--api ssam: with --peer, the pinging host's MAC)")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
+	peer := fs.String("peer", "", "with --dev: the MAC address of the peer, which runs `xam ping --dev IF --serve`")
+	serve := fs.Bool("serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
+	asJSON := fs.Bool("json", false, "print the result as one JSON document, and no progress")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -42,29 +48,50 @@ func runPing(e *env, args []string) error {
 	if cfg.Mode, err = loader.ParseMode(*mode); err != nil {
 		return usageError("--xdp-mode: %v", err)
 	}
-	if cfg.Count < 1 || cfg.Size < 0 || cfg.Warmup < 0 {
-		return usageError("--count must be at least 1, --size and --warmup not negative")
-	}
 	switch *api {
 	case "raw", "ssam", "amii", "udp", "packet":
 	case "grim":
-		return usageError("--api %s: that layer is not built yet; --api raw, ssam, amii, udp and packet work", *api)
+		return usageError("--api grim: GRIM is not built yet; --api raw, ssam, amii, udp and packet work")
 	default:
 		return usageError("--api %q: want raw, ssam, amii, udp or packet", *api)
 	}
-	if *loss < 0 || *loss > 1 || *loss > 0 && *api != "ssam" && *api != "amii" {
-		return usageError("--loss %v: a fraction in [0, 1], with --api ssam or amii", *loss)
-	}
-	if *engineMode != "inline" && *engineMode != "firmware" {
-		return usageError("--mode %q: want inline or firmware", *engineMode)
-	}
-	if *engineMode == "firmware" && *api != "amii" {
-		return usageError("--mode firmware works with --api amii")
-	}
-
-	var r any
 	switch {
-	case *dev != "":
+	case cfg.Count < 1:
+		return usageError("--count %d: want at least 1", cfg.Count)
+	case *warmup < -1:
+		return usageError("--warmup %d: want 0 or more", *warmup)
+	case cfg.Size < 1 || cfg.Size > maxPingSize:
+		return usageError("--size %d: want 1..%d bytes", cfg.Size, maxPingSize)
+	case cfg.Timeout <= 0:
+		return usageError("--timeout %v: want a positive duration, e.g. 1s", cfg.Timeout)
+	case cfg.Queue < 0:
+		return usageError("--queue %d: want 0 or more", cfg.Queue)
+	case *fwSleep < 0:
+		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", *fwSleep)
+	case *loss != 0 && *api != "ssam" && *api != "amii":
+		return usageError("--loss works with --api ssam or amii only (the reliable paths); --api %s has no retransmission", *api)
+	case *loss < 0 || *loss >= 1:
+		return usageError("--loss %v: want a fraction in [0, 1)", *loss)
+	case *engineMode != "inline" && *engineMode != "firmware":
+		return usageError("--mode %q: want inline or firmware", *engineMode)
+	case *engineMode == "firmware" && *api != "amii":
+		return usageError("--mode firmware works with --api amii only")
+	}
+	switch *warmup {
+	case -1: // the default: bench's
+	case 0:
+		cfg.NoWarmup = true
+	default:
+		cfg.Warmup = *warmup
+	}
+	run := bench.RunConfig{Device: *dev, Peer: *peer, InjectedLoss: *loss}
+	if *api == "amii" {
+		run.EngineMode = *engineMode
+		if *engineMode == "firmware" {
+			run.FWSleepNS = int64(*fwSleep)
+		}
+	}
+	if *dev != "" {
 		if *api != "raw" && *api != "ssam" {
 			return usageError("--dev works with --api raw or ssam")
 		}
@@ -73,23 +100,41 @@ func runPing(e *env, args []string) error {
 			return usageError("with --dev give either --peer MAC or --serve")
 		case *api == "ssam" && *peer == "":
 			return usageError("with --dev --api ssam give --peer MAC (and --serve on the responding host): an SSAM connection is bound to its peer")
-		}
-		if *loss > 0 {
+		case *loss > 0:
 			return usageError("--loss needs the lab built for the run (no --dev)")
 		}
+	} else if *serve || *peer != "" {
+		return usageError("--peer and --serve need --dev")
+	}
+	var mac net.HardwareAddr
+	if *peer != "" {
+		if mac, err = net.ParseMAC(*peer); err != nil {
+			return usageError("--peer %q: %v", *peer, err)
+		}
+	}
+	if err := needPrivileges("xam ping"); err != nil {
+		return err
+	}
+
+	in := watchInterrupts(e, "what was measured follows")
+	defer in.release()
+	cfg.Stop = in.flag()
+	if !*asJSON {
+		cfg.Progress = func(p bench.Progress) {
+			rate := float64(p.Made) / p.Elapsed.Seconds()
+			fmt.Fprintf(e.stderr, "  %d of %d round trips, %.0f/s, %d lost\n", p.Made, p.Total, rate, p.Lost)
+		}
+	}
+
+	var r any
+	if *dev != "" {
 		link, err := netlink.LinkByName(*dev)
 		if err != nil {
 			return fmt.Errorf("device %s: %w", *dev, err)
 		}
 		here := bench.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
-		var mac net.HardwareAddr
-		if *peer != "" {
-			if mac, err = net.ParseMAC(*peer); err != nil {
-				return usageError("--peer: %v", err)
-			}
-		}
 		if *api == "ssam" {
-			return pingSSAMDevice(e, here, mac, *serve, *dev, cfg, *asJSON)
+			return pingSSAMDevice(e, here, mac, *serve, *dev, cfg, run, *asJSON, in)
 		}
 		ep, err := bench.OpenRaw(here, cfg.Mode, cfg.Queue)
 		if err != nil {
@@ -97,55 +142,85 @@ func runPing(e *env, args []string) error {
 		}
 		defer ep.Close()
 		if *serve {
-			return serveRaw(e, ep, *dev)
+			return serveRaw(e, ep, *dev, in)
 		}
-		if r, err = ep.Ping(mac, cfg); err != nil {
+		pr, err := ep.Ping(mac, cfg)
+		if err != nil {
 			return err
 		}
-	default:
-		if *serve || *peer != "" {
-			return usageError("--peer and --serve need --dev")
-		}
+		pr.Config.Device, pr.Config.Peer = run.Device, run.Peer
+		r = pr
+	} else {
 		l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid())})
 		if err != nil {
 			return err
 		}
+		in.onExit(l.Down)
 		defer l.Down()
 		a, b := l.Hosts[0], l.Hosts[1]
 		pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
 		pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
-		switch *api {
-		case "raw":
-			r, err = bench.RawPing(pa, pb, cfg)
-		case "ssam":
-			r, err = bench.SSAMPing(pa, pb, cfg, *loss, am.SSAMConfig{})
-		case "amii":
-			if *engineMode == "firmware" {
-				r, err = bench.AMIIFirmwarePing(pa, pb, cfg, *loss, [2][]int{}, *fwSleep)
-			} else {
-				r, err = bench.AMIIPing(pa, pb, cfg, *loss)
-			}
-		case "packet":
-			r, err = bench.PacketPing(pa, pb, cfg)
-		case "udp":
-			r, err = bench.UDPPing(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg)
-		}
-		if err != nil {
+		if r, err = pingLab(*api, *engineMode, pa, pb, a, b, cfg, *loss, *fwSleep); err != nil {
 			return err
 		}
 	}
+	pr := pingResult(r)
+	pr.Config.InjectedLoss, pr.Config.EngineMode, pr.Config.FWSleepNS = run.InjectedLoss, run.EngineMode, run.FWSleepNS
 	if *asJSON {
-		return json.NewEncoder(e.stdout).Encode(r)
+		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
+			return err
+		}
+	} else {
+		printPing(e, pr)
+		switch r := r.(type) {
+		case *bench.SSAMResult:
+			fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+		case *bench.AMIIResult:
+			fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+		}
 	}
+	return pingOutcome(pr)
+}
+
+// pingLab runs the ping of api on a lab's two hosts.
+func pingLab(api, engineMode string, pa, pb bench.Place, a, b *lab.Host, cfg bench.PingConfig, loss float64, fwSleep time.Duration) (any, error) {
+	switch api {
+	case "raw":
+		return bench.RawPing(pa, pb, cfg)
+	case "ssam":
+		return bench.SSAMPing(pa, pb, cfg, loss, am.SSAMConfig{})
+	case "amii":
+		if engineMode == "firmware" {
+			return bench.AMIIFirmwarePing(pa, pb, cfg, loss, [2][]int{}, fwSleep)
+		}
+		return bench.AMIIPing(pa, pb, cfg, loss)
+	case "packet":
+		return bench.PacketPing(pa, pb, cfg)
+	default:
+		return bench.UDPPing(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg)
+	}
+}
+
+// pingResult returns the PingResult inside any ping's result.
+func pingResult(r any) *bench.PingResult {
 	switch r := r.(type) {
-	case *bench.PingResult:
-		printPing(e, r)
 	case *bench.SSAMResult:
-		printPing(e, &r.PingResult)
-		fmt.Fprintf(e.stdout, "sent %d, delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+		return &r.PingResult
 	case *bench.AMIIResult:
-		printPing(e, &r.PingResult)
-		fmt.Fprintf(e.stdout, "sent %d, delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+		return &r.PingResult
+	}
+	return r.(*bench.PingResult)
+}
+
+// pingOutcome is the error a printed result ends the command with: an
+// interrupted run, and a run in which every round trip was lost, do not
+// exit 0.
+func pingOutcome(r *bench.PingResult) error {
+	switch {
+	case r.Interrupted:
+		return fmt.Errorf("%w after %d of %d measured round trips", errInterrupted, r.Done, r.Count)
+	case r.AllLost():
+		return fmt.Errorf("all %d round trips were lost: is the peer there and serving (xam ping --serve)?", r.Done)
 	}
 	return nil
 }
@@ -156,7 +231,20 @@ func printPing(e *env, r *bench.PingResult) {
 	if r.FrameBytes > 0 {
 		frame = fmt.Sprintf(" (%d-byte frames)", r.FrameBytes)
 	}
-	fmt.Fprintf(e.stdout, "%s ping-pong: %d round trips of %d-byte messages%s, %d lost\n", r.API, r.Count, r.Size, frame, r.Lost)
+	api := r.API
+	if r.Config.EngineMode != "" {
+		api += " (" + r.Config.EngineMode + " mode)"
+	}
+	done := fmt.Sprint(r.Done)
+	if r.Interrupted {
+		done = fmt.Sprintf("%d of %d (interrupted)", r.Done, r.Count)
+	}
+	fmt.Fprintf(e.stdout, "%s ping-pong: %s round trips of %d-byte messages%s after %d warm-up, %d lost (%.2f%%)\n",
+		api, done, r.Size, frame, r.Warmup, r.Lost, 100*r.Loss)
+	if r.Done == r.Lost {
+		fmt.Fprintln(e.stdout, "RTT  none: no round trip was answered")
+		return
+	}
 	fmt.Fprintf(e.stdout, "RTT  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n",
 		d(r.RTT.P50), d(r.RTT.P90), d(r.RTT.P99), d(r.RTT.P999), d(r.RTT.Max), d(r.RTT.Mean))
 }
@@ -179,16 +267,14 @@ func stopOnSignal() (*atomic.Bool, func()) {
 }
 
 // serveRaw echoes raw pings until SIGINT or SIGTERM.
-func serveRaw(e *env, ep *bench.RawEndpoint, dev string) error {
-	stop, release := stopOnSignal()
-	defer release()
+func serveRaw(e *env, ep *bench.RawEndpoint, dev string, in *interrupts) error {
 	fmt.Fprintf(e.stderr, "xam ping: echoing raw pings on %s (%v); interrupt to stop\n", dev, ep.MAC)
-	return ep.Echo(stop)
+	return ep.Echo(in.flag())
 }
 
 // pingSSAMDevice runs the SSAM ping over a device with a peer (real NICs):
 // serving the echo until interrupted, or pinging.
-func pingSSAMDevice(e *env, here bench.Place, peer net.HardwareAddr, serve bool, dev string, cfg bench.PingConfig, asJSON bool) error {
+func pingSSAMDevice(e *env, here bench.Place, peer net.HardwareAddr, serve bool, dev string, cfg bench.PingConfig, run bench.RunConfig, asJSON bool, in *interrupts) error {
 	ep, err := bench.OpenSSAM(here, peer, cfg.Mode, am.SSAMConfig{MaxMessage: max(8192, cfg.Size)})
 	if err != nil {
 		return err
@@ -199,21 +285,23 @@ func pingSSAMDevice(e *env, here bench.Place, peer net.HardwareAddr, serve bool,
 		if err := ep.Echo(&counts); err != nil {
 			return err
 		}
-		stop, release := stopOnSignal()
-		defer release()
-		fmt.Fprintf(e.stderr, "xam ping: serving SSAM pings from %v on %s (%v); interrupt to stop\n", peer, dev, here.MAC)
-		err := ep.PollUntil(stop)
-		fmt.Fprintf(e.stderr, "xam ping: %d requests handled, %d duplicates\n", counts.Delivered(), counts.Duplicates())
+		fmt.Fprintf(e.stderr, "xam ping: serving SSAM pings from %v on %s (%v), one client after another; interrupt to stop\n", peer, dev, here.MAC)
+		err := ep.PollUntil(in.flag())
+		fmt.Fprintf(e.stderr, "xam ping: %d requests handled from %d clients, %d duplicates\n", counts.Delivered(), ep.AM.Stats().Sessions, counts.Duplicates())
 		return err
 	}
 	r, err := ep.Ping(cfg)
 	if err != nil {
 		return err
 	}
+	r.Config.Device, r.Config.Peer = run.Device, run.Peer
 	if asJSON {
-		return json.NewEncoder(e.stdout).Encode(r)
+		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
+			return err
+		}
+	} else {
+		printPing(e, &r.PingResult)
+		fmt.Fprintf(e.stdout, "sent %d (warm-up included), retransmits %d (delivery and duplicates are counted by the server)\n", r.Sent, r.Retransmits)
 	}
-	printPing(e, &r.PingResult)
-	fmt.Fprintf(e.stdout, "sent %d, retransmits %d (delivery and duplicates are counted by the server)\n", r.Sent, r.Retransmits)
-	return nil
+	return pingOutcome(&r.PingResult)
 }

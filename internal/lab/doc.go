@@ -11,10 +11,19 @@
 // with a switch, "xam-X-sw", mounted under /run/netns as `ip netns add`
 // does, so that `ip netns exec xam-X-h0 ...` works on them too. Each host's
 // interface is "eth0" with the IPv4 address 10.0.0.(i+1)/24; the switch's
-// ports are "p0", "p1", ... on bridge "br0". Labs outlive the process that
-// made them (`xam lab up` returns and the lab stays); Down removes one by
-// name and DownAll every lab, including leftovers of a crashed run, found by
-// the "xam-" prefix.
+// ports are "p0", "p1", ... on bridge "br0". Down removes one by name and
+// DownAll every lab, found by the "xam-" prefix.
+//
+// # Owners
+//
+// A lab built for a run (a ping, a benchmark, a test) belongs to the
+// process that built it, which holds an exclusive flock on
+// /run/xam/labs/NAME.owner while it lives; the kernel lets go of the lock
+// however the process ends. A lab whose lock nobody holds is Stale, the
+// leftover of a run that was killed or crashed, and DownStale (`xam lab
+// down --stale`) removes exactly those, never a lab a live process uses. A
+// Persistent lab (`xam lab up`) has no owner and stays until removed by
+// name.
 //
 // # Threads
 //

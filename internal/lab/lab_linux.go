@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -30,6 +31,11 @@ type Config struct {
 	MTU        int    // 0: the kernel's default (1500)
 	Queues     int    // TX/RX queues per veth end; 0: 1
 	IPv6       bool   // leave IPv6 on (off by default, so links carry only what tests send)
+	// Persistent marks a lab built to outlive its process (`xam lab up`).
+	// Otherwise the lab is the building process's: it holds an owner
+	// lock on it while it lives, so that once the process is gone without
+	// removing it the lab shows as Stale and DownStale removes it.
+	Persistent bool
 }
 
 var (
@@ -74,9 +80,10 @@ func (c *Config) fill() error {
 // Lab is a built lab. Its namespaces stay until Down; Close only releases
 // this process's handles on them.
 type Lab struct {
-	Name   string  `json:"name"`
-	Hosts  []*Host `json:"hosts"`
-	Switch *Switch `json:"switch,omitempty"`
+	Name   string   `json:"name"`
+	Hosts  []*Host  `json:"hosts"`
+	Switch *Switch  `json:"switch,omitempty"`
+	owner  *os.File // the owner lock, nil for a persistent lab
 }
 
 // Host is one host namespace and its interface toward the network.
@@ -126,6 +133,14 @@ func Up(cfg Config) (*Lab, error) {
 			cfg.Name, strings.Join(names, ", "), cfg.Name)
 	}
 	l := &Lab{Name: cfg.Name}
+	if !cfg.Persistent {
+		// Owned before it is built, so that a crash while building
+		// leaves a lab that shows as stale.
+		var err error
+		if l.owner, err = own(cfg.Name); err != nil {
+			return nil, err
+		}
+	}
 	if err := l.build(cfg); err != nil {
 		l.Close()
 		if derr := Down(cfg.Name); derr != nil {
@@ -290,9 +305,15 @@ func (l *Lab) Close() error {
 	return errors.Join(errs...)
 }
 
-// Down closes the lab's handles and removes it.
+// Down closes the lab's handles and removes it, and lets go of its owner
+// lock.
 func (l *Lab) Down() error {
-	return errors.Join(l.Close(), Down(l.Name))
+	err := errors.Join(l.Close(), Down(l.Name))
+	if l.owner != nil {
+		l.owner.Close()
+		l.owner = nil
+	}
+	return err
 }
 
 // Down removes every namespace of the lab named name, and their links. A
@@ -310,6 +331,9 @@ func Down(name string) error {
 		if lab, _, ok := splitName(ns); ok && lab == name {
 			errs = append(errs, DeleteNamespace(ns))
 		}
+	}
+	if err := os.Remove(ownerPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -4,8 +4,9 @@ package netdev
 
 // System describes what the kernel and this process offer xam.
 type System struct {
-	Kernel   string   `json:"kernel"`
-	Problems []string `json:"problems,omitempty"`
+	Kernel   string          `json:"kernel"`
+	Caps     map[string]bool `json:"capabilities,omitempty"`
+	Problems []string        `json:"problems,omitempty"`
 }
 
 // Probe reports that xam needs Linux.

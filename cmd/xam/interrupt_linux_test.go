@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/internal/testenv"
+)
+
+// TestMain runs the command itself when the test binary is started as xam
+// (XAM_TEST_AS_XAM=1), so that tests can signal and kill a real xam
+// process; otherwise the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("XAM_TEST_AS_XAM") == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// xamProcess starts xam with args as a process of its own and returns it,
+// with its standard output collected and a reader of its standard error.
+func xamProcess(t *testing.T, args ...string) (*exec.Cmd, *strings.Builder, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "XAM_TEST_AS_XAM=1")
+	var out strings.Builder
+	cmd.Stdout = &out
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		lab.Down(fmt.Sprintf("ping%d", cmd.Process.Pid))
+	})
+	return cmd, &out, bufio.NewScanner(stderr)
+}
+
+// waitLine reads lines from sc until one contains want, and returns the
+// lines read.
+func waitLine(t *testing.T, sc *bufio.Scanner, want string) string {
+	t.Helper()
+	var seen strings.Builder
+	for sc.Scan() {
+		seen.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), want) {
+			return seen.String()
+		}
+	}
+	t.Fatalf("no line with %q; stderr was:\n%s", want, seen.String())
+	return ""
+}
+
+// TestPingInterrupted: a ping interrupted by SIGINT or SIGTERM in the
+// middle of its run prints what it measured (as text, or as JSON marked
+// interrupted), removes the lab it built, and exits 130. Before, it left
+// its namespaces behind and printed nothing.
+func TestPingInterrupted(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		json bool
+	}{{syscall.SIGINT, false}, {syscall.SIGTERM, true}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			args := []string{"ping", "--api", "raw", "--count", "100000000"}
+			if tc.json {
+				// No progress lines under --json: wait for the lab instead.
+				args = append(args, "--json")
+			}
+			cmd, out, stderr := xamProcess(t, args...)
+			name := fmt.Sprintf("ping%d", cmd.Process.Pid)
+			if tc.json {
+				waitFor(t, "the ping's lab", func() bool { return hasLab(name) })
+			} else {
+				waitLine(t, stderr, "round trips")
+			}
+			if err := cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				for stderr.Scan() {
+				}
+			}()
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
+				t.Fatalf("exit: %v, want status %d; stdout %s", err, exitInterrupted, out)
+			}
+			if hasLab(name) {
+				t.Errorf("the interrupted ping left lab %s behind", name)
+			}
+			if tc.json {
+				var r bench.PingResult
+				if err := json.Unmarshal([]byte(out.String()), &r); err != nil || !r.Interrupted || r.Count != 100000000 || r.Done >= r.Count {
+					t.Errorf("JSON %q: %+v, %v", out, r, err)
+				}
+			} else if !strings.Contains(out.String(), "(interrupted)") || !strings.Contains(out.String(), "RTT  p50") {
+				t.Errorf("stdout %q: want the round trips measured, marked interrupted", out)
+			}
+		})
+	}
+}
+
+// TestLabDownStale: `xam lab down --stale` removes the lab of a xam process
+// that was killed (nothing could clean up), and leaves the labs live
+// processes own (this test's) and persistent ones (`lab up`).
+func TestLabDownStale(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	live, err := lab.Up(lab.Config{Name: fmt.Sprintf("live%d", os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { live.Down() })
+	persistent := fmt.Sprintf("keep%d", os.Getpid())
+	if code, _, errs := xam(t, nil, "lab", "up", "--name", persistent); code != 0 {
+		t.Fatalf("lab up: %s", errs)
+	}
+	t.Cleanup(func() { lab.Down(persistent) })
+
+	cmd, _, stderr := xamProcess(t, "ping", "--api", "raw", "--count", "100000000")
+	waitLine(t, stderr, "round trips")
+	killed := fmt.Sprintf("ping%d", cmd.Process.Pid)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if !hasLab(killed) {
+		t.Fatalf("the killed ping's lab %s is not there to clean up", killed)
+	}
+	code, out, errs := xam(t, nil, "lab", "list", "--json")
+	var infos []lab.Info
+	if err := json.Unmarshal([]byte(out), &infos); code != 0 || err != nil {
+		t.Fatalf("lab list --json: exit %d, %v: %s %s", code, err, out, errs)
+	}
+	states := map[string]lab.State{}
+	for _, i := range infos {
+		states[i.Name] = i.State
+	}
+	if states[killed] != lab.Stale || states[live.Name] != lab.Owned || states[persistent] != lab.Persistent {
+		t.Errorf("lab list: %v", states)
+	}
+	if code, out, errs := xam(t, nil, "lab", "down", "--stale"); code != 0 || !strings.Contains(out, "removed lab "+killed) {
+		t.Fatalf("lab down --stale: exit %d, %s %s", code, out, errs)
+	}
+	if hasLab(killed) || !hasLab(live.Name) || !hasLab(persistent) {
+		t.Errorf("after lab down --stale: killed %v, live %v, persistent %v", hasLab(killed), hasLab(live.Name), hasLab(persistent))
+	}
+}
+
+// TestPingAllLost: a ping whose every round trip is lost (no peer serves)
+// reports the loss and exits 1, never 0 with an RTT of 0s; its JSON says
+// so too.
+func TestPingAllLost(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("lost%d", os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	a, b := l.Hosts[0], l.Hosts[1]
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"ping", "--dev", "eth0", "--peer", b.MAC.String(), "--count", "3", "--warmup", "0", "--timeout", "20ms"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		var code int
+		var out, errs string
+		a.Do(func() error { code, out, errs = xam(t, nil, args...); return nil })
+		if code != 1 || !strings.Contains(errs, "all 3 round trips were lost") {
+			t.Errorf("%v: exit %d, %s %s", args, code, out, errs)
+		}
+		if asJSON {
+			var r bench.PingResult
+			if err := json.Unmarshal([]byte(out), &r); err != nil || r.Done != 3 || r.Lost != 3 || r.Loss != 1 || r.Warmup != 0 || r.Config.Peer != b.MAC.String() {
+				t.Errorf("JSON %s: %+v, %v", out, r, err)
+			}
+		} else if !strings.Contains(out, "3 lost (100.00%)") || !strings.Contains(out, "no round trip was answered") {
+			t.Errorf("text: %s", out)
+		}
+	}
+}
+
+func hasLab(name string) bool {
+	names, _ := lab.Namespaces(lab.Prefix + name + "-")
+	return len(names) > 0
+}
+
+// waitFor polls cond every few milliseconds for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 20 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
