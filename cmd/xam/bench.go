@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -31,13 +29,10 @@ func runBench(e *env, args []string) error {
 	bulk := fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, TCP stream, UDP blast)")
 	mode := fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	clients := fs.Int("clients", 7, "logp: the most clients of the contention experiment")
-	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of Markdown")
-	out := fs.String("out", "", "also write plots of the round-trip distributions into this directory")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%v%w", err, errUsage)
+	asJSON := fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark) instead of Markdown")
+	out := fs.String("out", "", "ssam: also write plots of the round-trip distributions into this directory")
+	if err := parseOnly(fs, args); err != nil {
+		return err
 	}
 	names = append(names, fs.Args()...)
 	if len(names) == 0 {
@@ -56,8 +51,11 @@ func runBench(e *env, args []string) error {
 			return usageError("unknown benchmark %q (have: %s, all)", n, strings.Join(benchmarks, ", "))
 		}
 	}
-	if *count < 1 || *bulk < 1 {
-		return usageError("--count and --bulk must be positive")
+	if *count < 1 {
+		return usageError("--count %d: want at least 1", *count)
+	}
+	if *bulk < 1 {
+		return usageError("--bulk %d: want at least 1 byte", *bulk)
 	}
 	if *clients < 1 || *clients > 64 {
 		return usageError("--clients %d: want 1..64", *clients)
@@ -66,26 +64,44 @@ func runBench(e *env, args []string) error {
 	if err != nil {
 		return usageError("--mode: %v", err)
 	}
+	plots := false
+	for _, n := range names {
+		plots = plots || n == "ssam"
+		if n == "logp" && *count < 100 {
+			return usageError("--count %d: logp needs at least 100", *count)
+		}
+	}
+	if *out != "" && !plots {
+		return usageError("--out: only ssam draws plots so far")
+	}
+	if err := needPrivileges("xam bench"); err != nil {
+		return err
+	}
 	if *out != "" {
 		if err := os.MkdirAll(*out, 0o755); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
 	}
 	cfg := bench.SSAMTablesConfig{Count: *count, Bulk: *bulk, Mode: m}
+	results := map[string]any{}
 	for _, n := range names {
+		var r any
+		var err error
 		switch n {
 		case "ssam":
-			if err := benchSSAM(e, cfg, *asJSON, *out); err != nil {
-				return err
-			}
+			r, err = benchSSAM(e, cfg, *asJSON, *out)
 		case "logp":
-			if *count < 100 {
-				return usageError("--count %d: logp needs at least 100", *count)
-			}
-			if err := benchLogP(e, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m}, *asJSON); err != nil {
-				return err
-			}
+			r, err = benchLogP(e, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m}, *asJSON)
 		}
+		if err != nil {
+			return err
+		}
+		results[n] = r
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(results)
 	}
 	return nil
 }
@@ -115,29 +131,25 @@ func withLab(e *env, what string, f func(l *lab.Lab, pa, pb bench.Place) error) 
 	return f(l, pa, pb)
 }
 
-// benchLogP measures AM-II's LogP table and the contention experiment.
-func benchLogP(e *env, cfg bench.LogPConfig, asJSON bool) error {
-	return withLab(e, "logp", func(_ *lab.Lab, pa, pb bench.Place) error {
-		r, err := bench.RunLogP(pa, pb, cfg)
-		if err != nil {
+// benchLogP measures AM-II's LogP table and the contention experiment,
+// and prints them as Markdown unless asJSON.
+func benchLogP(e *env, cfg bench.LogPConfig, asJSON bool) (r *bench.LogPResult, err error) {
+	err = withLab(e, "logp", func(_ *lab.Lab, pa, pb bench.Place) error {
+		if r, err = bench.RunLogP(pa, pb, cfg); err != nil || asJSON {
 			return err
-		}
-		if asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(r)
 		}
 		return r.Markdown(e.stdout)
 	})
+	return r, err
 }
 
-// benchSSAM measures SSAM's tables on a two-host lab built for the run.
-func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) error {
-	return withLab(e, "ssam", func(l *lab.Lab, pa, pb bench.Place) error {
+// benchSSAM measures SSAM's tables on a two-host lab built for the run, and
+// prints them as Markdown unless asJSON.
+func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) (t *bench.SSAMTables, err error) {
+	err = withLab(e, "ssam", func(l *lab.Lab, pa, pb bench.Place) error {
 		a, b := l.Hosts[0], l.Hosts[1]
 		cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
-		t, err := bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg)
-		if err != nil {
+		if t, err = bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg); err != nil {
 			return err
 		}
 		t.Setup = bench.Setup{
@@ -153,10 +165,9 @@ func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) erro
 			fmt.Fprintf(e.stderr, "xam bench ssam: wrote %s\n", strings.Join(paths, ", "))
 		}
 		if asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(t)
+			return nil
 		}
 		return t.Markdown(e.stdout)
 	})
+	return t, err
 }

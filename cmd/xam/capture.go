@@ -40,6 +40,9 @@ func runCapture(e *env, args []string) error {
 	if *buffer < minCaptureBuffer || *buffer > maxCaptureBuffer {
 		return usageError("--buffer %d: want %d..%d bytes", *buffer, minCaptureBuffer, maxCaptureBuffer)
 	}
+	if err := needPrivileges("xam capture"); err != nil {
+		return err
+	}
 	var c *capturer
 	open := func() (err error) {
 		c, err = openCapture(*dev, *buffer)

@@ -54,18 +54,19 @@ func parseCores(s string) ([]int, error) {
 	}
 	for part := range strings.SplitSeq(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
+		bad := fmt.Errorf("%q: want CPU numbers 0..1023, e.g. 2 or 2,3 or 2-3", part)
 		a, err := strconv.Atoi(lo)
 		if err != nil {
-			return nil, fmt.Errorf("%q: %v", part, err)
+			return nil, bad
 		}
 		b := a
 		if isRange {
 			if b, err = strconv.Atoi(hi); err != nil {
-				return nil, fmt.Errorf("%q: %v", part, err)
+				return nil, bad
 			}
 		}
 		if a < 0 || b < a || b >= 1024 {
-			return nil, fmt.Errorf("%q: not a CPU range", part)
+			return nil, bad
 		}
 		for c := a; c <= b; c++ {
 			cores = append(cores, c)
@@ -102,6 +103,8 @@ func runFw(e *env, args []string) error {
 		return usageError("--dev is required")
 	case *useMap && len(hosts) > 0:
 		return usageError("--map finds the hosts: no --host")
+	case *useMap && *id != 0:
+		return usageError("--map assigns this host's id: no --id")
 	case *useMap && *probe <= 0:
 		return usageError("--probe must be positive")
 	case !*useMap && *follow:
@@ -115,6 +118,20 @@ func runFw(e *env, args []string) error {
 	if _, self := hosts[nicfw.HostID(*id)]; self {
 		return usageError("--host %d is this host (--id)", *id)
 	}
+	switch {
+	case *resident < 1:
+		return usageError("--resident %d: want at least 1", *resident)
+	case *channels < 1 || *channels > 255:
+		return usageError("--channels %d: want 1..255", *channels)
+	case *window < 1:
+		return usageError("--window %d: want at least 1", *window)
+	case *giveUp <= 0:
+		return usageError("--give-up %v: want a positive duration", *giveUp)
+	case *sleep < 0:
+		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", *sleep)
+	case *queue < 0:
+		return usageError("--queue %d: want 0 or more", *queue)
+	}
 	cores, err := parseCores(*coreList)
 	if err != nil {
 		return usageError("--cores: %v", err)
@@ -122,6 +139,9 @@ func runFw(e *env, args []string) error {
 	mode, err := loader.ParseMode(*xdpMode)
 	if err != nil {
 		return usageError("--xdp-mode: %v", err)
+	}
+	if err := needPrivileges("xam fw"); err != nil {
+		return err
 	}
 	here, err := devicePlace(*dev, *ns)
 	if err != nil {

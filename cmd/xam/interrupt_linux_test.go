@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -208,5 +209,78 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not after 20 s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestBadValues: every value out of range gets one line naming the flag
+// and what it accepts, and exit 2. Before, most were taken silently
+// (--size 0 became 32, --hosts 0 became 2, --timeout -1s was accepted).
+func TestBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ping", "--timeout", "-1s"}, "--timeout -1s: want a positive duration"},
+		{[]string{"ping", "--size", "0"}, "--size 0: want 1..65535"},
+		{[]string{"ping", "--warmup", "-5"}, "--warmup -5: want 0 or more"},
+		{[]string{"ping", "--count", "0"}, "--count 0: want at least 1"},
+		{[]string{"ping", "--loss", "0.1", "--api", "raw"}, "--loss works with --api ssam or amii only"},
+		{[]string{"ping", "--loss", "1", "--api", "ssam"}, "--loss 1: want a fraction in [0, 1)"},
+		{[]string{"ping", "--mode", "firmware"}, "--mode firmware works with --api amii only"},
+		{[]string{"lab", "up", "--hosts", "0"}, "--hosts 0: want 2..250"},
+		{[]string{"lab", "up", "--port-buffer", "64k"}, "--port-buffer needs --port-rate"},
+		{[]string{"lab", "up", "--queues", "0"}, "--queues 0: want 1..64"},
+		{[]string{"fw", "--dev", "eth0", "--map", "--id", "1"}, "--map assigns this host's id: no --id"},
+		{[]string{"fw", "--dev", "eth0", "--id", "1", "--host", "2=02:00:00:00:00:02", "--cores", "abc"}, `--cores: "abc": want CPU numbers`},
+		{[]string{"fw", "--dev", "eth0", "--id", "1", "--host", "2=02:00:00:00:00:02", "--window", "0"}, "--window 0: want at least 1"},
+		{[]string{"bench", "logp", "--out", "d"}, "--out: only ssam draws plots"},
+		{[]string{"capture", "--dev", "p0", "--out", "x", "--buffer", "10"}, "--buffer 10: want"},
+		{[]string{"demo", "--count", "0"}, "--count 0: want at least 1"},
+	} {
+		code, out, errs := xam(t, nil, tc.args...)
+		if code != 2 || out != "" || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and one line with %q", tc.args, code, out, errs, tc.want)
+		}
+	}
+}
+
+// TestUnprivileged: commands that need root say so in one line, naming
+// the missing capabilities, when run as uid 65534. Before, `fw` blamed
+// MEMLOCK and `ping` printed lines that never said "root".
+func TestUnprivileged(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	dir := t.TempDir()
+	for d := dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "xam.test")
+	exe, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"ping"},
+		{"lab", "up", "--name", "nobody"},
+		{"fw", "--dev", "lo", "--id", "1", "--host", "2=02:00:00:00:00:02"},
+		{"demo"},
+		{"bench", "ssam"},
+		{"stat", "--dev", "lo"},
+		{"capture", "--dev", "lo", "--out", filepath.Join(dir, "c.pcap")},
+	} {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "XAM_TEST_AS_XAM=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.Count(string(out), "\n") != 1 ||
+			!strings.Contains(string(out), "needs root (missing CAP_NET_ADMIN") {
+			t.Errorf("xam %v as nobody: %v: %q", args, err, out)
+		}
 	}
 }

@@ -56,6 +56,19 @@ func runLabUp(e *env, args []string) error {
 		cfg.PortBuffer = uint32(b)
 	}
 	cfg.Persistent = true
+	switch {
+	case cfg.Hosts < 2 || cfg.Hosts > 250:
+		return usageError("--hosts %d: want 2..250", cfg.Hosts)
+	case *buffer != "" && *rate == "":
+		return usageError("--port-buffer needs --port-rate (the buffer is the shaper's queue)")
+	case cfg.MTU != 0 && (cfg.MTU < 68 || cfg.MTU > 65535):
+		return usageError("--mtu %d: want 68..65535", cfg.MTU)
+	case cfg.Queues < 1 || cfg.Queues > 64:
+		return usageError("--queues %d: want 1..64", cfg.Queues)
+	}
+	if err := needPrivileges("xam lab up"); err != nil {
+		return err
+	}
 	l, err := lab.Up(cfg)
 	if err != nil {
 		return err

@@ -5,13 +5,14 @@
 //
 //	xam demo                        the main job (see README.md)
 //	xam doctor [--dev IF] [--netns NS] [--json]
-//	xam ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--size B] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]
-//	xam fw --dev IF [--netns NS] --id N --host ID=MAC... [--cores LIST] [--socket PATH] [--sleep D]
-//	xam capture --dev IF [--netns NS] --out FILE [--count N] [--duration D]
+//	xam ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]
+//	xam fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map) [--cores LIST] [--socket PATH] [--sleep D]
+//	xam capture --dev IF [--netns NS] --out FILE [--count N] [--duration D] [--buffer BYTES]
 //	xam stat --dev IF [--netns NS] [--json]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
-//	xam lab down --name X | --all
-//	xam bench ssam|all [--count N] [--bulk BYTES] [--json] [--out DIR]
+//	xam lab down --name X | --stale | --all
+//	xam lab list [--json]
+//	xam bench ssam|logp|all [--count N] [--bulk BYTES] [--json] [--out DIR]
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
 //	xam cells reassemble [--hex] [--erf FILE]
 //	xam version
@@ -56,7 +57,7 @@ func init() {
 		{"capture", "record the xam frames a device carries, for Wireshark (ERF pcap)", runCapture},
 		{"stat", "counters of the xam XDP program on a device", runStat},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
-		{"bench", "SSAM's tables today: trap, system-call and AM costs, round trips and bandwidth beside UDP and TCP", runBench},
+		{"bench", "the papers' experiments beside today's peers: ssam (SSAM's cost tables, round trips, bandwidth), logp (AM-II's LogP and contention)", runBench},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble, demo", runCells},
 		{"version", "print the version", func(e *env, _ []string) error {
 			fmt.Fprintln(e.stdout, "xam", version)
@@ -124,13 +125,17 @@ func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "Run `xam COMMAND -h` for a command's options.")
 }
 
-// newFlags returns a flag set that reports errors instead of exiting.
+// newFlags returns a flag set that reports errors instead of exiting and
+// prints nothing itself: a bad flag is one line of error (run reports it),
+// and -h prints the usage and the options (parseFlags).
 func newFlags(e *env, name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: xam %s\n", usage)
+		fmt.Fprintf(e.stdout, "usage: xam %s\n", usage)
+		fs.SetOutput(e.stdout)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
 	return fs
 }
@@ -138,14 +143,32 @@ func newFlags(e *env, name, usage string) *flag.FlagSet {
 // parseFlags parses args, turning flag errors into usage errors and
 // refusing stray arguments.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%v%w", err, errUsage)
+	if err := parseOnly(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError("unexpected argument %q", fs.Arg(0))
+		return usageError("unexpected argument %q (see xam %s -h)", fs.Arg(0), fs.Name())
+	}
+	return nil
+}
+
+// parseOnly parses args; -h, -help or --help print the usage (and return
+// flag.ErrHelp), any other error is one usage error naming the flag.
+func parseOnly(fs *flag.FlagSet, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
+	usage := fs.Usage
+	fs.Usage = func() {} // the flag package calls it on errors too
+	defer func() { fs.Usage = usage }()
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%v (see xam %s -h)%w", err, fs.Name(), errUsage)
 	}
 	return nil
 }

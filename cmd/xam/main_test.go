@@ -396,7 +396,12 @@ func TestBenchSSAM(t *testing.T) {
 			Bulk float64 `json:"bulk_mb_per_s"`
 		} `json:"paper"`
 	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
+	// One document, with a member per benchmark run.
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc) != 1 {
+		t.Fatalf("%v: %d members\n%s", err, len(doc), out)
+	}
+	if err := json.Unmarshal(doc["ssam"], &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, table := range []struct {
@@ -466,8 +471,9 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench"}, "name a benchmark: ssam, logp or all"},
 		{[]string{"bench", "--json"}, "name a benchmark"},
 		{[]string{"bench", "nonesuch"}, `unknown benchmark "nonesuch"`},
-		{[]string{"bench", "ssam", "--count", "0"}, "--count and --bulk must be positive"},
-		{[]string{"bench", "ssam", "--bulk", "-1"}, "--count and --bulk must be positive"},
+		{[]string{"bench", "ssam", "--count", "0"}, "--count 0: want at least 1"},
+		{[]string{"bench", "ssam", "--bulk", "-1"}, "--bulk -1: want at least 1 byte"},
+		{[]string{"bench", "logp", "--out", "somewhere"}, "--out: only ssam draws plots"},
 		{[]string{"bench", "ssam", "--mode", "sideways"}, "--mode"},
 		{[]string{"bench", "ssam", "--bogus"}, "flag provided but not defined"},
 		{[]string{"bench", "--count", "5", "ssam", "extra"}, `unknown benchmark "extra"`},
@@ -476,8 +482,12 @@ func TestBenchUsage(t *testing.T) {
 			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errs, tc.stderr)
 		}
 	}
-	if code, _, errs := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(errs, "usage: xam bench ssam|logp|all") {
-		t.Errorf("bench -h: exit %d, %q", code, errs)
+	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|all") {
+		t.Errorf("bench -h: exit %d, %q", code, out)
+	}
+	// A bad flag is one line, not the usage around the error twice.
+	if code, out, errs := xam(t, nil, "ping", "--bogus"); code != 2 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "see xam ping -h") {
+		t.Errorf("ping --bogus: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
 

@@ -25,6 +25,9 @@ func runStat(e *env, args []string) error {
 	if *dev == "" {
 		return usageError("--dev is required")
 	}
+	if err := needPrivileges("xam stat"); err != nil {
+		return err
+	}
 	var c loader.Counters
 	read := func() error {
 		link, err := netlink.LinkByName(*dev)
