@@ -13,9 +13,10 @@
 // block in recvfrom, as ordinary programs do.
 //
 // Compare runs several of them in alternation, in rounds, and merges each
-// path's round trips: on a machine whose speed drifts over seconds, the
-// ratios of paths measured so hold still where those of paths measured one
-// after the other do not (BenchmarkPingCompare).
+// path's round trips, so that a drift of the machine's speed over seconds
+// falls on every path alike (BenchmarkPingCompare). On a shared 2-core VM
+// the ratios still move from run to run (AM-II/raw 0.77-1.28 over four
+// runs): compare several runs, not one.
 //
 // The cell layer's micro-benchmarks live in package cells, the socket's in
 // package afxdp (go test -bench).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,14 +53,33 @@ type LogPConfig struct {
 	Queue   int         // device queue
 }
 
-// LogPRow is one configuration's figures, in microseconds.
+// LogPRow is one configuration's figures, in microseconds, to 0.01 µs.
+//
+// What each means on this data path. Os is the sender's processor time
+// per message and Or the receiver's, g the gap between messages of one
+// endpoint's stream, RTT the round trip. L, the time a message spends
+// between the two processors, is RTT/2 - Os - Or where that is positive.
+// On veth it is not: the sender's sendto runs the receiver's kernel path
+// (the frame is delivered to the receiving socket inside the system call),
+// so Os holds what on a NIC is L, and L cannot be told apart from it. Then
+// L is nil (JSON null; "in Os" in the table), never a negative latency.
 type LogPRow struct {
-	Config string  `json:"config"`
-	Os     float64 `json:"os_us"`
-	Or     float64 `json:"or_us"`
-	G      float64 `json:"g_us"`
-	L      float64 `json:"l_us"`
-	RTT    float64 `json:"rtt_us"`
+	Config string   `json:"config"`
+	Os     float64  `json:"os_us"`
+	Or     float64  `json:"or_us"`
+	G      float64  `json:"g_us"`
+	L      *float64 `json:"l_us"` // nil: not separable from Os here
+	RTT    float64  `json:"rtt_us"`
+}
+
+// setL sets L from RTT, Os and Or, and rounds every figure to 0.01 µs.
+func (r *LogPRow) setL() {
+	round := func(v float64) float64 { return math.Round(v*100) / 100 }
+	r.Os, r.Or, r.G, r.RTT = round(r.Os), round(r.Or), round(r.G), round(r.RTT)
+	r.L = nil
+	if l := round(r.RTT/2 - r.Os - r.Or); l > 0 {
+		r.L = &l
+	}
 }
 
 // ContentionRow is one point of the contention experiment.
@@ -266,7 +286,7 @@ func logpRow(pa, pb Place, cfg LogPConfig, ecfg nicfw.EngineConfig) (*LogPRow, e
 		return nil, err
 	}
 	row.Or = durUS(median(ors))
-	row.L = row.RTT/2 - row.Os - row.Or
+	row.setL()
 	return row, nil
 }
 
@@ -435,14 +455,26 @@ func (r *LogPResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## AM-II LogP, short messages (µs; medians of %d; K = %d credits)\n\n", r.Count, r.Credits)
 	b.WriteString("| configuration | Os | Or | g | L | RTT |\n|---|---|---|---|---|---|\n")
+	l := func(v *float64, sign string) string {
+		if v == nil {
+			return "in Os"
+		}
+		return fmt.Sprintf("%"+sign+".2f", *v)
+	}
 	for i, row := range r.Rows {
-		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", row.Config, row.Os, row.Or, row.G, row.L, row.RTT)
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %s | %.2f |\n", row.Config, row.Os, row.Or, row.G, l(row.L, ""), row.RTT)
 		if i > 0 {
 			p := r.Rows[i-1]
-			fmt.Fprintf(&b, "| increment | %+.2f | %+.2f | %+.2f | %+.2f | %+.2f |\n", row.Os-p.Os, row.Or-p.Or, row.G-p.G, row.L-p.L, row.RTT-p.RTT)
+			dl := "-"
+			if row.L != nil && p.L != nil {
+				d := *row.L - *p.L
+				dl = l(&d, "+")
+			}
+			fmt.Fprintf(&b, "| increment | %+.2f | %+.2f | %+.2f | %s | %+.2f |\n", row.Os-p.Os, row.Or-p.Or, row.G-p.G, dl, row.RTT-p.RTT)
 		}
 	}
-	b.WriteString("\nBaseline: unreliable transport, no protection checks; + reliability: channels, acknowledgements, retransmission; + protection: descriptor validation and tag checks (the default engine); + pipelining: K messages of an endpoint in flight at once (window K). L = RTT/2 - Os - Or.\n\n")
+	b.WriteString("\nBaseline: unreliable transport, no protection checks; + reliability: channels, acknowledgements, retransmission; + protection: descriptor validation and tag checks (the default engine); + pipelining: K messages of an endpoint in flight at once (window K).\n\n")
+	b.WriteString("Os: the sender's processor time per message; Or: the receiver's; g: the gap between messages of one endpoint's stream; RTT: the round trip; L = RTT/2 - Os - Or, the time between the processors. \"in Os\": on veth the sender's sendto runs the receiver's kernel path, so the network's time is inside Os and L cannot be separated from it (on a NIC it can).\n\n")
 	b.WriteString("## Contention: n clients, one server endpoint\n\n| clients | aggregate msgs/s | per client msgs/s | mean RTT (µs) |\n|---|---|---|---|\n")
 	for _, c := range r.Contention {
 		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f |\n", c.Clients, c.Aggregate, c.PerClient, c.RTT)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -23,8 +24,19 @@ func TestLogP(t *testing.T) {
 		t.Fatalf("%d rows: %+v", len(res.Rows), res.Rows)
 	}
 	for i, r := range res.Rows {
-		if r.Config != want[i] || r.Os <= 0 || r.Or <= 0 || r.G <= 0 || r.RTT <= 0 || r.L != r.RTT/2-r.Os-r.Or {
+		if r.Config != want[i] || r.Os <= 0 || r.Or <= 0 || r.G <= 0 || r.RTT <= 0 {
 			t.Errorf("row %d: %+v", i, r)
+		}
+		// No negative latency: L is there only when RTT/2 - Os - Or is
+		// positive, and figures are rounded to 0.01 µs.
+		l := math.Round((r.RTT/2-r.Os-r.Or)*100) / 100
+		if r.L != nil && (*r.L <= 0 || *r.L != l) || r.L == nil && l > 0 {
+			t.Errorf("row %d: L %v, RTT/2 - Os - Or = %v", i, r.L, l)
+		}
+		for _, v := range []float64{r.Os, r.Or, r.G, r.RTT} {
+			if v != math.Round(v*100)/100 {
+				t.Errorf("row %d: %v is not rounded to 0.01 µs", i, v)
+			}
 		}
 	}
 	if len(res.Contention) != 3 {

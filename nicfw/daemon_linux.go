@@ -89,8 +89,9 @@ type DaemonConfig struct {
 	// until the first table). Its OnChange, if set, runs after the
 	// daemon applied a table, in the engine thread.
 	Map *mapper.Config
-	// Socket is the path of the unix socket; empty: no socket (the daemon
-	// is used in-process only, through Open).
+	// Socket is the path of the unix socket applications connect to
+	// (Dial); empty: no socket (the engine then serves no application:
+	// only its counters, Stats, are of use).
 	Socket string
 	// Cores lists the CPUs the engine thread runs on; empty: any.
 	Cores []int
@@ -479,7 +480,7 @@ func (d *Daemon) applyTable(t mapper.Table) {
 	d.hosts, d.epoch = hosts, t.Epoch
 	d.mu.Unlock()
 	d.host.Store(uint32(self))
-	d.log.Info("host table", "epoch", t.Epoch, "leader", t.Leader, "hosts", len(t.Hosts), "self", self)
+	d.log.Info("host table", "epoch", t.Epoch, "leader", t.Leader.String(), "hosts", len(t.Hosts), "self", self)
 }
 
 // kick wakes the engine if it sleeps.
