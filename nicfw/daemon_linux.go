@@ -137,6 +137,7 @@ type DaemonReply struct {
 // DaemonStats is a snapshot of the daemon's counters.
 type DaemonStats struct {
 	Endpoints   int            `json:"endpoints"`
+	List        []EndpointInfo `json:"endpoint_list"` // the open endpoints
 	Connections int            `json:"connections"`
 	Refused     uint64         `json:"refused"` // open requests refused
 	Sleeps      uint64         `json:"sleeps"`  // times the engine slept
@@ -553,7 +554,7 @@ func (d *Daemon) statsNow() DaemonStats {
 	s := DaemonStats{
 		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps,
 		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
-		Epoch: d.epoch,
+		Epoch: d.epoch, List: d.eng.EndpointList(),
 	}
 	for id, mac := range d.hosts {
 		s.Hosts = append(s.Hosts, DaemonHost{ID: id, MAC: mac.String()})

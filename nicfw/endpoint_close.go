@@ -75,6 +75,28 @@ func (e *Engine) release(s *epState) error {
 // message is still in flight not counted).
 func (e *Engine) Endpoints() int { return e.live }
 
+// EndpointInfo describes an open endpoint: its virtual network and what
+// the engine did with its queues.
+type EndpointInfo struct {
+	ID     EndpointID    `json:"id"`
+	Tag    uint64        `json:"tag"`
+	Table  int           `json:"table"` // translation table entries
+	Queues EndpointStats `json:"queues"`
+}
+
+// EndpointList returns the open endpoints, by id. It belongs to the engine
+// thread, as every method does.
+func (e *Engine) EndpointList() []EndpointInfo {
+	var l []EndpointInfo
+	for id, s := range e.eps {
+		if s == nil || s.closed {
+			continue
+		}
+		l = append(l, EndpointInfo{ID: EndpointID(id), Tag: s.tag, Table: len(s.table), Queues: s.mem.Stats()})
+	}
+	return l
+}
+
 // hasEndpoint reports whether endpoint id is open.
 func (e *Engine) hasEndpoint(id EndpointID) bool {
 	s := e.ep(id)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -76,7 +77,10 @@ func parseCores(s string) ([]int, error) {
 }
 
 func runFw(e *env, args []string) error {
-	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D]")
+	if len(args) > 0 && args[0] == "stats" {
+		return runFwStats(e, args[1:])
+	}
+	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D]\n       xam fw stats [--socket PATH] [--json]")
 	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
 	ns := fs.String("netns", "", "the named network namespace the device is in")
 	id := fs.Uint("id", 0, "this host's id in the host table (1..65535)")
@@ -213,4 +217,54 @@ func dirOf(path string) string {
 		return path[:i]
 	}
 	return "."
+}
+
+// runFwStats asks a running daemon for its host table, endpoints and
+// counters.
+func runFwStats(e *env, args []string) error {
+	fs := newFlags(e, "fw stats", "fw stats [--socket PATH] [--json]")
+	socket := fs.String("socket", "/run/xam/fw.sock", "the daemon's unix socket")
+	asJSON := fs.Bool("json", false, "print the statistics as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, err := nicfw.Dial(*socket)
+	if err != nil {
+		return fmt.Errorf("%w (is `xam fw` running with --socket %s?)", err, *socket)
+	}
+	defer c.Close()
+	s, err := c.Stats()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	w := e.stdout
+	epoch := "static"
+	if s.Epoch != 0 {
+		epoch = fmt.Sprintf("mapper epoch %d", s.Epoch)
+	}
+	fmt.Fprintf(w, "hosts (%s):\n", epoch)
+	for _, h := range s.Hosts {
+		fmt.Fprintf(w, "  %d  %s\n", h.ID, h.MAC)
+	}
+	fmt.Fprintf(w, "endpoints: %d open, %d connections, %d opens refused\n", s.Endpoints, s.Connections, s.Refused)
+	for _, ep := range s.List {
+		q := ep.Queues
+		var refused uint64
+		for _, n := range q.Refused {
+			refused += n
+		}
+		fmt.Fprintf(w, "  %d  tag %#x, %d table entries: %d taken, %d refused, %d put, %d put into a full queue\n",
+			ep.ID, ep.Tag, ep.Table, q.Taken, refused, q.Put, q.PutFull)
+	}
+	en, tr := s.Engine, s.Transport
+	fmt.Fprintf(w, "engine: %+v\n", en)
+	fmt.Fprintf(w, "transport: %+v\n", tr)
+	fmt.Fprintf(w, "residency: %+v\n", s.Residency)
+	fmt.Fprintf(w, "engine slept %d times\n", s.Sleeps)
+	return nil
 }
