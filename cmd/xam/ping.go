@@ -241,7 +241,11 @@ func printPing(e *env, r *bench.PingResult) {
 	}
 	fmt.Fprintf(e.stdout, "%s ping-pong: %s round trips of %d-byte messages%s after %d warm-up, %d lost (%.2f%%)\n",
 		api, done, r.Size, frame, r.Warmup, r.Lost, 100*r.Loss)
-	if r.Done == r.Lost {
+	switch {
+	case r.Done == 0:
+		fmt.Fprintln(e.stdout, "RTT  none: no round trip was measured")
+		return
+	case r.Done == r.Lost:
 		fmt.Fprintln(e.stdout, "RTT  none: no round trip was answered")
 		return
 	}
