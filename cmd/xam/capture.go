@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync/atomic"
 	"time"
@@ -18,13 +19,14 @@ import (
 // encapsulation (every cell, and every AAL5 PDU reassembled from them),
 // which Wireshark dissects (capturer says what it sees and what it counts).
 func runCapture(e *env, args []string) error {
-	fs := newFlags(e, "capture", "capture --dev IF [--netns NS] --out FILE [--count N] [--duration D] [--buffer BYTES]")
+	fs := newFlags(e, "capture", "capture --dev IF [--netns NS] --out FILE [--format erf|ether] [--count N] [--duration D] [--buffer BYTES]")
 	dev := fs.String("dev", "", "the device to capture on")
 	ns := fs.String("netns", "", "the named network namespace the device is in (e.g. xam-lab-sw)")
 	out := fs.String("out", "", "the pcap file to write")
 	count := fs.Int("count", 0, "stop after this many frames (0: no limit)")
 	dur := fs.Duration("duration", 10*time.Second, "stop after this long (0: no limit)")
 	buffer := fs.Int("buffer", defaultCaptureBuffer, "the capture socket's receive buffer in bytes: frames that arrive while it is full are missed (and counted)")
+	format := fs.String("format", "erf", "erf: pcap of ATM cells and reassembled AAL5 PDUs (Wireshark's own ATM dissectors; open with -o erf.aal5_type:Unspecified); ether: pcapng of the Ethernet frames with their direction and the missed count (Wireshark with tools/wireshark/xam.lua)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -36,6 +38,9 @@ func runCapture(e *env, args []string) error {
 	}
 	if *count == 0 && *dur == 0 {
 		return usageError("give --count or --duration, or the capture never ends")
+	}
+	if *format != "erf" && *format != "ether" {
+		return usageError("--format %q: want erf or ether", *format)
 	}
 	if *buffer < minCaptureBuffer || *buffer > maxCaptureBuffer {
 		return usageError("--buffer %d: want %d..%d bytes", *buffer, minCaptureBuffer, maxCaptureBuffer)
@@ -73,11 +78,19 @@ func runCapture(e *env, args []string) error {
 	if *dur > 0 {
 		deadline = time.Now().Add(*dur)
 	}
-	err = c.run(f, *count, func() bool { return stop.Load() || !deadline.IsZero() && time.Now().After(deadline) })
+	sink, err := newCaptureSink(f, *format, *dev)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	err = c.run(sink, *count, func() bool { return stop.Load() || !deadline.IsZero() && time.Now().After(deadline) })
+	st := c.stats()
+	if cerr := sink.close(st.missed); err == nil {
+		err = cerr
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	st := c.stats()
 	fmt.Fprintf(e.stderr, "xam capture: %d frames, %d cells, %d PDUs, %d missed, %d malformed (%s)\n",
 		st.frames, st.cells, st.pdus, st.missed, st.bad, *out)
 	if st.missed > 0 {
@@ -228,17 +241,75 @@ func stamp(oob []byte) time.Time {
 	return time.Now()
 }
 
-// run records frames into w until count frames are recorded (0: no limit)
-// or done reports true.
-func (c *capturer) run(w *os.File, count int, done func() bool) error {
-	cw, err := cells.NewCaptureWriter(w, cells.UNI)
-	if err != nil {
-		return err
+// captureSink is where a capture's frames go: a file of one format.
+type captureSink interface {
+	frame(ts time.Time, frame, body []byte, dir cells.Direction, st *captureStats) error
+	close(missed int) error
+}
+
+func newCaptureSink(w io.Writer, format, dev string) (captureSink, error) {
+	if format == "ether" {
+		fw, err := cells.NewFrameWriter(w, dev)
+		return etherSink{fw}, err
 	}
+	cw, err := cells.NewCaptureWriter(w, cells.UNI)
 	// One reassembler per direction would be exact; frames of both
 	// directions on one circuit are rare in xam (each side receives on its
 	// own VCI), so one per capture serves.
-	r := cells.NewReassembler(cells.ReassemblerConfig{})
+	return &erfSink{cw: cw, r: cells.NewReassembler(cells.ReassemblerConfig{})}, err
+}
+
+// erfSink records every cell, and every AAL5 PDU reassembled from them.
+type erfSink struct {
+	cw *cells.CaptureWriter
+	r  *cells.Reassembler
+}
+
+func (s *erfSink) frame(ts time.Time, _, body []byte, _ cells.Direction, st *captureStats) error {
+	for o := 0; o < len(body); o += cells.CellSize {
+		cl := cells.Cell(body[o : o+cells.CellSize])
+		if err := s.cw.WriteCell(ts, cl); err != nil {
+			return err
+		}
+		st.cells++
+		pdu, ok, _ := s.r.Push(cl)
+		if ok {
+			if err := s.cw.WritePDU(ts, pdu.VC, pdu.CPCS); err != nil && !errors.Is(err, cells.ErrCaptureTooLong) {
+				return err
+			}
+			st.pdus++
+		}
+	}
+	return nil
+}
+
+func (s *erfSink) close(int) error { return nil }
+
+// etherSink records the frames as they were on the wire.
+type etherSink struct{ fw *cells.FrameWriter }
+
+func (s etherSink) frame(ts time.Time, frame, body []byte, dir cells.Direction, st *captureStats) error {
+	st.cells += len(body) / cells.CellSize
+	return s.fw.WriteFrame(ts, frame, dir)
+}
+
+func (s etherSink) close(missed int) error { return s.fw.Close(time.Now(), uint64(missed)) }
+
+// direction tells from an AF_PACKET source address which way a frame went.
+func direction(from unix.Sockaddr) cells.Direction {
+	ll, ok := from.(*unix.SockaddrLinklayer)
+	switch {
+	case !ok:
+		return cells.DirectionUnknown
+	case ll.Pkttype == unix.PACKET_OUTGOING:
+		return cells.DirectionOutbound
+	}
+	return cells.DirectionInbound
+}
+
+// run records frames into sink until count frames are recorded (0: no
+// limit) or done reports true.
+func (c *capturer) run(sink captureSink, count int, done func() bool) error {
 	st := &c.st
 	lastStats := time.Now()
 	for (count == 0 || st.frames < count) && !done() {
@@ -248,7 +319,7 @@ func (c *capturer) run(w *os.File, count int, done func() bool) error {
 				return err
 			}
 		}
-		n, oobn, _, _, err := unix.Recvmsg(c.fd, c.buf, c.oob, 0)
+		n, oobn, _, from, err := unix.Recvmsg(c.fd, c.buf, c.oob, 0)
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 			if err := c.collectMissed(); err != nil {
 				return err
@@ -269,20 +340,8 @@ func (c *capturer) run(w *os.File, count int, done func() bool) error {
 		}
 		st.frames++
 		c.frames.Store(int64(st.frames))
-		now := stamp(c.oob[:oobn])
-		for o := 0; o < len(body); o += cells.CellSize {
-			cl := cells.Cell(body[o : o+cells.CellSize])
-			if err := cw.WriteCell(now, cl); err != nil {
-				return err
-			}
-			st.cells++
-			pdu, ok, _ := r.Push(cl)
-			if ok {
-				if err := cw.WritePDU(now, pdu.VC, pdu.CPCS); err != nil && !errors.Is(err, cells.ErrCaptureTooLong) {
-					return err
-				}
-				st.pdus++
-			}
+		if err := sink.frame(stamp(c.oob[:oobn]), buf, body, direction(from), st); err != nil {
+			return err
 		}
 	}
 	return c.collectMissed()

@@ -72,7 +72,11 @@ func TestCaptureCountsMissed(t *testing.T) {
 	// Read until every frame of the burst is accounted for; a generous
 	// bound only ends a capture that never gets there.
 	bound := time.Now().Add(20 * time.Second)
-	err = c.run(f, 0, func() bool {
+	sink, err := newCaptureSink(f, "erf", "p0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.run(sink, 0, func() bool {
 		frames, missed := c.recorded()
 		return frames+missed >= burst || time.Now().After(bound)
 	})
