@@ -21,9 +21,9 @@ import (
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
-	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
 

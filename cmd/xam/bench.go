@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/xam-project/xam/bench"
-	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/netdev"
+	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
 

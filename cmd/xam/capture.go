@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/cells"
-	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/lab"
 )
 
 // runCapture records the xam frames a device carries as a pcap file in ERF

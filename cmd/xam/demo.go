@@ -7,7 +7,7 @@ import (
 
 	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/bench"
-	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
 

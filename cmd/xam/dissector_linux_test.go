@@ -12,8 +12,8 @@ import (
 
 	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/bench"
-	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 )
 
 // TestWiresharkDissector captures live lab traffic of three kinds with

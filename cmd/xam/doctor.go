@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/netdev"
+	"github.com/xam-project/xam/lab"
 )
 
 // doctorReport is what `xam doctor --json` prints.

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/bench"
-	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 )
 
 // TestMain runs the command itself when the test binary is started as xam

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/lab"
 )
 
 func runLab(e *env, args []string) error {

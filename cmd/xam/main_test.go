@@ -16,8 +16,8 @@ import (
 
 	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/bench"
-	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 )
 
 var (

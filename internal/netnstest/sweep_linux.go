@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xam-project/xam/internal/lab"
+	"github.com/xam-project/xam/lab"
 )
 
 // Sweep removes the namespaces that test processes which no longer run left

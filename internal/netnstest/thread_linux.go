@@ -1,6 +1,6 @@
 package netnstest
 
-import "github.com/xam-project/xam/internal/lab"
+import "github.com/xam-project/xam/lab"
 
 // Do runs fn on a goroutine locked to its own OS thread, which is switched
 // into h's namespace, and returns fn's error. Sockets and other per-namespace

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xam-project/xam/internal/lab"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
