@@ -288,76 +288,17 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 	defer rb.Close()
 
 	var counts EchoCounts
-	var echoErr error
-	rb.Register(func(t *am.Token2, args []uint64) {
-		counts.add(0, args[0])
-		if err := t.Reply(0, args...); err != nil && echoErr == nil {
-			echoErr = err
-		}
-	})
-	answered, returned := -1, -1
-	ra.Register(func(t *am.Token2, args []uint64) { answered = int(args[0]) })
-	ra.OnReturn(func(r am.Returned) {
-		if len(r.Args) > 0 && r.Request {
-			returned = int(r.Args[0])
-		}
-	})
+	echoErr := echoAMII(rb, &counts)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var serveErr error
-	wg.Go(func() {
-		for !stop.Load() {
-			if _, err := rb.Poll(); err != nil {
-				serveErr = err
-				return
-			}
-			if err := rb.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
-				serveErr = err
-				return
-			}
-		}
-	})
-	r := &AMIIResult{Mode: "firmware", PingResult: *cfg.newResult("amii", 8*nargs)}
-	args := make([]uint64, nargs)
-	limit := cfg.Timeout + nicfw.DefaultGiveUpAfter
-	err = func() error {
-		for i := range cfg.Warmup + cfg.Count {
-			if r.stop(&cfg) {
-				break
-			}
-			args[0] = uint64(i)
-			start := time.Now()
-			if err := ra.Request(0, 0, args...); err != nil {
-				return err
-			}
-			r.Sent++
-			for answered < i && returned < i {
-				if _, err := ra.Poll(); err != nil {
-					return err
-				}
-				if answered >= i || returned >= i {
-					break
-				}
-				if err := ra.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
-					return err
-				}
-				if r.stop(&cfg) {
-					return nil // the round trip in progress is not counted
-				}
-				if time.Since(start) > limit {
-					return fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))
-				}
-			}
-			r.record(i >= cfg.Warmup, answered >= i, time.Since(start))
-		}
-		return nil
-	}()
+	wg.Go(func() { serveErr = serveAMII(rb, &stop) })
+	r, err := pingAMII(ra, cfg, nargs)
 	stop.Store(true)
 	wg.Wait()
-	if err := errors.Join(err, serveErr, echoErr); err != nil {
+	if err := errors.Join(err, serveErr, *echoErr); err != nil {
 		return nil, err
 	}
-	r.finish()
 	r.Delivered, r.Duplicates = counts.Delivered(), counts.Duplicates()
 	for _, h := range hosts {
 		if s, err := h.d.Stats(); err == nil {
@@ -365,4 +306,140 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 		}
 	}
 	return r, nil
+}
+
+// echoAMII makes a the responder of AM-II pings: its first handler,
+// registered here, answers each request with its arguments, counting the
+// runs per message in counts. The returned error is the first reply that
+// failed (read it once serving is over).
+func echoAMII(a *am.Remote, counts *EchoCounts) *error {
+	var echoErr error
+	a.Register(func(t *am.Token2, args []uint64) {
+		if len(args) > 0 {
+			counts.add(0, args[0])
+		}
+		if err := t.Reply(0, args...); err != nil && echoErr == nil {
+			echoErr = err
+		}
+	})
+	return &echoErr
+}
+
+// serveAMII runs a's handlers, blocking in Wait between messages, until
+// stop is set.
+func serveAMII(a *am.Remote, stop *atomic.Bool) error {
+	for !stop.Load() {
+		if _, err := a.Poll(); err != nil {
+			return err
+		}
+		if err := a.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
+			return err
+		}
+	}
+	return nil
+}
+
+// pingAMII is the timed request/reply loop of firmware mode, from a to the
+// endpoint of index 0 of its table, which echoes (echoAMII).
+func pingAMII(a *am.Remote, cfg PingConfig, nargs int) (*AMIIResult, error) {
+	answered, returned := -1, -1
+	a.Register(func(t *am.Token2, args []uint64) { answered = int(args[0]) })
+	a.OnReturn(func(r am.Returned) {
+		if len(r.Args) > 0 && r.Request {
+			returned = int(r.Args[0])
+		}
+	})
+	r := &AMIIResult{Mode: "firmware", PingResult: *cfg.newResult("amii", 8*nargs)}
+	args := make([]uint64, nargs)
+	limit := cfg.Timeout + nicfw.DefaultGiveUpAfter
+	for i := range cfg.Warmup + cfg.Count {
+		if r.stop(&cfg) {
+			break
+		}
+		args[0] = uint64(i)
+		start := time.Now()
+		if err := a.Request(0, 0, args...); err != nil {
+			return nil, err
+		}
+		r.Sent++
+		for answered < i && returned < i {
+			if _, err := a.Poll(); err != nil {
+				return nil, err
+			}
+			if answered >= i || returned >= i {
+				break
+			}
+			if err := a.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
+				return nil, err
+			}
+			if r.stop(&cfg) {
+				break // the round trip in progress is not counted
+			}
+			if time.Since(start) > limit {
+				return nil, fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))
+			}
+		}
+		if r.Interrupted {
+			break
+		}
+		r.record(i >= cfg.Warmup, answered >= i, time.Since(start))
+	}
+	r.finish()
+	return r, nil
+}
+
+// DaemonEndpoint names the endpoints of a ping between two running
+// firmware daemons (`xam fw`): this host's daemon's socket, and the
+// endpoint each side opens, both of the same number, in one virtual
+// network (Tag).
+type DaemonEndpoint struct {
+	Socket   string
+	Endpoint nicfw.EndpointID
+	PeerHost nicfw.HostID // the other side's host id in the daemons' host table
+	Tag      uint64
+}
+
+func (d DaemonEndpoint) open() (*am.Remote, error) {
+	return am.Dial(d.Socket, nicfw.OpenRequest{Endpoint: d.Endpoint, Tag: d.Tag,
+		Table: []nicfw.Name{{Host: d.PeerHost, Endpoint: d.Endpoint}}}, am.AMIIConfig{})
+}
+
+// DaemonTag is the virtual network of pings between running daemons,
+// unless DaemonEndpoint.Tag says otherwise.
+const DaemonTag = amiiTag
+
+// AMIIDaemonPing pings, through the running daemon at d.Socket, the
+// endpoint d.Endpoint on host d.PeerHost, which AMIIDaemonServe serves.
+func AMIIDaemonPing(d DaemonEndpoint, cfg PingConfig) (*AMIIResult, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	nargs := (cfg.Size + 7) / 8
+	if nargs > am.MaxArgs2 {
+		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*am.MaxArgs2, cfg.Size)
+	}
+	a, err := d.open()
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	r, err := pingAMII(a, cfg, nargs)
+	if r != nil {
+		r.Delivered, r.Duplicates = -1, -1 // counted by the server
+	}
+	return r, err
+}
+
+// AMIIDaemonServe answers AM-II pings on endpoint d.Endpoint of the running
+// daemon at d.Socket until stop is set, and returns the requests handled.
+func AMIIDaemonServe(d DaemonEndpoint, stop *atomic.Bool) (int, error) {
+	a, err := d.open()
+	if err != nil {
+		return 0, err
+	}
+	defer a.Close()
+	var counts EchoCounts
+	echoErr := echoAMII(a, &counts)
+	err = serveAMII(a, stop)
+	return counts.Delivered(), errors.Join(err, *echoErr)
 }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/nicfw"
 )
 
@@ -61,5 +65,74 @@ func TestFwStats(t *testing.T) {
 	}
 	if code, _, errs := xam(t, nil, "fw", "stats", "--socket", filepath.Join(t.TempDir(), "none")); code != 1 || !strings.Contains(errs, "is `xam fw` running") {
 		t.Errorf("fw stats without a daemon: exit %d, %s", code, errs)
+	}
+}
+
+// TestPingDaemons pings from the command line through two firmware
+// daemons that already run, as on two machines running `xam fw`: the
+// server side answers through its daemon (bench.AMIIDaemonServe, which
+// `xam ping --api amii --socket S --serve` runs), the client is the
+// command. Every round trip is answered, and each daemon has one endpoint.
+func TestPingDaemons(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	dir := t.TempDir()
+	daemon := func(l *memlink.Link, id, peer nicfw.HostID, peerMAC net.HardwareAddr) string {
+		sock := filepath.Join(dir, fmt.Sprintf("fw%d.sock", id))
+		d, err := nicfw.NewDaemon(l, nicfw.DaemonConfig{Engine: nicfw.EngineConfig{Host: id},
+			Hosts: map[nicfw.HostID]net.HardwareAddr{peer: peerMAC}, Socket: sock, Sleep: 50 * time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return sock
+	}
+	sa := daemon(la, 1, 2, lb.HardwareAddr())
+	sb := daemon(lb, 2, 1, la.HardwareAddr())
+	var stop atomic.Bool
+	served := make(chan error, 1)
+	var handled int
+	go func() {
+		var err error
+		handled, err = bench.AMIIDaemonServe(bench.DaemonEndpoint{Socket: sb, Endpoint: nicfw.FirstUserEndpoint, PeerHost: 1, Tag: bench.DaemonTag}, &stop)
+		served <- err
+	}()
+	// The server's endpoint is open once its daemon lists it.
+	for bound := time.Now().Add(20 * time.Second); ; {
+		code, out, _ := xam(t, nil, "fw", "stats", "--socket", sb, "--json")
+		if code == 0 && strings.Contains(out, `"endpoint_list": [`) {
+			break
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("the server's endpoint is not open after 20 s: %s", out)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	code, out, errs := xam(t, nil, "ping", "--api", "amii", "--socket", sa, "--peer-host", "2", "--count", "300", "--json")
+	stop.Store(true)
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	var r bench.AMIIResult
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Done != 300 || r.Lost != 0 || r.Config.EngineMode != "firmware" {
+		t.Fatalf("ping through the daemons: exit %d: %s %s", code, out, errs)
+	}
+	if handled != 300+r.Warmup {
+		t.Errorf("the server handled %d requests, want %d", handled, 300+r.Warmup)
+	}
+	for _, args := range [][]string{
+		{"ping", "--api", "raw", "--socket", sa},
+		{"ping", "--api", "amii", "--socket", sa},
+		{"ping", "--api", "amii", "--socket", sa, "--peer-host", "2", "--dev", "eth0"},
+	} {
+		if code, _, _ := xam(t, nil, args...); code != 2 {
+			t.Errorf("xam %v: exit %d, want 2", args, code)
+		}
 	}
 }

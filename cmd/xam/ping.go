@@ -16,9 +16,10 @@ import (
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
 )
 
-const pingUsage = "ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]"
+const pingUsage = "ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
 
 // maxPingSize bounds --size: a message larger than the device's MTU is
 // refused by the path itself, with the MTU in its error.
@@ -41,6 +42,9 @@ func runPing(e *env, args []string) error {
 	peer := fs.String("peer", "", "with --dev: the MAC address of the peer, which runs `xam ping --dev IF --serve`")
 	serve := fs.Bool("serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON document, and no progress")
+	socket := fs.String("socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
+	peerHost := fs.Uint("peer-host", 0, "with --socket: the other side's host id in the daemons' host table")
+	epID := fs.Uint("endpoint", uint(nicfw.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -91,6 +95,22 @@ func runPing(e *env, args []string) error {
 			run.FWSleepNS = int64(*fwSleep)
 		}
 	}
+	if *socket != "" {
+		switch {
+		case *api != "amii":
+			return usageError("--socket works with --api amii (the daemons run AM-II's engine)")
+		case *dev != "" || *peer != "":
+			return usageError("--socket reaches the daemon, which owns the device: no --dev or --peer")
+		case *peerHost == 0 || *peerHost > 65535:
+			return usageError("--peer-host N (1..65535): the other side's host id, as `xam fw stats` lists it")
+		case *epID < uint(nicfw.FirstUserEndpoint) || *epID > 65535:
+			return usageError("--endpoint %d: want %d..65535", *epID, nicfw.FirstUserEndpoint)
+		case *loss > 0:
+			return usageError("--loss needs the lab built for the run (no --socket)")
+		}
+		return pingDaemon(e, bench.DaemonEndpoint{Socket: *socket, Endpoint: nicfw.EndpointID(*epID), PeerHost: nicfw.HostID(*peerHost), Tag: bench.DaemonTag},
+			*serve, cfg, *asJSON)
+	}
 	if *dev != "" {
 		if *api != "raw" && *api != "ssam" {
 			return usageError("--dev works with --api raw or ssam")
@@ -120,10 +140,7 @@ func runPing(e *env, args []string) error {
 	defer in.release()
 	cfg.Stop = in.flag()
 	if !*asJSON {
-		cfg.Progress = func(p bench.Progress) {
-			rate := float64(p.Made) / p.Elapsed.Seconds()
-			fmt.Fprintf(e.stderr, "  %d of %d round trips, %.0f/s, %d lost\n", p.Made, p.Total, rate, p.Lost)
-		}
+		cfg.Progress = progressLine(e)
 	}
 
 	var r any
@@ -308,4 +325,43 @@ func pingSSAMDevice(e *env, here bench.Place, peer net.HardwareAddr, serve bool,
 		fmt.Fprintf(e.stdout, "sent %d (warm-up included), retransmits %d (delivery and duplicates are counted by the server)\n", r.Sent, r.Retransmits)
 	}
 	return pingOutcome(&r.PingResult)
+}
+
+// pingDaemon pings, or serves pings, through a running firmware daemon.
+// Neither needs privileges: the daemon owns the device.
+func pingDaemon(e *env, d bench.DaemonEndpoint, serve bool, cfg bench.PingConfig, asJSON bool) error {
+	in := watchInterrupts(e, "what was measured follows")
+	defer in.release()
+	if serve {
+		fmt.Fprintf(e.stderr, "xam ping: serving AM-II pings on endpoint %d of the daemon at %s, from host %d; interrupt to stop\n", d.Endpoint, d.Socket, d.PeerHost)
+		n, err := bench.AMIIDaemonServe(d, in.flag())
+		fmt.Fprintf(e.stderr, "xam ping: %d requests handled\n", n)
+		return err
+	}
+	cfg.Stop = in.flag()
+	if !asJSON {
+		cfg.Progress = progressLine(e)
+	}
+	r, err := bench.AMIIDaemonPing(d, cfg)
+	if err != nil {
+		return err
+	}
+	r.Config.EngineMode = "firmware"
+	r.Config.Device = "daemon at " + d.Socket
+	if asJSON {
+		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
+			return err
+		}
+	} else {
+		printPing(e, &r.PingResult)
+		fmt.Fprintf(e.stdout, "sent %d (warm-up included), retransmits counted by the daemons (xam fw stats)\n", r.Sent)
+	}
+	return pingOutcome(&r.PingResult)
+}
+
+// progressLine prints a ping's progress, once a second, on stderr.
+func progressLine(e *env) func(bench.Progress) {
+	return func(p bench.Progress) {
+		fmt.Fprintf(e.stderr, "  %d of %d round trips, %.0f/s, %d lost\n", p.Made, p.Total, float64(p.Made)/p.Elapsed.Seconds(), p.Lost)
+	}
 }
