@@ -213,6 +213,9 @@ func TestLabUsage(t *testing.T) {
 			t.Errorf("xam %v: exit %d, %q; want 2 and %q", tc.args, code, errs, tc.stderr)
 		}
 	}
+	if code, out, _ := xam(t, nil, "lab", "-h"); code != 0 || !strings.Contains(out, "usage: xam lab up|down|list") {
+		t.Errorf("lab -h: exit %d, %q", code, out)
+	}
 	for s, want := range map[string]uint64{"100mbit": 100_000_000, "1gbit": 1_000_000_000, "2500": 2500, "10kbps": 10_000} {
 		if got, err := parseRate(s); err != nil || got != want {
 			t.Errorf("parseRate(%q) = %d, %v; want %d", s, got, err, want)
