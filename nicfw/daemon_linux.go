@@ -4,6 +4,7 @@ package nicfw
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,8 +45,17 @@ import (
 // Who may open what is decided by the peer's credentials (SO_PEERCRED),
 // read when the connection is accepted: endpoint ids below
 // FirstUserEndpoint are privileged (services such as a mapper) and only
-// root or the daemon's own user may open them; every user may have at most
-// DaemonConfig.MaxPerUser endpoints open. Endpoints live as long as their
+// root or the daemon's own user may open them. Every user (by uid) has
+// quotas: at most DaemonConfig.MaxPerUser endpoints open, MaxConnsPerUser
+// connections, and UserMemory bytes of endpoint memory; a request past one
+// is refused with ErrQuota, to that client only. An open request is checked
+// whole (QueueEntries a power of two in 2..16384, StagingSize in
+// MaxMedium..1 GiB, a table of 1..2^20 entries, a free id) before anything
+// is made, and its memory is made in the connection's goroutine, never in
+// the engine's: one user's large endpoint does not stall the engine for
+// others. A refusal reaches the client as a typed error (ErrPermission,
+// ErrQuota, ErrConfig, ErrEndpointInUse: errors.Is works across the
+// socket). Endpoints live as long as their
 // connection: when the application closes it, exits or dies, the kernel
 // closes the socket and the daemon closes the connection's endpoints
 // (Engine.CloseEndpoint); messages still arriving for them are returned to
@@ -73,8 +83,14 @@ const FirstUserEndpoint = 16
 
 // Daemon defaults.
 const (
-	DefaultMaxPerUser = 64
-	maxControlMsg     = 64 << 10
+	DefaultMaxPerUser      = 64
+	DefaultMaxConnsPerUser = 64
+	DefaultUserMemory      = 1 << 30
+	// DefaultCallTimeout bounds a client's call to the daemon (Dial, Open,
+	// Stats, Close): a daemon that does not answer within it is an error,
+	// never a hang.
+	DefaultCallTimeout = 10 * time.Second
+	maxControlMsg      = 64 << 10
 )
 
 // DaemonConfig configures a Daemon.
@@ -101,6 +117,13 @@ type DaemonConfig struct {
 	// MaxPerUser bounds the endpoints one user has open (default
 	// DefaultMaxPerUser).
 	MaxPerUser int
+	// MaxConnsPerUser bounds the connections one user has open (default
+	// DefaultMaxConnsPerUser).
+	MaxConnsPerUser int
+	// UserMemory bounds the bytes of endpoint memory one user's endpoints
+	// take, together (default DefaultUserMemory). An endpoint of the
+	// default size takes a little over 1 MiB (EndpointMemorySize).
+	UserMemory int64
 	// Log receives the daemon's events (default: discarded).
 	Log *slog.Logger
 }
@@ -127,7 +150,11 @@ type CloseRequest struct {
 
 // DaemonReply answers a request.
 type DaemonReply struct {
-	Error    string     `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Code names the kind of a refusal, for Dial's side to turn back into
+	// the sentinel error: "permission", "quota", "config", "in_use",
+	// "closed"; empty for others.
+	Code     string     `json:"code,omitempty"`
 	Host     HostID     `json:"host"`
 	Endpoint EndpointID `json:"endpoint,omitempty"`
 	// Stats of the engine ("stats").
@@ -167,7 +194,45 @@ var (
 	// ErrSocketInUse: another daemon answers on the socket's path, or the
 	// path is something other than a socket; NewDaemon leaves it alone.
 	ErrSocketInUse = errors.New("nicfw: daemon socket in use")
+	// ErrQuota: the request would take the user past one of its quotas
+	// (endpoints, connections, endpoint memory).
+	ErrQuota = errors.New("nicfw: user quota exceeded")
 )
+
+// errorCodes are the refusals that cross the daemon socket typed.
+var errorCodes = []struct {
+	code string
+	err  error
+}{
+	{"permission", ErrPermission}, {"quota", ErrQuota}, {"in_use", ErrEndpointInUse},
+	{"config", ErrConfig}, {"closed", ErrDaemonClosed},
+}
+
+// codeOf returns the code of err's kind, "" for none of errorCodes.
+func codeOf(err error) string {
+	for _, c := range errorCodes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return ""
+}
+
+// errorOf returns the sentinel of code, nil for none.
+func errorOf(code string) error {
+	for _, c := range errorCodes {
+		if c.code == code {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// userUse is what one user holds of the daemon.
+type userUse struct {
+	conns, endpoints int
+	memory           int64
+}
 
 // Daemon is the engine in firmware mode. See the top of daemon_linux.go.
 type Daemon struct {
@@ -183,7 +248,7 @@ type Daemon struct {
 
 	mu      sync.Mutex
 	conns   map[*daemonConn]struct{}
-	perUser map[uint32]int
+	users   map[uint32]*userUse
 	refused uint64
 	stopped bool
 
@@ -207,8 +272,15 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 	if cfg.MaxPerUser == 0 {
 		cfg.MaxPerUser = DefaultMaxPerUser
 	}
-	if cfg.MaxPerUser < 0 || cfg.Sleep < 0 {
-		return nil, fmt.Errorf("%w: MaxPerUser %d, Sleep %v", ErrConfig, cfg.MaxPerUser, cfg.Sleep)
+	if cfg.MaxConnsPerUser == 0 {
+		cfg.MaxConnsPerUser = DefaultMaxConnsPerUser
+	}
+	if cfg.UserMemory == 0 {
+		cfg.UserMemory = DefaultUserMemory
+	}
+	if cfg.MaxPerUser < 0 || cfg.MaxConnsPerUser < 0 || cfg.UserMemory < 0 || cfg.Sleep < 0 {
+		return nil, fmt.Errorf("%w: MaxPerUser %d, MaxConnsPerUser %d, UserMemory %d, Sleep %v",
+			ErrConfig, cfg.MaxPerUser, cfg.MaxConnsPerUser, cfg.UserMemory, cfg.Sleep)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -246,14 +318,14 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 	}
 	d := &Daemon{
 		cfg: cfg, log: cfg.Log, eng: eng, link: link, wake: wake,
-		work:    make(chan func(), 64),
-		done:    make(chan struct{}),
-		conns:   make(map[*daemonConn]struct{}),
-		perUser: make(map[uint32]int),
-		notify:  make(map[EndpointID]int),
-		nextID:  FirstUserEndpoint,
-		hosts:   hosts,
-		split:   split,
+		work:   make(chan func(), 64),
+		done:   make(chan struct{}),
+		conns:  make(map[*daemonConn]struct{}),
+		users:  make(map[uint32]*userUse),
+		notify: make(map[EndpointID]int),
+		nextID: FirstUserEndpoint,
+		hosts:  hosts,
+		split:  split,
 	}
 	d.host.Store(uint32(cfg.Engine.Host))
 	if cfg.Map != nil {
@@ -567,13 +639,45 @@ func (d *Daemon) statsNow() DaemonStats {
 	return s
 }
 
-// open creates an endpoint for req in the engine goroutine and returns it
-// with the notification eventfd. Permission is checked by the caller.
+// EndpointMemorySize returns the bytes of memory an endpoint of cfg takes,
+// or the error NewEndpointMemory would return for cfg.
+func EndpointMemorySize(cfg EndpointConfig) (int64, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return int64(layoutFor(c).total), nil
+}
+
+// open creates an endpoint for req: its memory and eventfd here, in the
+// connection's goroutine (making a large memory takes long, and the engine
+// must not wait for it), then the endpoint in the engine goroutine.
+// Permission and quotas are checked by the caller.
 func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, notify int, err error) {
-	// err is the open's, set in the engine goroutine; derr is do's own
-	// (the daemon stopped). Assigning do's result to err would overwrite a
-	// refusal with nil and hand out a nil memory.
+	if len(req.Table) == 0 {
+		return 0, nil, -1, fmt.Errorf("%w: an empty translation table", ErrConfig)
+	}
+	mem, err = NewEndpointMemory(EndpointConfig{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
+	if err != nil {
+		return 0, nil, -1, err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		mem.Close()
+		return 0, nil, -1, fmt.Errorf("nicfw: endpoint eventfd: %w", err)
+	}
+	// Whoever comes first owns mem and efd: the engine goroutine, which
+	// adds them (taken), or this one, once do has given up (abandoned).
+	var mu sync.Mutex
+	var taken, abandoned, added bool
 	derr := d.do(func() {
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			return
+		}
+		taken = true
+		mu.Unlock()
 		id = req.Endpoint
 		if id == 0 {
 			for range 1 << 16 {
@@ -588,26 +692,31 @@ func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, noti
 			id = d.nextID
 			d.nextID++
 		}
-		var efd int
-		if efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-			err = fmt.Errorf("nicfw: endpoint eventfd: %w", err)
+		if err = d.eng.AddEndpoint(id, mem, VNet{Tag: req.Tag, Table: req.Table}); err != nil {
 			return
 		}
-		mem, err = d.eng.CreateEndpoint(id, EndpointConfig{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)},
-			VNet{Tag: req.Tag, Table: req.Table})
-		if err != nil {
-			unix.Close(efd)
-			return
-		}
+		added = true
 		one := [8]byte{1}
 		mem.SetNotify(func() { unix.Write(efd, one[:]) })
 		d.notify[id] = efd
-		notify = efd
 	})
-	if derr != nil {
+	mu.Lock()
+	mine := !taken
+	abandoned = mine
+	mu.Unlock()
+	switch {
+	case mine:
+		mem.Close()
+		unix.Close(efd)
 		return 0, nil, -1, derr
+	case derr != nil:
+		return 0, nil, -1, derr // the engine owns them, and is stopping
+	case !added:
+		mem.Close()
+		unix.Close(efd)
+		return 0, nil, -1, err
 	}
-	return id, mem, notify, err
+	return id, mem, efd, nil
 }
 
 // closeEndpoint closes endpoint id in the engine goroutine.
@@ -625,17 +734,44 @@ func (d *Daemon) closeEndpoint(id EndpointID) error {
 
 // accept serves the socket.
 func (d *Daemon) accept() {
+	pause := time.Millisecond
 	for {
 		conn, err := d.ln.AcceptUnix()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return // closed by shutdown
 		}
+		if err != nil {
+			// Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS):
+			// connections that close free them, so accept again soon,
+			// never give up.
+			d.log.Warn("accept", "err", err)
+			time.Sleep(pause)
+			pause = min(2*pause, 100*time.Millisecond)
+			continue
+		}
+		pause = time.Millisecond
 		c, err := d.newConn(conn)
 		if err != nil {
 			d.log.Warn("connection refused", "err", err)
-			conn.Close()
+			d.wg.Go(func() { d.refuseConn(conn, err) })
 			continue
 		}
 		d.wg.Go(c.serve)
 	}
+}
+
+// refuseConn answers a refused connection's first request with why, and
+// closes it, within a second. It reads that request before closing: a
+// socket closed with a request unread would reset the connection, and the
+// client would see the reset instead of the reason.
+func (d *Daemon) refuseConn(conn *net.UnixConn, err error) {
+	d.mu.Lock()
+	d.refused++
+	d.mu.Unlock()
+	b, _ := json.Marshal(DaemonReply{Error: err.Error(), Code: codeOf(err)})
+	conn.SetDeadline(time.Now().Add(time.Second))
+	conn.Write(b)
+	var buf [maxControlMsg]byte
+	conn.Read(buf[:])
+	conn.Close()
 }

@@ -19,7 +19,28 @@ type daemonConn struct {
 	d    *Daemon
 	conn *net.UnixConn
 	cred *unix.Ucred
-	eps  map[EndpointID]bool
+	eps  map[EndpointID]int64 // open endpoints and their memory's size
+}
+
+// use returns the user's entry, made if need be; d.mu is held.
+func (d *Daemon) use(uid uint32) *userUse {
+	u := d.users[uid]
+	if u == nil {
+		u = &userUse{}
+		d.users[uid] = u
+	}
+	return u
+}
+
+// release gives back what a user held; d.mu is held.
+func (d *Daemon) release(uid uint32, conns, endpoints int, memory int64) {
+	u := d.use(uid)
+	u.conns -= conns
+	u.endpoints -= endpoints
+	u.memory -= memory
+	if u.conns <= 0 && u.endpoints <= 0 {
+		delete(d.users, uid)
+	}
 }
 
 func (d *Daemon) newConn(conn *net.UnixConn) (*daemonConn, error) {
@@ -37,11 +58,16 @@ func (d *Daemon) newConn(conn *net.UnixConn) (*daemonConn, error) {
 	if cerr != nil {
 		return nil, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	c := &daemonConn{d: d, conn: conn, cred: cred, eps: make(map[EndpointID]bool)}
+	c := &daemonConn{d: d, conn: conn, cred: cred, eps: make(map[EndpointID]int64)}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopped {
 		return nil, ErrDaemonClosed
+	}
+	if u := d.use(cred.Uid); u.conns >= d.cfg.MaxConnsPerUser {
+		return nil, fmt.Errorf("%w: uid %d has %d connections open, the most allowed", ErrQuota, cred.Uid, u.conns)
+	} else {
+		u.conns++
 	}
 	d.conns[c] = struct{}{}
 	return c, nil
@@ -64,11 +90,12 @@ func (c *daemonConn) serve() {
 				log.Warn("closing endpoint", "endpoint", id, "err", err)
 			}
 		}
-		d.mu.Lock()
-		d.perUser[c.cred.Uid] -= len(c.eps)
-		if d.perUser[c.cred.Uid] <= 0 {
-			delete(d.perUser, c.cred.Uid)
+		var memory int64
+		for _, m := range c.eps {
+			memory += m
 		}
+		d.mu.Lock()
+		d.release(c.cred.Uid, 1, len(c.eps), memory)
 		delete(d.conns, c)
 		d.mu.Unlock()
 		c.conn.Close()
@@ -97,14 +124,16 @@ func (c *daemonConn) serve() {
 			c.open(req, log)
 		case "close":
 			var req CloseRequest
-			if err := json.Unmarshal(buf[:n], &req); err != nil || !c.eps[req.Endpoint] {
-				c.reply(DaemonReply{Error: fmt.Sprintf("close: endpoint %d is not this connection's", req.Endpoint)})
+			err := json.Unmarshal(buf[:n], &req)
+			size, ok := c.eps[req.Endpoint]
+			if err != nil || !ok {
+				c.replyErr(DaemonReply{}, fmt.Errorf("%w: close: endpoint %d is not this connection's", ErrPermission, req.Endpoint))
 				continue
 			}
-			err := d.closeEndpoint(req.Endpoint)
+			err = d.closeEndpoint(req.Endpoint)
 			delete(c.eps, req.Endpoint)
 			d.mu.Lock()
-			d.perUser[c.cred.Uid]--
+			d.release(c.cred.Uid, 0, 1, size)
 			d.mu.Unlock()
 			c.replyErr(DaemonReply{Endpoint: req.Endpoint}, err)
 		case "stats":
@@ -116,43 +145,61 @@ func (c *daemonConn) serve() {
 	}
 }
 
-// open handles an open request.
+// open handles an open request: it checks it whole, and the user's
+// quotas, before anything is made.
 func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }) {
 	d := c.d
 	refuse := func(err error) {
 		d.mu.Lock()
 		d.refused++
 		d.mu.Unlock()
-		c.reply(DaemonReply{Error: err.Error()})
+		c.replyErr(DaemonReply{}, err)
 	}
 	if req.Endpoint != 0 && req.Endpoint < FirstUserEndpoint && !c.privileged() {
 		refuse(fmt.Errorf("%w: endpoint %d is privileged (below %d): uid %d may not open it", ErrPermission, req.Endpoint, FirstUserEndpoint, c.cred.Uid))
 		return
 	}
-	d.mu.Lock()
-	if d.perUser[c.cred.Uid] >= d.cfg.MaxPerUser {
-		d.mu.Unlock()
-		refuse(fmt.Errorf("%w: uid %d has %d endpoints open, the most allowed", ErrPermission, c.cred.Uid, d.cfg.MaxPerUser))
+	size, err := EndpointMemorySize(EndpointConfig{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
+	if err == nil && len(req.Table) == 0 {
+		err = fmt.Errorf("%w: an empty translation table", ErrConfig)
+	}
+	if err != nil {
+		refuse(err)
 		return
 	}
-	d.perUser[c.cred.Uid]++
+	d.mu.Lock()
+	u := d.use(c.cred.Uid)
+	switch {
+	case u.endpoints >= d.cfg.MaxPerUser:
+		err = fmt.Errorf("%w: uid %d has %d endpoints open, the most allowed", ErrQuota, c.cred.Uid, u.endpoints)
+	case u.memory+size > d.cfg.UserMemory:
+		err = fmt.Errorf("%w: an endpoint of %d bytes would take uid %d's endpoint memory to %d, past its %d (xam fw --user-memory)",
+			ErrQuota, size, c.cred.Uid, u.memory+size, d.cfg.UserMemory)
+	default:
+		u.endpoints++
+		u.memory += size
+	}
 	d.mu.Unlock()
+	if err != nil {
+		refuse(err)
+		return
+	}
 	id, mem, notify, err := d.open(req)
 	if err != nil {
 		d.mu.Lock()
-		d.perUser[c.cred.Uid]--
+		d.release(c.cred.Uid, 0, 1, size)
 		d.mu.Unlock()
 		refuse(err)
 		return
 	}
-	c.eps[id] = true
+	c.eps[id] = size
 	log.Info("endpoint opened", "endpoint", id, "tag", req.Tag, "table", len(req.Table))
 	c.send(DaemonReply{Endpoint: id}, mem.FD(), notify, d.wake)
 }
 
 func (c *daemonConn) replyErr(r DaemonReply, err error) {
 	if err != nil {
-		r.Error = err.Error()
+		r.Error, r.Code = err.Error(), codeOf(err)
 	}
 	c.reply(r)
 }
@@ -172,9 +219,13 @@ func (c *daemonConn) send(r DaemonReply, fds ...int) {
 	}
 }
 
-// Conn is an application's session with a daemon (firmware mode).
+// Conn is an application's session with a daemon (firmware mode). Every
+// call has a deadline (SetTimeout; DefaultCallTimeout): a daemon that does
+// not answer makes the call fail, never hang.
 type Conn struct {
-	conn *net.UnixConn
+	conn    *net.UnixConn
+	fd      int // the socket, polled by Endpoint.Block for the daemon's end
+	timeout time.Duration
 }
 
 // Endpoint is an endpoint opened through a daemon: its memory, mapped, and
@@ -188,14 +239,23 @@ type Endpoint struct {
 	conn   *Conn
 }
 
-// Dial connects to the daemon at the unix socket path.
+// Dial connects to the daemon at the unix socket path, waiting at most
+// DefaultCallTimeout.
 func Dial(path string) (*Conn, error) {
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	nc, err := net.DialTimeout("unixpacket", path, DefaultCallTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("nicfw: connecting to the daemon: %w", err)
 	}
-	return &Conn{conn: c}, nil
+	c := &Conn{conn: nc.(*net.UnixConn), fd: -1, timeout: DefaultCallTimeout}
+	if raw, err := c.conn.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) { c.fd = int(fd) })
+	}
+	return c, nil
 }
+
+// SetTimeout sets how long each later call waits for the daemon (a large
+// endpoint's open takes longer); 0 or less: no limit.
+func (c *Conn) SetTimeout(d time.Duration) { c.timeout = d }
 
 // Close closes the session; the daemon closes its endpoints.
 func (c *Conn) Close() error { return c.conn.Close() }
@@ -206,6 +266,11 @@ func (c *Conn) roundTrip(req any) (DaemonReply, []int, error) {
 	if err != nil {
 		return DaemonReply{}, nil, err
 	}
+	var deadline time.Time
+	if c.timeout > 0 {
+		deadline = time.Now().Add(c.timeout)
+	}
+	c.conn.SetDeadline(deadline)
 	if _, err := c.conn.Write(b); err != nil {
 		return DaemonReply{}, nil, fmt.Errorf("nicfw: daemon request: %w", err)
 	}
@@ -237,10 +302,26 @@ func (c *Conn) roundTrip(req any) (DaemonReply, []int, error) {
 	}
 	if r.Error != "" {
 		closeFDs(fds)
-		return r, nil, fmt.Errorf("nicfw: daemon: %s", r.Error)
+		if sentinel := errorOf(r.Code); sentinel != nil {
+			return r, nil, &DaemonError{Msg: r.Error, Kind: sentinel}
+		}
+		return r, nil, &DaemonError{Msg: r.Error}
 	}
 	return r, fds, nil
 }
+
+// DaemonError is a daemon's refusal as the client sees it: the daemon's
+// message, and its kind (ErrPermission, ErrQuota, ErrConfig,
+// ErrEndpointInUse, ErrDaemonClosed), which errors.Is matches.
+type DaemonError struct {
+	Msg  string
+	Kind error // nil: none of the kinds
+}
+
+func (e *DaemonError) Error() string { return "nicfw: daemon: " + e.Msg }
+
+// Unwrap returns the refusal's kind.
+func (e *DaemonError) Unwrap() error { return e.Kind }
 
 func closeFDs(fds []int) {
 	for _, fd := range fds {
@@ -313,13 +394,18 @@ func (e *Endpoint) Wait(ev Events, timeout time.Duration) (bool, error) {
 // Block sleeps on the endpoint's notification eventfd until the engine
 // writes it or timeout passes (negative: no limit), without arming: the
 // caller has armed (EndpointView.Arm) and found nothing ready. This is
-// am.AMIIConfig.Block in firmware mode.
+// am.AMIIConfig.Block in firmware mode. It watches the connection too: a
+// daemon that died (its end of the socket hung up) is ErrDaemonClosed,
+// never a sleep that nothing will end.
 func (e *Endpoint) Block(timeout time.Duration) error {
 	ms := -1
 	if timeout >= 0 {
 		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
 	}
-	fds := []unix.PollFd{{Fd: int32(e.notify), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(e.notify), Events: unix.POLLIN}, {Fd: int32(e.conn.fd), Events: unix.POLLRDHUP}}
+	if e.conn.fd < 0 {
+		fds = fds[:1]
+	}
 	for {
 		_, err := unix.Poll(fds, ms)
 		if err == unix.EINTR {
@@ -327,6 +413,11 @@ func (e *Endpoint) Block(timeout time.Duration) error {
 		}
 		if err != nil {
 			return fmt.Errorf("nicfw: endpoint wait: %w", err)
+		}
+		// A reply to another goroutine's call sets only POLLIN on the
+		// socket (not asked for); its end's hanging up sets these.
+		if len(fds) > 1 && fds[1].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
+			return fmt.Errorf("nicfw: endpoint wait: %w", ErrDaemonClosed)
 		}
 		var b [8]byte
 		unix.Read(e.notify, b[:])

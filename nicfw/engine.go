@@ -413,18 +413,43 @@ func (e *Engine) Host() HostID { return e.cfg.Host }
 // must be 0 or len(vnet.Table). The id may be that of a closed endpoint,
 // whose tombstone the new endpoint replaces.
 func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*EndpointMemory, error) {
-	old := e.ep(id)
-	if old != nil && !old.closed {
-		return nil, fmt.Errorf("%w: endpoint %d exists", ErrConfig, id)
-	}
-	if len(vnet.Table) == 0 || cfg.TableSize != 0 && cfg.TableSize != len(vnet.Table) {
-		return nil, fmt.Errorf("%w: translation table of %d entries, TableSize %d", ErrConfig, len(vnet.Table), cfg.TableSize)
+	if err := e.checkEndpoint(id, cfg, vnet); err != nil {
+		return nil, err
 	}
 	cfg.TableSize = len(vnet.Table)
 	mem, err := NewEndpointMemory(cfg)
 	if err != nil {
 		return nil, err
 	}
+	if err := e.AddEndpoint(id, mem, vnet); err != nil {
+		mem.Close()
+		return nil, err
+	}
+	return mem, nil
+}
+
+// checkEndpoint checks an endpoint to be created: a free id, and a table
+// of cfg's size.
+func (e *Engine) checkEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) error {
+	if old := e.ep(id); old != nil && !old.closed {
+		return fmt.Errorf("%w: endpoint %d", ErrEndpointInUse, id)
+	}
+	if len(vnet.Table) == 0 || cfg.TableSize != 0 && cfg.TableSize != len(vnet.Table) {
+		return fmt.Errorf("%w: translation table of %d entries, TableSize %d", ErrConfig, len(vnet.Table), cfg.TableSize)
+	}
+	return nil
+}
+
+// AddEndpoint is CreateEndpoint with memory made beforehand
+// (NewEndpointMemory, whose TableSize must be len(vnet.Table)): making a
+// large endpoint's memory takes long (it is zeroed and populated), so the
+// daemon makes it outside the engine thread and only adds it here. The
+// engine owns mem from then on; on an error the caller still does.
+func (e *Engine) AddEndpoint(id EndpointID, mem *EndpointMemory, vnet VNet) error {
+	if err := e.checkEndpoint(id, mem.Config(), vnet); err != nil {
+		return err
+	}
+	old := e.ep(id)
 	s := &epState{id: id, mem: mem, tag: vnet.Tag, table: append([]Name(nil), vnet.Table...), rev: make(map[Name]uint32)}
 	for i, n := range s.table {
 		if _, ok := s.rev[n]; !ok {
@@ -432,8 +457,7 @@ func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*
 		}
 	}
 	if err := e.sched.Add(int(id), 1); err != nil {
-		mem.Close()
-		return nil, err
+		return err
 	}
 	if old != nil && (old.state != slotEmpty || old.flying > 0) {
 		// Its message is still in flight: it finishes, then its memory
@@ -445,7 +469,7 @@ func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*
 	}
 	e.eps[id] = s
 	e.live++
-	return mem, nil
+	return nil
 }
 
 // Close closes every endpoint's memory. The engine is not usable after.

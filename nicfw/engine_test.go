@@ -212,7 +212,7 @@ func TestEngineConfig(t *testing.T) {
 	if got := m.Config().TableSize; got != 2 {
 		t.Errorf("TableSize %d, want 2", got)
 	}
-	if _, err := e.CreateEndpoint(1, EndpointConfig{}, vnet); !errors.Is(err, ErrConfig) {
+	if _, err := e.CreateEndpoint(1, EndpointConfig{}, vnet); !errors.Is(err, ErrEndpointInUse) {
 		t.Errorf("second endpoint 1 = %v", err)
 	}
 }

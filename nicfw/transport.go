@@ -48,6 +48,8 @@ var (
 	ErrTooLarge = errors.New("nicfw: payload too large")
 	// ErrConfig: New or AddPeer was given invalid settings.
 	ErrConfig = errors.New("nicfw: invalid configuration")
+	// ErrEndpointInUse: an endpoint with that id is open.
+	ErrEndpointInUse = errors.New("nicfw: endpoint id in use")
 )
 
 // Config configures a Transport. Zero fields take the defaults.

@@ -99,6 +99,9 @@ func runFw(e *env, args []string) error {
 	follow := fs.Bool("map-follow", false, "with --map: never lead (adopt the leader's tables only)")
 	probe := fs.Duration("probe", time.Second, "with --map: the mapper's probe interval")
 	verbose := fs.Bool("v", false, "log connections, endpoints and host tables")
+	maxEndpoints := fs.Int("max-endpoints", nicfw.DefaultMaxPerUser, "endpoints one user (uid) may have open")
+	maxConns := fs.Int("max-conns", nicfw.DefaultMaxConnsPerUser, "connections one user may have open")
+	userMemory := fs.String("user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -135,6 +138,14 @@ func runFw(e *env, args []string) error {
 		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", *sleep)
 	case *queue < 0:
 		return usageError("--queue %d: want 0 or more", *queue)
+	case *maxEndpoints < 1:
+		return usageError("--max-endpoints %d: want at least 1", *maxEndpoints)
+	case *maxConns < 1:
+		return usageError("--max-conns %d: want at least 1", *maxConns)
+	}
+	memQuota, err := parseSize(*userMemory)
+	if err != nil || memQuota < 1<<20 || memQuota > 1<<40 {
+		return usageError("--user-memory %q: want a size from 1m to 1024g", *userMemory)
 	}
 	cores, err := parseCores(*coreList)
 	if err != nil {
@@ -167,6 +178,7 @@ func runFw(e *env, args []string) error {
 		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window,
 			Transport: nicfw.Config{Channels: *channels, GiveUpAfter: *giveUp}},
 		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
+		MaxPerUser: *maxEndpoints, MaxConnsPerUser: *maxConns, UserMemory: int64(memQuota),
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 	}
 	if *useMap {
@@ -254,12 +266,13 @@ func runFwStats(e *env, args []string) error {
 	fmt.Fprintf(w, "endpoints: %d open, %d connections, %d opens refused\n", s.Endpoints, s.Connections, s.Refused)
 	for _, ep := range s.List {
 		q := ep.Queues
-		var refused uint64
-		for _, n := range q.Refused {
-			refused += n
+		fmt.Fprintf(w, "  %d  tag %#x, %d table entries: %d taken, %d put, %d put into a full queue\n",
+			ep.ID, ep.Tag, ep.Table, q.Taken, q.Put, q.PutFull)
+		for r, n := range q.Refused {
+			if n > 0 {
+				fmt.Fprintf(w, "      %d descriptors refused: %s\n", n, strings.TrimPrefix(nicfw.Refusal(r).Error(), "nicfw: descriptor refused: "))
+			}
 		}
-		fmt.Fprintf(w, "  %d  tag %#x, %d table entries: %d taken, %d refused, %d put, %d put into a full queue\n",
-			ep.ID, ep.Tag, ep.Table, q.Taken, refused, q.Put, q.PutFull)
 	}
 	en, tr := s.Engine, s.Transport
 	fmt.Fprintf(w, "engine: %+v\n", en)

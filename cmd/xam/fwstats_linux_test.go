@@ -51,16 +51,35 @@ func TestFwStats(t *testing.T) {
 	}
 	defer ep.Close()
 
-	code, out, errs := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
+	// Garbage descriptors from the application are refused by the engine,
+	// and the refusals show, by reason and endpoint. Before, firmware mode
+	// showed none of them.
+	for _, d := range []nicfw.Descriptor{{Class: 9}, {Class: nicfw.ClassShort, Dest: 7}, {Class: nicfw.ClassShort, Dest: 8}} {
+		if err := ep.Send(nicfw.RequestSend, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var s nicfw.DaemonStats
-	if code != 0 || json.Unmarshal([]byte(out), &s) != nil {
-		t.Fatalf("fw stats --json: exit %d: %s %s", code, out, errs)
+	var code int
+	var out, errs string
+	for bound := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		code, out, errs = xam(t, nil, "fw", "stats", "--socket", sock, "--json")
+		if code != 0 || json.Unmarshal([]byte(out), &s) != nil {
+			t.Fatalf("fw stats --json: exit %d: %s %s", code, out, errs)
+		}
+		if len(s.List) == 1 && s.List[0].Queues.Refused[nicfw.RefusedDestination] == 2 || time.Now().After(bound) {
+			break
+		}
+	}
+	if r := s.List[0].Queues.Refused; r[nicfw.RefusedClass] != 1 || r[nicfw.RefusedDestination] != 2 {
+		t.Errorf("refusals %v, want 1 of class and 2 of destination", r)
 	}
 	if len(s.Hosts) != 2 || len(s.List) != 1 || s.List[0].ID != nicfw.FirstUserEndpoint || s.List[0].Tag != 0x7ed || s.List[0].Table != 1 {
 		t.Errorf("stats: hosts %v, endpoints %+v", s.Hosts, s.List)
 	}
 	code, out, errs = xam(t, nil, "fw", "stats", "--socket", sock)
-	if code != 0 || !strings.Contains(out, "tag 0x7ed, 1 table entries") || !strings.Contains(out, "2  "+lb.HardwareAddr().String()) {
+	if code != 0 || !strings.Contains(out, "tag 0x7ed, 1 table entries") || !strings.Contains(out, "2  "+lb.HardwareAddr().String()) ||
+		!strings.Contains(out, "2 descriptors refused: destination index out of range") || !strings.Contains(out, "1 descriptors refused: unknown class") {
 		t.Errorf("fw stats: exit %d: %s %s", code, out, errs)
 	}
 	if code, _, errs := xam(t, nil, "fw", "stats", "--socket", filepath.Join(t.TempDir(), "none")); code != 1 || !strings.Contains(errs, "is `xam fw` running") {

@@ -1,0 +1,196 @@
+//go:build linux
+
+package nicfw
+
+import (
+	"errors"
+	"net"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+)
+
+// hostileDaemon runs a daemon with small quotas on a memlink.
+func hostileDaemon(t *testing.T, cfg DaemonConfig) (*Daemon, string, func()) {
+	t.Helper()
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	cfg.Engine = EngineConfig{Host: 1}
+	cfg.Hosts = map[HostID]net.HardwareAddr{2: lb.HardwareAddr()}
+	return startDaemon(t, la, cfg)
+}
+
+var oneEntry = []Name{{Host: 2, Endpoint: 1}}
+
+// TestDaemonBadOpens: every open a daemon cannot grant is refused with a
+// typed error to that client, before anything is made, and the daemon
+// goes on serving. Before, six of these crashed it (a refusal was
+// overwritten with nil and the nil memory dereferenced).
+func TestDaemonBadOpens(t *testing.T) {
+	_, path, _ := hostileDaemon(t, DaemonConfig{MaxPerUser: 3, UserMemory: 8 << 20})
+	held := dial(t, path, OpenRequest{Endpoint: 40, Table: oneEntry})
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct {
+		what string
+		req  OpenRequest
+		want error
+	}{
+		{"an id another connection holds", OpenRequest{Endpoint: held.ID, Table: oneEntry}, ErrEndpointInUse},
+		{"3 queue entries", OpenRequest{QueueEntries: 3, Table: oneEntry}, ErrConfig},
+		{"1048576 queue entries", OpenRequest{QueueEntries: 1 << 20, Table: oneEntry}, ErrConfig},
+		{"a staging area of 100 bytes", OpenRequest{StagingSize: 100, Table: oneEntry}, ErrConfig},
+		{"a staging area of 2 GiB", OpenRequest{StagingSize: 2 << 30, Table: oneEntry}, ErrConfig},
+		{"an empty table", OpenRequest{}, ErrConfig},
+		{"1 GiB past the user's 8 MiB", OpenRequest{StagingSize: 1 << 30, Table: oneEntry}, ErrQuota},
+	} {
+		if ep, err := c.Open(tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, %v; want %v", tc.what, ep, err, tc.want)
+		}
+	}
+	// Two more endpoints fit the quota of three; the fourth does not.
+	for range 2 {
+		ep, err := c.Open(OpenRequest{Table: oneEntry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+	}
+	if _, err := c.Open(OpenRequest{Table: oneEntry}); !errors.Is(err, ErrQuota) {
+		t.Errorf("a fourth endpoint: %v, want ErrQuota", err)
+	}
+	s, err := c.Stats()
+	if err != nil || s.Endpoints != 3 || s.Refused != 8 {
+		t.Errorf("stats after the refusals: %d endpoints, %d refused, %v", s.Endpoints, s.Refused, err)
+	}
+}
+
+// TestDaemonConnectionQuota: a user's connections past its quota are
+// refused (ErrQuota) and the user recovers a connection as soon as one of
+// its others closes. Before, there was no limit: connection floods took the
+// daemon to its descriptor limit.
+func TestDaemonConnectionQuota(t *testing.T) {
+	_, path, _ := hostileDaemon(t, DaemonConfig{MaxConnsPerUser: 4})
+	var conns []*Conn
+	for range 4 {
+		c, err := Dial(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Stats(); err != nil { // the daemon has counted it
+			t.Fatal(err)
+		}
+	}
+	over, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := over.Stats(); !errors.Is(err, ErrQuota) {
+		t.Errorf("a fifth connection: %v, want ErrQuota", err)
+	}
+	over.Close()
+	conns[0].Close()
+	// The daemon counts the close when it reads it: a later connection is
+	// served once it has (the connection refused meanwhile says so).
+	waitFor(t, "a connection after one closed", func() bool {
+		c, err := Dial(path)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, err = c.Stats()
+		return err == nil
+	})
+	for _, c := range conns[1:] {
+		c.Close()
+	}
+}
+
+// TestDaemonAcceptsAfterDescriptorsRunOut: when the daemon's process runs
+// out of file descriptors, accept fails (EMFILE); once some are free the
+// daemon accepts again at once. Before, the first failed accept ended the
+// accept loop, and no connection was ever served again.
+func TestDaemonAcceptsAfterDescriptorsRunOut(t *testing.T) {
+	_, path, _ := hostileDaemon(t, DaemonConfig{MaxConnsPerUser: 1 << 20})
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	// Room for a few more descriptors than are open now.
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = uint64(len(open) + 8)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
+	// Connect until the process (client and daemon share it) is out of
+	// descriptors: each connection takes two, the client's and the
+	// accepted one.
+	var conns []net.Conn
+	for {
+		c, err := net.Dial("unixpacket", path)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+		if len(conns) > 64 {
+			t.Fatal("the descriptor limit did not bite")
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a connection served after the descriptors came back", func() bool {
+		c, err := Dial(path)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, err = c.Stats()
+		return err == nil
+	})
+}
+
+// TestWaitDaemonGone: an application blocked on its endpoint gets
+// ErrDaemonClosed when its daemon stops, instead of sleeping forever.
+func TestWaitDaemonGone(t *testing.T) {
+	_, path, stop := hostileDaemon(t, DaemonConfig{})
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ep, err := c.Open(OpenRequest{Table: oneEntry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.EndpointView.Close()
+	done := make(chan error, 1)
+	go func() {
+		ep.Arm(EventRequest | EventReply)
+		done <- ep.Block(-1)
+	}()
+	stop()
+	if err := <-done; !errors.Is(err, ErrDaemonClosed) {
+		t.Fatalf("Block after the daemon stopped: %v, want ErrDaemonClosed", err)
+	}
+	unix.Close(ep.notify)
+	unix.Close(ep.kick)
+}
