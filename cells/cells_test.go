@@ -341,20 +341,52 @@ func TestReassemblyInterleavedAndBoundedVCs(t *testing.T) {
 		mixed = append(mixed, a[i*CellSize:(i+1)*CellSize]...)
 		mixed = append(mixed, b[i*CellSize:(i+1)*CellSize]...)
 	}
-	// A third circuit while both are mid-PDU is refused.
+	sdus, errs := pushAll(r, mixed)
+	if len(sdus) != 2 || sdus[0][0] != 'a' || sdus[1][0] != 'b' || len(errs) != 0 {
+		t.Errorf("interleaved: %q %v", sdus, errs)
+	}
+	// A third circuit while both are mid-PDU is never refused: it takes
+	// the slot of the PDU that began first (a's), which is dropped and
+	// counted; the rest of a then arrives as a PDU missing its start.
+	r = NewReassembler(ReassemblerConfig{MaxVCs: 2})
 	third := mustSegment(t, SAR{VCI: 3}, []byte("c"))
 	mixed = append(mixed[:2*CellSize:2*CellSize], append(third, mixed[2*CellSize:]...)...)
-	sdus, errs := pushAll(r, mixed)
-	if len(sdus) != 2 || sdus[0][0] != 'a' || sdus[1][0] != 'b' {
-		t.Errorf("interleaved: %d sdus", len(sdus))
+	sdus, errs = pushAll(r, mixed)
+	if len(sdus) != 2 || sdus[0][0] != 'c' || sdus[1][0] != 'b' {
+		t.Errorf("a third circuit: %q", sdus)
 	}
-	if len(errs) != 1 || !errors.Is(errs[0], ErrTooManyVCs) {
-		t.Errorf("errors %v, want one ErrTooManyVCs", errs)
+	if len(errs) != 1 || !errors.Is(errs[0], ErrLostCells) || r.Stats().Evicted != 1 {
+		t.Errorf("errors %v, evicted %d; want one ErrLostCells and 1", errs, r.Stats().Evicted)
 	}
-	// Once idle, a circuit's slot is reused.
+	// Once idle, a circuit's slot is reused without evicting anything.
 	sdus, errs = pushAll(r, third)
-	if len(sdus) != 1 || len(errs) != 0 {
+	if len(sdus) != 1 || len(errs) != 0 || r.Stats().Evicted != 1 {
 		t.Errorf("third circuit after the others finished: %q %v", sdus, errs)
+	}
+}
+
+// Cells that open PDUs on made-up circuits and never end them (a hostile
+// or broken sender) cannot shut a real circuit out: each new circuit
+// evicts the oldest open PDU, and the real circuit's next PDU is
+// delivered. Before, a full reassembler refused every new circuit forever.
+func TestReassemblyNeverShutOut(t *testing.T) {
+	r := NewReassembler(ReassemblerConfig{MaxVCs: 4})
+	var junk []byte
+	for vci := uint16(100); vci < 104; vci++ {
+		junk = append(junk, mustSegment(t, SAR{VCI: vci}, make([]byte, 200))[:CellSize]...)
+	}
+	if sdus, errs := pushAll(r, junk); len(sdus) != 0 || len(errs) != 0 {
+		t.Fatalf("junk: %q %v", sdus, errs)
+	}
+	real := mustSegment(t, SAR{VCI: 32}, []byte("the real message"))
+	for round := range 3 {
+		sdus, errs := pushAll(r, real)
+		if len(sdus) != 1 || string(sdus[0]) != "the real message" || len(errs) != 0 {
+			t.Fatalf("round %d: %q %v", round, sdus, errs)
+		}
+	}
+	if s := r.Stats(); s.Evicted != 1 {
+		t.Errorf("evicted %d open PDUs, want 1", s.Evicted)
 	}
 }
 
@@ -641,16 +673,19 @@ func TestReassemblyCutCircuitExpires(t *testing.T) {
 	if len(errs) != 1 || !errors.Is(errs[0], ErrOversize) {
 		t.Fatalf("errors %v, want one ErrOversize", errs)
 	}
-	other := mustSegment(t, SAR{VPI: 2, VCI: 2}, []byte("x"))
-	if _, errs := pushAll(r, other); len(errs) != 1 || !errors.Is(errs[0], ErrTooManyVCs) {
-		t.Fatalf("while cut: %v, want ErrTooManyVCs", errs)
-	}
 	clk.Advance(time.Hour)
 	if errs := r.Expire(); len(errs) != 0 {
 		t.Errorf("Expire reported %v for a circuit whose error was already reported", errs)
 	}
-	if sdus, errs := pushAll(r, other); len(errs) != 0 || len(sdus) != 1 {
-		t.Fatalf("after expiry: %q %v", sdus, errs)
+	other := mustSegment(t, SAR{VPI: 2, VCI: 2}, []byte("x"))
+	if sdus, errs := pushAll(r, other); len(errs) != 0 || len(sdus) != 1 || r.Stats().Evicted != 0 {
+		t.Fatalf("after expiry: %q %v, evicted %d", sdus, errs, r.Stats().Evicted)
+	}
+	// Cut again, the circuit is evicted by another one instead of
+	// refusing it.
+	pushAll(r, big[:3*CellSize])
+	if sdus, errs := pushAll(r, other); len(errs) != 0 || len(sdus) != 1 || r.Stats().Evicted != 1 {
+		t.Fatalf("while cut: %q %v, evicted %d", sdus, errs, r.Stats().Evicted)
 	}
 }
 

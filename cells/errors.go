@@ -25,7 +25,6 @@ var (
 	ErrLostCells  = errors.New("AAL5 lost cells")
 	ErrAborted    = errors.New("AAL5 PDU aborted")
 	ErrManagement = errors.New("not a user data cell")
-	ErrTooManyVCs = errors.New("too many circuits in reassembly")
 
 	// Frame errors.
 	ErrFrameTruncated = errors.New("cells: frame truncated")
@@ -37,7 +36,7 @@ var (
 
 // ReassemblyError describes a cell or a PDU that reassembly dropped. Err is
 // one of ErrCRC, ErrLength, ErrOversize, ErrTimeout, ErrLostCells,
-// ErrAborted, ErrManagement, ErrTooManyVCs or ErrHEC.
+// ErrAborted, ErrManagement or ErrHEC.
 type ReassemblyError struct {
 	Err    error
 	VC     VC

@@ -211,7 +211,7 @@ func FuzzCell(f *testing.F) {
 // fuzzReassemblySentinels are the errors a Reassembler may report.
 var fuzzReassemblySentinels = []error{
 	cells.ErrShortCell, cells.ErrHEC, cells.ErrCRC, cells.ErrLength, cells.ErrOversize,
-	cells.ErrTimeout, cells.ErrLostCells, cells.ErrAborted, cells.ErrManagement, cells.ErrTooManyVCs,
+	cells.ErrTimeout, cells.ErrLostCells, cells.ErrAborted, cells.ErrManagement,
 }
 
 func fuzzCheckReassemblyError(t *testing.T, err error) *cells.ReassemblyError {

@@ -63,7 +63,7 @@ type ReassemblyStats struct {
 	Lost      uint64
 	Aborted   uint64
 	Mgmt      uint64 // OAM/RM cells dropped
-	NoRoom    uint64 // cells refused because MaxVCs circuits were busy
+	Evicted   uint64 // open PDUs dropped to make room for a new circuit (MaxVCs busy)
 	Discarded uint64 // cells dropped while discarding an oversize PDU
 	Abandoned uint64 // open PDUs dropped by Discard
 }
@@ -71,6 +71,7 @@ type ReassemblyStats struct {
 // circuit is the reassembly state of one VC.
 type circuit struct {
 	vc      VC
+	since   uint64 // when its open PDU began, in Reassembler.opened ticks
 	buf     []byte // payloads received so far
 	cells   int
 	clp     bool
@@ -87,6 +88,7 @@ type Reassembler struct {
 	mask     uint32 // header bits that name the circuit
 	hec      HECReceiver
 	vcs      map[uint32]*circuit
+	opened   uint64 // PDUs begun, the clock of circuit.since
 	lastKey  uint32
 	last     *circuit
 	// run is the full header (word and HEC) of the last continuation cell
@@ -200,8 +202,12 @@ func (r *Reassembler) push(c Cell) (pdu PDU, ok bool, err error) {
 		}
 		return PDU{}, false, err
 	}
-	if v.cells == 0 && !eom && r.cfg.Timeout > 0 {
-		v.started = r.cfg.Clock.Now()
+	if v.cells == 0 && !eom {
+		r.opened++
+		v.since = r.opened
+		if r.cfg.Timeout > 0 {
+			v.started = r.cfg.Clock.Now()
+		}
 	}
 	r.take(v, c)
 	v.clp = v.clp || w&1 != 0
@@ -265,27 +271,42 @@ func (r *Reassembler) circuit(key uint32, c Cell) (*circuit, error) {
 	if v := r.vcs[key]; v != nil {
 		return v, nil
 	}
-	if len(r.vcs) >= r.cfg.MaxVCs && !r.evictIdle() {
-		r.stats.NoRoom++
-		return nil, &ReassemblyError{Err: ErrTooManyVCs, VC: c.VC(r.cfg.Format), Length: -1, Want: r.cfg.MaxVCs}
+	if len(r.vcs) >= r.cfg.MaxVCs {
+		r.evict()
 	}
 	v := &circuit{vc: c.VC(r.cfg.Format)}
 	r.vcs[key] = v
 	return v, nil
 }
 
-// evictIdle forgets one circuit with no open PDU, if there is one.
-func (r *Reassembler) evictIdle() bool {
+// evict makes room for a new circuit: it forgets a circuit with no open
+// PDU if there is one, otherwise the one whose open PDU began first,
+// dropping that PDU (counted in Evicted). A new circuit is never refused:
+// otherwise cells that open PDUs and never end them (a buggy or hostile
+// sender's, on made-up circuits) would shut every real circuit out for
+// good.
+func (r *Reassembler) evict() {
+	var oldKey uint32
+	var old *circuit
 	for k, v := range r.vcs {
 		if v.cells == 0 && !v.cut {
-			delete(r.vcs, k)
-			if r.last == v {
-				r.last = nil
-			}
-			return true
+			old, oldKey = v, k
+			break
+		}
+		if old == nil || v.since < old.since {
+			old, oldKey = v, k
 		}
 	}
-	return false
+	if old == nil {
+		return
+	}
+	if old.cells > 0 || old.cut {
+		r.stats.Evicted++
+	}
+	delete(r.vcs, oldKey)
+	if r.last == old {
+		r.last, r.runOK = nil, false
+	}
 }
 
 // grow doubles the circuit's buffer, never beyond limit bytes (one maximal

@@ -815,3 +815,29 @@ func TestSetPeers(t *testing.T) {
 		}
 	}
 }
+
+// TestForgedCircuitsDoNotWedge: one frame from the peer's MAC whose cells
+// open PDUs on four made-up circuits and never end them costs at most the
+// PDU in progress: the real circuit's PDUs are delivered after it, exactly
+// once. Before, the frame filled the peer's reassembler (four circuits) and
+// every later PDU of the peer was refused, for good.
+func TestForgedCircuitsDoNotWedge(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	var cs []byte
+	for vci := uint16(100); vci < 104; vci++ {
+		pdu, err := cells.Segment(cells.SAR{VCI: vci}, make([]byte, 200))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, pdu[:cells.CellSize]...) // a first cell, no end
+	}
+	forged, err := (&cells.Framer{Dst: p.a.link.HardwareAddr(), Src: p.b.link.HardwareAddr()}).Append(nil, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.b.link.Send([][]byte{forged}); err != nil {
+		t.Fatal(err)
+	}
+	p.transfer(t, 200, 300, time.Millisecond, p.b)
+	checkExactlyOnce(t, p.a, hostB, 200)
+}
