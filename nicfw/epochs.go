@@ -13,21 +13,32 @@ package nicfw
 // peer p:
 //
 //   - src is p's current epoch: as usual.
+//   - no epoch of p is on record: p's first frame; its epoch is recorded.
 //   - src is p's previous epoch: a frame of the incarnation p replaced,
 //     late; dropped.
-//   - otherwise p is new or restarted: with an epoch on record, p's receive
-//     channels expect 0 again, the acknowledgements owed to it are
-//     forgotten, and each message in flight to it is returned (Returned,
-//     ErrRestarted) and its channel starts again at 0; the new epoch is
-//     recorded.
+//   - src is new and dst is this transport's epoch: p restarted, and its
+//     new incarnation has heard this one (the handshake below), which a
+//     frame made up by a third party cannot show without knowing this
+//     epoch. p's receive channels expect 0 again, the acknowledgements
+//     owed to it are forgotten, each message in flight to it is returned
+//     (Returned, ErrRestarted) and its channel starts again at 0; the new
+//     epoch is recorded.
+//   - src is new and dst is not this epoch: a claim, not yet believed
+//     (counted in Unconfirmed). Nothing changes, so one forged frame with a
+//     made-up epoch cannot cut a live peer off; a DATA frame is answered
+//     with a RESET frame (src: this epoch, dst: the claimed one). A peer
+//     that did restart learns this epoch from it and names it as dst in
+//     its next frame (its retransmission), which is then believed.
 //   - dst is neither 0 nor this transport's epoch: the frame was meant for
 //     an earlier incarnation of this transport; dropped, and a DATA frame
 //     is answered with a RESET frame (src: this epoch), from which its
-//     sender learns of the restart as above.
+//     sender learns of the restart as above (the RESET's dst is its own
+//     epoch, so it believes it).
 //
 // So after either side restarts, each message in flight between them is
 // either delivered to the new incarnation or returned to its sender, never
-// acknowledged and lost. A message in flight to a peer that restarts may
+// acknowledged and lost; the restart costs the restarted side one
+// retransmission time. A message in flight to a peer that restarts may
 // have been delivered to the old incarnation before it stopped; its return
 // (ErrRestarted) says so.
 
@@ -35,14 +46,22 @@ package nicfw
 // the frame is for this incarnation from p's current one.
 func (t *Transport) checkEpochs(p *peer, h header) bool {
 	if src := h.src(); src != p.epoch {
-		old := p.epoch
-		if old != 0 && src == p.prevEpoch {
+		switch old := p.epoch; {
+		case old == 0:
+			p.epoch = src
+		case src == p.prevEpoch:
 			t.stats.StaleEpoch++
 			return false
-		}
-		p.prevEpoch, p.epoch = old, src
-		if old != 0 {
+		case h.dst() == t.epoch:
+			p.prevEpoch, p.epoch = old, src
 			t.restarted(p)
+		default:
+			t.stats.Unconfirmed++
+			if h.typ() == typeData {
+				t.answer(p, typeReset, h)
+				t.stats.ResetsSent++
+			}
+			return false
 		}
 	}
 	if dst := h.dst(); dst != 0 && dst != t.epoch {

@@ -251,3 +251,35 @@ func FuzzTransportSDU(f *testing.F) {
 		}
 	})
 }
+
+// TestForgedEpochIgnored: frames from the peer's MAC that claim a new epoch
+// for it without naming this transport's epoch (ACK and DATA frames with
+// made-up epochs, as anyone on the segment can send) change nothing: the
+// real peer's traffic goes on exactly once, nothing is returned, and the
+// DATA claim is answered with a RESET that the real peer drops. Before,
+// each forged frame was taken for the peer's restart (returning what was in
+// flight and resetting the channels), and the peer's real frames were then
+// dropped as stale.
+func TestForgedEpochIgnored(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	macA, macB := p.a.link.HardwareAddr(), p.b.link.HardwareAddr()
+	p.transfer(t, 20, 100, time.Millisecond, p.a) // each knows the other's epoch
+	for _, f := range [][]byte{
+		epochFrame(t, macA, macB, typeAck, 0, 3, 1, 0x5eed, 0, nil),
+		epochFrame(t, macA, macB, typeAck, 1, 3, 1, 0x5eee, 0x1234, nil),
+		epochFrame(t, macA, macB, typeData, 0, 9, 1, 0x5eef, 0, payload(9999, 50)),
+	} {
+		if _, err := p.b.link.Send([][]byte{f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.transfer(t, 200, 100, time.Millisecond, p.b)
+	checkExactlyOnce(t, p.a, hostB, 200)
+	checkExactlyOnce(t, p.b, hostA, 20)
+	if s := p.a.tr.Stats(); s.Restarts != 0 || s.Returned != 0 || s.Unconfirmed != 3 || s.ResetsSent != 1 {
+		t.Errorf("A: %+v", s)
+	}
+	if s := p.b.tr.Stats(); s.Restarts != 0 || s.Returned != 0 {
+		t.Errorf("B: %+v", s)
+	}
+}

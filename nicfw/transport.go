@@ -131,7 +131,11 @@ type Stats struct {
 
 	Restarts   uint64 // peers seen with a new epoch: restarted (epochs.go)
 	StaleEpoch uint64 // frames from a peer's previous incarnation, or to this one's, dropped
-	ResetsSent uint64 // RESET frames sent: DATA addressed to a previous incarnation of this transport
+	// Unconfirmed counts frames that claimed a new epoch for their peer
+	// without showing they had heard this incarnation: dropped, the
+	// peer's record unchanged (epochs.go).
+	Unconfirmed uint64
+	ResetsSent  uint64 // RESET frames sent: DATA addressed to a previous incarnation of this transport
 
 	Scans      uint64 // timer scans run
 	ScanVisits uint64 // peers visited by them
