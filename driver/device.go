@@ -86,6 +86,7 @@ type Stats struct {
 
 	// Cells dropped on receive, by reason.
 	DroppedUnknownVCI uint64 // VPI/VCI bound to no connection of this device
+	DroppedWrongPeer  uint64 // on a connection's circuit, in a frame from a MAC other than the connection's peer
 	DroppedHEC        uint64 // header error not correctable (I.432: discarded)
 	DroppedRingFull   uint64 // the connection's receive ring was full (receiver overflow)
 	HECCorrected      uint64 // single-bit header errors corrected (the cells were delivered)
@@ -100,6 +101,7 @@ type Stats struct {
 // fields to the receive side (Device.rx's mutex).
 type conn struct {
 	spec ConnSpec
+	peer [6]byte // spec.Peer: cells from anyone else are dropped
 
 	// Send side.
 	send     []byte                    // SendSlots*48 bytes, in the device's mapping
@@ -154,6 +156,7 @@ type Device struct {
 		frames   [][]byte // lent by link.Recv
 		n, next  int      // frames lent, next frame to open
 		cur      []byte   // cells of the open frame not yet processed
+		src      [6]byte  // the open frame's source MAC
 		hec      cells.HECReceiver
 		lastKey  uint32 // one-entry cache of the circuit lookup
 		lastConn int32  // -1: empty
@@ -249,7 +252,7 @@ func (d *Device) configure(cfg Config, perFrame int) error {
 		}
 		s.Peer = append(net.HardwareAddr(nil), s.Peer...)
 		c := &d.conns[i]
-		c.spec = s
+		c.spec, c.peer = s, [6]byte(s.Peer)
 		for _, vci := range []uint16{s.RecvVCI, s.RecvVCI + 1} {
 			key := uint32(s.VPI)<<16 | uint32(vci)
 			if j, dup := d.circuits[key]; dup {
@@ -403,6 +406,7 @@ func (d *Device) Stats() Stats {
 	s.RefusedConn += r.RefusedConn
 	s.RefusedCount += r.RefusedCount
 	s.DroppedUnknownVCI = r.DroppedUnknownVCI
+	s.DroppedWrongPeer = r.DroppedWrongPeer
 	s.DroppedHEC = r.DroppedHEC
 	s.DroppedRingFull = r.DroppedRingFull
 	s.HECCorrected = r.HECCorrected

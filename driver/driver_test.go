@@ -309,6 +309,37 @@ func TestUnboundVCI(t *testing.T) {
 	})
 }
 
+// TestWrongPeer checks that cells on a connection's circuit in a frame
+// from a MAC other than the connection's peer never reach its ring: a
+// connection is bound to its peer, and anyone else's cells there (a
+// misconfigured host, a made-up frame) are not the peer's messages. They
+// are dropped and counted; the peer's own cell on the same circuit is
+// delivered. Before, only the destination MAC and the circuit were checked,
+// and such cells reached SSAM, which took them for the peer's requests and
+// answers.
+func TestWrongPeer(t *testing.T) {
+	forEach(t, func(t *testing.T, h harness) {
+		p := newPair(t, h)
+		stranger := net.HardwareAddr{0x02, 0x5e, 0x00, 0x00, 0x00, 0x01}
+		inject(t, p,
+			rawFrame(t, p.macB, stranger, rawCell(1, 100, 1, 1)),
+			rawFrame(t, p.macB, stranger, rawCell(1, 101, 1, 2)),
+			rawFrame(t, p.macB, p.macA, rawCell(1, 100, 1, 3)))
+		if got := collect(t, p.b, 1, 5*time.Second); got != 1 {
+			t.Fatalf("received %d cells, want 1", got)
+		}
+		settle(t, p.b)
+		cs := takeAll(p.b, 0)
+		if len(cs) != 1 {
+			t.Fatalf("connection 0 got %d cells", len(cs))
+		}
+		checkCell(t, cs[0], 1, 100, false, 1, 3)
+		if st := p.b.Stats(); st.DroppedWrongPeer != 2 || st.CellsReceived != 1 {
+			t.Errorf("stats %+v, want 2 cells dropped from the wrong peer and 1 delivered", st)
+		}
+	})
+}
+
 // TestHEC checks that a single-bit header error is corrected and that the
 // I.432 receiver then discards errored cells until a good one arrives.
 func TestHEC(t *testing.T) {

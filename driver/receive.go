@@ -19,9 +19,11 @@ import (
 //     goes through the device's HECReceiver (I.432: a single-bit error is
 //     corrected, others discard the cell), then the VPI/VCI is looked up in
 //     the table bound at open, SSAM's kernel VCI table. A cell on a circuit
-//     of connection c is copied, 53 bytes with its (corrected) header, into
-//     c's receive ring; a cell on an unbound circuit reaches no ring. Every
-//     drop is counted by reason.
+//     of connection c, in a frame from c's peer, is copied, 53 bytes with
+//     its (corrected) header, into c's receive ring; a cell on an unbound
+//     circuit, or from another MAC (a connection is bound to its peer:
+//     anyone else's cells on its circuit are not the peer's messages),
+//     reaches no ring. Every drop is counted by reason.
 //  4. Take hands out the ring's cells in order, as views into the ring.
 
 // Recv receives without blocking: it delivers up to max cells into the
@@ -111,6 +113,7 @@ func (d *Device) open() bool {
 			continue
 		}
 		d.rx.cur = body
+		d.rx.src = [6]byte(f[6:12])
 		return true
 	}
 	return false
@@ -139,6 +142,10 @@ func (d *Device) deliver(cell []byte) bool {
 		d.rx.lastKey, d.rx.lastConn = key, ci
 	}
 	c := &d.conns[ci]
+	if d.rx.src != c.peer {
+		d.rx.stats.DroppedWrongPeer++
+		return false
+	}
 	if c.tail-c.head >= d.recvSlots {
 		d.rx.stats.DroppedRingFull++
 		return false
