@@ -30,6 +30,9 @@ type peer struct {
 	// epoch is the peer's incarnation as its frames name it (0: not heard
 	// yet), prevEpoch the one before (epochs.go).
 	epoch, prevEpoch uint32
+	// confirmed: a frame from epoch has named this transport's epoch (the peer
+	// has heard this incarnation).
+	confirmed bool
 
 	unacked   int // send channels in use
 	activeIdx int // position in Transport.active, or -1

@@ -13,16 +13,20 @@ package nicfw
 // peer p:
 //
 //   - src is p's current epoch: as usual.
-//   - no epoch of p is on record: p's first frame; its epoch is recorded.
+//   - no epoch of p is on record: p's first frame; its epoch is recorded,
+//     unconfirmed until a frame from it names this transport's epoch as
+//     dst (the peer has heard this incarnation).
 //   - src is p's previous epoch: a frame of the incarnation p replaced,
 //     late; dropped.
-//   - src is new and dst is this transport's epoch: p restarted, and its
-//     new incarnation has heard this one (the handshake below), which a
-//     frame made up by a third party cannot show without knowing this
-//     epoch. p's receive channels expect 0 again, the acknowledgements
-//     owed to it are forgotten, each message in flight to it is returned
-//     (Returned, ErrRestarted) and its channel starts again at 0; the new
-//     epoch is recorded.
+//   - src is new and dst is this transport's epoch: p's (new) incarnation
+//     has heard this one (the handshake below), which a frame made up by a
+//     third party cannot show without knowing this epoch. If the epoch on
+//     record was confirmed, p restarted: p's receive channels expect 0
+//     again, the acknowledgements owed to it are forgotten, each message
+//     in flight to it is returned (Returned, ErrRestarted) and its channel
+//     starts again at 0. If it was not (a frame made up before the peer's
+//     first, say), the new epoch replaces it quietly: what is in flight
+//     goes on to the real peer.
 //   - src is new and dst is not this epoch: a claim, not yet believed
 //     (counted in Unconfirmed). Nothing changes, so one forged frame with a
 //     made-up epoch cannot cut a live peer off; a DATA frame is answered
@@ -45,13 +49,21 @@ package nicfw
 // checkEpochs applies the epochs of frame h from p, and reports whether
 // the frame is for this incarnation from p's current one.
 func (t *Transport) checkEpochs(p *peer, h header) bool {
-	if src := h.src(); src != p.epoch {
+	src := h.src()
+	if src != p.epoch {
 		switch old := p.epoch; {
 		case old == 0:
-			p.epoch = src
+			p.epoch, p.confirmed = src, false
 		case src == p.prevEpoch:
 			t.stats.StaleEpoch++
 			return false
+		case h.dst() == t.epoch && !p.confirmed:
+			// The epoch on record never showed it had heard this
+			// transport: made up, or an incarnation that never got to.
+			// Nothing it sent was acknowledged by the real peer, so the
+			// messages in flight simply go on to the new epoch.
+			p.epoch = src
+			t.forgetReceived(p)
 		case h.dst() == t.epoch:
 			p.prevEpoch, p.epoch = old, src
 			t.restarted(p)
@@ -64,6 +76,9 @@ func (t *Transport) checkEpochs(p *peer, h header) bool {
 			return false
 		}
 	}
+	if h.dst() == t.epoch {
+		p.confirmed = true
+	}
 	if dst := h.dst(); dst != 0 && dst != t.epoch {
 		t.stats.StaleEpoch++
 		if h.typ() == typeData {
@@ -75,12 +90,9 @@ func (t *Transport) checkEpochs(p *peer, h header) bool {
 	return true
 }
 
-// restarted resets the channels to p, whose transport restarted (p.epoch
-// holds its new epoch already): both directions start again at sequence
-// number 0, and the messages in flight to p are returned. Returned runs
-// with the channel free and at 0, and may call Send.
-func (t *Transport) restarted(p *peer) {
-	t.stats.Restarts++
+// forgetReceived resets the receive side of p's channels: they expect 0,
+// and nothing is owed an acknowledgement.
+func (t *Transport) forgetReceived(p *peer) {
 	for i := range p.recv {
 		p.recv[i].expect = 0
 	}
@@ -90,6 +102,15 @@ func (t *Transport) restarted(p *peer) {
 	if len(p.ackList) > 0 {
 		t.dropAcks(p, len(p.ackList))
 	}
+}
+
+// restarted resets the channels to p, whose transport restarted (p.epoch
+// holds its new epoch already): both directions start again at sequence
+// number 0, and the messages in flight to p are returned. Returned runs
+// with the channel free and at 0, and may call Send.
+func (t *Transport) restarted(p *peer) {
+	t.stats.Restarts++
+	t.forgetReceived(p)
 	for i := range p.send {
 		if !p.send[i].inUse {
 			p.send[i].seq = 0
