@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,11 +95,15 @@ import (
 // Descriptor.ReturnInfo); Poll hands it to the error handler set with
 // OnReturn, as a Returned with the reason and the original message (a
 // medium message with its bytes). A returned request gives back its credit.
-// A reply that comes back means its requester keeps a credit it will never
-// get back: the requester sees nothing of it (the reply was lost on the way
-// back to it), which is the one case where a credit is lost; an application
-// that must survive its peers' failures uses Outstanding and its own
-// timeout.
+// A request whose reply does not come within AMIIConfig.ReplyTimeout (its
+// receiver took it and then died or restarted, or a reply was itself
+// returned on the way back) is presumed lost: it comes back to the error
+// handler with nicfw.ReasonNoReply (a medium request without its bytes)
+// and gives its credit back, so credits are never lost for good. A reply
+// that comes after its request timed out still runs its handler. AM-II
+// replies do not name their request, so a reply ends the oldest request
+// outstanding to its sender; the timer starts when Poll's timers first see
+// a request (every few dozen polls).
 //
 // Threads. By default an AMII, like the engine it drives in inline mode,
 // belongs to one goroutine: every method, and every handler, runs in it.
@@ -279,6 +284,13 @@ func (r Returned) String() string {
 type AMIIConfig struct {
 	Credits int           // K, outstanding requests; default DefaultCredits, at most the queue entries
 	GiveUp  time.Duration // how long Request and Reply wait for room; default DefaultGiveUp
+	// ReplyTimeout is how long a request waits for its reply: past it, the
+	// request is presumed lost (its receiver took it and died, or
+	// restarted) and comes back to the error handler with
+	// nicfw.ReasonNoReply, its credit given back. Default
+	// DefaultReplyTimeout; negative: never. A reply that comes later still
+	// runs its handler (counted in AMIIStats.LateReplies).
+	ReplyTimeout time.Duration
 	Clock   clock.Clock   // default the system clock
 	// MediumSlots is the number of nicfw.MaxMedium-byte slots, at the end
 	// of the staging area, for medium messages (default DefaultMediumSlots,
@@ -307,9 +319,32 @@ type AMIIStats struct {
 	Handled       uint64 // request handlers run
 	ReplyHandled  uint64 // reply handlers run (implicit replies not counted)
 	Returned      uint64 // returned messages handed to the error handler (or dropped without one)
+	Unanswered    uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
+	LateReplies   uint64 // replies that came for no request outstanding (after their ReplyTimeout)
 	HandlerErrors uint64 // messages naming no registered handler, or one of the other kind
 	Malformed     uint64 // received descriptors of an unknown class, or naming bytes outside their area
 }
+
+// DefaultReplyTimeout is AMIIConfig.ReplyTimeout's default: twice the
+// transport's give-up time, by which a request to a live peer is answered
+// or returned by the engine.
+const DefaultReplyTimeout = 2 * nicfw.DefaultGiveUpAfter
+
+// pendingRequest is a request sent and neither answered nor returned: what
+// it was, for its return, and when the timers first saw it.
+type pendingRequest struct {
+	class   nicfw.Class
+	nargs   uint8
+	dest    uint32
+	handler uint32
+	args    [MaxArgs2]uint64
+	seen    time.Time // zero until expire stamps it
+}
+
+// replyCheckPolls is how often Poll looks at the reply timers: every so
+// many calls, because reading the clock costs more than an empty poll. A
+// timeout is late by at most that many polls.
+const replyCheckPolls = 64
 
 // slotUse is a medium slot holding a message the engine has not taken yet:
 // the one at position pos of send queue q.
@@ -328,8 +363,10 @@ type AMII struct {
 	entries     int    // entries per queue
 	handlers    []handler
 	onReturn    func(Returned)
-	outstanding int
-	depth       int           // handlers running (handlers do not nest)
+	outstanding int              // len(pending)
+	pending     []pendingRequest // in the order sent
+	polls       uint             // pollLocked calls, for the reply timers
+	depth       int              // handlers running (handlers do not nest)
 	mu          sync.Mutex    // Shared: held by the goroutine in a method
 	running     atomic.Bool   // Shared: a handler runs (in the lock's holder)
 	blocking    int           // Shared, firmware mode: goroutines blocked in AMIIConfig.Block
@@ -361,6 +398,9 @@ func NewAMII(view *nicfw.EndpointView, poll func() (int, error), cfg AMIIConfig)
 	}
 	if cfg.GiveUp < 0 {
 		return nil, fmt.Errorf("am: negative give-up time %v", cfg.GiveUp)
+	}
+	if cfg.ReplyTimeout == 0 {
+		cfg.ReplyTimeout = DefaultReplyTimeout
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
@@ -513,7 +553,7 @@ func (a *AMII) Request(dest uint32, handler uint32, args ...uint64) error {
 	if err := a.send(nicfw.RequestSend, dest, handler, args); err != nil {
 		return err
 	}
-	return a.sent()
+	return a.sent(nicfw.ClassShort, dest, handler, args)
 }
 
 // RequestMedium is Request with up to nicfw.MaxMedium bytes of data, which
@@ -542,7 +582,11 @@ func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...u
 	if err != nil {
 		return err
 	}
-	return a.sent()
+	class := nicfw.ClassShort
+	if len(data) > 0 {
+		class = nicfw.ClassMedium
+	}
+	return a.sent(class, dest, handler, args)
 }
 
 // Store sends a bulk request: the length bytes at localOffset of the
@@ -573,7 +617,7 @@ func (a *AMII) Store(dest uint32, localOffset, remoteOffset, length uint32, hand
 		return err
 	}
 	a.stats.Stores++
-	return a.sent()
+	return a.sent(nicfw.ClassBulk, dest, handler, args)
 }
 
 // checkRequest checks what every request checks.
@@ -618,9 +662,13 @@ func (a *AMII) waitCredit() error {
 	}
 }
 
-// sent counts a request just queued and, in inline mode, runs the engine
-// once so that it leaves at once.
-func (a *AMII) sent() error {
+// sent counts a request just queued (its record, for an answer or a
+// return to find) and, in inline mode, runs the engine once so that it
+// leaves at once.
+func (a *AMII) sent(class nicfw.Class, dest, handler uint32, args []uint64) error {
+	p := pendingRequest{class: class, dest: dest, handler: handler, nargs: uint8(len(args))}
+	copy(p.args[:], args)
+	a.pending = append(a.pending, p)
 	a.outstanding++
 	a.stats.Requests++
 	if a.poll == nil {
@@ -766,6 +814,10 @@ func (a *AMII) pollLocked() (int, error) {
 		}
 	}
 	ran, took := 0, 0
+	if a.polls++; a.polls%replyCheckPolls == 0 && len(a.pending) > 0 && a.cfg.ReplyTimeout > 0 {
+		n := a.expire()
+		ran, took = n, n
+	}
 	defer func() {
 		if took > 0 && a.changed != nil {
 			close(a.changed) // wake the goroutines waiting for credits or messages
@@ -918,8 +970,8 @@ func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 		return 0, nil
 	}
 	request := q == nicfw.RequestReceive
-	if !request && a.outstanding > 0 {
-		a.outstanding--
+	if !request && !a.answered(d.Dest, nil) {
+		a.stats.LateReplies++
 	}
 	if !request && d.Handler == NullReply {
 		return 0, nil
@@ -952,6 +1004,60 @@ func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 	return ran, nil
 }
 
+// answered removes the record of the request an answer (a reply from
+// dest, or r, the request's return) ends: the oldest to dest, the one r
+// names if r is given and it is found. It reports whether there was one.
+func (a *AMII) answered(dest uint32, r *Returned) bool {
+	at := -1
+	for i := range a.pending {
+		p := &a.pending[i]
+		if p.dest != dest {
+			continue
+		}
+		if at < 0 {
+			at = i
+		}
+		if r == nil || p.handler == r.Handler && p.class == r.Class && slices.Equal(p.args[:p.nargs], r.Args) {
+			at = i
+			break
+		}
+	}
+	if at < 0 && dest == nicfw.NoIndex && len(a.pending) > 0 {
+		at = 0 // a reply from outside the table answers the oldest
+	}
+	if at < 0 {
+		return false
+	}
+	a.pending = slices.Delete(a.pending, at, at+1)
+	a.outstanding = len(a.pending)
+	return true
+}
+
+// expire returns, to the error handler, the requests whose reply has not
+// come within ReplyTimeout of the timers' first seeing them, and reports
+// how many error handlers ran.
+func (a *AMII) expire() int {
+	now := a.cfg.Clock.Now()
+	ran, j := 0, 0
+	for _, p := range a.pending {
+		if p.seen.IsZero() {
+			p.seen = now
+		}
+		if now.Sub(p.seen) <= a.cfg.ReplyTimeout {
+			a.pending[j] = p
+			j++
+			continue
+		}
+		a.stats.Returned++
+		a.stats.Unanswered++
+		ran += a.handReturn(Returned{Reason: nicfw.ReasonNoReply, Request: true, Class: p.class, Dest: p.dest,
+			Handler: p.handler, Args: slices.Clone(p.args[:p.nargs])})
+	}
+	a.pending = a.pending[:j]
+	a.outstanding = j
+	return ran
+}
+
 // returned hands the returned message in a.d to the error handler.
 func (a *AMII) returned(reason nicfw.Reason, request bool) int {
 	d := &a.d
@@ -965,10 +1071,15 @@ func (a *AMII) returned(reason nicfw.Reason, request bool) int {
 	case nicfw.ClassBulk:
 		r.Offset, r.Length, r.RemoteOffset = d.Offset, d.Length, d.RemoteOffset
 	}
-	if r.Request && a.outstanding > 0 {
-		a.outstanding--
+	if r.Request {
+		a.answered(r.Dest, &r)
 	}
 	a.stats.Returned++
+	return a.handReturn(r)
+}
+
+// handReturn hands r to the error handler, if there is one.
+func (a *AMII) handReturn(r Returned) int {
 	if a.onReturn == nil {
 		return 0
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/clock"
 	"github.com/xam-project/xam/nicfw"
 )
 
@@ -971,5 +972,66 @@ func TestAMIIReplyLeavesInPoll(t *testing.T) {
 		if len(got) != int(i)+1 || got[i] != 10*i+1 {
 			t.Fatalf("after request %d, replies %v", i, got)
 		}
+	}
+}
+
+// TestAMIIReplyTimeout: requests that their receiver took and never
+// answered (its application stopped polling, as one that died would) come
+// back to the error handler with ReasonNoReply once the reply timeout has
+// passed, their credits given back, with what they carried; replies that
+// come later still run their handler, counted as late, and leave no
+// credit owed. Before, such requests stayed outstanding for good, and K of
+// them took every credit.
+func TestAMIIReplyTimeout(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	n := newAMIINet(t, AMIIConfig{Clock: clk, ReplyTimeout: time.Second, Credits: 3})
+	var replies []uint64
+	reply := n.a1.Register(func(_ *Token2, args []uint64) { replies = append(replies, args[0]) })
+	n.b1.Register(func(tok *Token2, args []uint64) {
+		if err := tok.Reply(reply, args...); err != nil {
+			t.Error(err)
+		}
+	})
+	var returned []Returned
+	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
+	for i := range uint64(3) {
+		if err := n.a1.Request(0, 0, 40+i, 7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// B's engine takes them (its transport acknowledges them); B's
+	// application never polls.
+	for range 2 * replyCheckPolls {
+		if _, err := n.a1.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(returned) != 0 || n.a1.Outstanding() != 3 {
+		t.Fatalf("before the timeout: %d returned, %d outstanding", len(returned), n.a1.Outstanding())
+	}
+	clk.Advance(2 * time.Second)
+	until(t, n.a1, func() bool { return len(returned) == 3 })
+	for i, r := range returned {
+		if r.Reason != nicfw.ReasonNoReply || !r.Request || r.Dest != 0 || !slices.Equal(r.Args, []uint64{40 + uint64(i), 7}) {
+			t.Errorf("returned %d: %+v", i, r)
+		}
+	}
+	if n.a1.Outstanding() != 0 {
+		t.Errorf("%d outstanding after the returns", n.a1.Outstanding())
+	}
+	// B's application comes back and answers: the replies run, late.
+	n.serveB = true
+	until(t, n.a1, func() bool { return len(replies) == 3 })
+	if s := n.a1.Stats(); s.LateReplies != 3 || s.Unanswered != 3 || n.a1.Outstanding() != 0 {
+		t.Errorf("stats %+v, outstanding %d", s, n.a1.Outstanding())
+	}
+	// The credits are all there again.
+	for i := range uint64(3) {
+		if err := n.a1.Request(0, 0, 50+i, 7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.a1.Drain(5 * time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -68,6 +68,10 @@ const (
 	ReasonIncomplete  Reason = 8  // a bulk message's receiver lost its beginning (its endpoint was replaced)
 	ReasonRestarted   Reason = 9  // the destination host's transport restarted while the message was in flight (ErrRestarted)
 	ReasonNoHandler   Reason = 10 // a request names a handler the receiver does not have (EndpointView.SetHandlers)
+	// ReasonNoReply: no reply came within the requester's reply timeout
+	// (the receiver took the request and then died, say). Given by the
+	// AM-II library (am.AMIIConfig.ReplyTimeout), never by the engine.
+	ReasonNoReply Reason = 11
 )
 
 func (r Reason) String() string {
@@ -92,6 +96,8 @@ func (r Reason) String() string {
 		return "destination host restarted"
 	case ReasonNoHandler:
 		return "no such handler"
+	case ReasonNoReply:
+		return "no reply within the reply timeout"
 	}
 	return fmt.Sprintf("reason %d", uint8(r))
 }
