@@ -291,7 +291,7 @@ type AMIIConfig struct {
 	// DefaultReplyTimeout; negative: never. A reply that comes later still
 	// runs its handler (counted in AMIIStats.LateReplies).
 	ReplyTimeout time.Duration
-	Clock   clock.Clock   // default the system clock
+	Clock        clock.Clock // default the system clock
 	// MediumSlots is the number of nicfw.MaxMedium-byte slots, at the end
 	// of the staging area, for medium messages (default DefaultMediumSlots,
 	// or as many as half the staging area holds if fewer; negative: none,
@@ -367,10 +367,10 @@ type AMII struct {
 	pending     []pendingRequest // in the order sent
 	polls       uint             // pollLocked calls, for the reply timers
 	depth       int              // handlers running (handlers do not nest)
-	mu          sync.Mutex    // Shared: held by the goroutine in a method
-	running     atomic.Bool   // Shared: a handler runs (in the lock's holder)
-	blocking    int           // Shared, firmware mode: goroutines blocked in AMIIConfig.Block
-	changed     chan struct{} // Shared: closed (and replaced) when a Poll took messages
+	mu          sync.Mutex       // Shared: held by the goroutine in a method
+	running     atomic.Bool      // Shared: a handler runs (in the lock's holder)
+	blocking    int              // Shared, firmware mode: goroutines blocked in AMIIConfig.Block
+	changed     chan struct{}    // Shared: closed (and replaced) when a Poll took messages
 	tok         Token2
 	d           nicfw.Descriptor
 	args        [MaxArgs2]uint64
