@@ -256,12 +256,29 @@ func TestDaemonCredentials(t *testing.T) {
 		return cmd
 	}
 	out, err := child(65534, 3, 1).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "permission denied") {
+	if err != nil || !strings.Contains(string(out), "permission denied") || !strings.Contains(string(out), "kind: permission") {
 		t.Fatalf("nobody opening endpoint 3: %v\n%s", err, out)
 	}
 	out, err = child(65534, 0, 3).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "opened 2") || !strings.Contains(string(out), "the most allowed") {
+	if err != nil || !strings.Contains(string(out), "opened 2") || !strings.Contains(string(out), "the most allowed") || !strings.Contains(string(out), "kind: quota") {
 		t.Fatalf("nobody opening 3 endpoints with a limit of 2: %v\n%s", err, out)
+	}
+	// Bad open requests from uid 65534: each refused with its kind, to that
+	// client only; the daemon lives on (before, most of them crashed it).
+	bad := child(65534, 0, 0)
+	bad.Env = append(bad.Env, "XAM_TEST_FW_BAD=1")
+	out, err = bad.CombinedOutput()
+	for _, want := range []string{"queue entries 3: config", "queue entries 1048576: config", "staging 100: config",
+		"staging 2 GiB: config", "empty table: config", "endpoint held: in_use", "privileged endpoint: permission"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("bad opens as uid 65534: no %q in\n%s", want, out)
+		}
+	}
+	if err != nil {
+		t.Fatalf("bad opens: %v\n%s", err, out)
+	}
+	if _, err := d.Stats(); err != nil {
+		t.Fatalf("the daemon after the bad opens: %v", err)
 	}
 	// A child that opens endpoints and is killed.
 	cmd := child(0, 5, 1)
@@ -280,8 +297,8 @@ func TestDaemonCredentials(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	waitFor(t, "endpoint of the dead process closed", func() bool { s, _ := d.Stats(); return s.Endpoints == 0 && s.Connections == 0 })
-	if s, _ := d.Stats(); s.Refused != 2 {
-		t.Errorf("refused %d open requests, want 2", s.Refused)
+	if s, _ := d.Stats(); s.Refused != 9 {
+		t.Errorf("refused %d open requests, want 9", s.Refused)
 	}
 }
 
@@ -299,6 +316,30 @@ func TestDaemonChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if os.Getenv("XAM_TEST_FW_BAD") != "" {
+		// The first endpoint is held for the in-use case.
+		held, err := c.Open(OpenRequest{Tag: 1, Table: []Name{{2, 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		for _, b := range []struct {
+			name string
+			req  OpenRequest
+		}{
+			{"queue entries 3", OpenRequest{QueueEntries: 3, Table: []Name{{2, 1}}}},
+			{"queue entries 1048576", OpenRequest{QueueEntries: 1 << 20, Table: []Name{{2, 1}}}},
+			{"staging 100", OpenRequest{StagingSize: 100, Table: []Name{{2, 1}}}},
+			{"staging 2 GiB", OpenRequest{StagingSize: 2 << 30, Table: []Name{{2, 1}}}},
+			{"empty table", OpenRequest{}},
+			{"endpoint held", OpenRequest{Endpoint: held.ID, Table: []Name{{2, 1}}}},
+			{"privileged endpoint", OpenRequest{Endpoint: 2, Table: []Name{{2, 1}}}},
+		} {
+			_, err := c.Open(b.req)
+			fmt.Printf("%s: %s\n", b.name, errorKind(err))
+		}
+		return
+	}
 	opened := 0
 	for i := range n {
 		id := EndpointID(0)
@@ -307,7 +348,7 @@ func TestDaemonChild(t *testing.T) {
 		}
 		e, err := c.Open(OpenRequest{Endpoint: id, Tag: 1, Table: []Name{{2, 1}}})
 		if err != nil {
-			fmt.Println("error:", err)
+			fmt.Println("error:", err, "kind:", errorKind(err))
 			break
 		}
 		defer e.Close()
@@ -317,6 +358,17 @@ func TestDaemonChild(t *testing.T) {
 	if os.Getenv("XAM_TEST_FW_HANG") != "" {
 		select {}
 	}
+}
+
+// errorKind names the kind of a daemon's refusal, as errors.Is sees it
+// across the socket.
+func errorKind(err error) string {
+	for _, k := range errorCodes {
+		if errors.Is(err, k.err) {
+			return k.code
+		}
+	}
+	return fmt.Sprintf("none (%v)", err)
 }
 
 // The peer's daemon is killed: the messages outstanding to it come back to
