@@ -33,7 +33,9 @@ import (
 // sequence number; a reply or an ack carries the sequence number of the
 // request it answers and, in ack, the responder's cumulative
 // acknowledgement (the next request sequence number it expects). Sequence
-// numbers count modulo 128.
+// numbers count modulo 128. An ack's handler field is 0, or noHandler when
+// the request named no handler of the responder's: it ran nothing, and the
+// requester counts it rejected (OnReject) instead of taking it for done.
 //
 // Sessions. A requester's sequence numbers mean something only to the
 // responder that has followed them from the start, so before its first
@@ -263,6 +265,7 @@ type Stats struct {
 	Sessions      uint64 // requester sessions begun by a peer's sync (as responder)
 	BadPDUs       uint64 // bulk PDUs dropped by reassembly (CRC-32, lost cells, ...)
 	HandlerErrors uint64 // messages for a handler index with no handler
+	Rejected      uint64 // own requests the responder answered "no such handler"
 }
 
 // outstanding is a request in the window.
@@ -317,6 +320,7 @@ type SSAM struct {
 	tok      Token  // the running handler's token (handlers do not nest)
 	polls    uint   // Poll calls, for running the timers every timerPolls
 	session  uint32 // this endpoint's session number as requester, never 0
+	onReject func(conn int, seq uint8)
 	stats    Stats
 }
 
@@ -767,8 +771,13 @@ func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
 		case d == 0:
 			s.tok = Token{s: s, conn: c, seq: seq, request: true}
 			cn.expected = (seq + 1) & seqMask
+			if !s.run(handler, &s.tok, data) {
+				// No such handler: the ack says so, so that the requester
+				// learns its request did nothing (never a plain ack).
+				s.answer(c, seq, kindAck, noHandler, nil)
+				break
+			}
 			s.stats.Handled++
-			s.run(handler, &s.tok, data)
 			if !s.tok.replied {
 				s.answer(c, seq, kindAck, 0, nil)
 			}
@@ -788,6 +797,12 @@ func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
 			return
 		}
 		cn.base = (cn.base + 1) & seqMask
+		if kind == kindAck && handler == noHandler {
+			s.stats.Rejected++
+			if s.onReject != nil {
+				s.onReject(c, seq)
+			}
+		}
 		if kind == kindReply {
 			s.tok = Token{s: s, conn: c, seq: seq}
 			s.stats.ReplyHandled++
@@ -796,16 +811,28 @@ func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
 	}
 }
 
-// run calls handler h with the discipline flag raised.
-func (s *SSAM) run(h uint32, t *Token, data []byte) {
+// run calls handler h with the discipline flag raised; false when there is
+// no such handler.
+func (s *SSAM) run(h uint32, t *Token, data []byte) bool {
 	if int(h) >= len(s.handlers) || s.handlers[h] == nil {
 		s.stats.HandlerErrors++
-		return
+		return false
 	}
 	s.depth++
 	defer s.leave()
 	s.handlers[h](t, data)
+	return true
 }
+
+// noHandler is the handler field of an ack that answers a request naming
+// no handler of the responder's: the request ran nothing.
+const noHandler = ^uint32(0)
+
+// OnReject sets a function that Poll calls for each request the responder
+// answered with "no such handler" (counted in Stats.Rejected too): the
+// request's connection and sequence number. It runs as a reply handler
+// does.
+func (s *SSAM) OnReject(f func(conn int, seq uint8)) { s.onReject = f }
 
 func (s *SSAM) leave() { s.depth-- }
 

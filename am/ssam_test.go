@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -449,6 +450,36 @@ func TestSuccessiveRequesters(t *testing.T) {
 			}
 			if s := p.b.Stats(); s.Sessions != 3 || s.Handled != 5+15+25 || s.Resent != 0 {
 				t.Errorf("responder %+v", s)
+			}
+		})
+	}
+}
+
+// A request naming a handler the responder does not have runs nothing and
+// is answered with an ack that says so: the requester counts it rejected
+// and its OnReject runs, and the window moves on. Before, it got a plain
+// ack, as if it had been handled.
+func TestNoHandlerRejected(t *testing.T) {
+	for _, lp := range linkPairs {
+		t.Run(lp.name, func(t *testing.T) {
+			p := lp.new(t, SSAMConfig{})
+			h := p.b.Register(func(*Token, []byte) {})
+			var rejected []uint8
+			p.a.OnReject(func(conn int, seq uint8) { rejected = append(rejected, seq) })
+			for _, handler := range []uint32{h + 1, h, 99} {
+				if err := p.a.Request(0, handler, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; p.a.Outstanding(0) > 0; i++ {
+				if i > 1e6 {
+					t.Fatalf("outstanding %d; A %+v; B %+v", p.a.Outstanding(0), p.a.Stats(), p.b.Stats())
+				}
+				p.b.Poll()
+				p.a.Poll()
+			}
+			if !slices.Equal(rejected, []uint8{0, 2}) || p.a.Stats().Rejected != 2 || p.b.Stats().Handled != 1 || p.b.Stats().HandlerErrors != 2 {
+				t.Errorf("rejected %v; A %+v; B %+v", rejected, p.a.Stats(), p.b.Stats())
 			}
 		})
 	}
