@@ -14,9 +14,9 @@ import (
 )
 
 // benchmarks are the names `xam bench` knows; "all" runs them all.
-var benchmarks = []string{"ssam", "logp"}
+var benchmarks = []string{"ssam", "logp", "hostile"}
 
-const benchUsage = "bench ssam|logp|all [--count N] [--bulk BYTES] [--clients N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // runBench runs the named benchmarks, each on a lab of its own.
 func runBench(e *env, args []string) error {
@@ -29,6 +29,7 @@ func runBench(e *env, args []string) error {
 	bulk := fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, TCP stream, UDP blast)")
 	mode := fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	clients := fs.Int("clients", 7, "logp: the most clients of the contention experiment")
+	flood := fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark) instead of Markdown")
 	out := fs.String("out", "", "ssam: also write plots of the round-trip distributions into this directory")
 	if err := parseOnly(fs, args); err != nil {
@@ -59,6 +60,9 @@ func runBench(e *env, args []string) error {
 	}
 	if *clients < 1 || *clients > 64 {
 		return usageError("--clients %d: want 1..64", *clients)
+	}
+	if *flood < 1 {
+		return usageError("--flood %d: want at least 1", *flood)
 	}
 	m, err := loader.ParseMode(*mode)
 	if err != nil {
@@ -92,6 +96,8 @@ func runBench(e *env, args []string) error {
 			r, err = benchSSAM(e, cfg, *asJSON, *out)
 		case "logp":
 			r, err = benchLogP(e, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m}, *asJSON)
+		case "hostile":
+			r, err = benchHostile(e, bench.HostileConfig{Pings: max(*count/10, 100), Flood: *flood}, *asJSON)
 		}
 		if err != nil {
 			return err
@@ -129,6 +135,17 @@ func withLab(e *env, what string, f func(l *lab.Lab, pa, pb bench.Place) error) 
 	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
 	fmt.Fprintf(e.stderr, "xam bench %s: lab %s: %s %v (%v) <-> %s %v (%v)\n", what, name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
 	return f(l, pa, pb)
+}
+
+// benchHostile runs the hostile suite, and prints its table unless asJSON.
+func benchHostile(e *env, cfg bench.HostileConfig, asJSON bool) (r *bench.HostileResult, err error) {
+	err = withLab(e, "hostile", func(_ *lab.Lab, pa, pb bench.Place) error {
+		if r, err = bench.RunHostile(pa, pb, cfg); err != nil || asJSON {
+			return err
+		}
+		return r.Markdown(e.stdout)
+	})
+	return r, err
 }
 
 // benchLogP measures AM-II's LogP table and the contention experiment,

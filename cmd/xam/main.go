@@ -12,7 +12,7 @@
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --stale | --all
 //	xam lab list [--json]
-//	xam bench ssam|logp|all [--count N] [--bulk BYTES] [--json] [--out DIR]
+//	xam bench ssam|logp|hostile|all [--count N] [--bulk BYTES] [--flood N] [--json] [--out DIR]
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
 //	xam cells reassemble [--hex] [--erf FILE]
 //	xam version
@@ -57,7 +57,7 @@ func init() {
 		{"capture", "record the xam frames a device carries, for Wireshark (ERF pcap)", runCapture},
 		{"stat", "counters of the xam XDP program on a device", runStat},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
-		{"bench", "the papers' experiments beside today's peers: ssam (SSAM's cost tables, round trips, bandwidth), logp (AM-II's LogP and contention)", runBench},
+		{"bench", "the papers' experiments beside today's peers: ssam (SSAM's cost tables, round trips, bandwidth), logp (AM-II's LogP and contention); hostile (forged frames and hostile local users, with traffic running)", runBench},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble, demo", runCells},
 		{"version", "print the version", func(e *env, _ []string) error {
 			fmt.Fprintln(e.stdout, "xam", version)

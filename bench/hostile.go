@@ -1,0 +1,449 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/nicfw"
+)
+
+// The hostile suite: what anyone on the segment and any local user can do
+// to xam's firmware mode, with real traffic running, and what xam refused
+// and counted. Two firmware daemons on a lab's two hosts, AM-II pings from
+// host A to an echo on host B throughout; meanwhile
+//
+//   - wire: host B's side of the link sends A a flood of forged frames as
+//     fast as it can (HostileConfig.Flood of them): cells opening PDUs on
+//     made-up circuits, transport ACK, DATA and RESET frames with made-up
+//     epochs, from B's MAC, random cells on the transport's circuit, and
+//     frames from a stranger's MAC. They are made from docs/wire.md, as an
+//     attacker would make them, not with xam's encoders.
+//   - local: a local user sends A's daemon the open requests it cannot
+//     grant (bad sizes, an empty table, a held or privileged id, more
+//     memory than the quota), more connections than its quota, and
+//     garbage descriptors through an endpoint of its own; then closes its
+//     connection with its endpoints open, as a killed process does.
+//
+// Each scenario reports what was sent and what was refused and counted,
+// and whether the pings' requests were each handled exactly once, none
+// lost and none returned.
+
+// HostileConfig configures the suite. Zero fields take defaults.
+type HostileConfig struct {
+	Pings int // AM-II round trips per scenario (default 2000)
+	Flood int // forged frames of the wire scenario (default 100000)
+}
+
+// HostileRow is one scenario's outcome.
+type HostileRow struct {
+	Scenario string            `json:"scenario"`
+	Attack   string            `json:"attack"`
+	Sent     int               `json:"sent"`    // hostile frames or requests sent
+	Counted  map[string]uint64 `json:"counted"` // what the target refused and counted, by counter
+	Pings    int               `json:"pings"`   // real round trips during the scenario
+	// ExactlyOnce: every ping's request was handled exactly once at the
+	// echo, none lost, none returned.
+	ExactlyOnce bool   `json:"exactly_once"`
+	Note        string `json:"note,omitempty"`
+}
+
+// HostileResult is the suite's outcome (the JSON of `xam bench hostile`).
+type HostileResult struct {
+	Rows []HostileRow `json:"rows"`
+}
+
+// Markdown writes the suite's table.
+func (r *HostileResult) Markdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("## Hostile input and faults (firmware mode, AM-II pings running)\n\n")
+	b.WriteString("| scenario | attack | sent | refused and counted | pings | exactly once |\n|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		var counted []string
+		for _, k := range sortedKeys(row.Counted) {
+			counted = append(counted, fmt.Sprintf("%s %d", k, row.Counted[k]))
+		}
+		once := "yes"
+		if !row.ExactlyOnce {
+			once = "**no**: " + row.Note
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %d | %s |\n", row.Scenario, row.Attack, row.Sent, strings.Join(counted, ", "), row.Pings, once)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := range keys {
+		for j := i + 1; j < len(keys); j++ {
+			if keys[j] < keys[i] {
+				keys[i], keys[j] = keys[j], keys[i]
+			}
+		}
+	}
+	return keys
+}
+
+// hostileHost is one host's daemon.
+type hostileHost struct {
+	raw  *RawEndpoint
+	d    *nicfw.Daemon
+	sock string
+	stop func()
+}
+
+// RunHostile runs the suite between a and b (two lab hosts).
+func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
+	if cfg.Pings == 0 {
+		cfg.Pings = 2000
+	}
+	if cfg.Flood == 0 {
+		cfg.Flood = 100_000
+	}
+	dir, err := os.MkdirTemp("", "xam-hostile-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ids := [2]nicfw.HostID{amiiHostA, amiiHostB}
+	places := [2]Place{a, b}
+	var hosts [2]*hostileHost
+	defer func() {
+		for _, h := range hosts {
+			if h != nil {
+				if h.stop != nil {
+					h.stop()
+				}
+				h.raw.Close()
+			}
+		}
+	}()
+	for i, p := range places {
+		raw, err := OpenRaw(p, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		h := &hostileHost{raw: raw, sock: filepath.Join(dir, fmt.Sprintf("h%d.sock", i))}
+		hosts[i] = h
+		if h.d, err = nicfw.NewDaemon(raw.Sock, nicfw.DaemonConfig{
+			Engine: nicfw.EngineConfig{Host: ids[i], Transport: nicfw.Config{RetransmitAfter: time.Millisecond}},
+			Hosts:  map[nicfw.HostID]net.HardwareAddr{ids[1-i]: places[1-i].MAC},
+			Socket: h.sock, Sleep: 20 * time.Microsecond, MaxConnsPerUser: 16, UserMemory: 64 << 20,
+		}); err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- h.d.Run(ctx) }()
+		h.stop = func() { cancel(); <-done }
+	}
+	res := &HostileResult{}
+	for _, sc := range []func(*hostileHost, *hostileHost, Place, Place, HostileConfig) (HostileRow, error){hostileWire, hostileLocal} {
+		row, err := sc(hosts[0], hosts[1], a, b, cfg)
+		if err != nil {
+			return res, err
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	return res, nil
+}
+
+// pingDuring runs the AM-II pings from A's daemon to B's echo while attack
+// runs, and reports how many were made and whether each request was
+// handled exactly once with nothing returned.
+func pingDuring(ha, hb *hostileHost, n int, attack func(stop *atomic.Bool) error) (int, bool, string, error) {
+	d := DaemonEndpoint{Socket: hb.sock, Endpoint: nicfw.FirstUserEndpoint + 1, PeerHost: amiiHostA, Tag: amiiTag}
+	server, err := d.open()
+	if err != nil {
+		return 0, false, "", err
+	}
+	defer server.Close()
+	var counts EchoCounts
+	echoErr := echoAMII(server, &counts)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var serveErr, attackErr error
+	wg.Go(func() { serveErr = serveAMII(server, &stop) })
+	var attackStop atomic.Bool
+	wg.Go(func() { attackErr = attack(&attackStop) })
+	client, err := DaemonEndpoint{Socket: ha.sock, Endpoint: nicfw.FirstUserEndpoint + 1, PeerHost: amiiHostB, Tag: amiiTag}.open()
+	var r *AMIIResult
+	if err == nil {
+		r, err = pingAMII(client, PingConfig{Count: n, NoWarmup: true, Timeout: time.Second}, 1)
+		client.Close()
+	}
+	attackStop.Store(true)
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(err, serveErr, *echoErr, attackErr); err != nil {
+		return 0, false, "", err
+	}
+	once := r.Lost == 0 && counts.Delivered() == n && counts.Duplicates() == 0 && client.Stats().Returned == 0
+	note := ""
+	if !once {
+		note = fmt.Sprintf("%d lost, %d handled, %d duplicates, %d returned", r.Lost, counts.Delivered(), counts.Duplicates(), client.Stats().Returned)
+	}
+	return r.Done, once, note, nil
+}
+
+// hostileWire floods A with forged frames from B's side of the link.
+func hostileWire(ha, hb *hostileHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+	row := HostileRow{Scenario: "wire", Attack: "forged circuits, epochs, ACKs, RESETs, random cells, a stranger's frames"}
+	frames, err := forgedFrames(a.MAC, b.MAC, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		return row, err
+	}
+	var fd int
+	if err := b.Do(func() (err error) {
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		return err
+	}); err != nil {
+		return row, err
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrLinklayer{Ifindex: b.Ifindex, Halen: 6}
+	copy(to.Addr[:], a.MAC)
+	before, err := ha.d.Stats()
+	if err != nil {
+		return row, err
+	}
+	sent := 0
+	pings, once, note, err := pingDuring(ha, hb, cfg.Pings, func(stop *atomic.Bool) error {
+		for sent < cfg.Flood && !stop.Load() {
+			if err := unix.Sendto(fd, frames[sent%len(frames)], 0, to); err != nil && !errors.Is(err, unix.ENOBUFS) {
+				return err
+			}
+			sent++
+		}
+		return nil
+	})
+	if err != nil {
+		return row, err
+	}
+	after, err := ha.d.Stats()
+	if err != nil {
+		return row, err
+	}
+	t0, t1 := before.Transport, after.Transport
+	row.Sent, row.Pings, row.ExactlyOnce, row.Note = sent, pings, once, note
+	row.Counted = map[string]uint64{
+		"unconfirmed epochs": t1.Unconfirmed - t0.Unconfirmed,
+		"bad frames":         t1.BadFrames - t0.BadFrames,
+		"unknown sources":    t1.UnknownSource - t0.UnknownSource,
+		"stale epochs":       t1.StaleEpoch - t0.StaleEpoch,
+		"restarts believed":  t1.Restarts - t0.Restarts,
+	}
+	if t1.Restarts != t0.Restarts {
+		row.ExactlyOnce = false
+		row.Note += "; a forged restart was believed"
+	}
+	return row, nil
+}
+
+// forgedFrames makes the wire scenario's frames for dst, from src (its
+// peer) and from a stranger, after docs/wire.md.
+func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
+	stranger := net.HardwareAddr{0x02, 0xbd, 0, 0, 0, 9}
+	frame := func(from net.HardwareAddr, cs []byte) ([]byte, error) {
+		return (&cells.Framer{Dst: dst, Src: from}).Append(nil, cs)
+	}
+	// transport is an SDU of the transport's header (docs/wire.md): type,
+	// channel, sequence, stamp, payload length, acknowledgement entries,
+	// source and destination epochs; then the payload.
+	transport := func(typ, ch uint8, payload []byte, srcEpoch, dstEpoch uint32) ([]byte, error) {
+		sdu := make([]byte, 20+len(payload))
+		sdu[0], sdu[1] = typ, ch
+		binary.BigEndian.PutUint16(sdu[2:], uint16(rng.Uint32()))
+		binary.BigEndian.PutUint32(sdu[4:], rng.Uint32())
+		binary.BigEndian.PutUint16(sdu[8:], uint16(len(payload)))
+		binary.BigEndian.PutUint32(sdu[12:], srcEpoch)
+		binary.BigEndian.PutUint32(sdu[16:], dstEpoch)
+		copy(sdu[20:], payload)
+		cs, err := cells.Segment(cells.SAR{VCI: nicfw.DefaultVCI}, sdu)
+		if err != nil {
+			return nil, err
+		}
+		return frame(src, cs)
+	}
+	var out [][]byte
+	add := func(f []byte, err error) error {
+		out = append(out, f)
+		return err
+	}
+	for range 64 {
+		var open []byte
+		for range 4 {
+			pdu, err := cells.Segment(cells.SAR{VCI: 100 + uint16(rng.IntN(100))}, make([]byte, 500))
+			if err != nil {
+				return nil, err
+			}
+			open = append(open, pdu[:cells.CellSize]...)
+		}
+		junk := make([]byte, cells.CellSize*(1+rng.IntN(4)))
+		for o := 0; o < len(junk); o += cells.CellSize {
+			c := junk[o : o+cells.CellSize]
+			for i := range c {
+				c[i] = byte(rng.Uint32())
+			}
+			if err := cells.Cell(c).Encode(cells.UNI, cells.Fields{VCI: nicfw.DefaultVCI, PTI: uint8(rng.IntN(2))}); err != nil {
+				return nil, err
+			}
+		}
+		payload := make([]byte, 40)
+		for i := range payload {
+			payload[i] = byte(rng.Uint32())
+		}
+		if err := errors.Join(
+			add(frame(src, open)),
+			add(transport(2, uint8(rng.IntN(8)), nil, rng.Uint32()|1, 0)),
+			add(transport(1, uint8(rng.IntN(8)), payload, rng.Uint32()|1, rng.Uint32())),
+			add(transport(4, uint8(rng.IntN(8)), nil, rng.Uint32()|1, rng.Uint32())),
+			add(frame(src, junk)),
+			add(frame(stranger, junk)),
+		); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// hostileLocal is a local user's attack on A's daemon.
+func hostileLocal(ha, hb *hostileHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+	row := HostileRow{Scenario: "local", Attack: "bad opens, a connection flood, garbage descriptors, endpoints left open by a closed connection"}
+	before, err := ha.d.Stats()
+	if err != nil {
+		return row, err
+	}
+	kinds := map[string]uint64{}
+	sent := 0
+	var garbage, refused uint64
+	pings, once, note, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error {
+		c, err := nicfw.Dial(ha.sock)
+		if err != nil {
+			return err
+		}
+		table := []nicfw.Name{{Host: amiiHostB, Endpoint: 1}}
+		held, err := c.Open(nicfw.OpenRequest{Table: table})
+		if err != nil {
+			c.Close()
+			return err
+		}
+		for _, req := range []nicfw.OpenRequest{
+			{QueueEntries: 3, Table: table}, {QueueEntries: 1 << 20, Table: table},
+			{StagingSize: 100, Table: table}, {StagingSize: 2 << 30, Table: table},
+			{}, {Endpoint: held.ID, Table: table}, {StagingSize: 1 << 30, Table: table},
+		} {
+			sent++
+			_, err := c.Open(req)
+			switch {
+			case errors.Is(err, nicfw.ErrQuota):
+				kinds["opens refused: quota"]++
+			case errors.Is(err, nicfw.ErrEndpointInUse):
+				kinds["opens refused: in use"]++
+			case errors.Is(err, nicfw.ErrConfig):
+				kinds["opens refused: config"]++
+			case err == nil:
+				return fmt.Errorf("bench: the daemon granted a bad open %+v", req)
+			default:
+				return err
+			}
+		}
+		// More connections than the quota (16 here).
+		var conns []*nicfw.Conn
+		for range 24 {
+			sent++
+			cc, err := nicfw.Dial(ha.sock)
+			if err != nil {
+				return err
+			}
+			conns = append(conns, cc)
+			if _, err := cc.Stats(); errors.Is(err, nicfw.ErrQuota) {
+				kinds["connections refused: quota"]++
+			}
+		}
+		for _, cc := range conns {
+			cc.Close()
+		}
+		// Garbage descriptors.
+		rng := rand.New(rand.NewPCG(3, 4))
+		for range 1000 {
+			// Never a real message: the table has one entry.
+			d := nicfw.Descriptor{Class: nicfw.Class(rng.IntN(5)), NArgs: uint8(rng.IntN(12)), Dest: 1 + rng.Uint32()%4,
+				Offset: rng.Uint32(), Length: rng.Uint32() % 100000, Handler: rng.Uint32()}
+			if err := held.Send(nicfw.RequestSend, &d); err == nil {
+				sent++
+				garbage++
+			}
+			for range 100 {
+				if _, taken := held.Progress(nicfw.RequestSend); taken == uint32(garbage) {
+					break
+				}
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+		// The engine refuses them all, counting each by reason.
+		for bound := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			s, err := c.Stats()
+			if err != nil {
+				return err
+			}
+			refused = 0
+			for _, ep := range s.List {
+				if ep.ID == held.ID {
+					for _, n := range ep.Queues.Refused {
+						refused += n
+					}
+				}
+			}
+			if refused >= garbage || time.Now().After(bound) {
+				break
+			}
+		}
+		// Gone with its endpoint open, as a killed process is; then this
+		// process lets go of its side of the endpoint (its request to
+		// close finds the connection closed).
+		err = c.Close()
+		held.Close()
+		return err
+	})
+	if err != nil {
+		return row, err
+	}
+	// The closed connection's endpoint goes with it.
+	var after nicfw.DaemonStats
+	for bound := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if after, err = ha.d.Stats(); err != nil {
+			return row, err
+		}
+		if after.Endpoints == 0 || time.Now().After(bound) {
+			break
+		}
+	}
+	row.Sent, row.Pings, row.ExactlyOnce, row.Note = sent, pings, once, note
+	row.Counted = kinds
+	row.Counted["refused by the daemon"] = after.Refused - before.Refused
+	row.Counted["garbage descriptors refused"] = refused
+	row.Counted["endpoints left open"] = uint64(after.Endpoints)
+	if refused != garbage || after.Endpoints != 0 {
+		row.ExactlyOnce = false
+		row.Note += fmt.Sprintf("; %d of %d garbage descriptors refused, %d endpoints left", refused, garbage, after.Endpoints)
+	}
+	return row, nil
+}

@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/xam-project/xam/internal/netnstest"
+)
+
+// TestHostile runs the hostile suite's short form (the one CI runs) on a
+// veth pair: in each scenario every ping is handled exactly once, and the
+// attacks were refused and counted.
+func TestHostile(t *testing.T) {
+	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	a, b := places(p)
+	r, err := RunHostile(a, b, HostileConfig{Pings: 300, Flood: 20000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rows) != 2 {
+		t.Fatalf("%d scenarios: %+v", len(r.Rows), r.Rows)
+	}
+	for _, row := range r.Rows {
+		if !row.ExactlyOnce || row.Pings != 300 || row.Sent == 0 {
+			t.Errorf("%s: %+v", row.Scenario, row)
+		}
+	}
+	wire, local := r.Rows[0].Counted, r.Rows[1].Counted
+	if wire["unconfirmed epochs"] == 0 || wire["unknown sources"] == 0 || wire["restarts believed"] != 0 {
+		t.Errorf("wire: %v", wire)
+	}
+	if local["opens refused: config"] != 5 || local["opens refused: in use"] != 1 || local["opens refused: quota"] != 1 ||
+		local["connections refused: quota"] == 0 || local["garbage descriptors refused"] == 0 || local["endpoints left open"] != 0 {
+		t.Errorf("local: %v", local)
+	}
+	var md strings.Builder
+	if err := r.Markdown(&md); err != nil || !strings.Contains(md.String(), "| wire |") {
+		t.Errorf("markdown: %v\n%s", err, md.String())
+	}
+	t.Logf("\n%s", md.String())
+}
