@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -193,4 +194,55 @@ func TestWaitDaemonGone(t *testing.T) {
 	}
 	unix.Close(ep.notify)
 	unix.Close(ep.kick)
+}
+
+// TestDaemonBigOpenDoesNotStall: while one user's large endpoint is being
+// made (512 MiB of staging, zeroed and populated), the engine goes on
+// serving: a call that needs the engine loop (Stats) returns before the
+// open does. Before, the open ran in the engine's thread and everything
+// else, other users' messages included, waited for it.
+func TestDaemonBigOpenDoesNotStall(t *testing.T) {
+	d, path, _ := hostileDaemon(t, DaemonConfig{UserMemory: 1 << 30})
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetTimeout(time.Minute)
+	opened := make(chan error, 1)
+	var ep *Endpoint
+	go func() {
+		var err error
+		ep, err = c.Open(OpenRequest{StagingSize: 512 << 20, Table: oneEntry})
+		opened <- err
+	}()
+	// The open is under way once the daemon counts the user's endpoint
+	// (before its memory is made); then the engine must answer.
+	waitFor(t, "the open under way", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		u := d.users[uint32(os.Getuid())]
+		return u != nil && u.endpoints > 0
+	})
+	answered := make(chan error, 1)
+	go func() { _, err := d.Stats(); answered <- err }()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-opened; err != nil {
+			t.Fatal(err)
+		}
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-answered: // both were ready: select took one at random
+		default:
+			t.Fatal("the engine answered only after the big open was done")
+		}
+	}
+	ep.Close()
 }
