@@ -4,7 +4,6 @@ package am
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -111,20 +110,8 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	serve := func(a *AMII) {
-		for !stop.Load() {
-			if err := a.Wait(20 * time.Millisecond); err != nil && !errors.Is(err, ErrTimeout) {
-				t.Errorf("wait: %v", err)
-				return
-			}
-			if _, err := a.Poll(); err != nil {
-				t.Errorf("poll: %v", err)
-				return
-			}
-		}
-	}
-	wg.Go(func() { serve(server.AMII) })
-	wg.Go(func() { serve(client.AMII) })
+	wg.Go(func() { serveUntil(t, server.AMII, &stop) })
+	wg.Go(func() { serveUntil(t, client.AMII, &stop) })
 	var sends sync.WaitGroup
 	for g := range senders {
 		sends.Go(func() {

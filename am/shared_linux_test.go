@@ -73,6 +73,21 @@ func startDaemons(t *testing.T, la, lb afxdp.Link) (pa, pb string) {
 	return daemon(la, amiiHostA, amiiHostB, lb.HardwareAddr()), daemon(lb, amiiHostB, amiiHostA, la.HardwareAddr())
 }
 
+// serveUntil runs a's handlers, waiting between messages, until stop is
+// set.
+func serveUntil(t *testing.T, a *AMII, stop *atomic.Bool) {
+	for !stop.Load() {
+		if err := a.Wait(20 * time.Millisecond); err != nil && !errors.Is(err, ErrTimeout) {
+			t.Errorf("wait: %v", err)
+			return
+		}
+		if _, err := a.Poll(); err != nil {
+			t.Errorf("poll: %v", err)
+			return
+		}
+	}
+}
+
 func sharedBody(t *testing.T, la, lb afxdp.Link) {
 	pa, pb := startDaemons(t, la, lb)
 
@@ -106,20 +121,8 @@ func sharedBody(t *testing.T, la, lb afxdp.Link) {
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	serve := func(a *AMII) {
-		for !stop.Load() {
-			if err := a.Wait(20 * time.Millisecond); err != nil && !errors.Is(err, ErrTimeout) {
-				t.Errorf("wait: %v", err)
-				return
-			}
-			if _, err := a.Poll(); err != nil {
-				t.Errorf("poll: %v", err)
-				return
-			}
-		}
-	}
-	wg.Go(func() { serve(server.AMII) })
-	wg.Go(func() { serve(client.AMII) }) // the thread blocked in Wait
+	wg.Go(func() { serveUntil(t, server.AMII, &stop) })
+	wg.Go(func() { serveUntil(t, client.AMII, &stop) }) // the thread blocked in Wait
 	var sends sync.WaitGroup
 	for g := range uint64(senders) {
 		sends.Go(func() {

@@ -29,6 +29,17 @@ func hostileDaemon(t *testing.T, cfg DaemonConfig) (*Daemon, string, func()) {
 
 var oneEntry = []Name{{Host: 2, Endpoint: 1}}
 
+// served reports whether a new connection to the daemon at path is served.
+func served(path string) bool {
+	c, err := Dial(path)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_, err = c.Stats()
+	return err == nil
+}
+
 // TestDaemonBadOpens: every open a daemon cannot grant is refused with a
 // typed error to that client, before anything is made, and the daemon
 // goes on serving. Before, six of these crashed it (a refusal was
@@ -103,15 +114,7 @@ func TestDaemonConnectionQuota(t *testing.T) {
 	conns[0].Close()
 	// The daemon counts the close when it reads it: a later connection is
 	// served once it has (the connection refused meanwhile says so).
-	waitFor(t, "a connection after one closed", func() bool {
-		c, err := Dial(path)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_, err = c.Stats()
-		return err == nil
-	})
+	waitFor(t, "a connection after one closed", func() bool { return served(path) })
 	for _, c := range conns[1:] {
 		c.Close()
 	}
@@ -158,15 +161,7 @@ func TestDaemonAcceptsAfterDescriptorsRunOut(t *testing.T) {
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a connection served after the descriptors came back", func() bool {
-		c, err := Dial(path)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_, err = c.Stats()
-		return err == nil
-	})
+	waitFor(t, "a connection served after the descriptors came back", func() bool { return served(path) })
 }
 
 // TestWaitDaemonGone: an application blocked on its endpoint gets

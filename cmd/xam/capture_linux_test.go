@@ -14,6 +14,27 @@ import (
 	"github.com/xam-project/xam/lab"
 )
 
+// switchCapture builds a two-host lab with a switch and opens a capture of
+// buffer bytes on the switch's port toward host 0; both go when the test
+// ends.
+func switchCapture(t *testing.T, name string, buffer int) (*lab.Lab, *capturer) {
+	t.Helper()
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("%s%d", name, os.Getpid()), Switch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	var c *capturer
+	if err := l.Switch.Do(func() (err error) {
+		c, err = openCapture(l.Switch.Ports[0], buffer)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.close() })
+	return l, c
+}
+
 // TestCaptureCountsMissed: every frame that crosses the captured port is
 // either in the file or counted as missed. The capture's socket has the
 // smallest buffer and is not read while host 0 sends a burst of frames
@@ -22,20 +43,8 @@ import (
 // Before, frames dropped at a full buffer were reported as "0 dropped".
 func TestCaptureCountsMissed(t *testing.T) {
 	testenv.RequirePrivileged(t)
-	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("miss%d", os.Getpid()), Switch: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Down() })
+	l, c := switchCapture(t, "miss", minCaptureBuffer)
 	a, b := l.Hosts[0], l.Hosts[1]
-	var c *capturer
-	if err := l.Switch.Do(func() (err error) {
-		c, err = openCapture(l.Switch.Ports[0], minCaptureBuffer)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
 
 	const burst = 2000
 	cs := make([]byte, cells.CellSize)

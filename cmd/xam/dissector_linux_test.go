@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,20 +27,8 @@ func TestWiresharkDissector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("wsk%d", os.Getpid()), Switch: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Down() })
+	l, c := switchCapture(t, "wsk", defaultCaptureBuffer)
 	a, b := l.Hosts[0], l.Hosts[1]
-	var c *capturer
-	if err := l.Switch.Do(func() (err error) {
-		c, err = openCapture(l.Switch.Ports[0], defaultCaptureBuffer)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
 	path := filepath.Join(t.TempDir(), "xam.pcapng")
 	f, err := os.Create(path)
 	if err != nil {
