@@ -12,7 +12,6 @@ import (
 	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/testenv"
-	"github.com/xam-project/xam/lab"
 )
 
 // TestWiresharkDissector captures live lab traffic of three kinds with
