@@ -43,23 +43,6 @@ func DownAll() ([]string, error) { return nil, errNotLinux }
 // List fails: labs need Linux.
 func List() ([]string, error) { return nil, errNotLinux }
 
-// State says who holds a lab.
-type State string
-
-// The states of a lab.
-const (
-	Owned      State = "owned"
-	Stale      State = "stale"
-	Persistent State = "persistent"
-)
-
-// Info describes a lab that exists.
-type Info struct {
-	Name  string `json:"name"`
-	State State  `json:"state"`
-	Owner int    `json:"owner_pid,omitempty"`
-}
-
 // Labs fails: labs need Linux.
 func Labs() ([]Info, error) { return nil, errNotLinux }
 
