@@ -191,13 +191,21 @@ func TestWaitDaemonGone(t *testing.T) {
 	unix.Close(ep.kick)
 }
 
-// TestDaemonBigOpenDoesNotStall: while one user's large endpoint is being
-// made (512 MiB of staging, zeroed and populated), the engine goes on
-// serving: a call that needs the engine loop (Stats) returns before the
-// open does. Before, the open ran in the engine's thread and everything
-// else, other users' messages included, waited for it.
+// TestDaemonBigOpenDoesNotStall: while an open's endpoint memory is being
+// made (held up here until the test lets it go, as a large endpoint's
+// zeroing and populating holds it up), the engine goes on serving: a call
+// that runs in the engine loop (Stats) returns, and sees no endpoint yet.
+// Before, the memory was made in the engine's thread, and everything else,
+// other users' messages included, waited for it.
 func TestDaemonBigOpenDoesNotStall(t *testing.T) {
-	d, path, _ := hostileDaemon(t, DaemonConfig{UserMemory: 1 << 30})
+	d, path, _ := hostileDaemon(t, DaemonConfig{})
+	making, release := make(chan struct{}), make(chan struct{})
+	makeEndpointMemory = func(cfg EndpointConfig) (*EndpointMemory, error) {
+		close(making)
+		<-release
+		return NewEndpointMemory(cfg)
+	}
+	t.Cleanup(func() { makeEndpointMemory = NewEndpointMemory })
 	c, err := Dial(path)
 	if err != nil {
 		t.Fatal(err)
@@ -208,27 +216,21 @@ func TestDaemonBigOpenDoesNotStall(t *testing.T) {
 	var ep *Endpoint
 	go func() {
 		var err error
-		ep, err = c.Open(OpenRequest{StagingSize: 512 << 20, Table: oneEntry})
+		ep, err = c.Open(OpenRequest{Table: oneEntry})
 		opened <- err
 	}()
-	// The open is under way once the daemon counts the user's endpoint
-	// (before its memory is made); then the engine must answer.
-	waitFor(t, "the open under way", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		u := d.users[uint32(os.Getuid())]
-		return u != nil && u.endpoints > 0
-	})
-	// Stats runs in the engine loop. Had the open run there too, Stats
-	// would come after it and see the endpoint; it sees none, because the
-	// memory is still being made outside the engine.
-	s, err := d.Stats()
-	if err != nil {
-		t.Fatal(err)
+	<-making
+	stats := make(chan DaemonStats, 1)
+	go func() { s, _ := d.Stats(); stats <- s }()
+	select {
+	case s := <-stats:
+		if s.Endpoints != 0 {
+			t.Errorf("%d endpoints while the first one's memory is being made", s.Endpoints)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("the engine did not answer while an endpoint's memory was being made")
 	}
-	if s.Endpoints != 0 {
-		t.Errorf("the engine answered only after the big open was done (%d endpoints)", s.Endpoints)
-	}
+	close(release)
 	if err := <-opened; err != nil {
 		t.Fatal(err)
 	}
