@@ -51,6 +51,9 @@ type LogPConfig struct {
 	Clients int         // most clients of the contention experiment (default 7)
 	Mode    loader.Mode // XDP attach mode
 	Queue   int         // device queue
+	// Stop, when set, ends the run before its next row: the result holds
+	// the rows measured and is marked Interrupted.
+	Stop *atomic.Bool
 }
 
 // LogPRow is one configuration's figures, in microseconds, to 0.01 µs.
@@ -96,6 +99,8 @@ type LogPResult struct {
 	Credits    int             `json:"credits"`
 	Rows       []LogPRow       `json:"logp"`
 	Contention []ContentionRow `json:"contention"`
+	// Interrupted: the run was stopped (LogPConfig.Stop) before its end.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // logpConfigs are the three configurations, baseline first.
@@ -122,7 +127,14 @@ func RunLogP(a, b Place, cfg LogPConfig) (*LogPResult, error) {
 		return nil, fmt.Errorf("bench: LogP: count %d (at least 100), clients %d (1..64)", cfg.Count, cfg.Clients)
 	}
 	res := &LogPResult{Count: cfg.Count, Credits: am.DefaultCredits}
+	stop := func() bool {
+		res.Interrupted = cfg.Stop != nil && cfg.Stop.Load()
+		return res.Interrupted
+	}
 	for _, c := range logpConfigs {
+		if stop() {
+			return res, nil
+		}
 		row, err := logpRow(a, b, cfg, c.cfg)
 		if err != nil {
 			return nil, fmt.Errorf("bench: LogP %s: %w", c.name, err)
@@ -131,6 +143,9 @@ func RunLogP(a, b Place, cfg LogPConfig) (*LogPResult, error) {
 		res.Rows = append(res.Rows, *row)
 	}
 	for n := 1; n <= cfg.Clients; n++ {
+		if stop() {
+			return res, nil
+		}
 		row, err := contention(a, b, cfg, n)
 		if err != nil {
 			return nil, fmt.Errorf("bench: contention with %d clients: %w", n, err)
@@ -454,6 +469,9 @@ func median(ds []time.Duration) time.Duration {
 func (r *LogPResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## AM-II LogP, short messages (µs; medians of %d; K = %d credits)\n\n", r.Count, r.Credits)
+	if r.Interrupted {
+		b.WriteString("**Interrupted**: the tables hold the rows measured before the run was stopped.\n\n")
+	}
 	b.WriteString("| configuration | Os | Or | g | L | RTT |\n|---|---|---|---|---|---|\n")
 	l := func(v *float64, sign string) string {
 		if v == nil {

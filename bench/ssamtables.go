@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,10 @@ type SSAMTablesConfig struct {
 	Mode        loader.Mode // XDP attach mode (default as the doctor recommends)
 	// Progress, if set, is told what is measured next.
 	Progress func(what string)
+	// Stop, when set (by a signal handler, say), ends the run before its
+	// next measurement: the tables hold what was measured and are marked
+	// Interrupted.
+	Stop *atomic.Bool
 }
 
 func (c *SSAMTablesConfig) fill() error {
@@ -196,6 +201,7 @@ type SSAMTables struct {
 	ClockNs     float64        `json:"clock_bracket_ns"` // an empty time.Now/time.Since bracket
 	Paper       Paper          `json:"paper"`
 	Retransmits uint64         `json:"ssam_retransmits"` // during the AM-layer and round-trip runs
+	Interrupted bool           `json:"interrupted,omitempty"`
 
 	hists map[string]*hdrhistogram.Histogram
 }
@@ -212,29 +218,41 @@ func RunSSAMTables(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig) (*
 		return nil, err
 	}
 	t := &SSAMTables{Count: cfg.Count, Bulk: cfg.Bulk, Paper: PaperSSAM, hists: map[string]*hdrhistogram.Histogram{}}
-	progress := func(what string) {
+	// step says what is measured next, or false when the run is to stop.
+	step := func(what string) bool {
+		if cfg.Stop != nil && cfg.Stop.Load() {
+			t.Interrupted = true
+			return false
+		}
 		if cfg.Progress != nil {
 			cfg.Progress(what)
 		}
+		return true
 	}
 	var err error
-	progress("trap costs over AF_XDP")
+	if !step("trap costs over AF_XDP") {
+		return t, nil
+	}
 	if t.Traps, t.Memory, err = xdpTraps(a, b, cfg); err != nil {
 		return nil, fmt.Errorf("trap costs over AF_XDP: %w", err)
 	}
-	progress("the same calls through AF_PACKET system calls")
+	if !step("the same calls through AF_PACKET system calls") {
+		return t, nil
+	}
 	if t.Syscalls, err = packetTraps(a, b, cfg); err != nil {
 		return nil, fmt.Errorf("system-call path: %w", err)
 	}
 	t.Syscalls = append([]Cost{t.Traps[0]}, t.Syscalls...) // the null system call, for reference
-	progress("the Active Messages layer")
+	if !step("the Active Messages layer") {
+		return t, nil
+	}
 	if t.AM, t.ClockNs, t.Retransmits, err = amCosts(a, b, cfg); err != nil {
 		return nil, fmt.Errorf("AM layer: %w", err)
 	}
-	if err := t.roundTrips(a, b, aAddr, bAddr, cfg, progress); err != nil {
+	if err := t.roundTrips(a, b, aAddr, bAddr, cfg, step); err != nil {
 		return nil, err
 	}
-	if err := t.bandwidth(a, b, aAddr, bAddr, cfg, progress); err != nil {
+	if err := t.bandwidth(a, b, aAddr, bAddr, cfg, step); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -738,7 +756,7 @@ func clockBracket(n int) float64 {
 }
 
 // roundTrips measures part 4's round trips.
-func (t *SSAMTables) roundTrips(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, progress func(string)) error {
+func (t *SSAMTables) roundTrips(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, step func(string) bool) error {
 	pc := PingConfig{Count: cfg.Count, Size: ssamMessage, Mode: cfg.Mode}
 	paths := []struct {
 		path, what string
@@ -757,7 +775,9 @@ func (t *SSAMTables) roundTrips(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTab
 		{"tcp", "kernel TCP, TCP_NODELAY, blocking echo", func() (*PingResult, error) { return TCPPing(a, b, aAddr, bAddr, pc) }},
 	}
 	for _, p := range paths {
-		progress(p.path + " round trips")
+		if !step(p.path + " round trips") {
+			break
+		}
 		r, err := p.ping()
 		if err != nil {
 			return fmt.Errorf("%s round trips: %w", p.path, err)
@@ -767,6 +787,9 @@ func (t *SSAMTables) roundTrips(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTab
 		}
 		t.hists[p.path] = r.Histogram()
 		t.RTT = append(t.RTT, RTTRow{Path: p.path, What: p.what, Count: r.Count, Size: r.Size, Lost: r.Lost, RTT: r.RTT})
+	}
+	if len(t.RTT) < 2 {
+		return nil // interrupted before the ratios' references
 	}
 	raw, ssam := t.RTT[0].RTT, t.RTT[1].RTT
 	for i := range t.RTT {
@@ -787,18 +810,24 @@ func ratio(a, b int64) float64 {
 }
 
 // bandwidth measures part 4's bandwidth.
-func (t *SSAMTables) bandwidth(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, progress func(string)) error {
-	progress("SSAM bulk write")
+func (t *SSAMTables) bandwidth(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, step func(string) bool) error {
+	if !step("SSAM bulk write") {
+		return nil
+	}
 	sb, err := SSAMBulk(a, b, cfg.Bulk, cfg.BulkMessage, cfg.Mode, am.SSAMConfig{})
 	if err != nil {
 		return fmt.Errorf("SSAM bulk write: %w", err)
 	}
-	progress("TCP stream")
+	if !step("TCP stream") {
+		return nil
+	}
 	tb, err := TCPStream(a, b, aAddr, bAddr, cfg.Bulk, cfg.BulkMessage)
 	if err != nil {
 		return fmt.Errorf("TCP stream: %w", err)
 	}
-	progress("UDP blast")
+	if !step("UDP blast") {
+		return nil
+	}
 	ub, err := UDPBlast(a, b, aAddr, bAddr, cfg.Bulk, cfg.BulkMessage)
 	if err != nil {
 		return fmt.Errorf("UDP blast: %w", err)
@@ -1081,6 +1110,9 @@ func (t *SSAMTables) Markdown(w io.Writer) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# SSAM's tables, measured today\n\n")
+	if t.Interrupted {
+		p("**Interrupted**: the tables hold what was measured before the run was stopped.\n\n")
+	}
 	var where []string
 	if t.Setup.Lab != "" {
 		where = append(where, t.Setup.Lab)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/netdev"
@@ -86,18 +87,27 @@ func runBench(e *env, args []string) error {
 			return fmt.Errorf("--out: %w", err)
 		}
 	}
-	cfg := bench.SSAMTablesConfig{Count: *count, Bulk: *bulk, Mode: m}
+	// A signal stops a benchmark before its next measurement: what was
+	// measured is printed, and xam exits 130. A measurement in progress
+	// finishes first (within the grace time; a second signal stops at once).
+	in := watchInterrupts(e, "what was measured follows once the measurement in progress ends")
+	in.grace = benchGrace
+	defer in.release()
+	cfg := bench.SSAMTablesConfig{Count: *count, Bulk: *bulk, Mode: m, Stop: in.flag()}
 	results := map[string]any{}
 	for _, n := range names {
+		if in.interrupted() {
+			break
+		}
 		var r any
 		var err error
 		switch n {
 		case "ssam":
-			r, err = benchSSAM(e, cfg, *asJSON, *out)
+			r, err = benchSSAM(e, in, cfg, *asJSON, *out)
 		case "logp":
-			r, err = benchLogP(e, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m}, *asJSON)
+			r, err = benchLogP(e, in, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m, Stop: in.flag()}, *asJSON)
 		case "hostile":
-			r, err = benchHostile(e, bench.HostileConfig{Pings: max(*count/10, 100), Flood: *flood}, *asJSON)
+			r, err = benchHostile(e, in, bench.HostileConfig{Pings: max(*count/10, 100), Flood: *flood}, *asJSON)
 		}
 		if err != nil {
 			return err
@@ -107,25 +117,30 @@ func runBench(e *env, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(results)
+		if err := enc.Encode(results); err != nil {
+			return err
+		}
+	}
+	if in.interrupted() {
+		return fmt.Errorf("%w: the results hold what was measured", errInterrupted)
 	}
 	return nil
 }
 
+// benchGrace is how long a benchmark has, after a signal, to end the
+// measurement in progress, print and remove its lab.
+const benchGrace = 30 * time.Second
+
 // withLab builds a two-host lab for benchmark what, runs f on it and
 // removes it afterwards (also on failure, and on an interrupt).
-func withLab(e *env, what string, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
+func withLab(e *env, in *interrupts, what string, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
 	name := fmt.Sprintf("bench%d", os.Getpid())
 	l, err := lab.Up(lab.Config{Name: name})
 	if err != nil {
 		return err
 	}
-	// The experiments do not stop half-way: an interrupt removes the lab
-	// and exits once the grace time is over (interrupts).
-	in := watchInterrupts(e, "the lab comes down")
 	in.onExit(l.Down)
 	defer func() {
-		in.release()
 		if derr := l.Down(); derr != nil && err == nil {
 			err = fmt.Errorf("removing lab %s: %w", name, derr)
 		}
@@ -138,8 +153,8 @@ func withLab(e *env, what string, f func(l *lab.Lab, pa, pb bench.Place) error) 
 }
 
 // benchHostile runs the hostile suite, and prints its table unless asJSON.
-func benchHostile(e *env, cfg bench.HostileConfig, asJSON bool) (r *bench.HostileResult, err error) {
-	err = withLab(e, "hostile", func(_ *lab.Lab, pa, pb bench.Place) error {
+func benchHostile(e *env, in *interrupts, cfg bench.HostileConfig, asJSON bool) (r *bench.HostileResult, err error) {
+	err = withLab(e, in, "hostile", func(_ *lab.Lab, pa, pb bench.Place) error {
 		if r, err = bench.RunHostile(pa, pb, cfg); err != nil || asJSON {
 			return err
 		}
@@ -150,8 +165,8 @@ func benchHostile(e *env, cfg bench.HostileConfig, asJSON bool) (r *bench.Hostil
 
 // benchLogP measures AM-II's LogP table and the contention experiment,
 // and prints them as Markdown unless asJSON.
-func benchLogP(e *env, cfg bench.LogPConfig, asJSON bool) (r *bench.LogPResult, err error) {
-	err = withLab(e, "logp", func(_ *lab.Lab, pa, pb bench.Place) error {
+func benchLogP(e *env, in *interrupts, cfg bench.LogPConfig, asJSON bool) (r *bench.LogPResult, err error) {
+	err = withLab(e, in, "logp", func(_ *lab.Lab, pa, pb bench.Place) error {
 		if r, err = bench.RunLogP(pa, pb, cfg); err != nil || asJSON {
 			return err
 		}
@@ -162,8 +177,8 @@ func benchLogP(e *env, cfg bench.LogPConfig, asJSON bool) (r *bench.LogPResult, 
 
 // benchSSAM measures SSAM's tables on a two-host lab built for the run, and
 // prints them as Markdown unless asJSON.
-func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) (t *bench.SSAMTables, err error) {
-	err = withLab(e, "ssam", func(l *lab.Lab, pa, pb bench.Place) error {
+func benchSSAM(e *env, in *interrupts, cfg bench.SSAMTablesConfig, asJSON bool, out string) (t *bench.SSAMTables, err error) {
+	err = withLab(e, in, "ssam", func(l *lab.Lab, pa, pb bench.Place) error {
 		a, b := l.Hosts[0], l.Hosts[1]
 		cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
 		if t, err = bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg); err != nil {
@@ -174,7 +189,7 @@ func benchSSAM(e *env, cfg bench.SSAMTablesConfig, asJSON bool, out string) (t *
 			CPUs:   runtime.NumCPU(),
 			Lab:    "a 2-host veth lab (network namespaces " + a.NS + ", " + b.NS + ")",
 		}
-		if out != "" {
+		if out != "" && !t.Interrupted { // an interrupted run may lack round trips to plot
 			paths, err := t.Plot(out)
 			if err != nil {
 				return err

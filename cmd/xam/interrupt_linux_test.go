@@ -286,3 +286,31 @@ func TestUnprivileged(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchInterrupted: `xam bench ssam` interrupted in its first
+// measurement prints the tables with what was measured (marked
+// interrupted), removes its lab and exits 130. Before, the signal removed
+// the lab and exited, printing nothing measured.
+func TestBenchInterrupted(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	cmd, out, stderr := xamProcess(t, "bench", "ssam", "--count", "3000", "--bulk", "1000000")
+	waitLine(t, stderr, "measuring trap costs")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for stderr.Scan() {
+		}
+	}()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
+		t.Fatalf("exit: %v, want status %d; stdout %s", err, exitInterrupted, out)
+	}
+	if !strings.Contains(out.String(), "**Interrupted**") || !strings.Contains(out.String(), "## 1. Trap costs over AF_XDP") {
+		t.Errorf("stdout %q: want the tables, marked interrupted", out)
+	}
+	if hasLab(fmt.Sprintf("bench%d", cmd.Process.Pid)) {
+		t.Error("the interrupted bench left its lab behind")
+	}
+}

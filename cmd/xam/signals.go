@@ -31,11 +31,12 @@ const interruptGrace = 3 * time.Second
 // second signal comes, the cleanups registered with it (removing the lab)
 // run here and xam exits at once: a run never leaves its lab behind.
 type interrupts struct {
-	e    *env
-	note string // what the first signal's message says happens next
-	stop atomic.Bool
-	sig  chan os.Signal
-	done chan struct{}
+	e     *env
+	note  string        // what the first signal's message says happens next
+	grace time.Duration // how long after the first signal before exiting at once
+	stop  atomic.Bool
+	sig   chan os.Signal
+	done  chan struct{}
 
 	mu       sync.Mutex
 	cleanups []func() error
@@ -45,7 +46,7 @@ type interrupts struct {
 // watchInterrupts starts watching for signals until release. note says,
 // after the first signal, what happens next.
 func watchInterrupts(e *env, note string) *interrupts {
-	in := &interrupts{e: e, note: note, sig: make(chan os.Signal, 2), done: make(chan struct{})}
+	in := &interrupts{e: e, note: note, grace: interruptGrace, sig: make(chan os.Signal, 2), done: make(chan struct{})}
 	signal.Notify(in.sig, os.Interrupt, syscall.SIGTERM)
 	go in.watch()
 	return in
@@ -59,7 +60,7 @@ func (in *interrupts) watch() {
 			if !in.stop.Load() {
 				in.stop.Store(true)
 				fmt.Fprintf(in.e.stderr, "xam: %v: stopping; %s (again to stop at once)\n", s, in.note)
-				grace = time.After(interruptGrace)
+				grace = time.After(in.grace)
 				continue
 			}
 			in.exitNow()
