@@ -51,6 +51,24 @@ func xamProcess(t *testing.T, args ...string) (*exec.Cmd, *strings.Builder, *buf
 	return cmd, &out, bufio.NewScanner(stderr)
 }
 
+// interrupt sends cmd sig, reads the rest of its standard error, and
+// checks that it exits with the status of an interrupted run.
+func interrupt(t *testing.T, cmd *exec.Cmd, sig syscall.Signal, out *strings.Builder, stderr *bufio.Scanner) {
+	t.Helper()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for stderr.Scan() {
+		}
+	}()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
+		t.Fatalf("exit: %v, want status %d; stdout %s", err, exitInterrupted, out)
+	}
+}
+
 // waitLine reads lines from sc until one contains want, and returns the
 // lines read.
 func waitLine(t *testing.T, sc *bufio.Scanner, want string) string {
@@ -91,18 +109,7 @@ func TestPingInterrupted(t *testing.T) {
 			} else {
 				waitLine(t, stderr, "round trips")
 			}
-			if err := cmd.Process.Signal(tc.sig); err != nil {
-				t.Fatal(err)
-			}
-			go func() {
-				for stderr.Scan() {
-				}
-			}()
-			err := cmd.Wait()
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
-				t.Fatalf("exit: %v, want status %d; stdout %s", err, exitInterrupted, out)
-			}
+			interrupt(t, cmd, tc.sig, out, stderr)
 			if hasLab(name) {
 				t.Errorf("the interrupted ping left lab %s behind", name)
 			}
@@ -295,18 +302,7 @@ func TestBenchInterrupted(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	cmd, out, stderr := xamProcess(t, "bench", "ssam", "--count", "3000", "--bulk", "1000000")
 	waitLine(t, stderr, "measuring trap costs")
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for stderr.Scan() {
-		}
-	}()
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
-		t.Fatalf("exit: %v, want status %d; stdout %s", err, exitInterrupted, out)
-	}
+	interrupt(t, cmd, syscall.SIGINT, out, stderr)
 	if !strings.Contains(out.String(), "**Interrupted**") || !strings.Contains(out.String(), "## 1. Trap costs over AF_XDP") {
 		t.Errorf("stdout %q: want the tables, marked interrupted", out)
 	}
