@@ -60,18 +60,7 @@ func TestAMIIMediumOverlapFirmwareOverAFXDP(t *testing.T) {
 }
 
 func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
-	pa, pb := startDaemons(t, la, lb)
-	server, err := Dial(pb, nicfw.OpenRequest{Endpoint: 20, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostA, Endpoint: 21}}}, AMIIConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	client, err := Dial(pa, nicfw.OpenRequest{Endpoint: 21, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostB, Endpoint: 20}}},
-		AMIIConfig{Shared: true, Credits: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	server, client := sharedPair(t, la, lb)
 
 	var bad atomic.Int64
 	report := func(what string, i uint64, got, want []byte) {

@@ -88,20 +88,28 @@ func serveUntil(t *testing.T, a *AMII, stop *atomic.Bool) {
 	}
 }
 
-func sharedBody(t *testing.T, la, lb afxdp.Link) {
+// sharedPair runs the daemons (startDaemons) and opens endpoint 20 on host
+// B, the server, and endpoint 21 on host A, the client, Shared with 8
+// credits, in one virtual network; both close when the test ends.
+func sharedPair(t *testing.T, la, lb afxdp.Link) (server, client *Remote) {
+	t.Helper()
 	pa, pb := startDaemons(t, la, lb)
-
 	server, err := Dial(pb, nicfw.OpenRequest{Endpoint: 20, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostA, Endpoint: 21}}}, AMIIConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer server.Close()
-	client, err := Dial(pa, nicfw.OpenRequest{Endpoint: 21, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostB, Endpoint: 20}}},
+	t.Cleanup(func() { server.Close() })
+	client, err = Dial(pa, nicfw.OpenRequest{Endpoint: 21, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostB, Endpoint: 20}}},
 		AMIIConfig{Shared: true, Credits: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
+	t.Cleanup(func() { client.Close() })
+	return server, client
+}
+
+func sharedBody(t *testing.T, la, lb afxdp.Link) {
+	server, client := sharedPair(t, la, lb)
 
 	const senders, per = 4, 500
 	var seen [senders * per]atomic.Int32

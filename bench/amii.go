@@ -1,12 +1,9 @@
 package bench
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,52 +225,17 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	type host struct {
-		raw  *RawEndpoint
-		d    *nicfw.Daemon
-		stop context.CancelFunc
-		done chan error
-		sock string
-	}
-	var hosts [2]*host
-	defer func() {
-		for _, h := range hosts {
-			if h == nil {
-				continue
-			}
-			if h.stop != nil {
-				h.stop()
-				<-h.done
-			}
-			h.raw.Close()
-		}
-	}()
-	places := [2]Place{a, b}
-	ids := [2]nicfw.HostID{amiiHostA, amiiHostB}
-	for i, p := range places {
-		raw, err := OpenRaw(p, cfg.Mode, cfg.Queue)
-		if err != nil {
-			return nil, err
-		}
-		h := &host{raw: raw, sock: filepath.Join(dir, fmt.Sprintf("h%d.sock", i))}
-		hosts[i] = h
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, func(i int, raw *RawEndpoint, c *nicfw.DaemonConfig) error {
+		c.Cores, c.Sleep = cores[i], sleep
 		if loss > 0 {
-			if err := raw.Prog.SetFaults(loader.Faults{DropRate: loss}); err != nil {
-				return nil, err
-			}
+			return raw.Prog.SetFaults(loader.Faults{DropRate: loss})
 		}
-		peer := places[1-i]
-		if h.d, err = nicfw.NewDaemon(raw.Sock, nicfw.DaemonConfig{
-			Engine: nicfw.EngineConfig{Host: ids[i]},
-			Hosts:  map[nicfw.HostID]net.HardwareAddr{ids[1-i]: peer.MAC},
-			Socket: h.sock, Cores: cores[i], Sleep: sleep,
-		}); err != nil {
-			return nil, err
-		}
-		ctx, stop := context.WithCancel(context.Background())
-		h.stop, h.done = stop, make(chan error, 1)
-		go func() { h.done <- h.d.Run(ctx) }()
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	defer closeHosts()
 	ra, err := am.Dial(hosts[0].sock, nicfw.OpenRequest{Endpoint: nicfw.FirstUserEndpoint, Tag: amiiTag,
 		Table: []nicfw.Name{{Host: amiiHostB, Endpoint: nicfw.FirstUserEndpoint}}}, am.AMIIConfig{})
 	if err != nil {

@@ -1,15 +1,15 @@
 package bench
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,7 +73,7 @@ func (r *HostileResult) Markdown(w io.Writer) error {
 	b.WriteString("| scenario | attack | sent | refused and counted | pings | exactly once |\n|---|---|---|---|---|---|\n")
 	for _, row := range r.Rows {
 		var counted []string
-		for _, k := range sortedKeys(row.Counted) {
+		for _, k := range slices.Sorted(maps.Keys(row.Counted)) {
 			counted = append(counted, fmt.Sprintf("%s %d", k, row.Counted[k]))
 		}
 		once := "yes"
@@ -84,29 +84,6 @@ func (r *HostileResult) Markdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func sortedKeys(m map[string]uint64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := range keys {
-		for j := i + 1; j < len(keys); j++ {
-			if keys[j] < keys[i] {
-				keys[i], keys[j] = keys[j], keys[i]
-			}
-		}
-	}
-	return keys
-}
-
-// hostileHost is one host's daemon.
-type hostileHost struct {
-	raw  *RawEndpoint
-	d    *nicfw.Daemon
-	sock string
-	stop func()
 }
 
 // RunHostile runs the suite between a and b (two lab hosts).
@@ -122,40 +99,17 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	ids := [2]nicfw.HostID{amiiHostA, amiiHostB}
-	places := [2]Place{a, b}
-	var hosts [2]*hostileHost
-	defer func() {
-		for _, h := range hosts {
-			if h != nil {
-				if h.stop != nil {
-					h.stop()
-				}
-				h.raw.Close()
-			}
-		}
-	}()
-	for i, p := range places {
-		raw, err := OpenRaw(p, 0, 0)
-		if err != nil {
-			return nil, err
-		}
-		h := &hostileHost{raw: raw, sock: filepath.Join(dir, fmt.Sprintf("h%d.sock", i))}
-		hosts[i] = h
-		if h.d, err = nicfw.NewDaemon(raw.Sock, nicfw.DaemonConfig{
-			Engine: nicfw.EngineConfig{Host: ids[i], Transport: nicfw.Config{RetransmitAfter: time.Millisecond}},
-			Hosts:  map[nicfw.HostID]net.HardwareAddr{ids[1-i]: places[1-i].MAC},
-			Socket: h.sock, Sleep: 20 * time.Microsecond, MaxConnsPerUser: 16, UserMemory: 64 << 20,
-		}); err != nil {
-			return nil, err
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- h.d.Run(ctx) }()
-		h.stop = func() { cancel(); <-done }
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, func(_ int, _ *RawEndpoint, c *nicfw.DaemonConfig) error {
+		c.Engine.Transport.RetransmitAfter = time.Millisecond
+		c.Sleep, c.MaxConnsPerUser, c.UserMemory = 20*time.Microsecond, 16, 64<<20
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	defer closeHosts()
 	res := &HostileResult{}
-	for _, sc := range []func(*hostileHost, *hostileHost, Place, Place, HostileConfig) (HostileRow, error){hostileWire, hostileLocal} {
+	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileWire, hostileLocal} {
 		row, err := sc(hosts[0], hosts[1], a, b, cfg)
 		if err != nil {
 			return res, err
@@ -168,7 +122,7 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 // pingDuring runs the AM-II pings from A's daemon to B's echo while attack
 // runs, and reports how many were made and whether each request was
 // handled exactly once with nothing returned.
-func pingDuring(ha, hb *hostileHost, n int, attack func(stop *atomic.Bool) error) (int, bool, string, error) {
+func pingDuring(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool) error) (int, bool, string, error) {
 	d := DaemonEndpoint{Socket: hb.sock, Endpoint: nicfw.FirstUserEndpoint + 1, PeerHost: amiiHostA, Tag: amiiTag}
 	server, err := d.open()
 	if err != nil {
@@ -204,7 +158,7 @@ func pingDuring(ha, hb *hostileHost, n int, attack func(stop *atomic.Bool) error
 }
 
 // hostileWire floods A with forged frames from B's side of the link.
-func hostileWire(ha, hb *hostileHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+func hostileWire(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
 	row := HostileRow{Scenario: "wire", Attack: "forged circuits, epochs, ACKs, RESETs, random cells, a stranger's frames"}
 	frames, err := forgedFrames(a.MAC, b.MAC, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
@@ -325,7 +279,7 @@ func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
 }
 
 // hostileLocal is a local user's attack on A's daemon.
-func hostileLocal(ha, hb *hostileHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
 	row := HostileRow{Scenario: "local", Attack: "bad opens, a connection flood, garbage descriptors, endpoints left open by a closed connection"}
 	before, err := ha.d.Stats()
 	if err != nil {

@@ -72,8 +72,9 @@ func runCapture(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	stop, release := stopOnSignal()
-	defer release()
+	in := watchInterrupts(e, "the capture ends and its counts follow")
+	defer in.release()
+	stop := in.flag()
 	deadline := time.Time{}
 	if *dur > 0 {
 		deadline = time.Now().Add(*dur)

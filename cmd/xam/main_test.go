@@ -665,18 +665,26 @@ func TestPingAMII(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("ping --api amii: exit %d: %s", code, errs)
 	}
-	var r struct {
+	type result struct {
 		API        string `json:"api"`
 		Lost       int    `json:"lost"`
 		Sent       int    `json:"sent"`
 		Delivered  int    `json:"delivered"`
 		Duplicates int    `json:"duplicates"`
 	}
+	var r result
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	if r.API != "amii" || r.Lost != 0 || r.Duplicates != 0 || r.Delivered != r.Sent || r.Sent != 330 {
 		t.Errorf("ping --api amii: %+v", r)
+	}
+	// The same through two firmware daemons, lossy links included.
+	code, out, errs = xam(t, nil, "ping", "--api", "amii", "--mode", "firmware", "--count", "300", "--loss", "0.05", "--json")
+	r = result{}
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Lost != 0 || r.Duplicates != 0 || r.Delivered != r.Sent || r.Sent != 330 ||
+		!strings.Contains(out, `"engine_mode":"firmware"`) {
+		t.Errorf("ping --api amii --mode firmware: exit %d, %+v: %s %s", code, r, out, errs)
 	}
 	if code, _, errs := xam(t, nil, "ping", "--api", "raw", "--mode", "firmware"); code != 2 || !strings.Contains(errs, "works with --api amii") {
 		t.Errorf("--mode firmware with --api raw: exit %d, %s", code, errs)

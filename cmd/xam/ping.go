@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -268,23 +265,6 @@ func printPing(e *env, r *bench.PingResult) {
 	}
 	fmt.Fprintf(e.stdout, "RTT  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n",
 		d(r.RTT.P50), d(r.RTT.P90), d(r.RTT.P99), d(r.RTT.P999), d(r.RTT.Max), d(r.RTT.Mean))
-}
-
-// stopOnSignal returns a flag set by SIGINT or SIGTERM, and a function that
-// stops listening.
-func stopOnSignal() (*atomic.Bool, func()) {
-	var stop atomic.Bool
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-sig:
-			stop.Store(true)
-		case <-done:
-		}
-	}()
-	return &stop, func() { signal.Stop(sig); close(done) }
 }
 
 // serveRaw echoes raw pings until SIGINT or SIGTERM.

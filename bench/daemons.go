@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+
+	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
+)
+
+// firmwareHost is one host's firmware daemon, run in this process on the
+// host's AF_XDP socket.
+type firmwareHost struct {
+	raw  *RawEndpoint
+	d    *nicfw.Daemon
+	sock string
+	stop func() // stops the daemon and waits for it
+}
+
+// startFirmwareHosts opens xam's data path on a and b and runs a daemon on
+// each, hosts amiiHostA and amiiHostB, each knowing the other, with its
+// socket in dir. adjust, if set, sets host i's daemon configuration (and
+// may set its XDP program's faults) before the daemon starts. The returned
+// function stops both and closes their data paths; on an error, nothing is
+// left running.
+func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int,
+	adjust func(i int, raw *RawEndpoint, c *nicfw.DaemonConfig) error) ([2]*firmwareHost, func(), error) {
+	var hosts [2]*firmwareHost
+	closeAll := func() {
+		for _, h := range hosts {
+			if h == nil {
+				continue
+			}
+			if h.stop != nil {
+				h.stop()
+			}
+			h.raw.Close()
+		}
+	}
+	places := [2]Place{a, b}
+	ids := [2]nicfw.HostID{amiiHostA, amiiHostB}
+	for i, p := range places {
+		raw, err := OpenRaw(p, mode, queue)
+		if err != nil {
+			closeAll()
+			return hosts, nil, err
+		}
+		h := &firmwareHost{raw: raw, sock: filepath.Join(dir, fmt.Sprintf("h%d.sock", i))}
+		hosts[i] = h
+		cfg := nicfw.DaemonConfig{
+			Engine: nicfw.EngineConfig{Host: ids[i]},
+			Hosts:  map[nicfw.HostID]net.HardwareAddr{ids[1-i]: places[1-i].MAC},
+			Socket: h.sock,
+		}
+		if adjust != nil {
+			if err := adjust(i, raw, &cfg); err != nil {
+				closeAll()
+				return hosts, nil, err
+			}
+		}
+		if h.d, err = nicfw.NewDaemon(raw.Sock, cfg); err != nil {
+			closeAll()
+			return hosts, nil, err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- h.d.Run(ctx) }()
+		h.stop = func() { cancel(); <-done }
+	}
+	return hosts, closeAll, nil
+}
