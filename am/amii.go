@@ -356,28 +356,27 @@ type slotUse struct {
 
 // AMII is an AM-II endpoint. See the top of amii.go.
 type AMII struct {
-	view        *nicfw.EndpointView
-	poll        func() (int, error) // nil: firmware mode
-	cfg         AMIIConfig
-	table       uint32 // the translation table's size
-	entries     int    // entries per queue
-	handlers    []handler
-	onReturn    func(Returned)
-	outstanding int              // len(pending)
-	pending     []pendingRequest // in the order sent
-	polls       uint             // pollLocked calls, for the reply timers
-	depth       int              // handlers running (handlers do not nest)
-	mu          sync.Mutex       // Shared: held by the goroutine in a method
-	running     atomic.Bool      // Shared: a handler runs (in the lock's holder)
-	blocking    int              // Shared, firmware mode: goroutines blocked in AMIIConfig.Block
-	changed     chan struct{}    // Shared: closed (and replaced) when a Poll took messages
-	tok         Token2
-	d           nicfw.Descriptor
-	args        [MaxArgs2]uint64
-	slotBase    int       // offset of the first medium slot: the end of the application's part
-	free        []int     // free medium slots
-	used        []slotUse // medium slots whose message the engine has not taken
-	stats       AMIIStats
+	view     *nicfw.EndpointView
+	poll     func() (int, error) // nil: firmware mode
+	cfg      AMIIConfig
+	table    uint32 // the translation table's size
+	entries  int    // entries per queue
+	handlers []handler
+	onReturn func(Returned)
+	pending  []pendingRequest // in the order sent
+	polls    uint             // pollLocked calls, for the reply timers
+	depth    int              // handlers running (handlers do not nest)
+	mu       sync.Mutex       // Shared: held by the goroutine in a method
+	running  atomic.Bool      // Shared: a handler runs (in the lock's holder)
+	blocking int              // Shared, firmware mode: goroutines blocked in AMIIConfig.Block
+	changed  chan struct{}    // Shared: closed (and replaced) when a Poll took messages
+	tok      Token2
+	d        nicfw.Descriptor
+	args     [MaxArgs2]uint64
+	slotBase int       // offset of the first medium slot: the end of the application's part
+	free     []int     // free medium slots
+	used     []slotUse // medium slots whose message the engine has not taken
+	stats    AMIIStats
 }
 
 // NewAMII returns the AM-II endpoint of view. In inline mode poll runs the
@@ -476,7 +475,7 @@ func (a *AMII) Outstanding() int {
 		return 0
 	}
 	defer a.exit()
-	return a.outstanding
+	return len(a.pending)
 }
 
 // enter takes the lock of a Shared endpoint for a method. A handler runs
@@ -636,7 +635,7 @@ func (a *AMII) checkRequest(dest uint32, args []uint64) error {
 // waitCredit polls, running handlers, until a credit is free, for at most
 // the give-up time; in firmware mode it blocks (Wait) while nothing comes.
 func (a *AMII) waitCredit() error {
-	if a.outstanding < a.cfg.Credits {
+	if len(a.pending) < a.cfg.Credits {
 		return nil
 	}
 	start := a.cfg.Clock.Now()
@@ -645,12 +644,12 @@ func (a *AMII) waitCredit() error {
 		if err != nil {
 			return err
 		}
-		if a.outstanding < a.cfg.Credits {
+		if len(a.pending) < a.cfg.Credits {
 			return nil
 		}
 		left := a.cfg.GiveUp - a.cfg.Clock.Now().Sub(start)
 		if left < 0 {
-			return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, a.outstanding, a.cfg.GiveUp)
+			return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, len(a.pending), a.cfg.GiveUp)
 		}
 		if n == 0 && a.poll == nil {
 			if err := a.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
@@ -669,7 +668,6 @@ func (a *AMII) sent(class nicfw.Class, dest, handler uint32, args []uint64) erro
 	p := pendingRequest{class: class, dest: dest, handler: handler, nargs: uint8(len(args))}
 	copy(p.args[:], args)
 	a.pending = append(a.pending, p)
-	a.outstanding++
 	a.stats.Requests++
 	if a.poll == nil {
 		return nil
@@ -1029,7 +1027,6 @@ func (a *AMII) answered(dest uint32, r *Returned) bool {
 		return false
 	}
 	a.pending = slices.Delete(a.pending, at, at+1)
-	a.outstanding = len(a.pending)
 	return true
 }
 
@@ -1054,7 +1051,6 @@ func (a *AMII) expire() int {
 			Handler: p.handler, Args: slices.Clone(p.args[:p.nargs])})
 	}
 	a.pending = a.pending[:j]
-	a.outstanding = j
 	return ran
 }
 
@@ -1124,16 +1120,16 @@ func (a *AMII) Drain(timeout time.Duration) error {
 	}
 	defer a.exit()
 	start := a.cfg.Clock.Now()
-	for a.outstanding > 0 {
+	for len(a.pending) > 0 {
 		left := timeout - a.cfg.Clock.Now().Sub(start)
 		if left < 0 {
-			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, a.outstanding, timeout)
+			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, len(a.pending), timeout)
 		}
 		n, err := a.pollLocked()
 		if err != nil {
 			return err
 		}
-		if n == 0 && a.poll == nil && a.outstanding > 0 {
+		if n == 0 && a.poll == nil && len(a.pending) > 0 {
 			if err := a.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
 				return err
 			}
