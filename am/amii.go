@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/internal/clock"
-	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // AM-II's Active Messages (Mainwaring and Culler's AM-II API, as Chun et
@@ -19,12 +20,12 @@ import (
 // (package nicfw): short, medium and bulk messages, and blocking wait.
 //
 // The endpoint. An AMII is the application's side of one nicfw endpoint:
-// the mapping of its memory (nicfw.EndpointView) with AM-II's four queues.
+// the mapping of its memory (endpoint.View) with AM-II's four queues.
 // The endpoint belongs to a virtual network: the engine holds its tag and
 // its translation table, and a request names its destination by an index
 // into that table, never by a global name. A received message names its
 // sender by the sender's index in the receiver's table (Token2.Source);
-// nicfw.NoIndex when the sender is not in it, and then it cannot be
+// endpoint.NoIndex when the sender is not in it, and then it cannot be
 // answered.
 //
 // Inline mode. The engine runs in the application's goroutine: NewAMII is
@@ -40,7 +41,7 @@ import (
 // own): NewAMII is given no poll function but AMIIConfig.Block, which
 // blocks until the engine notifies the endpoint (the daemon's eventfd).
 // Poll then only runs handlers; Wait arms the endpoint's events
-// (nicfw.EndpointView.Arm) and blocks in Block unless a message is there
+// (endpoint.View.Arm) and blocks in Block unless a message is there
 // already; a Request that must wait for a credit, and Drain, wait the same
 // way; a send that finds its queue full, or no medium slot free, yields the
 // processor until the engine has caught up.
@@ -48,7 +49,7 @@ import (
 // Messages. A message names a handler by its index (Register,
 // RegisterMedium) and carries up to 8 64-bit words (MaxArgs2). A short
 // message carries nothing else. A medium message carries up to
-// nicfw.MaxMedium bytes too: RequestMedium and Token2.ReplyMedium copy
+// endpoint.MaxMedium bytes too: RequestMedium and Token2.ReplyMedium copy
 // them into a slot of the staging area (the one copy at the sender), the
 // engine copies them into the message when it takes it, and the receiver's
 // handler gets them in place in its endpoint's receive area (no copy at the
@@ -62,10 +63,10 @@ import (
 // most one reply and no request, a reply handler and the error handler send
 // nothing, and no handler polls or waits.
 //
-// The staging area. Its last MediumSlots*nicfw.MaxMedium bytes are the
+// The staging area. Its last MediumSlots*endpoint.MaxMedium bytes are the
 // medium slots; the rest (Staging) is the application's, for bulk data to
 // send and for peers' Stores to land in. A slot is free again as soon as
-// the engine has taken the message in it (nicfw.EndpointView.Progress).
+// the engine has taken the message in it (endpoint.View.Progress).
 // Requests hold at most all slots but one, so a reply always finds one
 // after the engine has moved on. The application keeps a Store's region
 // unchanged until the request is answered (the engine reads it chunk by
@@ -98,7 +99,7 @@ import (
 // A request whose reply does not come within AMIIConfig.ReplyTimeout (its
 // receiver took it and then died or restarted, or a reply was itself
 // returned on the way back) is presumed lost: it comes back to the error
-// handler with nicfw.ReasonNoReply (a medium request without its bytes)
+// handler with endpoint.ReasonNoReply (a medium request without its bytes)
 // and gives its credit back, so credits are never lost for good. A reply
 // that comes after its request timed out still runs its handler. AM-II
 // replies do not name their request, so a reply ends the oldest request
@@ -131,7 +132,7 @@ import (
 // handlers); its callers loop.
 
 // MaxArgs2 is the most argument words of an AM-II message.
-const MaxArgs2 = nicfw.MaxShortArgs
+const MaxArgs2 = endpoint.MaxShortArgs
 
 // sharedRecheck bounds how long a goroutine of a Shared endpoint waits for
 // another one, blocked on the endpoint's notification, to take messages
@@ -198,7 +199,7 @@ type Token2 struct {
 }
 
 // Source returns the sender's index in this endpoint's translation table,
-// nicfw.NoIndex if it is not there.
+// endpoint.NoIndex if it is not there.
 func (t *Token2) Source() uint32 { return t.src }
 
 // IsRequest reports whether the handler runs for a request.
@@ -212,12 +213,12 @@ func (t *Token2) Reply(handler uint32, args ...uint64) error {
 	return t.reply(handler, nil, args)
 }
 
-// ReplyMedium is Reply with up to nicfw.MaxMedium bytes of data, which it
+// ReplyMedium is Reply with up to endpoint.MaxMedium bytes of data, which it
 // copies into a medium slot (waiting for one as for room in the queue);
 // without data it sends a short reply.
 func (t *Token2) ReplyMedium(handler uint32, data []byte, args ...uint64) error {
-	if len(data) > nicfw.MaxMedium {
-		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), nicfw.MaxMedium)
+	if len(data) > endpoint.MaxMedium {
+		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), endpoint.MaxMedium)
 	}
 	return t.reply(handler, data, args)
 }
@@ -232,14 +233,14 @@ func (t *Token2) reply(handler uint32, data []byte, args []uint64) error {
 		return fmt.Errorf("%w: a request handler sends at most one reply", ErrDiscipline)
 	case len(args) > MaxArgs2:
 		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs2)
-	case t.src == nicfw.NoIndex:
+	case t.src == endpoint.NoIndex:
 		return ErrUnknownSender
 	}
 	var err error
 	if len(data) > 0 {
-		err = t.a.sendMedium(nicfw.ReplySend, t.src, handler, data, args)
+		err = t.a.sendMedium(endpoint.ReplySend, t.src, handler, data, args)
 	} else {
-		err = t.a.send(nicfw.ReplySend, t.src, handler, args)
+		err = t.a.send(endpoint.ReplySend, t.src, handler, args)
 	}
 	if err != nil {
 		return err
@@ -251,10 +252,10 @@ func (t *Token2) reply(handler uint32, data []byte, args []uint64) error {
 
 // Returned is a message the engine returned to its sender.
 type Returned struct {
-	Reason  nicfw.Reason // why it was not delivered
-	Request bool         // a request (its credit was given back); else a reply
-	Class   nicfw.Class  // short, medium or bulk
-	Dest    uint32       // the destination index it was sent to
+	Reason  endpoint.Reason // why it was not delivered
+	Request bool            // a request (its credit was given back); else a reply
+	Class   endpoint.Class  // short, medium or bulk
+	Dest    uint32          // the destination index it was sent to
 	Handler uint32
 	Args    []uint64 // a copy, the application's to keep
 	Data    []byte   // a medium message's bytes, a copy
@@ -272,9 +273,9 @@ func (r Returned) String() string {
 	}
 	what := ""
 	switch r.Class {
-	case nicfw.ClassMedium:
+	case endpoint.ClassMedium:
 		what = fmt.Sprintf(", medium of %d bytes", len(r.Data))
-	case nicfw.ClassBulk:
+	case endpoint.ClassBulk:
 		what = fmt.Sprintf(", bulk of %d bytes to offset %d", r.Length, r.RemoteOffset)
 	}
 	return fmt.Sprintf("%s to %d, handler %d%s: %v", kind, r.Dest, r.Handler, what, r.Reason)
@@ -287,12 +288,12 @@ type AMIIConfig struct {
 	// ReplyTimeout is how long a request waits for its reply: past it, the
 	// request is presumed lost (its receiver took it and died, or
 	// restarted) and comes back to the error handler with
-	// nicfw.ReasonNoReply, its credit given back. Default
+	// endpoint.ReasonNoReply, its credit given back. Default
 	// DefaultReplyTimeout; negative: never. A reply that comes later still
 	// runs its handler (counted in AMIIStats.LateReplies).
 	ReplyTimeout time.Duration
 	Clock        clock.Clock // default the system clock
-	// MediumSlots is the number of nicfw.MaxMedium-byte slots, at the end
+	// MediumSlots is the number of endpoint.MaxMedium-byte slots, at the end
 	// of the staging area, for medium messages (default DefaultMediumSlots,
 	// or as many as half the staging area holds if fewer; negative: none,
 	// and medium messages report ErrNoMediumSlots).
@@ -328,12 +329,12 @@ type AMIIStats struct {
 // DefaultReplyTimeout is AMIIConfig.ReplyTimeout's default: twice the
 // transport's give-up time, by which a request to a live peer is answered
 // or returned by the engine.
-const DefaultReplyTimeout = 2 * nicfw.DefaultGiveUpAfter
+const DefaultReplyTimeout = 2 * transport.DefaultGiveUpAfter
 
 // pendingRequest is a request sent and neither answered nor returned: what
 // it was, for its return, and when the timers first saw it.
 type pendingRequest struct {
-	class   nicfw.Class
+	class   endpoint.Class
 	nargs   uint8
 	dest    uint32
 	handler uint32
@@ -350,13 +351,13 @@ const replyCheckPolls = 64
 // the one at position pos of send queue q.
 type slotUse struct {
 	slot int
-	q    nicfw.Queue
+	q    endpoint.Queue
 	pos  uint32
 }
 
 // AMII is an AM-II endpoint. See the top of amii.go.
 type AMII struct {
-	view     *nicfw.EndpointView
+	view     *endpoint.View
 	poll     func() (int, error) // nil: firmware mode
 	cfg      AMIIConfig
 	table    uint32 // the translation table's size
@@ -371,7 +372,7 @@ type AMII struct {
 	blocking int              // Shared, firmware mode: goroutines blocked in AMIIConfig.Block
 	changed  chan struct{}    // Shared: closed (and replaced) when a Poll took messages
 	tok      Token2
-	d        nicfw.Descriptor
+	d        endpoint.Descriptor
 	args     [MaxArgs2]uint64
 	slotBase int       // offset of the first medium slot: the end of the application's part
 	free     []int     // free medium slots
@@ -381,7 +382,7 @@ type AMII struct {
 
 // NewAMII returns the AM-II endpoint of view. In inline mode poll runs the
 // engine once; in firmware mode poll is nil and cfg.Block blocks.
-func NewAMII(view *nicfw.EndpointView, poll func() (int, error), cfg AMIIConfig) (*AMII, error) {
+func NewAMII(view *endpoint.View, poll func() (int, error), cfg AMIIConfig) (*AMII, error) {
 	if view == nil || poll == nil && cfg.Block == nil {
 		return nil, errors.New("am: NewAMII needs an endpoint view, and a poll function (inline mode) or AMIIConfig.Block (firmware mode)")
 	}
@@ -404,17 +405,17 @@ func NewAMII(view *nicfw.EndpointView, poll func() (int, error), cfg AMIIConfig)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
 	}
-	fit := ec.StagingSize / nicfw.MaxMedium
+	fit := ec.StagingSize / endpoint.MaxMedium
 	switch {
 	case cfg.MediumSlots == 0:
 		cfg.MediumSlots = min(DefaultMediumSlots, fit/2)
 	case cfg.MediumSlots < 0:
 		cfg.MediumSlots = 0
 	case cfg.MediumSlots > fit:
-		return nil, fmt.Errorf("am: %d medium slots of %d bytes in a staging area of %d", cfg.MediumSlots, nicfw.MaxMedium, ec.StagingSize)
+		return nil, fmt.Errorf("am: %d medium slots of %d bytes in a staging area of %d", cfg.MediumSlots, endpoint.MaxMedium, ec.StagingSize)
 	}
 	a := &AMII{view: view, poll: poll, cfg: cfg, table: uint32(ec.TableSize), entries: ec.QueueEntries,
-		slotBase: ec.StagingSize - cfg.MediumSlots*nicfw.MaxMedium,
+		slotBase: ec.StagingSize - cfg.MediumSlots*endpoint.MaxMedium,
 		free:     make([]int, 0, cfg.MediumSlots), used: make([]slotUse, 0, cfg.MediumSlots)}
 	for i := range cfg.MediumSlots {
 		a.free = append(a.free, cfg.MediumSlots-1-i)
@@ -443,7 +444,7 @@ func (a *AMII) RegisterMedium(h MediumHandler) uint32 {
 
 // register adds h to the handler table and tells the engine, which
 // returns requests to unregistered handlers to their senders
-// (nicfw.ReasonNoHandler).
+// (endpoint.ReasonNoHandler).
 func (a *AMII) register(h handler) uint32 {
 	a.handlers = append(a.handlers, h)
 	a.view.SetHandlers(uint32(len(a.handlers)))
@@ -549,13 +550,13 @@ func (a *AMII) Request(dest uint32, handler uint32, args ...uint64) error {
 	if err := a.waitCredit(); err != nil {
 		return err
 	}
-	if err := a.send(nicfw.RequestSend, dest, handler, args); err != nil {
+	if err := a.send(endpoint.RequestSend, dest, handler, args); err != nil {
 		return err
 	}
-	return a.sent(nicfw.ClassShort, dest, handler, args)
+	return a.sent(endpoint.ClassShort, dest, handler, args)
 }
 
-// RequestMedium is Request with up to nicfw.MaxMedium bytes of data, which
+// RequestMedium is Request with up to endpoint.MaxMedium bytes of data, which
 // it copies into a medium slot (waiting for one, as for a credit); the
 // caller may reuse data at once. Without data it sends a short request.
 func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...uint64) error {
@@ -566,24 +567,24 @@ func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...u
 	if err := a.checkRequest(dest, args); err != nil {
 		return err
 	}
-	if len(data) > nicfw.MaxMedium {
-		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), nicfw.MaxMedium)
+	if len(data) > endpoint.MaxMedium {
+		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), endpoint.MaxMedium)
 	}
 	if err := a.waitCredit(); err != nil {
 		return err
 	}
 	var err error
 	if len(data) > 0 {
-		err = a.sendMedium(nicfw.RequestSend, dest, handler, data, args)
+		err = a.sendMedium(endpoint.RequestSend, dest, handler, data, args)
 	} else {
-		err = a.send(nicfw.RequestSend, dest, handler, args)
+		err = a.send(endpoint.RequestSend, dest, handler, args)
 	}
 	if err != nil {
 		return err
 	}
-	class := nicfw.ClassShort
+	class := endpoint.ClassShort
 	if len(data) > 0 {
-		class = nicfw.ClassMedium
+		class = endpoint.ClassMedium
 	}
 	return a.sent(class, dest, handler, args)
 }
@@ -594,7 +595,7 @@ func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...u
 // its handler (a MediumHandler) runs there with them and the arguments.
 // The region must stay unchanged until the request is answered or
 // returned. A region that does not fit at the receiver comes back with
-// nicfw.ReasonRange. Otherwise Store is Request.
+// endpoint.ReasonRange. Otherwise Store is Request.
 func (a *AMII) Store(dest uint32, localOffset, remoteOffset, length uint32, handler uint32, args ...uint64) error {
 	if err := a.enter(); err != nil {
 		return err
@@ -609,14 +610,14 @@ func (a *AMII) Store(dest uint32, localOffset, remoteOffset, length uint32, hand
 	if err := a.waitCredit(); err != nil {
 		return err
 	}
-	d := nicfw.Descriptor{Class: nicfw.ClassBulk, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
+	d := endpoint.Descriptor{Class: endpoint.ClassBulk, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
 		Offset: localOffset, Length: length, RemoteOffset: remoteOffset}
 	copy(d.Args[:], args)
-	if err := a.sendDescriptor(nicfw.RequestSend, &d); err != nil {
+	if err := a.sendDescriptor(endpoint.RequestSend, &d); err != nil {
 		return err
 	}
 	a.stats.Stores++
-	return a.sent(nicfw.ClassBulk, dest, handler, args)
+	return a.sent(endpoint.ClassBulk, dest, handler, args)
 }
 
 // checkRequest checks what every request checks.
@@ -664,7 +665,7 @@ func (a *AMII) waitCredit() error {
 // sent counts a request just queued (its record, for an answer or a
 // return to find) and, in inline mode, runs the engine once so that it
 // leaves at once.
-func (a *AMII) sent(class nicfw.Class, dest, handler uint32, args []uint64) error {
+func (a *AMII) sent(class endpoint.Class, dest, handler uint32, args []uint64) error {
 	p := pendingRequest{class: class, dest: dest, handler: handler, nargs: uint8(len(args))}
 	copy(p.args[:], args)
 	a.pending = append(a.pending, p)
@@ -677,22 +678,22 @@ func (a *AMII) sent(class nicfw.Class, dest, handler uint32, args []uint64) erro
 }
 
 // send puts a short message into send queue q.
-func (a *AMII) send(q nicfw.Queue, dest, handler uint32, args []uint64) error {
-	d := nicfw.Descriptor{Class: nicfw.ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
+func (a *AMII) send(q endpoint.Queue, dest, handler uint32, args []uint64) error {
+	d := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
 	copy(d.Args[:], args)
 	return a.sendDescriptor(q, &d)
 }
 
 // sendMedium copies data into a medium slot and puts the medium message
 // into send queue q.
-func (a *AMII) sendMedium(q nicfw.Queue, dest, handler uint32, data []byte, args []uint64) error {
+func (a *AMII) sendMedium(q endpoint.Queue, dest, handler uint32, data []byte, args []uint64) error {
 	slot, err := a.slot(q)
 	if err != nil {
 		return err
 	}
-	off := a.slotBase + slot*nicfw.MaxMedium
-	copy(a.view.Staging()[off:off+nicfw.MaxMedium], data)
-	d := nicfw.Descriptor{Class: nicfw.ClassMedium, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
+	off := a.slotBase + slot*endpoint.MaxMedium
+	copy(a.view.Staging()[off:off+endpoint.MaxMedium], data)
+	d := endpoint.Descriptor{Class: endpoint.ClassMedium, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
 		Offset: uint32(off), Length: uint32(len(data))}
 	copy(d.Args[:], args)
 	if err := a.sendDescriptor(q, &d); err != nil {
@@ -708,14 +709,14 @@ func (a *AMII) sendMedium(q nicfw.Queue, dest, handler uint32, data []byte, args
 // slot returns a free medium slot for a message into send queue q, waiting
 // for the engine to take a message out of one, for at most the give-up
 // time. Requests hold at most all slots but one.
-func (a *AMII) slot(q nicfw.Queue) (int, error) {
+func (a *AMII) slot(q endpoint.Queue) (int, error) {
 	if a.cfg.MediumSlots == 0 {
 		return 0, ErrNoMediumSlots
 	}
 	var start time.Time
 	for {
 		a.reclaim()
-		if len(a.free) > 0 && (q == nicfw.ReplySend || a.requestSlots() < max(1, a.cfg.MediumSlots-1)) {
+		if len(a.free) > 0 && (q == endpoint.ReplySend || a.requestSlots() < max(1, a.cfg.MediumSlots-1)) {
 			s := a.free[len(a.free)-1]
 			a.free = a.free[:len(a.free)-1]
 			return s, nil
@@ -749,7 +750,7 @@ func (a *AMII) reclaim() {
 func (a *AMII) requestSlots() int {
 	n := 0
 	for _, u := range a.used {
-		if u.q == nicfw.RequestSend {
+		if u.q == endpoint.RequestSend {
 			n++
 		}
 	}
@@ -758,11 +759,11 @@ func (a *AMII) requestSlots() int {
 
 // sendDescriptor puts d into send queue q, letting the engine run while
 // the queue is full, for at most the give-up time.
-func (a *AMII) sendDescriptor(q nicfw.Queue, d *nicfw.Descriptor) error {
+func (a *AMII) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) error {
 	var start time.Time
 	for {
 		err := a.view.Send(q, d)
-		if !errors.Is(err, nicfw.ErrQueueFull) {
+		if !errors.Is(err, endpoint.ErrQueueFull) {
 			return err
 		}
 		if start.IsZero() {
@@ -823,7 +824,7 @@ func (a *AMII) pollLocked() (int, error) {
 		}
 	}()
 	requests := 0 // requests dispatched: each queued a reply, explicit or implicit
-	for _, q := range [...]nicfw.Queue{nicfw.ReplyReceive, nicfw.RequestReceive} {
+	for _, q := range [...]endpoint.Queue{endpoint.ReplyReceive, endpoint.RequestReceive} {
 		for range a.entries {
 			// Peek, run, Release: a medium message's bytes stay in place
 			// while its handler runs.
@@ -837,7 +838,7 @@ func (a *AMII) pollLocked() (int, error) {
 			n, err := a.dispatch(q)
 			ran += n
 			took++
-			if q == nicfw.RequestReceive {
+			if q == endpoint.RequestReceive {
 				requests++
 			}
 			if rerr := a.view.Release(q); err == nil {
@@ -877,7 +878,7 @@ func (a *AMII) waitLocked(timeout time.Duration) error {
 	if a.depth > 0 {
 		return fmt.Errorf("%w: a handler may not wait", ErrDiscipline)
 	}
-	const all = nicfw.EventRequest | nicfw.EventReply
+	const all = endpoint.EventRequest | endpoint.EventReply
 	start := a.cfg.Clock.Now()
 	for {
 		if a.view.Ready() != 0 {
@@ -944,15 +945,15 @@ func (a *AMII) waitLocked(timeout time.Duration) error {
 }
 
 // dispatch handles a.d, just peeked from receive queue q.
-func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
+func (a *AMII) dispatch(q endpoint.Queue) (int, error) {
 	d := &a.d
 	if reason, from, ok := d.ReturnInfo(); ok {
-		return a.returned(reason, from == nicfw.RequestSend), nil
+		return a.returned(reason, from == endpoint.RequestSend), nil
 	}
 	var data []byte
 	switch d.Class {
-	case nicfw.ClassShort:
-	case nicfw.ClassMedium, nicfw.ClassBulk:
+	case endpoint.ClassShort:
+	case endpoint.ClassMedium, endpoint.ClassBulk:
 		b, err := a.view.Data(d)
 		if err != nil {
 			a.stats.Malformed++
@@ -967,7 +968,7 @@ func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 		a.stats.Malformed++
 		return 0, nil
 	}
-	request := q == nicfw.RequestReceive
+	request := q == endpoint.RequestReceive
 	if !request && !a.answered(d.Dest, nil) {
 		a.stats.LateReplies++
 	}
@@ -981,7 +982,7 @@ func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 	if int(d.Handler) < len(a.handlers) {
 		h = a.handlers[d.Handler]
 	}
-	if h.medium == nil && (h.short == nil || d.Class != nicfw.ClassShort) {
+	if h.medium == nil && (h.short == nil || d.Class != endpoint.ClassShort) {
 		a.stats.HandlerErrors++
 	} else {
 		if request {
@@ -992,8 +993,8 @@ func (a *AMII) dispatch(q nicfw.Queue) (int, error) {
 		a.run(h, int(d.NArgs), data)
 		ran = 1
 	}
-	if request && !a.tok.replied && a.tok.src != nicfw.NoIndex {
-		if err := a.send(nicfw.ReplySend, a.tok.src, NullReply, nil); err != nil {
+	if request && !a.tok.replied && a.tok.src != endpoint.NoIndex {
+		if err := a.send(endpoint.ReplySend, a.tok.src, NullReply, nil); err != nil {
 			return ran, err
 		}
 		a.stats.NullReplies++
@@ -1020,7 +1021,7 @@ func (a *AMII) answered(dest uint32, r *Returned) bool {
 			break
 		}
 	}
-	if at < 0 && dest == nicfw.NoIndex && len(a.pending) > 0 {
+	if at < 0 && dest == endpoint.NoIndex && len(a.pending) > 0 {
 		at = 0 // a reply from outside the table answers the oldest
 	}
 	if at < 0 {
@@ -1047,7 +1048,7 @@ func (a *AMII) expire() int {
 		}
 		a.stats.Returned++
 		a.stats.Unanswered++
-		ran += a.handReturn(Returned{Reason: nicfw.ReasonNoReply, Request: true, Class: p.class, Dest: p.dest,
+		ran += a.handReturn(Returned{Reason: endpoint.ReasonNoReply, Request: true, Class: p.class, Dest: p.dest,
 			Handler: p.handler, Args: slices.Clone(p.args[:p.nargs])})
 	}
 	a.pending = a.pending[:j]
@@ -1055,16 +1056,16 @@ func (a *AMII) expire() int {
 }
 
 // returned hands the returned message in a.d to the error handler.
-func (a *AMII) returned(reason nicfw.Reason, request bool) int {
+func (a *AMII) returned(reason endpoint.Reason, request bool) int {
 	d := &a.d
-	r := Returned{Reason: reason, Request: request, Class: d.Class &^ nicfw.ClassReturned, Dest: d.Dest, Handler: d.Handler,
+	r := Returned{Reason: reason, Request: request, Class: d.Class &^ endpoint.ClassReturned, Dest: d.Dest, Handler: d.Handler,
 		Args: append([]uint64(nil), d.Args[:min(int(d.NArgs), MaxArgs2)]...)}
 	switch r.Class {
-	case nicfw.ClassMedium:
+	case endpoint.ClassMedium:
 		if b, err := a.view.Data(d); err == nil {
 			r.Data = bytes.Clone(b)
 		}
-	case nicfw.ClassBulk:
+	case endpoint.ClassBulk:
 		r.Offset, r.Length, r.RemoteOffset = d.Offset, d.Length, d.RemoteOffset
 	}
 	if r.Request {

@@ -19,6 +19,8 @@ import (
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/clock"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 const (
@@ -93,11 +95,11 @@ func newAMIINet(t testing.TB, cfgA AMIIConfig) *amiiNet {
 	b1 := nicfw.Name{Host: amiiHostB, Endpoint: 1}
 	b2 := nicfw.Name{Host: amiiHostB, Endpoint: 2}
 	open := func(e *nicfw.Engine, id nicfw.EndpointID, vnet nicfw.VNet, poll func() (int, error), cfg AMIIConfig) *AMII {
-		m, err := e.CreateEndpoint(id, nicfw.EndpointConfig{}, vnet)
+		m, err := e.CreateEndpoint(id, endpoint.Config{}, vnet)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := nicfw.MapEndpoint(m.FD())
+		v, err := endpoint.Map(m.FD())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +268,7 @@ func TestAMIIReturnBadTag(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := returned[0]
-	if r.Reason != nicfw.ReasonBadTag || !r.Request || r.Dest != 1 || r.Handler != 0 || !slices.Equal(r.Args, []uint64{3, 1, 4}) {
+	if r.Reason != endpoint.ReasonBadTag || !r.Request || r.Dest != 1 || r.Handler != 0 || !slices.Equal(r.Args, []uint64{3, 1, 4}) {
 		t.Errorf("returned %+v, want the request (1, 0, [3 1 4]) with reason bad tag", r)
 	}
 	if ran || n.b2.Stats().Handled != 0 {
@@ -330,7 +332,7 @@ func TestAMIICredits(t *testing.T) {
 // the engine's transport carries.
 func mediumFits(e *nicfw.Engine, nargs int) int {
 	const header, ext = 24, 24 // the engine message's header and extension
-	return min(nicfw.MaxMedium, e.MaxPayload()-header-8*nargs-ext)
+	return min(endpoint.MaxMedium, e.MaxPayload()-header-8*nargs-ext)
 }
 
 func patterned(n int, seed byte) []byte {
@@ -402,7 +404,7 @@ func TestAMIIMedium(t *testing.T) {
 	if !shortSeen || shortData != nil || n.b1.Stats().HandlerErrors != 1 {
 		t.Errorf("short message to a medium handler: ran %v with %v; B1 stats %+v", shortSeen, shortData, n.b1.Stats())
 	}
-	if err := n.a1.RequestMedium(0, echo, make([]byte, nicfw.MaxMedium+1)); !errors.Is(err, ErrTooLong) {
+	if err := n.a1.RequestMedium(0, echo, make([]byte, endpoint.MaxMedium+1)); !errors.Is(err, ErrTooLong) {
 		t.Errorf("a medium request of MaxMedium+1 bytes: %v", err)
 	}
 	sa, sb := n.a1.Stats(), n.b1.Stats()
@@ -442,7 +444,7 @@ func TestAMIIStore(t *testing.T) {
 	}
 	until(t, n.a1, func() bool { return len(returned) > 0 })
 	r := returned[0]
-	if r.Reason != nicfw.ReasonRange || r.Class != nicfw.ClassBulk || r.Offset != 100 || r.Length != length || r.RemoteOffset != far || !r.Request {
+	if r.Reason != endpoint.ReasonRange || r.Class != endpoint.ClassBulk || r.Offset != 100 || r.Length != length || r.RemoteOffset != far || !r.Request {
 		t.Errorf("returned %+v", r)
 	}
 	if s := r.String(); s != fmt.Sprintf("request to 0, handler %d, bulk of %d bytes to offset %d: outside the receiver's store region", sink, length, far) {
@@ -484,7 +486,7 @@ func TestAMIIStoreRegion(t *testing.T) {
 			t.Fatal(err)
 		}
 		until(t, n.a1, func() bool { return len(returned) > 0 })
-		if r := returned[0]; r.Reason != nicfw.ReasonRange || r.RemoteOffset != remote {
+		if r := returned[0]; r.Reason != endpoint.ReasonRange || r.RemoteOffset != remote {
 			t.Errorf("Store to %d (exposed %d): returned %+v", remote, exposed, r)
 		}
 	}
@@ -527,7 +529,7 @@ func TestAMIINoSuchHandler(t *testing.T) {
 	}
 	until(t, n.a1, func() bool { return len(returned) == 2 })
 	for i, r := range returned {
-		if r.Reason != nicfw.ReasonNoHandler || !r.Request || r.Args[0] != 42+uint64(i) {
+		if r.Reason != endpoint.ReasonNoHandler || !r.Request || r.Args[0] != 42+uint64(i) {
 			t.Errorf("returned %d: %+v", i, r)
 		}
 		if !strings.HasSuffix(r.String(), ": no such handler") {
@@ -560,7 +562,7 @@ func TestAMIIReturnedMedium(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(t, n.a1, func() bool { return len(returned) == 1 })
-	if r := returned[0]; r.Reason != nicfw.ReasonBadTag || r.Class != nicfw.ClassMedium || !slices.Equal(r.Data, data) || !slices.Equal(r.Args, []uint64{9}) {
+	if r := returned[0]; r.Reason != endpoint.ReasonBadTag || r.Class != endpoint.ClassMedium || !slices.Equal(r.Data, data) || !slices.Equal(r.Args, []uint64{9}) {
 		t.Errorf("returned %+v", r)
 	}
 	if err := n.eb.CloseEndpoint(1); err != nil {
@@ -571,7 +573,7 @@ func TestAMIIReturnedMedium(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(t, n.a1, func() bool { return len(returned) == 2 })
-	if r := returned[1]; r.Reason != nicfw.ReasonClosed || r.Reason.String() != "endpoint closed" || !slices.Equal(r.Data, data) {
+	if r := returned[1]; r.Reason != endpoint.ReasonClosed || r.Reason.String() != "endpoint closed" || !slices.Equal(r.Data, data) {
 		t.Errorf("returned %+v (%v)", r, r.Reason)
 	}
 	if n.a1.Outstanding() != 0 {
@@ -590,7 +592,7 @@ func TestAMIIWaitInline(t *testing.T) {
 	h := n.a1.Register(func(*Token2, []uint64) { got++ })
 	// B1 sends a request to A1 without running the engines: A1's Wait
 	// runs them.
-	if err := n.b1.view.Send(nicfw.RequestSend, &nicfw.Descriptor{Class: nicfw.ClassShort, Handler: h}); err != nil {
+	if err := n.b1.view.Send(endpoint.RequestSend, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: h}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.a1.Wait(5 * time.Second); err != nil {
@@ -601,7 +603,7 @@ func TestAMIIWaitInline(t *testing.T) {
 	}
 	var inner error
 	h = n.a1.Register(func(*Token2, []uint64) { inner = n.a1.Wait(time.Millisecond) })
-	if err := n.b1.view.Send(nicfw.RequestSend, &nicfw.Descriptor{Class: nicfw.ClassShort, Handler: h}); err != nil {
+	if err := n.b1.view.Send(endpoint.RequestSend, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: h}); err != nil {
 		t.Fatal(err)
 	}
 	until(t, n.a1, func() bool { return inner != nil })
@@ -657,7 +659,7 @@ func TestAMIIFirmware(t *testing.T) {
 	}
 	defer la.Close()
 	defer lb.Close()
-	cfg := nicfw.EngineConfig{Transport: nicfw.Config{RetransmitAfter: time.Millisecond}}
+	cfg := nicfw.EngineConfig{Transport: transport.Config{RetransmitAfter: time.Millisecond}}
 	cfg.Host = amiiHostA
 	ea, err := nicfw.NewEngine(la, cfg)
 	if err != nil {
@@ -677,13 +679,13 @@ func TestAMIIFirmware(t *testing.T) {
 		t.Fatal(err)
 	}
 	wake := newEventFD(t)
-	open := func(e *nicfw.Engine, peer nicfw.HostID) (*nicfw.EndpointMemory, *AMII, *atomic.Int64) {
-		m, err := e.CreateEndpoint(1, nicfw.EndpointConfig{QueueEntries: 16},
+	open := func(e *nicfw.Engine, peer nicfw.HostID) (*endpoint.Memory, *AMII, *atomic.Int64) {
+		m, err := e.CreateEndpoint(1, endpoint.Config{QueueEntries: 16},
 			nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := nicfw.MapEndpoint(m.FD())
+		v, err := endpoint.Map(m.FD())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -861,12 +863,12 @@ func ExampleAMII_RequestMedium() {
 		hb, err := b.Poll()
 		return wa + wb + hb, err
 	}
-	open := func(e *nicfw.Engine, peer nicfw.HostID, poll func() (int, error)) (*AMII, *nicfw.EndpointView) {
-		mem, err := e.CreateEndpoint(1, nicfw.EndpointConfig{}, nicfw.VNet{Tag: 42, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
+	open := func(e *nicfw.Engine, peer nicfw.HostID, poll func() (int, error)) (*AMII, *endpoint.View) {
+		mem, err := e.CreateEndpoint(1, endpoint.Config{}, nicfw.VNet{Tag: 42, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
 		if err != nil {
 			panic(err)
 		}
-		view, err := nicfw.MapEndpoint(mem.FD())
+		view, err := endpoint.Map(mem.FD())
 		if err != nil {
 			panic(err)
 		}
@@ -1012,7 +1014,7 @@ func TestAMIIReplyTimeout(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	until(t, n.a1, func() bool { return len(returned) == 3 })
 	for i, r := range returned {
-		if r.Reason != nicfw.ReasonNoReply || !r.Request || r.Dest != 0 || !slices.Equal(r.Args, []uint64{40 + uint64(i), 7}) {
+		if r.Reason != endpoint.ReasonNoReply || !r.Request || r.Dest != 0 || !slices.Equal(r.Args, []uint64{40 + uint64(i), 7}) {
 			t.Errorf("returned %d: %+v", i, r)
 		}
 	}

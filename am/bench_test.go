@@ -5,6 +5,7 @@ import (
 
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // ownEnginePair is two AM-II endpoints, A1 and B1, on two inline engines
@@ -25,11 +26,11 @@ func ownEnginePair(tb testing.TB) (ha, hb *AMII) {
 		if err := e.AddHost(peer, pl.HardwareAddr()); err != nil {
 			tb.Fatal(err)
 		}
-		m, err := e.CreateEndpoint(1, nicfw.EndpointConfig{}, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
+		m, err := e.CreateEndpoint(1, endpoint.Config{}, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
 		if err != nil {
 			tb.Fatal(err)
 		}
-		v, err := nicfw.MapEndpoint(m.FD())
+		v, err := endpoint.Map(m.FD())
 		if err != nil {
 			tb.Fatal(err)
 		}

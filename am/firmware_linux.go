@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
 )
 
 // Remote is an AM-II endpoint in firmware mode: opened through a firmware
@@ -15,14 +16,14 @@ import (
 // endpoint's notification eventfd instead of spinning.
 type Remote struct {
 	*AMII
-	ep   *nicfw.Endpoint
-	conn *nicfw.Conn
+	ep   *daemon.Endpoint
+	conn *daemon.Conn
 }
 
 // Dial connects to the daemon at socket and opens an endpoint as req asks
 // (its virtual network: tag and translation table).
-func Dial(socket string, req nicfw.OpenRequest, cfg AMIIConfig) (*Remote, error) {
-	c, err := nicfw.Dial(socket)
+func Dial(socket string, req daemon.OpenRequest, cfg AMIIConfig) (*Remote, error) {
+	c, err := daemon.Dial(socket)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +33,7 @@ func Dial(socket string, req nicfw.OpenRequest, cfg AMIIConfig) (*Remote, error)
 		return nil, err
 	}
 	cfg.Block = ep.Block
-	a, err := NewAMII(ep.EndpointView, nil, cfg)
+	a, err := NewAMII(ep.View, nil, cfg)
 	if err != nil {
 		ep.Close()
 		c.Close()

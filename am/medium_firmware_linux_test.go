@@ -14,7 +14,7 @@ import (
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/netnstest"
-	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
@@ -90,7 +90,7 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 	})
 
 	var mu sync.Mutex
-	var returns []nicfw.Reason
+	var returns []endpoint.Reason
 	client.OnReturn(func(r Returned) {
 		mu.Lock()
 		returns = append(returns, r.Reason)
@@ -134,7 +134,7 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 		t.Fatalf("%d of %d medium messages carried wrong bytes", n, 2*senders*per)
 	}
 	mu.Lock()
-	if !slices.Equal(returns, []nicfw.Reason{nicfw.ReasonNoHandler, nicfw.ReasonRange}) {
+	if !slices.Equal(returns, []endpoint.Reason{endpoint.ReasonNoHandler, endpoint.ReasonRange}) {
 		t.Errorf("returned %v, want [no such handler, range]", returns)
 	}
 	mu.Unlock()

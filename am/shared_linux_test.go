@@ -16,6 +16,8 @@ import (
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/transport"
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
@@ -53,8 +55,8 @@ func startDaemons(t *testing.T, la, lb afxdp.Link) (pa, pb string) {
 	dir := t.TempDir()
 	daemon := func(l afxdp.Link, id, peer nicfw.HostID, peerMAC net.HardwareAddr) string {
 		path := filepath.Join(dir, "fw"+string(rune('0'+id))+".sock")
-		d, err := nicfw.NewDaemon(l, nicfw.DaemonConfig{Engine: nicfw.EngineConfig{Host: id,
-			Transport: nicfw.Config{RetransmitAfter: time.Millisecond}},
+		d, err := daemon.New(l, daemon.Config{Engine: nicfw.EngineConfig{Host: id,
+			Transport: transport.Config{RetransmitAfter: time.Millisecond}},
 			Hosts: map[nicfw.HostID]net.HardwareAddr{peer: peerMAC}, Socket: path, Sleep: 50 * time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
@@ -94,12 +96,12 @@ func serveUntil(t *testing.T, a *AMII, stop *atomic.Bool) {
 func sharedPair(t *testing.T, la, lb afxdp.Link) (server, client *Remote) {
 	t.Helper()
 	pa, pb := startDaemons(t, la, lb)
-	server, err := Dial(pb, nicfw.OpenRequest{Endpoint: 20, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostA, Endpoint: 21}}}, AMIIConfig{})
+	server, err := Dial(pb, daemon.OpenRequest{Endpoint: 20, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostA, Endpoint: 21}}}, AMIIConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Close() })
-	client, err = Dial(pa, nicfw.OpenRequest{Endpoint: 21, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostB, Endpoint: 20}}},
+	client, err = Dial(pa, daemon.OpenRequest{Endpoint: 21, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostB, Endpoint: 20}}},
 		AMIIConfig{Shared: true, Credits: 8})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,9 @@ import (
 	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // The AM-II ping: two nicfw engines run inline (each host's goroutine
@@ -43,7 +46,7 @@ type AMIIResult struct {
 type amiiHost struct {
 	raw  *RawEndpoint
 	eng  *nicfw.Engine
-	view *nicfw.EndpointView
+	view *endpoint.View
 	am   *am.AMII
 }
 
@@ -78,12 +81,12 @@ func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg Pin
 	if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
 		return nil, err
 	}
-	mem, err := h.eng.CreateEndpoint(amiiEndpoint, nicfw.EndpointConfig{},
+	mem, err := h.eng.CreateEndpoint(amiiEndpoint, endpoint.Config{},
 		nicfw.VNet{Tag: amiiTag, Table: []nicfw.Name{{Host: peerID, Endpoint: amiiEndpoint}}})
 	if err != nil {
 		return nil, err
 	}
-	if h.view, err = nicfw.MapEndpoint(mem.FD()); err != nil {
+	if h.view, err = endpoint.Map(mem.FD()); err != nil {
 		return nil, err
 	}
 	if h.am, err = am.NewAMII(h.view, h.eng.Poll, am.AMIIConfig{}); err != nil {
@@ -173,7 +176,7 @@ func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, ret
 	args := make([]uint64, nargs)
 	// A message is answered or returned within the transport's give-up
 	// time; past it and cfg.Timeout the peer is taken to be gone.
-	limit := cfg.Timeout + nicfw.DefaultGiveUpAfter
+	limit := cfg.Timeout + transport.DefaultGiveUpAfter
 	for i := range cfg.Warmup + cfg.Count {
 		if r.stop(&cfg) {
 			break
@@ -205,7 +208,7 @@ func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, ret
 }
 
 // AMIIFirmwarePing is AMIIPing with the engines in firmware mode: each host
-// runs a nicfw.Daemon (in this process, its engine goroutine locked to an
+// runs a daemon.Daemon (in this process, its engine goroutine locked to an
 // OS thread, busy-polling, on cores[i] when given) that owns the host's
 // AF_XDP socket, and each application reaches its endpoint through the
 // daemon's unix socket (am.Dial). The applications block in Wait between
@@ -225,7 +228,7 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, func(i int, raw *RawEndpoint, c *nicfw.DaemonConfig) error {
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, func(i int, raw *RawEndpoint, c *daemon.Config) error {
 		c.Cores, c.Sleep = cores[i], sleep
 		if loss > 0 {
 			return raw.Prog.SetFaults(loader.Faults{DropRate: loss})
@@ -236,14 +239,14 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 		return nil, err
 	}
 	defer closeHosts()
-	ra, err := am.Dial(hosts[0].sock, nicfw.OpenRequest{Endpoint: nicfw.FirstUserEndpoint, Tag: amiiTag,
-		Table: []nicfw.Name{{Host: amiiHostB, Endpoint: nicfw.FirstUserEndpoint}}}, am.AMIIConfig{})
+	ra, err := am.Dial(hosts[0].sock, daemon.OpenRequest{Endpoint: daemon.FirstUserEndpoint, Tag: amiiTag,
+		Table: []nicfw.Name{{Host: amiiHostB, Endpoint: daemon.FirstUserEndpoint}}}, am.AMIIConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("AM-II host A: %w", err)
 	}
 	defer ra.Close()
-	rb, err := am.Dial(hosts[1].sock, nicfw.OpenRequest{Endpoint: nicfw.FirstUserEndpoint, Tag: amiiTag,
-		Table: []nicfw.Name{{Host: amiiHostA, Endpoint: nicfw.FirstUserEndpoint}}}, am.AMIIConfig{})
+	rb, err := am.Dial(hosts[1].sock, daemon.OpenRequest{Endpoint: daemon.FirstUserEndpoint, Tag: amiiTag,
+		Table: []nicfw.Name{{Host: amiiHostA, Endpoint: daemon.FirstUserEndpoint}}}, am.AMIIConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("AM-II host B: %w", err)
 	}
@@ -313,7 +316,7 @@ func pingAMII(a *am.Remote, cfg PingConfig, nargs int) (*AMIIResult, error) {
 	})
 	r := &AMIIResult{Mode: "firmware", PingResult: *cfg.newResult("amii", 8*nargs)}
 	args := make([]uint64, nargs)
-	limit := cfg.Timeout + nicfw.DefaultGiveUpAfter
+	limit := cfg.Timeout + transport.DefaultGiveUpAfter
 	for i := range cfg.Warmup + cfg.Count {
 		if r.stop(&cfg) {
 			break
@@ -362,7 +365,7 @@ type DaemonEndpoint struct {
 }
 
 func (d DaemonEndpoint) open() (*am.Remote, error) {
-	return am.Dial(d.Socket, nicfw.OpenRequest{Endpoint: d.Endpoint, Tag: d.Tag,
+	return am.Dial(d.Socket, daemon.OpenRequest{Endpoint: d.Endpoint, Tag: d.Tag,
 		Table: []nicfw.Name{{Host: d.PeerHost, Endpoint: d.Endpoint}}}, am.AMIIConfig{})
 }
 

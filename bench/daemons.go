@@ -8,13 +8,14 @@ import (
 
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
 )
 
 // firmwareHost is one host's firmware daemon, run in this process on the
 // host's AF_XDP socket.
 type firmwareHost struct {
 	raw  *RawEndpoint
-	d    *nicfw.Daemon
+	d    *daemon.Daemon
 	sock string
 	stop func() // stops the daemon and waits for it
 }
@@ -26,7 +27,7 @@ type firmwareHost struct {
 // function stops both and closes their data paths; on an error, nothing is
 // left running.
 func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int,
-	adjust func(i int, raw *RawEndpoint, c *nicfw.DaemonConfig) error) ([2]*firmwareHost, func(), error) {
+	adjust func(i int, raw *RawEndpoint, c *daemon.Config) error) ([2]*firmwareHost, func(), error) {
 	var hosts [2]*firmwareHost
 	closeAll := func() {
 		for _, h := range hosts {
@@ -49,7 +50,7 @@ func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int,
 		}
 		h := &firmwareHost{raw: raw, sock: filepath.Join(dir, fmt.Sprintf("h%d.sock", i))}
 		hosts[i] = h
-		cfg := nicfw.DaemonConfig{
+		cfg := daemon.Config{
 			Engine: nicfw.EngineConfig{Host: ids[i]},
 			Hosts:  map[nicfw.HostID]net.HardwareAddr{ids[1-i]: places[1-i].MAC},
 			Socket: h.sock,
@@ -60,7 +61,7 @@ func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int,
 				return hosts, nil, err
 			}
 		}
-		if h.d, err = nicfw.NewDaemon(raw.Sock, cfg); err != nil {
+		if h.d, err = daemon.New(raw.Sock, cfg); err != nil {
 			closeAll()
 			return hosts, nil, err
 		}

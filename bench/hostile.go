@@ -19,6 +19,9 @@ import (
 
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // The hostile suite: what anyone on the segment and any local user can do
@@ -99,7 +102,7 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, func(_ int, _ *RawEndpoint, c *nicfw.DaemonConfig) error {
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, func(_ int, _ *RawEndpoint, c *daemon.Config) error {
 		c.Engine.Transport.RetransmitAfter = time.Millisecond
 		c.Sleep, c.MaxConnsPerUser, c.UserMemory = 20*time.Microsecond, 16, 64<<20
 		return nil
@@ -123,7 +126,7 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 // runs, and reports how many were made and whether each request was
 // handled exactly once with nothing returned.
 func pingDuring(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool) error) (int, bool, string, error) {
-	d := DaemonEndpoint{Socket: hb.sock, Endpoint: nicfw.FirstUserEndpoint + 1, PeerHost: amiiHostA, Tag: amiiTag}
+	d := DaemonEndpoint{Socket: hb.sock, Endpoint: daemon.FirstUserEndpoint + 1, PeerHost: amiiHostA, Tag: amiiTag}
 	server, err := d.open()
 	if err != nil {
 		return 0, false, "", err
@@ -137,7 +140,7 @@ func pingDuring(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool) erro
 	wg.Go(func() { serveErr = serveAMII(server, &stop) })
 	var attackStop atomic.Bool
 	wg.Go(func() { attackErr = attack(&attackStop) })
-	client, err := DaemonEndpoint{Socket: ha.sock, Endpoint: nicfw.FirstUserEndpoint + 1, PeerHost: amiiHostB, Tag: amiiTag}.open()
+	client, err := DaemonEndpoint{Socket: ha.sock, Endpoint: daemon.FirstUserEndpoint + 1, PeerHost: amiiHostB, Tag: amiiTag}.open()
 	var r *AMIIResult
 	if err == nil {
 		r, err = pingAMII(client, PingConfig{Count: n, NoWarmup: true, Timeout: time.Second}, 1)
@@ -221,7 +224,7 @@ func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
 	// transport is an SDU of the transport's header (docs/wire.md): type,
 	// channel, sequence, stamp, payload length, acknowledgement entries,
 	// source and destination epochs; then the payload.
-	transport := func(typ, ch uint8, payload []byte, srcEpoch, dstEpoch uint32) ([]byte, error) {
+	tframe := func(typ, ch uint8, payload []byte, srcEpoch, dstEpoch uint32) ([]byte, error) {
 		sdu := make([]byte, 20+len(payload))
 		sdu[0], sdu[1] = typ, ch
 		binary.BigEndian.PutUint16(sdu[2:], uint16(rng.Uint32()))
@@ -230,7 +233,7 @@ func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
 		binary.BigEndian.PutUint32(sdu[12:], srcEpoch)
 		binary.BigEndian.PutUint32(sdu[16:], dstEpoch)
 		copy(sdu[20:], payload)
-		cs, err := cells.Segment(cells.SAR{VCI: nicfw.DefaultVCI}, sdu)
+		cs, err := cells.Segment(cells.SAR{VCI: transport.DefaultVCI}, sdu)
 		if err != nil {
 			return nil, err
 		}
@@ -256,7 +259,7 @@ func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
 			for i := range c {
 				c[i] = byte(rng.Uint32())
 			}
-			if err := cells.Cell(c).Encode(cells.UNI, cells.Fields{VCI: nicfw.DefaultVCI, PTI: uint8(rng.IntN(2))}); err != nil {
+			if err := cells.Cell(c).Encode(cells.UNI, cells.Fields{VCI: transport.DefaultVCI, PTI: uint8(rng.IntN(2))}); err != nil {
 				return nil, err
 			}
 		}
@@ -266,9 +269,9 @@ func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
 		}
 		if err := errors.Join(
 			add(frame(src, open)),
-			add(transport(2, uint8(rng.IntN(8)), nil, rng.Uint32()|1, 0)),
-			add(transport(1, uint8(rng.IntN(8)), payload, rng.Uint32()|1, rng.Uint32())),
-			add(transport(4, uint8(rng.IntN(8)), nil, rng.Uint32()|1, rng.Uint32())),
+			add(tframe(2, uint8(rng.IntN(8)), nil, rng.Uint32()|1, 0)),
+			add(tframe(1, uint8(rng.IntN(8)), payload, rng.Uint32()|1, rng.Uint32())),
+			add(tframe(4, uint8(rng.IntN(8)), nil, rng.Uint32()|1, rng.Uint32())),
 			add(frame(src, junk)),
 			add(frame(stranger, junk)),
 		); err != nil {
@@ -289,17 +292,17 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 	sent := 0
 	var garbage, refused uint64
 	pings, once, note, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error {
-		c, err := nicfw.Dial(ha.sock)
+		c, err := daemon.Dial(ha.sock)
 		if err != nil {
 			return err
 		}
 		table := []nicfw.Name{{Host: amiiHostB, Endpoint: 1}}
-		held, err := c.Open(nicfw.OpenRequest{Table: table})
+		held, err := c.Open(daemon.OpenRequest{Table: table})
 		if err != nil {
 			c.Close()
 			return err
 		}
-		for _, req := range []nicfw.OpenRequest{
+		for _, req := range []daemon.OpenRequest{
 			{QueueEntries: 3, Table: table}, {QueueEntries: 1 << 20, Table: table},
 			{StagingSize: 100, Table: table}, {StagingSize: 2 << 30, Table: table},
 			{}, {Endpoint: held.ID, Table: table}, {StagingSize: 1 << 30, Table: table},
@@ -307,7 +310,7 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 			sent++
 			_, err := c.Open(req)
 			switch {
-			case errors.Is(err, nicfw.ErrQuota):
+			case errors.Is(err, daemon.ErrQuota):
 				kinds["opens refused: quota"]++
 			case errors.Is(err, nicfw.ErrEndpointInUse):
 				kinds["opens refused: in use"]++
@@ -320,15 +323,15 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 			}
 		}
 		// More connections than the quota (16 here).
-		var conns []*nicfw.Conn
+		var conns []*daemon.Conn
 		for range 24 {
 			sent++
-			cc, err := nicfw.Dial(ha.sock)
+			cc, err := daemon.Dial(ha.sock)
 			if err != nil {
 				return err
 			}
 			conns = append(conns, cc)
-			if _, err := cc.Stats(); errors.Is(err, nicfw.ErrQuota) {
+			if _, err := cc.Stats(); errors.Is(err, daemon.ErrQuota) {
 				kinds["connections refused: quota"]++
 			}
 		}
@@ -339,14 +342,14 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 		rng := rand.New(rand.NewPCG(3, 4))
 		for range 1000 {
 			// Never a real message: the table has one entry.
-			d := nicfw.Descriptor{Class: nicfw.Class(rng.IntN(5)), NArgs: uint8(rng.IntN(12)), Dest: 1 + rng.Uint32()%4,
+			d := endpoint.Descriptor{Class: endpoint.Class(rng.IntN(5)), NArgs: uint8(rng.IntN(12)), Dest: 1 + rng.Uint32()%4,
 				Offset: rng.Uint32(), Length: rng.Uint32() % 100000, Handler: rng.Uint32()}
-			if err := held.Send(nicfw.RequestSend, &d); err == nil {
+			if err := held.Send(endpoint.RequestSend, &d); err == nil {
 				sent++
 				garbage++
 			}
 			for range 100 {
-				if _, taken := held.Progress(nicfw.RequestSend); taken == uint32(garbage) {
+				if _, taken := held.Progress(endpoint.RequestSend); taken == uint32(garbage) {
 					break
 				}
 				time.Sleep(10 * time.Microsecond)
@@ -381,7 +384,7 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 		return row, err
 	}
 	// The closed connection's endpoint goes with it.
-	var after nicfw.DaemonStats
+	var after daemon.Stats
 	for bound := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		if after, err = ha.d.Stats(); err != nil {
 			return row, err

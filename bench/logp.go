@@ -13,6 +13,8 @@ import (
 	"github.com/xam-project/xam/am"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // AM-II's LogP measurement (Chun et al., section 5, after Culler et al.'s
@@ -108,7 +110,7 @@ var logpConfigs = []struct {
 	name string
 	cfg  nicfw.EngineConfig
 }{
-	{"baseline", nicfw.EngineConfig{Unprotected: true, Transport: nicfw.Config{Unreliable: true}}},
+	{"baseline", nicfw.EngineConfig{Unprotected: true, Transport: transport.Config{Unreliable: true}}},
 	{"+reliability", nicfw.EngineConfig{Unprotected: true}},
 	{"+protection", nicfw.EngineConfig{}},
 	{"+pipelining", nicfw.EngineConfig{Window: am.DefaultCredits}},
@@ -159,7 +161,7 @@ func RunLogP(a, b Place, cfg LogPConfig) (*LogPResult, error) {
 type logpHost struct {
 	raw *RawEndpoint
 	eng *nicfw.Engine
-	vs  []*nicfw.EndpointView
+	vs  []*endpoint.View
 	ams []*am.AMII
 	// onPoll, if set, is called before each run of the engine by the
 	// AM-II endpoints.
@@ -201,11 +203,11 @@ func openLogPHost(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg
 		return nil, err
 	}
 	for i := range n {
-		mem, err := h.eng.CreateEndpoint(nicfw.EndpointID(i+1), nicfw.EndpointConfig{}, nicfw.VNet{Tag: amiiTag, Table: table(i)})
+		mem, err := h.eng.CreateEndpoint(nicfw.EndpointID(i+1), endpoint.Config{}, nicfw.VNet{Tag: amiiTag, Table: table(i)})
 		if err != nil {
 			return nil, err
 		}
-		v, err := nicfw.MapEndpoint(mem.FD())
+		v, err := endpoint.Map(mem.FD())
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,8 @@ package nicfw
 import (
 	"fmt"
 	"slices"
+
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // Closing endpoints, and what a daemon needs to put the engine to sleep.
@@ -78,10 +80,10 @@ func (e *Engine) Endpoints() int { return e.live }
 // EndpointInfo describes an open endpoint: its virtual network and what
 // the engine did with its queues.
 type EndpointInfo struct {
-	ID     EndpointID    `json:"id"`
-	Tag    uint64        `json:"tag"`
-	Table  int           `json:"table"` // translation table entries
-	Queues EndpointStats `json:"queues"`
+	ID     EndpointID     `json:"id"`
+	Tag    uint64         `json:"tag"`
+	Table  int            `json:"table"` // translation table entries
+	Queues endpoint.Stats `json:"queues"`
 }
 
 // EndpointList returns the open endpoints, by id. It belongs to the engine
@@ -97,32 +99,39 @@ func (e *Engine) EndpointList() []EndpointInfo {
 	return l
 }
 
-// hasEndpoint reports whether endpoint id is open.
-func (e *Engine) hasEndpoint(id EndpointID) bool {
+// HasEndpoint reports whether endpoint id is open.
+func (e *Engine) HasEndpoint(id EndpointID) bool {
 	s := e.ep(id)
 	return s != nil && !s.closed
 }
 
-// setIdle writes the idle word of every open endpoint
-// (EndpointMemory.SetIdle). An engine going to sleep calls setIdle(true),
+// SetIdle writes the idle word of every open endpoint
+// (endpoint.Memory.SetIdle). An engine going to sleep calls SetIdle(true),
 // then Polls once more and sleeps only if that found nothing to do: a
 // descriptor published before the word was visible did not kick, and that
-// Poll takes it.
-func (e *Engine) setIdle(idle bool) {
+// Poll takes it. Going idle also sends the acknowledgements still owed,
+// which would otherwise wait for the next Poll.
+func (e *Engine) SetIdle(idle bool) error {
+	if idle {
+		if err := e.tr.FlushAcks(); err != nil {
+			return err
+		}
+	}
 	for _, s := range e.eps {
 		if s != nil && !s.closed {
 			s.mem.SetIdle(idle)
 		}
 	}
+	return nil
 }
 
-// busy reports whether the engine has work that only time moves on:
+// Busy reports whether the engine has work that only time moves on:
 // messages in flight (retransmissions, giving up), return messages waiting
 // for a channel, returned messages waiting for room in a reply receive
 // queue, messages waiting for a channel or a frame. A sleeping engine wakes
 // for its timer scan while it is busy.
-func (e *Engine) busy() bool {
-	if len(e.tr.active) > 0 || len(e.returns) > 0 || len(e.returning) > 0 || len(e.returnedFl) > 0 {
+func (e *Engine) Busy() bool {
+	if e.tr.InFlight() || len(e.returns) > 0 || len(e.returning) > 0 || len(e.returnedFl) > 0 {
 		return true
 	}
 	for _, s := range e.eps {

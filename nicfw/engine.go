@@ -1,15 +1,16 @@
 package nicfw
 
 import (
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/internal/clock"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // The engine loop: endpoints, scheduler, residency and transport joined
@@ -53,78 +54,6 @@ type VNet struct {
 	Table []Name
 }
 
-// Reason is why a message was returned to its sender.
-type Reason uint8
-
-// The reasons of return-to-sender; 0 is not a reason.
-const (
-	ReasonBadTag      Reason = 1  // the destination's tag differs from the message's
-	ReasonNoEndpoint  Reason = 2  // the destination host has no such endpoint
-	ReasonUnreachable Reason = 3  // the transport gave up (ErrUnreachable)
-	ReasonNoHost      Reason = 4  // the destination host is not in the host table
-	ReasonTooLarge    Reason = 5  // the message does not fit in the transport's largest payload
-	ReasonClosed      Reason = 6  // the destination endpoint was closed (CloseEndpoint)
-	ReasonRange       Reason = 7  // a bulk message's region is outside the region the receiver exposes (EndpointView.SetStoreRegion)
-	ReasonIncomplete  Reason = 8  // a bulk message's receiver lost its beginning (its endpoint was replaced)
-	ReasonRestarted   Reason = 9  // the destination host's transport restarted while the message was in flight (ErrRestarted)
-	ReasonNoHandler   Reason = 10 // a request names a handler the receiver does not have (EndpointView.SetHandlers)
-	// ReasonNoReply: no reply came within the requester's reply timeout
-	// (the receiver took the request and then died, say). Given by the
-	// AM-II library (am.AMIIConfig.ReplyTimeout), never by the engine.
-	ReasonNoReply Reason = 11
-)
-
-func (r Reason) String() string {
-	switch r {
-	case ReasonBadTag:
-		return "bad tag"
-	case ReasonNoEndpoint:
-		return "no such endpoint"
-	case ReasonUnreachable:
-		return "host unreachable"
-	case ReasonNoHost:
-		return "unknown host"
-	case ReasonTooLarge:
-		return "message too large for the transport"
-	case ReasonClosed:
-		return "endpoint closed"
-	case ReasonRange:
-		return "outside the receiver's store region"
-	case ReasonIncomplete:
-		return "bulk transfer interrupted"
-	case ReasonRestarted:
-		return "destination host restarted"
-	case ReasonNoHandler:
-		return "no such handler"
-	case ReasonNoReply:
-		return "no reply within the reply timeout"
-	}
-	return fmt.Sprintf("reason %d", uint8(r))
-}
-
-// ClassReturned is set in the Class of a descriptor the engine puts into a
-// reply receive queue for a message returned to its sender. See
-// Descriptor.ReturnInfo.
-const ClassReturned Class = 0x80
-
-// NoIndex is the Dest of a received descriptor whose sender is not in the
-// receiving endpoint's translation table (it cannot be replied to).
-const NoIndex = ^uint32(0)
-
-// ReturnInfo reports whether d, taken from a reply receive queue, is a
-// returned message, why, and from which send queue it had been sent. The
-// rest of d is the original descriptor: Class without ClassReturned,
-// NArgs, Args, Handler, Dest (the index it was sent to), and for a bulk
-// message Offset, Length and RemoteOffset. A returned medium message's
-// Offset and Length name its bytes in the receive area, where the engine
-// put them (EndpointView.Data), not in the staging area it was sent from.
-func (d *Descriptor) ReturnInfo() (reason Reason, from Queue, ok bool) {
-	if d.Class&ClassReturned == 0 {
-		return 0, 0, false
-	}
-	return Reason(d.Tag), Queue(d.Tag >> 8), true
-}
-
 // ErrNoEndpoint: CloseEndpoint was given an id that names no open
 // endpoint.
 var ErrNoEndpoint = errors.New("nicfw: no such endpoint")
@@ -142,7 +71,7 @@ type EngineConfig struct {
 	// Transport configures the engine's transport; its Deliver and
 	// Returned must be nil (the engine sets them). Its Clock also drives
 	// the engine.
-	Transport Config
+	Transport transport.Config
 	// Host is this host's id: translation entries naming it are delivered
 	// locally, without the transport.
 	Host HostID
@@ -212,18 +141,15 @@ const (
 // message's chunks in order too.
 type epState struct {
 	id    EndpointID
-	mem   *EndpointMemory
+	mem   *endpoint.Memory
 	tag   uint64
 	table []Name
 	rev   map[Name]uint32 // sender -> index, for received descriptors
 
 	state   slotState
-	d       Descriptor
-	q       Queue // the send queue d came from
-	reason  Reason
-	peer    *peer // in flight: its destination's row of the host table
-	ch      int
-	cookie  uint64
+	d       endpoint.Descriptor
+	q       endpoint.Queue // the send queue d came from
+	reason  endpoint.Reason
 	blocked uint64 // Poll number in which it could not progress
 
 	// A medium message is built here when it is taken: its bytes are
@@ -244,9 +170,11 @@ type epState struct {
 	abort        bool
 	lastReturned uint32
 
-	// flying counts the messages sent from the slot and left in flight
-	// (Window above 1): each is an inflightRef of its own, and the slot is
-	// free for the next message meanwhile.
+	// flying counts the endpoint's messages in flight, each a flight
+	// record of its own (at most Window, and a bulk chunk alone). A short
+	// or medium message leaves the slot when it is sent, and the slot
+	// takes the next one; a bulk chunk keeps the slot (slotInflight) until
+	// it is acknowledged, so that the next chunk follows it.
 	flying int
 
 	// closed: CloseEndpoint was called. The state stays in Engine.eps as a
@@ -264,21 +192,17 @@ type bulkRx struct {
 	failed bool     // returned to its sender: its remaining chunks are dropped
 }
 
-// inflightRef is a message in flight: the one in s's slot (flight nil),
-// or one that left the slot (Window above 1), which keeps what returning
-// it takes.
-type inflightRef struct {
-	s      *epState
-	cookie uint64
-	flight *flight
-}
-
-// flight is a message in flight outside its endpoint's slot.
+// flight is the engine's one record of a message in flight, whatever the
+// window: what returning it takes (its descriptor and send queue) and the
+// host table row it went to. Records live in Engine.flights and are
+// reused; a message's cookie at the transport is its record's index plus
+// one (0 is a return message, which is not tracked).
 type flight struct {
-	d    Descriptor
-	q    Queue
-	peer *peer
-	ch   int
+	s     *epState
+	d     endpoint.Descriptor
+	q     endpoint.Queue
+	peer  *transport.Peer
+	chunk bool // a bulk chunk: s's slot waits for it
 }
 
 // returnedFlight is a message that left its slot, returned to its sender
@@ -286,12 +210,12 @@ type flight struct {
 // descriptor to put (ClassReturned set), data a medium message's bytes.
 type returnedFlight struct {
 	s    *epState
-	d    Descriptor
+	d    endpoint.Descriptor
 	data []byte
 }
 
 type remoteReturn struct {
-	peer *peer
+	peer *transport.Peer
 	msg  []byte
 }
 
@@ -302,15 +226,16 @@ type remoteReturn struct {
 type Engine struct {
 	cfg   EngineConfig
 	clk   clock.Clock
-	tr    *Transport
+	tr    *transport.Transport
 	sched *Scheduler
 	res   *Residency
 	eps   []*epState // by id: open endpoints and tombstones (nil: none)
 	live  int        // open endpoints
 
-	pinned     int // endpoints with a message in flight (residency Hold per message)
-	inflight   []inflightRef
-	nextCookie uint64
+	pinned     int      // endpoints with a message in flight (residency Hold per message)
+	flights    []flight // by cookie-1: messages in flight, and free records
+	freeFl     []uint32 // indices of free records in flights
+	acked      int      // acknowledgements taken in since the start of this Poll
 	returning  []*epState
 	returnedFl []returnedFlight
 	returns    []remoteReturn
@@ -320,8 +245,9 @@ type Engine struct {
 	closeErr   error                // the first error of closing an endpoint's memory late
 	polls      uint64
 	pending    PendingFunc
-	maxPL      int    // the transport's MaxPayload
-	buf        []byte // a message being built: short, or a bulk chunk
+	maxPL      int           // the transport's MaxPayload
+	giveUp     time.Duration // the transport's GiveUpAfter
+	buf        []byte        // a message being built: short, or a bulk chunk
 	stats      EngineStats
 }
 
@@ -365,14 +291,16 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	}
 	tc := cfg.Transport
 	tc.Deliver = e.deliver
+	tc.Acked = e.ack
 	tc.Returned = e.returned
-	if e.tr, err = New(link, tc); err != nil {
+	if e.tr, err = transport.New(link, tc); err != nil {
 		return nil, err
 	}
 	if e.cfg.SendBudget == 0 {
 		e.cfg.SendBudget = max(link.BatchSize(), 1)
 	}
 	e.maxPL = e.tr.MaxPayload()
+	e.giveUp = e.tr.Config().GiveUpAfter
 	e.buf = make([]byte, max(e.maxPL, msgMaxLen))
 	e.pending = e.isPending
 	return e, nil
@@ -397,7 +325,7 @@ func (e *Engine) AddHost(id HostID, mac net.HardwareAddr) error {
 // changes is returned to its sender as incomplete.
 func (e *Engine) SetHosts(self HostID, hosts map[HostID]net.HardwareAddr) error {
 	for id, mac := range hosts {
-		if len(mac) == 6 && [6]byte(mac) == e.tr.mac && id != self {
+		if bytes.Equal(mac, e.tr.HardwareAddr()) && id != self {
 			return fmt.Errorf("%w: the table gives this host id %d, not %d", ErrConfig, id, self)
 		}
 	}
@@ -418,12 +346,15 @@ func (e *Engine) Host() HostID { return e.cfg.Host }
 // belongs to the engine: CloseEndpoint and Close close it. cfg.TableSize
 // must be 0 or len(vnet.Table). The id may be that of a closed endpoint,
 // whose tombstone the new endpoint replaces.
-func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*EndpointMemory, error) {
+func (e *Engine) CreateEndpoint(id EndpointID, cfg endpoint.Config, vnet VNet) (*endpoint.Memory, error) {
 	if err := e.checkEndpoint(id, cfg, vnet); err != nil {
 		return nil, err
 	}
 	cfg.TableSize = len(vnet.Table)
-	mem, err := NewEndpointMemory(cfg)
+	mem, err := endpoint.NewMemory(cfg)
+	if errors.Is(err, endpoint.ErrConfig) {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +367,7 @@ func (e *Engine) CreateEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) (*
 
 // checkEndpoint checks an endpoint to be created: a free id, and a table
 // of cfg's size.
-func (e *Engine) checkEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) error {
+func (e *Engine) checkEndpoint(id EndpointID, cfg endpoint.Config, vnet VNet) error {
 	if old := e.ep(id); old != nil && !old.closed {
 		return fmt.Errorf("%w: endpoint %d", ErrEndpointInUse, id)
 	}
@@ -451,7 +382,7 @@ func (e *Engine) checkEndpoint(id EndpointID, cfg EndpointConfig, vnet VNet) err
 // large endpoint's memory takes long (it is zeroed and populated), so the
 // daemon makes it outside the engine thread and only adds it here. The
 // engine owns mem from then on; on an error the caller still does.
-func (e *Engine) AddEndpoint(id EndpointID, mem *EndpointMemory, vnet VNet) error {
+func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) error {
 	if err := e.checkEndpoint(id, mem.Config(), vnet); err != nil {
 		return err
 	}
@@ -505,10 +436,14 @@ func (e *Engine) Close() error {
 func (e *Engine) Stats() EngineStats { return e.stats }
 
 // TransportStats returns the transport's counters.
-func (e *Engine) TransportStats() Stats { return e.tr.Stats() }
+func (e *Engine) TransportStats() transport.Stats { return e.tr.Stats() }
 
 // ResidencyStats returns the residency's counters (endpoint faults).
 func (e *Engine) ResidencyStats() ResidencyStats { return e.res.Stats() }
+
+// TimerPeriod returns how often a busy engine (Busy) must Poll for its
+// transport's timers: the transport's scan interval.
+func (e *Engine) TimerPeriod() time.Duration { return e.tr.Config().ScanInterval }
 
 // MaxPayload returns the transport's largest payload: a medium message
 // must fit in it with the engine's header, arguments and extension
@@ -521,8 +456,9 @@ func (e *Engine) MaxPayload() int { return e.tr.MaxPayload() }
 func (e *Engine) Poll() (int, error) {
 	e.polls++
 	// One pass of the transport's clock: read at most once per Poll.
-	e.tr.beginPass()
-	defer e.tr.endPass()
+	e.tr.BeginPass()
+	defer e.tr.EndPass()
+	e.acked = 0
 	work, err := e.flushReturns()
 	if err != nil {
 		return work, err
@@ -537,7 +473,7 @@ func (e *Engine) Poll() (int, error) {
 	if err != nil {
 		return work, err
 	}
-	work += e.collectAcks()
+	work += e.acked
 	work += e.flushReturning()
 	return work, nil
 }
@@ -570,7 +506,7 @@ func (e *Engine) isPending(ep int) bool {
 }
 
 // held reports whether s has a message in flight, pinning its frame.
-func (s *epState) held() bool { return s.state == slotInflight || s.flying > 0 }
+func (s *epState) held() bool { return s.flying > 0 }
 
 // canSend reports whether a message of s to index dest could leave now. The
 // scheduler is asked only about endpoints that can make progress: one it
@@ -590,7 +526,7 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 			return true // returned at once (or the mark expires and it is sent)
 		}
 	}
-	if p := e.tr.peer(h); p != nil && p.unacked == len(p.send) {
+	if p := e.tr.Peer(h); p != nil && p.Busy() {
 		return false // ErrBusy
 	}
 	return s.held() || e.pinned < e.res.Frames()-1
@@ -601,17 +537,10 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 // else of the request send queue. The index is untrusted; Take checks it.
 // A corrupt ring peeks as pending, so that Take gets to count it.
 func (e *Engine) peek(s *epState) (uint32, bool) {
-	for _, q := range [...]Queue{ReplySend, RequestSend} {
-		r := &s.mem.rings[q]
-		n, err := r.available()
-		if err != nil {
-			return NoIndex, true
-		}
-		if n > 0 {
-			return binary.LittleEndian.Uint32(r.slot(r.own)[4:]), true // Descriptor.Dest
-		}
+	if dest, ok := s.mem.PeekDest(endpoint.ReplySend); ok {
+		return dest, true
 	}
-	return 0, false
+	return s.mem.PeekDest(endpoint.RequestSend)
 }
 
 // sendPhase makes up to SendBudget scheduling decisions.
@@ -667,7 +596,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if len(e.down) > 0 {
 		if until, ok := e.down[dst.Host]; ok {
 			if e.clk.Now().Before(until) {
-				e.returnLocal(s, ReasonUnreachable)
+				e.returnLocal(s, endpoint.ReasonUnreachable)
 				return true, nil
 			}
 			delete(e.down, dst.Host)
@@ -679,19 +608,22 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if !s.held() && e.pinned >= e.res.Frames()-1 {
 		return false, nil
 	}
-	e.nextCookie++
-	cookie := e.nextCookie
-	ch, err := e.tr.send(dst.Host, m, cookie)
+	p := e.tr.Peer(dst.Host)
+	cookie := e.newFlight(s, p)
+	err := e.tr.SendTo(p, m, cookie)
+	if err != nil {
+		e.freeFlight(cookie)
+	}
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrBusy):
+	case errors.Is(err, transport.ErrBusy):
 		e.stats.Busy++
 		return false, nil
-	case errors.Is(err, ErrUnknownHost):
-		e.returnLocal(s, ReasonNoHost)
+	case errors.Is(err, transport.ErrUnknownHost):
+		e.returnLocal(s, endpoint.ReasonNoHost)
 		return true, nil
-	case errors.Is(err, ErrTooLarge):
-		e.returnLocal(s, ReasonTooLarge) // message checked against MaxPayload: not reached
+	case errors.Is(err, transport.ErrTooLarge):
+		e.returnLocal(s, endpoint.ReasonTooLarge) // message checked against MaxPayload: not reached
 		return true, nil
 	default:
 		return false, err
@@ -703,33 +635,65 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if !s.held() {
 		e.pinned++
 	}
-	p := e.tr.peer(dst.Host)
-	if e.cfg.Window > 1 && s.d.Class != ClassBulk {
-		// The message leaves the slot, which takes the next one.
-		s.flying++
-		s.state = slotEmpty
-		e.inflight = append(e.inflight, inflightRef{s, cookie, &flight{d: s.d, q: s.q, peer: p, ch: ch}})
-		return true, nil
+	s.flying++
+	if s.d.Class == endpoint.ClassBulk {
+		s.state = slotInflight // the next chunk waits for this one
+	} else {
+		s.state = slotEmpty // the message left: the slot takes the next
 	}
-	s.state, s.peer, s.ch, s.cookie = slotInflight, p, ch, cookie
-	e.inflight = append(e.inflight, inflightRef{s: s, cookie: cookie})
 	return true, nil
+}
+
+// newFlight records the message in s's slot as in flight to p and returns
+// its cookie; the record is reused once the message is acknowledged or
+// returned (freeFlight).
+func (e *Engine) newFlight(s *epState, p *transport.Peer) uint64 {
+	var i uint32
+	if n := len(e.freeFl); n > 0 {
+		i, e.freeFl = e.freeFl[n-1], e.freeFl[:n-1]
+	} else {
+		i = uint32(len(e.flights))
+		e.flights = append(e.flights, flight{})
+	}
+	e.flights[i] = flight{s: s, d: s.d, q: s.q, peer: p, chunk: s.d.Class == endpoint.ClassBulk}
+	return uint64(i) + 1
+}
+
+// flightOf returns the record of the message sent with cookie, or nil for
+// a return message (cookie 0) or a cookie that names no message in flight.
+func (e *Engine) flightOf(cookie uint64) *flight {
+	if cookie == 0 || cookie > uint64(len(e.flights)) {
+		return nil
+	}
+	if f := &e.flights[cookie-1]; f.s != nil {
+		return f
+	}
+	return nil
+}
+
+// inFlight returns the number of messages in flight.
+func (e *Engine) inFlight() int { return len(e.flights) - len(e.freeFl) }
+
+// freeFlight frees the record of cookie.
+func (e *Engine) freeFlight(cookie uint64) {
+	e.flights[cookie-1] = flight{}
+	e.freeFl = append(e.freeFl, uint32(cookie-1))
 }
 
 // take takes s's next valid descriptor, replies before requests, into its
 // slot. Refused descriptors are counted by Take and dropped.
 func (e *Engine) take(s *epState) bool {
-	for _, q := range [...]Queue{ReplySend, RequestSend} {
+	for _, q := range [...]endpoint.Queue{endpoint.ReplySend, endpoint.RequestSend} {
 		for {
-			ok, err := s.mem.next(q, &s.d)
+			ok, err := s.mem.Next(q, &s.d)
 			if ok && err == nil {
 				// The entry goes back once begin has copied what the
 				// application may reuse from then on.
 				e.begin(s, q)
-				s.mem.commit(q)
+				s.mem.Commit(q)
 				return true
 			}
-			if err == nil || errors.Is(err, RefusedRing) || !errors.Is(err, ErrRefused) {
+			if err == nil || errors.Is(err, endpoint.RefusedRing) || !errors.Is(err, endpoint.ErrRefused) {
 				break // empty, corrupt ring, or closed
 			}
 		}
@@ -740,12 +704,12 @@ func (e *Engine) take(s *epState) bool {
 // begin puts the message just taken from send queue q into s's slot. A
 // medium message is built at once, copying its bytes out of the staging
 // area: from now on the application may change them.
-func (e *Engine) begin(s *epState, q Queue) {
+func (e *Engine) begin(s *epState, q endpoint.Queue) {
 	s.q, s.state = q, slotPending
 	s.abort, s.done, s.chunk = false, 0, 0
 	d := &s.d
 	switch d.Class {
-	case ClassMedium:
+	case endpoint.ClassMedium:
 		if s.out == nil {
 			s.out = make([]byte, msgMediumMax)
 		}
@@ -753,7 +717,7 @@ func (e *Engine) begin(s *epState, q Queue) {
 		m.offset, m.length = d.Offset, d.Length
 		m.data = s.mem.Staging()[d.Offset : d.Offset+d.Length] // Take checked the range
 		s.outLen = encodeMsg(s.out, &m)
-	case ClassBulk:
+	case endpoint.ClassBulk:
 		s.bulkID++
 	}
 }
@@ -771,18 +735,18 @@ func (e *Engine) header(s *epState) msg {
 // built in e.buf, a medium message as begin built it, the next chunk of a
 // bulk message built in e.buf from the staging area. A message larger than
 // the transport carries is to be returned with ReasonTooLarge.
-func (e *Engine) message(s *epState) ([]byte, Reason) {
+func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 	d := &s.d
 	switch d.Class {
-	case ClassMedium:
+	case endpoint.ClassMedium:
 		if s.outLen > e.maxPL {
-			return nil, ReasonTooLarge
+			return nil, endpoint.ReasonTooLarge
 		}
 		return s.out[:s.outLen], 0
-	case ClassBulk:
+	case endpoint.ClassBulk:
 		room := chunkRoom(e.maxPL, d.NArgs)
 		if room == 0 {
-			return nil, ReasonTooLarge
+			return nil, endpoint.ReasonTooLarge
 		}
 		s.chunk = min(room, d.Length-s.done)
 		m := e.header(s)
@@ -798,7 +762,7 @@ func (e *Engine) message(s *epState) ([]byte, Reason) {
 // advance moves s on after its message (or bulk chunk) was accepted by
 // its destination: to the next chunk, or done.
 func (e *Engine) advance(s *epState) {
-	if s.d.Class == ClassBulk && !s.abort && !s.closed {
+	if s.d.Class == endpoint.ClassBulk && !s.abort && !s.closed {
 		s.done += s.chunk
 		if s.done < s.d.Length {
 			s.state = slotPending
@@ -821,12 +785,12 @@ func (e *Engine) finish(s *epState) {
 // returnLocal finishes s's message by returning it to s with reason. A
 // bulk message its receiver has returned already is not returned again,
 // and nothing is returned to a closed endpoint.
-func (e *Engine) returnLocal(s *epState, reason Reason) {
-	if s.closed || s.d.Class == ClassBulk && s.abort {
+func (e *Engine) returnLocal(s *epState, reason endpoint.Reason) {
+	if s.closed || s.d.Class == endpoint.ClassBulk && s.abort {
 		e.finish(s)
 		return
 	}
-	if s.d.Class == ClassBulk {
+	if s.d.Class == endpoint.ClassBulk {
 		s.lastReturned = s.bulkID
 	}
 	s.state, s.reason = slotReturning, reason
@@ -841,13 +805,13 @@ func (e *Engine) flushReturning() int {
 	work, j := 0, 0
 	for _, s := range e.returning {
 		d := s.d
-		d.Class |= ClassReturned
+		d.Class |= endpoint.ClassReturned
 		d.Tag = uint64(s.reason) | uint64(s.q)<<8
 		var err error
-		if s.d.Class == ClassMedium {
-			err = s.mem.putData(ReplyReceive, &d, s.out[s.outLen-int(s.d.Length):s.outLen])
+		if s.d.Class == endpoint.ClassMedium {
+			err = s.mem.PutData(endpoint.ReplyReceive, &d, s.out[s.outLen-int(s.d.Length):s.outLen])
 		} else {
-			err = s.mem.Put(ReplyReceive, &d)
+			err = s.mem.Put(endpoint.ReplyReceive, &d)
 		}
 		if err != nil {
 			e.returning[j] = s
@@ -863,10 +827,10 @@ func (e *Engine) flushReturning() int {
 	j = 0
 	for _, r := range e.returnedFl {
 		var err error
-		if r.d.Class&^ClassReturned == ClassMedium {
-			err = r.s.mem.putData(ReplyReceive, &r.d, r.data)
+		if r.d.Class&^endpoint.ClassReturned == endpoint.ClassMedium {
+			err = r.s.mem.PutData(endpoint.ReplyReceive, &r.d, r.data)
 		} else {
-			err = r.s.mem.Put(ReplyReceive, &r.d)
+			err = r.s.mem.Put(endpoint.ReplyReceive, &r.d)
 		}
 		if err != nil {
 			e.returnedFl[j] = r
@@ -881,56 +845,32 @@ func (e *Engine) flushReturning() int {
 	return work
 }
 
-// collectAcks releases the senders whose messages were acknowledged: the
-// transport has freed their channel without returning them.
-func (e *Engine) collectAcks() int {
-	work, j := 0, 0
-	for _, r := range e.inflight {
-		s, f := r.s, r.flight
-		p, ch := s.peer, s.ch
-		if f != nil {
-			p, ch = f.peer, f.ch
-		} else if s.state != slotInflight || s.cookie != r.cookie {
-			continue // returned meanwhile
-		}
-		if holds(p, ch, r.cookie) {
-			e.inflight[j] = r
-			j++
-			continue
-		}
-		e.stats.Acked++
-		work++
-		if f != nil {
-			e.land(s)
-			continue
-		}
-		e.unpin(s)
+// ack is the transport's Acked callback: the message sent with cookie
+// was delivered. Its sender is released; a bulk chunk moves its message on
+// to the next chunk.
+func (e *Engine) ack(_ HostID, cookie uint64) {
+	f := e.flightOf(cookie)
+	if f == nil {
+		return // a return message
+	}
+	s, chunk := f.s, f.chunk
+	e.freeFlight(cookie)
+	e.stats.Acked++
+	e.acked++
+	e.land(s)
+	if chunk {
 		e.advance(s)
 	}
-	clear(e.inflight[j:])
-	e.inflight = e.inflight[:j]
-	return work
 }
 
-// unpin releases the residency hold of s's message in its slot, which is
-// leaving flight (its state changes next).
-func (e *Engine) unpin(s *epState) {
-	if err := e.res.Release(int(s.id)); err != nil {
-		panic(err) // pinned endpoints are never evicted
-	}
-	if s.flying == 0 {
-		e.pinned--
-	}
-}
-
-// land is unpin for a message that left the slot: acknowledged or
-// returned. The memory of a closed endpoint goes when its last such
-// message does and its slot is empty.
+// land releases the residency hold of a message of s that left flight
+// (acknowledged or returned). The memory of a closed endpoint goes when
+// its last message in flight does and its slot is empty.
 func (e *Engine) land(s *epState) {
 	if err := e.res.Release(int(s.id)); err != nil {
 		panic(err) // pinned endpoints are never evicted
 	}
-	if s.flying--; s.flying == 0 && s.state != slotInflight {
+	if s.flying--; s.flying == 0 {
 		e.pinned--
 		if s.closed && s.state == slotEmpty {
 			if err := e.release(s); err != nil && e.closeErr == nil {
@@ -942,41 +882,39 @@ func (e *Engine) land(s *epState) {
 
 // returned is the transport's Returned callback.
 func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) {
-	i := slices.IndexFunc(e.inflight, func(r inflightRef) bool {
-		return r.cookie == cookie && (r.flight != nil || r.s.state == slotInflight && r.s.cookie == cookie)
-	})
-	if cookie == 0 || i < 0 { // a return message (cookie 0) is not returned again
+	f := e.flightOf(cookie)
+	if f == nil { // a return message (cookie 0) is not returned again
 		e.stats.ReturnsLost++
 		return
 	}
-	reason := ReasonRestarted // the host is back: not marked down
-	if !errors.Is(why, ErrRestarted) {
-		reason = ReasonUnreachable
-		e.down[dst] = e.clk.Now().Add(e.tr.cfg.GiveUpAfter)
+	reason := endpoint.ReasonRestarted // the host is back: not marked down
+	if !errors.Is(why, transport.ErrRestarted) {
+		reason = endpoint.ReasonUnreachable
+		e.down[dst] = e.clk.Now().Add(e.giveUp)
 	}
-	r := e.inflight[i]
-	if r.flight == nil {
-		e.unpin(r.s)
-		e.returnLocal(r.s, reason)
+	fl := *f
+	e.freeFlight(cookie)
+	if fl.chunk {
+		e.land(fl.s) // the slot still holds the bulk message: state slotInflight
+		e.returnLocal(fl.s, reason)
 		return
 	}
-	e.inflight = slices.Delete(e.inflight, i, i+1)
-	e.returnFlight(r.s, r.flight, payload, reason)
-	e.land(r.s)
+	e.returnFlight(fl.s, &fl, payload, reason)
+	e.land(fl.s)
 }
 
 // returnFlight queues message f of s, returned with reason, for s's reply
 // receive queue; payload is the message as the transport carried it,
 // where a medium message's bytes are. Nothing is returned to a closed
 // endpoint.
-func (e *Engine) returnFlight(s *epState, f *flight, payload []byte, reason Reason) {
+func (e *Engine) returnFlight(s *epState, f *flight, payload []byte, reason endpoint.Reason) {
 	if s.closed {
 		return
 	}
 	r := returnedFlight{s: s, d: f.d}
-	r.d.Class |= ClassReturned
+	r.d.Class |= endpoint.ClassReturned
 	r.d.Tag = uint64(reason) | uint64(f.q)<<8
-	if f.d.Class == ClassMedium {
+	if f.d.Class == endpoint.ClassMedium {
 		if m, ok := decodeMsg(payload); ok {
 			r.data = append([]byte(nil), m.data...)
 		}
@@ -998,12 +936,12 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	m, _ := decodeMsg(p)
 	m.reason = reason
 	m.src, m.dst = m.dst, m.src
-	if m.class == ClassBulk {
+	if m.class == endpoint.ClassBulk {
 		m.data = nil
 	}
 	b := make([]byte, m.size())
 	encodeMsg(b, &m)
-	e.returns = append(e.returns, remoteReturn{e.tr.peer(src), b})
+	e.returns = append(e.returns, remoteReturn{e.tr.Peer(src), b})
 	return true
 }
 
@@ -1011,15 +949,15 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 func (e *Engine) flushReturns() (int, error) {
 	work, j := 0, 0
 	for i, r := range e.returns {
-		_, err := e.tr.sendPeer(r.peer, r.msg, 0)
+		err := e.tr.SendTo(r.peer, r.msg, 0)
 		switch {
 		case err == nil:
 			e.stats.ReturnsSent++
 			work++
-		case errors.Is(err, ErrBusy):
+		case errors.Is(err, transport.ErrBusy):
 			e.returns[j] = r
 			j++
-		case errors.Is(err, ErrUnknownHost), errors.Is(err, ErrTooLarge):
+		case errors.Is(err, transport.ErrUnknownHost), errors.Is(err, transport.ErrTooLarge):
 			e.stats.ReturnsLost++
 		default:
 			j += copy(e.returns[j:], e.returns[i:])
@@ -1037,7 +975,7 @@ func (e *Engine) flushReturns() (int, error) {
 // it for now (NACK); a reason means it must go back to its sender. Only if
 // canReturn (there is room to queue the return) does accept give a reason;
 // otherwise it refuses the message, which is offered again later.
-func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason Reason) {
+func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason endpoint.Reason) {
 	m, valid := decodeMsg(p)
 	if !valid {
 		e.stats.Dropped++
@@ -1048,7 +986,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason R
 		return e.acceptReturn(s, &m), 0
 	}
 	var rx *bulkRx
-	if m.class == ClassBulk {
+	if m.class == endpoint.ClassBulk {
 		rx, reason = e.bulkRecord(src, &m, s)
 		if rx.failed {
 			e.stats.ChunksDropped++
@@ -1058,15 +996,15 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason R
 	switch {
 	case reason != 0:
 	case s == nil:
-		reason = ReasonNoEndpoint
+		reason = endpoint.ReasonNoEndpoint
 	case s.closed:
-		reason = ReasonClosed
+		reason = endpoint.ReasonClosed
 	case s.tag != m.tag && !e.cfg.Unprotected:
-		reason = ReasonBadTag
-	case m.class == ClassBulk && uint64(m.remote)+uint64(m.length) > s.mem.storeRegion():
-		reason = ReasonRange
-	case m.kind == RequestSend && !s.mem.acceptsHandler(m.handler):
-		reason = ReasonNoHandler
+		reason = endpoint.ReasonBadTag
+	case m.class == endpoint.ClassBulk && uint64(m.remote)+uint64(m.length) > s.mem.StoreRegion():
+		reason = endpoint.ReasonRange
+	case m.kind == endpoint.RequestSend && !s.mem.AcceptsHandler(m.handler):
+		reason = endpoint.ReasonNoHandler
 	}
 	if reason != 0 {
 		if !canReturn {
@@ -1082,19 +1020,19 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason R
 		e.stats.NotResident++
 		return false, 0
 	}
-	d := Descriptor{Class: m.class, NArgs: m.nargs, Handler: m.handler, Dest: NoIndex, Tag: m.tag, Args: m.args}
+	d := endpoint.Descriptor{Class: m.class, NArgs: m.nargs, Handler: m.handler, Dest: endpoint.NoIndex, Tag: m.tag, Args: m.args}
 	if i, ok := s.rev[Name{src, m.src}]; ok {
 		d.Dest = i
 	}
-	q := RequestReceive
-	if m.kind == ReplySend {
-		q = ReplyReceive
+	q := endpoint.RequestReceive
+	if m.kind == endpoint.ReplySend {
+		q = endpoint.ReplyReceive
 	}
 	var err error
 	switch m.class {
-	case ClassMedium:
-		err = s.mem.putData(q, &d, m.data)
-	case ClassBulk:
+	case endpoint.ClassMedium:
+		err = s.mem.PutData(q, &d, m.data)
+	case endpoint.ClassBulk:
 		// The range was checked above, in 64 bits: remote+length is inside
 		// the store region (so the staging area), and chunk+len(data) at
 		// most length.
@@ -1113,7 +1051,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason R
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrQueueFull):
+	case errors.Is(err, endpoint.ErrQueueFull):
 		e.stats.QueueFull++
 		return false, 0
 	default:
@@ -1136,7 +1074,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason R
 // same endpoint gets a record of its own and ReasonIncomplete: its
 // beginning went to an endpoint since closed and replaced by s, or never
 // arrived here (this engine restarted).
-func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, Reason) {
+func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, endpoint.Reason) {
 	key := Name{src, m.src}
 	rx := e.bulkRx[key]
 	switch {
@@ -1148,7 +1086,7 @@ func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, Reason) {
 	}
 	*rx = bulkRx{id: m.id, dst: s}
 	if m.chunk != 0 {
-		return rx, ReasonIncomplete
+		return rx, endpoint.ReasonIncomplete
 	}
 	return rx, 0
 }
@@ -1161,7 +1099,7 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 		e.stats.ReturnsLost++
 		return true
 	}
-	if m.class == ClassBulk && s.lastReturned == m.id && s.lastReturned != 0 {
+	if m.class == endpoint.ClassBulk && s.lastReturned == m.id && s.lastReturned != 0 {
 		e.stats.ReturnsLost++ // returned by this engine already (unreachable, say)
 		return true
 	}
@@ -1169,7 +1107,7 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 		e.stats.NotResident++
 		return false
 	}
-	if m.class == ClassBulk && s.d.Class == ClassBulk && s.bulkID == m.id {
+	if m.class == endpoint.ClassBulk && s.d.Class == endpoint.ClassBulk && s.bulkID == m.id {
 		// The receiver refused one of its chunks: send no more of them,
 		// and do not return it a second time.
 		switch s.state {
@@ -1180,36 +1118,25 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 			s.abort = true
 		}
 	}
-	d := Descriptor{
-		Class: m.class | ClassReturned, NArgs: m.nargs, Handler: m.handler, Args: m.args,
+	d := endpoint.Descriptor{
+		Class: m.class | endpoint.ClassReturned, NArgs: m.nargs, Handler: m.handler, Args: m.args,
 		Dest: m.index, Tag: uint64(m.reason) | uint64(m.kind)<<8,
 	}
 	var err error
-	if m.class == ClassMedium {
-		err = s.mem.putData(ReplyReceive, &d, m.data)
+	if m.class == endpoint.ClassMedium {
+		err = s.mem.PutData(endpoint.ReplyReceive, &d, m.data)
 	} else {
 		d.Offset, d.Length, d.RemoteOffset = m.offset, m.length, m.remote
-		err = s.mem.Put(ReplyReceive, &d)
+		err = s.mem.Put(endpoint.ReplyReceive, &d)
 	}
 	switch {
 	case err == nil:
 		e.stats.Returned++
-	case errors.Is(err, ErrQueueFull):
+	case errors.Is(err, endpoint.ErrQueueFull):
 		e.stats.QueueFull++
 		return false
 	default:
 		e.stats.Dropped++
 	}
 	return true
-}
-
-// holds reports whether channel ch to p still holds the message sent with
-// cookie (cookies are unique per engine). The engine uses it, in place of an
-// acknowledgement callback, to learn when a message was acknowledged.
-func holds(p *peer, ch int, cookie uint64) bool {
-	if p == nil || ch < 0 || ch >= len(p.send) {
-		return false
-	}
-	c := &p.send[ch]
-	return c.inUse && c.cookie == cookie
 }

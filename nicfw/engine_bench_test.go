@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // BenchmarkEngineRoundTrip is the processor cost of one AM-II round trip
@@ -19,7 +20,7 @@ func BenchmarkEngineRoundTrip(b *testing.B) {
 	}
 	defer la.Close()
 	defer lb.Close()
-	mk := func(id HostID, l *memlink.Link, peer HostID, pl *memlink.Link) (*Engine, *EndpointView) {
+	mk := func(id HostID, l *memlink.Link, peer HostID, pl *memlink.Link) (*Engine, *endpoint.View) {
 		e, err := NewEngine(l, EngineConfig{Host: id})
 		if err != nil {
 			b.Fatal(err)
@@ -27,11 +28,11 @@ func BenchmarkEngineRoundTrip(b *testing.B) {
 		if err := e.AddHost(peer, pl.HardwareAddr()); err != nil {
 			b.Fatal(err)
 		}
-		m, err := e.CreateEndpoint(1, EndpointConfig{}, VNet{Tag: 7, Table: []Name{{peer, 1}}})
+		m, err := e.CreateEndpoint(1, endpoint.Config{}, VNet{Tag: 7, Table: []Name{{peer, 1}}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		v, err := MapEndpoint(m.FD())
+		v, err := endpoint.Map(m.FD())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -40,8 +41,8 @@ func BenchmarkEngineRoundTrip(b *testing.B) {
 	ea, va := mk(1, la, 2, lb)
 	eb, vb := mk(2, lb, 1, la)
 	defer func() { va.Close(); vb.Close(); ea.Close(); eb.Close() }()
-	req := Descriptor{Class: ClassShort, NArgs: 4, Args: [MaxShortArgs]uint64{1, 2, 3, 4}}
-	var d Descriptor
+	req := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 4, Args: [endpoint.MaxShortArgs]uint64{1, 2, 3, 4}}
+	var d endpoint.Descriptor
 	poll := func(e *Engine) {
 		if _, err := e.Poll(); err != nil {
 			b.Fatal(err)
@@ -49,26 +50,26 @@ func BenchmarkEngineRoundTrip(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := va.Send(RequestSend, &req); err != nil {
+		if err := va.Send(endpoint.RequestSend, &req); err != nil {
 			b.Fatal(err)
 		}
 		for {
 			poll(ea)
 			poll(eb)
-			if ok, err := vb.Receive(RequestReceive, &d); err != nil {
+			if ok, err := vb.Receive(endpoint.RequestReceive, &d); err != nil {
 				b.Fatal(err)
 			} else if ok {
 				break
 			}
 		}
-		d.Class, d.NArgs, d.Dest = ClassShort, 4, 0
-		if err := vb.Send(ReplySend, &d); err != nil {
+		d.Class, d.NArgs, d.Dest = endpoint.ClassShort, 4, 0
+		if err := vb.Send(endpoint.ReplySend, &d); err != nil {
 			b.Fatal(err)
 		}
 		for {
 			poll(eb)
 			poll(ea)
-			if ok, err := va.Receive(ReplyReceive, &d); err != nil {
+			if ok, err := va.Receive(endpoint.ReplyReceive, &d); err != nil {
 				b.Fatal(err)
 			} else if ok {
 				break
@@ -95,11 +96,11 @@ func BenchmarkEngineIdlePoll(b *testing.B) {
 	if err := e.AddHost(2, lb.HardwareAddr()); err != nil {
 		b.Fatal(err)
 	}
-	m, err := e.CreateEndpoint(1, EndpointConfig{}, VNet{Tag: 7, Table: []Name{{2, 1}}})
+	m, err := e.CreateEndpoint(1, endpoint.Config{}, VNet{Tag: 7, Table: []Name{{2, 1}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	v, err := MapEndpoint(m.FD())
+	v, err := endpoint.Map(m.FD())
 	if err != nil {
 		b.Fatal(err)
 	}

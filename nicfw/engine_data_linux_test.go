@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // Tests of the engine's medium and bulk messages, of closing endpoints and
@@ -25,7 +26,7 @@ func pattern(n int, seed byte) []byte {
 // receiveData takes the next descriptor of receive queue q of v with Peek,
 // copies its bytes (Data) and releases it; ok false when the queue is
 // empty.
-func receiveData(t *testing.T, v *EndpointView, q Queue) (d Descriptor, data []byte, ok bool) {
+func receiveData(t *testing.T, v *endpoint.View, q endpoint.Queue) (d endpoint.Descriptor, data []byte, ok bool) {
 	t.Helper()
 	ok, err := v.Peek(q, &d)
 	if err != nil {
@@ -46,12 +47,12 @@ func receiveData(t *testing.T, v *EndpointView, q Queue) (d Descriptor, data []b
 }
 
 type received struct {
-	d    Descriptor
+	d    endpoint.Descriptor
 	data []byte
 }
 
 // collect appends what receive queue q of v holds to *into.
-func collect(t *testing.T, v *EndpointView, q Queue, into *[]received) {
+func collect(t *testing.T, v *endpoint.View, q endpoint.Queue, into *[]received) {
 	t.Helper()
 	for {
 		d, data, ok := receiveData(t, v, q)
@@ -62,14 +63,14 @@ func collect(t *testing.T, v *EndpointView, q Queue, into *[]received) {
 	}
 }
 
-func medium(dest, handler uint32, offset, length int, args ...uint64) Descriptor {
-	d := Descriptor{Class: ClassMedium, NArgs: uint8(len(args)), Dest: dest, Handler: handler, Offset: uint32(offset), Length: uint32(length)}
+func medium(dest, handler uint32, offset, length int, args ...uint64) endpoint.Descriptor {
+	d := endpoint.Descriptor{Class: endpoint.ClassMedium, NArgs: uint8(len(args)), Dest: dest, Handler: handler, Offset: uint32(offset), Length: uint32(length)}
 	copy(d.Args[:], args)
 	return d
 }
 
-func bulk(dest, handler uint32, offset, remote, length int, args ...uint64) Descriptor {
-	d := Descriptor{Class: ClassBulk, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
+func bulk(dest, handler uint32, offset, remote, length int, args ...uint64) endpoint.Descriptor {
+	d := endpoint.Descriptor{Class: endpoint.ClassBulk, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
 		Offset: uint32(offset), RemoteOffset: uint32(remote), Length: uint32(length)}
 	copy(d.Args[:], args)
 	return d
@@ -78,7 +79,7 @@ func bulk(dest, handler uint32, offset, remote, length int, args ...uint64) Desc
 // maxMediumFits returns the largest medium message with n arguments that
 // fits in e's transport.
 func maxMediumFits(e *Engine, nargs int) int {
-	return min(MaxMedium, e.MaxPayload()-msgHeaderLen-8*nargs-msgExtLen)
+	return min(endpoint.MaxMedium, e.MaxPayload()-msgHeaderLen-8*nargs-msgExtLen)
 }
 
 // Medium messages between two hosts and to the sender itself, requests and
@@ -89,14 +90,14 @@ func maxMediumFits(e *Engine, nargs int) int {
 // reuse its staging area at once.
 func TestEngineMedium(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{QueueEntries: 4})
+	a1, _, b1, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{QueueEntries: 4})
 	top := maxMediumFits(n.a.eng, 3)
 	sizes := []int{1, 7, 100, 1500, 4096, top}
 	t.Logf("MaxPayload %d: medium messages of up to %d bytes with 3 arguments", n.a.eng.MaxPayload(), top)
-	slot := func(i int) int { return i % 7 * MaxMedium }
+	slot := func(i int) int { return i % 7 * endpoint.MaxMedium }
 	for i, size := range sizes {
 		copy(a1.Staging()[slot(i):], pattern(size, byte(i)))
-		mustSend(t, a1, RequestSend, medium(1, uint32(i), slot(i), size, uint64(i), 2, 3))
+		mustSend(t, a1, endpoint.RequestSend, medium(1, uint32(i), slot(i), size, uint64(i), 2, 3))
 		if i == 0 {
 			// The engine has the bytes once it has taken the message.
 			if _, err := n.a.eng.Poll(); err != nil {
@@ -115,8 +116,8 @@ func TestEngineMedium(t *testing.T) {
 	if n.b.eng.Stats().QueueFull == 0 {
 		t.Fatal("B1's receive queue of 4 refused nothing")
 	}
-	var head Descriptor
-	if ok, err := b1.Peek(RequestReceive, &head); !ok || err != nil {
+	var head endpoint.Descriptor
+	if ok, err := b1.Peek(endpoint.RequestReceive, &head); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	headData, _ := b1.Data(&head)
@@ -130,7 +131,7 @@ func TestEngineMedium(t *testing.T) {
 	}
 	var got []received
 	n.run(t, 10000, func() bool {
-		collect(t, b1, RequestReceive, &got)
+		collect(t, b1, endpoint.RequestReceive, &got)
 		return len(got) == len(sizes)
 	})
 	for i, r := range got {
@@ -151,22 +152,22 @@ func TestEngineMedium(t *testing.T) {
 		// that used this staging slot before.
 		d := medium(r.d.Dest, 100+uint32(i), slot(i), len(rev))
 		n.run(t, 1000, func() bool {
-			_, taken := b1.Progress(ReplySend)
+			_, taken := b1.Progress(endpoint.ReplySend)
 			return int(taken) >= i-3
 		})
 		copy(b1.Staging()[slot(i):], rev)
-		mustSend(t, b1, ReplySend, d)
+		mustSend(t, b1, endpoint.ReplySend, d)
 	}
 	copy(a1.Staging()[slot(6):], "to myself")
-	mustSend(t, a1, RequestSend, medium(0, 50, slot(6), len("to myself"), 42))
+	mustSend(t, a1, endpoint.RequestSend, medium(0, 50, slot(6), len("to myself"), 42))
 	var replies, self []received
 	n.run(t, 10000, func() bool {
-		collect(t, a1, ReplyReceive, &replies)
-		collect(t, a1, RequestReceive, &self)
+		collect(t, a1, endpoint.ReplyReceive, &replies)
+		collect(t, a1, endpoint.RequestReceive, &self)
 		return len(replies) == len(sizes) && len(self) == 1
 	})
 	for i, r := range replies {
-		if r.d.Class != ClassMedium || r.d.Handler != 100+uint32(i) || r.d.Dest != 1 || len(r.data) != sizes[i] ||
+		if r.d.Class != endpoint.ClassMedium || r.d.Handler != 100+uint32(i) || r.d.Dest != 1 || len(r.data) != sizes[i] ||
 			r.data[0] != pattern(sizes[i], byte(i))[sizes[i]-1] {
 			t.Fatalf("reply %d: %+v with %d bytes", i, r.d, len(r.data))
 		}
@@ -184,27 +185,27 @@ func TestEngineMedium(t *testing.T) {
 // ReasonTooLarge; the medium one with its bytes.
 func TestEngineTooLarge(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, _, _, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
-	n.a.eng.maxPL = msgHeaderLen + 8*MaxShortArgs + msgExtLen // room for a bulk chunk without arguments only
+	a1, _, _, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
+	n.a.eng.maxPL = msgHeaderLen + 8*endpoint.MaxShortArgs + msgExtLen // room for a bulk chunk without arguments only
 	copy(a1.Staging()[10:], pattern(2000, 9))
-	mustSend(t, a1, RequestSend, medium(1, 1, 10, 2000))
-	mustSend(t, a1, RequestSend, bulk(1, 2, 10, 0, 100, 1, 2, 3, 4, 5, 6, 7, 8))
-	mustSend(t, a1, RequestSend, short(1, 3, 1, 2, 3, 4, 5, 6, 7, 8)) // a short message always fits
+	mustSend(t, a1, endpoint.RequestSend, medium(1, 1, 10, 2000))
+	mustSend(t, a1, endpoint.RequestSend, bulk(1, 2, 10, 0, 100, 1, 2, 3, 4, 5, 6, 7, 8))
+	mustSend(t, a1, endpoint.RequestSend, short(1, 3, 1, 2, 3, 4, 5, 6, 7, 8)) // a short message always fits
 	var ret []received
 	n.run(t, 1000, func() bool {
-		collect(t, a1, ReplyReceive, &ret)
+		collect(t, a1, endpoint.ReplyReceive, &ret)
 		return len(ret) == 2
 	})
 	for i, r := range ret {
 		reason, _, ok := r.d.ReturnInfo()
-		if !ok || reason != ReasonTooLarge || r.d.Handler != uint32(i+1) {
+		if !ok || reason != endpoint.ReasonTooLarge || r.d.Handler != uint32(i+1) {
 			t.Errorf("returned %d: %+v, %v", i, r.d, reason)
 		}
 	}
 	if !bytes.Equal(ret[0].data, pattern(2000, 9)) {
 		t.Errorf("the returned medium message carries %d bytes, not its own", len(ret[0].data))
 	}
-	if r := ret[1].d; r.Offset != 10 || r.Length != 100 || r.RemoteOffset != 0 || r.Class != ClassBulk|ClassReturned {
+	if r := ret[1].d; r.Offset != 10 || r.Length != 100 || r.RemoteOffset != 0 || r.Class != endpoint.ClassBulk|endpoint.ClassReturned {
 		t.Errorf("the returned bulk message: %+v", r)
 	}
 }
@@ -217,18 +218,18 @@ func TestEngineBulk(t *testing.T) {
 	for _, loss := range []float64{0, 0.1} {
 		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
 			n := newEngNet(t, memlink.Options{Loss: loss, Seed: 5}, EngineConfig{})
-			cfg := EndpointConfig{StagingSize: 256 << 10}
+			cfg := endpoint.Config{StagingSize: 256 << 10}
 			a1, _, b1, _ := twoNets(t, n, cfg, cfg)
 			const length, from, remote = 100_000, 1000, 150_000
 			data := pattern(length, 0x5a)
 			copy(a1.Staging()[from:], data)
-			mustSend(t, a1, RequestSend, bulk(1, 77, from, remote, length, 1, 2))
-			mustSend(t, a1, RequestSend, short(1, 78))
-			mustSend(t, a1, RequestSend, bulk(0, 79, from, 10, length)) // into its own staging area
+			mustSend(t, a1, endpoint.RequestSend, bulk(1, 77, from, remote, length, 1, 2))
+			mustSend(t, a1, endpoint.RequestSend, short(1, 78))
+			mustSend(t, a1, endpoint.RequestSend, bulk(0, 79, from, 10, length)) // into its own staging area
 			var atB, atA []received
 			n.run(t, 1_000_000, func() bool {
-				collect(t, b1, RequestReceive, &atB)
-				collect(t, a1, RequestReceive, &atA)
+				collect(t, b1, endpoint.RequestReceive, &atB)
+				collect(t, a1, endpoint.RequestReceive, &atA)
 				return len(atB) == 2 && len(atA) == 1
 			})
 			want := bulk(0, 77, remote, 0, length, 1, 2)
@@ -236,10 +237,10 @@ func TestEngineBulk(t *testing.T) {
 			if atB[0].d != want || !bytes.Equal(atB[0].data, data) || !bytes.Equal(b1.Staging()[remote:remote+length], data) {
 				t.Errorf("B1 received %+v with %d bytes, want %+v", atB[0].d, len(atB[0].data), want)
 			}
-			if atB[1].d.Handler != 78 || atB[1].d.Class != ClassShort {
+			if atB[1].d.Handler != 78 || atB[1].d.Class != endpoint.ClassShort {
 				t.Errorf("then %+v, want the short message", atB[1].d)
 			}
-			if d := atA[0].d; d.Class != ClassBulk || d.Handler != 79 || d.Offset != 10 || d.Length != length || !bytes.Equal(atA[0].data, data) {
+			if d := atA[0].d; d.Class != endpoint.ClassBulk || d.Handler != 79 || d.Offset != 10 || d.Length != length || !bytes.Equal(atA[0].data, data) {
 				t.Errorf("A1 to itself: %+v", d)
 			}
 			chunks := (length + int(chunkRoom(n.a.eng.MaxPayload(), 2)) - 1) / int(chunkRoom(n.a.eng.MaxPayload(), 2))
@@ -257,7 +258,7 @@ func TestEngineBulk(t *testing.T) {
 // while it is under way. The sender's next message goes through.
 func TestEngineBulkReturned(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	cfg := EndpointConfig{StagingSize: 256 << 10}
+	cfg := endpoint.Config{StagingSize: 256 << 10}
 	a1, _, _, _ := twoNets(t, n, cfg, cfg)
 	const length = 60_000
 	room := int(chunkRoom(n.a.eng.MaxPayload(), 0))
@@ -268,11 +269,11 @@ func TestEngineBulkReturned(t *testing.T) {
 	// returnedOnce checks that d comes back once with reason want, then
 	// that the next message from A1 reaches B1, reopened first by reopen
 	// if it is not nil.
-	returnedOnce := func(t *testing.T, want Reason, d Descriptor, reopen func()) {
+	returnedOnce := func(t *testing.T, want endpoint.Reason, d endpoint.Descriptor, reopen func()) {
 		t.Helper()
 		var ret []received
 		n.run(t, 100000, func() bool {
-			collect(t, a1, ReplyReceive, &ret)
+			collect(t, a1, endpoint.ReplyReceive, &ret)
 			return len(ret) > 0
 		})
 		for range 100 { // nothing more comes
@@ -280,7 +281,7 @@ func TestEngineBulkReturned(t *testing.T) {
 				n.clk.Advance(engStep)
 			}
 		}
-		collect(t, a1, ReplyReceive, &ret)
+		collect(t, a1, endpoint.ReplyReceive, &ret)
 		if reopen != nil {
 			reopen()
 		}
@@ -289,17 +290,17 @@ func TestEngineBulkReturned(t *testing.T) {
 		}
 		r := ret[0].d
 		reason, from, ok := r.ReturnInfo()
-		r.Class &^= ClassReturned
+		r.Class &^= endpoint.ClassReturned
 		r.Tag = 0
-		if !ok || reason != want || from != RequestSend || r != d {
+		if !ok || reason != want || from != endpoint.RequestSend || r != d {
 			t.Errorf("returned %+v (%v), want %+v (%v)", r, reason, d, want)
 		}
 		// The next message goes through.
 		b1 := n.b.views[1]
-		mustSend(t, a1, RequestSend, short(1, 5))
-		var got []Descriptor
+		mustSend(t, a1, endpoint.RequestSend, short(1, 5))
+		var got []endpoint.Descriptor
 		n.run(t, 10000, func() bool {
-			drain(t, b1, RequestReceive, &got)
+			drain(t, b1, endpoint.RequestReceive, &got)
 			return len(got) > 0
 		})
 		if len(got) != 1 || got[0].Handler != 5 {
@@ -309,8 +310,8 @@ func TestEngineBulkReturned(t *testing.T) {
 
 	t.Run("range", func(t *testing.T) {
 		d := bulk(1, 1, 0, 256<<10-length+1, length, 9)
-		mustSend(t, a1, RequestSend, d)
-		returnedOnce(t, ReasonRange, d, nil)
+		mustSend(t, a1, endpoint.RequestSend, d)
+		returnedOnce(t, endpoint.ReasonRange, d, nil)
 		// B returned the first chunk (and dropped any that A sent before
 		// the return reached it), which made A stop.
 		if st := n.b.eng.Stats(); st.Chunks != 0 || st.ReturnsSent != 1 {
@@ -322,9 +323,9 @@ func TestEngineBulkReturned(t *testing.T) {
 	})
 	// mid sends d and runs the engines until B has stored two of its
 	// chunks, then calls between.
-	mid := func(t *testing.T, d Descriptor, between func()) {
+	mid := func(t *testing.T, d endpoint.Descriptor, between func()) {
 		before := n.b.eng.Stats().Chunks
-		mustSend(t, a1, RequestSend, d)
+		mustSend(t, a1, endpoint.RequestSend, d)
 		n.run(t, 10000, func() bool { return n.b.eng.Stats().Chunks >= before+2 })
 		between()
 	}
@@ -335,7 +336,7 @@ func TestEngineBulkReturned(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		returnedOnce(t, ReasonClosed, d, func() {
+		returnedOnce(t, endpoint.ReasonClosed, d, func() {
 			n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
 		})
 	})
@@ -347,7 +348,7 @@ func TestEngineBulkReturned(t *testing.T) {
 			}
 			n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
 		})
-		returnedOnce(t, ReasonIncomplete, d, nil)
+		returnedOnce(t, endpoint.ReasonIncomplete, d, nil)
 	})
 	if st := n.a.eng.Stats(); st.Returned != 3 {
 		t.Errorf("A stats %+v, want 3 returned", st)
@@ -359,14 +360,14 @@ func TestEngineBulkReturned(t *testing.T) {
 // locally and from another host; the id can be reused.
 func TestEngineCloseEndpoint(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
-	a3 := n.a.endpoint(t, 3, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	a1, a2, b1, b2 := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
+	a3 := n.a.endpoint(t, 3, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
 	ea, eb := n.a.eng, n.b.eng
 	if ea.Endpoints() != 3 || eb.Endpoints() != 2 {
 		t.Fatalf("endpoints %d and %d", ea.Endpoints(), eb.Endpoints())
 	}
 	// B1 and A1 are idle: closed at once.
-	mustSend(t, a1, RequestSend, short(1, 1))
+	mustSend(t, a1, endpoint.RequestSend, short(1, 1))
 	n.run(t, 1000, func() bool { return eb.Stats().Delivered == 1 })
 	for range 10 {
 		n.poll(t) // the acknowledgement
@@ -390,20 +391,20 @@ func TestEngineCloseEndpoint(t *testing.T) {
 		}
 	}
 	// A3 sends to closed A1, locally.
-	mustSend(t, a3, RequestSend, short(0, 2, 33))
-	var ret []Descriptor
+	mustSend(t, a3, endpoint.RequestSend, short(0, 2, 33))
+	var ret []endpoint.Descriptor
 	n.run(t, 1000, func() bool {
-		drain(t, a3, ReplyReceive, &ret)
+		drain(t, a3, endpoint.ReplyReceive, &ret)
 		return len(ret) == 1
 	})
-	if reason, _, _ := ret[0].ReturnInfo(); reason != ReasonClosed || ret[0].Args[0] != 33 || reason.String() != "endpoint closed" {
+	if reason, _, _ := ret[0].ReturnInfo(); reason != endpoint.ReasonClosed || ret[0].Args[0] != 33 || reason.String() != "endpoint closed" {
 		t.Errorf("A3's message to closed A1: %+v (%v)", ret[0], reason)
 	}
 
 	// A2 has a message in flight (B is not polled, so no ACK) and more
 	// queued: its memory stays open until the ACK, the rest is dropped.
 	for i := range uint64(5) {
-		mustSend(t, a2, RequestSend, short(1, 3, i))
+		mustSend(t, a2, endpoint.RequestSend, short(1, 3, i))
 	}
 	for range 3 {
 		if _, err := ea.Poll(); err != nil {
@@ -411,8 +412,8 @@ func TestEngineCloseEndpoint(t *testing.T) {
 		}
 	}
 	memA2 := ea.eps[2].mem
-	if ea.eps[2].state != slotInflight {
-		t.Fatalf("A2's slot is %v, want in flight", ea.eps[2].state)
+	if ea.eps[2].flying != 1 {
+		t.Fatalf("A2 has %d messages in flight, want 1", ea.eps[2].flying)
 	}
 	if err := ea.CloseEndpoint(2); err != nil {
 		t.Fatal(err)
@@ -420,12 +421,12 @@ func TestEngineCloseEndpoint(t *testing.T) {
 	if memA2.FD() == -1 || ea.res.Outstanding(2) != 1 {
 		t.Fatal("A2's memory closed, or unpinned, with its message in flight")
 	}
-	var atB2 []Descriptor
+	var atB2 []endpoint.Descriptor
 	for range 50 {
 		if n.poll(t) == 0 {
 			n.clk.Advance(engStep)
 		}
-		drain(t, b2, RequestReceive, &atB2)
+		drain(t, b2, endpoint.RequestReceive, &atB2)
 	}
 	if memA2.FD() != -1 || ea.pinned != 0 || len(atB2) != 1 || atB2[0].Args[0] != 0 {
 		t.Fatalf("after the ACK: fd %d, pinned %d; B2 received %+v", memA2.FD(), ea.pinned, atB2)
@@ -434,23 +435,23 @@ func TestEngineCloseEndpoint(t *testing.T) {
 		t.Error("closed A2 is still resident")
 	}
 	// B2 answers A2 (closed) remotely: returned to B2 as closed.
-	mustSend(t, b2, RequestSend, short(0, 4, 44))
+	mustSend(t, b2, endpoint.RequestSend, short(0, 4, 44))
 	ret = ret[:0]
 	n.run(t, 1000, func() bool {
-		drain(t, b2, ReplyReceive, &ret)
+		drain(t, b2, endpoint.ReplyReceive, &ret)
 		return len(ret) == 1
 	})
-	if reason, _, _ := ret[0].ReturnInfo(); reason != ReasonClosed || ret[0].Args[0] != 44 {
+	if reason, _, _ := ret[0].ReturnInfo(); reason != endpoint.ReasonClosed || ret[0].Args[0] != 44 {
 		t.Errorf("B2's message to closed A2: %+v (%v)", ret[0], reason)
 	}
 
 	// The ids are reused: a new A1 sends to a new B1.
-	b1 = n.b.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
-	a1 = n.a.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
-	mustSend(t, a1, RequestSend, short(1, 6, 66))
-	var got []Descriptor
+	b1 = n.b.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	a1 = n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+	mustSend(t, a1, endpoint.RequestSend, short(1, 6, 66))
+	var got []endpoint.Descriptor
 	n.run(t, 1000, func() bool {
-		drain(t, b1, RequestReceive, &got)
+		drain(t, b1, endpoint.RequestReceive, &got)
 		return len(got) == 1
 	})
 	if got[0].Args[0] != 66 || ea.Endpoints() != 2 || eb.Endpoints() != 2 {
@@ -462,38 +463,38 @@ func TestEngineCloseEndpoint(t *testing.T) {
 // once per arming; an idle engine is kicked by Send.
 func TestEngineNotify(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	a1, _, b1, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
 	notified := 0
 	n.b.eng.eps[1].mem.SetNotify(func() { notified++ })
-	if b1.Arm(EventRequest) != 0 {
+	if b1.Arm(endpoint.EventRequest) != 0 {
 		t.Fatal("B1 ready with nothing sent")
 	}
 	for i := range uint64(3) {
-		mustSend(t, a1, RequestSend, short(1, 1, i))
+		mustSend(t, a1, endpoint.RequestSend, short(1, 1, i))
 	}
-	var got []Descriptor
+	var got []endpoint.Descriptor
 	n.run(t, 1000, func() bool { return n.b.eng.Stats().Delivered == 3 })
-	if notified != 1 || b1.Arm(EventRequest) != EventRequest {
+	if notified != 1 || b1.Arm(endpoint.EventRequest) != endpoint.EventRequest {
 		t.Fatalf("%d notifications for one arming, or B1 not ready", notified)
 	}
-	drain(t, b1, RequestReceive, &got)
-	if b1.Arm(EventRequest|EventReply) != 0 {
+	drain(t, b1, endpoint.RequestReceive, &got)
+	if b1.Arm(endpoint.EventRequest|endpoint.EventReply) != 0 {
 		t.Fatal("B1 ready after draining")
 	}
-	mustSend(t, a1, RequestSend, short(1, 1, 3))
+	mustSend(t, a1, endpoint.RequestSend, short(1, 1, 3))
 	n.run(t, 1000, func() bool { return notified == 2 })
 
 	kicks := 0
 	a1.SetKick(func() { kicks++ })
-	n.a.eng.setIdle(true)
-	mustSend(t, a1, RequestSend, short(1, 1, 4))
-	n.a.eng.setIdle(false)
-	mustSend(t, a1, RequestSend, short(1, 1, 5))
+	n.a.eng.SetIdle(true)
+	mustSend(t, a1, endpoint.RequestSend, short(1, 1, 4))
+	n.a.eng.SetIdle(false)
+	mustSend(t, a1, endpoint.RequestSend, short(1, 1, 5))
 	if kicks != 1 {
 		t.Errorf("%d kicks, want 1", kicks)
 	}
-	n.run(t, 1000, func() bool { return !n.a.eng.busy() && n.b.eng.Stats().Delivered == 6 })
-	if n.a.eng.busy() {
+	n.run(t, 1000, func() bool { return !n.a.eng.Busy() && n.b.eng.Stats().Delivered == 6 })
+	if n.a.eng.Busy() {
 		t.Error("A busy with nothing to do")
 	}
 }
@@ -502,25 +503,25 @@ func TestEngineNotify(t *testing.T) {
 // delivered and acknowledged, and the application's side.
 func TestEngineShortAllocs(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	a1, _, b1, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
 	ea, eb := n.a.eng, n.b.eng
 	d := short(1, 1, 1, 2, 3, 4, 5, 6, 7, 8)
-	var got Descriptor
+	var got endpoint.Descriptor
 	failed := ""
 	round := func() {
-		if err := a1.Send(RequestSend, &d); err != nil {
+		if err := a1.Send(endpoint.RequestSend, &d); err != nil {
 			failed = err.Error()
 			return
 		}
 		delivered := false
-		for i := 0; !delivered || len(ea.inflight) > 0; i++ {
+		for i := 0; !delivered || ea.inFlight() > 0; i++ {
 			if i == 1000 {
 				failed = "no delivery"
 				return
 			}
 			wa, _ := ea.Poll()
 			wb, _ := eb.Poll()
-			if ok, _ := b1.Receive(RequestReceive, &got); ok {
+			if ok, _ := b1.Receive(endpoint.RequestReceive, &got); ok {
 				delivered = true
 			}
 			if wa+wb == 0 {
@@ -546,11 +547,11 @@ func TestEngineShortAllocs(t *testing.T) {
 // complete message puts one descriptor.
 func TestEngineBulkReceiver(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	_, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	_, _, b1, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
 	e := n.b.eng
 	staging := len(b1.Staging())
 	chunk := func(id, remote, length, at int, data string) []byte {
-		m := msg{kind: RequestSend, class: ClassBulk, dst: 1, src: 1, handler: 9, tag: tagRed,
+		m := msg{kind: endpoint.RequestSend, class: endpoint.ClassBulk, dst: 1, src: 1, handler: 9, tag: tagRed,
 			length: uint32(length), remote: uint32(remote), id: uint32(id), chunk: uint32(at), data: []byte(data)}
 		b := make([]byte, m.size())
 		encodeMsg(b, &m)
@@ -558,13 +559,13 @@ func TestEngineBulkReceiver(t *testing.T) {
 	}
 	steps := []struct {
 		p      []byte
-		reason Reason
+		reason endpoint.Reason
 	}{
-		{chunk(1, staging-5, 10, 0, "01234"), ReasonRange},
+		{chunk(1, staging-5, 10, 0, "01234"), endpoint.ReasonRange},
 		{chunk(1, staging-5, 10, 5, "56789"), 0}, // dropped: its message was returned
 		{chunk(2, 100, 10, 0, "abcde"), 0},
-		{chunk(2, 100, 10, 6, "ghij"), ReasonIncomplete}, // 5 was expected
-		{chunk(2, 100, 10, 5, "fghij"), 0},               // dropped: returned as incomplete
+		{chunk(2, 100, 10, 6, "ghij"), endpoint.ReasonIncomplete}, // 5 was expected
+		{chunk(2, 100, 10, 5, "fghij"), 0},                        // dropped: returned as incomplete
 		{chunk(3, 200, 10, 0, "ABCDE"), 0},
 		{chunk(3, 200, 10, 5, "FGHIJ"), 0}, // the last: a descriptor
 	}
@@ -579,11 +580,11 @@ func TestEngineBulkReceiver(t *testing.T) {
 	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), false); ok || reason != 0 {
 		t.Errorf("a chunk to return with the return queue full: %v, %v", ok, reason)
 	}
-	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), true); !ok || reason != ReasonRange {
+	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), true); !ok || reason != endpoint.ReasonRange {
 		t.Errorf("offered again: %v, %v", ok, reason)
 	}
 	var got []received
-	collect(t, b1, RequestReceive, &got)
+	collect(t, b1, endpoint.RequestReceive, &got)
 	if len(got) != 1 || string(got[0].data) != "ABCDEFGHIJ" || got[0].d.Offset != 200 || got[0].d.Handler != 9 {
 		t.Fatalf("received %+v", got)
 	}
@@ -600,20 +601,20 @@ func TestEngineBulkReceiver(t *testing.T) {
 // id's residency frame is freed once nothing pins it.
 func TestEngineCloseReused(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	a1, _, b1, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
 	ea := n.a.eng
-	mustSend(t, a1, RequestSend, short(1, 1, 7))
+	mustSend(t, a1, endpoint.RequestSend, short(1, 1, 7))
 	if _, err := ea.Poll(); err != nil { // in flight: B is not polled
 		t.Fatal(err)
 	}
 	old := ea.eps[1]
-	if old.state != slotInflight {
-		t.Fatalf("slot %v, want in flight", old.state)
+	if old.flying != 1 {
+		t.Fatalf("%d messages in flight, want 1", old.flying)
 	}
 	if err := ea.CloseEndpoint(1); err != nil {
 		t.Fatal(err)
 	}
-	again := n.a.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	again := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
 	if len(ea.closing) != 1 || ea.Endpoints() != 2 {
 		t.Fatalf("closing %d, endpoints %d", len(ea.closing), ea.Endpoints())
 	}
@@ -624,16 +625,16 @@ func TestEngineCloseReused(t *testing.T) {
 	if newMem.FD() != -1 || old.mem.FD() == -1 {
 		t.Fatal("the new memory is open, or the old one closed, with the old message in flight")
 	}
-	var got []Descriptor
+	var got []endpoint.Descriptor
 	n.run(t, 1000, func() bool {
-		drain(t, b1, RequestReceive, &got)
+		drain(t, b1, endpoint.RequestReceive, &got)
 		return len(got) == 1 && len(ea.closing) == 0
 	})
 	if old.mem.FD() != -1 || ea.pinned != 0 || ea.res.Outstanding(1) != 0 || got[0].Args[0] != 7 {
 		t.Errorf("after the ACK: fd %d, pinned %d, received %+v", old.mem.FD(), ea.pinned, got)
 	}
-	var d Descriptor
-	if ok, _ := again.Receive(ReplyReceive, &d); ok {
+	var d endpoint.Descriptor
+	if ok, _ := again.Receive(endpoint.ReplyReceive, &d); ok {
 		t.Errorf("the reused endpoint received %+v", d)
 	}
 }

@@ -3,6 +3,8 @@ package nicfw
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // The engine's message, the transport payload of every message the engine
@@ -12,21 +14,21 @@ import (
 const (
 	msgHeaderLen = 24
 	msgExtLen    = 24
-	msgMaxLen    = msgHeaderLen + 8*MaxShortArgs     // the longest short message
-	msgMediumMax = msgMaxLen + msgExtLen + MaxMedium // the longest medium message
+	msgMaxLen    = msgHeaderLen + 8*endpoint.MaxShortArgs     // the longest short message
+	msgMediumMax = msgMaxLen + msgExtLen + endpoint.MaxMedium // the longest medium message
 )
 
 // msg is an engine message, decoded.
 type msg struct {
-	kind     Queue // RequestSend or ReplySend: the queue it was sent from
-	class    Class
+	kind     endpoint.Queue // RequestSend or ReplySend: the queue it was sent from
+	class    endpoint.Class
 	nargs    uint8
-	reason   Reason // 0, or why this is a return
+	reason   endpoint.Reason // 0, or why this is a return
 	dst, src EndpointID
 	handler  uint32
 	index    uint32 // the destination's index in the sender's table
 	tag      uint64
-	args     [MaxShortArgs]uint64
+	args     [endpoint.MaxShortArgs]uint64
 
 	// The extension, medium and bulk only.
 	offset uint32 // the message's offset in its sender's staging area
@@ -38,7 +40,7 @@ type msg struct {
 }
 
 // hasExt reports whether m's class carries the extension.
-func (m *msg) hasExt() bool { return m.class == ClassMedium || m.class == ClassBulk }
+func (m *msg) hasExt() bool { return m.class == endpoint.ClassMedium || m.class == endpoint.ClassBulk }
 
 // size returns the length of m encoded.
 func (m *msg) size() int {
@@ -83,23 +85,23 @@ func decodeMsg(b []byte) (m msg, ok bool) {
 		return m, false
 	}
 	m = msg{
-		kind: Queue(b[0]), class: Class(b[1]), nargs: b[2], reason: Reason(b[3]),
+		kind: endpoint.Queue(b[0]), class: endpoint.Class(b[1]), nargs: b[2], reason: endpoint.Reason(b[3]),
 		dst:     EndpointID(binary.BigEndian.Uint16(b[4:])),
 		src:     EndpointID(binary.BigEndian.Uint16(b[6:])),
 		handler: binary.BigEndian.Uint32(b[8:]),
 		index:   binary.BigEndian.Uint32(b[12:]),
 		tag:     binary.BigEndian.Uint64(b[16:]),
 	}
-	if !m.kind.isSend() || m.nargs > MaxShortArgs {
+	if m.kind != endpoint.RequestSend && m.kind != endpoint.ReplySend || m.nargs > endpoint.MaxShortArgs {
 		return m, false
 	}
 	n := msgHeaderLen + 8*int(m.nargs)
 	switch m.class {
-	case ClassShort:
+	case endpoint.ClassShort:
 		if len(b) != n {
 			return m, false
 		}
-	case ClassMedium, ClassBulk:
+	case endpoint.ClassMedium, endpoint.ClassBulk:
 		if len(b) < n+msgExtLen {
 			return m, false
 		}
@@ -114,9 +116,9 @@ func decodeMsg(b []byte) (m msg, ok bool) {
 			return m, false
 		}
 		m.data = b[n+msgExtLen:]
-		if m.class == ClassMedium {
+		if m.class == endpoint.ClassMedium {
 			// A medium message carries all its bytes, a return too.
-			if m.length > MaxMedium || c != m.length {
+			if m.length > endpoint.MaxMedium || c != m.length {
 				return m, false
 			}
 		} else if (m.reason == 0) != (c > 0) {

@@ -3,11 +3,13 @@ package nicfw
 import (
 	"bytes"
 	"testing"
+
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // msgSamples are encoded messages of every class, returns included.
 func msgSamples() [][]byte {
-	base := msg{kind: ReplySend, nargs: 2, dst: 3, src: 4, handler: 5, index: 6, tag: 7, args: [8]uint64{8, 9}}
+	base := msg{kind: endpoint.ReplySend, nargs: 2, dst: 3, src: 4, handler: 5, index: 6, tag: 7, args: [8]uint64{8, 9}}
 	var out [][]byte
 	add := func(m msg) {
 		b := make([]byte, m.size())
@@ -15,19 +17,19 @@ func msgSamples() [][]byte {
 		out = append(out, b)
 	}
 	m := base
-	m.class = ClassShort
+	m.class = endpoint.ClassShort
 	add(m)
-	m.reason = ReasonBadTag
-	add(m)
-	m = base
-	m.class, m.offset, m.length, m.data = ClassMedium, 100, 5, []byte("hello")
-	add(m)
-	m.reason = ReasonClosed // a medium return carries its bytes
+	m.reason = endpoint.ReasonBadTag
 	add(m)
 	m = base
-	m.class, m.offset, m.length, m.remote, m.id, m.chunk, m.data = ClassBulk, 10, 1000, 20, 30, 400, []byte("chunk")
+	m.class, m.offset, m.length, m.data = endpoint.ClassMedium, 100, 5, []byte("hello")
 	add(m)
-	m.reason, m.data = ReasonRange, nil // a bulk return carries none
+	m.reason = endpoint.ReasonClosed // a medium return carries its bytes
+	add(m)
+	m = base
+	m.class, m.offset, m.length, m.remote, m.id, m.chunk, m.data = endpoint.ClassBulk, 10, 1000, 20, 30, 400, []byte("chunk")
+	add(m)
+	m.reason, m.data = endpoint.ReasonRange, nil // a bulk return carries none
 	add(m)
 	return out
 }
@@ -52,7 +54,7 @@ func TestMsgCodec(t *testing.T) {
 	}
 	corrupt("short too long", 0, func(b []byte) []byte { return append(b, 0) })
 	corrupt("unknown class", 0, func(b []byte) []byte { b[1] = 4; return b })
-	corrupt("receive queue", 0, func(b []byte) []byte { b[0] = byte(RequestReceive); return b })
+	corrupt("receive queue", 0, func(b []byte) []byte { b[0] = byte(endpoint.RequestReceive); return b })
 	corrupt("nine arguments", 0, func(b []byte) []byte { b[2] = 9; return b })
 	corrupt("medium data length", 2, func(b []byte) []byte { return b[:len(b)-1] })
 	corrupt("medium length field", 2, func(b []byte) []byte { b[msgHeaderLen+16+7]++; return b })

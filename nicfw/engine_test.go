@@ -11,6 +11,9 @@ import (
 
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/clock"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 const (
@@ -26,7 +29,7 @@ const (
 type engHost struct {
 	eng   *Engine
 	link  *memlink.Link
-	views map[EndpointID]*EndpointView
+	views map[EndpointID]*endpoint.View
 }
 
 // engNet is two hosts, A (hostA) and B (hostB), on a memlink pair and one
@@ -39,7 +42,7 @@ type engNet struct {
 
 func newEngNet(t *testing.T, opts memlink.Options, cfg EngineConfig) *engNet {
 	t.Helper()
-	noEndpointLeaks(t)
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	la, lb, err := memlink.NewPair(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +68,7 @@ func newEngNet(t *testing.T, opts memlink.Options, cfg EngineConfig) *engNet {
 				t.Error(err)
 			}
 		})
-		return &engHost{eng: e, link: l, views: make(map[EndpointID]*EndpointView)}
+		return &engHost{eng: e, link: l, views: make(map[EndpointID]*endpoint.View)}
 	}
 	n.a, n.b = mk(hostA, la), mk(hostB, lb)
 	if err := n.a.eng.AddHost(hostB, lb.HardwareAddr()); err != nil {
@@ -78,13 +81,13 @@ func newEngNet(t *testing.T, opts memlink.Options, cfg EngineConfig) *engNet {
 }
 
 // endpoint creates endpoint id on h and maps it as the application does.
-func (h *engHost) endpoint(t *testing.T, id EndpointID, cfg EndpointConfig, vnet VNet) *EndpointView {
+func (h *engHost) endpoint(t *testing.T, id EndpointID, cfg endpoint.Config, vnet VNet) *endpoint.View {
 	t.Helper()
 	m, err := h.eng.CreateEndpoint(id, cfg, vnet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := MapEndpoint(m.FD())
+	v, err := endpoint.Map(m.FD())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +130,13 @@ func (n *engNet) run(t *testing.T, limit int, app func() (done bool)) {
 	}
 }
 
-func short(dest, handler uint32, args ...uint64) Descriptor {
-	d := Descriptor{Class: ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
+func short(dest, handler uint32, args ...uint64) endpoint.Descriptor {
+	d := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
 	copy(d.Args[:], args)
 	return d
 }
 
-func mustSend(t *testing.T, v *EndpointView, q Queue, d Descriptor) {
+func mustSend(t *testing.T, v *endpoint.View, q endpoint.Queue, d endpoint.Descriptor) {
 	t.Helper()
 	if err := v.Send(q, &d); err != nil {
 		t.Fatal(err)
@@ -141,10 +144,10 @@ func mustSend(t *testing.T, v *EndpointView, q Queue, d Descriptor) {
 }
 
 // drain appends everything in receive queue q of v to *into.
-func drain(t *testing.T, v *EndpointView, q Queue, into *[]Descriptor) {
+func drain(t *testing.T, v *endpoint.View, q endpoint.Queue, into *[]endpoint.Descriptor) {
 	t.Helper()
 	for {
-		var d Descriptor
+		var d endpoint.Descriptor
 		ok, err := v.Receive(q, &d)
 		if err != nil {
 			t.Fatal(err)
@@ -159,19 +162,19 @@ func drain(t *testing.T, v *EndpointView, q Queue, into *[]Descriptor) {
 // twoNets sets up two virtual networks over the two hosts: red (endpoint 1
 // on each) and blue (endpoint 2 on each). A1's table also names B2 (blue:
 // a wrong tag), B9 (no such endpoint) and a host in no host table.
-func twoNets(t *testing.T, n *engNet, cfgA1, cfgB1 EndpointConfig) (a1, a2, b1, b2 *EndpointView) {
+func twoNets(t *testing.T, n *engNet, cfgA1, cfgB1 endpoint.Config) (a1, a2, b1, b2 *endpoint.View) {
 	t.Helper()
 	a1 = n.a.endpoint(t, 1, cfgA1, VNet{Tag: tagRed, Table: []Name{
 		{hostA, 1}, {hostB, 1}, {hostB, 2}, {hostB, 9}, {engUnknown, 1},
 	}})
-	a2 = n.a.endpoint(t, 2, EndpointConfig{}, VNet{Tag: tagBlue, Table: []Name{{hostA, 2}, {hostB, 2}}})
+	a2 = n.a.endpoint(t, 2, endpoint.Config{}, VNet{Tag: tagBlue, Table: []Name{{hostA, 2}, {hostB, 2}}})
 	b1 = n.b.endpoint(t, 1, cfgB1, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
-	b2 = n.b.endpoint(t, 2, EndpointConfig{}, VNet{Tag: tagBlue, Table: []Name{{hostA, 2}, {hostB, 2}}})
+	b2 = n.b.endpoint(t, 2, endpoint.Config{}, VNet{Tag: tagBlue, Table: []Name{{hostA, 2}, {hostB, 2}}})
 	return a1, a2, b1, b2
 }
 
 func TestEngineConfig(t *testing.T) {
-	noEndpointLeaks(t)
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -181,8 +184,8 @@ func TestEngineConfig(t *testing.T) {
 	for _, c := range []EngineConfig{
 		{Resident: 1},
 		{ReturnQueue: -1},
-		{Transport: Config{Deliver: func(HostID, int, []byte) bool { return true }}},
-		{Transport: Config{Channels: MaxChannels + 1}},
+		{Transport: transport.Config{Deliver: func(HostID, int, []byte) bool { return true }}},
+		{Transport: transport.Config{Channels: transport.MaxChannels + 1}},
 		{Window: -1},
 		{Window: MaxWindow + 1},
 	} {
@@ -199,20 +202,20 @@ func TestEngineConfig(t *testing.T) {
 		t.Errorf("AddHost(self) = %v", err)
 	}
 	vnet := VNet{Tag: 1, Table: []Name{{hostA, 1}, {hostB, 1}}}
-	if _, err := e.CreateEndpoint(1, EndpointConfig{}, VNet{Tag: 1}); !errors.Is(err, ErrConfig) {
+	if _, err := e.CreateEndpoint(1, endpoint.Config{}, VNet{Tag: 1}); !errors.Is(err, ErrConfig) {
 		t.Errorf("CreateEndpoint with an empty table = %v", err)
 	}
-	if _, err := e.CreateEndpoint(1, EndpointConfig{TableSize: 3}, vnet); !errors.Is(err, ErrConfig) {
+	if _, err := e.CreateEndpoint(1, endpoint.Config{TableSize: 3}, vnet); !errors.Is(err, ErrConfig) {
 		t.Errorf("CreateEndpoint with TableSize 3 for 2 entries = %v", err)
 	}
-	m, err := e.CreateEndpoint(1, EndpointConfig{}, vnet)
+	m, err := e.CreateEndpoint(1, endpoint.Config{}, vnet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := m.Config().TableSize; got != 2 {
 		t.Errorf("TableSize %d, want 2", got)
 	}
-	if _, err := e.CreateEndpoint(1, EndpointConfig{}, vnet); !errors.Is(err, ErrEndpointInUse) {
+	if _, err := e.CreateEndpoint(1, endpoint.Config{}, vnet); !errors.Is(err, ErrEndpointInUse) {
 		t.Errorf("second endpoint 1 = %v", err)
 	}
 }
@@ -223,21 +226,21 @@ func TestEngineConfig(t *testing.T) {
 // with its reason.
 func TestEngineVirtualNetworks(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	a1, a2, b1, b2 := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
 	const count = 20
 	for i := range uint64(count) {
-		mustSend(t, a1, RequestSend, short(1, 100, i, tagRed))
-		mustSend(t, a2, RequestSend, short(1, 200, i, tagBlue))
+		mustSend(t, a1, endpoint.RequestSend, short(1, 100, i, tagRed))
+		mustSend(t, a2, endpoint.RequestSend, short(1, 200, i, tagBlue))
 	}
-	mustSend(t, a1, RequestSend, short(0, 50, 42)) // to itself, delivered locally
+	mustSend(t, a1, endpoint.RequestSend, short(0, 50, 42)) // to itself, delivered locally
 
-	var gotB1, gotB2, gotA1, gotA1Rep, gotA2Rep []Descriptor
+	var gotB1, gotB2, gotA1, gotA1Rep, gotA2Rep []endpoint.Descriptor
 	n.run(t, 10000, func() bool {
-		drain(t, b1, RequestReceive, &gotB1)
-		drain(t, b2, RequestReceive, &gotB2)
+		drain(t, b1, endpoint.RequestReceive, &gotB1)
+		drain(t, b2, endpoint.RequestReceive, &gotB2)
 		return len(gotB1) == count && len(gotB2) == count
 	})
-	check := func(name string, got []Descriptor, handler uint32, tag uint64) {
+	check := func(name string, got []endpoint.Descriptor, handler uint32, tag uint64) {
 		t.Helper()
 		for i, d := range got {
 			want := short(0, handler, uint64(i), tag)
@@ -252,11 +255,11 @@ func TestEngineVirtualNetworks(t *testing.T) {
 
 	// B1 replies to what it received, through the index it was given.
 	for _, d := range gotB1 {
-		mustSend(t, b1, ReplySend, short(d.Dest, 300, d.Args[0]))
+		mustSend(t, b1, endpoint.ReplySend, short(d.Dest, 300, d.Args[0]))
 	}
 	n.run(t, 10000, func() bool {
-		drain(t, a1, ReplyReceive, &gotA1Rep)
-		drain(t, a2, ReplyReceive, &gotA2Rep)
+		drain(t, a1, endpoint.ReplyReceive, &gotA1Rep)
+		drain(t, a2, endpoint.ReplyReceive, &gotA2Rep)
 		return len(gotA1Rep) == count
 	})
 	for i, d := range gotA1Rep {
@@ -266,8 +269,8 @@ func TestEngineVirtualNetworks(t *testing.T) {
 			t.Fatalf("reply %d = %+v, want %+v", i, d, want)
 		}
 	}
-	drain(t, a1, RequestReceive, &gotA1)
-	if want := (Descriptor{Class: ClassShort, NArgs: 1, Handler: 50, Tag: tagRed, Args: [8]uint64{42}}); len(gotA1) != 1 || gotA1[0] != want {
+	drain(t, a1, endpoint.RequestReceive, &gotA1)
+	if want := (endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 1, Handler: 50, Tag: tagRed, Args: [8]uint64{42}}); len(gotA1) != 1 || gotA1[0] != want {
 		t.Errorf("A1 to itself: %+v, want %+v", gotA1, want)
 	}
 
@@ -275,26 +278,26 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	// engine stamps the endpoint's, so A1 cannot forge blue's.
 	forged := short(2, 7, 1, 2, 3)
 	forged.Tag = tagBlue
-	mustSend(t, a1, RequestSend, forged)
-	mustSend(t, a1, RequestSend, short(3, 8, 4))
-	mustSend(t, a1, RequestSend, short(4, 9, 5))
+	mustSend(t, a1, endpoint.RequestSend, forged)
+	mustSend(t, a1, endpoint.RequestSend, short(3, 8, 4))
+	mustSend(t, a1, endpoint.RequestSend, short(4, 9, 5))
 	copy(a1.Staging()[100:], "a medium message to no endpoint comes back with its bytes, sixty-four of them")
-	mustSend(t, a1, ReplySend, Descriptor{Class: ClassMedium, Dest: 3, Handler: 10, Offset: 100, Length: 64})
-	mustSend(t, a1, RequestSend, short(99, 11)) // outside the table: refused by Take
-	var returned []Descriptor
+	mustSend(t, a1, endpoint.ReplySend, endpoint.Descriptor{Class: endpoint.ClassMedium, Dest: 3, Handler: 10, Offset: 100, Length: 64})
+	mustSend(t, a1, endpoint.RequestSend, short(99, 11)) // outside the table: refused by Take
+	var returned []endpoint.Descriptor
 	n.run(t, 10000, func() bool {
-		drain(t, a1, ReplyReceive, &returned)
+		drain(t, a1, endpoint.ReplyReceive, &returned)
 		return len(returned) == 4
 	})
 	for k := 0; k < 20; k++ { // nothing else arrives anywhere
 		n.poll(t)
 		n.clk.Advance(engStep)
 	}
-	drain(t, a1, ReplyReceive, &returned)
-	drain(t, b1, RequestReceive, &gotB1)
-	drain(t, b2, RequestReceive, &gotB2)
-	drain(t, a2, RequestReceive, &gotA2Rep)
-	drain(t, a2, ReplyReceive, &gotA2Rep)
+	drain(t, a1, endpoint.ReplyReceive, &returned)
+	drain(t, b1, endpoint.RequestReceive, &gotB1)
+	drain(t, b2, endpoint.RequestReceive, &gotB2)
+	drain(t, a2, endpoint.RequestReceive, &gotA2Rep)
+	drain(t, a2, endpoint.ReplyReceive, &gotA2Rep)
 	if len(returned) != 4 || len(gotB1) != count || len(gotB2) != count || len(gotA2Rep) != 0 {
 		t.Fatalf("returned %d, B1 %d, B2 %d, A2 %d messages", len(returned), len(gotB1), len(gotB2), len(gotA2Rep))
 	}
@@ -305,14 +308,14 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	}
 	returned[0].Offset = 0
 	wants := []struct {
-		reason Reason
-		from   Queue
-		d      Descriptor
+		reason endpoint.Reason
+		from   endpoint.Queue
+		d      endpoint.Descriptor
 	}{
-		{ReasonNoEndpoint, ReplySend, Descriptor{Class: ClassMedium, Dest: 3, Handler: 10, Length: 64}},
-		{ReasonBadTag, RequestSend, short(2, 7, 1, 2, 3)},
-		{ReasonNoEndpoint, RequestSend, short(3, 8, 4)},
-		{ReasonNoHost, RequestSend, short(4, 9, 5)},
+		{endpoint.ReasonNoEndpoint, endpoint.ReplySend, endpoint.Descriptor{Class: endpoint.ClassMedium, Dest: 3, Handler: 10, Length: 64}},
+		{endpoint.ReasonBadTag, endpoint.RequestSend, short(2, 7, 1, 2, 3)},
+		{endpoint.ReasonNoEndpoint, endpoint.RequestSend, short(3, 8, 4)},
+		{endpoint.ReasonNoHost, endpoint.RequestSend, short(4, 9, 5)},
 	}
 	for i, w := range wants {
 		d := returned[i]
@@ -320,13 +323,13 @@ func TestEngineVirtualNetworks(t *testing.T) {
 		if !ok || reason != w.reason || from != w.from {
 			t.Errorf("returned %d: ReturnInfo = %v, %v, %v; want %v, %v", i, reason, from, ok, w.reason, w.from)
 		}
-		d.Class &^= ClassReturned
+		d.Class &^= endpoint.ClassReturned
 		d.Tag = 0
 		if d != w.d {
 			t.Errorf("returned %d (%v) = %+v, want %+v", i, w.reason, d, w.d)
 		}
 	}
-	if st := n.a.eng.eps[1].mem.Stats(); st.Refused[RefusedDestination] != 1 {
+	if st := n.a.eng.eps[1].mem.Stats(); st.Refused[endpoint.RefusedDestination] != 1 {
 		t.Errorf("A1 refusals %v, want one RefusedDestination", st.Refused)
 	}
 	if st := n.a.eng.Stats(); st.Returned != 4 {
@@ -344,10 +347,10 @@ func TestEngineVirtualNetworks(t *testing.T) {
 // application makes room.
 func TestEngineQueueFull(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, _, b1, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{QueueEntries: 4})
+	a1, _, b1, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{QueueEntries: 4})
 	const count = 12
 	for i := range uint64(count) {
-		mustSend(t, a1, RequestSend, short(1, 1, i))
+		mustSend(t, a1, endpoint.RequestSend, short(1, 1, i))
 	}
 	for range 200 {
 		if n.poll(t) == 0 {
@@ -360,13 +363,13 @@ func TestEngineQueueFull(t *testing.T) {
 	if ts := n.a.eng.TransportStats(); ts.NacksReceived == 0 || ts.Returned != 0 {
 		t.Fatalf("A transport %+v, want NACKs and nothing returned", ts)
 	}
-	var got []Descriptor
-	drain(t, b1, RequestReceive, &got)
+	var got []endpoint.Descriptor
+	drain(t, b1, endpoint.RequestReceive, &got)
 	if len(got) != 4 {
 		t.Fatalf("%d messages in a full queue of 4", len(got))
 	}
 	n.run(t, 10000, func() bool {
-		drain(t, b1, RequestReceive, &got)
+		drain(t, b1, endpoint.RequestReceive, &got)
 		return len(got) >= count
 	})
 	for i, d := range got {
@@ -384,13 +387,13 @@ func TestEngineQueueFull(t *testing.T) {
 // behind them at once.
 func TestEngineUnreachable(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
-	a1, a2, _, _ := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	a1, a2, _, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
 	n.b.link.Close() // B is gone; it is not polled again
 	const count = 5
 	for i := range uint64(count) {
-		mustSend(t, a1, RequestSend, short(1, 1, i))
+		mustSend(t, a1, endpoint.RequestSend, short(1, 1, i))
 	}
-	mustSend(t, a2, RequestSend, short(1, 2, 99))
+	mustSend(t, a2, endpoint.RequestSend, short(1, 2, 99))
 	pollA := func() {
 		if _, err := n.a.eng.Poll(); err != nil {
 			t.Fatal(err)
@@ -401,8 +404,8 @@ func TestEngineUnreachable(t *testing.T) {
 		pollA()
 		n.clk.Advance(engStep)
 	}
-	var r1, r2 []Descriptor
-	drain(t, a1, ReplyReceive, &r1)
+	var r1, r2 []endpoint.Descriptor
+	drain(t, a1, endpoint.ReplyReceive, &r1)
 	if len(r1) != 0 {
 		t.Fatalf("returned before GiveUpAfter: %+v", r1)
 	}
@@ -410,8 +413,8 @@ func TestEngineUnreachable(t *testing.T) {
 	for range 10 {
 		pollA()
 	}
-	drain(t, a1, ReplyReceive, &r1)
-	drain(t, a2, ReplyReceive, &r2)
+	drain(t, a1, endpoint.ReplyReceive, &r1)
+	drain(t, a2, endpoint.ReplyReceive, &r2)
 	if el := n.clk.Now().Sub(start); el > engGiveUp+20*engStep {
 		t.Errorf("took %v", el)
 	}
@@ -424,9 +427,9 @@ func TestEngineUnreachable(t *testing.T) {
 		if i == count {
 			want = short(1, 2, 99)
 		}
-		d.Class &^= ClassReturned
+		d.Class &^= endpoint.ClassReturned
 		d.Tag = 0
-		if !ok || reason != ReasonUnreachable || from != RequestSend || d != want {
+		if !ok || reason != endpoint.ReasonUnreachable || from != endpoint.RequestSend || d != want {
 			t.Errorf("returned %d: %v %v %v %+v, want %+v", i, reason, from, ok, d, want)
 		}
 	}
@@ -442,10 +445,10 @@ func TestEngineUnreachable(t *testing.T) {
 // in each direction: each is delivered exactly once, in order per sender.
 func TestEngineLoss(t *testing.T) {
 	n := newEngNet(t, memlink.Options{Loss: 0.1, Seed: 7}, EngineConfig{})
-	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	a1, a2, b1, b2 := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
 	const per = 2500
 	type flow struct {
-		from, to   *EndpointView
+		from, to   *endpoint.View
 		dest, src  uint32 // the receiver's index at the sender, the sender's at the receiver
 		next, recv uint64
 		tag        uint64
@@ -461,7 +464,7 @@ func TestEngineLoss(t *testing.T) {
 		for _, f := range flows {
 			for f.next < per {
 				d := short(f.dest, uint32(f.tag), f.next)
-				if err := f.from.Send(RequestSend, &d); errors.Is(err, ErrQueueFull) {
+				if err := f.from.Send(endpoint.RequestSend, &d); errors.Is(err, endpoint.ErrQueueFull) {
 					break
 				} else if err != nil {
 					t.Fatal(err)
@@ -469,8 +472,8 @@ func TestEngineLoss(t *testing.T) {
 				f.next++
 			}
 			for {
-				var d Descriptor
-				ok, err := f.to.Receive(RequestReceive, &d)
+				var d endpoint.Descriptor
+				ok, err := f.to.Receive(endpoint.RequestReceive, &d)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -493,8 +496,8 @@ func TestEngineLoss(t *testing.T) {
 		n.clk.Advance(engStep)
 	}
 	for _, f := range flows {
-		var d Descriptor
-		if ok, _ := f.to.Receive(RequestReceive, &d); ok {
+		var d endpoint.Descriptor
+		if ok, _ := f.to.Receive(endpoint.RequestReceive, &d); ok {
 			t.Fatalf("flow %x: extra message %+v", f.tag, d)
 		}
 	}
@@ -516,27 +519,27 @@ func TestEngineResidency(t *testing.T) {
 	residencyBody(t, newEngNet(t, memlink.Options{}, residencyConfig), 100000)
 }
 
-var residencyConfig = EngineConfig{Resident: 3, Loiter: 2, Transport: Config{Channels: 1}}
+var residencyConfig = EngineConfig{Resident: 3, Loiter: 2, Transport: transport.Config{Channels: 1}}
 
 func residencyBody(t *testing.T, n *engNet, limit int) {
 	const per = 40
 	eps := 4 * residencyConfig.Resident
-	var senders, receivers []*EndpointView
+	var senders, receivers []*endpoint.View
 	for i := range EndpointID(eps) {
-		senders = append(senders, n.a.endpoint(t, i+1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, i + 1}}}))
-		receivers = append(receivers, n.b.endpoint(t, i+1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, i + 1}}}))
+		senders = append(senders, n.a.endpoint(t, i+1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, i + 1}}}))
+		receivers = append(receivers, n.b.endpoint(t, i+1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, i + 1}}}))
 	}
 	for i, v := range senders {
 		for k := range uint64(per) {
-			mustSend(t, v, RequestSend, short(0, uint32(i), k))
+			mustSend(t, v, endpoint.RequestSend, short(0, uint32(i), k))
 		}
 	}
 	got := make([]uint64, eps)
 	n.run(t, limit, func() bool {
 		done := true
 		for i, v := range receivers {
-			var ds []Descriptor
-			drain(t, v, RequestReceive, &ds)
+			var ds []endpoint.Descriptor
+			drain(t, v, endpoint.RequestReceive, &ds)
 			for _, d := range ds {
 				if d.Handler != uint32(i) || d.Args[0] != got[i] || d.Dest != 0 {
 					t.Fatalf("receiver %d: %+v, want message %d", i, d, got[i])
@@ -566,14 +569,14 @@ func residencyBody(t *testing.T, n *engNet, limit int) {
 // The engines run in a goroutine of their own on the system clock while
 // the applications send and receive in theirs, through shared memory.
 func TestEngineConcurrent(t *testing.T) {
-	noEndpointLeaks(t)
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	la, lb, err := memlink.NewPair(memlink.Options{Loss: 0.02, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer la.Close()
 	defer lb.Close()
-	cfg := EngineConfig{Transport: Config{RetransmitAfter: time.Millisecond}}
+	cfg := EngineConfig{Transport: transport.Config{RetransmitAfter: time.Millisecond}}
 	cfg.Host = hostA
 	ea, err := NewEngine(la, cfg)
 	if err != nil {
@@ -592,12 +595,12 @@ func TestEngineConcurrent(t *testing.T) {
 	if err := eb.AddHost(hostA, la.HardwareAddr()); err != nil {
 		t.Fatal(err)
 	}
-	view := func(e *Engine, table []Name) *EndpointView {
-		m, err := e.CreateEndpoint(1, EndpointConfig{QueueEntries: 8}, VNet{Tag: tagRed, Table: table})
+	view := func(e *Engine, table []Name) *endpoint.View {
+		m, err := e.CreateEndpoint(1, endpoint.Config{QueueEntries: 8}, VNet{Tag: tagRed, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := MapEndpoint(m.FD())
+		v, err := endpoint.Map(m.FD())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -635,10 +638,10 @@ func TestEngineConcurrent(t *testing.T) {
 		defer wg.Done()
 		for i := uint64(0); i < count; {
 			d := short(0, 1, i)
-			switch err := va.Send(RequestSend, &d); {
+			switch err := va.Send(endpoint.RequestSend, &d); {
 			case err == nil:
 				i++
-			case errors.Is(err, ErrQueueFull):
+			case errors.Is(err, endpoint.ErrQueueFull):
 				select {
 				case <-done:
 					return
@@ -656,8 +659,8 @@ func TestEngineConcurrent(t *testing.T) {
 		defer close(done)
 		deadline := time.Now().Add(60 * time.Second)
 		for i := uint64(0); i < count; {
-			var d Descriptor
-			ok, err := vb.Receive(RequestReceive, &d)
+			var d endpoint.Descriptor
+			ok, err := vb.Receive(endpoint.RequestReceive, &d)
 			switch {
 			case err != nil:
 				t.Error(err)

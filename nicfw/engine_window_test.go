@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // Tests of EngineConfig.Window: one endpoint's messages in flight on
@@ -21,10 +23,10 @@ import (
 // arrived after one sent later than them.
 func windowBody(t *testing.T, n *engNet, per int, limit int) (most, late int) {
 	t.Helper()
-	a1 := n.a.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
-	b1 := n.b.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	b1 := n.b.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
 	type flow struct {
-		from, to *EndpointView
+		from, to *endpoint.View
 		sent     int
 		seen     map[uint64]int
 		last     uint64
@@ -37,7 +39,7 @@ func windowBody(t *testing.T, n *engNet, per int, limit int) (most, late int) {
 	top := maxMediumFits(n.a.eng, 1)
 	size := func(i uint64) int { return 1 + int(i)*131%top }
 	n.run(t, limit, func() bool {
-		if k := n.a.eng.tr.peer(hostB).unacked; k > most {
+		if k := n.a.eng.tr.Unacked(hostB); k > most {
 			most = k
 		}
 		done := true
@@ -47,23 +49,23 @@ func windowBody(t *testing.T, n *engNet, per int, limit int) (most, late int) {
 				d := short(0, 1, i)
 				if fi == 0 && i%4 == 3 {
 					// A medium message, from a staging slot of its own.
-					off := int(i/4) % 8 * MaxMedium
-					if _, taken := f.from.Progress(RequestSend); mediums >= 8 && int32(taken-uint32(i-32)) <= 0 {
+					off := int(i/4) % 8 * endpoint.MaxMedium
+					if _, taken := f.from.Progress(endpoint.RequestSend); mediums >= 8 && int32(taken-uint32(i-32)) <= 0 {
 						break // its slot's previous message is not taken yet
 					}
 					copy(f.from.Staging()[off:], pattern(size(i), byte(i)))
 					d = medium(0, 1, off, size(i), i)
 				}
-				if err := f.from.Send(RequestSend, &d); err != nil {
+				if err := f.from.Send(endpoint.RequestSend, &d); err != nil {
 					break // the queue is full
 				}
-				if d.Class == ClassMedium {
+				if d.Class == endpoint.ClassMedium {
 					mediums++
 				}
 				f.sent++
 			}
 			for {
-				d, data, ok := receiveData(t, f.to, RequestReceive)
+				d, data, ok := receiveData(t, f.to, endpoint.RequestReceive)
 				if !ok {
 					break
 				}
@@ -71,7 +73,7 @@ func windowBody(t *testing.T, n *engNet, per int, limit int) (most, late int) {
 				if f.seen[i]++; f.seen[i] > 1 {
 					t.Fatalf("flow %d: message %d twice", fi, i)
 				}
-				if fi == 0 && i%4 == 3 && (d.Class != ClassMedium || !bytes.Equal(data, pattern(size(i), byte(i)))) {
+				if fi == 0 && i%4 == 3 && (d.Class != endpoint.ClassMedium || !bytes.Equal(data, pattern(size(i), byte(i)))) {
 					t.Fatalf("medium message %d: %+v with %d bytes", i, d, len(data))
 				}
 				if len(f.seen) > 1 && i < f.last {
@@ -91,7 +93,7 @@ func windowBody(t *testing.T, n *engNet, per int, limit int) (most, late int) {
 		return sa.Acked == sa.Sent && sb.Acked == sb.Sent
 	})
 	for _, e := range []*Engine{n.a.eng, n.b.eng} {
-		if s := e.Stats(); s.Sent != uint64(per) || s.Delivered != uint64(per) || s.Returned != 0 || e.pinned != 0 || len(e.inflight) != 0 {
+		if s := e.Stats(); s.Sent != uint64(per) || s.Delivered != uint64(per) || s.Returned != 0 || e.pinned != 0 || e.inFlight() != 0 {
 			t.Errorf("engine %d: %+v, pinned %d", e.Host(), s, e.pinned)
 		}
 	}
@@ -126,7 +128,7 @@ func TestEngineWindowLoss(t *testing.T) {
 // TestEngineWindowOverAFXDP is TestEngineWindowLoss over AF_XDP on a veth
 // pair, xam's XDP program dropping 10% of the frames.
 func TestEngineWindowOverAFXDP(t *testing.T) {
-	n := newXDPEngNet(t, EngineConfig{Window: 8, Transport: Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
+	n := newXDPEngNet(t, EngineConfig{Window: 8, Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
 	most, late := windowBody(t, n, 3000, 60)
 	t.Logf("at most %d in flight, %d messages overtaken", most, late)
 	if most < 2 {
@@ -139,19 +141,19 @@ func TestEngineWindowOverAFXDP(t *testing.T) {
 // its memory until the last is done.
 func TestEngineWindowReturns(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{Window: 4})
-	a1 := n.a.endpoint(t, 1, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
-	a2 := n.a.endpoint(t, 2, EndpointConfig{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	a2 := n.a.endpoint(t, 2, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
 	n.b.link.Close() // B is gone
 	ea := n.a.eng
 	const count = 6
 	for i := range uint64(count) {
 		d := short(0, 1, i)
 		if i%2 == 1 {
-			copy(a1.Staging()[int(i)*MaxMedium:], pattern(100+int(i), byte(i)))
-			d = medium(0, 1, int(i)*MaxMedium, 100+int(i), i)
+			copy(a1.Staging()[int(i)*endpoint.MaxMedium:], pattern(100+int(i), byte(i)))
+			d = medium(0, 1, int(i)*endpoint.MaxMedium, 100+int(i), i)
 		}
-		mustSend(t, a1, RequestSend, d)
-		mustSend(t, a2, RequestSend, short(0, 2, i))
+		mustSend(t, a1, endpoint.RequestSend, d)
+		mustSend(t, a2, endpoint.RequestSend, short(0, 2, i))
 	}
 	poll := func() {
 		if _, err := ea.Poll(); err != nil {
@@ -175,7 +177,7 @@ func TestEngineWindowReturns(t *testing.T) {
 	for range 20 {
 		poll()
 		n.clk.Advance(engStep)
-		collect(t, a1, ReplyReceive, &ret)
+		collect(t, a1, endpoint.ReplyReceive, &ret)
 	}
 	if len(ret) != count {
 		t.Fatalf("returned %d of %d", len(ret), count)
@@ -184,7 +186,7 @@ func TestEngineWindowReturns(t *testing.T) {
 	for _, r := range ret {
 		reason, from, ok := r.d.ReturnInfo()
 		i := r.d.Args[0]
-		if !ok || reason != ReasonUnreachable || from != RequestSend || seen[i] {
+		if !ok || reason != endpoint.ReasonUnreachable || from != endpoint.RequestSend || seen[i] {
 			t.Errorf("returned %+v: %v %v", r.d, reason, from)
 		}
 		seen[i] = true
@@ -192,7 +194,7 @@ func TestEngineWindowReturns(t *testing.T) {
 			t.Errorf("returned medium message %d with %d bytes", i, len(r.data))
 		}
 	}
-	if memA2.FD() != -1 || ea.pinned != 0 || ea.res.Outstanding(1) != 0 || ea.eps[1].flying != 0 || len(ea.inflight) != 0 {
+	if memA2.FD() != -1 || ea.pinned != 0 || ea.res.Outstanding(1) != 0 || ea.eps[1].flying != 0 || ea.inFlight() != 0 {
 		t.Errorf("after the returns: A2 fd %d, pinned %d, outstanding %d", memA2.FD(), ea.pinned, ea.res.Outstanding(1))
 	}
 	if s := ea.Stats(); s.Returned != count || s.ReturnsLost != 0 {

@@ -7,6 +7,10 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // newXDPEngNet is newEngNet over AF_XDP: two engines with cfg on the ends
@@ -14,11 +18,11 @@ import (
 // frames at both, on the system clock.
 func newXDPEngNet(t *testing.T, cfg EngineConfig, drop float64) *engNet {
 	t.Helper()
-	noEndpointLeaks(t)
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	n := &engNet{}
 	for i, h := range []*netnstest.Host{v.A, v.B} {
-		_, sock := xdpHost(t, h, drop, uint64(11+i))
+		_, sock := xdptest.OpenHost(t, h, drop, uint64(11+i))
 		c := cfg
 		c.Host = []HostID{hostA, hostB}[i]
 		e, err := NewEngine(sock, c)
@@ -26,7 +30,7 @@ func newXDPEngNet(t *testing.T, cfg EngineConfig, drop float64) *engNet {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { e.Close() })
-		hh := &engHost{eng: e, views: make(map[EndpointID]*EndpointView)}
+		hh := &engHost{eng: e, views: make(map[EndpointID]*endpoint.View)}
 		if i == 0 {
 			n.a = hh
 		} else {
@@ -60,8 +64,8 @@ func TestEngineResidencyOverAFXDP(t *testing.T) {
 // them, and B2 stores bulk messages of several chunks into A2's staging
 // area: their bytes arrive intact.
 func TestEngineOverAFXDP(t *testing.T) {
-	n := newXDPEngNet(t, EngineConfig{Transport: Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
-	a1, a2, b1, b2 := twoNets(t, n, EndpointConfig{}, EndpointConfig{})
+	n := newXDPEngNet(t, EngineConfig{Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
+	a1, a2, b1, b2 := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
 
 	// B1 -> A1: medium messages, in 7 staging slots.
 	const mediums = 300
@@ -71,13 +75,13 @@ func TestEngineOverAFXDP(t *testing.T) {
 	sendMedium := func() {
 		for medSent < mediums {
 			// The slot's previous message must have been taken.
-			if _, taken := b1.Progress(RequestSend); medSent >= 7 && int32(taken-uint32(medSent-7)) <= 0 {
+			if _, taken := b1.Progress(endpoint.RequestSend); medSent >= 7 && int32(taken-uint32(medSent-7)) <= 0 {
 				return
 			}
-			off := medSent % 7 * MaxMedium
+			off := medSent % 7 * endpoint.MaxMedium
 			copy(b1.Staging()[off:], pattern(mediumSize(medSent), byte(medSent)))
 			d := medium(0, 5, off, mediumSize(medSent), uint64(medSent))
-			if err := b1.Send(RequestSend, &d); errors.Is(err, ErrQueueFull) {
+			if err := b1.Send(endpoint.RequestSend, &d); errors.Is(err, endpoint.ErrQueueFull) {
 				return
 			} else if err != nil {
 				t.Fatal(err)
@@ -87,11 +91,11 @@ func TestEngineOverAFXDP(t *testing.T) {
 	}
 	recvMedium := func() {
 		for {
-			d, data, ok := receiveData(t, a1, RequestReceive)
+			d, data, ok := receiveData(t, a1, endpoint.RequestReceive)
 			if !ok {
 				return
 			}
-			if d.Class != ClassMedium || d.Args[0] != uint64(medRecv) || !bytes.Equal(data, pattern(mediumSize(medRecv), byte(medRecv))) {
+			if d.Class != endpoint.ClassMedium || d.Args[0] != uint64(medRecv) || !bytes.Equal(data, pattern(mediumSize(medRecv), byte(medRecv))) {
 				t.Fatalf("medium message %d: %+v with %d bytes", medRecv, d, len(data))
 			}
 			medRecv++
@@ -104,18 +108,18 @@ func TestEngineOverAFXDP(t *testing.T) {
 		copy(b2.Staging()[i*bulkLen:], pattern(bulkLen, byte(100+i)))
 	}
 	for i := range bulks {
-		mustSend(t, b2, RequestSend, bulk(0, 6, i%2*bulkLen, (i+1)%2*bulkLen, bulkLen, uint64(i)))
+		mustSend(t, b2, endpoint.RequestSend, bulk(0, 6, i%2*bulkLen, (i+1)%2*bulkLen, bulkLen, uint64(i)))
 	}
 	var bulkRecv int
 	recvBulk := func() {
 		for {
-			d, data, ok := receiveData(t, a2, RequestReceive)
+			d, data, ok := receiveData(t, a2, endpoint.RequestReceive)
 			if !ok {
 				return
 			}
 			// A later message into the same region may be arriving: look
 			// at the bytes of the last message into each region only.
-			if d.Class != ClassBulk || d.Args[0] != uint64(bulkRecv) || d.Length != bulkLen || d.Offset != uint32((bulkRecv+1)%2*bulkLen) ||
+			if d.Class != endpoint.ClassBulk || d.Args[0] != uint64(bulkRecv) || d.Length != bulkLen || d.Offset != uint32((bulkRecv+1)%2*bulkLen) ||
 				bulkRecv >= bulks-2 && !bytes.Equal(data, pattern(bulkLen, byte(100+bulkRecv%2))) {
 				t.Fatalf("bulk message %d: %+v", bulkRecv, d)
 			}
@@ -125,13 +129,13 @@ func TestEngineOverAFXDP(t *testing.T) {
 
 	const per = 1000
 	type flow struct {
-		from, to   *EndpointView
+		from, to   *endpoint.View
 		next, recv uint64
 		tag        uint64
 	}
 	flows := []*flow{{from: a1, to: b1, tag: tagRed}, {from: a2, to: b2, tag: tagBlue}}
-	mustSend(t, a1, RequestSend, short(2, 7, 99)) // index 2 of A1's table is B2: the blue network
-	var returned []Descriptor
+	mustSend(t, a1, endpoint.RequestSend, short(2, 7, 99)) // index 2 of A1's table is B2: the blue network
+	var returned []endpoint.Descriptor
 	deadline := time.Now().Add(30 * time.Second)
 	for done := false; !done; {
 		if time.Now().After(deadline) {
@@ -145,7 +149,7 @@ func TestEngineOverAFXDP(t *testing.T) {
 		for _, f := range flows {
 			for f.next < per {
 				d := short(1, uint32(f.tag), f.next) // index 1: the same network's endpoint on B
-				if err := f.from.Send(RequestSend, &d); errors.Is(err, ErrQueueFull) {
+				if err := f.from.Send(endpoint.RequestSend, &d); errors.Is(err, endpoint.ErrQueueFull) {
 					break
 				} else if err != nil {
 					t.Fatal(err)
@@ -153,8 +157,8 @@ func TestEngineOverAFXDP(t *testing.T) {
 				f.next++
 			}
 			for {
-				var d Descriptor
-				ok, err := f.to.Receive(RequestReceive, &d)
+				var d endpoint.Descriptor
+				ok, err := f.to.Receive(endpoint.RequestReceive, &d)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -168,11 +172,11 @@ func TestEngineOverAFXDP(t *testing.T) {
 			}
 			done = done && f.recv == per
 		}
-		drain(t, a1, ReplyReceive, &returned)
+		drain(t, a1, endpoint.ReplyReceive, &returned)
 		done = done && len(returned) == 1
 		n.poll(t)
 	}
-	if reason, _, ok := returned[0].ReturnInfo(); !ok || reason != ReasonBadTag || returned[0].Args[0] != 99 {
+	if reason, _, ok := returned[0].ReturnInfo(); !ok || reason != endpoint.ReasonBadTag || returned[0].Args[0] != 99 {
 		t.Errorf("returned %+v (%v, %v), want the message of args 99 with ReasonBadTag", returned[0], reason, ok)
 	}
 	ta, tb := n.a.eng.TransportStats(), n.b.eng.TransportStats()

@@ -19,7 +19,10 @@ import (
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/mapper"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // hostFlags collects repeated --host ID=MAC flags.
@@ -90,17 +93,17 @@ func runFw(e *env, args []string) error {
 	socket := fs.String("socket", "/run/xam/fw.sock", "the unix socket applications connect to")
 	sleep := fs.Duration("sleep", 0, "sleep on an eventfd after this long without work (0: busy-poll)")
 	resident := fs.Int("resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
-	channels := fs.Int("channels", nicfw.DefaultChannels, "logical channels per peer host (C)")
+	channels := fs.Int("channels", transport.DefaultChannels, "logical channels per peer host (C)")
 	window := fs.Int("window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
-	giveUp := fs.Duration("give-up", nicfw.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
+	giveUp := fs.Duration("give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
 	xdpMode := fs.String("xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	queue := fs.Int("queue", 0, "the device queue to own")
 	useMap := fs.Bool("map", false, "find the hosts with the mapper protocol instead of --id and --host")
 	follow := fs.Bool("map-follow", false, "with --map: never lead (adopt the leader's tables only)")
 	probe := fs.Duration("probe", time.Second, "with --map: the mapper's probe interval")
 	verbose := fs.Bool("v", false, "log connections, endpoints and host tables")
-	maxEndpoints := fs.Int("max-endpoints", nicfw.DefaultMaxPerUser, "endpoints one user (uid) may have open")
-	maxConns := fs.Int("max-conns", nicfw.DefaultMaxConnsPerUser, "connections one user may have open")
+	maxEndpoints := fs.Int("max-endpoints", daemon.DefaultMaxPerUser, "endpoints one user (uid) may have open")
+	maxConns := fs.Int("max-conns", daemon.DefaultMaxConnsPerUser, "connections one user may have open")
 	userMemory := fs.String("user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -174,9 +177,9 @@ func runFw(e *env, args []string) error {
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	cfg := nicfw.DaemonConfig{
+	cfg := daemon.Config{
 		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window,
-			Transport: nicfw.Config{Channels: *channels, GiveUpAfter: *giveUp}},
+			Transport: transport.Config{Channels: *channels, GiveUpAfter: *giveUp}},
 		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
 		MaxPerUser: *maxEndpoints, MaxConnsPerUser: *maxConns, UserMemory: int64(memQuota),
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
@@ -184,7 +187,7 @@ func runFw(e *env, args []string) error {
 	if *useMap {
 		cfg.Map = &mapper.Config{ProbeInterval: *probe, Queue: *queue, Privileged: !*follow}
 	}
-	d, err := nicfw.NewDaemon(raw.Sock, cfg)
+	d, err := daemon.New(raw.Sock, cfg)
 	if err != nil {
 		return err
 	}
@@ -240,7 +243,7 @@ func runFwStats(e *env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, err := nicfw.Dial(*socket)
+	c, err := daemon.Dial(*socket)
 	if err != nil {
 		return fmt.Errorf("%w (is `xam fw` running with --socket %s?)", err, *socket)
 	}
@@ -270,7 +273,7 @@ func runFwStats(e *env, args []string) error {
 			ep.ID, ep.Tag, ep.Table, q.Taken, q.Put, q.PutFull)
 		for r, n := range q.Refused {
 			if n > 0 {
-				fmt.Fprintf(w, "      %d descriptors refused: %s\n", n, strings.TrimPrefix(nicfw.Refusal(r).Error(), "nicfw: descriptor refused: "))
+				fmt.Fprintf(w, "      %d descriptors refused: %s\n", n, strings.TrimPrefix(endpoint.Refusal(r).Error(), "nicfw: descriptor refused: "))
 			}
 		}
 	}

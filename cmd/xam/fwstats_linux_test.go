@@ -15,6 +15,8 @@ import (
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // TestFwStats asks a running daemon, from the command line, for its host
@@ -26,7 +28,7 @@ func TestFwStats(t *testing.T) {
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
 	sock := filepath.Join(t.TempDir(), "fw.sock")
-	d, err := nicfw.NewDaemon(la, nicfw.DaemonConfig{Engine: nicfw.EngineConfig{Host: 1},
+	d, err := daemon.New(la, daemon.Config{Engine: nicfw.EngineConfig{Host: 1},
 		Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Socket: sock})
 	if err != nil {
 		t.Fatal(err)
@@ -40,12 +42,12 @@ func TestFwStats(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	c, err := nicfw.Dial(sock)
+	c, err := daemon.Dial(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ep, err := c.Open(nicfw.OpenRequest{Endpoint: nicfw.FirstUserEndpoint, Tag: 0x7ed, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
+	ep, err := c.Open(daemon.OpenRequest{Endpoint: daemon.FirstUserEndpoint, Tag: 0x7ed, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +56,12 @@ func TestFwStats(t *testing.T) {
 	// Garbage descriptors from the application are refused by the engine,
 	// and the refusals show, by reason and endpoint. Before, firmware mode
 	// showed none of them.
-	for _, d := range []nicfw.Descriptor{{Class: 9}, {Class: nicfw.ClassShort, Dest: 7}, {Class: nicfw.ClassShort, Dest: 8}} {
-		if err := ep.Send(nicfw.RequestSend, &d); err != nil {
+	for _, d := range []endpoint.Descriptor{{Class: 9}, {Class: endpoint.ClassShort, Dest: 7}, {Class: endpoint.ClassShort, Dest: 8}} {
+		if err := ep.Send(endpoint.RequestSend, &d); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var s nicfw.DaemonStats
+	var s daemon.Stats
 	var code int
 	var out, errs string
 	for bound := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -67,14 +69,14 @@ func TestFwStats(t *testing.T) {
 		if code != 0 || json.Unmarshal([]byte(out), &s) != nil {
 			t.Fatalf("fw stats --json: exit %d: %s %s", code, out, errs)
 		}
-		if len(s.List) == 1 && s.List[0].Queues.Refused[nicfw.RefusedDestination] == 2 || time.Now().After(bound) {
+		if len(s.List) == 1 && s.List[0].Queues.Refused[endpoint.RefusedDestination] == 2 || time.Now().After(bound) {
 			break
 		}
 	}
-	if r := s.List[0].Queues.Refused; r[nicfw.RefusedClass] != 1 || r[nicfw.RefusedDestination] != 2 {
+	if r := s.List[0].Queues.Refused; r[endpoint.RefusedClass] != 1 || r[endpoint.RefusedDestination] != 2 {
 		t.Errorf("refusals %v, want 1 of class and 2 of destination", r)
 	}
-	if len(s.Hosts) != 2 || len(s.List) != 1 || s.List[0].ID != nicfw.FirstUserEndpoint || s.List[0].Tag != 0x7ed || s.List[0].Table != 1 {
+	if len(s.Hosts) != 2 || len(s.List) != 1 || s.List[0].ID != daemon.FirstUserEndpoint || s.List[0].Tag != 0x7ed || s.List[0].Table != 1 {
 		t.Errorf("stats: hosts %v, endpoints %+v", s.Hosts, s.List)
 	}
 	code, out, errs = xam(t, nil, "fw", "stats", "--socket", sock)
@@ -99,9 +101,9 @@ func TestPingDaemons(t *testing.T) {
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
 	dir := t.TempDir()
-	daemon := func(l *memlink.Link, id, peer nicfw.HostID, peerMAC net.HardwareAddr) string {
+	startFW := func(l *memlink.Link, id, peer nicfw.HostID, peerMAC net.HardwareAddr) string {
 		sock := filepath.Join(dir, fmt.Sprintf("fw%d.sock", id))
-		d, err := nicfw.NewDaemon(l, nicfw.DaemonConfig{Engine: nicfw.EngineConfig{Host: id},
+		d, err := daemon.New(l, daemon.Config{Engine: nicfw.EngineConfig{Host: id},
 			Hosts: map[nicfw.HostID]net.HardwareAddr{peer: peerMAC}, Socket: sock, Sleep: 50 * time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
@@ -112,14 +114,14 @@ func TestPingDaemons(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		return sock
 	}
-	sa := daemon(la, 1, 2, lb.HardwareAddr())
-	sb := daemon(lb, 2, 1, la.HardwareAddr())
+	sa := startFW(la, 1, 2, lb.HardwareAddr())
+	sb := startFW(lb, 2, 1, la.HardwareAddr())
 	var stop atomic.Bool
 	served := make(chan error, 1)
 	var handled int
 	go func() {
 		var err error
-		handled, err = bench.AMIIDaemonServe(bench.DaemonEndpoint{Socket: sb, Endpoint: nicfw.FirstUserEndpoint, PeerHost: 1, Tag: bench.DaemonTag}, &stop)
+		handled, err = bench.AMIIDaemonServe(bench.DaemonEndpoint{Socket: sb, Endpoint: daemon.FirstUserEndpoint, PeerHost: 1, Tag: bench.DaemonTag}, &stop)
 		served <- err
 	}()
 	// The server's endpoint is open once its daemon lists it.

@@ -14,6 +14,7 @@ import (
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
 )
 
 const pingUsage = "ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
@@ -41,7 +42,7 @@ func runPing(e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as one JSON document, and no progress")
 	socket := fs.String("socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
 	peerHost := fs.Uint("peer-host", 0, "with --socket: the other side's host id in the daemons' host table")
-	epID := fs.Uint("endpoint", uint(nicfw.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
+	epID := fs.Uint("endpoint", uint(daemon.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -100,8 +101,8 @@ func runPing(e *env, args []string) error {
 			return usageError("--socket reaches the daemon, which owns the device: no --dev or --peer")
 		case *peerHost == 0 || *peerHost > 65535:
 			return usageError("--peer-host N (1..65535): the other side's host id, as `xam fw stats` lists it")
-		case *epID < uint(nicfw.FirstUserEndpoint) || *epID > 65535:
-			return usageError("--endpoint %d: want %d..65535", *epID, nicfw.FirstUserEndpoint)
+		case *epID < uint(daemon.FirstUserEndpoint) || *epID > 65535:
+			return usageError("--endpoint %d: want %d..65535", *epID, daemon.FirstUserEndpoint)
 		case *loss > 0:
 			return usageError("--loss needs the lab built for the run (no --socket)")
 		}

@@ -8,7 +8,7 @@
 // gets them all back and checks every byte.
 //
 // The engines run inline (-mode inline: in the goroutine that drives each
-// endpoint) or as firmware daemons (-mode firmware: nicfw.Daemon on its
+// endpoint) or as firmware daemons (-mode firmware: daemon.Daemon on its
 // own thread, the application reaching its endpoint through the daemon's
 // unix socket with am.Dial, as an unprivileged program would through
 // `xam fw`).
@@ -35,6 +35,8 @@ import (
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 func main() {
@@ -51,8 +53,8 @@ func main() {
 // The virtual network: one tag, and endpoint 16 on each host (16 is the
 // first endpoint an unprivileged application may open through a daemon).
 const (
-	tag      = 0x6b76
-	endpoint = nicfw.FirstUserEndpoint
+	tag  = 0x6b76
+	epID = daemon.FirstUserEndpoint
 )
 
 // The server's handlers, registered in this order, and the client's.
@@ -105,7 +107,7 @@ func (d *dataPath) close() {
 // process drives; or through a daemon serving socket dir/fwN.sock. It
 // returns the endpoint and what closes everything.
 func endpointOn(mode string, d *dataPath, self, peer nicfw.HostID, peerMAC net.HardwareAddr, dir string) (*am.AMII, func(), error) {
-	table := []nicfw.Name{{Host: peer, Endpoint: endpoint}}
+	table := []nicfw.Name{{Host: peer, Endpoint: epID}}
 	if mode == "inline" {
 		eng, err := nicfw.NewEngine(d.sock, nicfw.EngineConfig{Host: self})
 		if err != nil {
@@ -115,12 +117,12 @@ func endpointOn(mode string, d *dataPath, self, peer nicfw.HostID, peerMAC net.H
 			eng.Close()
 			return nil, nil, err
 		}
-		mem, err := eng.CreateEndpoint(endpoint, nicfw.EndpointConfig{}, nicfw.VNet{Tag: tag, Table: table})
+		mem, err := eng.CreateEndpoint(epID, endpoint.Config{}, nicfw.VNet{Tag: tag, Table: table})
 		if err != nil {
 			eng.Close()
 			return nil, nil, err
 		}
-		view, err := nicfw.MapEndpoint(mem.FD())
+		view, err := endpoint.Map(mem.FD())
 		if err != nil {
 			eng.Close()
 			return nil, nil, err
@@ -134,16 +136,16 @@ func endpointOn(mode string, d *dataPath, self, peer nicfw.HostID, peerMAC net.H
 		return a, func() { view.Close(); eng.Close() }, nil
 	}
 	socket := filepath.Join(dir, fmt.Sprintf("fw%d.sock", self))
-	daemon, err := nicfw.NewDaemon(d.sock, nicfw.DaemonConfig{Engine: nicfw.EngineConfig{Host: self},
+	fw, err := daemon.New(d.sock, daemon.Config{Engine: nicfw.EngineConfig{Host: self},
 		Hosts: map[nicfw.HostID]net.HardwareAddr{peer: peerMAC}, Socket: socket, Sleep: 50 * time.Microsecond})
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx) }()
+	go func() { done <- fw.Run(ctx) }()
 	stop := func() { cancel(); <-done }
-	r, err := am.Dial(socket, nicfw.OpenRequest{Endpoint: endpoint, Tag: tag, Table: table}, am.AMIIConfig{})
+	r, err := am.Dial(socket, daemon.OpenRequest{Endpoint: epID, Tag: tag, Table: table}, am.AMIIConfig{})
 	if err != nil {
 		stop()
 		return nil, nil, err

@@ -131,3 +131,74 @@ func TestImportsPointDown(t *testing.T) {
 		}
 	}
 }
+
+// sublayer ranks the packages inside a layer's folder, one mechanism per
+// package: a package may import a package of the same folder only if its
+// rank is strictly lower. In nicfw the endpoint memory, the transport and
+// the test data path know nothing of each other or of the engine; the
+// engine (nicfw) joins them; its modules (the mapper) plug into it; the
+// daemon runs it all. In am, each paper's API stands alone on the layers
+// below.
+var sublayer = map[string]map[string]int{
+	"nicfw": {
+		"nicfw/xdptest":  -1, // the test data path, for every package's tests
+		"nicfw/endpoint": 0, "nicfw/transport": 0,
+		"nicfw":        1,
+		"nicfw/mapper": 2,
+		"nicfw/daemon": 3,
+	},
+	"am": {
+		"am/ssam": 0, "am/amii": 0, "am/internal": 0,
+		"am": 1,
+	},
+}
+
+func TestPackagesByMechanism(t *testing.T) {
+	fset := token.NewFileSet()
+	r := root(t)
+	for _, path := range goFiles(t) {
+		rel, _ := filepath.Rel(r, path)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		top := strings.Split(dir, "/")[0]
+		ranks, ok := sublayer[top]
+		if !ok {
+			continue
+		}
+		from, ok := rankOf(ranks, dir)
+		if !ok {
+			t.Errorf("%s: package %s has no rank in internal/lint's sublayer", rel, dir)
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			continue
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			dep := strings.TrimPrefix(p, module+"/")
+			if dep == p || strings.Split(dep, "/")[0] != top || dep == dir {
+				continue
+			}
+			to, ok := rankOf(ranks, dep)
+			if !ok {
+				t.Errorf("%s imports %s, which has no rank in internal/lint's sublayer", rel, p)
+				continue
+			}
+			if to >= from {
+				t.Errorf("%s (%s, rank %d) imports %s (rank %d): packages of one folder import only lower ranks", rel, dir, from, dep, to)
+			}
+		}
+	}
+}
+
+// rankOf returns the rank of package dir: its own, or that of the
+// nearest ranked folder above it (internal helpers and testdata).
+func rankOf(ranks map[string]int, dir string) (int, bool) {
+	for d := dir; d != "."; d = filepath.ToSlash(filepath.Dir(d)) {
+		if r, ok := ranks[d]; ok {
+			return r, true
+		}
+	}
+	return 0, false
+}

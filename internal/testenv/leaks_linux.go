@@ -94,3 +94,26 @@ func LockedKB() int {
 	}
 	return -1
 }
+
+// NoMemfdLeaks fails t, when it ends, if a memfd whose name contains name
+// is still open or mapped in this process (an endpoint's memory, say).
+func NoMemfdLeaks(t *testing.T, name string) {
+	t.Helper()
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir("/proc/self/fd")
+		for _, e := range entries {
+			if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.Contains(target, name) {
+				t.Errorf("left open: fd %s -> %s", e.Name(), target)
+			}
+		}
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(maps), "\n") {
+			if strings.Contains(line, name) {
+				t.Errorf("left mapped: %s", line)
+			}
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/loader"
 )
 
@@ -44,4 +45,10 @@ func Open(tb testing.TB, do func(func() error) error, ifindex int, mac net.Hardw
 		tb.Fatal(err)
 	}
 	return prog, sock
+}
+
+// OpenHost is Open on h's veth end.
+func OpenHost(t *testing.T, h *netnstest.Host, drop float64, seed uint64) (*loader.Program, *afxdp.Socket) {
+	t.Helper()
+	return Open(t, h.Do, h.Index, h.MAC, drop, seed)
 }

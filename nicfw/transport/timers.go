@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 import "time"
 
@@ -54,7 +54,7 @@ func (t *Transport) scan(now time.Time) error {
 }
 
 // giveUp frees channel c of p and returns its message to the sender.
-func (t *Transport) giveUp(p *peer, c *sendChannel) {
+func (t *Transport) giveUp(p *Peer, c *sendChannel) {
 	t.release(p, c)
 	t.stats.Returned++
 	if t.cfg.Returned != nil {

@@ -1,4 +1,4 @@
-package nicfw
+package endpoint
 
 import (
 	"encoding/binary"
@@ -11,14 +11,14 @@ import (
 // Endpoint memory: the part of an AM-II endpoint that the engine and the
 // application share. Who owns what:
 //
-//   - The engine creates the memory (NewEndpointMemory, in the engine
+//   - The engine creates the memory (NewMemory, in the engine
 //     thread), keeps the memfd to hand to the application, and is the only
-//     user of its EndpointMemory: it consumes the two send queues (Take) and
+//     user of its Memory: it consumes the two send queues (Take) and
 //     produces into the two receive queues (Put), all in the engine thread.
-//   - The application maps the memfd it received (MapEndpoint) and is the
-//     only user of its EndpointView: it produces into the send queues (Send)
+//   - The application maps the memfd it received (Map) and is the
+//     only user of its View: it produces into the send queues (Send)
 //     and consumes the receive queues (Receive, or Peek and Release). An
-//     EndpointView is not safe for concurrent use; an application with
+//     View is not safe for concurrent use; an application with
 //     several threads serialises its calls (or gives each queue's side to
 //     one thread: the four rings of a view share no state; Ready and Arm
 //     look at both receive queues, so they belong with them).
@@ -139,7 +139,7 @@ const (
 //   - in a receive queue, a medium message's bytes in the receive area and
 //     a bulk message's in the staging area, where the engine stored them
 //     (Offset is then the RemoteOffset it was sent with, and RemoteOffset
-//     is 0). EndpointView.Data returns them.
+//     is 0). View.Data returns them.
 //
 // In the shared memory a descriptor takes 96 bytes, little-endian:
 //
@@ -241,7 +241,7 @@ var (
 	// ErrWrongQueue: a send operation on a receive queue or the other way
 	// round.
 	ErrWrongQueue = errors.New("nicfw: operation not allowed on this queue")
-	// ErrBadEndpoint: MapEndpoint found no valid endpoint memory in the fd.
+	// ErrBadEndpoint: Map found no valid endpoint memory in the fd.
 	ErrBadEndpoint = errors.New("nicfw: not a valid endpoint memory")
 	// ErrClosed: the memory or view has been closed.
 	ErrClosed = errors.New("nicfw: endpoint memory closed")
@@ -272,8 +272,8 @@ func (q Queue) event() Events {
 	return EventReply
 }
 
-// EndpointConfig sizes an endpoint's memory. Zero fields take the defaults.
-type EndpointConfig struct {
+// Config sizes an endpoint's memory. Zero fields take the defaults.
+type Config struct {
 	// QueueEntries is the number of descriptors in each of the four queues,
 	// a power of two up to 16384 (default DefaultQueueEntries). The receive
 	// area takes 2*QueueEntries*MaxMedium bytes: 1 MiB at the default.
@@ -287,7 +287,7 @@ type EndpointConfig struct {
 	TableSize int
 }
 
-func (c EndpointConfig) withDefaults() (EndpointConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	if c.QueueEntries == 0 {
 		c.QueueEntries = DefaultQueueEntries
 	}
@@ -353,7 +353,7 @@ type layout struct {
 	total                   int
 }
 
-func layoutFor(c EndpointConfig) layout {
+func layoutFor(c Config) layout {
 	l := layout{entries: c.QueueEntries, staging: c.StagingSize, table: c.TableSize}
 	l.ringSize = ringDescs + l.entries*descSize
 	l.stagingOff = roundUp(hdrSize+int(numQueues)*l.ringSize, pageSize)
@@ -404,7 +404,7 @@ func readHeader(mem []byte) (layout, error) {
 	if m, v := binary.LittleEndian.Uint32(mem[hdrMagic:]), binary.LittleEndian.Uint32(mem[hdrVersion:]); m != endpointMagic || v != endpointVersion {
 		return layout{}, fmt.Errorf("%w: magic %#x version %d", ErrBadEndpoint, m, v)
 	}
-	c, err := EndpointConfig{
+	c, err := Config{
 		QueueEntries: int(binary.LittleEndian.Uint32(mem[hdrEntries:])),
 		StagingSize:  int(binary.LittleEndian.Uint32(mem[hdrStaging:])),
 		TableSize:    int(binary.LittleEndian.Uint32(mem[hdrTable:])),
@@ -537,8 +537,8 @@ func (r *descRing) release() {
 	r.ownIdx.Store(r.own)
 }
 
-// EndpointStats counts what the engine did with an endpoint's queues.
-type EndpointStats struct {
+// Stats counts what the engine did with an endpoint's queues.
+type Stats struct {
 	Taken    uint64              // descriptors taken from send queues and accepted
 	Refused  [NumRefusals]uint64 // refusals by reason; RefusedRing counts calls that found a corrupt index
 	Put      uint64              // descriptors put into receive queues
@@ -546,30 +546,30 @@ type EndpointStats struct {
 	Notified uint64              // Puts that found their queue's event armed (SetNotify)
 }
 
-// EndpointMemory is the engine's side of an endpoint: the memfd and its
+// Memory is the engine's side of an endpoint: the memfd and its
 // mapping. It belongs to the engine thread.
-type EndpointMemory struct {
+type Memory struct {
 	fd    int
 	mem   []byte
 	l     layout
 	rings [numQueues]descRing
 	hdrWords
 	notify func()
-	stats  EndpointStats
+	stats  Stats
 }
 
 // Config returns the memory's sizes.
-func (m *EndpointMemory) Config() EndpointConfig {
-	return EndpointConfig{QueueEntries: m.l.entries, StagingSize: m.l.staging, TableSize: m.l.table}
+func (m *Memory) Config() Config {
+	return Config{QueueEntries: m.l.entries, StagingSize: m.l.staging, TableSize: m.l.table}
 }
 
 // FD returns the memfd, for handing to the application (SCM_RIGHTS, or
 // exec.Cmd.ExtraFiles after a dup). The memory owns it; Close closes it.
-func (m *EndpointMemory) FD() int { return m.fd }
+func (m *Memory) FD() int { return m.fd }
 
 // Staging returns the engine's view of the staging area. The application
 // may change its bytes at any time.
-func (m *EndpointMemory) Staging() []byte {
+func (m *Memory) Staging() []byte {
 	if m.mem == nil {
 		return nil
 	}
@@ -577,28 +577,28 @@ func (m *EndpointMemory) Staging() []byte {
 }
 
 // Stats returns the memory's counters.
-func (m *EndpointMemory) Stats() EndpointStats { return m.stats }
+func (m *Memory) Stats() Stats { return m.stats }
 
-// storeRegion returns how many bytes at the start of the staging area
-// peers' Stores may write (SetStoreRegion), at most the staging area.
-func (m *EndpointMemory) storeRegion() uint64 {
+// StoreRegion returns how many bytes at the start of the staging area
+// peers' Stores may write (View.SetStoreRegion), at most the staging area.
+func (m *Memory) StoreRegion() uint64 {
 	return min(uint64(m.store.Load()), uint64(m.l.staging))
 }
 
-// acceptsHandler reports whether a request may name handler h
-// (SetHandlers).
-func (m *EndpointMemory) acceptsHandler(h uint32) bool { return h < m.handlers.Load() }
+// AcceptsHandler reports whether a request may name handler h
+// (View.SetHandlers).
+func (m *Memory) AcceptsHandler(h uint32) bool { return h < m.handlers.Load() }
 
 // SetNotify sets the function that Put calls after it has put a
 // descriptor into a receive queue whose event the application armed
-// (EndpointView.Arm): the daemon's writes the eventfd the application
+// (View.Arm): the daemon's writes the eventfd the application
 // blocks on. It runs in the engine thread, at most once per arming, and
 // must not block. With none (nil, the default) nobody is notified, but the
 // armed word is cleared all the same.
-func (m *EndpointMemory) SetNotify(f func()) { m.notify = f }
+func (m *Memory) SetNotify(f func()) { m.notify = f }
 
 // SetIdle writes the engine's idle word, which the application's Send
-// reads to decide whether to kick the engine (EndpointView.SetKick). An
+// reads to decide whether to kick the engine (View.SetKick). An
 // engine going to sleep first sets it on every endpoint, then looks at
 // every send queue once more (Pending) and sleeps only if all are empty;
 // on waking it clears it. Looking again after setting the word is what
@@ -607,7 +607,7 @@ func (m *EndpointMemory) SetNotify(f func()) { m.notify = f }
 // all four sequentially consistent atomic operations, so either the engine
 // sees the descriptor or Send sees the word and kicks (see signal for the
 // same argument in the other direction).
-func (m *EndpointMemory) SetIdle(idle bool) {
+func (m *Memory) SetIdle(idle bool) {
 	if m.mem == nil {
 		return
 	}
@@ -618,9 +618,28 @@ func (m *EndpointMemory) SetIdle(idle bool) {
 	m.idle.Store(w)
 }
 
+// PeekDest returns the Dest of the descriptor at the head of send queue
+// q without taking it: untrusted (Take checks it), for a scheduler that
+// asks whether the message could leave now. ok false: the queue is empty;
+// a corrupt ring peeks as a descriptor, so that Take gets to refuse it.
+func (m *Memory) PeekDest(q Queue) (dest uint32, ok bool) {
+	if m.mem == nil || !q.isSend() {
+		return 0, false
+	}
+	r := &m.rings[q]
+	n, err := r.available()
+	if err != nil {
+		return NoIndex, true
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint32(r.slot(r.own)[4:]), true // Descriptor.Dest
+}
+
 // Pending reports whether either send queue holds a descriptor (a corrupt
 // ring counts as pending, so that Take gets to refuse it).
-func (m *EndpointMemory) Pending() bool {
+func (m *Memory) Pending() bool {
 	if m.mem == nil {
 		return false
 	}
@@ -642,20 +661,20 @@ func (m *EndpointMemory) Pending() bool {
 //
 // Take gives the entry back to the application at once. The engine, which
 // must copy a medium message's bytes before the application may reuse
-// them (EndpointView.Progress), uses next and commit instead.
-func (m *EndpointMemory) Take(q Queue, d *Descriptor) (ok bool, err error) {
-	ok, err = m.next(q, d)
+// them (View.Progress), uses Next and Commit instead.
+func (m *Memory) Take(q Queue, d *Descriptor) (ok bool, err error) {
+	ok, err = m.Next(q, d)
 	if ok {
-		m.commit(q)
+		m.Commit(q)
 	}
 	return ok, err
 }
 
-// next is Take except that a descriptor that passed stays in its entry:
-// the application sees it taken (Progress) only once commit gives the
+// Next is Take except that a descriptor that passed stays in its entry:
+// the application sees it taken (Progress) only once Commit gives the
 // entry back, so the bytes it names stay the application's to leave alone
 // until then. A refused descriptor is given back at once.
-func (m *EndpointMemory) next(q Queue, d *Descriptor) (ok bool, err error) {
+func (m *Memory) Next(q Queue, d *Descriptor) (ok bool, err error) {
 	if m.mem == nil {
 		return false, ErrClosed
 	}
@@ -680,12 +699,12 @@ func (m *EndpointMemory) next(q Queue, d *Descriptor) (ok bool, err error) {
 	return ok, nil
 }
 
-// commit gives back the entry of the descriptor next returned from send
+// Commit gives back the entry of the descriptor Next returned from send
 // queue q.
-func (m *EndpointMemory) commit(q Queue) { m.rings[q].release() }
+func (m *Memory) Commit(q Queue) { m.rings[q].release() }
 
 // check validates a descriptor copied out of a send queue.
-func (m *EndpointMemory) check(d *Descriptor) error {
+func (m *Memory) check(d *Descriptor) error {
 	switch d.Class {
 	case ClassShort:
 		if d.NArgs > MaxShortArgs {
@@ -718,20 +737,20 @@ func (m *EndpointMemory) check(d *Descriptor) error {
 // application has not made room (the engine then NACKs), and RefusedRing
 // when the application's consumer index is corrupt. If the application
 // armed q's event, Put notifies it (SetNotify).
-func (m *EndpointMemory) Put(q Queue, d *Descriptor) error { return m.put(q, d, nil) }
+func (m *Memory) Put(q Queue, d *Descriptor) error { return m.put(q, d, nil) }
 
-// putData puts d into receive queue q with the bytes of a medium message,
+// PutData puts d into receive queue q with the bytes of a medium message,
 // which it first copies into the receive-area slot of the entry d goes
 // into, and sets d's Offset and Length to name them there. len(data) is at
 // most MaxMedium (the engine checked).
-func (m *EndpointMemory) putData(q Queue, d *Descriptor, data []byte) error {
+func (m *Memory) PutData(q Queue, d *Descriptor, data []byte) error {
 	if data == nil {
 		data = []byte{}
 	}
 	return m.put(q, d, data)
 }
 
-func (m *EndpointMemory) put(q Queue, d *Descriptor, data []byte) error {
+func (m *Memory) put(q Queue, d *Descriptor, data []byte) error {
 	if m.mem == nil {
 		return ErrClosed
 	}
@@ -765,7 +784,7 @@ func (m *EndpointMemory) put(q Queue, d *Descriptor, data []byte) error {
 // signal notifies the application, after a Put into receive queue q, if
 // it armed q's event.
 //
-// No wake-up is lost. The application (EndpointView.Arm) stores the armed
+// No wake-up is lost. The application (View.Arm) stores the armed
 // mask, then loads the producer indices of the receive queues; Put has
 // stored the producer index, then loads the armed mask here. All four are
 // sequentially consistent atomic operations (sync/atomic), so they fall in
@@ -777,7 +796,7 @@ func (m *EndpointMemory) put(q Queue, d *Descriptor, data []byte) error {
 // is cleared with a compare-and-swap of exactly the value seen, so one
 // arming is answered by at most one notification, and a mask that the
 // application changed in between is looked at again, not lost.
-func (m *EndpointMemory) signal(q Queue) {
+func (m *Memory) signal(q Queue) {
 	bit := uint32(q.event())
 	for {
 		old := m.armed.Load()
@@ -794,9 +813,9 @@ func (m *EndpointMemory) signal(q Queue) {
 	}
 }
 
-// EndpointView is the application's side of an endpoint: a mapping of the
+// View is the application's side of an endpoint: a mapping of the
 // memfd it received. See the top of endpoint.go for its threading contract.
-type EndpointView struct {
+type View struct {
 	mem   []byte
 	l     layout
 	rings [numQueues]descRing
@@ -804,12 +823,12 @@ type EndpointView struct {
 	kick func()
 }
 
-func newEndpointView(mem []byte) (*EndpointView, error) {
+func newView(mem []byte) (*View, error) {
 	l, err := readHeader(mem)
 	if err != nil {
 		return nil, err
 	}
-	v := &EndpointView{mem: mem, l: l}
+	v := &View{mem: mem, l: l}
 	for q := range numQueues {
 		v.rings[q] = newDescRing(mem, l, q, q.isSend())
 	}
@@ -818,8 +837,8 @@ func newEndpointView(mem []byte) (*EndpointView, error) {
 }
 
 // Config returns the endpoint's sizes as its header gives them.
-func (v *EndpointView) Config() EndpointConfig {
-	return EndpointConfig{QueueEntries: v.l.entries, StagingSize: v.l.staging, TableSize: v.l.table}
+func (v *View) Config() Config {
+	return Config{QueueEntries: v.l.entries, StagingSize: v.l.staging, TableSize: v.l.table}
 }
 
 // SetStoreRegion limits where peers' bulk messages (Stores) may write in
@@ -828,7 +847,7 @@ func (v *EndpointView) Config() EndpointConfig {
 // ReasonRange. A new endpoint exposes its whole staging area; n beyond it
 // is taken as all of it. The engine reads the limit for every chunk it
 // stores, so a smaller one holds for the chunks that arrive after the call.
-func (v *EndpointView) SetStoreRegion(n uint32) {
+func (v *View) SetStoreRegion(n uint32) {
 	if v.mem != nil {
 		v.store.Store(n)
 	}
@@ -843,14 +862,14 @@ const AnyHandler = ^uint32(0)
 // returned to its sender with ReasonNoHandler instead of being delivered.
 // A new endpoint accepts any handler (AnyHandler); replies are never
 // checked.
-func (v *EndpointView) SetHandlers(n uint32) {
+func (v *View) SetHandlers(n uint32) {
 	if v.mem != nil {
 		v.handlers.Store(n)
 	}
 }
 
 // Staging returns the staging area.
-func (v *EndpointView) Staging() []byte {
+func (v *View) Staging() []byte {
 	if v.mem == nil {
 		return nil
 	}
@@ -859,15 +878,15 @@ func (v *EndpointView) Staging() []byte {
 
 // SetKick sets the function that Send calls after it has published a
 // descriptor, when the engine has marked itself idle
-// (EndpointMemory.SetIdle): the daemon's writes the eventfd the engine
+// (Memory.SetIdle): the daemon's writes the eventfd the engine
 // sleeps on. With none (nil, the default) Send does not look at the idle
 // word; with one, Send costs one more atomic load while the engine is
 // busy. SetIdle explains why no kick is lost.
-func (v *EndpointView) SetKick(f func()) { v.kick = f }
+func (v *View) SetKick(f func()) { v.kick = f }
 
 // Send puts d into send queue q. It does not check d: the engine does. It
 // returns ErrQueueFull when the engine has not caught up.
-func (v *EndpointView) Send(q Queue, d *Descriptor) error {
+func (v *View) Send(q Queue, d *Descriptor) error {
 	if v.mem == nil {
 		return ErrClosed
 	}
@@ -891,7 +910,7 @@ func (v *EndpointView) Send(q Queue, d *Descriptor) error {
 // The engine copies a medium message's bytes when it takes its descriptor,
 // so the application may reuse them from then on (a bulk message's bytes it
 // reads until the message is done).
-func (v *EndpointView) Progress(q Queue) (put, taken uint32) {
+func (v *View) Progress(q Queue) (put, taken uint32) {
 	if v.mem == nil || q >= numQueues {
 		return 0, 0
 	}
@@ -906,7 +925,7 @@ func (v *EndpointView) Progress(q Queue) (put, taken uint32) {
 // false when the queue is empty. The entry and, for a medium message, its
 // receive-area slot go back to the engine at once, which may reuse them:
 // take medium messages with Peek and Release instead.
-func (v *EndpointView) Receive(q Queue, d *Descriptor) (ok bool, err error) {
+func (v *View) Receive(q Queue, d *Descriptor) (ok bool, err error) {
 	if err := v.checkReceive(q); err != nil {
 		return false, err
 	}
@@ -918,7 +937,7 @@ func (v *EndpointView) Receive(q Queue, d *Descriptor) (ok bool, err error) {
 // receive-area slot of the medium message it names, stay the
 // application's until Release: a medium message is read in place (Data)
 // between the two. Peek again returns the same descriptor.
-func (v *EndpointView) Peek(q Queue, d *Descriptor) (ok bool, err error) {
+func (v *View) Peek(q Queue, d *Descriptor) (ok bool, err error) {
 	if err := v.checkReceive(q); err != nil {
 		return false, err
 	}
@@ -928,7 +947,7 @@ func (v *EndpointView) Peek(q Queue, d *Descriptor) (ok bool, err error) {
 // Release takes the descriptor that Peek returned off receive queue q and
 // gives its entry and receive-area slot back to the engine. It returns
 // ErrQueueEmpty when there is none.
-func (v *EndpointView) Release(q Queue) error {
+func (v *View) Release(q Queue) error {
 	if err := v.checkReceive(q); err != nil {
 		return err
 	}
@@ -943,7 +962,7 @@ func (v *EndpointView) Release(q Queue) error {
 	return nil
 }
 
-func (v *EndpointView) checkReceive(q Queue) error {
+func (v *View) checkReceive(q Queue) error {
 	if v.mem == nil {
 		return ErrClosed
 	}
@@ -961,7 +980,7 @@ func (v *EndpointView) checkReceive(q Queue) error {
 // them back); a returned bulk message names the region of the staging area
 // it was sent from. The slice aliases the shared memory. d is checked, not
 // trusted: Data returns ErrOutOfRange when it names bytes outside the area.
-func (v *EndpointView) Data(d *Descriptor) ([]byte, error) {
+func (v *View) Data(d *Descriptor) ([]byte, error) {
 	if v.mem == nil {
 		return nil, ErrClosed
 	}
@@ -988,7 +1007,7 @@ func (v *EndpointView) Data(d *Descriptor) ([]byte, error) {
 
 // Ready reports which receive queues hold a descriptor. A corrupt producer
 // index counts as one, so that Receive gets to report it.
-func (v *EndpointView) Ready() Events {
+func (v *View) Ready() Events {
 	if v.mem == nil {
 		return 0
 	}
@@ -1006,14 +1025,14 @@ func (v *EndpointView) Ready() Events {
 // a descriptor, Arm clears the word and returns their events, and the
 // caller must not block (it has work); otherwise it returns 0, and the
 // caller may block on its notification (the eventfd that the daemon's
-// notify function writes: EndpointMemory.SetNotify), which comes once the
+// notify function writes: Memory.SetNotify), which comes once the
 // engine puts a descriptor into one of them. The engine clears the word
 // when it notifies, so every block needs an Arm before it. A notification
 // may be spurious (nothing new is there): the caller arms again. Arm(0)
 // disarms. On a closed view Arm returns ev, so that the caller goes on to
-// Receive and its ErrClosed. EndpointMemory.signal explains why no
+// Receive and its ErrClosed. Memory.signal explains why no
 // wake-up is lost.
-func (v *EndpointView) Arm(ev Events) (ready Events) {
+func (v *View) Arm(ev Events) (ready Events) {
 	ev &= allEvents
 	if v.mem == nil {
 		return ev
@@ -1026,4 +1045,17 @@ func (v *EndpointView) Arm(ev Events) (ready Events) {
 		v.armed.Store(0)
 	}
 	return ready
+}
+
+// ErrConfig: an endpoint's configuration is invalid (NewMemory).
+var ErrConfig = errors.New("nicfw: invalid endpoint configuration")
+
+// MemorySize returns the bytes of memory an endpoint of cfg takes, or the
+// error NewMemory would return for cfg.
+func MemorySize(cfg Config) (int64, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return int64(layoutFor(c).total), nil
 }

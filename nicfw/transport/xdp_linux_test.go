@@ -1,21 +1,14 @@
-package nicfw
+package transport
 
 import (
 	"encoding/binary"
 	"testing"
 	"time"
 
-	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
-
-// xdpHost opens xam's data path on h's veth end (xdptest.Open).
-func xdpHost(t *testing.T, h *netnstest.Host, drop float64, seed uint64) (*loader.Program, *afxdp.Socket) {
-	t.Helper()
-	return xdptest.Open(t, h.Do, h.Index, h.MAC, drop, seed)
-}
 
 // TestOverAFXDP runs the transport over real AF_XDP sockets on a veth pair,
 // with xam's XDP program dropping 10% of the frames at both hosts: every
@@ -30,7 +23,7 @@ func TestOverAFXDP(t *testing.T) {
 	}
 	var hosts [2]*host
 	for i, h := range []*netnstest.Host{v.A, v.B} {
-		prog, sock := xdpHost(t, h, 0.10, uint64(3+i))
+		prog, sock := xdptest.OpenHost(t, h, 0.10, uint64(3+i))
 		hh := &host{prog: prog, got: map[int][]uint32{}}
 		tr, err := New(sock, Config{
 			Channels:        4,
@@ -105,8 +98,8 @@ func TestOverAFXDP(t *testing.T) {
 // and in order per channel.
 func TestLossOverAFXDP(t *testing.T) {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	progA, sockA := xdpHost(t, v.A, 0.10, 11)
-	progB, sockB := xdpHost(t, v.B, 0.10, 12)
+	progA, sockA := xdptest.OpenHost(t, v.A, 0.10, 11)
+	progB, sockB := xdptest.OpenHost(t, v.B, 0.10, 12)
 	p := pairOn(t, sockA, sockB, nil, Config{Channels: 16, RetransmitAfter: time.Millisecond})
 	lossBody(t, p, 100_000, 64)
 	for _, prog := range []*loader.Program{progA, progB} {
@@ -120,8 +113,8 @@ func TestLossOverAFXDP(t *testing.T) {
 // on the system clock.
 func TestRestartOverAFXDP(t *testing.T) {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	_, sockA := xdpHost(t, v.A, 0, 0)
-	_, sockB := xdpHost(t, v.B, 0, 0)
+	_, sockA := xdptest.OpenHost(t, v.A, 0, 0)
+	_, sockB := xdptest.OpenHost(t, v.B, 0, 0)
 	cfg := Config{Channels: 4, RetransmitAfter: time.Millisecond}
 	p := pairOn(t, sockA, sockB, nil, cfg)
 	restartBody(t, p, sockB, cfg)

@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 import "github.com/xam-project/xam/cells"
 
@@ -22,7 +22,7 @@ import "github.com/xam-project/xam/cells"
 
 // queueAck notes that the DATA frame with header h from p is to be
 // acknowledged.
-func (t *Transport) queueAck(p *peer, h header) {
+func (t *Transport) queueAck(p *Peer, h header) {
 	if t.cfg.AckDelay < 0 {
 		t.answer(p, typeAck, h)
 		return
@@ -46,7 +46,7 @@ func (t *Transport) queueAck(p *peer, h header) {
 
 // takeAcks writes up to len(b)/ackEntryLen of the acknowledgements owed to
 // p into b, oldest first, and forgets them.
-func (t *Transport) takeAcks(p *peer, b []byte) {
+func (t *Transport) takeAcks(p *Peer, b []byte) {
 	n := len(b) / ackEntryLen
 	for i, ch := range p.ackList[:n] {
 		putAck(b, i, int(ch), p.ackSeq[ch])
@@ -57,7 +57,7 @@ func (t *Transport) takeAcks(p *peer, b []byte) {
 
 // dropAcks forgets the first n acknowledgements owed to p; a peer owed
 // none leaves the acking list.
-func (t *Transport) dropAcks(p *peer, n int) {
+func (t *Transport) dropAcks(p *Peer, n int) {
 	rest := copy(p.ackList, p.ackList[n:])
 	p.ackList = p.ackList[:rest]
 	if rest > 0 {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package nicfw
+package daemon
 
 import (
 	"context"
@@ -19,63 +19,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/mapper"
+	"github.com/xam-project/xam/nicfw/transport"
 )
-
-// Firmware mode: the engine as a daemon (AM-II's NIC processor on cores of
-// its own). A Daemon owns one link (the device's AF_XDP queue) and one
-// Engine, and runs the engine loop in one goroutine locked to its OS thread
-// and, with DaemonConfig.Cores, pinned to those CPUs (sched_setaffinity).
-// The loop busy-polls; with DaemonConfig.Sleep it sleeps, after that long
-// without work, in poll(2) on the link's socket and the daemon's wake
-// eventfd, until a frame arrives, an application kicks it, a control
-// request comes in or the timer scan is due.
-//
-// Applications reach the daemon through its unix socket (SOCK_SEQPACKET).
-// One connection is one application's session; its requests and replies
-// are JSON messages (OpenRequest, CloseRequest, and their DaemonReply), and
-// the reply to an open carries three file descriptors (SCM_RIGHTS): the
-// endpoint's memfd, which the application maps (MapEndpoint); the
-// endpoint's notification eventfd, which the engine writes when a receive
-// queue the application armed becomes non-empty (EndpointView.Arm); and
-// the daemon's wake eventfd, which the application writes to wake a
-// sleeping engine (EndpointView.SetKick). Applications never see the
-// socket, the UMEM or other endpoints.
-//
-// Who may open what is decided by the peer's credentials (SO_PEERCRED),
-// read when the connection is accepted: endpoint ids below
-// FirstUserEndpoint are privileged (services such as a mapper) and only
-// root or the daemon's own user may open them. Every user (by uid) has
-// quotas: at most DaemonConfig.MaxPerUser endpoints open, MaxConnsPerUser
-// connections, and UserMemory bytes of endpoint memory; a request past one
-// is refused with ErrQuota, to that client only. An open request is checked
-// whole (QueueEntries a power of two in 2..16384, StagingSize in
-// MaxMedium..1 GiB, a table of 1..2^20 entries, a free id) before anything
-// is made, and its memory is made in the connection's goroutine, never in
-// the engine's: one user's large endpoint does not stall the engine for
-// others. A refusal reaches the client as a typed error (ErrPermission,
-// ErrQuota, ErrConfig, ErrEndpointInUse: errors.Is works across the
-// socket). Endpoints live as long as their
-// connection: when the application closes it, exits or dies, the kernel
-// closes the socket and the daemon closes the connection's endpoints
-// (Engine.CloseEndpoint); messages still arriving for them are returned to
-// their senders as "endpoint closed". Nothing else is disturbed.
-//
-// The host table is static (DaemonConfig.Hosts) or the mapper's
-// (DaemonConfig.Map): the daemon then runs the mapper protocol on its link,
-// in the engine thread, and applies each table the mapper adopts
-// (Engine.SetHosts), this host's id included. Mapper frames are broadcast,
-// the transport's unicast: a splitLink hands the engine's receive batches
-// to the transport without the broadcast frames, which it keeps for the
-// mapper (maplink.go). The daemon's mapper leads only if
-// DaemonConfig.Map.Privileged: the daemon runs as root, and no application
-// endpoint can send a mapper frame (the engine sends unicast frames only),
-// so only the daemon's privileged mapper speaks for the host.
-//
-// Threads: the engine and its endpoints belong to the engine goroutine. A
-// connection's goroutine hands it work as a function on a channel and
-// writes the wake eventfd; the engine runs queued functions at the top of
-// every loop.
 
 // FirstUserEndpoint is the lowest endpoint id any user may open; ids below
 // it are privileged.
@@ -93,12 +41,12 @@ const (
 	maxControlMsg      = 64 << 10
 )
 
-// DaemonConfig configures a Daemon.
-type DaemonConfig struct {
+// Config configures a Daemon.
+type Config struct {
 	// Engine configures the engine.
-	Engine EngineConfig
+	Engine nicfw.EngineConfig
 	// Hosts is the host table: every peer host and its MAC.
-	Hosts map[HostID]net.HardwareAddr
+	Hosts map[nicfw.HostID]net.HardwareAddr
 	// Map, if set, runs the mapper protocol on the link with this
 	// configuration, and the mapper's tables replace the host table and
 	// this host's id (Hosts must be empty; Engine.Host is this host's id
@@ -133,10 +81,10 @@ type OpenRequest struct {
 	Op string `json:"op"` // "open"
 	// Endpoint is the id wanted; 0 lets the daemon choose one at or above
 	// FirstUserEndpoint.
-	Endpoint EndpointID `json:"endpoint,omitempty"`
+	Endpoint nicfw.EndpointID `json:"endpoint,omitempty"`
 	// Tag and Table are the endpoint's virtual network.
-	Tag   uint64 `json:"tag"`
-	Table []Name `json:"table"`
+	Tag   uint64       `json:"tag"`
+	Table []nicfw.Name `json:"table"`
 	// QueueEntries and StagingSize size the endpoint (0: defaults).
 	QueueEntries int `json:"queue_entries,omitempty"`
 	StagingSize  int `json:"staging_size,omitempty"`
@@ -144,55 +92,55 @@ type OpenRequest struct {
 
 // CloseRequest closes an endpoint of the connection.
 type CloseRequest struct {
-	Op       string     `json:"op"` // "close"
-	Endpoint EndpointID `json:"endpoint"`
+	Op       string           `json:"op"` // "close"
+	Endpoint nicfw.EndpointID `json:"endpoint"`
 }
 
-// DaemonReply answers a request.
-type DaemonReply struct {
+// Reply answers a request.
+type Reply struct {
 	Error string `json:"error,omitempty"`
 	// Code names the kind of a refusal, for Dial's side to turn back into
 	// the sentinel error: "permission", "quota", "config", "in_use",
 	// "closed"; empty for others.
-	Code     string     `json:"code,omitempty"`
-	Host     HostID     `json:"host"`
-	Endpoint EndpointID `json:"endpoint,omitempty"`
+	Code     string           `json:"code,omitempty"`
+	Host     nicfw.HostID     `json:"host"`
+	Endpoint nicfw.EndpointID `json:"endpoint,omitempty"`
 	// Stats of the engine ("stats").
-	Stats *DaemonStats `json:"stats,omitempty"`
+	Stats *Stats `json:"stats,omitempty"`
 }
 
-// DaemonStats is a snapshot of the daemon's counters.
-type DaemonStats struct {
-	Endpoints   int            `json:"endpoints"`
-	List        []EndpointInfo `json:"endpoint_list"` // the open endpoints
-	Connections int            `json:"connections"`
-	Refused     uint64         `json:"refused"` // open requests refused
-	Sleeps      uint64         `json:"sleeps"`  // times the engine slept
-	Engine      EngineStats    `json:"engine"`
-	Transport   Stats          `json:"transport"`
-	Residency   ResidencyStats `json:"residency"`
+// Stats is a snapshot of the daemon's counters.
+type Stats struct {
+	Endpoints   int                  `json:"endpoints"`
+	List        []nicfw.EndpointInfo `json:"endpoint_list"` // the open endpoints
+	Connections int                  `json:"connections"`
+	Refused     uint64               `json:"refused"` // open requests refused
+	Sleeps      uint64               `json:"sleeps"`  // times the engine slept
+	Engine      nicfw.EngineStats    `json:"engine"`
+	Transport   transport.Stats      `json:"transport"`
+	Residency   nicfw.ResidencyStats `json:"residency"`
 	// Hosts is the host table, this host included; Epoch the mapper's
 	// version of it (0: static, or no table yet).
-	Hosts []DaemonHost `json:"hosts"`
-	Epoch uint64       `json:"epoch,omitempty"`
-	// Mapper counts the mapper's work (with DaemonConfig.Map).
+	Hosts []Host `json:"hosts"`
+	Epoch uint64 `json:"epoch,omitempty"`
+	// Mapper counts the mapper's work (with Config.Map).
 	Mapper *mapper.Stats `json:"mapper,omitempty"`
 }
 
-// DaemonHost is an entry of the daemon's host table.
-type DaemonHost struct {
-	ID  HostID `json:"id"`
-	MAC string `json:"mac"`
+// Host is an entry of the daemon's host table.
+type Host struct {
+	ID  nicfw.HostID `json:"id"`
+	MAC string       `json:"mac"`
 }
 
 // Errors of the daemon.
 var (
 	// ErrPermission: the peer's credentials do not allow the request.
 	ErrPermission = errors.New("nicfw: permission denied")
-	// ErrDaemonClosed: the daemon has stopped.
-	ErrDaemonClosed = errors.New("nicfw: daemon stopped")
+	// ErrClosed: the daemon has stopped.
+	ErrClosed = errors.New("nicfw: daemon stopped")
 	// ErrSocketInUse: another daemon answers on the socket's path, or the
-	// path is something other than a socket; NewDaemon leaves it alone.
+	// path is something other than a socket; New leaves it alone.
 	ErrSocketInUse = errors.New("nicfw: daemon socket in use")
 	// ErrQuota: the request would take the user past one of its quotas
 	// (endpoints, connections, endpoint memory).
@@ -204,12 +152,15 @@ var errorCodes = []struct {
 	code string
 	err  error
 }{
-	{"permission", ErrPermission}, {"quota", ErrQuota}, {"in_use", ErrEndpointInUse},
-	{"config", ErrConfig}, {"closed", ErrDaemonClosed},
+	{"permission", ErrPermission}, {"quota", ErrQuota}, {"in_use", nicfw.ErrEndpointInUse},
+	{"config", nicfw.ErrConfig}, {"closed", ErrClosed},
 }
 
 // codeOf returns the code of err's kind, "" for none of errorCodes.
 func codeOf(err error) string {
+	if errors.Is(err, endpoint.ErrConfig) {
+		return "config" // the client sees nicfw.ErrConfig, as inline
+	}
 	for _, c := range errorCodes {
 		if errors.Is(err, c.err) {
 			return c.code
@@ -236,9 +187,9 @@ type userUse struct {
 
 // Daemon is the engine in firmware mode. See the top of daemon_linux.go.
 type Daemon struct {
-	cfg  DaemonConfig
+	cfg  Config
 	log  *slog.Logger
-	eng  *Engine
+	eng  *nicfw.Engine
 	link afxdp.Link
 	wake int // eventfd: control requests and kicks wake a sleeping engine
 	ln   *net.UnixListener
@@ -255,20 +206,20 @@ type Daemon struct {
 	host atomic.Uint32 // this host's id, for the connections' replies
 
 	// Owned by the engine goroutine.
-	notify  map[EndpointID]int // endpoint -> its notification eventfd
-	hosts   map[HostID]net.HardwareAddr
+	notify  map[nicfw.EndpointID]int // endpoint -> its notification eventfd
+	hosts   map[nicfw.HostID]net.HardwareAddr
 	epoch   uint64
 	split   *splitLink     // with a mapper: the engine's side of the link
 	mapper  *mapper.Mapper // nil: static host table
 	nextMap time.Time      // the mapper's next Poll without frames
-	nextID  EndpointID
+	nextID  nicfw.EndpointID
 	sleeps  uint64
 	wg      sync.WaitGroup
 }
 
-// NewDaemon returns a daemon on link with a new engine; Run starts it. The
+// New returns a daemon on link with a new engine; Run starts it. The
 // daemon does not own the link.
-func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
+func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 	if cfg.MaxPerUser == 0 {
 		cfg.MaxPerUser = DefaultMaxPerUser
 	}
@@ -280,18 +231,18 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 	}
 	if cfg.MaxPerUser < 0 || cfg.MaxConnsPerUser < 0 || cfg.UserMemory < 0 || cfg.Sleep < 0 {
 		return nil, fmt.Errorf("%w: MaxPerUser %d, MaxConnsPerUser %d, UserMemory %d, Sleep %v",
-			ErrConfig, cfg.MaxPerUser, cfg.MaxConnsPerUser, cfg.UserMemory, cfg.Sleep)
+			nicfw.ErrConfig, cfg.MaxPerUser, cfg.MaxConnsPerUser, cfg.UserMemory, cfg.Sleep)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	for _, c := range cfg.Cores {
 		if c < 0 || c >= 1024 {
-			return nil, fmt.Errorf("%w: CPU %d", ErrConfig, c)
+			return nil, fmt.Errorf("%w: CPU %d", nicfw.ErrConfig, c)
 		}
 	}
 	if cfg.Map != nil && len(cfg.Hosts) > 0 {
-		return nil, fmt.Errorf("%w: a static host table and a mapper", ErrConfig)
+		return nil, fmt.Errorf("%w: a static host table and a mapper", nicfw.ErrConfig)
 	}
 	engLink := link
 	var split *splitLink
@@ -299,11 +250,11 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 		split = &splitLink{Link: link}
 		engLink = split
 	}
-	eng, err := NewEngine(engLink, cfg.Engine)
+	eng, err := nicfw.NewEngine(engLink, cfg.Engine)
 	if err != nil {
 		return nil, err
 	}
-	hosts := map[HostID]net.HardwareAddr{cfg.Engine.Host: link.HardwareAddr()}
+	hosts := map[nicfw.HostID]net.HardwareAddr{cfg.Engine.Host: link.HardwareAddr()}
 	for id, mac := range cfg.Hosts {
 		if err := eng.AddHost(id, mac); err != nil {
 			eng.Close()
@@ -322,7 +273,7 @@ func NewDaemon(link afxdp.Link, cfg DaemonConfig) (*Daemon, error) {
 		done:   make(chan struct{}),
 		conns:  make(map[*daemonConn]struct{}),
 		users:  make(map[uint32]*userUse),
-		notify: make(map[EndpointID]int),
+		notify: make(map[nicfw.EndpointID]int),
 		nextID: FirstUserEndpoint,
 		hosts:  hosts,
 		split:  split,
@@ -398,7 +349,7 @@ func claimSocket(path string) error {
 	return nil
 }
 
-// closeAll releases what NewDaemon made.
+// closeAll releases what New made.
 func (d *Daemon) closeAll() {
 	for _, fd := range d.notify {
 		unix.Close(fd)
@@ -480,19 +431,18 @@ func (d *Daemon) loop(ctx context.Context) error {
 // sleep marks the endpoints idle, checks once more for work and sleeps in
 // poll(2) until a frame, a kick or the timer scan.
 func (d *Daemon) sleep() error {
-	if err := d.eng.tr.FlushAcks(); err != nil {
+	if err := d.eng.SetIdle(true); err != nil {
 		return err
 	}
-	d.eng.setIdle(true)
-	defer d.eng.setIdle(false)
+	defer d.eng.SetIdle(false)
 	// A descriptor published before the idle mark was visible did not
 	// kick: look once more now that it is.
 	if n, err := d.eng.Poll(); err != nil || n > 0 || len(d.work) > 0 {
 		return err
 	}
 	timeout := -1
-	if d.eng.busy() {
-		timeout = max(int(d.eng.tr.cfg.ScanInterval/time.Millisecond), 1)
+	if d.eng.Busy() {
+		timeout = max(int(d.eng.TimerPeriod()/time.Millisecond), 1)
 	}
 	if d.mapper != nil {
 		// Wake for the mapper's next probe (its frames wake us anyway).
@@ -538,11 +488,11 @@ func (d *Daemon) pollMapper() {
 func (d *Daemon) applyTable(t mapper.Table) {
 	self := d.eng.Host()
 	if h, ok := t.Lookup(d.link.HardwareAddr()); ok {
-		self = HostID(h.ID)
+		self = nicfw.HostID(h.ID)
 	}
-	hosts := make(map[HostID]net.HardwareAddr, len(t.Hosts))
+	hosts := make(map[nicfw.HostID]net.HardwareAddr, len(t.Hosts))
 	for _, h := range t.Hosts {
-		hosts[HostID(h.ID)] = h.MAC
+		hosts[nicfw.HostID(h.ID)] = h.MAC
 	}
 	if err := d.eng.SetHosts(self, hosts); err != nil {
 		d.log.Warn("host table refused", "epoch", t.Epoch, "err", err)
@@ -568,14 +518,14 @@ func (d *Daemon) do(f func()) error {
 	select {
 	case d.work <- func() { f(); close(ran) }:
 	case <-d.done:
-		return ErrDaemonClosed
+		return ErrClosed
 	}
 	d.kick()
 	select {
 	case <-ran:
 		return nil
 	case <-d.done:
-		return ErrDaemonClosed
+		return ErrClosed
 	}
 }
 
@@ -614,24 +564,24 @@ func (d *Daemon) shutdown() {
 
 // Stats returns the daemon's counters. It may be called from any
 // goroutine while Run runs.
-func (d *Daemon) Stats() (DaemonStats, error) {
-	var s DaemonStats
+func (d *Daemon) Stats() (Stats, error) {
+	var s Stats
 	err := d.do(func() { s = d.statsNow() })
 	return s, err
 }
 
-func (d *Daemon) statsNow() DaemonStats {
+func (d *Daemon) statsNow() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := DaemonStats{
+	s := Stats{
 		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps,
 		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
 		Epoch: d.epoch, List: d.eng.EndpointList(),
 	}
 	for id, mac := range d.hosts {
-		s.Hosts = append(s.Hosts, DaemonHost{ID: id, MAC: mac.String()})
+		s.Hosts = append(s.Hosts, Host{ID: id, MAC: mac.String()})
 	}
-	slices.SortFunc(s.Hosts, func(a, b DaemonHost) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(s.Hosts, func(a, b Host) int { return int(a.ID) - int(b.ID) })
 	if d.mapper != nil {
 		ms := d.mapper.Stats()
 		s.Mapper = &ms
@@ -641,27 +591,17 @@ func (d *Daemon) statsNow() DaemonStats {
 
 // makeEndpointMemory makes an open's endpoint memory (a variable for the
 // test that holds it up to show the engine does not wait for it).
-var makeEndpointMemory = NewEndpointMemory
-
-// EndpointMemorySize returns the bytes of memory an endpoint of cfg takes,
-// or the error NewEndpointMemory would return for cfg.
-func EndpointMemorySize(cfg EndpointConfig) (int64, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
-		return 0, err
-	}
-	return int64(layoutFor(c).total), nil
-}
+var makeEndpointMemory = endpoint.NewMemory
 
 // open creates an endpoint for req: its memory and eventfd here, in the
 // connection's goroutine (making a large memory takes long, and the engine
 // must not wait for it), then the endpoint in the engine goroutine.
 // Permission and quotas are checked by the caller.
-func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, notify int, err error) {
+func (d *Daemon) open(req OpenRequest) (id nicfw.EndpointID, mem *endpoint.Memory, notify int, err error) {
 	if len(req.Table) == 0 {
-		return 0, nil, -1, fmt.Errorf("%w: an empty translation table", ErrConfig)
+		return 0, nil, -1, fmt.Errorf("%w: an empty translation table", nicfw.ErrConfig)
 	}
-	mem, err = makeEndpointMemory(EndpointConfig{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
+	mem, err = makeEndpointMemory(endpoint.Config{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
 	if err != nil {
 		return 0, nil, -1, err
 	}
@@ -688,7 +628,7 @@ func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, noti
 				if d.nextID < FirstUserEndpoint {
 					d.nextID = FirstUserEndpoint
 				}
-				if !d.eng.hasEndpoint(d.nextID) {
+				if !d.eng.HasEndpoint(d.nextID) {
 					break
 				}
 				d.nextID++
@@ -696,7 +636,7 @@ func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, noti
 			id = d.nextID
 			d.nextID++
 		}
-		if err = d.eng.AddEndpoint(id, mem, VNet{Tag: req.Tag, Table: req.Table}); err != nil {
+		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: req.Tag, Table: req.Table}); err != nil {
 			return
 		}
 		added = true
@@ -724,7 +664,7 @@ func (d *Daemon) open(req OpenRequest) (id EndpointID, mem *EndpointMemory, noti
 }
 
 // closeEndpoint closes endpoint id in the engine goroutine.
-func (d *Daemon) closeEndpoint(id EndpointID) error {
+func (d *Daemon) closeEndpoint(id nicfw.EndpointID) error {
 	var err error
 	derr := d.do(func() {
 		err = d.eng.CloseEndpoint(id)
@@ -772,7 +712,7 @@ func (d *Daemon) refuseConn(conn *net.UnixConn, err error) {
 	d.mu.Lock()
 	d.refused++
 	d.mu.Unlock()
-	b, _ := json.Marshal(DaemonReply{Error: err.Error(), Code: codeOf(err)})
+	b, _ := json.Marshal(Reply{Error: err.Error(), Code: codeOf(err)})
 	conn.SetDeadline(time.Now().Add(time.Second))
 	conn.Write(b)
 	var buf [maxControlMsg]byte

@@ -1,4 +1,4 @@
-package nicfw
+package endpoint
 
 import (
 	"encoding/binary"
@@ -59,7 +59,7 @@ func (f eventFD) wait(timeout time.Duration) bool {
 // event words in the header, RemoteOffset in the descriptor; a memory of
 // version 1 is not mapped.
 func TestEndpointLayoutV2(t *testing.T) {
-	cfg := EndpointConfig{QueueEntries: 8, StagingSize: 3 * pageSize, TableSize: 4}
+	cfg := Config{QueueEntries: 8, StagingSize: 3 * pageSize, TableSize: 4}
 	m, v := newTestEndpoint(t, cfg)
 	l := v.l
 	if l.recvOff%pageSize != 0 || l.recvOff < l.stagingOff+cfg.StagingSize || l.recvSize != 2*8*MaxMedium || l.total != len(v.mem) {
@@ -80,19 +80,19 @@ func TestEndpointLayoutV2(t *testing.T) {
 		t.Errorf("Take = %v, %v, %+v; want %+v", ok, err, got, d)
 	}
 	binary.LittleEndian.PutUint32(m.mem[hdrVersion:], 1)
-	if v1, err := MapEndpoint(m.FD()); !errors.Is(err, ErrBadEndpoint) {
+	if v1, err := Map(m.FD()); !errors.Is(err, ErrBadEndpoint) {
 		if v1 != nil {
 			v1.Close()
 		}
-		t.Errorf("MapEndpoint of a version 1 memory = %v, want ErrBadEndpoint", err)
+		t.Errorf("Map of a version 1 memory = %v, want ErrBadEndpoint", err)
 	}
 }
 
 // Peek leaves the entry (and its medium slot) to the application until
-// Release; the engine's putData writes a slot only when it may produce
+// Release; the engine's PutData writes a slot only when it may produce
 // into the entry that owns it.
 func TestEndpointPeekRelease(t *testing.T) {
-	m, v := newTestEndpoint(t, EndpointConfig{QueueEntries: 2})
+	m, v := newTestEndpoint(t, Config{QueueEntries: 2})
 	msg := func(i int) []byte {
 		b := make([]byte, 100+i)
 		for j := range b {
@@ -102,12 +102,12 @@ func TestEndpointPeekRelease(t *testing.T) {
 	}
 	for i := range 2 {
 		d := Descriptor{Class: ClassMedium, Handler: uint32(i)}
-		if err := m.putData(RequestReceive, &d, msg(i)); err != nil {
+		if err := m.PutData(RequestReceive, &d, msg(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	d := Descriptor{Class: ClassMedium, Handler: 2}
-	if err := m.putData(RequestReceive, &d, msg(2)); !errors.Is(err, ErrQueueFull) {
+	if err := m.PutData(RequestReceive, &d, msg(2)); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("putData into a full queue: %v", err)
 	}
 	check := func(i int) {
@@ -129,7 +129,7 @@ func TestEndpointPeekRelease(t *testing.T) {
 	check(0)
 	// Entry 0 is free again, and message 2 goes into its slot; message 1,
 	// still held, is untouched.
-	if err := m.putData(RequestReceive, &d, msg(2)); err != nil {
+	if err := m.PutData(RequestReceive, &d, msg(2)); err != nil {
 		t.Fatal(err)
 	}
 	check(1)
@@ -150,7 +150,7 @@ func TestEndpointPeekRelease(t *testing.T) {
 
 // Data checks what a descriptor names against the areas.
 func TestEndpointData(t *testing.T) {
-	cfg := EndpointConfig{QueueEntries: 4, StagingSize: 16 << 10}
+	cfg := Config{QueueEntries: 4, StagingSize: 16 << 10}
 	_, v := newTestEndpoint(t, cfg)
 	recv := 2 * 4 * MaxMedium
 	for _, c := range []struct {
@@ -187,7 +187,7 @@ func TestEndpointData(t *testing.T) {
 
 // Arm and the engine's notification, one step at a time.
 func TestEndpointArm(t *testing.T) {
-	m, v := newTestEndpoint(t, EndpointConfig{QueueEntries: 4})
+	m, v := newTestEndpoint(t, Config{QueueEntries: 4})
 	notified := 0
 	m.SetNotify(func() { notified++ })
 	d := Descriptor{Class: ClassShort}
@@ -233,14 +233,14 @@ func TestEndpointArm(t *testing.T) {
 	if st := m.Stats(); st.Notified != 2 {
 		t.Errorf("stats %+v", st)
 	}
-	if ready := (&EndpointView{}).Arm(EventReply); ready != EventReply {
+	if ready := (&View{}).Arm(EventReply); ready != EventReply {
 		t.Errorf("Arm on a closed view = %v, want the events (go and Receive)", ready)
 	}
 }
 
 // The kick: Send calls it only while the engine is idle.
 func TestEndpointKick(t *testing.T) {
-	m, v := newTestEndpoint(t, EndpointConfig{QueueEntries: 8})
+	m, v := newTestEndpoint(t, Config{QueueEntries: 8})
 	kicks := 0
 	d := Descriptor{Class: ClassShort}
 	send := func() {
@@ -260,7 +260,7 @@ func TestEndpointKick(t *testing.T) {
 	if kicks != 2 {
 		t.Errorf("%d kicks, want 2 (the sends while the engine was idle)", kicks)
 	}
-	var e EndpointMemory
+	var e Memory
 	e.SetIdle(true) // a closed memory: nothing
 }
 
@@ -271,7 +271,7 @@ func TestEndpointKick(t *testing.T) {
 // descriptors, pausing at random. A lost wake-up leaves the application
 // blocked for good, which the test reports. Run it with -race.
 func TestEndpointWakeups(t *testing.T) {
-	m, v := newTestEndpoint(t, EndpointConfig{QueueEntries: 4})
+	m, v := newTestEndpoint(t, Config{QueueEntries: 4})
 	efd := newEventFD(t)
 	m.SetNotify(efd.signal)
 	const n = 10000
@@ -316,7 +316,7 @@ func TestEndpointWakeups(t *testing.T) {
 // looks once more and sleeps on an eventfd that the application's kick
 // writes; the application sends 10^4 descriptors, pausing at random.
 func TestEndpointKicks(t *testing.T) {
-	m, v := newTestEndpoint(t, EndpointConfig{QueueEntries: 4})
+	m, v := newTestEndpoint(t, Config{QueueEntries: 4})
 	efd := newEventFD(t)
 	v.SetKick(efd.signal)
 	const n = 10000

@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 import (
 	"errors"

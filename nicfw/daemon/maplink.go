@@ -1,4 +1,4 @@
-package nicfw
+package daemon
 
 import (
 	"time"

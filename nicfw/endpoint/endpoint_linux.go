@@ -1,6 +1,6 @@
 //go:build linux
 
-package nicfw
+package endpoint
 
 import (
 	"fmt"
@@ -9,13 +9,13 @@ import (
 )
 
 // The system calls of endpoint memory: memfd_create, its seals, mmap and
-// munmap. NewEndpointMemory and EndpointMemory.Close run in the engine
-// thread; MapEndpoint and EndpointView.Close in the application.
+// munmap. NewMemory and Memory.Close run in the engine
+// thread; Map and View.Close in the application.
 
-// NewEndpointMemory creates an endpoint's memory: a memfd sized for cfg,
+// NewMemory creates an endpoint's memory: a memfd sized for cfg,
 // sealed so that nobody can shrink or grow it, mapped shared, with its
 // header written and its queues empty. The caller closes it with Close.
-func NewEndpointMemory(cfg EndpointConfig) (*EndpointMemory, error) {
+func NewMemory(cfg Config) (*Memory, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -25,7 +25,7 @@ func NewEndpointMemory(cfg EndpointConfig) (*EndpointMemory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nicfw: endpoint memfd: %w", err)
 	}
-	fail := func(what string, err error) (*EndpointMemory, error) {
+	fail := func(what string, err error) (*Memory, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("nicfw: endpoint %s: %w", what, err)
 	}
@@ -43,7 +43,7 @@ func NewEndpointMemory(cfg EndpointConfig) (*EndpointMemory, error) {
 		return fail("mmap", err)
 	}
 	l.writeHeader(mem)
-	m := &EndpointMemory{fd: fd, mem: mem, l: l}
+	m := &Memory{fd: fd, mem: mem, l: l}
 	for q := range numQueues {
 		m.rings[q] = newDescRing(mem, l, q, !q.isSend())
 	}
@@ -53,7 +53,7 @@ func NewEndpointMemory(cfg EndpointConfig) (*EndpointMemory, error) {
 
 // Close unmaps the memory and closes the memfd. The application's mappings
 // stay valid until it closes them. Close is idempotent.
-func (m *EndpointMemory) Close() error {
+func (m *Memory) Close() error {
 	if m.mem == nil {
 		return nil
 	}
@@ -61,19 +61,19 @@ func (m *EndpointMemory) Close() error {
 	if cerr := unix.Close(m.fd); err == nil {
 		err = cerr
 	}
-	*m = EndpointMemory{fd: -1}
+	*m = Memory{fd: -1}
 	return err
 }
 
-// MapEndpoint maps the endpoint memory in fd, a memfd the application
+// Map maps the endpoint memory in fd, a memfd the application
 // received from the engine, and checks its header. The view does not own
-// fd: the caller may close it as soon as MapEndpoint returns.
-func MapEndpoint(fd int) (*EndpointView, error) {
+// fd: the caller may close it as soon as Map returns.
+func Map(fd int) (*View, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("nicfw: endpoint fstat: %w", err)
 	}
-	maxTotal := layoutFor(EndpointConfig{maxQueueEntries, maxStagingSize, maxTableSize}).total
+	maxTotal := layoutFor(Config{maxQueueEntries, maxStagingSize, maxTableSize}).total
 	if st.Size < hdrSize || st.Size > int64(maxTotal) {
 		return nil, fmt.Errorf("%w: size %d", ErrBadEndpoint, st.Size)
 	}
@@ -89,7 +89,7 @@ func MapEndpoint(fd int) (*EndpointView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nicfw: endpoint mmap: %w", err)
 	}
-	v, err := newEndpointView(mem)
+	v, err := newView(mem)
 	if err != nil {
 		unix.Munmap(mem)
 		return nil, err
@@ -98,11 +98,11 @@ func MapEndpoint(fd int) (*EndpointView, error) {
 }
 
 // Close unmaps the view. Close is idempotent.
-func (v *EndpointView) Close() error {
+func (v *View) Close() error {
 	if v.mem == nil {
 		return nil
 	}
 	err := unix.Munmap(v.mem)
-	*v = EndpointView{}
+	*v = View{}
 	return err
 }

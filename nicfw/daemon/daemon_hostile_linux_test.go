@@ -1,6 +1,6 @@
 //go:build linux
 
-package nicfw
+package daemon
 
 import (
 	"errors"
@@ -12,22 +12,24 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // hostileDaemon runs a daemon with small quotas on a memlink.
-func hostileDaemon(t *testing.T, cfg DaemonConfig) (*Daemon, string, func()) {
+func hostileDaemon(t *testing.T, cfg Config) (*Daemon, string, func()) {
 	t.Helper()
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	cfg.Engine = EngineConfig{Host: 1}
-	cfg.Hosts = map[HostID]net.HardwareAddr{2: lb.HardwareAddr()}
+	cfg.Engine = nicfw.EngineConfig{Host: 1}
+	cfg.Hosts = map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}
 	return startDaemon(t, la, cfg)
 }
 
-var oneEntry = []Name{{Host: 2, Endpoint: 1}}
+var oneEntry = []nicfw.Name{{Host: 2, Endpoint: 1}}
 
 // served reports whether a new connection to the daemon at path is served.
 func served(path string) bool {
@@ -45,7 +47,7 @@ func served(path string) bool {
 // goes on serving. Before, six of these crashed it (a refusal was
 // overwritten with nil and the nil memory dereferenced).
 func TestDaemonBadOpens(t *testing.T) {
-	_, path, _ := hostileDaemon(t, DaemonConfig{MaxPerUser: 3, UserMemory: 8 << 20})
+	_, path, _ := hostileDaemon(t, Config{MaxPerUser: 3, UserMemory: 8 << 20})
 	held := dial(t, path, OpenRequest{Endpoint: 40, Table: oneEntry})
 	c, err := Dial(path)
 	if err != nil {
@@ -57,12 +59,12 @@ func TestDaemonBadOpens(t *testing.T) {
 		req  OpenRequest
 		want error
 	}{
-		{"an id another connection holds", OpenRequest{Endpoint: held.ID, Table: oneEntry}, ErrEndpointInUse},
-		{"3 queue entries", OpenRequest{QueueEntries: 3, Table: oneEntry}, ErrConfig},
-		{"1048576 queue entries", OpenRequest{QueueEntries: 1 << 20, Table: oneEntry}, ErrConfig},
-		{"a staging area of 100 bytes", OpenRequest{StagingSize: 100, Table: oneEntry}, ErrConfig},
-		{"a staging area of 2 GiB", OpenRequest{StagingSize: 2 << 30, Table: oneEntry}, ErrConfig},
-		{"an empty table", OpenRequest{}, ErrConfig},
+		{"an id another connection holds", OpenRequest{Endpoint: held.ID, Table: oneEntry}, nicfw.ErrEndpointInUse},
+		{"3 queue entries", OpenRequest{QueueEntries: 3, Table: oneEntry}, nicfw.ErrConfig},
+		{"1048576 queue entries", OpenRequest{QueueEntries: 1 << 20, Table: oneEntry}, nicfw.ErrConfig},
+		{"a staging area of 100 bytes", OpenRequest{StagingSize: 100, Table: oneEntry}, nicfw.ErrConfig},
+		{"a staging area of 2 GiB", OpenRequest{StagingSize: 2 << 30, Table: oneEntry}, nicfw.ErrConfig},
+		{"an empty table", OpenRequest{}, nicfw.ErrConfig},
 		{"1 GiB past the user's 8 MiB", OpenRequest{StagingSize: 1 << 30, Table: oneEntry}, ErrQuota},
 	} {
 		if ep, err := c.Open(tc.req); !errors.Is(err, tc.want) {
@@ -91,7 +93,7 @@ func TestDaemonBadOpens(t *testing.T) {
 // its others closes. Before, there was no limit: connection floods took the
 // daemon to its descriptor limit.
 func TestDaemonConnectionQuota(t *testing.T) {
-	_, path, _ := hostileDaemon(t, DaemonConfig{MaxConnsPerUser: 4})
+	_, path, _ := hostileDaemon(t, Config{MaxConnsPerUser: 4})
 	var conns []*Conn
 	for range 4 {
 		c, err := Dial(path)
@@ -125,7 +127,7 @@ func TestDaemonConnectionQuota(t *testing.T) {
 // daemon accepts again at once. Before, the first failed accept ended the
 // accept loop, and no connection was ever served again.
 func TestDaemonAcceptsAfterDescriptorsRunOut(t *testing.T) {
-	_, path, _ := hostileDaemon(t, DaemonConfig{MaxConnsPerUser: 1 << 20})
+	_, path, _ := hostileDaemon(t, Config{MaxConnsPerUser: 1 << 20})
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
 		t.Fatal(err)
@@ -165,9 +167,9 @@ func TestDaemonAcceptsAfterDescriptorsRunOut(t *testing.T) {
 }
 
 // TestWaitDaemonGone: an application blocked on its endpoint gets
-// ErrDaemonClosed when its daemon stops, instead of sleeping forever.
+// ErrClosed when its daemon stops, instead of sleeping forever.
 func TestWaitDaemonGone(t *testing.T) {
-	_, path, stop := hostileDaemon(t, DaemonConfig{})
+	_, path, stop := hostileDaemon(t, Config{})
 	c, err := Dial(path)
 	if err != nil {
 		t.Fatal(err)
@@ -177,15 +179,15 @@ func TestWaitDaemonGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ep.EndpointView.Close()
+	defer ep.View.Close()
 	done := make(chan error, 1)
 	go func() {
-		ep.Arm(EventRequest | EventReply)
+		ep.Arm(endpoint.EventRequest | endpoint.EventReply)
 		done <- ep.Block(-1)
 	}()
 	stop()
-	if err := <-done; !errors.Is(err, ErrDaemonClosed) {
-		t.Fatalf("Block after the daemon stopped: %v, want ErrDaemonClosed", err)
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Block after the daemon stopped: %v, want ErrClosed", err)
 	}
 	unix.Close(ep.notify)
 	unix.Close(ep.kick)
@@ -198,14 +200,14 @@ func TestWaitDaemonGone(t *testing.T) {
 // Before, the memory was made in the engine's thread, and everything else,
 // other users' messages included, waited for it.
 func TestDaemonBigOpenDoesNotStall(t *testing.T) {
-	d, path, _ := hostileDaemon(t, DaemonConfig{})
+	d, path, _ := hostileDaemon(t, Config{})
 	making, release := make(chan struct{}), make(chan struct{})
-	makeEndpointMemory = func(cfg EndpointConfig) (*EndpointMemory, error) {
+	makeEndpointMemory = func(cfg endpoint.Config) (*endpoint.Memory, error) {
 		close(making)
 		<-release
-		return NewEndpointMemory(cfg)
+		return endpoint.NewMemory(cfg)
 	}
-	t.Cleanup(func() { makeEndpointMemory = NewEndpointMemory })
+	t.Cleanup(func() { makeEndpointMemory = endpoint.NewMemory })
 	c, err := Dial(path)
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +222,7 @@ func TestDaemonBigOpenDoesNotStall(t *testing.T) {
 		opened <- err
 	}()
 	<-making
-	stats := make(chan DaemonStats, 1)
+	stats := make(chan Stats, 1)
 	go func() { s, _ := d.Stats(); stats <- s }()
 	select {
 	case s := <-stats:

@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 import (
 	"fmt"
@@ -30,9 +30,9 @@ import (
 // zero for some peer). It returns the link's errors.
 func (t *Transport) Poll() (int, error) {
 	t.polls++
-	t.beginPass()
+	t.BeginPass()
 	n, err := t.poll()
-	t.endPass()
+	t.EndPass()
 	return n, err
 }
 
@@ -66,7 +66,7 @@ func (t *Transport) poll() (int, error) {
 // The clock. Reading the system clock costs more than the rest of an idle
 // Poll (about 150 ns on a virtual machine), so the transport reads it at
 // most once per pass — a Poll, or an engine's whole loop around its sends
-// and its Poll (beginPass, endPass) — and only when something needs it:
+// and its Poll (BeginPass, EndPass) — and only when something needs it:
 // a Send, a NACK, an acknowledgement delay, the timer scan. With the system
 // clock the timer scan is checked every idleClockEvery Polls, not every
 // Poll: its period is milliseconds, a Poll takes well under one. Other
@@ -76,11 +76,11 @@ func (t *Transport) poll() (int, error) {
 // system clock.
 const idleClockEvery = 16
 
-// beginPass starts a pass: the clock is read at most once until endPass.
-func (t *Transport) beginPass() { t.pass++ }
+// BeginPass starts a pass: the clock is read at most once until EndPass.
+func (t *Transport) BeginPass() { t.pass++ }
 
-// endPass ends a pass; outside one every use of the time reads the clock.
-func (t *Transport) endPass() {
+// EndPass ends a pass; outside one every use of the time reads the clock.
+func (t *Transport) EndPass() {
 	if t.pass--; t.pass == 0 {
 		t.nowOK = false
 	}
@@ -147,7 +147,7 @@ func (t *Transport) receive(f []byte) {
 
 // dispatch handles one checked transport PDU from p: its piggy-backed
 // acknowledgements (the entries in acks), then the frame itself.
-func (t *Transport) dispatch(p *peer, h header, acks, payload []byte) {
+func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 	if !t.checkEpochs(p, h) {
 		return
 	}
@@ -204,19 +204,23 @@ func (t *Transport) dispatch(p *peer, h header, acks, payload []byte) {
 }
 
 // acked handles the acknowledgement of message seq on channel ch to p.
-func (t *Transport) acked(p *peer, ch int, seq uint16) {
+func (t *Transport) acked(p *Peer, ch int, seq uint16) {
 	c := &p.send[ch]
 	if !c.inUse || c.seq != seq {
 		t.stats.StaleAcks++
 		return
 	}
+	cookie := c.cookie
 	t.release(p, c)
 	t.stats.Acked++
+	if t.cfg.Acked != nil {
+		t.cfg.Acked(p.id, cookie)
+	}
 }
 
 // answer queues an ACK, NACK or RESET to p for the DATA frame with header
 // h, echoing its channel, sequence number, stamp and source epoch.
-func (t *Transport) answer(p *peer, typ uint8, h header) {
+func (t *Transport) answer(p *Peer, typ uint8, h header) {
 	// Every received frame yields at most one answer and t.ctl holds a
 	// whole receive batch, so there is always room.
 	var sdu [headerLen]byte

@@ -1,6 +1,6 @@
 //go:build linux
 
-package nicfw
+package daemon
 
 import (
 	"net"
@@ -10,7 +10,12 @@ import (
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/mapper"
+	"github.com/xam-project/xam/nicfw/transport"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // Two daemons with no host table run the mapper protocol on their links:
@@ -29,22 +34,22 @@ func TestDaemonMapper(t *testing.T) {
 }
 
 func TestDaemonMapperOverAFXDP(t *testing.T) {
-	noEndpointLeaks(t)
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	_, sa := xdpHost(t, v.A, 0, 1)
-	_, sb := xdpHost(t, v.B, 0, 2)
+	_, sa := xdptest.OpenHost(t, v.A, 0, 1)
+	_, sb := xdptest.OpenHost(t, v.B, 0, 2)
 	mapperBody(t, sa, sb)
 }
 
 func mapperBody(t *testing.T, la, lb afxdp.Link) {
 	mc := mapper.Config{ProbeInterval: 20 * time.Millisecond, Privileged: true}
-	cfg := func() DaemonConfig {
+	cfg := func() Config {
 		c := mc
-		return DaemonConfig{Engine: EngineConfig{Host: 100, Transport: Config{GiveUpAfter: 200 * time.Millisecond}}, Map: &c, Sleep: 50 * time.Microsecond}
+		return Config{Engine: nicfw.EngineConfig{Host: 100, Transport: transport.Config{GiveUpAfter: 200 * time.Millisecond}}, Map: &c, Sleep: 50 * time.Microsecond}
 	}
 	da, pa, _ := startDaemon(t, la, cfg())
 	db, pb, stopB := startDaemon(t, lb, cfg())
-	stats := func(d *Daemon) DaemonStats {
+	stats := func(d *Daemon) Stats {
 		t.Helper()
 		s, err := d.Stats()
 		if err != nil {
@@ -52,7 +57,7 @@ func mapperBody(t *testing.T, la, lb afxdp.Link) {
 		}
 		return s
 	}
-	idOf := func(s DaemonStats, mac net.HardwareAddr) (HostID, bool) {
+	idOf := func(s Stats, mac net.HardwareAddr) (nicfw.HostID, bool) {
 		for _, h := range s.Hosts {
 			if h.MAC == mac.String() {
 				return h.ID, true
@@ -70,14 +75,14 @@ func mapperBody(t *testing.T, la, lb afxdp.Link) {
 	if ida == idb || ida == 100 || idb == 100 {
 		t.Fatalf("host table %+v", s.Hosts)
 	}
-	client := dial(t, pa, OpenRequest{Tag: 9, Table: []Name{{idb, 20}}})
-	server := dial(t, pb, OpenRequest{Endpoint: 20, Tag: 9, Table: []Name{{ida, client.ID}}})
+	client := dial(t, pa, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: idb, Endpoint: 20}}})
+	server := dial(t, pb, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: ida, Endpoint: client.ID}}})
 	if client.Host != ida || server.Host != idb {
 		t.Fatalf("endpoints on hosts %d and %d, want %d and %d", client.Host, server.Host, ida, idb)
 	}
-	receive := func(ep *Endpoint, q Queue, ev Events) Descriptor {
+	receive := func(ep *Endpoint, q endpoint.Queue, ev endpoint.Events) endpoint.Descriptor {
 		t.Helper()
-		var d Descriptor
+		var d endpoint.Descriptor
 		for {
 			if ok, err := ep.Receive(q, &d); err != nil {
 				t.Fatal(err)
@@ -90,18 +95,18 @@ func mapperBody(t *testing.T, la, lb afxdp.Link) {
 		}
 	}
 	req := short(0, 3, 41)
-	if err := client.Send(RequestSend, &req); err != nil {
+	if err := client.Send(endpoint.RequestSend, &req); err != nil {
 		t.Fatal(err)
 	}
-	got := receive(server, RequestReceive, EventRequest)
+	got := receive(server, endpoint.RequestReceive, endpoint.EventRequest)
 	if got.Args[0] != 41 || got.Dest != 0 {
 		t.Fatalf("server got %+v", got)
 	}
 	got.Args[0]++
-	if err := server.Send(ReplySend, &got); err != nil {
+	if err := server.Send(endpoint.ReplySend, &got); err != nil {
 		t.Fatal(err)
 	}
-	if rep := receive(client, ReplyReceive, EventReply); rep.Args[0] != 42 {
+	if rep := receive(client, endpoint.ReplyReceive, endpoint.EventReply); rep.Args[0] != 42 {
 		t.Fatalf("client got %+v", rep)
 	}
 
@@ -112,11 +117,11 @@ func mapperBody(t *testing.T, la, lb afxdp.Link) {
 		_, ok := idOf(stats(da), lb.HardwareAddr())
 		return !ok
 	})
-	if err := client.Send(RequestSend, &req); err != nil {
+	if err := client.Send(endpoint.RequestSend, &req); err != nil {
 		t.Fatal(err)
 	}
-	back := receive(client, ReplyReceive, EventReply)
-	if reason, _, ok := back.ReturnInfo(); !ok || reason != ReasonNoHost && reason != ReasonUnreachable {
+	back := receive(client, endpoint.ReplyReceive, endpoint.EventReply)
+	if reason, _, ok := back.ReturnInfo(); !ok || reason != endpoint.ReasonNoHost && reason != endpoint.ReasonUnreachable {
 		t.Fatalf("the message to the vanished host came back as %+v (reason %v)", back, reason)
 	}
 	s = stats(da)

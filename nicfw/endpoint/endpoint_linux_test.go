@@ -1,4 +1,4 @@
-package nicfw
+package endpoint
 
 import (
 	"errors"
@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xam-project/xam/internal/testenv"
 )
 
 // noEndpointLeaks fails t if, when it and its cleanups are done, an
@@ -21,29 +23,13 @@ import (
 // looks for sockets and rings, not for memfds.)
 func noEndpointLeaks(t *testing.T) {
 	t.Helper()
-	t.Cleanup(func() {
-		entries, _ := os.ReadDir("/proc/self/fd")
-		for _, e := range entries {
-			if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.Contains(target, endpointName) {
-				t.Errorf("left open: fd %s -> %s", e.Name(), target)
-			}
-		}
-		maps, err := os.ReadFile("/proc/self/maps")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(maps), "\n") {
-			if strings.Contains(line, endpointName) {
-				t.Errorf("left mapped: %s", line)
-			}
-		}
-	})
+	testenv.NoMemfdLeaks(t, endpointName)
 }
 
-func newTestEndpoint(t *testing.T, cfg EndpointConfig) (*EndpointMemory, *EndpointView) {
+func newTestEndpoint(t *testing.T, cfg Config) (*Memory, *View) {
 	t.Helper()
 	noEndpointLeaks(t)
-	m, err := NewEndpointMemory(cfg)
+	m, err := NewMemory(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +38,7 @@ func newTestEndpoint(t *testing.T, cfg EndpointConfig) (*EndpointMemory, *Endpoi
 			t.Error(err)
 		}
 	})
-	v, err := MapEndpoint(m.FD())
+	v, err := Map(m.FD())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +52,20 @@ func newTestEndpoint(t *testing.T, cfg EndpointConfig) (*EndpointMemory, *Endpoi
 
 func TestEndpointConfig(t *testing.T) {
 	noEndpointLeaks(t)
-	for _, c := range []EndpointConfig{
+	for _, c := range []Config{
 		{QueueEntries: 3}, {QueueEntries: 1}, {QueueEntries: maxQueueEntries * 2},
 		{StagingSize: MaxMedium - 1}, {StagingSize: maxStagingSize + 1},
 		{TableSize: -1}, {TableSize: maxTableSize + 1},
 	} {
-		if m, err := NewEndpointMemory(c); !errors.Is(err, ErrConfig) {
+		if m, err := NewMemory(c); !errors.Is(err, ErrConfig) {
 			if m != nil {
 				m.Close()
 			}
-			t.Errorf("NewEndpointMemory(%+v) = %v, want ErrConfig", c, err)
+			t.Errorf("NewMemory(%+v) = %v, want ErrConfig", c, err)
 		}
 	}
-	m, v := newTestEndpoint(t, EndpointConfig{})
-	want := EndpointConfig{DefaultQueueEntries, DefaultStagingSize, DefaultTableSize}
+	m, v := newTestEndpoint(t, Config{})
+	want := Config{DefaultQueueEntries, DefaultStagingSize, DefaultTableSize}
 	if m.Config() != want || v.Config() != want {
 		t.Errorf("configs %+v and %+v, want %+v", m.Config(), v.Config(), want)
 	}
@@ -93,7 +79,7 @@ func TestEndpointConfig(t *testing.T) {
 }
 
 func TestEndpointQueuesRoundTrip(t *testing.T) {
-	m, v := newTestEndpoint(t, EndpointConfig{QueueEntries: 4})
+	m, v := newTestEndpoint(t, Config{QueueEntries: 4})
 	d := Descriptor{Class: ClassShort, NArgs: 2, Dest: 7, Handler: 3, Tag: 0xfeed, Args: [8]uint64{1, 2}}
 	for i := range 4 {
 		d.Args[7] = uint64(i)
@@ -160,7 +146,7 @@ func TestEndpointQueuesRoundTrip(t *testing.T) {
 // engine must answer it with (nil: accepted). Handler carries i; accepted
 // medium and bulk messages have 64 bytes of byte(i) at Offset, in a slot of
 // their own for 1024 consecutive messages.
-func forged(i int, cfg EndpointConfig) (Descriptor, error) {
+func forged(i int, cfg Config) (Descriptor, error) {
 	slot := uint32(i*64) % uint32(cfg.StagingSize)
 	d := Descriptor{Class: ClassMedium, Dest: uint32(i % cfg.TableSize), Handler: uint32(i), Tag: 42, Offset: slot, Length: 64}
 	switch i % 10 {
@@ -200,9 +186,9 @@ func forged(i int, cfg EndpointConfig) (Descriptor, error) {
 }
 
 func TestEndpointRefusals(t *testing.T) {
-	cfg := EndpointConfig{QueueEntries: 16, StagingSize: 16 << 10, TableSize: 4}
+	cfg := Config{QueueEntries: 16, StagingSize: 16 << 10, TableSize: 4}
 	m, v := newTestEndpoint(t, cfg)
-	var want EndpointStats
+	var want Stats
 	for i := range 40 {
 		d, wantErr := forged(i, cfg)
 		if err := v.Send(ReplySend, &d); err != nil {
@@ -238,7 +224,7 @@ func ringIndex(mem []byte, l layout, q Queue, producer bool) *atomic.Uint32 {
 }
 
 func TestEndpointCorruptIndices(t *testing.T) {
-	m, v := newTestEndpoint(t, EndpointConfig{QueueEntries: 8})
+	m, v := newTestEndpoint(t, Config{QueueEntries: 8})
 	d := Descriptor{Class: ClassShort}
 	// A producer index claiming more entries than the ring holds.
 	ringIndex(v.mem, v.l, RequestSend, true).Store(9)
@@ -289,11 +275,11 @@ func TestMapEndpointRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if v, err := MapEndpoint(int(f.Fd())); !errors.Is(err, ErrBadEndpoint) {
+	if v, err := Map(int(f.Fd())); !errors.Is(err, ErrBadEndpoint) {
 		if v != nil {
 			v.Close()
 		}
-		t.Errorf("MapEndpoint(regular file) = %v, want ErrBadEndpoint", err)
+		t.Errorf("Map(regular file) = %v, want ErrBadEndpoint", err)
 	}
 	unsealed, err := unix.MemfdCreate("xam-endpoint-test", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -303,26 +289,26 @@ func TestMapEndpointRejects(t *testing.T) {
 	if err := unix.Ftruncate(unsealed, 1<<16); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := MapEndpoint(unsealed); !errors.Is(err, ErrBadEndpoint) {
+	if v, err := Map(unsealed); !errors.Is(err, ErrBadEndpoint) {
 		if v != nil {
 			v.Close()
 		}
-		t.Errorf("MapEndpoint(unsealed memfd) = %v, want ErrBadEndpoint", err)
+		t.Errorf("Map(unsealed memfd) = %v, want ErrBadEndpoint", err)
 	}
 	// A sealed memfd whose header is corrupt: a queue size that is not a
 	// power of two, then one whose layout is larger than the file.
-	m, err := NewEndpointMemory(EndpointConfig{})
+	m, err := NewMemory(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
 	for _, entries := range []uint32{3, maxQueueEntries} {
 		*(*uint32)(unsafe.Pointer(&m.mem[hdrEntries])) = entries
-		if v, err := MapEndpoint(m.FD()); !errors.Is(err, ErrBadEndpoint) {
+		if v, err := Map(m.FD()); !errors.Is(err, ErrBadEndpoint) {
 			if v != nil {
 				v.Close()
 			}
-			t.Errorf("MapEndpoint with %d queue entries in the header = %v, want ErrBadEndpoint", entries, err)
+			t.Errorf("Map with %d queue entries in the header = %v, want ErrBadEndpoint", entries, err)
 		}
 	}
 }
@@ -332,7 +318,7 @@ func TestMapEndpointRejects(t *testing.T) {
 // answers each accepted descriptor on the matching receive queue. Run it
 // with -race.
 func TestEndpointGoroutines(t *testing.T) {
-	cfg := EndpointConfig{QueueEntries: 16, StagingSize: 64 << 10, TableSize: 16}
+	cfg := Config{QueueEntries: 16, StagingSize: 64 << 10, TableSize: 16}
 	m, v := newTestEndpoint(t, cfg)
 	const n = 20000
 	deadline := time.Now().Add(30 * time.Second)
@@ -405,7 +391,7 @@ func allBytes(b []byte, c byte) bool {
 // descriptors 0..2n-1 from forged (even i on RequestSend, odd on ReplySend),
 // writing the staging bytes of each first, and receives the answers to the
 // accepted ones from the receive queues, checking their order.
-func runApplication(v *EndpointView, cfg EndpointConfig, n int, deadline time.Time) error {
+func runApplication(v *View, cfg Config, n int, deadline time.Time) error {
 	next := 0
 	expect := [2]int{-2, -1} // next accepted i expected on RequestReceive, ReplyReceive
 	advance := func(s int) {
@@ -466,7 +452,7 @@ const childEnv = "XAM_NICFW_ENDPOINT_CHILD"
 
 // childConfig sizes the endpoint of TestEndpointProcesses; the child reads
 // the same sizes from the header.
-var childConfig = EndpointConfig{QueueEntries: 32, StagingSize: 64 << 10, TableSize: 8}
+var childConfig = Config{QueueEntries: 32, StagingSize: 64 << 10, TableSize: 8}
 
 const childMessages = 5000 // per send queue
 
@@ -476,7 +462,7 @@ const childMessages = 5000 // per send queue
 // engine: good descriptors are accepted and answered, forged ones refused
 // and counted.
 func TestEndpointProcesses(t *testing.T) {
-	m, err := NewEndpointMemory(childConfig)
+	m, err := NewMemory(childConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +545,7 @@ func TestEndpointProcesses(t *testing.T) {
 		t.Fatalf("child: %v\n%s", childErr, out.String())
 	}
 	st := m.Stats()
-	want := EndpointStats{Taken: 2 * childMessages * 4 / 10, Put: 2 * childMessages * 4 / 10}
+	want := Stats{Taken: 2 * childMessages * 4 / 10, Put: 2 * childMessages * 4 / 10}
 	for _, r := range []Refusal{RefusedRange, RefusedRange, RefusedDestination, RefusedClass, RefusedLength, RefusedArgs} {
 		want.Refused[r] += 2 * childMessages / 10
 	}
@@ -578,7 +564,7 @@ func TestEndpointChild(t *testing.T) {
 	if err := unix.Ftruncate(fd, 0); !errors.Is(err, unix.EPERM) {
 		t.Errorf("the application could truncate its endpoint: %v", err)
 	}
-	v, err := MapEndpoint(fd)
+	v, err := Map(fd)
 	unix.Close(fd) // the mapping outlives the descriptor
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 import (
 	"encoding/binary"
@@ -32,23 +32,25 @@ import (
 // channel, or given back through Returned with cookie. The payload is
 // copied; the caller may reuse it.
 func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
-	_, err := t.send(dst, payload, cookie)
+	p := t.Peer(dst)
+	if p == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownHost, dst)
+	}
+	_, err := t.sendPeer(p, payload, cookie)
 	return err
 }
 
-// send is Send; it also returns the channel that holds the message (-1
-// for an unreliable send).
-func (t *Transport) send(dst HostID, payload []byte, cookie uint64) (int, error) {
-	p := t.peer(dst)
-	if p == nil {
-		return -1, fmt.Errorf("%w: %d", ErrUnknownHost, dst)
-	}
-	return t.sendPeer(p, payload, cookie)
+// SendTo is Send to the host table's row p (Peer): a message that must
+// follow its host, not its id, when a new table (SetPeers) moves ids. A
+// row that left the table is an unknown host.
+func (t *Transport) SendTo(p *Peer, payload []byte, cookie uint64) error {
+	_, err := t.sendPeer(p, payload, cookie)
+	return err
 }
 
-// sendPeer is send to the host table's row p. A row that left the table
-// (SetPeers) is an unknown host.
-func (t *Transport) sendPeer(p *peer, payload []byte, cookie uint64) (int, error) {
+// sendPeer is SendTo; it also returns the channel that holds the message
+// (-1 for an unreliable send).
+func (t *Transport) sendPeer(p *Peer, payload []byte, cookie uint64) (int, error) {
 	if p == nil || p.gone {
 		return -1, fmt.Errorf("%w: the host left the host table", ErrUnknownHost)
 	}
@@ -101,7 +103,7 @@ func (t *Transport) setTimers(c *sendChannel) {
 }
 
 // sendUnreliable sends payload to p once, keeping nothing.
-func (t *Transport) sendUnreliable(p *peer, payload []byte) error {
+func (t *Transport) sendUnreliable(p *Peer, payload []byte) error {
 	c := &t.uc
 	t.load(c, 0, 0, payload)
 	if err := t.transmit(p, c); err != nil {
@@ -137,7 +139,7 @@ func (t *Transport) payload(c *sendChannel) []byte {
 // payload, which stays in place. The PDU is cut into as many frames as it
 // needs; the first is flagged cells.FlagStart, and all go to the link in
 // one batch.
-func (t *Transport) transmit(p *peer, c *sendChannel) error {
+func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 	c.stamp = t.nextStamp()
 	h := header(c.hdr[:])
 	h.setStamp(c.stamp)
@@ -194,7 +196,7 @@ func (t *Transport) transmit(p *peer, c *sendChannel) error {
 
 // putHeaders writes the Ethernet and xam frame headers of a frame to p that
 // carries ncells cells.
-func (t *Transport) putHeaders(frame []byte, p *peer, ncells int, flags uint8) {
+func (t *Transport) putHeaders(frame []byte, p *Peer, ncells int, flags uint8) {
 	copy(frame, t.eth[:])
 	copy(frame[:6], p.mac)
 	frame[afxdp.EthernetHeaderLen+1] = flags

@@ -1,6 +1,6 @@
 //go:build linux
 
-package nicfw
+package daemon
 
 import (
 	"bufio"
@@ -25,11 +25,15 @@ import (
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // runDaemon starts a daemon on link in a goroutine of its own and stops it
 // in t's cleanup. The socket lives in a directory others may traverse.
-func runDaemon(t *testing.T, link afxdp.Link, cfg DaemonConfig) (*Daemon, string) {
+func runDaemon(t *testing.T, link afxdp.Link, cfg Config) (*Daemon, string) {
 	t.Helper()
 	d, path, _ := startDaemon(t, link, cfg)
 	return d, path
@@ -37,12 +41,12 @@ func runDaemon(t *testing.T, link afxdp.Link, cfg DaemonConfig) (*Daemon, string
 
 // startDaemon is runDaemon that also returns a function that stops the
 // daemon before the test ends.
-func startDaemon(t *testing.T, link afxdp.Link, cfg DaemonConfig) (*Daemon, string, func()) {
+func startDaemon(t *testing.T, link afxdp.Link, cfg Config) (*Daemon, string, func()) {
 	t.Helper()
 	if cfg.Socket == "" {
 		cfg.Socket = filepath.Join(openDir(t), "fw.sock")
 	}
-	d, err := NewDaemon(link, cfg)
+	d, err := New(link, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +112,9 @@ func daemonPair(t *testing.T, sleep time.Duration, giveUp time.Duration) (da, db
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	tc := Config{GiveUpAfter: giveUp}
-	da, sa = runDaemon(t, la, DaemonConfig{Engine: EngineConfig{Host: 1, Transport: tc}, Hosts: map[HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Sleep: sleep})
-	db, sb = runDaemon(t, lb, DaemonConfig{Engine: EngineConfig{Host: 2, Transport: tc}, Hosts: map[HostID]net.HardwareAddr{1: la.HardwareAddr()}, Sleep: sleep})
+	tc := transport.Config{GiveUpAfter: giveUp}
+	da, sa = runDaemon(t, la, Config{Engine: nicfw.EngineConfig{Host: 1, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Sleep: sleep})
+	db, sb = runDaemon(t, lb, Config{Engine: nicfw.EngineConfig{Host: 2, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{1: la.HardwareAddr()}, Sleep: sleep})
 	return da, db, sa, sb
 }
 
@@ -121,8 +125,8 @@ func TestDaemonBlockingWait(t *testing.T) {
 	for _, sleep := range []time.Duration{0, 50 * time.Microsecond} {
 		t.Run(fmt.Sprintf("sleep=%v", sleep), func(t *testing.T) {
 			da, _, sa, sb := daemonPair(t, sleep, 0)
-			client := dial(t, sa, OpenRequest{Tag: 9, Table: []Name{{2, 20}}})
-			server := dial(t, sb, OpenRequest{Endpoint: 20, Tag: 9, Table: []Name{{1, client.ID}}})
+			client := dial(t, sa, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 20}}})
+			server := dial(t, sb, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
 			if client.ID < FirstUserEndpoint || client.Host != 1 || server.ID != 20 || server.Host != 2 {
 				t.Fatalf("endpoints %d@%d, %d@%d", client.ID, client.Host, server.ID, server.Host)
 			}
@@ -130,43 +134,43 @@ func TestDaemonBlockingWait(t *testing.T) {
 			var wg sync.WaitGroup
 			var serr error
 			wg.Go(func() {
-				var d Descriptor
+				var d endpoint.Descriptor
 				for n := 0; n < rounds; {
-					if ok, err := server.Receive(RequestReceive, &d); err != nil {
+					if ok, err := server.Receive(endpoint.RequestReceive, &d); err != nil {
 						serr = err
 						return
 					} else if !ok {
-						if _, err := server.Wait(EventRequest, 5*time.Second); err != nil {
+						if _, err := server.Wait(endpoint.EventRequest, 5*time.Second); err != nil {
 							serr = err
 							return
 						}
 						continue
 					}
 					d.Args[0]++
-					if err := server.Send(ReplySend, &d); err != nil {
+					if err := server.Send(endpoint.ReplySend, &d); err != nil {
 						serr = err
 						return
 					}
 					n++
 				}
 			})
-			var d Descriptor
+			var d endpoint.Descriptor
 			for i := range uint64(rounds) {
 				// Give the server time to block first, now and then.
 				if i%50 == 0 {
 					time.Sleep(2 * time.Millisecond)
 				}
-				req := Descriptor{Class: ClassShort, NArgs: 1, Args: [MaxShortArgs]uint64{i}}
-				if err := client.Send(RequestSend, &req); err != nil {
+				req := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 1, Args: [endpoint.MaxShortArgs]uint64{i}}
+				if err := client.Send(endpoint.RequestSend, &req); err != nil {
 					t.Fatal(err)
 				}
 				for {
-					if ok, err := client.Receive(ReplyReceive, &d); err != nil {
+					if ok, err := client.Receive(endpoint.ReplyReceive, &d); err != nil {
 						t.Fatal(err)
 					} else if ok {
 						break
 					}
-					if ready, err := client.Wait(EventReply, 5*time.Second); err != nil {
+					if ready, err := client.Wait(endpoint.EventReply, 5*time.Second); err != nil {
 						t.Fatal(err)
 					} else if !ready {
 						t.Fatalf("round %d: no reply in 5 s", i)
@@ -197,12 +201,12 @@ func TestDaemonBlockingWait(t *testing.T) {
 // return to their senders as "endpoint closed".
 func TestDaemonConnectionClosed(t *testing.T) {
 	da, db, sa, sb := daemonPair(t, 0, 0)
-	client := dial(t, sa, OpenRequest{Tag: 9, Table: []Name{{2, 30}}})
+	client := dial(t, sa, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 30}}})
 	c, err := Dial(sb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	server, err := c.Open(OpenRequest{Endpoint: 30, Tag: 9, Table: []Name{{1, client.ID}}})
+	server, err := c.Open(OpenRequest{Endpoint: 30, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,13 +216,13 @@ func TestDaemonConnectionClosed(t *testing.T) {
 	}
 	c.Close()
 	waitFor(t, "endpoint closed", func() bool { s, _ := db.Stats(); return s.Endpoints == 0 && s.Connections == 0 })
-	req := Descriptor{Class: ClassShort, NArgs: 1, Args: [MaxShortArgs]uint64{42}}
-	if err := client.Send(RequestSend, &req); err != nil {
+	req := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 1, Args: [endpoint.MaxShortArgs]uint64{42}}
+	if err := client.Send(endpoint.RequestSend, &req); err != nil {
 		t.Fatal(err)
 	}
-	var d Descriptor
-	waitFor(t, "return", func() bool { ok, _ := client.Receive(ReplyReceive, &d); return ok })
-	if reason, _, ok := d.ReturnInfo(); !ok || reason != ReasonClosed || d.Args[0] != 42 {
+	var d endpoint.Descriptor
+	waitFor(t, "return", func() bool { ok, _ := client.Receive(endpoint.ReplyReceive, &d); return ok })
+	if reason, _, ok := d.ReturnInfo(); !ok || reason != endpoint.ReasonClosed || d.Args[0] != 42 {
 		t.Fatalf("got %+v (reason %v), want the request returned as endpoint closed", d, reason)
 	}
 	if s, _ := da.Stats(); s.Endpoints != 1 {
@@ -236,7 +240,7 @@ func TestDaemonCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	d, path := runDaemon(t, la, DaemonConfig{Engine: EngineConfig{Host: 1}, Hosts: map[HostID]net.HardwareAddr{2: lb.HardwareAddr()}, MaxPerUser: 2})
+	d, path := runDaemon(t, la, Config{Engine: nicfw.EngineConfig{Host: 1}, Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, MaxPerUser: 2})
 
 	// A copy of the test binary that the other user may run.
 	dir := openDir(t)
@@ -318,7 +322,7 @@ func TestDaemonChild(t *testing.T) {
 	defer c.Close()
 	if os.Getenv("XAM_TEST_FW_BAD") != "" {
 		// The first endpoint is held for the in-use case.
-		held, err := c.Open(OpenRequest{Tag: 1, Table: []Name{{2, 1}}})
+		held, err := c.Open(OpenRequest{Tag: 1, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,13 +331,13 @@ func TestDaemonChild(t *testing.T) {
 			name string
 			req  OpenRequest
 		}{
-			{"queue entries 3", OpenRequest{QueueEntries: 3, Table: []Name{{2, 1}}}},
-			{"queue entries 1048576", OpenRequest{QueueEntries: 1 << 20, Table: []Name{{2, 1}}}},
-			{"staging 100", OpenRequest{StagingSize: 100, Table: []Name{{2, 1}}}},
-			{"staging 2 GiB", OpenRequest{StagingSize: 2 << 30, Table: []Name{{2, 1}}}},
+			{"queue entries 3", OpenRequest{QueueEntries: 3, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}}},
+			{"queue entries 1048576", OpenRequest{QueueEntries: 1 << 20, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}}},
+			{"staging 100", OpenRequest{StagingSize: 100, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}}},
+			{"staging 2 GiB", OpenRequest{StagingSize: 2 << 30, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}}},
 			{"empty table", OpenRequest{}},
-			{"endpoint held", OpenRequest{Endpoint: held.ID, Table: []Name{{2, 1}}}},
-			{"privileged endpoint", OpenRequest{Endpoint: 2, Table: []Name{{2, 1}}}},
+			{"endpoint held", OpenRequest{Endpoint: held.ID, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}}},
+			{"privileged endpoint", OpenRequest{Endpoint: 2, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}}},
 		} {
 			_, err := c.Open(b.req)
 			fmt.Printf("%s: %s\n", b.name, errorKind(err))
@@ -342,11 +346,11 @@ func TestDaemonChild(t *testing.T) {
 	}
 	opened := 0
 	for i := range n {
-		id := EndpointID(0)
+		id := nicfw.EndpointID(0)
 		if ep != 0 {
-			id = EndpointID(ep + i)
+			id = nicfw.EndpointID(ep + i)
 		}
-		e, err := c.Open(OpenRequest{Endpoint: id, Tag: 1, Table: []Name{{2, 1}}})
+		e, err := c.Open(OpenRequest{Endpoint: id, Tag: 1, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
 		if err != nil {
 			fmt.Println("error:", err, "kind:", errorKind(err))
 			break
@@ -376,11 +380,11 @@ func errorKind(err error) string {
 // once, and the surviving daemon neither leaks goroutines nor grows.
 func TestDaemonPeerKilled(t *testing.T) {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	_, sock := xdpHost(t, v.A, 0, 1)
+	_, sock := xdptest.OpenHost(t, v.A, 0, 1)
 	const giveUp = 300 * time.Millisecond
-	_, sa := runDaemon(t, sock, DaemonConfig{Engine: EngineConfig{Host: 1, Transport: Config{GiveUpAfter: giveUp}},
-		Hosts: map[HostID]net.HardwareAddr{2: v.B.MAC}})
-	client := dial(t, sa, OpenRequest{Tag: 5, Table: []Name{{2, 40}}})
+	_, sa := runDaemon(t, sock, Config{Engine: nicfw.EngineConfig{Host: 1, Transport: transport.Config{GiveUpAfter: giveUp}},
+		Hosts: map[nicfw.HostID]net.HardwareAddr{2: v.B.MAC}})
+	client := dial(t, sa, OpenRequest{Tag: 5, Table: []nicfw.Name{{Host: 2, Endpoint: 40}}})
 
 	// Host B: a daemon and an echo application in a child process.
 	dir := t.TempDir()
@@ -402,10 +406,10 @@ func TestDaemonPeerKilled(t *testing.T) {
 
 	send := func(i uint64) {
 		t.Helper()
-		req := Descriptor{Class: ClassShort, NArgs: 1, Args: [MaxShortArgs]uint64{i}}
+		req := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 1, Args: [endpoint.MaxShortArgs]uint64{i}}
 		for {
-			err := client.Send(RequestSend, &req)
-			if !errors.Is(err, ErrQueueFull) {
+			err := client.Send(endpoint.RequestSend, &req)
+			if !errors.Is(err, endpoint.ErrQueueFull) {
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -414,11 +418,11 @@ func TestDaemonPeerKilled(t *testing.T) {
 			time.Sleep(100 * time.Microsecond)
 		}
 	}
-	var d Descriptor
+	var d endpoint.Descriptor
 	// Echoes work.
 	for i := range uint64(100) {
 		send(i)
-		waitFor(t, "echo", func() bool { ok, _ := client.Receive(ReplyReceive, &d); return ok })
+		waitFor(t, "echo", func() bool { ok, _ := client.Receive(endpoint.ReplyReceive, &d); return ok })
 		if _, _, ret := d.ReturnInfo(); ret || d.Args[0] != i+1 {
 			t.Fatalf("echo %d: %+v", i, d)
 		}
@@ -440,13 +444,13 @@ func TestDaemonPeerKilled(t *testing.T) {
 		if time.Since(killed) > giveUp+2*time.Second {
 			t.Fatalf("%d of %d messages returned %v after the kill", returned, outstanding, time.Since(killed))
 		}
-		if ok, err := client.Receive(ReplyReceive, &d); err != nil {
+		if ok, err := client.Receive(endpoint.ReplyReceive, &d); err != nil {
 			t.Fatal(err)
 		} else if !ok {
 			time.Sleep(100 * time.Microsecond)
 			continue
 		}
-		if reason, _, ok := d.ReturnInfo(); !ok || reason != ReasonUnreachable {
+		if reason, _, ok := d.ReturnInfo(); !ok || reason != endpoint.ReasonUnreachable {
 			t.Fatalf("after the kill: %+v (reason %v), want returned as unreachable", d, reason)
 		}
 		returned++
@@ -455,7 +459,7 @@ func TestDaemonPeerKilled(t *testing.T) {
 	// More traffic to the dead host: returned at once, nothing grows.
 	for i := range uint64(2000) {
 		send(i)
-		waitFor(t, "return", func() bool { ok, _ := client.Receive(ReplyReceive, &d); return ok })
+		waitFor(t, "return", func() bool { ok, _ := client.Receive(endpoint.ReplyReceive, &d); return ok })
 	}
 	runtime.GC()
 	var after runtime.MemStats
@@ -506,7 +510,7 @@ func TestDaemonPeerChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDaemon(sock, DaemonConfig{Engine: EngineConfig{Host: 2}, Hosts: map[HostID]net.HardwareAddr{1: peer}, Socket: os.Getenv("XAM_TEST_PEER_SOCKET")})
+	d, err := New(sock, Config{Engine: nicfw.EngineConfig{Host: 2}, Hosts: map[nicfw.HostID]net.HardwareAddr{1: peer}, Socket: os.Getenv("XAM_TEST_PEER_SOCKET")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,21 +519,21 @@ func TestDaemonPeerChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := c.Open(OpenRequest{Endpoint: 40, Tag: 5, Table: []Name{{1, FirstUserEndpoint}}})
+	ep, err := c.Open(OpenRequest{Endpoint: 40, Tag: 5, Table: []nicfw.Name{{Host: 1, Endpoint: FirstUserEndpoint}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("ready")
-	var dd Descriptor
+	var dd endpoint.Descriptor
 	for {
-		if ok, err := ep.Receive(RequestReceive, &dd); err != nil {
+		if ok, err := ep.Receive(endpoint.RequestReceive, &dd); err != nil {
 			t.Fatal(err)
 		} else if !ok {
-			ep.Wait(EventRequest, 100*time.Millisecond)
+			ep.Wait(endpoint.EventRequest, 100*time.Millisecond)
 			continue
 		}
 		dd.Args[0]++
-		for ep.Send(ReplySend, &dd) != nil {
+		for ep.Send(endpoint.ReplySend, &dd) != nil {
 		}
 	}
 }
@@ -545,11 +549,11 @@ func TestDaemonSocketInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	_, path := runDaemon(t, la, DaemonConfig{Engine: EngineConfig{Host: 1}})
-	if _, err := NewDaemon(lb, DaemonConfig{Engine: EngineConfig{Host: 2}, Socket: path}); !errors.Is(err, ErrSocketInUse) {
+	_, path := runDaemon(t, la, Config{Engine: nicfw.EngineConfig{Host: 1}})
+	if _, err := New(lb, Config{Engine: nicfw.EngineConfig{Host: 2}, Socket: path}); !errors.Is(err, ErrSocketInUse) {
 		t.Fatalf("a second daemon on a live daemon's socket: %v, want ErrSocketInUse", err)
 	}
-	dial(t, path, OpenRequest{Endpoint: FirstUserEndpoint, Table: []Name{{Host: 2, Endpoint: 1}}})
+	dial(t, path, OpenRequest{Endpoint: FirstUserEndpoint, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
 
 	dir := openDir(t)
 	stale := filepath.Join(dir, "stale.sock")
@@ -559,8 +563,8 @@ func TestDaemonSocketInUse(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close() // as a daemon that died leaves it
-	_, got, stop := startDaemon(t, lb, DaemonConfig{Engine: EngineConfig{Host: 2}, Socket: stale})
-	dial(t, got, OpenRequest{Endpoint: FirstUserEndpoint, Table: []Name{{Host: 1, Endpoint: 1}}})
+	_, got, stop := startDaemon(t, lb, Config{Engine: nicfw.EngineConfig{Host: 2}, Socket: stale})
+	dial(t, got, OpenRequest{Endpoint: FirstUserEndpoint, Table: []nicfw.Name{{Host: 1, Endpoint: 1}}})
 	stop()
 	if _, err := os.Lstat(stale); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a stopped daemon left its socket: %v", err)
@@ -570,7 +574,7 @@ func TestDaemonSocketInUse(t *testing.T) {
 	if err := os.WriteFile(file, []byte("keep"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewDaemon(lb, DaemonConfig{Engine: EngineConfig{Host: 2}, Socket: file}); !errors.Is(err, ErrSocketInUse) {
+	if _, err := New(lb, Config{Engine: nicfw.EngineConfig{Host: 2}, Socket: file}); !errors.Is(err, ErrSocketInUse) {
 		t.Errorf("a daemon on a regular file's path: %v, want ErrSocketInUse", err)
 	}
 	if b, err := os.ReadFile(file); err != nil || string(b) != "keep" {
@@ -588,7 +592,7 @@ func TestDaemonRefusedOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	_, path := runDaemon(t, la, DaemonConfig{Engine: EngineConfig{Host: 1}})
+	_, path := runDaemon(t, la, Config{Engine: nicfw.EngineConfig{Host: 1}})
 	c, err := Dial(path)
 	if err != nil {
 		t.Fatal(err)
@@ -597,5 +601,5 @@ func TestDaemonRefusedOpen(t *testing.T) {
 	if ep, err := c.Open(OpenRequest{Endpoint: FirstUserEndpoint}); err == nil || !strings.Contains(err.Error(), "translation table") {
 		t.Fatalf("open with an empty table: %v, %v", ep, err)
 	}
-	dial(t, path, OpenRequest{Endpoint: FirstUserEndpoint, Table: []Name{{Host: 2, Endpoint: 1}}})
+	dial(t, path, OpenRequest{Endpoint: FirstUserEndpoint, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
 }

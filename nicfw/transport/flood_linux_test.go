@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 import (
 	"math/rand/v2"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // floodFrames makes forged frames for the host whose MAC is dst, claiming to
@@ -69,8 +70,8 @@ func floodFrames(t *testing.T, dst, src net.HardwareAddr, rng *rand.Rand) [][]by
 // real traffic stopped, or came back as returned.
 func TestFloodOverAFXDP(t *testing.T) {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	_, sockA := xdpHost(t, v.A, 0.02, 21)
-	_, sockB := xdpHost(t, v.B, 0.02, 22)
+	_, sockA := xdptest.OpenHost(t, v.A, 0.02, 21)
+	_, sockB := xdptest.OpenHost(t, v.B, 0.02, 22)
 	p := pairOn(t, sockA, sockB, nil, Config{Channels: 16, RetransmitAfter: time.Millisecond})
 	forged := floodFrames(t, v.A.MAC, v.B.MAC, rand.New(rand.NewPCG(7, 8)))
 

@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 import (
 	"errors"
@@ -25,9 +25,10 @@ const (
 	DefaultRetransmitAfter = 5 * time.Millisecond
 	DefaultGiveUpAfter     = 3 * time.Second
 	DefaultVCI             = 32 // the first VCI that I.361 leaves to users
-	// DefaultMaxPayload is the largest payload by default: a medium
-	// message (MaxMedium) with room for the engine's header and arguments.
-	DefaultMaxPayload = MaxMedium + 512
+	// DefaultMaxPayload is the largest payload by default: an engine's
+	// medium message of 8 KB (endpoint.MaxMedium) with room for its
+	// header and arguments.
+	DefaultMaxPayload = 8192 + 512
 )
 
 // Errors. Test for them with errors.Is.
@@ -48,8 +49,6 @@ var (
 	ErrTooLarge = errors.New("nicfw: payload too large")
 	// ErrConfig: New or AddPeer was given invalid settings.
 	ErrConfig = errors.New("nicfw: invalid configuration")
-	// ErrEndpointInUse: an endpoint with that id is open.
-	ErrEndpointInUse = errors.New("nicfw: endpoint id in use")
 )
 
 // Config configures a Transport. Zero fields take the defaults.
@@ -105,6 +104,10 @@ type Config struct {
 	// refuses the message (the receive queue is full): the sender is sent a
 	// NACK and retransmits later. Required.
 	Deliver func(src HostID, ch int, payload []byte) (accept bool)
+	// Acked learns that the message sent with cookie to dst was
+	// acknowledged: delivered exactly once, its channel free again. It may
+	// call Send. Optional.
+	Acked func(dst HostID, cookie uint64)
 	// Returned receives a message the transport gave up on, with the cookie
 	// given to Send and the reason (ErrUnreachable, ErrRestarted). The channel is free
 	// again when it runs, and it may call Send; payload is valid only
@@ -165,10 +168,10 @@ type Transport struct {
 	maxAcks   int // acknowledgements one DATA frame may carry
 	ackOneMax int // acknowledgements one ACK frame (one frame) may carry
 
-	peers  []*peer // by HostID (nil: not in the table)
-	byMAC  map[[6]byte]*peer
-	active []*peer // peers with unacknowledged messages (channels.go)
-	acking []*peer // peers owed acknowledgements (acks.go)
+	peers  []*Peer // by HostID (nil: not in the table)
+	byMAC  map[[6]byte]*Peer
+	active []*Peer // peers with unacknowledged messages (channels.go)
+	acking []*Peer // peers owed acknowledgements (acks.go)
 
 	epoch     uint32 // this incarnation's (epochs.go)
 	lastStamp uint32
@@ -176,10 +179,10 @@ type Transport struct {
 	polls     uint64
 	sysClock  bool // the clock is the system's (receive.go, "The clock")
 	idle      int  // Polls since the timer scan was last checked
-	pass      int  // depth of beginPass
+	pass      int  // depth of BeginPass
 	tnow      time.Time
 	nowOK     bool  // tnow is this pass's time
-	last      *peer // the source of the last frame received
+	last      *Peer // the source of the last frame received
 
 	uc      sendChannel // the frames of unreliable sends
 	scratch []byte      // an SDU with acknowledgements, being built
@@ -257,7 +260,7 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		perFrame:  perFrame,
 		maxAcks:   cfg.Channels,
 		ackOneMax: min(oneFrame/ackEntryLen, cfg.Channels),
-		byMAC:     make(map[[6]byte]*peer),
+		byMAC:     make(map[[6]byte]*Peer),
 		epoch:     cfg.Epoch,
 	}
 	_, t.sysClock = cfg.Clock.(clock.System)
@@ -286,7 +289,7 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 		return fmt.Errorf("%w: host %d: address %v is not a MAC", ErrConfig, id, mac)
 	}
 	key := [6]byte(mac)
-	if t.peer(id) != nil {
+	if t.Peer(id) != nil {
 		return fmt.Errorf("%w: host %d is in the table already", ErrConfig, id)
 	}
 	if _, ok := t.byMAC[key]; ok {
@@ -294,7 +297,7 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 	}
 	p := newPeer(id, mac, t.cfg.Channels, headerLen+ackEntryLen*t.maxAcks+t.maxPL)
 	if int(id) >= len(t.peers) {
-		t.peers = append(t.peers, make([]*peer, int(id)+1-len(t.peers))...)
+		t.peers = append(t.peers, make([]*Peer, int(id)+1-len(t.peers))...)
 	}
 	t.peers[id] = p
 	t.byMAC[key] = p
@@ -309,7 +312,7 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 // ErrUnreachable, under its old id), and its acknowledgements owed are
 // dropped; frames from it are then from an unknown source.
 func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
-	byMAC := make(map[[6]byte]*peer, len(hosts)) // nil until the second pass
+	byMAC := make(map[[6]byte]*Peer, len(hosts)) // nil until the second pass
 	top := -1
 	for id, mac := range hosts {
 		if len(mac) != 6 {
@@ -325,7 +328,7 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 		byMAC[key] = nil
 		top = max(top, int(id))
 	}
-	peers := make([]*peer, top+1)
+	peers := make([]*Peer, top+1)
 	for id, mac := range hosts {
 		key := [6]byte(mac)
 		if key == t.mac {
@@ -338,7 +341,7 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 		p.id = id
 		peers[id], byMAC[key] = p, p
 	}
-	var left []*peer
+	var left []*Peer
 	for key, p := range t.byMAC {
 		if _, stays := byMAC[key]; !stays {
 			left = append(left, p)
@@ -362,8 +365,8 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 	return nil
 }
 
-// peer returns host id's row of the host table, or nil.
-func (t *Transport) peer(id HostID) *peer {
+// Peer returns host id's row of the host table, or nil.
+func (t *Transport) Peer(id HostID) *Peer {
 	if int(id) < len(t.peers) {
 		return t.peers[id]
 	}
@@ -375,11 +378,21 @@ func (t *Transport) MaxPayload() int { return t.maxPL }
 
 // Unacked returns the number of messages to dst in flight.
 func (t *Transport) Unacked(dst HostID) int {
-	if p := t.peer(dst); p != nil {
+	if p := t.Peer(dst); p != nil {
 		return p.unacked
 	}
 	return 0
 }
+
+// Config returns the transport's configuration, defaults filled in.
+func (t *Transport) Config() Config { return t.cfg }
+
+// HardwareAddr returns the MAC address of the transport's link.
+func (t *Transport) HardwareAddr() net.HardwareAddr { return net.HardwareAddr(t.mac[:]) }
+
+// InFlight reports whether any message waits for its acknowledgement:
+// work that only time moves on (retransmission, giving up).
+func (t *Transport) InFlight() bool { return len(t.active) > 0 }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats { return t.stats }

@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 import (
 	"net"
@@ -19,8 +19,10 @@ import (
 // HostID names a peer host in the transport's host table (AddPeer).
 type HostID uint16
 
-// peer is a destination host and a source of frames.
-type peer struct {
+// Peer is a row of the host table: a destination host and a source of
+// frames. Its fields are the transport's; Transport.Peer hands it out as a
+// handle (SendTo, Busy).
+type Peer struct {
 	id   HostID
 	mac  net.HardwareAddr
 	gone bool // left the host table (SetPeers); kept by references only
@@ -54,6 +56,13 @@ type peer struct {
 	ackFrame []byte // the frame of a standalone ACK
 }
 
+// ID returns the host's id in the table it belongs to.
+func (p *Peer) ID() HostID { return p.id }
+
+// Busy reports whether every channel to the host holds a message in
+// flight, so that Send would return ErrBusy.
+func (p *Peer) Busy() bool { return p.unacked == len(p.send) }
+
 // sendChannel is one entry of the send channel table.
 type sendChannel struct {
 	inUse   bool
@@ -82,8 +91,8 @@ type recvChannel struct {
 	expect uint16 // sequence number of the next message to deliver
 }
 
-func newPeer(id HostID, mac net.HardwareAddr, channels, maxSDU int) *peer {
-	return &peer{
+func newPeer(id HostID, mac net.HardwareAddr, channels, maxSDU int) *Peer {
+	return &Peer{
 		id:        id,
 		mac:       append(net.HardwareAddr(nil), mac...),
 		send:      make([]sendChannel, channels),
@@ -99,7 +108,7 @@ func newPeer(id HostID, mac net.HardwareAddr, channels, maxSDU int) *peer {
 }
 
 // occupy marks channel c of p in use and keeps the active list.
-func (t *Transport) occupy(p *peer, c *sendChannel) {
+func (t *Transport) occupy(p *Peer, c *sendChannel) {
 	c.inUse = true
 	p.unacked++
 	if p.unacked == 1 {
@@ -111,7 +120,7 @@ func (t *Transport) occupy(p *peer, c *sendChannel) {
 // release frees channel c of p: the next message on it takes the next
 // sequence number. A peer left with nothing unacknowledged leaves the
 // active list.
-func (t *Transport) release(p *peer, c *sendChannel) {
+func (t *Transport) release(p *Peer, c *sendChannel) {
 	c.inUse = false
 	c.seq++
 	c.retries = 0

@@ -1,4 +1,4 @@
-package nicfw
+package transport
 
 // Epochs, in the engine thread. Sequence numbers start at 0 when a
 // transport starts, so a peer that restarts must be noticed: otherwise the
@@ -48,7 +48,7 @@ package nicfw
 
 // checkEpochs applies the epochs of frame h from p, and reports whether
 // the frame is for this incarnation from p's current one.
-func (t *Transport) checkEpochs(p *peer, h header) bool {
+func (t *Transport) checkEpochs(p *Peer, h header) bool {
 	src := h.src()
 	if src != p.epoch {
 		switch old := p.epoch; {
@@ -92,7 +92,7 @@ func (t *Transport) checkEpochs(p *peer, h header) bool {
 
 // forgetReceived resets the receive side of p's channels: they expect 0,
 // and nothing is owed an acknowledgement.
-func (t *Transport) forgetReceived(p *peer) {
+func (t *Transport) forgetReceived(p *Peer) {
 	for i := range p.recv {
 		p.recv[i].expect = 0
 	}
@@ -108,7 +108,7 @@ func (t *Transport) forgetReceived(p *peer) {
 // holds its new epoch already): both directions start again at sequence
 // number 0, and the messages in flight to p are returned. Returned runs
 // with the channel free and at 0, and may call Send.
-func (t *Transport) restarted(p *peer) {
+func (t *Transport) restarted(p *Peer) {
 	t.stats.Restarts++
 	t.forgetReceived(p)
 	for i := range p.send {

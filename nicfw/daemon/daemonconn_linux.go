@@ -1,6 +1,6 @@
 //go:build linux
 
-package nicfw
+package daemon
 
 import (
 	"encoding/json"
@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // daemonConn is one application's session: its credentials and endpoints.
@@ -19,7 +22,7 @@ type daemonConn struct {
 	d    *Daemon
 	conn *net.UnixConn
 	cred *unix.Ucred
-	eps  map[EndpointID]int64 // open endpoints and their memory's size
+	eps  map[nicfw.EndpointID]int64 // open endpoints and their memory's size
 }
 
 // use returns the user's entry, made if need be; d.mu is held.
@@ -58,11 +61,11 @@ func (d *Daemon) newConn(conn *net.UnixConn) (*daemonConn, error) {
 	if cerr != nil {
 		return nil, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	c := &daemonConn{d: d, conn: conn, cred: cred, eps: make(map[EndpointID]int64)}
+	c := &daemonConn{d: d, conn: conn, cred: cred, eps: make(map[nicfw.EndpointID]int64)}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopped {
-		return nil, ErrDaemonClosed
+		return nil, ErrClosed
 	}
 	if u := d.use(cred.Uid); u.conns >= d.cfg.MaxConnsPerUser {
 		return nil, fmt.Errorf("%w: uid %d has %d connections open, the most allowed", ErrQuota, cred.Uid, u.conns)
@@ -86,7 +89,7 @@ func (c *daemonConn) serve() {
 	log.Info("application connected")
 	defer func() {
 		for id := range c.eps {
-			if err := d.closeEndpoint(id); err != nil && !errors.Is(err, ErrDaemonClosed) {
+			if err := d.closeEndpoint(id); err != nil && !errors.Is(err, ErrClosed) {
 				log.Warn("closing endpoint", "endpoint", id, "err", err)
 			}
 		}
@@ -111,14 +114,14 @@ func (c *daemonConn) serve() {
 			Op string `json:"op"`
 		}
 		if err := json.Unmarshal(buf[:n], &op); err != nil {
-			c.reply(DaemonReply{Error: fmt.Sprintf("bad request: %v", err)})
+			c.reply(Reply{Error: fmt.Sprintf("bad request: %v", err)})
 			continue
 		}
 		switch op.Op {
 		case "open":
 			var req OpenRequest
 			if err := json.Unmarshal(buf[:n], &req); err != nil {
-				c.reply(DaemonReply{Error: fmt.Sprintf("bad open request: %v", err)})
+				c.reply(Reply{Error: fmt.Sprintf("bad open request: %v", err)})
 				continue
 			}
 			c.open(req, log)
@@ -127,7 +130,7 @@ func (c *daemonConn) serve() {
 			err := json.Unmarshal(buf[:n], &req)
 			size, ok := c.eps[req.Endpoint]
 			if err != nil || !ok {
-				c.replyErr(DaemonReply{}, fmt.Errorf("%w: close: endpoint %d is not this connection's", ErrPermission, req.Endpoint))
+				c.replyErr(Reply{}, fmt.Errorf("%w: close: endpoint %d is not this connection's", ErrPermission, req.Endpoint))
 				continue
 			}
 			err = d.closeEndpoint(req.Endpoint)
@@ -135,12 +138,12 @@ func (c *daemonConn) serve() {
 			d.mu.Lock()
 			d.release(c.cred.Uid, 0, 1, size)
 			d.mu.Unlock()
-			c.replyErr(DaemonReply{Endpoint: req.Endpoint}, err)
+			c.replyErr(Reply{Endpoint: req.Endpoint}, err)
 		case "stats":
 			s, err := d.Stats()
-			c.replyErr(DaemonReply{Stats: &s}, err)
+			c.replyErr(Reply{Stats: &s}, err)
 		default:
-			c.reply(DaemonReply{Error: fmt.Sprintf("unknown request %q", op.Op)})
+			c.reply(Reply{Error: fmt.Sprintf("unknown request %q", op.Op)})
 		}
 	}
 }
@@ -153,15 +156,15 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		d.mu.Lock()
 		d.refused++
 		d.mu.Unlock()
-		c.replyErr(DaemonReply{}, err)
+		c.replyErr(Reply{}, err)
 	}
 	if req.Endpoint != 0 && req.Endpoint < FirstUserEndpoint && !c.privileged() {
 		refuse(fmt.Errorf("%w: endpoint %d is privileged (below %d): uid %d may not open it", ErrPermission, req.Endpoint, FirstUserEndpoint, c.cred.Uid))
 		return
 	}
-	size, err := EndpointMemorySize(EndpointConfig{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
+	size, err := endpoint.MemorySize(endpoint.Config{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
 	if err == nil && len(req.Table) == 0 {
-		err = fmt.Errorf("%w: an empty translation table", ErrConfig)
+		err = fmt.Errorf("%w: an empty translation table", nicfw.ErrConfig)
 	}
 	if err != nil {
 		refuse(err)
@@ -194,21 +197,21 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 	}
 	c.eps[id] = size
 	log.Info("endpoint opened", "endpoint", id, "tag", req.Tag, "table", len(req.Table))
-	c.send(DaemonReply{Endpoint: id}, mem.FD(), notify, d.wake)
+	c.send(Reply{Endpoint: id}, mem.FD(), notify, d.wake)
 }
 
-func (c *daemonConn) replyErr(r DaemonReply, err error) {
+func (c *daemonConn) replyErr(r Reply, err error) {
 	if err != nil {
 		r.Error, r.Code = err.Error(), codeOf(err)
 	}
 	c.reply(r)
 }
 
-func (c *daemonConn) reply(r DaemonReply) { c.send(r) }
+func (c *daemonConn) reply(r Reply) { c.send(r) }
 
 // send writes r with fds attached.
-func (c *daemonConn) send(r DaemonReply, fds ...int) {
-	r.Host = HostID(c.d.host.Load())
+func (c *daemonConn) send(r Reply, fds ...int) {
+	r.Host = nicfw.HostID(c.d.host.Load())
 	b, _ := json.Marshal(r)
 	var oob []byte
 	if len(fds) > 0 {
@@ -231,9 +234,9 @@ type Conn struct {
 // Endpoint is an endpoint opened through a daemon: its memory, mapped, and
 // the descriptors of its notification and of the engine's wake-up.
 type Endpoint struct {
-	*EndpointView
-	ID     EndpointID
-	Host   HostID
+	*endpoint.View
+	ID     nicfw.EndpointID
+	Host   nicfw.HostID
 	notify int
 	kick   int
 	conn   *Conn
@@ -261,10 +264,10 @@ func (c *Conn) SetTimeout(d time.Duration) { c.timeout = d }
 func (c *Conn) Close() error { return c.conn.Close() }
 
 // roundTrip sends a request and reads the reply and its descriptors.
-func (c *Conn) roundTrip(req any) (DaemonReply, []int, error) {
+func (c *Conn) roundTrip(req any) (Reply, []int, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return DaemonReply{}, nil, err
+		return Reply{}, nil, err
 	}
 	var deadline time.Time
 	if c.timeout > 0 {
@@ -272,22 +275,22 @@ func (c *Conn) roundTrip(req any) (DaemonReply, []int, error) {
 	}
 	c.conn.SetDeadline(deadline)
 	if _, err := c.conn.Write(b); err != nil {
-		return DaemonReply{}, nil, fmt.Errorf("nicfw: daemon request: %w", err)
+		return Reply{}, nil, fmt.Errorf("nicfw: daemon request: %w", err)
 	}
 	buf := make([]byte, maxControlMsg)
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := c.conn.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return DaemonReply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", err)
+		return Reply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", err)
 	}
 	if n == 0 {
-		return DaemonReply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", ErrDaemonClosed)
+		return Reply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", ErrClosed)
 	}
 	var fds []int
 	if oobn > 0 {
 		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 		if err != nil {
-			return DaemonReply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", err)
+			return Reply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", err)
 		}
 		for _, m := range msgs {
 			if f, err := unix.ParseUnixRights(&m); err == nil {
@@ -295,33 +298,33 @@ func (c *Conn) roundTrip(req any) (DaemonReply, []int, error) {
 			}
 		}
 	}
-	var r DaemonReply
+	var r Reply
 	if err := json.Unmarshal(buf[:n], &r); err != nil {
 		closeFDs(fds)
-		return DaemonReply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", err)
+		return Reply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", err)
 	}
 	if r.Error != "" {
 		closeFDs(fds)
 		if sentinel := errorOf(r.Code); sentinel != nil {
-			return r, nil, &DaemonError{Msg: r.Error, Kind: sentinel}
+			return r, nil, &Error{Msg: r.Error, Kind: sentinel}
 		}
-		return r, nil, &DaemonError{Msg: r.Error}
+		return r, nil, &Error{Msg: r.Error}
 	}
 	return r, fds, nil
 }
 
-// DaemonError is a daemon's refusal as the client sees it: the daemon's
+// Error is a daemon's refusal as the client sees it: the daemon's
 // message, and its kind (ErrPermission, ErrQuota, ErrConfig,
-// ErrEndpointInUse, ErrDaemonClosed), which errors.Is matches.
-type DaemonError struct {
+// ErrEndpointInUse, ErrClosed), which errors.Is matches.
+type Error struct {
 	Msg  string
 	Kind error // nil: none of the kinds
 }
 
-func (e *DaemonError) Error() string { return "nicfw: daemon: " + e.Msg }
+func (e *Error) Error() string { return "nicfw: daemon: " + e.Msg }
 
 // Unwrap returns the refusal's kind.
-func (e *DaemonError) Unwrap() error { return e.Kind }
+func (e *Error) Unwrap() error { return e.Kind }
 
 func closeFDs(fds []int) {
 	for _, fd := range fds {
@@ -343,13 +346,13 @@ func (c *Conn) Open(req OpenRequest) (*Endpoint, error) {
 	for _, fd := range fds {
 		unix.CloseOnExec(fd)
 	}
-	v, err := MapEndpoint(fds[0])
+	v, err := endpoint.Map(fds[0])
 	unix.Close(fds[0])
 	if err != nil {
 		closeFDs(fds[1:])
 		return nil, err
 	}
-	ep := &Endpoint{EndpointView: v, ID: r.Endpoint, Host: r.Host, notify: fds[1], kick: fds[2], conn: c}
+	ep := &Endpoint{View: v, ID: r.Endpoint, Host: r.Host, notify: fds[1], kick: fds[2], conn: c}
 	one := [8]byte{1}
 	kick := ep.kick
 	v.SetKick(func() { unix.Write(kick, one[:]) })
@@ -357,15 +360,15 @@ func (c *Conn) Open(req OpenRequest) (*Endpoint, error) {
 }
 
 // Stats asks the daemon for its counters.
-func (c *Conn) Stats() (DaemonStats, error) {
+func (c *Conn) Stats() (Stats, error) {
 	r, _, err := c.roundTrip(struct {
 		Op string `json:"op"`
 	}{"stats"})
 	if err != nil {
-		return DaemonStats{}, err
+		return Stats{}, err
 	}
 	if r.Stats == nil {
-		return DaemonStats{}, errors.New("nicfw: daemon sent no stats")
+		return Stats{}, errors.New("nicfw: daemon sent no stats")
 	}
 	return *r.Stats, nil
 }
@@ -375,7 +378,7 @@ func (c *Conn) Stats() (DaemonStats, error) {
 // event mask and sleeps on its notification eventfd (Block). It reports
 // whether an event is ready; a true may be spurious (a notification left
 // from an earlier arming), so callers receive and wait again.
-func (e *Endpoint) Wait(ev Events, timeout time.Duration) (bool, error) {
+func (e *Endpoint) Wait(ev endpoint.Events, timeout time.Duration) (bool, error) {
 	if e.Arm(ev) != 0 {
 		return true, nil
 	}
@@ -393,9 +396,9 @@ func (e *Endpoint) Wait(ev Events, timeout time.Duration) (bool, error) {
 
 // Block sleeps on the endpoint's notification eventfd until the engine
 // writes it or timeout passes (negative: no limit), without arming: the
-// caller has armed (EndpointView.Arm) and found nothing ready. This is
+// caller has armed (endpoint.View.Arm) and found nothing ready. This is
 // am.AMIIConfig.Block in firmware mode. It watches the connection too: a
-// daemon that died (its end of the socket hung up) is ErrDaemonClosed,
+// daemon that died (its end of the socket hung up) is ErrClosed,
 // never a sleep that nothing will end.
 func (e *Endpoint) Block(timeout time.Duration) error {
 	ms := -1
@@ -417,7 +420,7 @@ func (e *Endpoint) Block(timeout time.Duration) error {
 		// A reply to another goroutine's call sets only POLLIN on the
 		// socket (not asked for); its end's hanging up sets these.
 		if len(fds) > 1 && fds[1].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
-			return fmt.Errorf("nicfw: endpoint wait: %w", ErrDaemonClosed)
+			return fmt.Errorf("nicfw: endpoint wait: %w", ErrClosed)
 		}
 		var b [8]byte
 		unix.Read(e.notify, b[:])
@@ -430,5 +433,5 @@ func (e *Endpoint) Close() error {
 	_, _, err := e.conn.roundTrip(CloseRequest{Op: "close", Endpoint: e.ID})
 	unix.Close(e.notify)
 	unix.Close(e.kick)
-	return errors.Join(err, e.EndpointView.Close())
+	return errors.Join(err, e.View.Close())
 }

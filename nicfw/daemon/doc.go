@@ -1,0 +1,56 @@
+// Package daemon runs xam's NIC firmware engine (package nicfw) in firmware
+// mode: as a daemon, AM-II's NIC processor on cores of its own, serving
+// applications in other processes (Dial, Conn.Open). A Daemon owns one link (the device's AF_XDP queue) and one
+// Engine, and runs the engine loop in one goroutine locked to its OS thread
+// and, with Config.Cores, pinned to those CPUs (sched_setaffinity).
+// The loop busy-polls; with Config.Sleep it sleeps, after that long
+// without work, in poll(2) on the link's socket and the daemon's wake
+// eventfd, until a frame arrives, an application kicks it, a control
+// request comes in or the timer scan is due.
+//
+// Applications reach the daemon through its unix socket (SOCK_SEQPACKET).
+// One connection is one application's session; its requests and replies
+// are JSON messages (OpenRequest, CloseRequest, and their Reply), and
+// the reply to an open carries three file descriptors (SCM_RIGHTS): the
+// endpoint's memfd, which the application maps (endpoint.Map); the
+// endpoint's notification eventfd, which the engine writes when a receive
+// queue the application armed becomes non-empty (endpoint.View.Arm); and
+// the daemon's wake eventfd, which the application writes to wake a
+// sleeping engine (endpoint.View.SetKick). Applications never see the
+// socket, the UMEM or other endpoints.
+//
+// Who may open what is decided by the peer's credentials (SO_PEERCRED),
+// read when the connection is accepted: endpoint ids below
+// FirstUserEndpoint are privileged (services such as a mapper) and only
+// root or the daemon's own user may open them. Every user (by uid) has
+// quotas: at most Config.MaxPerUser endpoints open, MaxConnsPerUser
+// connections, and UserMemory bytes of endpoint memory; a request past one
+// is refused with ErrQuota, to that client only. An open request is checked
+// whole (QueueEntries a power of two in 2..16384, StagingSize in
+// MaxMedium..1 GiB, a table of 1..2^20 entries, a free id) before anything
+// is made, and its memory is made in the connection's goroutine, never in
+// the engine's: one user's large endpoint does not stall the engine for
+// others. A refusal reaches the client as a typed error (ErrPermission,
+// ErrQuota, ErrConfig, ErrEndpointInUse: errors.Is works across the
+// socket). Endpoints live as long as their
+// connection: when the application closes it, exits or dies, the kernel
+// closes the socket and the daemon closes the connection's endpoints
+// (Engine.CloseEndpoint); messages still arriving for them are returned to
+// their senders as "endpoint closed". Nothing else is disturbed.
+//
+// The host table is static (Config.Hosts) or the mapper's
+// (Config.Map): the daemon then runs the mapper protocol on its link,
+// in the engine thread, and applies each table the mapper adopts
+// (Engine.SetHosts), this host's id included. Mapper frames are broadcast,
+// the transport's unicast: a splitLink hands the engine's receive batches
+// to the transport without the broadcast frames, which it keeps for the
+// mapper (maplink.go). The daemon's mapper leads only if
+// Config.Map.Privileged: the daemon runs as root, and no application
+// endpoint can send a mapper frame (the engine sends unicast frames only),
+// so only the daemon's privileged mapper speaks for the host.
+//
+// Threads: the engine and its endpoints belong to the engine goroutine. A
+// connection's goroutine hands it work as a function on a channel and
+// writes the wake eventfd; the engine runs queued functions at the top of
+// every loop.
+package daemon

@@ -1,0 +1,92 @@
+// Package transport is the reliable transport of xam's NIC firmware
+// (AM-II's "virtual network transport protocol"): logical channels,
+// sequence numbers, acknowledgements, retransmission and epochs, between
+// this host and its peers on one afxdp.Link. Its user (the engine,
+// package nicfw) sees a contract: Send with a cookie, and the Deliver,
+// Acked and Returned callbacks that Poll runs; Peer, Busy and the
+// accessors say what it may send now. docs/wire.md has the frame tables.
+//
+// # Protocol
+//
+// A Transport moves messages between this host and its peers on one
+// afxdp.Link. Peers are named by a small HostID that AddPeer maps to a MAC
+// address (the mapper's host table). Towards each peer there are C logical
+// channels (Config.Channels); each channel is stop-and-wait with a 16-bit
+// sequence number, so at most C messages per peer are unacknowledged at
+// once and Send reports ErrBusy when all of them are. The state lives in two
+// tables, one row per peer and one column per channel (channels.go):
+//
+//   - send channel table: in use, sequence number, the unacknowledged
+//     message (its transport header and payload, kept to retransmit), the
+//     stamp of its current transmission, the time since which nothing has
+//     been heard for it (its first transmission or its last valid NACK),
+//     the retry count and the time of the next retransmission;
+//   - receive channel table: the sequence number expected next, which
+//     suppresses duplicates.
+//
+// The receiver answers every DATA frame. A DATA frame carrying the expected
+// sequence number is offered to the Deliver callback: if Deliver accepts it
+// the channel's expected number advances and an acknowledgement is owed; if
+// Deliver refuses it (the receive queue is full) a NACK goes back at once
+// and nothing advances. A DATA frame with any other sequence number is a
+// duplicate of one already delivered (a retransmission whose ACK was lost):
+// it is not delivered again, only acknowledged again. Acknowledgements
+// piggy-back (acks.go): the next DATA frame to the peer carries every one
+// owed to it, so in request/reply traffic a round trip is two frames; what
+// nothing carries by the end of the next Poll (and Config.AckDelay) leaves
+// in an ACK frame, which carries all that are owed. ACKs and NACKs echo the
+// sequence number and the stamp of the DATA frame they answer;
+// piggy-backed entries carry the sequence number.
+//
+// At the sender an ACK whose channel is in use with the same sequence number
+// frees the channel and tells the sender (Config.Acked, with the cookie
+// given to Send). A NACK counts only if its echoed stamp is that of
+// the channel's current transmission: a NACK for an earlier transmission is
+// stale (the message may since have been retransmitted and accepted) and is
+// ignored. A valid NACK schedules a retransmission after Config.NackDelay.
+//
+// Retransmission is driven by a timer scan (timers.go) that Poll runs every
+// Config.ScanInterval of its clock. The transport keeps, per peer, the
+// number of unacknowledged channels, and a list of the peers whose count is
+// not zero; the scan visits only those. A channel whose retransmission is
+// due is sent again with a fresh stamp, unless nothing has been heard
+// for it (no NACK) for Config.GiveUpAfter since its first transmission or
+// its last valid NACK: then the peer is taken to be unreachable, the channel
+// is freed and the message goes back to its sender through the Returned
+// callback with ErrUnreachable. A NACK proves the peer alive, so a message
+// that the peer keeps refusing is not returned; the sender sees ErrBusy
+// instead (back-pressure).
+//
+// Sequence numbers start at 0 on both sides, so a restart must be noticed
+// (epochs.go): every frame carries its sender's epoch, a random number
+// drawn when the transport starts, and the receiver's as the sender last
+// heard it. A new epoch from a peer resets the channels both ways and
+// returns the messages in flight to it (ErrRestarted); a DATA frame meant
+// for an earlier epoch of the receiver is dropped and answered with a
+// RESET frame, which tells its sender. A host that leaves the host table
+// and comes back (SetPeers: under the daemon's mapper, a host silent for
+// the mapper's DeadAfter) gets fresh channels too.
+//
+// Stamps identify transmissions: a counter per Transport, so each
+// transmission has its own; a NACK counts if it echoes the current
+// transmission's.
+//
+// # Threads
+//
+// A Transport belongs to one goroutine, the engine thread: New, AddPeer,
+// Send, Poll and Stats are called from it alone, and the callbacks run in it
+// (inside Poll). The callbacks may call Send, but not Poll. Nothing in the
+// transport starts a goroutine or takes a lock; the link's own contract
+// (one sender, one receiver at a time) is met by being one goroutine.
+//
+// # Wire format
+//
+// Every message, acknowledgements included, is one AAL5 CPCS-PDU on the
+// circuit Config.VPI/VCI (default 0/32): a 20-byte transport header (type,
+// channel, sequence number, stamp, length, acknowledgement count, source
+// and destination epochs), the piggy-backed acknowledgements, and the
+// payload. A PDU spans as many frames as it needs; losing any of them
+// loses the message, which is then retransmitted whole. The tables, and
+// what a receiver drops and counts, are in docs/wire.md ("The firmware
+// transport"), the one place for them.
+package transport
