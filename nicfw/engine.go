@@ -98,6 +98,9 @@ type EngineConfig struct {
 	// retransmitted arrives after those sent after it. Bulk chunks always
 	// travel one at a time, in order.
 	Window int
+	// Modules extend the engine (module.go): the same modules, with the
+	// same IDs, on every host. None by default: AM-II's service alone.
+	Modules []Module
 	// Unprotected turns the virtual networks' protection off, for
 	// measuring what it costs (the LogP baseline of AM-II): a message is
 	// delivered to its endpoint whatever its tag. Descriptors are still
@@ -206,7 +209,8 @@ type flight struct {
 }
 
 // returnedFlight is a message that left its slot, returned to its sender
-// and waiting for room in the sender's reply receive queue: d is the
+// (or a command's completion, module.go) and waiting for room in the
+// sender's reply receive queue: d is the
 // descriptor to put (ClassReturned set), data a medium message's bytes.
 type returnedFlight struct {
 	s    *epState
@@ -248,6 +252,7 @@ type Engine struct {
 	maxPL      int           // the transport's MaxPayload
 	giveUp     time.Duration // the transport's GiveUpAfter
 	buf        []byte        // a message being built: short, or a bulk chunk
+	mods       *modules      // nil: no modules loaded
 	stats      EngineStats
 }
 
@@ -289,11 +294,15 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	if e.res, err = NewResidency(cfg.Resident); err != nil {
 		return nil, err
 	}
+	tlink, err := e.initModules(link)
+	if err != nil {
+		return nil, err
+	}
 	tc := cfg.Transport
 	tc.Deliver = e.deliver
 	tc.Acked = e.ack
 	tc.Returned = e.returned
-	if e.tr, err = transport.New(link, tc); err != nil {
+	if e.tr, err = transport.New(tlink, tc); err != nil {
 		return nil, err
 	}
 	if e.cfg.SendBudget == 0 {
@@ -303,6 +312,9 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	e.giveUp = e.tr.Config().GiveUpAfter
 	e.buf = make([]byte, max(e.maxPL, msgMaxLen))
 	e.pending = e.isPending
+	if err := e.startModules(); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -413,7 +425,7 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 // It returns the first error of closing memory, including that of an
 // endpoint closed earlier whose memory was closed late.
 func (e *Engine) Close() error {
-	err := e.closeErr
+	err := errors.Join(e.closeErr, e.closeModules())
 	for _, s := range e.eps {
 		if s == nil {
 			continue
@@ -474,6 +486,13 @@ func (e *Engine) Poll() (int, error) {
 		return work, err
 	}
 	work += e.acked
+	if e.mods != nil {
+		n, err = e.pollModules()
+		work += n
+		if err != nil {
+			return work, err
+		}
+	}
 	work += e.flushReturning()
 	return work, nil
 }
@@ -526,6 +545,9 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 			return true // returned at once (or the mark expires and it is sent)
 		}
 	}
+	if e.mods != nil && len(e.mods.gates) > 0 && !e.gateOpen(s.id, h) {
+		return false // a module holds it back
+	}
 	if p := e.tr.Peer(h); p != nil && p.Busy() {
 		return false // ErrBusy
 	}
@@ -573,6 +595,10 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	}
 	if s.state == slotEmpty && !e.take(s) {
 		return false, nil
+	}
+	if s.d.Class == endpoint.ClassCommand {
+		e.command(s)
+		return true, nil
 	}
 	m, reason := e.message(s)
 	if reason != 0 {
@@ -837,7 +863,9 @@ func (e *Engine) flushReturning() int {
 			j++
 			continue
 		}
-		e.stats.Returned++
+		if r.d.Class != endpoint.ClassCommand { // a command's completion is not a return
+			e.stats.Returned++
+		}
 		work++
 	}
 	clear(e.returnedFl[j:])
@@ -848,7 +876,11 @@ func (e *Engine) flushReturning() int {
 // ack is the transport's Acked callback: the message sent with cookie
 // was delivered. Its sender is released; a bulk chunk moves its message on
 // to the next chunk.
-func (e *Engine) ack(_ HostID, cookie uint64) {
+func (e *Engine) ack(dst HostID, cookie uint64) {
+	if cookie&controlCookie != 0 {
+		e.controlDone(dst, true)
+		return
+	}
 	f := e.flightOf(cookie)
 	if f == nil {
 		return // a return message
@@ -882,6 +914,10 @@ func (e *Engine) land(s *epState) {
 
 // returned is the transport's Returned callback.
 func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) {
+	if cookie&controlCookie != 0 {
+		e.controlDone(dst, false)
+		return
+	}
 	f := e.flightOf(cookie)
 	if f == nil { // a return message (cookie 0) is not returned again
 		e.stats.ReturnsLost++
@@ -926,6 +962,10 @@ func (e *Engine) returnFlight(s *epState, f *flight, payload []byte, reason endp
 func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	if len(e.down) > 0 {
 		delete(e.down, src)
+	}
+	if len(p) > 0 && p[0] == msgControl {
+		e.acceptControl(src, p)
+		return true
 	}
 	ok, reason := e.accept(src, p, len(e.returns) < e.cfg.ReturnQueue)
 	if reason == 0 {

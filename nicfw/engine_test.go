@@ -42,6 +42,13 @@ type engNet struct {
 
 func newEngNet(t *testing.T, opts memlink.Options, cfg EngineConfig) *engNet {
 	t.Helper()
+	return newEngNetWith(t, opts, cfg, nil)
+}
+
+// newEngNetWith is newEngNet with per, if not nil, changing each host's
+// configuration (its modules, say) before its engine is made.
+func newEngNetWith(t *testing.T, opts memlink.Options, cfg EngineConfig, per func(HostID, *EngineConfig)) *engNet {
+	t.Helper()
 	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	la, lb, err := memlink.NewPair(opts)
 	if err != nil {
@@ -59,6 +66,9 @@ func newEngNet(t *testing.T, opts memlink.Options, cfg EngineConfig) *engNet {
 	mk := func(id HostID, l *memlink.Link) *engHost {
 		c := cfg
 		c.Host = id
+		if per != nil {
+			per(id, &c)
+		}
 		e, err := NewEngine(l, c)
 		if err != nil {
 			t.Fatal(err)

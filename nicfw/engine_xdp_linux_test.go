@@ -18,6 +18,12 @@ import (
 // frames at both, on the system clock.
 func newXDPEngNet(t *testing.T, cfg EngineConfig, drop float64) *engNet {
 	t.Helper()
+	return newXDPEngNetWith(t, cfg, drop, nil)
+}
+
+// newXDPEngNetWith is newXDPEngNet with per as in newEngNetWith.
+func newXDPEngNetWith(t *testing.T, cfg EngineConfig, drop float64, per func(HostID, *EngineConfig)) *engNet {
+	t.Helper()
 	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	n := &engNet{}
@@ -25,6 +31,9 @@ func newXDPEngNet(t *testing.T, cfg EngineConfig, drop float64) *engNet {
 		_, sock := xdptest.OpenHost(t, h, drop, uint64(11+i))
 		c := cfg
 		c.Host = []HostID{hostA, hostB}[i]
+		if per != nil {
+			per(c.Host, &c)
+		}
 		e, err := NewEngine(sock, c)
 		if err != nil {
 			t.Fatal(err)
@@ -185,4 +194,20 @@ func TestEngineOverAFXDP(t *testing.T) {
 	}
 	t.Logf("medium messages of up to %d bytes, bulk chunks of %d bytes; transport A %+v, B %+v",
 		top, chunkRoom(n.b.eng.MaxPayload(), 1), ta, tb)
+}
+
+// TestModuleSeamOverAFXDP is TestModuleSeam's body over AF_XDP, with 10%
+// of the frames dropped by xam's XDP program at both hosts.
+func TestModuleSeamOverAFXDP(t *testing.T) {
+	probes := map[HostID]*probeModule{}
+	cfg := EngineConfig{}
+	cfg.Transport.RetransmitAfter = 2 * time.Millisecond
+	n := newXDPEngNetWith(t, cfg, 0.10, func(id HostID, c *EngineConfig) {
+		probes[id] = newProbe()
+		c.Modules = []Module{probes[id]}
+	})
+	moduleBody(t, n, probes, 200)
+	if st := n.a.eng.TransportStats(); st.Retransmits == 0 {
+		t.Errorf("no retransmissions with 10%% of the frames dropped: %+v", st)
+	}
 }

@@ -206,15 +206,13 @@ type Daemon struct {
 	host atomic.Uint32 // this host's id, for the connections' replies
 
 	// Owned by the engine goroutine.
-	notify  map[nicfw.EndpointID]int // endpoint -> its notification eventfd
-	hosts   map[nicfw.HostID]net.HardwareAddr
-	epoch   uint64
-	split   *splitLink     // with a mapper: the engine's side of the link
-	mapper  *mapper.Mapper // nil: static host table
-	nextMap time.Time      // the mapper's next Poll without frames
-	nextID  nicfw.EndpointID
-	sleeps  uint64
-	wg      sync.WaitGroup
+	notify map[nicfw.EndpointID]int // endpoint -> its notification eventfd
+	hosts  map[nicfw.HostID]net.HardwareAddr
+	epoch  uint64
+	mapper *mapper.Module // the engine's mapper module; nil: static host table
+	nextID nicfw.EndpointID
+	sleeps uint64
+	wg     sync.WaitGroup
 }
 
 // New returns a daemon on link with a new engine; Run starts it. The
@@ -244,13 +242,23 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 	if cfg.Map != nil && len(cfg.Hosts) > 0 {
 		return nil, fmt.Errorf("%w: a static host table and a mapper", nicfw.ErrConfig)
 	}
-	engLink := link
-	var split *splitLink
+	// The mapper is the engine's module: it takes its frames from the
+	// engine's link and gives the engine its tables (Backplane.SetHosts);
+	// the daemon keeps what the table says for its replies and stats.
+	d := &Daemon{}
 	if cfg.Map != nil {
-		split = &splitLink{Link: link}
-		engLink = split
+		mc := *cfg.Map
+		user := mc.OnChange
+		mc.OnChange = func(t mapper.Table) {
+			d.tableApplied(t)
+			if user != nil {
+				user(t)
+			}
+		}
+		d.mapper = mapper.NewModule(mc)
+		cfg.Engine.Modules = append(slices.Clip(cfg.Engine.Modules), d.mapper)
 	}
-	eng, err := nicfw.NewEngine(engLink, cfg.Engine)
+	eng, err := nicfw.NewEngine(link, cfg.Engine)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +275,7 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 		eng.Close()
 		return nil, fmt.Errorf("nicfw: daemon eventfd: %w", err)
 	}
-	d := &Daemon{
+	*d = Daemon{
 		cfg: cfg, log: cfg.Log, eng: eng, link: link, wake: wake,
 		work:   make(chan func(), 64),
 		done:   make(chan struct{}),
@@ -276,23 +284,9 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 		notify: make(map[nicfw.EndpointID]int),
 		nextID: FirstUserEndpoint,
 		hosts:  hosts,
-		split:  split,
+		mapper: d.mapper,
 	}
 	d.host.Store(uint32(cfg.Engine.Host))
-	if cfg.Map != nil {
-		mc := *cfg.Map
-		user := mc.OnChange
-		mc.OnChange = func(t mapper.Table) {
-			d.applyTable(t)
-			if user != nil {
-				user(t)
-			}
-		}
-		if d.mapper, err = mapper.New(split.mapSide(), mc); err != nil {
-			d.closeAll()
-			return nil, err
-		}
-	}
 	if cfg.Socket != "" {
 		if err := claimSocket(cfg.Socket); err != nil {
 			d.closeAll()
@@ -393,9 +387,6 @@ func (d *Daemon) loop(ctx context.Context) error {
 	var idleSince time.Time
 	for iter := 0; ; iter++ {
 		d.runWork()
-		if d.mapper != nil && (len(d.split.inbox) > 0 || iter&255 == 0) {
-			d.pollMapper()
-		}
 		n, err := d.eng.Poll()
 		if err != nil {
 			return err
@@ -444,9 +435,10 @@ func (d *Daemon) sleep() error {
 	if d.eng.Busy() {
 		timeout = max(int(d.eng.TimerPeriod()/time.Millisecond), 1)
 	}
-	if d.mapper != nil {
-		// Wake for the mapper's next probe (its frames wake us anyway).
-		ms := max(int(time.Until(d.nextMap)/time.Millisecond), 1)
+	if at, ok := d.eng.NextTimer(); ok {
+		// Wake for the modules' timers (the mapper's next probe; its
+		// frames wake us anyway).
+		ms := max(int(time.Until(at)/time.Millisecond), 1)
 		if timeout < 0 || ms < timeout {
 			timeout = ms
 		}
@@ -466,37 +458,17 @@ func (d *Daemon) sleep() error {
 	return nil
 }
 
-// pollMapper runs the mapper when frames wait for it or its time has come
-// (a quarter of its probe interval after the last run). Its errors (a
-// probe the link refused) are logged: the engine goes on.
-func (d *Daemon) pollMapper() {
-	now := time.Now()
-	if len(d.split.inbox) == 0 && now.Before(d.nextMap) {
-		return
-	}
-	every := d.cfg.Map.ProbeInterval
-	if every <= 0 {
-		every = time.Second
-	}
-	d.nextMap = now.Add(every / 4)
-	if err := d.mapper.Poll(); err != nil {
-		d.log.Warn("mapper", "err", err)
-	}
-}
-
-// applyTable makes the mapper's table the engine's host table.
-func (d *Daemon) applyTable(t mapper.Table) {
-	self := d.eng.Host()
-	if h, ok := t.Lookup(d.link.HardwareAddr()); ok {
-		self = nicfw.HostID(h.ID)
-	}
-	hosts := make(map[nicfw.HostID]net.HardwareAddr, len(t.Hosts))
-	for _, h := range t.Hosts {
-		hosts[nicfw.HostID(h.ID)] = h.MAC
-	}
-	if err := d.eng.SetHosts(self, hosts); err != nil {
+// tableApplied records the table the mapper module gave the engine: this
+// host's id and the hosts, for replies and stats.
+func (d *Daemon) tableApplied(t mapper.Table) {
+	if err := d.mapper.LastError(); err != nil {
 		d.log.Warn("host table refused", "epoch", t.Epoch, "err", err)
 		return
+	}
+	self := d.eng.Host()
+	hosts := make(map[nicfw.HostID]net.HardwareAddr, len(t.Hosts)+1)
+	for _, h := range t.Hosts {
+		hosts[nicfw.HostID(h.ID)] = h.MAC
 	}
 	hosts[self] = d.link.HardwareAddr()
 	d.mu.Lock()

@@ -125,6 +125,12 @@ const (
 	ClassShort  Class = 1 // up to MaxShortArgs words in the descriptor
 	ClassMedium Class = 2 // up to MaxMedium bytes in the staging area
 	ClassBulk   Class = 3 // any length inside the staging area
+	// ClassCommand is an operation of an engine module, not a message:
+	// Handler names it (the module's id in the high 16 bits), the
+	// arguments are its operands, Dest is not used. Its completion
+	// arrives in the reply receive queue with the same Class and Handler,
+	// the results as arguments and the status in Tag (nicfw.CommandStatus).
+	ClassCommand Class = 4
 )
 
 // Descriptor is one entry of an endpoint queue. In a send queue Dest is an
@@ -724,6 +730,14 @@ func (m *Memory) check(d *Descriptor) error {
 		if uint64(d.Offset)+uint64(d.Length) > uint64(m.l.staging) {
 			return RefusedRange
 		}
+	case ClassCommand:
+		if d.NArgs > MaxShortArgs {
+			return RefusedArgs
+		}
+		if d.Offset != 0 || d.Length != 0 || d.RemoteOffset != 0 {
+			return RefusedLength
+		}
+		return nil // Dest is not used
 	default:
 		return RefusedClass
 	}

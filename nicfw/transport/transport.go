@@ -384,6 +384,17 @@ func (t *Transport) Unacked(dst HostID) int {
 	return 0
 }
 
+// Hosts returns the ids of the hosts in the table.
+func (t *Transport) Hosts() []HostID {
+	var ids []HostID
+	for id, p := range t.peers {
+		if p != nil {
+			ids = append(ids, HostID(id))
+		}
+	}
+	return ids
+}
+
 // Config returns the transport's configuration, defaults filled in.
 func (t *Transport) Config() Config { return t.cfg }
 

@@ -1,4 +1,4 @@
-package daemon
+package nicfw
 
 import (
 	"time"
@@ -6,8 +6,9 @@ import (
 	"github.com/xam-project/xam/afxdp"
 )
 
-// Sharing one link between the engine and a mapper (nicfw/mapper), as the
-// daemon does: both run in the engine thread. The engine's transport
+// Sharing one link between the engine and a module that speaks its own
+// protocol in broadcast frames (a LinkUser: the mapper, nicfw/mapper): both
+// run in the engine thread. The engine's transport
 // receives through a splitLink, which takes the frames sent to the
 // Ethernet broadcast address out of each batch (mapper frames are
 // broadcast; the transport's are unicast) and keeps copies of them for the
@@ -25,6 +26,7 @@ type splitLink struct {
 	lent    [][]byte // frames the mapper's last Recv returned
 	free    [][]byte // buffers to copy into
 	dropped uint64   // mapper frames dropped: inbox full
+	kept    uint64   // mapper frames set aside
 }
 
 func isBroadcast(f []byte) bool {
@@ -50,6 +52,7 @@ func (l *splitLink) Recv(frames [][]byte) (int, error) {
 			b, l.free = l.free[k-1][:0], l.free[:k-1]
 		}
 		l.inbox = append(l.inbox, append(b, f...))
+		l.kept++
 	}
 	clear(frames[j:n])
 	return j, err
