@@ -41,6 +41,9 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 	s.closed = true
 	e.live--
 	e.sched.Remove(int(id))
+	if !s.resident {
+		e.unlistEvicted(s)
+	}
 	e.returnedFl = slices.DeleteFunc(e.returnedFl, func(r returnedFlight) bool { return r.s == s })
 	switch s.state {
 	case slotInflight:
@@ -66,6 +69,7 @@ func (e *Engine) release(s *epState) error {
 		if _, ok := e.res.Resident(int(s.id)); ok {
 			e.res.Unload(int(s.id))
 		}
+		s.resident, s.table = false, nil
 		delete(e.bulkRx, Name{e.cfg.Host, s.id})
 	} else {
 		e.closing = slices.DeleteFunc(e.closing, func(r *epState) bool { return r == s })
@@ -94,7 +98,7 @@ func (e *Engine) EndpointList() []EndpointInfo {
 		if s == nil || s.closed {
 			continue
 		}
-		l = append(l, EndpointInfo{ID: EndpointID(id), Tag: s.tag, Table: len(s.table), Queues: s.mem.Stats()})
+		l = append(l, EndpointInfo{ID: EndpointID(id), Tag: s.tag, Table: len(s.vnet), Queues: s.mem.Stats()})
 	}
 	return l
 }

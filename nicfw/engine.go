@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
@@ -52,7 +53,14 @@ type Name struct {
 type VNet struct {
 	Tag   uint64
 	Table []Name
+	// Weight is the endpoint's share of the engine's sends when several
+	// endpoints have work: the scheduler's weighted round robin lets it
+	// send up to Weight messages per round (1..MaxWeight; default 1).
+	Weight int
 }
+
+// MaxWeight bounds VNet.Weight.
+const MaxWeight = 64
 
 // ErrNoEndpoint: CloseEndpoint was given an id that names no open
 // endpoint.
@@ -146,8 +154,20 @@ type epState struct {
 	id    EndpointID
 	mem   *endpoint.Memory
 	tag   uint64
-	table []Name
+	vnet  []Name          // the translation table, as created (the endpoint's memory, "host side")
+	table []Name          // its copy in the engine's fast tables: nil while not resident
 	rev   map[Name]uint32 // sender -> index, for received descriptors
+
+	// Residency (engine_residency.go): resident says whether the
+	// endpoint is in the scheduler and its table is loaded; weight is its
+	// share of the scheduler's sends; evIdx its place in Engine.evicted
+	// while not resident, rung whether its doorbell rang (or it was evicted
+	// with work) and it waits to be loaded.
+	resident bool
+	sends    int // messages sent since it was loaded
+	weight   int
+	evIdx    int
+	rung     bool
 
 	state   slotState
 	d       endpoint.Descriptor
@@ -253,6 +273,9 @@ type Engine struct {
 	giveUp     time.Duration // the transport's GiveUpAfter
 	buf        []byte        // a message being built: short, or a bulk chunk
 	mods       *modules      // nil: no modules loaded
+	evicted    []*epState    // open endpoints not resident (engine_residency.go)
+	frames     [][]Name      // the translation tables of the resident endpoints, by frame
+	yield      func(ep int) bool
 	stats      EngineStats
 }
 
@@ -312,6 +335,7 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	e.giveUp = e.tr.Config().GiveUpAfter
 	e.buf = make([]byte, max(e.maxPL, msgMaxLen))
 	e.pending = e.isPending
+	e.yield = e.mayYield
 	if err := e.startModules(); err != nil {
 		return nil, err
 	}
@@ -399,14 +423,18 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 		return err
 	}
 	old := e.ep(id)
-	s := &epState{id: id, mem: mem, tag: vnet.Tag, table: append([]Name(nil), vnet.Table...), rev: make(map[Name]uint32)}
-	for i, n := range s.table {
+	w := vnet.Weight
+	if w == 0 {
+		w = 1
+	}
+	if w < 1 || w > MaxWeight {
+		return fmt.Errorf("%w: weight %d, want 1..%d", ErrConfig, vnet.Weight, MaxWeight)
+	}
+	s := &epState{id: id, mem: mem, tag: vnet.Tag, vnet: slices.Clone(vnet.Table), rev: make(map[Name]uint32), weight: w}
+	for i, n := range s.vnet {
 		if _, ok := s.rev[n]; !ok {
 			s.rev[n] = uint32(i)
 		}
-	}
-	if err := e.sched.Add(int(id), 1); err != nil {
-		return err
 	}
 	if old != nil && (old.state != slotEmpty || old.flying > 0) {
 		// Its message is still in flight: it finishes, then its memory
@@ -418,6 +446,7 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 	}
 	e.eps[id] = s
 	e.live++
+	e.evict(s) // it starts out of the fast tables: its first send rings its doorbell
 	return nil
 }
 
@@ -474,6 +503,9 @@ func (e *Engine) Poll() (int, error) {
 	work, err := e.flushReturns()
 	if err != nil {
 		return work, err
+	}
+	if len(e.evicted) > 0 {
+		work += e.doorbells() // before the sends: a rung endpoint sends in this Poll
 	}
 	n, err := e.sendPhase()
 	work += n
@@ -590,9 +622,7 @@ func (e *Engine) sendPhase() (int, error) {
 // sendFrom moves endpoint s's next message (or bulk chunk) on; it reports
 // whether it did.
 func (e *Engine) sendFrom(s *epState) (bool, error) {
-	if _, err := e.res.Touch(int(s.id)); err != nil {
-		return false, nil // ErrMustWait: retry after acknowledgements
-	}
+	e.res.Touch(int(s.id)) // resident (scheduled): marks it used, never faults
 	if s.state == slotEmpty && !e.take(s) {
 		return false, nil
 	}
@@ -615,6 +645,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 			return false, nil
 		default:
 			e.stats.Sent++
+			s.sends++
 			e.advance(s)
 		}
 		return true, nil
@@ -655,6 +686,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		return false, err
 	}
 	e.stats.Sent++
+	s.sends++
 	if err := e.res.Hold(int(s.id)); err != nil {
 		panic(err) // touched above, and nothing evicts in between
 	}
@@ -1056,7 +1088,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		}
 		return true, reason
 	}
-	if _, err := e.res.Touch(int(s.id)); err != nil {
+	if !e.touch(s) {
 		e.stats.NotResident++
 		return false, 0
 	}
@@ -1143,7 +1175,7 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 		e.stats.ReturnsLost++ // returned by this engine already (unreachable, say)
 		return true
 	}
-	if _, err := e.res.Touch(int(s.id)); err != nil {
+	if !e.touch(s) {
 		e.stats.NotResident++
 		return false
 	}

@@ -1,6 +1,7 @@
 package nicfw
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/xam-project/xam/afxdp/memlink"
@@ -110,5 +111,44 @@ func BenchmarkEngineIdlePoll(b *testing.B) {
 		if _, err := e.Poll(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkEndpointFault measures an endpoint fault: loading an endpoint
+// into the engine's fast tables (its translation table copied in, the
+// scheduler told) and evicting the least recently used one. Three
+// endpoints take turns in two frames, so every touch faults.
+func BenchmarkEndpointFault(b *testing.B) {
+	for _, size := range []int{1, 256, 4096} {
+		b.Run(fmt.Sprintf("table=%d", size), func(b *testing.B) {
+			la, lb, err := memlink.NewPair(memlink.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer la.Close()
+			defer lb.Close()
+			e, err := NewEngine(la, EngineConfig{Resident: 2})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			table := make([]Name, size)
+			var eps []*epState
+			for id := range EndpointID(3) {
+				if _, err := e.CreateEndpoint(id+1, endpoint.Config{TableSize: size}, VNet{Tag: 1, Table: table}); err != nil {
+					b.Fatal(err)
+				}
+				eps = append(eps, e.eps[id+1])
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				e.touch(eps[i%3])
+			}
+			b.StopTimer()
+			if st := e.ResidencyStats(); st.Faults < uint64(b.N) {
+				b.Fatalf("%d faults in %d touches", st.Faults, b.N)
+			}
+		})
 	}
 }

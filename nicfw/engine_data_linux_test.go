@@ -379,7 +379,7 @@ func TestEngineCloseEndpoint(t *testing.T) {
 	if err := ea.CloseEndpoint(1); err != nil {
 		t.Fatal(err)
 	}
-	if memB1.FD() != -1 || memA1.FD() != -1 || eb.Endpoints() != 1 || ea.Endpoints() != 2 || eb.sched.Len() != 1 {
+	if memB1.FD() != -1 || memA1.FD() != -1 || eb.Endpoints() != 1 || ea.Endpoints() != 2 || eb.sched.Remove(1) {
 		t.Fatalf("after closing: fds %d %d, endpoints %d %d", memB1.FD(), memA1.FD(), ea.Endpoints(), eb.Endpoints())
 	}
 	if _, ok := eb.res.Resident(1); ok {

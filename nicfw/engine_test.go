@@ -526,14 +526,22 @@ func TestEngineLoss(t *testing.T) {
 // senders take turns (round robin), and the faults are counted.
 // TestEngineResidencyOverAFXDP runs the same body over AF_XDP.
 func TestEngineResidency(t *testing.T) {
-	residencyBody(t, newEngNet(t, memlink.Options{}, residencyConfig), 100000)
+	residencyBody(t, newEngNet(t, memlink.Options{}, residencyConfig), 4, 100000)
+}
+
+// Eight times more active endpoints than frames: every message is
+// delivered, and at every step only R endpoints are in the fast tables
+// (scheduled, their translation table loaded); the others are reached
+// through their doorbells.
+func TestEngineResidency8x(t *testing.T) {
+	residencyBody(t, newEngNet(t, memlink.Options{}, residencyConfig), 8, 100000)
 }
 
 var residencyConfig = EngineConfig{Resident: 3, Loiter: 2, Transport: transport.Config{Channels: 1}}
 
-func residencyBody(t *testing.T, n *engNet, limit int) {
+func residencyBody(t *testing.T, n *engNet, factor, limit int) {
 	const per = 40
-	eps := 4 * residencyConfig.Resident
+	eps := factor * residencyConfig.Resident
 	var senders, receivers []*endpoint.View
 	for i := range EndpointID(eps) {
 		senders = append(senders, n.a.endpoint(t, i+1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, i + 1}}}))
@@ -546,6 +554,8 @@ func residencyBody(t *testing.T, n *engNet, limit int) {
 	}
 	got := make([]uint64, eps)
 	n.run(t, limit, func() bool {
+		checkResidency(t, n.a.eng)
+		checkResidency(t, n.b.eng)
 		done := true
 		for i, v := range receivers {
 			var ds []endpoint.Descriptor
@@ -574,6 +584,27 @@ func residencyBody(t *testing.T, n *engNet, limit int) {
 		t.Errorf("engine A %+v", sa)
 	}
 	t.Logf("%d endpoints, %d frames: residency A %+v, B %+v", eps, residencyConfig.Resident, ra, rb)
+}
+
+// checkResidency fails t unless exactly e's resident endpoints are in its
+// fast tables: at most R of them, in the scheduler, their tables loaded;
+// the others out of the scheduler, tables dropped, marked to ring their
+// doorbells.
+func checkResidency(t *testing.T, e *Engine) {
+	t.Helper()
+	res := e.residentEndpoints()
+	if len(res) > e.res.Frames() || e.sched.Len() != len(res) {
+		t.Fatalf("%d endpoints resident, %d scheduled, %d frames", len(res), e.sched.Len(), e.res.Frames())
+	}
+	for id, s := range e.eps {
+		if s == nil || s.closed {
+			continue
+		}
+		_, inFrame := e.res.Resident(id)
+		if s.resident != inFrame || s.resident != (s.table != nil) || !s.resident && s.evIdx < 0 {
+			t.Fatalf("endpoint %d: resident %v, in a frame %v, table loaded %v, on the evicted list %v", id, s.resident, inFrame, s.table != nil, s.evIdx >= 0)
+		}
+	}
 }
 
 // The engines run in a goroutine of their own on the system clock while

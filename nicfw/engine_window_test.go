@@ -4,6 +4,7 @@ package nicfw
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -199,5 +200,34 @@ func TestEngineWindowReturns(t *testing.T) {
 	}
 	if s := ea.Stats(); s.Returned != count || s.ReturnsLost != 0 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestEngineWeight: an endpoint's weight (VNet.Weight) is its share of
+// the engine's sends while several endpoints have work.
+func TestEngineWeight(t *testing.T) {
+	cfg := EngineConfig{SendBudget: 4, Window: 64, Loiter: 1, Transport: transport.Config{Channels: 128}}
+	n := newEngNet(t, memlink.Options{}, cfg)
+	heavy := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}, Weight: 3})
+	light := n.a.endpoint(t, 2, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	sink := n.b.endpoint(t, 1, endpoint.Config{QueueEntries: 1024}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostA, 2}}})
+	for i := range uint64(60) {
+		mustSend(t, heavy, endpoint.RequestSend, short(0, 1, i))
+		mustSend(t, light, endpoint.RequestSend, short(0, 2, i))
+	}
+	var got []endpoint.Descriptor
+	n.run(t, 1000, func() bool {
+		drain(t, sink, endpoint.RequestReceive, &got)
+		return len(got) >= 40
+	})
+	var from [3]int
+	for _, d := range got[:40] {
+		from[d.Handler]++
+	}
+	if from[1] != 30 || from[2] != 10 {
+		t.Errorf("first 40 deliveries: %d from the endpoint of weight 3, %d from that of weight 1; want 30 and 10", from[1], from[2])
+	}
+	if _, err := n.a.eng.CreateEndpoint(3, endpoint.Config{}, VNet{Tag: 1, Table: []Name{{hostB, 1}}, Weight: MaxWeight + 1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("weight %d: %v, want ErrConfig", MaxWeight+1, err)
 	}
 }

@@ -60,7 +60,7 @@ func newXDPEngNetWith(t *testing.T, cfg EngineConfig, drop float64, per func(Hos
 func TestEngineResidencyOverAFXDP(t *testing.T) {
 	cfg := residencyConfig
 	cfg.Transport.RetransmitAfter = 2 * time.Millisecond
-	residencyBody(t, newXDPEngNet(t, cfg, 0.05), 30)
+	residencyBody(t, newXDPEngNet(t, cfg, 0.05), 8, 30)
 }
 
 // TestEngineOverAFXDP runs two engines over real AF_XDP sockets on a veth

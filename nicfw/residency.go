@@ -109,7 +109,12 @@ func (r *Residency) Outstanding(ep int) int {
 // Touch makes ep resident and marks it most recently used. It returns
 // ErrMustWait, having changed nothing, when ep is not resident and every
 // frame is pinned.
-func (r *Residency) Touch(ep int) (Touched, error) {
+func (r *Residency) Touch(ep int) (Touched, error) { return r.TouchIf(ep, nil) }
+
+// TouchIf is Touch with the victims of a fault restricted to the
+// endpoints may accepts (nil: any that is not pinned). It returns
+// ErrMustWait when no frame is free and may accepts no unpinned endpoint.
+func (r *Residency) TouchIf(ep int, may func(ep int) bool) (Touched, error) {
 	r.stats.Touches++
 	r.tick++
 	if f, ok := r.lookup(ep); ok {
@@ -123,7 +128,7 @@ func (r *Residency) Touch(ep int) (Touched, error) {
 			victim = i
 			break
 		}
-		if f.outstanding == 0 && (victim < 0 || f.last < r.frames[victim].last) {
+		if f.outstanding == 0 && (victim < 0 || f.last < r.frames[victim].last) && (may == nil || may(f.ep)) {
 			victim = i
 		}
 	}

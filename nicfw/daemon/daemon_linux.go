@@ -88,6 +88,9 @@ type OpenRequest struct {
 	// QueueEntries and StagingSize size the endpoint (0: defaults).
 	QueueEntries int `json:"queue_entries,omitempty"`
 	StagingSize  int `json:"staging_size,omitempty"`
+	// Weight is the endpoint's share of the engine's sends (nicfw.VNet;
+	// 0: 1).
+	Weight int `json:"weight,omitempty"`
 }
 
 // CloseRequest closes an endpoint of the connection.
@@ -608,7 +611,7 @@ func (d *Daemon) open(req OpenRequest) (id nicfw.EndpointID, mem *endpoint.Memor
 			id = d.nextID
 			d.nextID++
 		}
-		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: req.Tag, Table: req.Table}); err != nil {
+		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: req.Tag, Table: req.Table, Weight: req.Weight}); err != nil {
 			return
 		}
 		added = true

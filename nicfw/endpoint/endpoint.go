@@ -79,7 +79,7 @@ const (
 	maxTableSize    = 1 << 20
 
 	endpointMagic   = 0x5045_4d58    // "XMEP" little-endian
-	endpointVersion = 3              // 2: receive area, event words, RemoteOffset; 3: store region, handler count
+	endpointVersion = 4              // 2: receive area, event words, RemoteOffset; 3: store region, handler count; 4: doorbell
 	endpointName    = "xam-endpoint" // the memfd's name, in /proc/*/maps
 	pageSize        = 4096
 	cacheLine       = 64
@@ -314,14 +314,16 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// The layout of endpoint memory (version 2):
+// The layout of endpoint memory (version 4):
 //
 //	0                 header, 128 bytes (two cache lines), uint32 each:
 //	                  0 magic, 4 version, 8 queue entries, 12 staging
-//	                  size, 16 table size, 32 the engine's idle word
-//	                  (SetIdle; 0 busy, 1 idle), 36 the store region
-//	                  and 40 the handler count (the application's:
-//	                  SetStoreRegion, SetHandlers), 64 the armed event
+//	                  size, 16 table size, 32 the engine's word (bit 0
+//	                  idle: SetIdle; bit 1 not resident: SetEvicted),
+//	                  36 the store region and 40 the handler count (the
+//	                  application's: SetStoreRegion, SetHandlers), 44 the
+//	                  doorbell (the application's: Send rings it while
+//	                  the endpoint is not resident), 64 the armed event
 //	                  mask (Arm; a line of its own); the rest reserved, 0
 //	128 + q*ringSize  queue q (RequestSend, ReplySend, RequestReceive,
 //	                  ReplyReceive): producer index (own cache line),
@@ -343,6 +345,7 @@ const (
 	hdrIdle    = 32
 	hdrStore   = 36
 	hdrHandler = 40
+	hdrBell    = 44
 	hdrArmed   = cacheLine
 	hdrSize    = 128
 
@@ -380,12 +383,12 @@ func (l layout) recvSlot(q Queue, pos uint32) int {
 // and handlers by the application (the engine clears armed when it
 // notifies).
 type hdrWords struct {
-	idle, armed, store, handlers *atomic.Uint32
+	idle, armed, store, handlers, bell *atomic.Uint32
 }
 
 func words(mem []byte) hdrWords {
 	w := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
-	return hdrWords{idle: w(hdrIdle), armed: w(hdrArmed), store: w(hdrStore), handlers: w(hdrHandler)}
+	return hdrWords{idle: w(hdrIdle), armed: w(hdrArmed), store: w(hdrStore), handlers: w(hdrHandler), bell: w(hdrBell)}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
@@ -617,11 +620,45 @@ func (m *Memory) SetIdle(idle bool) {
 	if m.mem == nil {
 		return
 	}
-	var w uint32
 	if idle {
-		w = 1
+		m.idle.Or(wordIdle)
+	} else {
+		m.idle.And(^uint32(wordIdle))
 	}
-	m.idle.Store(w)
+}
+
+// The bits of the engine's word (hdrIdle).
+const (
+	wordIdle    = 1 // the engine sleeps: Send kicks it
+	wordEvicted = 2 // the endpoint is not resident: Send rings its doorbell
+)
+
+// SetEvicted marks the endpoint resident (false) or not (true) in the
+// engine's word. While it is marked, the application's Send rings the
+// endpoint's doorbell (a word of its header the engine reads: Doorbell)
+// and kicks the engine if it has a kick function: a non-resident
+// endpoint's queues are not polled, and the doorbell is how its work
+// reaches the engine. An engine that evicts an endpoint sets the mark,
+// then looks at its send queues once more (Pending), as SetIdle's caller
+// does, so that no send is missed.
+func (m *Memory) SetEvicted(evicted bool) {
+	if m.mem == nil {
+		return
+	}
+	if evicted {
+		m.idle.Or(wordEvicted)
+	} else {
+		m.idle.And(^uint32(wordEvicted))
+	}
+}
+
+// Doorbell reports whether the application rang the endpoint's doorbell
+// since the last call, and clears it.
+func (m *Memory) Doorbell() bool {
+	if m.mem == nil || m.bell.Load() == 0 {
+		return false
+	}
+	return m.bell.Swap(0) != 0
 }
 
 // PeekDest returns the Dest of the descriptor at the head of send queue
@@ -910,8 +947,13 @@ func (v *View) Send(q Queue, d *Descriptor) error {
 	if err := v.rings[q].produce(d); err != nil {
 		return err
 	}
-	if v.kick != nil && v.idle.Load() != 0 {
-		v.kick()
+	if w := v.idle.Load(); w != 0 {
+		if w&wordEvicted != 0 {
+			v.bell.Store(1)
+		}
+		if v.kick != nil {
+			v.kick()
+		}
 	}
 	return nil
 }

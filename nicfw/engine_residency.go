@@ -1,0 +1,139 @@
+package nicfw
+
+import "slices"
+
+// Residency made real: which endpoints are in the engine's fast tables,
+// AM-II's endpoint frames in NIC memory. The Residency (residency.go)
+// keeps the books; this file moves the state.
+//
+// A resident endpoint is in the scheduler, so the engine polls its send
+// queues, and its translation table is loaded: a copy of it in the
+// engine's own memory (epState.table), which sends read. A non-resident
+// endpoint is in neither: the engine does not look at its queues at all.
+// Its memory carries the mark (endpoint.Memory.SetEvicted) that makes the
+// application's Send ring its doorbell, a word in the endpoint's header;
+// every Poll reads the doorbells of the non-resident endpoints (one load
+// each) and faults those that rang into a frame, evicting the least
+// recently used endpoint with nothing in flight (its messages in flight
+// pin it, as before). A delivery to a non-resident endpoint faults it in
+// too. Loading copies the translation table into the fast tables and adds
+// the endpoint to the scheduler; evicting drops both: a fault costs in
+// proportion to the table (BenchmarkEndpointFault).
+//
+// An endpoint starts out of the fast tables (AddEndpoint): its first send
+// rings its doorbell.
+
+// touch makes s resident, faulting it in (and evicting another) if it is
+// not; false when every frame is pinned (ErrMustWait).
+func (e *Engine) touch(s *epState) bool { return e.touchIf(s, nil) }
+
+// touchIf is touch with the victims restricted as Residency.TouchIf does.
+func (e *Engine) touchIf(s *epState, may func(ep int) bool) bool {
+	t, err := e.res.TouchIf(int(s.id), may)
+	if err != nil {
+		return false
+	}
+	if t.DidEvict {
+		if v := e.ep(EndpointID(t.Evicted)); v != nil && v.resident {
+			e.evict(v)
+		}
+	}
+	if !s.resident {
+		// A fault; or the frame of an earlier endpoint of the same id,
+		// closed and replaced while its message was in flight.
+		e.load(s, t.Frame)
+	}
+	return true
+}
+
+// load moves s into the fast tables, its table into frame's.
+func (e *Engine) load(s *epState, frame int) {
+	e.unlistEvicted(s)
+	if e.frames == nil {
+		e.frames = make([][]Name, e.res.Frames())
+	}
+	e.frames[frame] = append(e.frames[frame][:0], s.vnet...)
+	s.table = e.frames[frame]
+	if err := e.sched.Add(int(s.id), s.weight); err != nil {
+		panic(err) // not resident, so not in the scheduler
+	}
+	s.resident, s.rung, s.sends = true, false, 0
+	s.mem.SetEvicted(false)
+}
+
+// evict moves open endpoint s out of the fast tables. Its slot may hold a
+// message taken and not yet sent (or waiting to be returned to it): it
+// then asks to come back, as it does if it has descriptors waiting.
+func (e *Engine) evict(s *epState) {
+	e.sched.Remove(int(s.id))
+	s.resident, s.table = false, nil
+	s.evIdx = len(e.evicted)
+	e.evicted = append(e.evicted, s)
+	s.mem.SetEvicted(true)
+	// A descriptor published before the mark was visible rang no bell:
+	// look once more now that it is (endpoint.Memory.SetEvicted).
+	s.rung = s.state != slotEmpty || s.mem.Pending()
+}
+
+// unlistEvicted takes s off the list of non-resident endpoints.
+func (e *Engine) unlistEvicted(s *epState) {
+	i := s.evIdx
+	if i < 0 || i >= len(e.evicted) || e.evicted[i] != s {
+		return
+	}
+	last := len(e.evicted) - 1
+	e.evicted[i] = e.evicted[last]
+	e.evicted[i].evIdx = i
+	e.evicted[last] = nil
+	e.evicted = e.evicted[:last]
+	s.evIdx = -1
+}
+
+// doorbells reads the doorbells of the non-resident endpoints and faults
+// in those that rang, into free frames or the frames of endpoints that
+// have had their turn: that have nothing to send, or have sent since they
+// were loaded (mayYield). So an endpoint loaded to send keeps its frame
+// until it sent once, however many others ring meanwhile (no thrashing
+// while a channel is busy), and endpoints with work take turns. Deliveries
+// fault endpoints in without that restriction.
+func (e *Engine) doorbells() int {
+	room := max(e.res.Frames()-1-e.pinned, 1)
+	loaded := 0
+	for i := 0; i < len(e.evicted); {
+		s := e.evicted[i]
+		if s.mem.Doorbell() {
+			s.rung = true
+		}
+		if !s.rung || loaded == room {
+			i++
+			continue
+		}
+		if !e.touchIf(s, e.yield) {
+			break // no frame to take: after sends and acknowledgements
+		}
+		loaded++ // s left the list: e.evicted[i] is another now
+	}
+	return loaded
+}
+
+// mayYield reports whether resident endpoint ep may give its frame to an
+// endpoint whose doorbell rang: it has nothing to send, or sent since it
+// was loaded.
+func (e *Engine) mayYield(ep int) bool {
+	s := e.ep(EndpointID(ep))
+	if s == nil || s.closed || s.sends > 0 {
+		return true
+	}
+	return s.state == slotEmpty && !s.mem.Pending()
+}
+
+// residentEndpoints returns the ids of the resident endpoints, for tests.
+func (e *Engine) residentEndpoints() []EndpointID {
+	var ids []EndpointID
+	for id, s := range e.eps {
+		if s != nil && s.resident {
+			ids = append(ids, EndpointID(id))
+		}
+	}
+	return slices.Clip(ids)
+}
