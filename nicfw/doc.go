@@ -1,21 +1,22 @@
-// Package nicfw is xam's NIC firmware: the engine that AM-II calls the NIC
-// processor. This package holds its reliable transport (AM-II's "virtual
-// network transport protocol"), endpoints, scheduling and residency, and the
-// inline engine loop that joins them (Engine), and the daemon that runs the
-// engine on cores of its own (Daemon, firmware mode, daemon_linux.go); the
-// mapper is package nicfw/mapper, which the daemon runs when asked
-// (DaemonConfig.Map).
+// Package nicfw is xam's NIC firmware engine: AM-II's NIC processor. It
+// joins an endpoint's shared memory (package nicfw/endpoint) and the
+// reliable transport (nicfw/transport) into the engine loop (Engine):
+// virtual networks, scheduling, residency, return to sender, and the
+// modules that extend it (module.go; the mapper, nicfw/mapper, is the
+// first). It runs inline, in the caller's goroutine, or in firmware mode
+// under a daemon on cores of its own (nicfw/daemon).
 //
 // # Scheduling and residency
 //
 // A Scheduler (sched.go) chooses the endpoint to send from next: weighted
-// round robin over the endpoints with sends pending, skipping empty ones
-// and loitering up to a given number of sends on a busy one. A Residency
-// (residency.go) keeps at most R endpoints in the engine's fast tables:
-// touching another is an endpoint fault that evicts the least recently used
-// endpoint without outstanding messages, or reports ErrMustWait when every
-// resident endpoint has some. Both are bookkeeping for the engine thread,
-// which the Engine drives.
+// round robin over the resident endpoints with sends pending, skipping
+// empty ones and loitering up to a given number of sends on a busy one;
+// an endpoint's weight is VNet.Weight. A Residency (residency.go) keeps
+// the books of the R frames; the engine moves the state
+// (engine_residency.go): only resident endpoints are scheduled and have
+// their translation table in a frame, and the others ring a doorbell in
+// their shared header that faults them in, evicting the least recently
+// used endpoint without outstanding messages.
 //
 // # Engine
 //
@@ -35,7 +36,7 @@
 // pipelines an endpoint's short and medium messages: a message that leaves
 // for a remote host frees the slot for the next, and up to Window of them
 // are in flight at once, on as many channels, each kept with its
-// descriptor (an inflightRef with a flight) so that it can still be
+// descriptor (a flight record, as every message in flight has) so that it can still be
 // returned, a medium message with the bytes the transport kept. They are
 // then in order per channel only, as in AM-II: a lost message, sent again,
 // arrives after those that left after it. Bulk chunks still go one at a
@@ -43,7 +44,7 @@
 // about endpoints whose next message could leave now (a free channel, a
 // frame to pin), so a blocked endpoint is not charged a send. The sender is
 // touched in the Residency before its message is taken, held while the
-// message is in flight and released on its ACK (seen as its channel freed)
+// message is in flight and released on its ACK (the transport's Acked callback)
 // or its return; one frame is always left unpinned, so a delivery to a
 // non-resident endpoint can load it (R is at least 2). Deliveries touch the
 // destination too; its receive queue full means a NACK.
@@ -97,32 +98,11 @@
 // arrives after the id was reused goes to the new one if it has the same
 // tag.
 //
-// The engine's message, the transport payload, big-endian:
-//
-//	offset    size  field
-//	0         1     queue: 0 request, 1 reply (the sender's send queue)
-//	1         1     class: 1 short, 2 medium, 3 bulk
-//	2         1     number of arguments n (0..8)
-//	3         1     return reason, 0 for a message that is not a return
-//	4         2     destination endpoint (a return: the original sender)
-//	6         2     source endpoint
-//	8         4     handler
-//	12        4     destination index in the original sender's table
-//	16        8     tag
-//	24        8n    arguments
-//
-// followed, for medium and bulk messages, by an extension and the data:
-//
-//	24+8n     4     offset of the message in the sender's staging area
-//	28+8n     4     length L of the message (bulk: of all its chunks)
-//	32+8n     4     bulk: offset in the receiver's staging area; medium: 0
-//	36+8n     4     bulk: the message's number at its sending endpoint
-//	                (from 1); medium: 0
-//	40+8n     4     bulk: offset of this chunk's data in the message;
-//	                medium: 0
-//	44+8n     4     c, the length of the data that follows
-//	48+8n     c     data: a medium message's L bytes (a return too); a
-//	                bulk chunk's, at least 1 (a return: none)
+// The engine's messages travel as the transport's payloads: a header
+// (queue, class, argument count, return reason, endpoints, handler, index,
+// tag), the arguments, and for medium and bulk messages an extension and
+// the data; docs/wire.md has the table, and that of a module's control
+// message.
 //
 // A message whose fields disagree (a length that does not match, a medium
 // message longer than MaxMedium or with c other than L, a chunk past its
