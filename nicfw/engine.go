@@ -734,7 +734,8 @@ func (e *Engine) inFlight() int { return len(e.flights) - len(e.freeFl) }
 
 // freeFlight frees the record of cookie.
 func (e *Engine) freeFlight(cookie uint64) {
-	e.flights[cookie-1] = flight{}
+	f := &e.flights[cookie-1]
+	f.s, f.peer = nil, nil // free; the rest is overwritten when it is reused
 	e.freeFl = append(e.freeFl, uint32(cookie-1))
 }
 
