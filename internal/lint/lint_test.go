@@ -103,17 +103,13 @@ func TestImportsPointDown(t *testing.T) {
 			t.Errorf("%s: top-level folder %q has no layer in internal/lint", rel, top)
 			continue
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		deps, err := moduleImports(fset, path)
 		if err != nil {
 			t.Errorf("%s: %v", rel, err)
 			continue
 		}
-		for _, imp := range f.Imports {
-			p, _ := strconv.Unquote(imp.Path.Value)
-			if !strings.HasPrefix(p, module+"/") {
-				continue
-			}
-			dep := strings.Split(strings.TrimPrefix(p, module+"/"), "/")[0]
+		for _, p := range deps {
+			dep := strings.Split(p, "/")[0]
 			if dep == top {
 				continue
 			}
@@ -169,15 +165,14 @@ func TestPackagesByMechanism(t *testing.T) {
 			t.Errorf("%s: package %s has no rank in internal/lint's sublayer", rel, dir)
 			continue
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		deps, err := moduleImports(fset, path)
 		if err != nil {
 			t.Errorf("%s: %v", rel, err)
 			continue
 		}
-		for _, imp := range f.Imports {
-			p, _ := strconv.Unquote(imp.Path.Value)
-			dep := strings.TrimPrefix(p, module+"/")
-			if dep == p || strings.Split(dep, "/")[0] != top || dep == dir {
+		for _, dep := range deps {
+			p := module + "/" + dep
+			if strings.Split(dep, "/")[0] != top || dep == dir {
 				continue
 			}
 			to, ok := rankOf(ranks, dep)
@@ -201,4 +196,21 @@ func rankOf(ranks map[string]int, dir string) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// moduleImports returns the packages of this module that the Go file at
+// path imports, relative to the module's root.
+func moduleImports(fset *token.FileSet, path string) ([]string, error) {
+	f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+	if err != nil {
+		return nil, err
+	}
+	var deps []string
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		if dep, ok := strings.CutPrefix(p, module+"/"); ok {
+			deps = append(deps, dep)
+		}
+	}
+	return deps, nil
 }
