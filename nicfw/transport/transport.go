@@ -81,7 +81,8 @@ type Config struct {
 	// LogP baseline of AM-II): Send transmits at once with no channel, no
 	// copy kept and no retransmission, never reports ErrBusy, and the
 	// receiver delivers what arrives, acknowledges nothing and drops what
-	// Deliver refuses. Both ends must agree.
+	// Deliver refuses; Acked is never called (a message is done when Send
+	// returns). Both ends must agree.
 	Unreliable bool
 	// MaxPayload is the largest payload Send accepts (default
 	// DefaultMaxPayload, at most 65535-20-4*Channels). A message spans as
