@@ -153,8 +153,20 @@ const DefaultCredits = 8
 // (otherwise as many as half holds).
 const DefaultMediumSlots = 4
 
-// Errors of the AM-II API besides ErrDiscipline, ErrTooLong and ErrTimeout.
+// DefaultGiveUp is how long Request and Reply wait for room (a credit, a
+// free send queue entry) before they report ErrTimeout.
+const DefaultGiveUp = 5 * time.Second
+
+// Errors of the AM-II API.
 var (
+	// ErrDiscipline: a reply outside a request handler, a second reply to
+	// one request, or a request from a reply handler.
+	ErrDiscipline = errors.New("am: request/reply discipline violated")
+	// ErrTooLong: a message longer than its class carries.
+	ErrTooLong = errors.New("am: message too long")
+	// ErrTimeout: no room (a credit, a send queue entry) within
+	// AMIIConfig.GiveUp, or requests unanswered.
+	ErrTimeout = errors.New("am: peer does not answer")
 	// ErrBadIndex: a destination index outside the endpoint's translation
 	// table.
 	ErrBadIndex = errors.New("am: destination index outside the translation table")

@@ -5,9 +5,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/xam-project/xam/am"
-	"github.com/xam-project/xam/loader"
 	"time"
+
+	"github.com/xam-project/xam/am/ssam"
+	"github.com/xam-project/xam/loader"
 
 	"github.com/xam-project/xam/internal/netnstest"
 )
@@ -76,7 +77,7 @@ func BenchmarkPingPong(b *testing.B) {
 	})
 	b.Run("ssam", func(b *testing.B) {
 		run(b, func(c PingConfig) (*PingResult, error) {
-			r, err := SSAMPing(pa, pb, c, 0, am.SSAMConfig{})
+			r, err := SSAMPing(pa, pb, c, 0, ssam.Config{})
 			if err != nil {
 				return nil, err
 			}
@@ -112,7 +113,7 @@ func BenchmarkPingCompare(b *testing.B) {
 	c, err := Compare(PingConfig{Count: max(b.N, 10), Size: 32}, 10,
 		Pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(pa, pb, c) }},
 		Pinger{"ssam", func(c PingConfig) (*PingResult, error) {
-			r, err := SSAMPing(pa, pb, c, 0, am.SSAMConfig{})
+			r, err := SSAMPing(pa, pb, c, 0, ssam.Config{})
 			if err != nil {
 				return nil, err
 			}
@@ -158,11 +159,11 @@ func BenchmarkShortMessageRate(b *testing.B) {
 		report(b, r, err)
 	})
 	b.Run("ssam", func(b *testing.B) {
-		r, err := SSAMRate(pa, pb, b.N, 16, loader.ModeAuto, am.SSAMConfig{Window: 63})
+		r, err := SSAMRate(pa, pb, b.N, 16, loader.ModeAuto, ssam.Config{Window: 63})
 		report(b, r, err)
 	})
 	b.Run("ssam-batched", func(b *testing.B) {
-		r, err := SSAMRate(pa, pb, b.N, 16, loader.ModeAuto, am.SSAMConfig{Window: 63, Batch: 28})
+		r, err := SSAMRate(pa, pb, b.N, 16, loader.ModeAuto, ssam.Config{Window: 63, Batch: 28})
 		report(b, r, err)
 	})
 }

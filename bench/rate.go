@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/loader"
 )
 
@@ -90,8 +90,8 @@ func RawFrameRate(a, b Place, n, batch int, mode loader.Mode) (*RateResult, erro
 // to b, whose handler takes them without replying (each is acknowledged
 // explicitly), and returns the message rate: reliable, in order, exactly
 // once. cfg.Batch packs messages into frames.
-func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg am.SSAMConfig) (*RateResult, error) {
-	if size > am.MaxShort {
+func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg ssam.Config) (*RateResult, error) {
+	if size > ssam.MaxShort {
 		return nil, fmt.Errorf("bench: %d-byte messages are not single-cell", size)
 	}
 	ea, err := OpenSSAM(a, b.MAC, mode, cfg)
@@ -105,7 +105,7 @@ func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg am.SSAMConfig) (*Ra
 	}
 	defer eb.Close()
 	var delivered atomic.Int64
-	sink := eb.AM.Register(func(*am.Token, []byte) { delivered.Add(1) })
+	sink := eb.AM.Register(func(*ssam.Token, []byte) { delivered.Add(1) })
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var rxErr error

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/driver"
 	"github.com/xam-project/xam/loader"
 )
@@ -24,11 +24,11 @@ const SSAMVCI = 32
 type SSAMEndpoint struct {
 	Raw *RawEndpoint
 	Dev *driver.Device
-	AM  *am.SSAM
+	AM  *ssam.Endpoint
 }
 
 // OpenSSAM builds an SSAM endpoint at p with one connection to peer.
-func OpenSSAM(p Place, peer net.HardwareAddr, mode loader.Mode, cfg am.SSAMConfig) (*SSAMEndpoint, error) {
+func OpenSSAM(p Place, peer net.HardwareAddr, mode loader.Mode, cfg ssam.Config) (*SSAMEndpoint, error) {
 	c, err := cfg.Filled()
 	if err != nil {
 		return nil, err
@@ -40,10 +40,10 @@ func OpenSSAM(p Place, peer net.HardwareAddr, mode loader.Mode, cfg am.SSAMConfi
 	e := &SSAMEndpoint{Raw: raw}
 	e.Dev, err = driver.Open(e.Raw.Sock, driver.Config{
 		Conns:     []driver.ConnSpec{{Peer: peer, SendVCI: SSAMVCI, RecvVCI: SSAMVCI}},
-		SendSlots: am.SendSlots(c.Window, c.MaxMessage),
+		SendSlots: ssam.SendSlots(c.Window, c.MaxMessage),
 	})
 	if err == nil {
-		e.AM, err = am.NewSSAM(e.Dev, cfg)
+		e.AM, err = ssam.New(e.Dev, cfg)
 	}
 	if err != nil {
 		e.Close()
@@ -157,7 +157,7 @@ func (c *EchoCounts) duplicates() int {
 // the runs per message in counts. Then PollUntil serves, any number of
 // requesters one after another.
 func (e *SSAMEndpoint) Echo(counts *EchoCounts) error {
-	if h := e.AM.Register(func(t *am.Token, data []byte) {
+	if h := e.AM.Register(func(t *ssam.Token, data []byte) {
 		session := e.AM.Stats().Sessions
 		if len(data) >= 8 {
 			counts.add(session, binary.BigEndian.Uint64(data))
@@ -172,7 +172,7 @@ func (e *SSAMEndpoint) Echo(counts *EchoCounts) error {
 }
 
 // syncSSAM begins a's session with b on connection 0 before anything is
-// timed (am.SSAM.Sync), polling both, for at most 2 s.
+// timed (ssam.Endpoint.Sync), polling both, for at most 2 s.
 func syncSSAM(a, b *SSAMEndpoint) error {
 	if err := a.AM.Sync(0); err != nil {
 		return err
@@ -213,7 +213,7 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 		return nil, fmt.Errorf("bench: %d-byte messages exceed the endpoint's %d", cfg.Size, e.AM.Config().MaxMessage)
 	}
 	var answered atomic.Int64 // highest message whose reply arrived, plus one
-	if h := e.AM.Register(func(t *am.Token, data []byte) {
+	if h := e.AM.Register(func(t *ssam.Token, data []byte) {
 		if len(data) >= 8 {
 			answered.Store(int64(binary.BigEndian.Uint64(data)) + 1)
 		} else {
@@ -244,7 +244,7 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 			if spins&1023 == 1023 && r.stop(&cfg) {
 				break
 			}
-			if spins&1023 == 1023 && time.Since(start) > cfg.Timeout+am.DefaultGiveUp {
+			if spins&1023 == 1023 && time.Since(start) > cfg.Timeout+ssam.DefaultGiveUp {
 				return nil, fmt.Errorf("bench: SSAM request %d unanswered after %v", i, time.Since(start))
 			}
 		}
@@ -261,7 +261,7 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 // SSAMPing runs the SSAM ping-pong from a to b on one machine (two lab
 // hosts), b echoing. loss, when above 0, makes both hosts' XDP programs
 // drop that fraction of xam frames.
-func SSAMPing(a, b Place, cfg PingConfig, loss float64, amc am.SSAMConfig) (*SSAMResult, error) {
+func SSAMPing(a, b Place, cfg PingConfig, loss float64, amc ssam.Config) (*SSAMResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -317,9 +317,9 @@ type BulkResult struct {
 // takes the data and sends no reply, so each request is acknowledged
 // explicitly. The rate counts data bytes, from the first request until the
 // last is acknowledged.
-func SSAMBulk(a, b Place, total int64, msg int, mode loader.Mode, amc am.SSAMConfig) (*BulkResult, error) {
-	if msg < 1 || msg > am.MaxBulk {
-		return nil, fmt.Errorf("bench: bulk message of %d bytes out of range [1, %d]", msg, am.MaxBulk)
+func SSAMBulk(a, b Place, total int64, msg int, mode loader.Mode, amc ssam.Config) (*BulkResult, error) {
+	if msg < 1 || msg > ssam.MaxBulk {
+		return nil, fmt.Errorf("bench: bulk message of %d bytes out of range [1, %d]", msg, ssam.MaxBulk)
 	}
 	if amc.MaxMessage == 0 {
 		amc.MaxMessage = msg
@@ -335,7 +335,7 @@ func SSAMBulk(a, b Place, total int64, msg int, mode loader.Mode, amc am.SSAMCon
 	}
 	defer eb.Close()
 	var received atomic.Int64
-	sink := eb.AM.Register(func(t *am.Token, data []byte) { received.Add(int64(len(data))) })
+	sink := eb.AM.Register(func(t *ssam.Token, data []byte) { received.Add(int64(len(data))) })
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var echoErr error

@@ -18,7 +18,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/xam-project/xam/afxdp/memlink"
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/driver"
 	"github.com/xam-project/xam/loader"
@@ -81,8 +81,8 @@ func (c *SSAMTablesConfig) fill() error {
 		return fmt.Errorf("bench: count %d: want at least 1", c.Count)
 	case c.Bulk < 1:
 		return fmt.Errorf("bench: bulk %d bytes: want at least 1", c.Bulk)
-	case c.BulkMessage < 1 || c.BulkMessage > am.MaxBulk || c.BulkMessage > maxDatagram:
-		return fmt.Errorf("bench: bulk message of %d bytes out of range [1, %d]", c.BulkMessage, min(am.MaxBulk, maxDatagram))
+	case c.BulkMessage < 1 || c.BulkMessage > ssam.MaxBulk || c.BulkMessage > maxDatagram:
+		return fmt.Errorf("bench: bulk message of %d bytes out of range [1, %d]", c.BulkMessage, min(ssam.MaxBulk, maxDatagram))
 	}
 	return nil
 }
@@ -512,12 +512,12 @@ func trapCosts(tx, rx *driver.Device, arr arrivals, ops int, syscalls bool) ([]C
 // xdpTraps measures part 1 on the SSAM devices of two SSAM endpoints at
 // their defaults, and what those devices pin.
 func xdpTraps(a, b Place, cfg SSAMTablesConfig) ([]Cost, Memory, error) {
-	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, am.SSAMConfig{})
+	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, ssam.Config{})
 	if err != nil {
 		return nil, Memory{}, fmt.Errorf("SSAM endpoint A: %w", err)
 	}
 	defer ea.Close()
-	eb, err := OpenSSAM(b, a.MAC, cfg.Mode, am.SSAMConfig{})
+	eb, err := OpenSSAM(b, a.MAC, cfg.Mode, ssam.Config{})
 	if err != nil {
 		return nil, Memory{}, fmt.Errorf("SSAM endpoint B: %w", err)
 	}
@@ -574,7 +574,7 @@ func pinned(e *SSAMEndpoint) (Memory, error) {
 // packetTraps measures part 2: devices opened with driver.OpenPacket, as
 // the AF_XDP ones are configured.
 func packetTraps(a, b Place, cfg SSAMTablesConfig) ([]Cost, error) {
-	slots := am.SendSlots(8, 8192) // OpenSSAM's default window and message size
+	slots := ssam.SendSlots(8, 8192) // OpenSSAM's default window and message size
 	var devs [2]*driver.Device
 	for i, s := range []struct{ here, peer Place }{{a, b}, {b, a}} {
 		err := s.here.Do(func() (err error) {
@@ -594,7 +594,7 @@ func packetTraps(a, b Place, cfg SSAMTablesConfig) ([]Cost, error) {
 
 // amWindow is the window of the endpoints that measure the AM layer: the
 // largest, so that a round of requests is long.
-const amWindow = am.MaxWindow
+const amWindow = ssam.MaxWindow
 
 // amCosts measures part 3 over AF_XDP between SSAM endpoints at a (the
 // requester) and b (the responder), both driven from this goroutine. A
@@ -606,7 +606,7 @@ const amWindow = am.MaxWindow
 // (which times Token.Reply alone, and, by difference, the rest of b's
 // poll). The retransmission timeout is a second, so nothing is resent.
 func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) {
-	amc := am.SSAMConfig{Window: amWindow, Timeout: time.Second}
+	amc := ssam.Config{Window: amWindow, Timeout: time.Second}
 	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, amc)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("SSAM endpoint A: %w", err)
@@ -623,13 +623,13 @@ func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) 
 	var replyH uint32
 	var handlerErr error
 	var inReply time.Duration // time inside the Reply brackets
-	replying := eb.AM.Register(func(t *am.Token, data []byte) {
+	replying := eb.AM.Register(func(t *ssam.Token, data []byte) {
 		if err := t.Reply(replyH, data); err != nil && handlerErr == nil {
 			handlerErr = err
 		}
 	})
-	silent := eb.AM.Register(func(*am.Token, []byte) {})
-	bracketed := eb.AM.Register(func(t *am.Token, data []byte) {
+	silent := eb.AM.Register(func(*ssam.Token, []byte) {})
+	bracketed := eb.AM.Register(func(t *ssam.Token, data []byte) {
 		start := time.Now()
 		err := t.Reply(replyH, data)
 		inReply += time.Since(start)
@@ -638,7 +638,7 @@ func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) 
 		}
 	})
 	replies := 0
-	replyH = ea.AM.Register(func(*am.Token, []byte) { replies++ })
+	replyH = ea.AM.Register(func(*ssam.Token, []byte) { replies++ })
 
 	if err := syncSSAM(ea, eb); err != nil {
 		return nil, 0, 0, err
@@ -764,7 +764,7 @@ func (t *SSAMTables) roundTrips(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTab
 	}{
 		{"raw", "xam frames over AF_XDP, echoed by the peer", func() (*PingResult, error) { return RawPing(a, b, pc) }},
 		{"ssam", "SSAM request/reply, single cell, reliable", func() (*PingResult, error) {
-			r, err := SSAMPing(a, b, pc, 0, am.SSAMConfig{})
+			r, err := SSAMPing(a, b, pc, 0, ssam.Config{})
 			if err != nil {
 				return nil, err
 			}
@@ -814,7 +814,7 @@ func (t *SSAMTables) bandwidth(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTabl
 	if !step("SSAM bulk write") {
 		return nil
 	}
-	sb, err := SSAMBulk(a, b, cfg.Bulk, cfg.BulkMessage, cfg.Mode, am.SSAMConfig{})
+	sb, err := SSAMBulk(a, b, cfg.Bulk, cfg.BulkMessage, cfg.Mode, ssam.Config{})
 	if err != nil {
 		return fmt.Errorf("SSAM bulk write: %w", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
@@ -71,13 +71,13 @@ func runDemo(e *env, args []string) error {
 	}); err != nil {
 		return err
 	}
-	var ssam *bench.SSAMResult
+	var ssamRes *bench.SSAMResult
 	if err := run("ssam", "SSAM request/reply, single cell, reliable", func() (*bench.PingResult, error) {
-		r, err := bench.SSAMPing(pa, pb, cfg, 0, am.SSAMConfig{})
+		r, err := bench.SSAMPing(pa, pb, cfg, 0, ssam.Config{})
 		if err != nil {
 			return nil, err
 		}
-		ssam = r
+		ssamRes = r
 		return &r.PingResult, nil
 	}); err != nil {
 		return err
@@ -95,7 +95,7 @@ func runDemo(e *env, args []string) error {
 	var bk *bench.BulkResult
 	if !in.interrupted() {
 		fmt.Fprintf(e.stderr, "  measuring the SSAM bulk transfer ...\n")
-		if bk, err = bench.SSAMBulk(pa, pb, *bulk, 8192, loader.ModeAuto, am.SSAMConfig{}); err != nil {
+		if bk, err = bench.SSAMBulk(pa, pb, *bulk, 8192, loader.ModeAuto, ssam.Config{}); err != nil {
 			return fmt.Errorf("bulk: %w", err)
 		}
 	}
@@ -116,8 +116,8 @@ func runDemo(e *env, args []string) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.2f×\t%s\n", r.name, us(r.r.RTT.P50), us(r.r.RTT.P99), float64(r.r.RTT.P50)/raw, what)
 	}
 	tw.Flush()
-	if ssam != nil {
-		fmt.Fprintf(w, "\nSSAM: %d requests, %d delivered, %d duplicates, %d retransmits.\n", ssam.Sent, ssam.Delivered, ssam.Duplicates, ssam.Retransmits)
+	if ssamRes != nil {
+		fmt.Fprintf(w, "\nSSAM: %d requests, %d delivered, %d duplicates, %d retransmits.\n", ssamRes.Sent, ssamRes.Delivered, ssamRes.Duplicates, ssamRes.Retransmits)
 	}
 	if bk != nil {
 		fmt.Fprintf(w, "SSAM bulk write: %d MiB in %d-byte AAL5 messages: %.1f MB/s (SSAM, 1994: about 5.5 MB/s).\n",

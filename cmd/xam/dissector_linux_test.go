@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/testenv"
 )
@@ -53,10 +53,10 @@ func TestWiresharkDissector(t *testing.T) {
 	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
 	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
 	cfg := bench.PingConfig{Count: 50, NoWarmup: true}
-	if _, err := bench.SSAMPing(pa, pb, cfg, 0, am.SSAMConfig{}); err != nil {
+	if _, err := bench.SSAMPing(pa, pb, cfg, 0, ssam.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bench.SSAMBulk(pa, pb, 100_000, 4000, 0, am.SSAMConfig{}); err != nil {
+	if _, err := bench.SSAMBulk(pa, pb, 100_000, 4000, 0, ssam.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil {

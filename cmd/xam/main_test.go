@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
@@ -523,7 +523,7 @@ func TestPingSSAMDevice(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Down() })
 	a, b := l.Hosts[0], l.Hosts[1]
-	server, err := bench.OpenSSAM(bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}, a.MAC, loader.ModeAuto, am.SSAMConfig{})
+	server, err := bench.OpenSSAM(bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}, a.MAC, loader.ModeAuto, ssam.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +580,7 @@ func TestCapture(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the capture socket is open
 	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
 	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
-	if _, err := bench.SSAMBulk(pa, pb, 200_000, 4000, loader.ModeAuto, am.SSAMConfig{}); err != nil {
+	if _, err := bench.SSAMBulk(pa, pb, 200_000, 4000, loader.ModeAuto, ssam.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	<-done

@@ -9,7 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
@@ -203,7 +203,7 @@ func pingLab(api, engineMode string, pa, pb bench.Place, a, b *lab.Host, cfg ben
 	case "raw":
 		return bench.RawPing(pa, pb, cfg)
 	case "ssam":
-		return bench.SSAMPing(pa, pb, cfg, loss, am.SSAMConfig{})
+		return bench.SSAMPing(pa, pb, cfg, loss, ssam.Config{})
 	case "amii":
 		if engineMode == "firmware" {
 			return bench.AMIIFirmwarePing(pa, pb, cfg, loss, [2][]int{}, fwSleep)
@@ -277,7 +277,7 @@ func serveRaw(e *env, ep *bench.RawEndpoint, dev string, in *interrupts) error {
 // pingSSAMDevice runs the SSAM ping over a device with a peer (real NICs):
 // serving the echo until interrupted, or pinging.
 func pingSSAMDevice(e *env, here bench.Place, peer net.HardwareAddr, serve bool, dev string, cfg bench.PingConfig, run bench.RunConfig, asJSON bool, in *interrupts) error {
-	ep, err := bench.OpenSSAM(here, peer, cfg.Mode, am.SSAMConfig{MaxMessage: max(8192, cfg.Size)})
+	ep, err := bench.OpenSSAM(here, peer, cfg.Mode, ssam.Config{MaxMessage: max(8192, cfg.Size)})
 	if err != nil {
 		return err
 	}

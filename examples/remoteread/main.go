@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
@@ -32,12 +32,12 @@ func main() {
 	h0, h1 := l.Hosts[0], l.Hosts[1]
 	p0 := bench.Place{Ifindex: h0.Index, MAC: h0.MAC, Do: h0.Do}
 	p1 := bench.Place{Ifindex: h1.Index, MAC: h1.MAC, Do: h1.Do}
-	reader, err := bench.OpenSSAM(p0, h1.MAC, loader.ModeAuto, am.SSAMConfig{})
+	reader, err := bench.OpenSSAM(p0, h1.MAC, loader.ModeAuto, ssam.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer reader.Close()
-	owner, err := bench.OpenSSAM(p1, h0.MAC, loader.ModeAuto, am.SSAMConfig{})
+	owner, err := bench.OpenSSAM(p1, h0.MAC, loader.ModeAuto, ssam.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,13 +49,13 @@ func main() {
 		memory[i] = math.Sqrt(float64(i))
 	}
 	var storeReply uint32
-	readH := owner.AM.Register(func(t *am.Token, data []byte) {
+	readH := owner.AM.Register(func(t *ssam.Token, data []byte) {
 		var reply [12]byte
 		copy(reply[:4], data[4:8]) // the reader's slot
 		binary.BigEndian.PutUint64(reply[4:], math.Float64bits(memory[binary.BigEndian.Uint32(data)]))
 		t.Reply(storeReply, reply[:])
 	})
-	writeH := owner.AM.Register(func(t *am.Token, data []byte) {
+	writeH := owner.AM.Register(func(t *ssam.Token, data []byte) {
 		memory[binary.BigEndian.Uint32(data)] = math.Float64frombits(binary.BigEndian.Uint64(data[4:]))
 	})
 	var stop atomic.Bool
@@ -71,7 +71,7 @@ func main() {
 	// The reader: readDouble with an outstanding-reads counter.
 	var results [8]float64
 	outstanding := 0
-	storeReply = reader.AM.Register(func(t *am.Token, data []byte) {
+	storeReply = reader.AM.Register(func(t *ssam.Token, data []byte) {
 		results[binary.BigEndian.Uint32(data)] = math.Float64frombits(binary.BigEndian.Uint64(data[4:]))
 		outstanding--
 	})

@@ -1,4 +1,4 @@
-package am
+package ssam
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ const testVCI = 32
 // pair is two SSAM endpoints joined by one connection (number 0 at each
 // end) over a link, and how to inject loss into it.
 type pair struct {
-	a, b    *SSAM
+	a, b    *Endpoint
 	setLoss func(t *testing.T, p float64)
 }
 
@@ -34,13 +34,13 @@ type pair struct {
 // only the connection's VCIs.
 var linkPairs = []struct {
 	name string
-	new  func(t *testing.T, cfg SSAMConfig) *pair
+	new  func(t *testing.T, cfg Config) *pair
 }{
 	{"memlink", newMemPair},
 	{"afxdp", newXDPPair},
 }
 
-func deviceConfig(peer net.HardwareAddr, cfg SSAMConfig) driver.Config {
+func deviceConfig(peer net.HardwareAddr, cfg Config) driver.Config {
 	c := cfg
 	c.fill()
 	return driver.Config{
@@ -50,9 +50,9 @@ func deviceConfig(peer net.HardwareAddr, cfg SSAMConfig) driver.Config {
 	}
 }
 
-func endpoints(t *testing.T, la, lb afxdp.Link, cfg SSAMConfig) (*SSAM, *SSAM) {
+func endpoints(t *testing.T, la, lb afxdp.Link, cfg Config) (*Endpoint, *Endpoint) {
 	t.Helper()
-	var eps [2]*SSAM
+	var eps [2]*Endpoint
 	for i, l := range []afxdp.Link{la, lb} {
 		peer := lb.HardwareAddr()
 		if i == 1 {
@@ -63,14 +63,14 @@ func endpoints(t *testing.T, la, lb afxdp.Link, cfg SSAMConfig) (*SSAM, *SSAM) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
-		if eps[i], err = NewSSAM(d, cfg); err != nil {
+		if eps[i], err = New(d, cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return eps[0], eps[1]
 }
 
-func newMemPair(t *testing.T, cfg SSAMConfig) *pair {
+func newMemPair(t *testing.T, cfg Config) *pair {
 	p := &pair{}
 	var a, b *memlink.Link
 	p.setLoss = func(t *testing.T, loss float64) {
@@ -87,7 +87,7 @@ func newMemPair(t *testing.T, cfg SSAMConfig) *pair {
 	return p
 }
 
-func newXDPPair(t *testing.T, cfg SSAMConfig) *pair {
+func newXDPPair(t *testing.T, cfg Config) *pair {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	var progs []*loader.Program
 	var socks []*afxdp.Socket
@@ -219,7 +219,7 @@ func exchange(t *testing.T, p *pair, n int, size func(i int) int) {
 func TestRoundTrips(t *testing.T) {
 	for _, lp := range linkPairs {
 		t.Run(lp.name, func(t *testing.T) {
-			p := lp.new(t, SSAMConfig{MaxMessage: MaxBulk})
+			p := lp.new(t, Config{MaxMessage: MaxBulk})
 			// Every single-cell size, then multi-cell sizes up to 64 KB.
 			sizes := []int{}
 			for n := 0; n <= MaxShort; n++ {
@@ -235,7 +235,7 @@ func TestLoss(t *testing.T) {
 	for _, lp := range linkPairs {
 		for _, loss := range []float64{0.05, 0.20} {
 			t.Run(fmt.Sprintf("%s/%.0f%%", lp.name, 100*loss), func(t *testing.T) {
-				p := lp.new(t, SSAMConfig{Window: 8, Timeout: time.Millisecond, MaxMessage: 2000})
+				p := lp.new(t, Config{Window: 8, Timeout: time.Millisecond, MaxMessage: 2000})
 				p.setLoss(t, loss)
 				rng := rand.New(rand.NewPCG(3, 4))
 				sizes := make([]int, 2000)
@@ -259,7 +259,7 @@ func TestLoss(t *testing.T) {
 }
 
 func TestDiscipline(t *testing.T) {
-	p := newMemPair(t, SSAMConfig{})
+	p := newMemPair(t, Config{})
 	var errs []error
 	var replyH uint32
 	replyH = p.a.Register(func(tk *Token, data []byte) {
@@ -301,7 +301,7 @@ func TestDiscipline(t *testing.T) {
 // duplicate request is answered from the saved answer without running the
 // handler again.
 func TestExplicitAckAndDuplicates(t *testing.T) {
-	p := newMemPair(t, SSAMConfig{Timeout: time.Hour})
+	p := newMemPair(t, Config{Timeout: time.Hour})
 	runs := 0
 	h := p.b.Register(func(tk *Token, data []byte) { runs++ })
 	if err := p.a.Request(0, h, []byte("no reply")); err != nil {
@@ -326,7 +326,7 @@ func TestExplicitAckAndDuplicates(t *testing.T) {
 }
 
 func TestBuffer(t *testing.T) {
-	p := newMemPair(t, SSAMConfig{})
+	p := newMemPair(t, Config{})
 	var got string
 	h := p.b.Register(func(tk *Token, data []byte) { got = string(data) })
 	buf := p.a.Buffer(0)
@@ -345,7 +345,7 @@ func TestBuffer(t *testing.T) {
 // A request/reply round trip allocates nothing (garbage collection pauses
 // would show as latency spikes and spurious retransmissions).
 func TestRoundTripAllocs(t *testing.T) {
-	p := newMemPair(t, SSAMConfig{Timeout: time.Hour})
+	p := newMemPair(t, Config{Timeout: time.Hour})
 	var replyH uint32
 	reqH := p.b.Register(func(tk *Token, data []byte) { tk.Reply(replyH, data) })
 	replyH = p.a.Register(func(tk *Token, data []byte) {})
@@ -375,7 +375,7 @@ func TestBatching(t *testing.T) {
 	for _, lp := range linkPairs {
 		for _, loss := range []float64{0, 0.05} {
 			t.Run(fmt.Sprintf("%s/%.0f%%", lp.name, 100*loss), func(t *testing.T) {
-				cfg := SSAMConfig{Window: 63, Batch: 28, Timeout: time.Millisecond, MaxMessage: 1000}
+				cfg := Config{Window: 63, Batch: 28, Timeout: time.Millisecond, MaxMessage: 1000}
 				if loss == 0 {
 					// No retransmission may blur the count of the
 					// requester's frames, however slow the machine.
@@ -401,7 +401,7 @@ func TestBatching(t *testing.T) {
 }
 
 func TestBatchConfig(t *testing.T) {
-	for _, cfg := range []SSAMConfig{{Window: 8, Batch: 9}, {Batch: -1}} {
+	for _, cfg := range []Config{{Window: 8, Batch: 9}, {Batch: -1}} {
 		if err := cfg.fill(); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
@@ -417,7 +417,7 @@ func TestBatchConfig(t *testing.T) {
 func TestSuccessiveRequesters(t *testing.T) {
 	for _, lp := range linkPairs {
 		t.Run(lp.name, func(t *testing.T) {
-			p := lp.new(t, SSAMConfig{})
+			p := lp.new(t, Config{})
 			var replyH uint32
 			echo := p.b.Register(func(tk *Token, data []byte) { tk.Reply(replyH, data) })
 			requester := p.a
@@ -425,7 +425,7 @@ func TestSuccessiveRequesters(t *testing.T) {
 				if round > 0 {
 					// A new requester on the same device and connection.
 					var err error
-					if requester, err = NewSSAM(p.a.dev, SSAMConfig{}); err != nil {
+					if requester, err = New(p.a.dev, Config{}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -462,7 +462,7 @@ func TestSuccessiveRequesters(t *testing.T) {
 func TestNoHandlerRejected(t *testing.T) {
 	for _, lp := range linkPairs {
 		t.Run(lp.name, func(t *testing.T) {
-			p := lp.new(t, SSAMConfig{})
+			p := lp.new(t, Config{})
 			h := p.b.Register(func(*Token, []byte) {})
 			var rejected []uint8
 			p.a.OnReject(func(conn int, seq uint8) { rejected = append(rejected, seq) })

@@ -1,4 +1,4 @@
-package am
+package ssam
 
 import (
 	"encoding/binary"
@@ -107,13 +107,13 @@ var (
 	// ErrDiscipline: a handler broke the request/reply discipline (a
 	// request handler sends at most one reply and no request; a reply
 	// handler sends nothing).
-	ErrDiscipline = errors.New("am: request/reply discipline violated")
-	ErrTooLong    = errors.New("am: message too long")
-	ErrBadConn    = errors.New("am: no such connection")
-	ErrNoHandler  = errors.New("am: no such handler")
+	ErrDiscipline = errors.New("ssam: request/reply discipline violated")
+	ErrTooLong    = errors.New("ssam: message too long")
+	ErrBadConn    = errors.New("ssam: no such connection")
+	ErrNoHandler  = errors.New("ssam: no such handler")
 	// ErrTimeout: a request found no room in the window for the
 	// configured give-up time (the peer does not answer).
-	ErrTimeout = errors.New("am: peer does not answer")
+	ErrTimeout = errors.New("ssam: peer does not answer")
 )
 
 // Handler is an Active Message handler. data aliases the receive buffer and
@@ -124,7 +124,7 @@ type Handler func(t *Token, data []byte)
 // Token identifies the message a handler runs for. It is valid only while
 // the handler runs.
 type Token struct {
-	s       *SSAM
+	s       *Endpoint
 	conn    int
 	seq     uint8
 	request bool
@@ -153,8 +153,8 @@ func (t *Token) Reply(handler uint32, data []byte) error {
 	return t.s.answer(t.conn, t.seq, kindReply, handler, data)
 }
 
-// SSAMConfig configures an SSAM endpoint.
-type SSAMConfig struct {
+// Config configures an SSAM endpoint.
+type Config struct {
 	Window  int           // outstanding requests per connection (W); default 8, at most MaxWindow
 	Timeout time.Duration // retransmission timeout; default 2 ms
 	// Batch, above 1, coalesces single-cell messages: requests wait in
@@ -170,17 +170,17 @@ type SSAMConfig struct {
 
 // Filled returns the configuration with its defaults filled in, or an
 // error if it is out of range.
-func (c SSAMConfig) Filled() (SSAMConfig, error) {
+func (c Config) Filled() (Config, error) {
 	err := c.fill()
 	return c, err
 }
 
-func (c *SSAMConfig) fill() error {
+func (c *Config) fill() error {
 	if c.Window == 0 {
 		c.Window = 8
 	}
 	if c.Window < 1 || c.Window > MaxWindow {
-		return fmt.Errorf("am: window %d out of range [1, %d]", c.Window, MaxWindow)
+		return fmt.Errorf("ssam: window %d out of range [1, %d]", c.Window, MaxWindow)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 2 * time.Millisecond
@@ -192,13 +192,13 @@ func (c *SSAMConfig) fill() error {
 		c.MaxMessage = 8192
 	}
 	if c.MaxMessage < MaxShort || c.MaxMessage > MaxBulk {
-		return fmt.Errorf("am: MaxMessage %d out of range [%d, %d]", c.MaxMessage, MaxShort, MaxBulk)
+		return fmt.Errorf("ssam: MaxMessage %d out of range [%d, %d]", c.MaxMessage, MaxShort, MaxBulk)
 	}
 	if c.Clock == nil {
 		c.Clock = clock.System{}
 	}
 	if c.Batch < 0 || c.Batch > c.Window {
-		return fmt.Errorf("am: batch %d out of range [0, window %d]", c.Batch, c.Window)
+		return fmt.Errorf("ssam: batch %d out of range [0, window %d]", c.Batch, c.Window)
 	}
 	return nil
 }
@@ -309,9 +309,9 @@ type conn struct {
 // connection per peer as the device was opened. It is not safe for
 // concurrent use: like SSAM it is driven by one thread that sends and
 // polls.
-type SSAM struct {
+type Endpoint struct {
 	dev      *driver.Device
-	cfg      SSAMConfig
+	cfg      Config
 	per      int // send slots per message buffer
 	ring     int // buffers per region (bufferRing of the window)
 	handlers []Handler
@@ -324,18 +324,18 @@ type SSAM struct {
 	stats    Stats
 }
 
-// NewSSAM returns an endpoint on dev. The device's send areas must hold
+// New returns an endpoint on dev. The device's send areas must hold
 // SendSlots(cfg.Window, cfg.MaxMessage) slots.
-func NewSSAM(dev *driver.Device, cfg SSAMConfig) (*SSAM, error) {
+func New(dev *driver.Device, cfg Config) (*Endpoint, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &SSAM{dev: dev, cfg: cfg, per: SlotsPerMessage(cfg.MaxMessage), ring: bufferRing(cfg.Window),
+	s := &Endpoint{dev: dev, cfg: cfg, per: SlotsPerMessage(cfg.MaxMessage), ring: bufferRing(cfg.Window),
 		conns: make([]conn, dev.NumConns()), session: rand.Uint32() | 1}
 	need := layoutSlots(cfg.Window, s.per) * cells.PayloadSize
 	for i := range s.conns {
 		if got := len(dev.SendArea(i)); got < need {
-			return nil, fmt.Errorf("am: connection %d's send area is %d bytes; window %d of %d-byte messages needs %d (driver.Config.SendSlots >= %d)",
+			return nil, fmt.Errorf("ssam: connection %d's send area is %d bytes; window %d of %d-byte messages needs %d (driver.Config.SendSlots >= %d)",
 				i, got, cfg.Window, cfg.MaxMessage, need, SendSlots(cfg.Window, cfg.MaxMessage))
 		}
 		s.conns[i] = conn{
@@ -350,18 +350,18 @@ func NewSSAM(dev *driver.Device, cfg SSAMConfig) (*SSAM, error) {
 
 // Register adds a handler and returns its index, the number that names it
 // on the wire.
-func (s *SSAM) Register(h Handler) uint32 {
+func (s *Endpoint) Register(h Handler) uint32 {
 	s.handlers = append(s.handlers, h)
 	return uint32(len(s.handlers) - 1)
 }
 
 // Stats returns the endpoint's counters.
-func (s *SSAM) Stats() Stats { return s.stats }
+func (s *Endpoint) Stats() Stats { return s.stats }
 
 // Config returns the endpoint's configuration, defaults filled in.
-func (s *SSAM) Config() SSAMConfig { return s.cfg }
+func (s *Endpoint) Config() Config { return s.cfg }
 
-func (s *SSAM) checkLen(n int) error {
+func (s *Endpoint) checkLen(n int) error {
 	if n > s.cfg.MaxMessage {
 		return fmt.Errorf("%w: %d bytes, this endpoint carries at most %d", ErrTooLong, n, s.cfg.MaxMessage)
 	}
@@ -370,7 +370,7 @@ func (s *SSAM) checkLen(n int) error {
 
 // requestOffset and answerOffset are the first send slot of the buffer of
 // sequence number seq for a message of n data bytes (see layoutSlots).
-func (s *SSAM) requestOffset(seq uint8, n int) int {
+func (s *Endpoint) requestOffset(seq uint8, n int) int {
 	r := s.ring
 	if n <= MaxShort {
 		return s.buf(seq)
@@ -379,9 +379,9 @@ func (s *SSAM) requestOffset(seq uint8, n int) int {
 }
 
 // buf is the buffer index of sequence number seq within a region.
-func (s *SSAM) buf(seq uint8) int { return int(seq) & (s.ring - 1) }
+func (s *Endpoint) buf(seq uint8) int { return int(seq) & (s.ring - 1) }
 
-func (s *SSAM) answerOffset(seq uint8, n int) int {
+func (s *Endpoint) answerOffset(seq uint8, n int) int {
 	r := s.ring
 	if n <= MaxShort {
 		return r + s.buf(seq)
@@ -390,7 +390,7 @@ func (s *SSAM) answerOffset(seq uint8, n int) int {
 }
 
 // dataAt returns the data part of the buffer at send slot off.
-func (s *SSAM) dataAt(c, off, n int) []byte {
+func (s *Endpoint) dataAt(c, off, n int) []byte {
 	start := off*cells.PayloadSize + cells.SSAMHeaderSize
 	return s.dev.SendArea(c)[start : start+n]
 }
@@ -399,21 +399,21 @@ func (s *SSAM) dataAt(c, off, n int) []byte {
 // application may write up to MaxMessage bytes there and send them with
 // RequestBuffered, without a copy (SSAM's exported next send buffer). It is
 // nil while the window is full.
-func (s *SSAM) Buffer(c int) []byte {
+func (s *Endpoint) Buffer(c int) []byte {
 	if c < 0 || c >= len(s.conns) || s.windowFull(&s.conns[c]) {
 		return nil
 	}
 	return s.dataAt(c, s.requestOffset(s.conns[c].next, s.cfg.MaxMessage), s.cfg.MaxMessage)
 }
 
-func (s *SSAM) windowFull(cn *conn) bool {
+func (s *Endpoint) windowFull(cn *conn) bool {
 	return int((cn.next-cn.base)&seqMask) >= s.cfg.Window
 }
 
 // Request sends a request with data to handler on connection c, then polls.
 // While the window is full it polls until there is room, for at most the
 // configured give-up time. It may not be called from a handler.
-func (s *SSAM) Request(c int, handler uint32, data []byte) error {
+func (s *Endpoint) Request(c int, handler uint32, data []byte) error {
 	if err := s.makeRoom(c); err != nil {
 		return err
 	}
@@ -426,7 +426,7 @@ func (s *SSAM) Request(c int, handler uint32, data []byte) error {
 
 // RequestBuffered sends a request whose n data bytes the application has
 // already written into Buffer(c).
-func (s *SSAM) RequestBuffered(c int, handler uint32, n int) error {
+func (s *Endpoint) RequestBuffered(c int, handler uint32, n int) error {
 	if err := s.makeRoom(c); err != nil {
 		return err
 	}
@@ -441,7 +441,7 @@ func (s *SSAM) RequestBuffered(c int, handler uint32, n int) error {
 }
 
 // makeRoom checks the call and polls until the window has room.
-func (s *SSAM) makeRoom(c int) error {
+func (s *Endpoint) makeRoom(c int) error {
 	if s.depth > 0 {
 		return fmt.Errorf("%w: a handler may not send a request", ErrDiscipline)
 	}
@@ -475,7 +475,7 @@ func (s *SSAM) makeRoom(c int) error {
 // sends the sync and returns; Synced reports when the responder's answer
 // has come (Poll takes it). An endpoint that must not wait for the sync on
 // its first requests, as a benchmark that times them, syncs first.
-func (s *SSAM) Sync(c int) error {
+func (s *Endpoint) Sync(c int) error {
 	if c < 0 || c >= len(s.conns) {
 		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
 	}
@@ -484,10 +484,10 @@ func (s *SSAM) Sync(c int) error {
 
 // Synced reports whether the responder on connection c follows this
 // endpoint's session.
-func (s *SSAM) Synced(c int) bool { return c >= 0 && c < len(s.conns) && s.conns[c].synced }
+func (s *Endpoint) Synced(c int) bool { return c >= 0 && c < len(s.conns) && s.conns[c].synced }
 
 // startSync sends connection c's sync unless it is synced or syncing.
-func (s *SSAM) startSync(c int) error {
+func (s *Endpoint) startSync(c int) error {
 	cn := &s.conns[c]
 	if cn.synced || cn.syncing {
 		return nil
@@ -498,7 +498,7 @@ func (s *SSAM) startSync(c int) error {
 
 // sendSync sends a sync (ask) or its answer on connection c, from the
 // connection's sync slot.
-func (s *SSAM) sendSync(c int, seq, ask uint8, session uint32) error {
+func (s *Endpoint) sendSync(c int, seq, ask uint8, session uint32) error {
 	off := syncSlot(s.cfg.Window, s.per)
 	if _, _, err := s.build(c, off, flowWord(kindSync, seq, ask), session, 0); err != nil {
 		return err
@@ -510,7 +510,7 @@ func (s *SSAM) sendSync(c int, seq, ask uint8, session uint32) error {
 }
 
 // send transmits request seq next of connection c, whose data is in place.
-func (s *SSAM) send(c int, handler uint32, n int) error {
+func (s *Endpoint) send(c int, handler uint32, n int) error {
 	cn := &s.conns[c]
 	seq := cn.next
 	off := s.requestOffset(seq, n)
@@ -559,7 +559,7 @@ func (s *SSAM) send(c int, handler uint32, n int) error {
 }
 
 // Flush sends the single-cell messages a batching endpoint holds back.
-func (s *SSAM) Flush() error {
+func (s *Endpoint) Flush() error {
 	for c := range s.conns {
 		if err := s.flushRequests(c); err != nil {
 			return err
@@ -573,7 +573,7 @@ func (s *SSAM) Flush() error {
 
 // flushRequests sends connection c's pending single-cell requests, which
 // sit in consecutive slots (two runs when they wrap around the region).
-func (s *SSAM) flushRequests(c int) error {
+func (s *Endpoint) flushRequests(c int) error {
 	cn := &s.conns[c]
 	for cn.pending > 0 {
 		first := s.buf(cn.pendFrom)
@@ -589,7 +589,7 @@ func (s *SSAM) flushRequests(c int) error {
 
 // flushAnswers sends connection c's queued single-cell answers, runs of
 // consecutive sequence numbers in one trap each.
-func (s *SSAM) flushAnswers(c int) error {
+func (s *Endpoint) flushAnswers(c int) error {
 	cn := &s.conns[c]
 	q := cn.answerQ
 	for i := 0; i < len(q); {
@@ -610,7 +610,7 @@ func (s *SSAM) flushAnswers(c int) error {
 // build writes the header (and, for bulk, the AAL5 pad and trailer) of a
 // message whose n data bytes sit after the header at send slot off, and
 // returns how many slots it occupies and whether it goes on the bulk VC.
-func (s *SSAM) build(c, off int, flow uint16, handler uint32, n int) (slots int, bulk bool, err error) {
+func (s *Endpoint) build(c, off int, flow uint16, handler uint32, n int) (slots int, bulk bool, err error) {
 	area := s.dev.SendArea(c)[off*cells.PayloadSize:]
 	if n <= MaxShort {
 		p := area[:cells.PayloadSize]
@@ -635,7 +635,7 @@ func (s *SSAM) build(c, off int, flow uint16, handler uint32, n int) (slots int,
 }
 
 // answer sends and saves the reply or ack to request seq on connection c.
-func (s *SSAM) answer(c int, seq, kind uint8, handler uint32, data []byte) error {
+func (s *Endpoint) answer(c int, seq, kind uint8, handler uint32, data []byte) error {
 	cn := &s.conns[c]
 	off := s.answerOffset(seq, len(data))
 	copy(s.dataAt(c, off, len(data)), data)
@@ -661,7 +661,7 @@ func (s *SSAM) answer(c int, seq, kind uint8, handler uint32, data []byte) error
 	return s.transmit(c, off, slots, bulk)
 }
 
-func (s *SSAM) transmit(c, off, slots int, bulk bool) error {
+func (s *Endpoint) transmit(c, off, slots int, bulk bool) error {
 	if bulk {
 		return s.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM)
 	}
@@ -670,7 +670,7 @@ func (s *SSAM) transmit(c, off, slots int, bulk bool) error {
 
 // Poll receives what has arrived, runs its handlers, and retransmits what
 // has timed out. It returns the number of handlers run.
-func (s *SSAM) Poll() (int, error) {
+func (s *Endpoint) Poll() (int, error) {
 	if s.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
@@ -703,7 +703,7 @@ func (s *SSAM) Poll() (int, error) {
 
 // dispatchAll processes every cell waiting in the connections' receive
 // rings.
-func (s *SSAM) dispatchAll() {
+func (s *Endpoint) dispatchAll() {
 	for c := range s.conns {
 		for {
 			cell, ok := s.dev.Take(c)
@@ -716,7 +716,7 @@ func (s *SSAM) dispatchAll() {
 }
 
 // cell processes one received cell of connection c.
-func (s *SSAM) cell(c int, cell cells.Cell) {
+func (s *Endpoint) cell(c int, cell cells.Cell) {
 	if s.dev.IsBulk(c, cell) {
 		pdu, ok, err := s.conns[c].reasm.Push(cell)
 		if err != nil {
@@ -742,7 +742,7 @@ func (s *SSAM) cell(c int, cell cells.Cell) {
 }
 
 // message handles one received message.
-func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
+func (s *Endpoint) message(c int, flow uint16, handler uint32, data []byte) {
 	kind, seq, ack := splitFlow(flow)
 	cn := &s.conns[c]
 	switch kind {
@@ -813,7 +813,7 @@ func (s *SSAM) message(c int, flow uint16, handler uint32, data []byte) {
 
 // run calls handler h with the discipline flag raised; false when there is
 // no such handler.
-func (s *SSAM) run(h uint32, t *Token, data []byte) bool {
+func (s *Endpoint) run(h uint32, t *Token, data []byte) bool {
 	if int(h) >= len(s.handlers) || s.handlers[h] == nil {
 		s.stats.HandlerErrors++
 		return false
@@ -832,9 +832,9 @@ const noHandler = ^uint32(0)
 // answered with "no such handler" (counted in Stats.Rejected too): the
 // request's connection and sequence number. It runs as a reply handler
 // does.
-func (s *SSAM) OnReject(f func(conn int, seq uint8)) { s.onReject = f }
+func (s *Endpoint) OnReject(f func(conn int, seq uint8)) { s.onReject = f }
 
-func (s *SSAM) leave() { s.depth-- }
+func (s *Endpoint) leave() { s.depth-- }
 
 // timerPolls is how often Poll looks at the retransmission timers: every
 // so many calls, because reading the clock costs more than an empty poll.
@@ -845,7 +845,7 @@ const timerPolls = 16
 // timers retransmits, on every connection whose oldest request has waited
 // longer than the timeout, all its outstanding requests; and sends again
 // the syncs that have waited as long.
-func (s *SSAM) timers() error {
+func (s *Endpoint) timers() error {
 	var now time.Time
 	for c := range s.conns {
 		cn := &s.conns[c]
@@ -888,7 +888,7 @@ func (s *SSAM) timers() error {
 // N), single-cell requests in runs of consecutive slots, one trap per run;
 // their timers start at now (zero: when the timers next see them). retrans
 // counts them as retransmissions.
-func (s *SSAM) sendOutstanding(c int, now time.Time, retrans bool) error {
+func (s *Endpoint) sendOutstanding(c int, now time.Time, retrans bool) error {
 	cn := &s.conns[c]
 	run, runFrom := 0, 0
 	for seq := cn.base; ; seq = (seq + 1) & seqMask {
@@ -923,14 +923,14 @@ func (s *SSAM) sendOutstanding(c int, now time.Time, retrans bool) error {
 }
 
 // Outstanding returns the number of unanswered requests on connection c.
-func (s *SSAM) Outstanding(c int) int {
+func (s *Endpoint) Outstanding(c int) int {
 	cn := &s.conns[c]
 	return int((cn.next - cn.base) & seqMask)
 }
 
 // Drain polls until every request on every connection has been answered, or
 // until timeout.
-func (s *SSAM) Drain(timeout time.Duration) error {
+func (s *Endpoint) Drain(timeout time.Duration) error {
 	start := s.cfg.Clock.Now()
 	for {
 		busy := false

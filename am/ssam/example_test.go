@@ -1,4 +1,4 @@
-package am_test
+package ssam_test
 
 import (
 	"encoding/binary"
@@ -6,7 +6,7 @@ import (
 	"math"
 
 	"github.com/xam-project/xam/afxdp/memlink"
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/driver"
 )
 
@@ -14,7 +14,7 @@ import (
 // endpoint with connection 0 to the other node, over an in-memory link (on
 // real hosts the link is an afxdp.Socket; nothing else changes).
 type node struct {
-	*am.SSAM
+	*ssam.Endpoint
 	memory []float64 // the node's "global memory", read and written remotely
 }
 
@@ -23,21 +23,21 @@ func twoNodes() (a, b *node) {
 	if err != nil {
 		panic(err)
 	}
-	cfg := am.SSAMConfig{MaxMessage: 8192}
+	cfg := ssam.Config{MaxMessage: 8192}
 	open := func(l *memlink.Link, peer []byte) *node {
 		d, err := driver.Open(l, driver.Config{
 			Conns:     []driver.ConnSpec{{Peer: peer, SendVCI: 32, RecvVCI: 32}},
-			SendSlots: am.SendSlots(8, cfg.MaxMessage),
+			SendSlots: ssam.SendSlots(8, cfg.MaxMessage),
 			NoLock:    true,
 		})
 		if err != nil {
 			panic(err)
 		}
-		s, err := am.NewSSAM(d, cfg)
+		s, err := ssam.New(d, cfg)
 		if err != nil {
 			panic(err)
 		}
-		return &node{SSAM: s, memory: make([]float64, 16)}
+		return &node{Endpoint: s, memory: make([]float64, 16)}
 	}
 	return open(la, lb.HardwareAddr()), open(lb, la.HardwareAddr())
 }
@@ -64,7 +64,7 @@ func Example_readDouble() {
 	outstanding := 0
 
 	var storeH uint32
-	readH := b.Register(func(t *am.Token, data []byte) {
+	readH := b.Register(func(t *ssam.Token, data []byte) {
 		index := binary.BigEndian.Uint32(data)
 		slot := binary.BigEndian.Uint32(data[4:])
 		var reply [12]byte
@@ -72,7 +72,7 @@ func Example_readDouble() {
 		binary.BigEndian.PutUint64(reply[4:], math.Float64bits(b.memory[index]))
 		t.Reply(storeH, reply[:])
 	})
-	storeH = a.Register(func(t *am.Token, data []byte) {
+	storeH = a.Register(func(t *ssam.Token, data []byte) {
 		slot := binary.BigEndian.Uint32(data)
 		results[slot] = math.Float64frombits(binary.BigEndian.Uint64(data[4:]))
 		outstanding--
@@ -97,7 +97,7 @@ func Example_readDouble() {
 // explicitly and the writer knows the store is done when its window drains.
 func Example_remoteStore() {
 	a, b := twoNodes()
-	storeH := b.Register(func(t *am.Token, data []byte) {
+	storeH := b.Register(func(t *ssam.Token, data []byte) {
 		b.memory[binary.BigEndian.Uint32(data)] = math.Float64frombits(binary.BigEndian.Uint64(data[4:]))
 	})
 	for i, v := range []float64{3.25, -1.5} {
@@ -119,7 +119,7 @@ func Example_bulkWrite() {
 	a, b := twoNodes()
 	const n = 100_000
 	received := make([]byte, 0, n)
-	appendH := b.Register(func(t *am.Token, data []byte) { received = append(received, data...) })
+	appendH := b.Register(func(t *ssam.Token, data []byte) { received = append(received, data...) })
 	for off := 0; off < n; {
 		buf := a.Buffer(0)
 		for buf == nil { // the window is full: poll until there is room

@@ -1,0 +1,17 @@
+// Package ssam is SSAM's Active Messages, von Eicken et al.'s single-cell
+// Active Messages, over a driver.Device. Each message names a handler that
+// runs when it arrives; communication is request/reply: a request handler
+// may send one reply, a reply handler sends nothing, which rules out
+// deadlock without flow control in the network.
+//
+// The model: 40 data bytes in one ATM cell with SSAM's 8-byte header,
+// longer messages as AAL5 PDUs, and reliability in software — a window of
+// W requests per connection, 2W preallocated buffers in the device's pinned
+// send area, acks piggy-backed on replies or sent explicitly, go-back-N
+// retransmission on a timer, duplicate requests answered from the saved
+// reply without running the handler twice. Polling only: every send also
+// polls, and Poll runs handlers for what has arrived. An SSAM endpoint is
+// driven by one goroutine.
+//
+// The wire format is in docs/wire.md ("SSAM Active Messages").
+package ssam
