@@ -8,11 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
-	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
@@ -44,16 +43,15 @@ type AMIIResult struct {
 // amiiHost is one host of the ping: its AF_XDP endpoint, engine and AM-II
 // endpoint. Everything but Close belongs to the host's goroutine.
 type amiiHost struct {
-	raw  *RawEndpoint
-	eng  *nicfw.Engine
-	view *endpoint.View
-	am   *am.AMII
+	raw *RawEndpoint
+	eng *nicfw.Engine
+	am  *amii.Endpoint
 }
 
 func (h *amiiHost) close() error {
 	var errs []error
-	if h.view != nil {
-		errs = append(errs, h.view.Close())
+	if h.am != nil {
+		errs = append(errs, h.am.Close())
 	}
 	if h.eng != nil {
 		errs = append(errs, h.eng.Close())
@@ -81,15 +79,8 @@ func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg Pin
 	if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
 		return nil, err
 	}
-	mem, err := h.eng.CreateEndpoint(amiiEndpoint, endpoint.Config{},
-		nicfw.VNet{Tag: amiiTag, Table: []nicfw.Name{{Host: peerID, Endpoint: amiiEndpoint}}})
+	h.am, err = amii.New(h.eng, amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}}, amii.Config{})
 	if err != nil {
-		return nil, err
-	}
-	if h.view, err = endpoint.Map(mem.FD()); err != nil {
-		return nil, err
-	}
-	if h.am, err = am.NewAMII(h.view, h.eng.Poll, am.AMIIConfig{}); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -109,8 +100,8 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 		return nil, err
 	}
 	nargs := (cfg.Size + 7) / 8
-	if nargs > am.MaxArgs2 {
-		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*am.MaxArgs2, cfg.Size)
+	if nargs > amii.MaxArgs {
+		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
 	ha, err := openAMII(a, amiiHostA, b, amiiHostB, cfg)
 	if err != nil {
@@ -133,16 +124,16 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	const reply, echo = 0, 0
 	var counts EchoCounts
 	var echoErr error
-	hb.am.Register(func(t *am.Token2, args []uint64) {
+	hb.am.Register(func(t *amii.Token, args []uint64) {
 		counts.add(0, args[0])
 		if err := t.Reply(reply, args...); err != nil && echoErr == nil {
 			echoErr = err
 		}
 	})
 	answered := -1 // the number of the last message answered
-	ha.am.Register(func(t *am.Token2, args []uint64) { answered = int(args[0]) })
+	ha.am.Register(func(t *amii.Token, args []uint64) { answered = int(args[0]) })
 	returned := -1 // the number of the last message returned to sender
-	ha.am.OnReturn(func(r am.Returned) {
+	ha.am.OnReturn(func(r amii.Returned) {
 		if len(r.Args) > 0 && r.Request {
 			returned = int(r.Args[0])
 		}
@@ -211,7 +202,7 @@ func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, ret
 // runs a daemon.Daemon (in this process, its engine goroutine locked to an
 // OS thread, busy-polling, on cores[i] when given) that owns the host's
 // AF_XDP socket, and each application reaches its endpoint through the
-// daemon's unix socket (am.Dial). The applications block in Wait between
+// daemon's unix socket (amii.Dial). The applications block in Wait between
 // messages (the engines notify them through eventfds), so on a machine
 // with fewer cores than engines and applications the engines keep the
 // processors. loss is as for AMIIPing.
@@ -220,8 +211,8 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 		return nil, err
 	}
 	nargs := (cfg.Size + 7) / 8
-	if nargs > am.MaxArgs2 {
-		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*am.MaxArgs2, cfg.Size)
+	if nargs > amii.MaxArgs {
+		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
 	dir, err := os.MkdirTemp("", "xam-fw-")
 	if err != nil {
@@ -239,14 +230,14 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 		return nil, err
 	}
 	defer closeHosts()
-	ra, err := am.Dial(hosts[0].sock, daemon.OpenRequest{Endpoint: daemon.FirstUserEndpoint, Tag: amiiTag,
-		Table: []nicfw.Name{{Host: amiiHostB, Endpoint: daemon.FirstUserEndpoint}}}, am.AMIIConfig{})
+	ra, err := amii.Dial(hosts[0].sock, amii.VNet{ID: daemon.FirstUserEndpoint, Tag: amiiTag,
+		Table: []amii.Name{{Host: amiiHostB, Endpoint: daemon.FirstUserEndpoint}}}, amii.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("AM-II host A: %w", err)
 	}
 	defer ra.Close()
-	rb, err := am.Dial(hosts[1].sock, daemon.OpenRequest{Endpoint: daemon.FirstUserEndpoint, Tag: amiiTag,
-		Table: []nicfw.Name{{Host: amiiHostA, Endpoint: daemon.FirstUserEndpoint}}}, am.AMIIConfig{})
+	rb, err := amii.Dial(hosts[1].sock, amii.VNet{ID: daemon.FirstUserEndpoint, Tag: amiiTag,
+		Table: []amii.Name{{Host: amiiHostA, Endpoint: daemon.FirstUserEndpoint}}}, amii.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("AM-II host B: %w", err)
 	}
@@ -277,9 +268,9 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 // registered here, answers each request with its arguments, counting the
 // runs per message in counts. The returned error is the first reply that
 // failed (read it once serving is over).
-func echoAMII(a *am.Remote, counts *EchoCounts) *error {
+func echoAMII(a *amii.Endpoint, counts *EchoCounts) *error {
 	var echoErr error
-	a.Register(func(t *am.Token2, args []uint64) {
+	a.Register(func(t *amii.Token, args []uint64) {
 		if len(args) > 0 {
 			counts.add(0, args[0])
 		}
@@ -292,12 +283,12 @@ func echoAMII(a *am.Remote, counts *EchoCounts) *error {
 
 // serveAMII runs a's handlers, blocking in Wait between messages, until
 // stop is set.
-func serveAMII(a *am.Remote, stop *atomic.Bool) error {
+func serveAMII(a *amii.Endpoint, stop *atomic.Bool) error {
 	for !stop.Load() {
 		if _, err := a.Poll(); err != nil {
 			return err
 		}
-		if err := a.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
+		if _, err := a.Wait(10 * time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -306,10 +297,10 @@ func serveAMII(a *am.Remote, stop *atomic.Bool) error {
 
 // pingAMII is the timed request/reply loop of firmware mode, from a to the
 // endpoint of index 0 of its table, which echoes (echoAMII).
-func pingAMII(a *am.Remote, cfg PingConfig, nargs int) (*AMIIResult, error) {
+func pingAMII(a *amii.Endpoint, cfg PingConfig, nargs int) (*AMIIResult, error) {
 	answered, returned := -1, -1
-	a.Register(func(t *am.Token2, args []uint64) { answered = int(args[0]) })
-	a.OnReturn(func(r am.Returned) {
+	a.Register(func(t *amii.Token, args []uint64) { answered = int(args[0]) })
+	a.OnReturn(func(r amii.Returned) {
 		if len(r.Args) > 0 && r.Request {
 			returned = int(r.Args[0])
 		}
@@ -334,7 +325,7 @@ func pingAMII(a *am.Remote, cfg PingConfig, nargs int) (*AMIIResult, error) {
 			if answered >= i || returned >= i {
 				break
 			}
-			if err := a.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) {
+			if _, err := a.Wait(10 * time.Millisecond); err != nil {
 				return nil, err
 			}
 			if r.stop(&cfg) {
@@ -364,9 +355,9 @@ type DaemonEndpoint struct {
 	Tag      uint64
 }
 
-func (d DaemonEndpoint) open() (*am.Remote, error) {
-	return am.Dial(d.Socket, daemon.OpenRequest{Endpoint: d.Endpoint, Tag: d.Tag,
-		Table: []nicfw.Name{{Host: d.PeerHost, Endpoint: d.Endpoint}}}, am.AMIIConfig{})
+func (d DaemonEndpoint) open() (*amii.Endpoint, error) {
+	return amii.Dial(d.Socket, amii.VNet{ID: d.Endpoint, Tag: d.Tag,
+		Table: []amii.Name{{Host: d.PeerHost, Endpoint: d.Endpoint}}}, amii.Config{})
 }
 
 // DaemonTag is the virtual network of pings between running daemons,
@@ -380,8 +371,8 @@ func AMIIDaemonPing(d DaemonEndpoint, cfg PingConfig) (*AMIIResult, error) {
 		return nil, err
 	}
 	nargs := (cfg.Size + 7) / 8
-	if nargs > am.MaxArgs2 {
-		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*am.MaxArgs2, cfg.Size)
+	if nargs > amii.MaxArgs {
+		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
 	a, err := d.open()
 	if err != nil {

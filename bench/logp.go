@@ -10,10 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
-	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
@@ -113,7 +112,7 @@ var logpConfigs = []struct {
 	{"baseline", nicfw.EngineConfig{Unprotected: true, Transport: transport.Config{Unreliable: true}}},
 	{"+reliability", nicfw.EngineConfig{Unprotected: true}},
 	{"+protection", nicfw.EngineConfig{}},
-	{"+pipelining", nicfw.EngineConfig{Window: am.DefaultCredits}},
+	{"+pipelining", nicfw.EngineConfig{Window: amii.DefaultCredits}},
 }
 
 // RunLogP runs the LogP measurement between a (sender, client) and b
@@ -128,7 +127,7 @@ func RunLogP(a, b Place, cfg LogPConfig) (*LogPResult, error) {
 	if cfg.Count < 100 || cfg.Clients < 1 || cfg.Clients > 64 {
 		return nil, fmt.Errorf("bench: LogP: count %d (at least 100), clients %d (1..64)", cfg.Count, cfg.Clients)
 	}
-	res := &LogPResult{Count: cfg.Count, Credits: am.DefaultCredits}
+	res := &LogPResult{Count: cfg.Count, Credits: amii.DefaultCredits}
 	stop := func() bool {
 		res.Interrupted = cfg.Stop != nil && cfg.Stop.Load()
 		return res.Interrupted
@@ -161,8 +160,7 @@ func RunLogP(a, b Place, cfg LogPConfig) (*LogPResult, error) {
 type logpHost struct {
 	raw *RawEndpoint
 	eng *nicfw.Engine
-	vs  []*endpoint.View
-	ams []*am.AMII
+	ams []*amii.Endpoint
 	// onPoll, if set, is called before each run of the engine by the
 	// AM-II endpoints.
 	onPoll func()
@@ -170,8 +168,8 @@ type logpHost struct {
 
 func (h *logpHost) close() error {
 	var errs []error
-	for _, v := range h.vs {
-		errs = append(errs, v.Close())
+	for _, a := range h.ams {
+		errs = append(errs, a.Close())
 	}
 	if h.eng != nil {
 		errs = append(errs, h.eng.Close())
@@ -203,22 +201,13 @@ func openLogPHost(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg
 		return nil, err
 	}
 	for i := range n {
-		mem, err := h.eng.CreateEndpoint(nicfw.EndpointID(i+1), endpoint.Config{}, nicfw.VNet{Tag: amiiTag, Table: table(i)})
-		if err != nil {
-			return nil, err
-		}
-		v, err := endpoint.Map(mem.FD())
-		if err != nil {
-			return nil, err
-		}
-		h.vs = append(h.vs, v)
 		poll := func() (int, error) {
 			if h.onPoll != nil {
 				h.onPoll()
 			}
 			return h.eng.Poll()
 		}
-		a, err := am.NewAMII(v, poll, am.AMIIConfig{})
+		a, err := amii.New(h.eng, amii.VNet{ID: nicfw.EndpointID(i + 1), Tag: amiiTag, Table: table(i)}, amii.Config{RunEngine: poll})
 		if err != nil {
 			return nil, err
 		}
@@ -230,7 +219,7 @@ func openLogPHost(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg
 // serve runs b's endpoint 0 until stop, recording with orHist, while
 // measure is set, the receive overhead per handler of each poll that ran
 // some: the time from the start of the poll to the engine's second run in
-// it, which sends the replies the handlers queued (am.AMII.Poll), so that
+// it, which sends the replies the handlers queued (amii.Endpoint.Poll), so that
 // the engine's receive work, the handlers and the queuing of the replies
 // count and the replies' sending does not (that is their send overhead).
 // Polls whose first engine run sent something are left out.
@@ -281,15 +270,15 @@ func logpRow(pa, pb Place, cfg LogPConfig, ecfg nicfw.EngineConfig) (*LogPRow, e
 	}
 	defer hb.close()
 	var handlerErr error
-	hb.ams[0].Register(func(t *am.Token2, args []uint64) {
+	hb.ams[0].Register(func(t *amii.Token, args []uint64) {
 		if err := t.Reply(0, args...); err != nil && handlerErr == nil {
 			handlerErr = err
 		}
 	})
-	hb.ams[0].Register(func(*am.Token2, []uint64) {})
+	hb.ams[0].Register(func(*amii.Token, []uint64) {})
 	answered := 0
 	a := ha.ams[0]
-	a.Register(func(*am.Token2, []uint64) { answered++ })
+	a.Register(func(*amii.Token, []uint64) { answered++ })
 
 	var stop, measure atomic.Bool
 	var ors []time.Duration
@@ -309,7 +298,7 @@ func logpRow(pa, pb Place, cfg LogPConfig, ecfg nicfw.EngineConfig) (*LogPRow, e
 
 // logpClient is the sender's side: RTT, Os and g, with measure set while
 // the stream runs (the receiver takes Or then).
-func logpClient(a *am.AMII, cfg LogPConfig, answered *int, measure *atomic.Bool) (*LogPRow, error) {
+func logpClient(a *amii.Endpoint, cfg LogPConfig, answered *int, measure *atomic.Bool) (*LogPRow, error) {
 	row := &LogPRow{}
 	limit := 5 * time.Second
 	wait := func(n int) error {
@@ -393,7 +382,7 @@ func contention(pa, pb Place, cfg LogPConfig, n int) (*ContentionRow, error) {
 	}
 	defer hb.close()
 	var handlerErr error
-	hb.ams[0].Register(func(t *am.Token2, args []uint64) {
+	hb.ams[0].Register(func(t *amii.Token, args []uint64) {
 		if err := t.Reply(0, args...); err != nil && handlerErr == nil {
 			handlerErr = err
 		}
@@ -403,7 +392,7 @@ func contention(pa, pb Place, cfg LogPConfig, n int) (*ContentionRow, error) {
 	var rttSum time.Duration
 	done := make([]int, n)
 	for i, a := range ha.ams {
-		a.Register(func(_ *am.Token2, args []uint64) {
+		a.Register(func(_ *amii.Token, args []uint64) {
 			done[i]++
 			rttSum += time.Since(start) - time.Duration(args[0])
 		})

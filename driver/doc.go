@@ -2,7 +2,7 @@
 // Communication over ATM Networks using Active Messages") rebuilt on an
 // afxdp.Link: connections bound to ATM virtual circuits at open, buffers
 // allocated, pinned and mapped at open, and trap-style calls that take
-// only small integers. The Active Messages layer (package am) runs on top.
+// only small integers. The Active Messages layer (package am/ssam) runs on top.
 //
 // # The SSAM mapping
 //

@@ -1,7 +1,7 @@
 // Command amiikv is a small key-value store over AM-II, written against
 // xam's public packages only: two hosts of a veth lab (package lab), xam's
 // XDP program and an AF_XDP socket on each (loader, afxdp), a firmware
-// engine per host (nicfw) and an AM-II endpoint on each engine (am).
+// engine per host (nicfw) and an AM-II endpoint on each engine (am/amii).
 // Host 1 serves: a PUT is a medium request carrying the value (the key is
 // its argument), a GET a short request answered by a medium reply with
 // the value, a GET of a missing key an empty reply. Host 0 puts N keys,
@@ -10,7 +10,7 @@
 // The engines run inline (-mode inline: in the goroutine that drives each
 // endpoint) or as firmware daemons (-mode firmware: daemon.Daemon on its
 // own thread, the application reaching its endpoint through the daemon's
-// unix socket with am.Dial, as an unprivileged program would through
+// unix socket with amii.Dial, as an unprivileged program would through
 // `xam fw`).
 //
 // Run it as root: go run ./examples/amiikv -mode firmware
@@ -31,12 +31,11 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
-	"github.com/xam-project/xam/am"
+	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
-	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 func main() {
@@ -57,11 +56,11 @@ const (
 	epID = daemon.FirstUserEndpoint
 )
 
-// The server's handlers, registered in this order, and the client's.
+// The server's handlers and the client's, at ids both sides know.
 const (
-	handlerPut = 0
-	handlerGet = 1
-	replyGot   = 0
+	handlerPut = 1
+	handlerGet = 2
+	replyGot   = 1
 )
 
 // dataPath is one host's AF_XDP socket with xam's XDP program in front.
@@ -106,34 +105,14 @@ func (d *dataPath) close() {
 // one entry is the other host's endpoint: inline, on an engine this
 // process drives; or through a daemon serving socket dir/fwN.sock. It
 // returns the endpoint and what closes everything.
-func endpointOn(mode string, d *dataPath, self, peer nicfw.HostID, peerMAC net.HardwareAddr, dir string) (*am.AMII, func(), error) {
-	table := []nicfw.Name{{Host: peer, Endpoint: epID}}
+func endpointOn(mode string, d *dataPath, self, peer amii.HostID, peerMAC net.HardwareAddr, dir string) (*amii.Endpoint, func(), error) {
+	vn := amii.VNet{ID: epID, Tag: tag, Table: []amii.Name{{Host: peer, Endpoint: epID}}}
 	if mode == "inline" {
-		eng, err := nicfw.NewEngine(d.sock, nicfw.EngineConfig{Host: self})
+		a, err := amii.Open(d.sock, amii.Inline{Host: self, Hosts: map[amii.HostID]net.HardwareAddr{peer: peerMAC}}, vn, amii.Config{})
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := eng.AddHost(peer, peerMAC); err != nil {
-			eng.Close()
-			return nil, nil, err
-		}
-		mem, err := eng.CreateEndpoint(epID, endpoint.Config{}, nicfw.VNet{Tag: tag, Table: table})
-		if err != nil {
-			eng.Close()
-			return nil, nil, err
-		}
-		view, err := endpoint.Map(mem.FD())
-		if err != nil {
-			eng.Close()
-			return nil, nil, err
-		}
-		a, err := am.NewAMII(view, eng.Poll, am.AMIIConfig{})
-		if err != nil {
-			view.Close()
-			eng.Close()
-			return nil, nil, err
-		}
-		return a, func() { view.Close(); eng.Close() }, nil
+		return a, func() { a.Close() }, nil
 	}
 	socket := filepath.Join(dir, fmt.Sprintf("fw%d.sock", self))
 	fw, err := daemon.New(d.sock, daemon.Config{Engine: nicfw.EngineConfig{Host: self},
@@ -145,12 +124,12 @@ func endpointOn(mode string, d *dataPath, self, peer nicfw.HostID, peerMAC net.H
 	done := make(chan error, 1)
 	go func() { done <- fw.Run(ctx) }()
 	stop := func() { cancel(); <-done }
-	r, err := am.Dial(socket, daemon.OpenRequest{Endpoint: epID, Tag: tag, Table: table}, am.AMIIConfig{})
+	a, err := amii.Dial(socket, vn, amii.Config{})
 	if err != nil {
 		stop()
 		return nil, nil, err
 	}
-	return r.AMII, func() { r.Close(); stop() }, nil
+	return a, func() { a.Close(); stop() }, nil
 }
 
 // value is key k's value: its length and bytes depend on k.
@@ -202,19 +181,23 @@ func run(mode string, n int) error {
 	// done. Handlers run in that goroutine (Poll), one at a time.
 	store := map[uint64][]byte{}
 	var serveErr error
-	server.RegisterMedium(func(t *am.Token2, args []uint64, data []byte) { // handlerPut
-		store[args[0]] = bytes.Clone(data) // data is valid only while the handler runs
-	})
-	server.Register(func(t *am.Token2, args []uint64) { // handlerGet
-		if err := t.ReplyMedium(replyGot, store[args[0]], args[0]); err != nil && serveErr == nil {
-			serveErr = err
-		}
-	})
+	err = errors.Join(
+		server.HandleMedium(handlerPut, func(t *amii.Token, args []uint64, data []byte) {
+			store[args[0]] = bytes.Clone(data) // data is valid only while the handler runs
+		}),
+		server.Handle(handlerGet, func(t *amii.Token, args []uint64) {
+			if err := t.ReplyMedium(replyGot, store[args[0]], args[0]); err != nil && serveErr == nil {
+				serveErr = err
+			}
+		}))
+	if err != nil {
+		return err
+	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for !stop.Load() {
-			if err := server.Wait(10 * time.Millisecond); err != nil && !errors.Is(err, am.ErrTimeout) && serveErr == nil {
+			if _, err := server.Wait(10 * time.Millisecond); err != nil && serveErr == nil {
 				serveErr = err
 			}
 			if _, err := server.Poll(); err != nil && serveErr == nil {
@@ -228,13 +211,16 @@ func run(mode string, n int) error {
 	// check what comes back.
 	got := 0
 	var bad error
-	client.RegisterMedium(func(t *am.Token2, args []uint64, data []byte) { // replyGot
+	err = client.HandleMedium(replyGot, func(t *amii.Token, args []uint64, data []byte) {
 		if want := value(args[0]); !bytes.Equal(data, want) && bad == nil {
 			bad = fmt.Errorf("GET %d: %d bytes, want %d", args[0], len(data), len(want))
 		}
 		got++
 	})
-	client.OnReturn(func(r am.Returned) {
+	if err != nil {
+		return err
+	}
+	client.OnReturn(func(r amii.Returned) {
 		if bad == nil {
 			bad = fmt.Errorf("returned to the client: %v", r)
 		}

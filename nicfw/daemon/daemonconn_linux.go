@@ -397,7 +397,7 @@ func (e *Endpoint) Wait(ev endpoint.Events, timeout time.Duration) (bool, error)
 // Block sleeps on the endpoint's notification eventfd until the engine
 // writes it or timeout passes (negative: no limit), without arming: the
 // caller has armed (endpoint.View.Arm) and found nothing ready. This is
-// am.AMIIConfig.Block in firmware mode. It watches the connection too: a
+// amii.Endpoint's blocking wait in firmware mode (amii.Dial). It watches the connection too: a
 // daemon that died (its end of the socket hung up) is ErrClosed,
 // never a sleep that nothing will end.
 func (e *Endpoint) Block(timeout time.Duration) error {

@@ -1,44 +1,28 @@
-package am
+package amii
 
 import (
+	"net"
 	"testing"
 
 	"github.com/xam-project/xam/afxdp/memlink"
-	"github.com/xam-project/xam/nicfw"
-	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // ownEnginePair is two AM-II endpoints, A1 and B1, on two inline engines
 // over a memlink pair, each polling its own engine only (as two hosts do):
 // A1's table names B1 and B1's names A1.
-func ownEnginePair(tb testing.TB) (ha, hb *AMII) {
+func ownEnginePair(tb testing.TB) (ha, hb *Endpoint) {
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { la.Close(); lb.Close() })
-	mk := func(id nicfw.HostID, l *memlink.Link, peer nicfw.HostID, pl *memlink.Link) *AMII {
-		e, err := nicfw.NewEngine(l, nicfw.EngineConfig{Host: id})
+	mk := func(id HostID, l *memlink.Link, peer HostID, pl *memlink.Link) *Endpoint {
+		a, err := Open(l, Inline{Host: id, Hosts: map[HostID]net.HardwareAddr{peer: pl.HardwareAddr()}},
+			VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 1}}}, Config{})
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tb.Cleanup(func() { e.Close() })
-		if err := e.AddHost(peer, pl.HardwareAddr()); err != nil {
-			tb.Fatal(err)
-		}
-		m, err := e.CreateEndpoint(1, endpoint.Config{}, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		v, err := endpoint.Map(m.FD())
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { v.Close() })
-		a, err := NewAMII(v, e.Poll, AMIIConfig{})
-		if err != nil {
-			tb.Fatal(err)
-		}
+		tb.Cleanup(func() { a.Close() })
 		return a
 	}
 	return mk(amiiHostA, la, amiiHostB, lb), mk(amiiHostB, lb, amiiHostA, la)
@@ -54,14 +38,14 @@ func ownEnginePair(tb testing.TB) (ha, hb *AMII) {
 // no system calls it is what AM-II adds to the data path's round trip.
 func BenchmarkAMIIRoundTrip(b *testing.B) {
 	ha, hb := ownEnginePair(b)
-	hb.Register(func(t *Token2, args []uint64) {
+	hb.Register(func(t *Token, args []uint64) {
 		if err := t.Reply(0, args...); err != nil {
 			b.Error(err)
 		}
 	})
 	answered := 0
-	ha.Register(func(t *Token2, args []uint64) { answered++ })
-	poll := func(a *AMII) {
+	ha.Register(func(t *Token, args []uint64) { answered++ })
+	poll := func(a *Endpoint) {
 		if _, err := a.Poll(); err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package am
+package amii
 
 import (
 	"bytes"
@@ -15,124 +15,8 @@ import (
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
-// AM-II's Active Messages (Mainwaring and Culler's AM-II API, as Chun et
-// al. run it over Myrinet) on an endpoint of xam's NIC firmware engine
-// (package nicfw): short, medium and bulk messages, and blocking wait.
-//
-// The endpoint. An AMII is the application's side of one nicfw endpoint:
-// the mapping of its memory (endpoint.View) with AM-II's four queues.
-// The endpoint belongs to a virtual network: the engine holds its tag and
-// its translation table, and a request names its destination by an index
-// into that table, never by a global name. A received message names its
-// sender by the sender's index in the receiver's table (Token2.Source);
-// endpoint.NoIndex when the sender is not in it, and then it cannot be
-// answered.
-//
-// Inline mode. The engine runs in the application's goroutine: NewAMII is
-// given a function that runs the engine loop once (nicfw.Engine.Poll, or a
-// function that polls several engines, as the tests do). Poll calls it and
-// then runs the handlers of what the engine put into the request and reply
-// receive queues; Request calls it after queuing the request, so the
-// message leaves at once; Wait calls it until a message is there. This API
-// makes no assumption about what poll does beyond running the engine's
-// side.
-//
-// Firmware mode. The engine runs elsewhere (the daemon, on cores of its
-// own): NewAMII is given no poll function but AMIIConfig.Block, which
-// blocks until the engine notifies the endpoint (the daemon's eventfd).
-// Poll then only runs handlers; Wait arms the endpoint's events
-// (endpoint.View.Arm) and blocks in Block unless a message is there
-// already; a Request that must wait for a credit, and Drain, wait the same
-// way; a send that finds its queue full, or no medium slot free, yields the
-// processor until the engine has caught up.
-//
-// Messages. A message names a handler by its index (Register,
-// RegisterMedium) and carries up to 8 64-bit words (MaxArgs2). A short
-// message carries nothing else. A medium message carries up to
-// endpoint.MaxMedium bytes too: RequestMedium and Token2.ReplyMedium copy
-// them into a slot of the staging area (the one copy at the sender), the
-// engine copies them into the message when it takes it, and the receiver's
-// handler gets them in place in its endpoint's receive area (no copy at the
-// receiver), valid while it runs. A bulk message (Store) carries any
-// length from the application's part of the staging area (Staging) into a
-// region of the receiving endpoint's staging area, in chunks, and runs its
-// handler there once all of it is stored, with the stored bytes. Requests
-// go into the request send queue, replies into the reply send queue; the
-// engine sends replies first. The request/reply discipline is SSAM's and
-// its violations report the same ErrDiscipline: a request handler sends at
-// most one reply and no request, a reply handler and the error handler send
-// nothing, and no handler polls or waits.
-//
-// The staging area. Its last MediumSlots*endpoint.MaxMedium bytes are the
-// medium slots; the rest (Staging) is the application's, for bulk data to
-// send and for peers' Stores to land in. A slot is free again as soon as
-// the engine has taken the message in it (endpoint.View.Progress).
-// Requests hold at most all slots but one, so a reply always finds one
-// after the engine has moved on. The application keeps a Store's region
-// unchanged until the request is answered (the engine reads it chunk by
-// chunk) and decides with its peers where their Stores may write. The
-// engine lets a Store write only the receiver's application part (NewAMII
-// sets the endpoint's store region to it): a region that reaches into the
-// medium slots, or past the staging area, comes back with ReasonRange.
-//
-// Implicit replies. A request handler that returns without replying gets
-// an empty reply sent on its behalf to NullReply, a handler index that runs
-// nothing at the requester: every delivered request is answered, which is
-// what makes user credits work (below). A request from a sender outside the
-// receiver's translation table cannot be answered and is not.
-//
-// User credits. An endpoint has at most K requests outstanding
-// (AMIIConfig.Credits): a request takes a credit, and its reply (explicit
-// or implicit) or its return to sender gives it back. Request, with no
-// credit left, polls until one comes back, for at most AMIIConfig.GiveUp,
-// and then reports ErrTimeout. The engine's stop-and-wait channels and its
-// NACKs of full receive queues do the rest of the flow control.
-//
-// Return to sender. A message the engine cannot deliver (bad tag, no such
-// endpoint, endpoint closed, unknown or unreachable host, too large for the
-// transport, a bulk region outside the receiver's application part, a
-// request to a handler index the receiver has not registered) comes back
-// into the sender's reply receive queue marked returned (nicfw's
-// Descriptor.ReturnInfo); Poll hands it to the error handler set with
-// OnReturn, as a Returned with the reason and the original message (a
-// medium message with its bytes). A returned request gives back its credit.
-// A request whose reply does not come within AMIIConfig.ReplyTimeout (its
-// receiver took it and then died or restarted, or a reply was itself
-// returned on the way back) is presumed lost: it comes back to the error
-// handler with endpoint.ReasonNoReply (a medium request without its bytes)
-// and gives its credit back, so credits are never lost for good. A reply
-// that comes after its request timed out still runs its handler. AM-II
-// replies do not name their request, so a reply ends the oldest request
-// outstanding to its sender; the timer starts when Poll's timers first see
-// a request (every few dozen polls).
-//
-// Threads. By default an AMII, like the engine it drives in inline mode,
-// belongs to one goroutine: every method, and every handler, runs in it.
-// With AMIIConfig.Shared it may be used by several goroutines at once: one
-// blocked in Wait while others send requests, several polling, several
-// sending. Every method then takes the endpoint's lock, and handlers run
-// holding it, in the goroutine whose Poll (or Request, Wait, Drain) found
-// their messages; so at most one handler of the endpoint runs at a time,
-// and a handler sees the endpoint as it would in one goroutine. A blocking
-// wait releases the lock while it blocks (firmware mode: in
-// AMIIConfig.Block; a full queue: while yielding), and inline mode's Wait
-// releases it between runs of the engine, so others get their turn; the
-// poll function of inline mode is called with the lock held, one
-// goroutine at a time. Register, RegisterMedium and OnReturn are to be
-// called before the endpoint is shared. A handler may call only its
-// Token2: a handler that calls its own endpoint's methods finds the lock
-// held (by its own goroutine), which Shared cannot tell apart from another
-// goroutine's handler running; it waits for at most the give-up time and
-// then gets ErrDiscipline (without Shared, ErrDiscipline comes at once).
-// Stats and Outstanding called from a handler in Shared mode likewise wait
-// and then return zero values. The endpoint's notification wakes one
-// blocked goroutine: in Shared mode the others wait for a Poll to take
-// messages, the one blocked wakes at least every few milliseconds, and
-// Wait may return with nothing to poll (another goroutine ran the
-// handlers); its callers loop.
-
-// MaxArgs2 is the most argument words of an AM-II message.
-const MaxArgs2 = endpoint.MaxShortArgs
+// MaxArgs is the most argument words of an AM-II message.
+const MaxArgs = endpoint.MaxShortArgs
 
 // sharedRecheck bounds how long a goroutine of a Shared endpoint waits for
 // another one, blocked on the endpoint's notification, to take messages
@@ -145,11 +29,11 @@ const sharedRecheck = 5 * time.Millisecond
 const NullReply = ^uint32(0)
 
 // DefaultCredits is K, the outstanding requests per endpoint, when
-// AMIIConfig.Credits is 0.
+// Config.Credits is 0.
 const DefaultCredits = 8
 
 // DefaultMediumSlots is the number of medium slots when
-// AMIIConfig.MediumSlots is 0, if half of the staging area holds them
+// Config.MediumSlots is 0, if half of the staging area holds them
 // (otherwise as many as half holds).
 const DefaultMediumSlots = 4
 
@@ -161,31 +45,31 @@ const DefaultGiveUp = 5 * time.Second
 var (
 	// ErrDiscipline: a reply outside a request handler, a second reply to
 	// one request, or a request from a reply handler.
-	ErrDiscipline = errors.New("am: request/reply discipline violated")
+	ErrDiscipline = errors.New("amii: request/reply discipline violated")
 	// ErrTooLong: a message longer than its class carries.
-	ErrTooLong = errors.New("am: message too long")
+	ErrTooLong = errors.New("amii: message too long")
 	// ErrTimeout: no room (a credit, a send queue entry) within
-	// AMIIConfig.GiveUp, or requests unanswered.
-	ErrTimeout = errors.New("am: peer does not answer")
+	// Config.GiveUp, or requests unanswered.
+	ErrTimeout = errors.New("amii: peer does not answer")
 	// ErrBadIndex: a destination index outside the endpoint's translation
 	// table.
-	ErrBadIndex = errors.New("am: destination index outside the translation table")
+	ErrBadIndex = errors.New("amii: destination index outside the translation table")
 	// ErrUnknownSender: a reply to a request whose sender is not in this
 	// endpoint's translation table.
-	ErrUnknownSender = errors.New("am: the sender is not in this endpoint's translation table")
+	ErrUnknownSender = errors.New("amii: the sender is not in this endpoint's translation table")
 	// ErrNoMediumSlots: a medium message on an endpoint without medium
-	// slots (AMIIConfig.MediumSlots).
-	ErrNoMediumSlots = errors.New("am: no staging slots for medium messages")
+	// slots (Config.MediumSlots).
+	ErrNoMediumSlots = errors.New("amii: no staging slots for medium messages")
 	// ErrBadRegion: a Store whose region is empty or not inside the
 	// application's part of the staging area (Staging).
-	ErrBadRegion = errors.New("am: region outside the application's staging area")
+	ErrBadRegion = errors.New("amii: region outside the application's staging area")
 )
 
-// Handler2 is an AM-II short-message handler. args aliases the endpoint's
+// Handler is an AM-II short-message handler. args aliases the endpoint's
 // buffer and is valid only until the handler returns. A request handler may
 // send one reply with t.Reply or t.ReplyMedium; a reply handler sends
 // nothing.
-type Handler2 func(t *Token2, args []uint64)
+type Handler func(t *Token, args []uint64)
 
 // MediumHandler is an AM-II handler of medium and bulk messages: data is a
 // medium message's bytes, in the endpoint's receive area, or the region of
@@ -193,18 +77,18 @@ type Handler2 func(t *Token2, args []uint64)
 // it gets nil. args and a medium message's data are valid only until the
 // handler returns (the slot is then given back to the engine); a bulk
 // region is the application's.
-type MediumHandler func(t *Token2, args []uint64, data []byte)
+type MediumHandler func(t *Token, args []uint64, data []byte)
 
 // handler is an entry of the handler table: one of the two kinds.
 type handler struct {
-	short  Handler2
+	short  Handler
 	medium MediumHandler
 }
 
-// Token2 identifies the message an AM-II handler runs for. It is valid only
+// Token identifies the message an AM-II handler runs for. It is valid only
 // while the handler runs.
-type Token2 struct {
-	a       *AMII
+type Token struct {
+	a       *Endpoint
 	src     uint32
 	request bool
 	replied bool
@@ -212,30 +96,30 @@ type Token2 struct {
 
 // Source returns the sender's index in this endpoint's translation table,
 // endpoint.NoIndex if it is not there.
-func (t *Token2) Source() uint32 { return t.src }
+func (t *Token) Source() uint32 { return t.src }
 
 // IsRequest reports whether the handler runs for a request.
-func (t *Token2) IsRequest() bool { return t.request }
+func (t *Token) IsRequest() bool { return t.request }
 
 // Reply sends the reply to the request the handler runs for, naming the
-// requester's handler, with up to MaxArgs2 arguments. It may be called
+// requester's handler, with up to MaxArgs arguments. It may be called
 // once, in a request handler only. While the reply send queue is full it
 // drives the engine, for at most the give-up time.
-func (t *Token2) Reply(handler uint32, args ...uint64) error {
+func (t *Token) Reply(handler uint32, args ...uint64) error {
 	return t.reply(handler, nil, args)
 }
 
 // ReplyMedium is Reply with up to endpoint.MaxMedium bytes of data, which it
 // copies into a medium slot (waiting for one as for room in the queue);
 // without data it sends a short reply.
-func (t *Token2) ReplyMedium(handler uint32, data []byte, args ...uint64) error {
+func (t *Token) ReplyMedium(handler uint32, data []byte, args ...uint64) error {
 	if len(data) > endpoint.MaxMedium {
 		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), endpoint.MaxMedium)
 	}
 	return t.reply(handler, data, args)
 }
 
-func (t *Token2) reply(handler uint32, data []byte, args []uint64) error {
+func (t *Token) reply(handler uint32, data []byte, args []uint64) error {
 	switch {
 	case t.a == nil:
 		return fmt.Errorf("%w: not a handler's token", ErrDiscipline)
@@ -243,8 +127,8 @@ func (t *Token2) reply(handler uint32, data []byte, args []uint64) error {
 		return fmt.Errorf("%w: a reply handler may not send", ErrDiscipline)
 	case t.replied:
 		return fmt.Errorf("%w: a request handler sends at most one reply", ErrDiscipline)
-	case len(args) > MaxArgs2:
-		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs2)
+	case len(args) > MaxArgs:
+		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs)
 	case t.src == endpoint.NoIndex:
 		return ErrUnknownSender
 	}
@@ -293,8 +177,8 @@ func (r Returned) String() string {
 	return fmt.Sprintf("%s to %d, handler %d%s: %v", kind, r.Dest, r.Handler, what, r.Reason)
 }
 
-// AMIIConfig configures an AM-II endpoint. Zero fields take the defaults.
-type AMIIConfig struct {
+// Config configures an AM-II endpoint. Zero fields take the defaults.
+type Config struct {
 	Credits int           // K, outstanding requests; default DefaultCredits, at most the queue entries
 	GiveUp  time.Duration // how long Request and Reply wait for room; default DefaultGiveUp
 	// ReplyTimeout is how long a request waits for its reply: past it, the
@@ -302,7 +186,7 @@ type AMIIConfig struct {
 	// restarted) and comes back to the error handler with
 	// endpoint.ReasonNoReply, its credit given back. Default
 	// DefaultReplyTimeout; negative: never. A reply that comes later still
-	// runs its handler (counted in AMIIStats.LateReplies).
+	// runs its handler (counted in Stats.LateReplies).
 	ReplyTimeout time.Duration
 	Clock        clock.Clock // default the system clock
 	// MediumSlots is the number of endpoint.MaxMedium-byte slots, at the end
@@ -310,20 +194,23 @@ type AMIIConfig struct {
 	// or as many as half the staging area holds if fewer; negative: none,
 	// and medium messages report ErrNoMediumSlots).
 	MediumSlots int
-	// Block is firmware mode's wait: it blocks until the engine notifies
-	// the endpoint (EndpointMemory.SetNotify: the eventfd the daemon
-	// handed over) or timeout passes, and returns nil either way, or an
-	// error that Wait passes on. AMII calls it only after arming the
-	// endpoint's events found no message. Required without a poll
-	// function; unused with one.
-	Block func(timeout time.Duration) error
+	// RunEngine, in inline mode (New, Open), is what runs the engine once
+	// when the endpoint drives it: default the engine's Poll. A benchmark
+	// wraps it to time the engine's runs; a test that plays several hosts
+	// in one goroutine makes it poll all their engines.
+	RunEngine func() (int, error)
+	// QueueEntries and StagingSize size the endpoint's memory (0: the
+	// defaults, endpoint.DefaultQueueEntries and
+	// endpoint.DefaultStagingSize). New, Open and Dial make the endpoint
+	// with them.
+	QueueEntries, StagingSize int
 	// Shared makes the endpoint safe for several goroutines (see
-	// "Threads" at the top of amii.go): its methods take a lock.
+	// "Threads" in the package documentation): its methods take a lock.
 	Shared bool
 }
 
-// AMIIStats counts what an AM-II endpoint did.
-type AMIIStats struct {
+// Stats counts what an AM-II endpoint did.
+type Stats struct {
 	Requests      uint64 // requests sent (short, medium and bulk)
 	Replies       uint64 // explicit replies sent (short and medium)
 	NullReplies   uint64 // implicit replies sent for handlers that did not reply
@@ -338,7 +225,7 @@ type AMIIStats struct {
 	Malformed     uint64 // received descriptors of an unknown class, or naming bytes outside their area
 }
 
-// DefaultReplyTimeout is AMIIConfig.ReplyTimeout's default: twice the
+// DefaultReplyTimeout is Config.ReplyTimeout's default: twice the
 // transport's give-up time, by which a request to a live peer is answered
 // or returned by the engine.
 const DefaultReplyTimeout = 2 * transport.DefaultGiveUpAfter
@@ -350,7 +237,7 @@ type pendingRequest struct {
 	nargs   uint8
 	dest    uint32
 	handler uint32
-	args    [MaxArgs2]uint64
+	args    [MaxArgs]uint64
 	seen    time.Time // zero until expire stamps it
 }
 
@@ -367,11 +254,15 @@ type slotUse struct {
 	pos  uint32
 }
 
-// AMII is an AM-II endpoint. See the top of amii.go.
-type AMII struct {
+// Endpoint is an AM-II endpoint (see the package documentation). Open,
+// New and Dial return one.
+type Endpoint struct {
 	view     *endpoint.View
-	poll     func() (int, error) // nil: firmware mode
-	cfg      AMIIConfig
+	poll     func() (int, error)       // nil: firmware mode
+	block    func(time.Duration) error // firmware mode's wait (newEndpoint)
+	closer   func() error              // what Close releases besides the view
+	name     Name
+	cfg      Config
 	table    uint32 // the translation table's size
 	entries  int    // entries per queue
 	handlers []handler
@@ -381,35 +272,41 @@ type AMII struct {
 	depth    int              // handlers running (handlers do not nest)
 	mu       sync.Mutex       // Shared: held by the goroutine in a method
 	running  atomic.Bool      // Shared: a handler runs (in the lock's holder)
-	blocking int              // Shared, firmware mode: goroutines blocked in AMIIConfig.Block
+	blocking int              // Shared, firmware mode: goroutines blocked in the blocking wait
 	changed  chan struct{}    // Shared: closed (and replaced) when a Poll took messages
-	tok      Token2
+	tok      Token
 	d        endpoint.Descriptor
-	args     [MaxArgs2]uint64
+	args     [MaxArgs]uint64
 	slotBase int       // offset of the first medium slot: the end of the application's part
 	free     []int     // free medium slots
 	used     []slotUse // medium slots whose message the engine has not taken
-	stats    AMIIStats
+	stats    Stats
 }
 
-// NewAMII returns the AM-II endpoint of view. In inline mode poll runs the
+// newEndpoint returns the AM-II endpoint of view. In inline mode poll runs the
 // engine once; in firmware mode poll is nil and cfg.Block blocks.
-func NewAMII(view *endpoint.View, poll func() (int, error), cfg AMIIConfig) (*AMII, error) {
-	if view == nil || poll == nil && cfg.Block == nil {
-		return nil, errors.New("am: NewAMII needs an endpoint view, and a poll function (inline mode) or AMIIConfig.Block (firmware mode)")
+//
+// block is firmware mode's wait: it blocks until the engine notifies the
+// endpoint (endpoint.Memory.SetNotify: the eventfd the daemon handed over)
+// or timeout passes, and returns nil either way, or an error that Wait
+// passes on. The endpoint calls it only after arming its events found no
+// message. Required without a poll function; unused with one.
+func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.Duration) error, cfg Config) (*Endpoint, error) {
+	if view == nil || poll == nil && block == nil {
+		return nil, errors.New("amii: an endpoint needs its view, and a poll function (inline mode) or a blocking wait (firmware mode)")
 	}
 	ec := view.Config()
 	if cfg.Credits == 0 {
 		cfg.Credits = DefaultCredits
 	}
 	if cfg.Credits < 1 || cfg.Credits > ec.QueueEntries {
-		return nil, fmt.Errorf("am: %d credits out of range [1, %d] (the endpoint's queue entries)", cfg.Credits, ec.QueueEntries)
+		return nil, fmt.Errorf("amii: %d credits out of range [1, %d] (the endpoint's queue entries)", cfg.Credits, ec.QueueEntries)
 	}
 	if cfg.GiveUp == 0 {
 		cfg.GiveUp = DefaultGiveUp
 	}
 	if cfg.GiveUp < 0 {
-		return nil, fmt.Errorf("am: negative give-up time %v", cfg.GiveUp)
+		return nil, fmt.Errorf("amii: negative give-up time %v", cfg.GiveUp)
 	}
 	if cfg.ReplyTimeout == 0 {
 		cfg.ReplyTimeout = DefaultReplyTimeout
@@ -424,9 +321,9 @@ func NewAMII(view *endpoint.View, poll func() (int, error), cfg AMIIConfig) (*AM
 	case cfg.MediumSlots < 0:
 		cfg.MediumSlots = 0
 	case cfg.MediumSlots > fit:
-		return nil, fmt.Errorf("am: %d medium slots of %d bytes in a staging area of %d", cfg.MediumSlots, endpoint.MaxMedium, ec.StagingSize)
+		return nil, fmt.Errorf("amii: %d medium slots of %d bytes in a staging area of %d", cfg.MediumSlots, endpoint.MaxMedium, ec.StagingSize)
 	}
-	a := &AMII{view: view, poll: poll, cfg: cfg, table: uint32(ec.TableSize), entries: ec.QueueEntries,
+	a := &Endpoint{view: view, poll: poll, block: block, cfg: cfg, table: uint32(ec.TableSize), entries: ec.QueueEntries,
 		slotBase: ec.StagingSize - cfg.MediumSlots*endpoint.MaxMedium,
 		free:     make([]int, 0, cfg.MediumSlots), used: make([]slotUse, 0, cfg.MediumSlots)}
 	for i := range cfg.MediumSlots {
@@ -442,22 +339,59 @@ func NewAMII(view *endpoint.View, poll func() (int, error), cfg AMIIConfig) (*AM
 	return a, nil
 }
 
-// Register adds a short-message handler and returns its index, the number
-// that names it in messages.
-func (a *AMII) Register(h Handler2) uint32 {
+// MaxHandler bounds the ids of Handle and HandleMedium.
+const MaxHandler = 4095
+
+// Handle makes h the short-message handler of id, which senders name in
+// their messages: an id the application chooses, so that senders need not
+// know the order in which it registers its handlers. Requests for an id
+// above the highest handled come back to their senders with
+// ReasonNoHandler; one for a lower id without a handler gets an implicit
+// reply and is counted in Stats.HandlerErrors. Handle is to be called
+// before messages for id arrive (and, with Config.Shared, before the
+// endpoint is shared).
+func (a *Endpoint) Handle(id uint32, h Handler) error {
+	return a.handle(id, handler{short: h})
+}
+
+// HandleMedium is Handle for a handler of medium and bulk messages; the
+// two kinds share the ids.
+func (a *Endpoint) HandleMedium(id uint32, h MediumHandler) error {
+	return a.handle(id, handler{medium: h})
+}
+
+func (a *Endpoint) handle(id uint32, h handler) error {
+	switch {
+	case id > MaxHandler:
+		return fmt.Errorf("amii: handler id %d above %d", id, MaxHandler)
+	case int(id) < len(a.handlers) && (a.handlers[id].short != nil || a.handlers[id].medium != nil):
+		return fmt.Errorf("amii: handler id %d is taken", id)
+	}
+	if int(id) >= len(a.handlers) {
+		a.handlers = append(a.handlers, make([]handler, int(id)+1-len(a.handlers))...)
+		a.view.SetHandlers(uint32(len(a.handlers)))
+	}
+	a.handlers[id] = h
+	return nil
+}
+
+// Register adds a short-message handler at the lowest id above every id in
+// use and returns it. Senders must then know the order of registration;
+// Handle, with ids the application chooses, spares them that.
+func (a *Endpoint) Register(h Handler) uint32 {
 	return a.register(handler{short: h})
 }
 
-// RegisterMedium adds a handler of medium and bulk messages and returns
-// its index; the two kinds share the index space.
-func (a *AMII) RegisterMedium(h MediumHandler) uint32 {
+// RegisterMedium is Register for a handler of medium and bulk messages;
+// the two kinds share the ids.
+func (a *Endpoint) RegisterMedium(h MediumHandler) uint32 {
 	return a.register(handler{medium: h})
 }
 
 // register adds h to the handler table and tells the engine, which
 // returns requests to unregistered handlers to their senders
 // (endpoint.ReasonNoHandler).
-func (a *AMII) register(h handler) uint32 {
+func (a *Endpoint) register(h handler) uint32 {
 	a.handlers = append(a.handlers, h)
 	a.view.SetHandlers(uint32(len(a.handlers)))
 	return uint32(len(a.handlers) - 1)
@@ -467,15 +401,15 @@ func (a *AMII) register(h handler) uint32 {
 // returned message. It runs as a reply handler does: it may not send or
 // poll (to send the message again, note it and send after Poll returns).
 // Without one, returned messages are counted and dropped.
-func (a *AMII) OnReturn(f func(Returned)) { a.onReturn = f }
+func (a *Endpoint) OnReturn(f func(Returned)) { a.onReturn = f }
 
 // Config returns the endpoint's configuration, defaults filled in.
-func (a *AMII) Config() AMIIConfig { return a.cfg }
+func (a *Endpoint) Config() Config { return a.cfg }
 
 // Stats returns the endpoint's counters.
-func (a *AMII) Stats() AMIIStats {
+func (a *Endpoint) Stats() Stats {
 	if a.enter() != nil {
-		return AMIIStats{}
+		return Stats{}
 	}
 	defer a.exit()
 	return a.stats
@@ -483,7 +417,7 @@ func (a *AMII) Stats() AMIIStats {
 
 // Outstanding returns the requests sent and not yet answered or returned:
 // the credits in use.
-func (a *AMII) Outstanding() int {
+func (a *Endpoint) Outstanding() int {
 	if a.enter() != nil {
 		return 0
 	}
@@ -495,7 +429,7 @@ func (a *AMII) Outstanding() int {
 // holding it: if one runs, the lock's holder may be another goroutine
 // (wait for it) or this one (a handler calling its endpoint, which must
 // not wait forever), so enter then waits for at most the give-up time.
-func (a *AMII) enter() error {
+func (a *Endpoint) enter() error {
 	if !a.cfg.Shared || a.mu.TryLock() {
 		return nil
 	}
@@ -508,7 +442,7 @@ func (a *AMII) enter() error {
 			return nil
 		}
 		if time.Since(start) > a.cfg.GiveUp {
-			return fmt.Errorf("%w: a handler held the endpoint for %v (a handler may call only its Token2)", ErrDiscipline, a.cfg.GiveUp)
+			return fmt.Errorf("%w: a handler held the endpoint for %v (a handler may call only its Token)", ErrDiscipline, a.cfg.GiveUp)
 		}
 		time.Sleep(nap)
 		nap = min(2*nap, time.Millisecond)
@@ -519,7 +453,7 @@ func (a *AMII) enter() error {
 }
 
 // exit lets go of the lock enter took.
-func (a *AMII) exit() {
+func (a *Endpoint) exit() {
 	if a.cfg.Shared {
 		a.mu.Unlock()
 	}
@@ -527,11 +461,11 @@ func (a *AMII) exit() {
 
 // letOthersIn lets go of a Shared endpoint's lock for a moment, between
 // runs of a loop that holds it.
-func (a *AMII) letOthersIn() { a.unlocked(func() {}) }
+func (a *Endpoint) letOthersIn() { a.unlocked(func() {}) }
 
 // unlocked runs f (a blocking wait) without the lock of a Shared endpoint,
 // when no handler is running in this goroutine; otherwise with it.
-func (a *AMII) unlocked(f func()) {
+func (a *Endpoint) unlocked(f func()) {
 	if !a.cfg.Shared || a.depth > 0 {
 		f()
 		return
@@ -544,14 +478,14 @@ func (a *AMII) unlocked(f func()) {
 // Staging returns the application's part of the endpoint's staging area
 // (the medium slots after it excluded): the bulk data it sends from
 // (Store's localOffset) and where peers' Stores land (their remoteOffset).
-func (a *AMII) Staging() []byte { return a.view.Staging()[:a.slotBase:a.slotBase] }
+func (a *Endpoint) Staging() []byte { return a.view.Staging()[:a.slotBase:a.slotBase] }
 
-// Request sends a request with up to MaxArgs2 arguments to handler at the
+// Request sends a request with up to MaxArgs arguments to handler at the
 // endpoint of index dest in the translation table, then (inline mode) runs
 // the engine once. With no credit left it polls (running handlers) until a
 // reply or a return gives one back, for at most the give-up time. It may
 // not be called from a handler.
-func (a *AMII) Request(dest uint32, handler uint32, args ...uint64) error {
+func (a *Endpoint) Request(dest uint32, handler uint32, args ...uint64) error {
 	if err := a.enter(); err != nil {
 		return err
 	}
@@ -571,7 +505,7 @@ func (a *AMII) Request(dest uint32, handler uint32, args ...uint64) error {
 // RequestMedium is Request with up to endpoint.MaxMedium bytes of data, which
 // it copies into a medium slot (waiting for one, as for a credit); the
 // caller may reuse data at once. Without data it sends a short request.
-func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...uint64) error {
+func (a *Endpoint) RequestMedium(dest uint32, handler uint32, data []byte, args ...uint64) error {
 	if err := a.enter(); err != nil {
 		return err
 	}
@@ -601,14 +535,27 @@ func (a *AMII) RequestMedium(dest uint32, handler uint32, data []byte, args ...u
 	return a.sent(class, dest, handler, args)
 }
 
-// Store sends a bulk request: the length bytes at localOffset of the
-// application's part of the staging area (Staging) are stored at
-// remoteOffset in the staging area of the endpoint of index dest, and then
-// its handler (a MediumHandler) runs there with them and the arguments.
-// The region must stay unchanged until the request is answered or
-// returned. A region that does not fit at the receiver comes back with
-// endpoint.ReasonRange. Otherwise Store is Request.
-func (a *AMII) Store(dest uint32, localOffset, remoteOffset, length uint32, handler uint32, args ...uint64) error {
+// Bulk is a bulk request (Store): Length bytes at Local in the sender's
+// part of the staging area (Staging), stored at Remote in the staging area
+// of the endpoint of index Dest, whose Handler (a MediumHandler) then runs
+// with them and Args.
+type Bulk struct {
+	Dest                  uint32
+	Local, Remote, Length uint32
+	Handler               uint32
+	Args                  []uint64
+}
+
+// Store sends bulk request b: its bytes are stored at the receiver, and
+// then its handler runs there with them and its arguments. The region must
+// stay unchanged until the request is answered or returned. A region that
+// does not fit at the receiver comes back with ReasonRange. Otherwise
+// Store is Request.
+func (a *Endpoint) Store(b Bulk) error {
+	return a.store(b.Dest, b.Local, b.Remote, b.Length, b.Handler, b.Args...)
+}
+
+func (a *Endpoint) store(dest uint32, localOffset, remoteOffset, length uint32, handler uint32, args ...uint64) error {
 	if err := a.enter(); err != nil {
 		return err
 	}
@@ -633,12 +580,12 @@ func (a *AMII) Store(dest uint32, localOffset, remoteOffset, length uint32, hand
 }
 
 // checkRequest checks what every request checks.
-func (a *AMII) checkRequest(dest uint32, args []uint64) error {
+func (a *Endpoint) checkRequest(dest uint32, args []uint64) error {
 	switch {
 	case a.depth > 0:
 		return fmt.Errorf("%w: a handler may not send a request", ErrDiscipline)
-	case len(args) > MaxArgs2:
-		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs2)
+	case len(args) > MaxArgs:
+		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs)
 	case dest >= a.table:
 		return fmt.Errorf("%w: %d (the table has %d entries)", ErrBadIndex, dest, a.table)
 	}
@@ -647,7 +594,7 @@ func (a *AMII) checkRequest(dest uint32, args []uint64) error {
 
 // waitCredit polls, running handlers, until a credit is free, for at most
 // the give-up time; in firmware mode it blocks (Wait) while nothing comes.
-func (a *AMII) waitCredit() error {
+func (a *Endpoint) waitCredit() error {
 	if len(a.pending) < a.cfg.Credits {
 		return nil
 	}
@@ -677,7 +624,7 @@ func (a *AMII) waitCredit() error {
 // sent counts a request just queued (its record, for an answer or a
 // return to find) and, in inline mode, runs the engine once so that it
 // leaves at once.
-func (a *AMII) sent(class endpoint.Class, dest, handler uint32, args []uint64) error {
+func (a *Endpoint) sent(class endpoint.Class, dest, handler uint32, args []uint64) error {
 	p := pendingRequest{class: class, dest: dest, handler: handler, nargs: uint8(len(args))}
 	copy(p.args[:], args)
 	a.pending = append(a.pending, p)
@@ -690,7 +637,7 @@ func (a *AMII) sent(class endpoint.Class, dest, handler uint32, args []uint64) e
 }
 
 // send puts a short message into send queue q.
-func (a *AMII) send(q endpoint.Queue, dest, handler uint32, args []uint64) error {
+func (a *Endpoint) send(q endpoint.Queue, dest, handler uint32, args []uint64) error {
 	d := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
 	copy(d.Args[:], args)
 	return a.sendDescriptor(q, &d)
@@ -698,7 +645,7 @@ func (a *AMII) send(q endpoint.Queue, dest, handler uint32, args []uint64) error
 
 // sendMedium copies data into a medium slot and puts the medium message
 // into send queue q.
-func (a *AMII) sendMedium(q endpoint.Queue, dest, handler uint32, data []byte, args []uint64) error {
+func (a *Endpoint) sendMedium(q endpoint.Queue, dest, handler uint32, data []byte, args []uint64) error {
 	slot, err := a.slot(q)
 	if err != nil {
 		return err
@@ -721,7 +668,7 @@ func (a *AMII) sendMedium(q endpoint.Queue, dest, handler uint32, data []byte, a
 // slot returns a free medium slot for a message into send queue q, waiting
 // for the engine to take a message out of one, for at most the give-up
 // time. Requests hold at most all slots but one.
-func (a *AMII) slot(q endpoint.Queue) (int, error) {
+func (a *Endpoint) slot(q endpoint.Queue) (int, error) {
 	if a.cfg.MediumSlots == 0 {
 		return 0, ErrNoMediumSlots
 	}
@@ -745,7 +692,7 @@ func (a *AMII) slot(q endpoint.Queue) (int, error) {
 }
 
 // reclaim frees the medium slots whose messages the engine has taken.
-func (a *AMII) reclaim() {
+func (a *Endpoint) reclaim() {
 	j := 0
 	for _, u := range a.used {
 		if _, taken := a.view.Progress(u.q); int32(taken-u.pos) > 0 {
@@ -759,7 +706,7 @@ func (a *AMII) reclaim() {
 }
 
 // requestSlots returns the medium slots held by requests.
-func (a *AMII) requestSlots() int {
+func (a *Endpoint) requestSlots() int {
 	n := 0
 	for _, u := range a.used {
 		if u.q == endpoint.RequestSend {
@@ -771,7 +718,7 @@ func (a *AMII) requestSlots() int {
 
 // sendDescriptor puts d into send queue q, letting the engine run while
 // the queue is full, for at most the give-up time.
-func (a *AMII) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) error {
+func (a *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) error {
 	var start time.Time
 	for {
 		err := a.view.Send(q, d)
@@ -791,7 +738,7 @@ func (a *AMII) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) error {
 
 // step lets the engine move on: in inline mode it runs it once, in
 // firmware mode it yields the processor.
-func (a *AMII) step() error {
+func (a *Endpoint) step() error {
 	if a.poll == nil {
 		a.unlocked(runtime.Gosched)
 		return nil
@@ -806,7 +753,7 @@ func (a *AMII) step() error {
 // included). In inline mode, when request handlers ran, it runs the engine
 // once more, so that their replies leave before Poll returns. It may not be
 // called from a handler.
-func (a *AMII) Poll() (int, error) {
+func (a *Endpoint) Poll() (int, error) {
 	if err := a.enter(); err != nil {
 		return 0, err
 	}
@@ -815,7 +762,7 @@ func (a *AMII) Poll() (int, error) {
 }
 
 // pollLocked is Poll, the lock (if Shared) held.
-func (a *AMII) pollLocked() (int, error) {
+func (a *Endpoint) pollLocked() (int, error) {
 	if a.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
@@ -873,20 +820,32 @@ func (a *AMII) pollLocked() (int, error) {
 }
 
 // Wait waits until a message is in one of the endpoint's receive queues,
-// for at most timeout, and returns nil then (Poll has handlers to run), or
-// ErrTimeout. In inline mode it runs the engine meanwhile; in firmware mode
-// it arms the endpoint's events and blocks in AMIIConfig.Block. It may not
-// be called from a handler.
-func (a *AMII) Wait(timeout time.Duration) error {
+// for at most timeout. ready true: Poll has handlers to run (with
+// Config.Shared, another goroutine may have run them first); ready false
+// and no error: nothing arrived within timeout. An error is a failure: a
+// handler called Wait, or firmware mode's daemon went away. In inline mode
+// it runs the engine meanwhile; in firmware mode it arms the endpoint's
+// events and blocks on the daemon's notification. It may not be called
+// from a handler.
+func (a *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
 	if err := a.enter(); err != nil {
-		return err
+		return false, err
 	}
 	defer a.exit()
-	return a.waitLocked(timeout)
+	err = a.waitLocked(timeout)
+	if errors.Is(err, errNothing) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
+// errNothing is waitLocked's "no message within the timeout", which Wait
+// reports as ready false and no error; it wraps ErrTimeout for the callers
+// that wait for room.
+var errNothing = fmt.Errorf("%w: no message", ErrTimeout)
+
 // waitLocked is Wait, the lock (if Shared) held.
-func (a *AMII) waitLocked(timeout time.Duration) error {
+func (a *Endpoint) waitLocked(timeout time.Duration) error {
 	if a.depth > 0 {
 		return fmt.Errorf("%w: a handler may not wait", ErrDiscipline)
 	}
@@ -901,7 +860,7 @@ func (a *AMII) waitLocked(timeout time.Duration) error {
 			if a.poll == nil {
 				a.view.Arm(0)
 			}
-			return fmt.Errorf("%w: no message for %v", ErrTimeout, timeout)
+			return errNothing
 		}
 		if a.poll != nil {
 			if _, err := a.poll(); err != nil {
@@ -944,7 +903,7 @@ func (a *AMII) waitLocked(timeout time.Duration) error {
 			block = min(left, sharedRecheck)
 		}
 		a.blocking++
-		a.unlocked(func() { err = a.cfg.Block(block) })
+		a.unlocked(func() { err = a.block(block) })
 		a.blocking--
 		if err != nil {
 			a.view.Arm(0)
@@ -957,7 +916,7 @@ func (a *AMII) waitLocked(timeout time.Duration) error {
 }
 
 // dispatch handles a.d, just peeked from receive queue q.
-func (a *AMII) dispatch(q endpoint.Queue) (int, error) {
+func (a *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 	d := &a.d
 	if reason, from, ok := d.ReturnInfo(); ok {
 		return a.returned(reason, from == endpoint.RequestSend), nil
@@ -976,7 +935,7 @@ func (a *AMII) dispatch(q endpoint.Queue) (int, error) {
 		a.stats.Malformed++
 		return 0, nil
 	}
-	if d.NArgs > MaxArgs2 {
+	if d.NArgs > MaxArgs {
 		a.stats.Malformed++
 		return 0, nil
 	}
@@ -988,7 +947,7 @@ func (a *AMII) dispatch(q endpoint.Queue) (int, error) {
 		return 0, nil
 	}
 	copy(a.args[:], d.Args[:d.NArgs])
-	a.tok = Token2{a: a, src: d.Dest, request: request}
+	a.tok = Token{a: a, src: d.Dest, request: request}
 	ran := 0
 	var h handler
 	if int(d.Handler) < len(a.handlers) {
@@ -1018,7 +977,7 @@ func (a *AMII) dispatch(q endpoint.Queue) (int, error) {
 // answered removes the record of the request an answer (a reply from
 // dest, or r, the request's return) ends: the oldest to dest, the one r
 // names if r is given and it is found. It reports whether there was one.
-func (a *AMII) answered(dest uint32, r *Returned) bool {
+func (a *Endpoint) answered(dest uint32, r *Returned) bool {
 	at := -1
 	for i := range a.pending {
 		p := &a.pending[i]
@@ -1046,7 +1005,7 @@ func (a *AMII) answered(dest uint32, r *Returned) bool {
 // expire returns, to the error handler, the requests whose reply has not
 // come within ReplyTimeout of the timers' first seeing them, and reports
 // how many error handlers ran.
-func (a *AMII) expire() int {
+func (a *Endpoint) expire() int {
 	now := a.cfg.Clock.Now()
 	ran, j := 0, 0
 	for _, p := range a.pending {
@@ -1068,10 +1027,10 @@ func (a *AMII) expire() int {
 }
 
 // returned hands the returned message in a.d to the error handler.
-func (a *AMII) returned(reason endpoint.Reason, request bool) int {
+func (a *Endpoint) returned(reason endpoint.Reason, request bool) int {
 	d := &a.d
 	r := Returned{Reason: reason, Request: request, Class: d.Class &^ endpoint.ClassReturned, Dest: d.Dest, Handler: d.Handler,
-		Args: append([]uint64(nil), d.Args[:min(int(d.NArgs), MaxArgs2)]...)}
+		Args: append([]uint64(nil), d.Args[:min(int(d.NArgs), MaxArgs)]...)}
 	switch r.Class {
 	case endpoint.ClassMedium:
 		if b, err := a.view.Data(d); err == nil {
@@ -1088,7 +1047,7 @@ func (a *AMII) returned(reason endpoint.Reason, request bool) int {
 }
 
 // handReturn hands r to the error handler, if there is one.
-func (a *AMII) handReturn(r Returned) int {
+func (a *Endpoint) handReturn(r Returned) int {
 	if a.onReturn == nil {
 		return 0
 	}
@@ -1099,7 +1058,7 @@ func (a *AMII) handReturn(r Returned) int {
 }
 
 // run calls handler h with the discipline flag raised.
-func (a *AMII) run(h handler, nargs int, data []byte) {
+func (a *Endpoint) run(h handler, nargs int, data []byte) {
 	a.enterHandler()
 	defer a.leave()
 	if h.medium != nil {
@@ -1111,14 +1070,14 @@ func (a *AMII) run(h handler, nargs int, data []byte) {
 
 // enterHandler raises the discipline flag (and, Shared, running) before
 // a handler runs; leave lowers them after.
-func (a *AMII) enterHandler() {
+func (a *Endpoint) enterHandler() {
 	a.depth++
 	if a.cfg.Shared {
 		a.running.Store(true)
 	}
 }
 
-func (a *AMII) leave() {
+func (a *Endpoint) leave() {
 	a.depth--
 	if a.cfg.Shared {
 		a.running.Store(false)
@@ -1127,7 +1086,7 @@ func (a *AMII) leave() {
 
 // Drain polls until every request has been answered or returned, or until
 // timeout; in firmware mode it blocks (Wait) while nothing comes.
-func (a *AMII) Drain(timeout time.Duration) error {
+func (a *Endpoint) Drain(timeout time.Duration) error {
 	if err := a.enter(); err != nil {
 		return err
 	}

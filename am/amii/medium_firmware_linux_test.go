@@ -1,6 +1,6 @@
 //go:build linux
 
-package am
+package amii
 
 import (
 	"bytes"
@@ -71,7 +71,7 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 	seen := make([]atomic.Int32, senders*per)
 	var replies atomic.Int64
 	var cbuf [2048]byte
-	reply := client.RegisterMedium(func(_ *Token2, args []uint64, data []byte) {
+	reply := client.RegisterMedium(func(_ *Token, args []uint64, data []byte) {
 		i := args[0]
 		if want := mediumPattern(cbuf[:], i); !bytes.Equal(data, want) {
 			report("reply", i, data, want)
@@ -80,7 +80,7 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 		replies.Add(1)
 	})
 	var sbuf [2048]byte
-	server.RegisterMedium(func(tok *Token2, args []uint64, data []byte) {
+	server.RegisterMedium(func(tok *Token, args []uint64, data []byte) {
 		if want := mediumPattern(sbuf[:], args[0]); !bytes.Equal(data, want) {
 			report("request", args[0], data, want)
 		}
@@ -99,8 +99,8 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	wg.Go(func() { serveUntil(t, server.AMII, &stop) })
-	wg.Go(func() { serveUntil(t, client.AMII, &stop) })
+	wg.Go(func() { serveUntil(t, server, &stop) })
+	wg.Go(func() { serveUntil(t, client, &stop) })
 	var sends sync.WaitGroup
 	for g := range senders {
 		sends.Go(func() {
@@ -122,7 +122,7 @@ func mediumOverlapBody(t *testing.T, la, lb afxdp.Link, senders, per uint64) {
 	if err := client.Request(0, 99, 1); err != nil {
 		t.Error(err)
 	}
-	if err := client.Store(0, 0, uint32(len(server.Staging()))+8, 64, 0); err != nil {
+	if err := client.Store(Bulk{Remote: uint32(len(server.Staging())) + 8, Length: 64}); err != nil {
 		t.Error(err)
 	}
 	if err := client.Drain(30 * time.Second); err != nil {

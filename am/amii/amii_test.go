@@ -1,9 +1,8 @@
 //go:build linux
 
-package am
+package amii
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -36,7 +35,7 @@ const (
 // index 1 is an endpoint of another network), B1's and B2's are [A1].
 type amiiNet struct {
 	ea, eb     *nicfw.Engine
-	a1, b1, b2 *AMII
+	a1, b1, b2 *Endpoint
 	serveB     bool // poll drives B1's AMII too (its handlers run)
 }
 
@@ -64,7 +63,7 @@ func (n *amiiNet) enginesOnly() (int, error) {
 	return wa + wb, err
 }
 
-func newAMIINet(t testing.TB, cfgA AMIIConfig) *amiiNet {
+func newAMIINet(t testing.TB, cfgA Config) *amiiNet {
 	t.Helper()
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
@@ -94,7 +93,7 @@ func newAMIINet(t testing.TB, cfgA AMIIConfig) *amiiNet {
 	a1 := nicfw.Name{Host: amiiHostA, Endpoint: 1}
 	b1 := nicfw.Name{Host: amiiHostB, Endpoint: 1}
 	b2 := nicfw.Name{Host: amiiHostB, Endpoint: 2}
-	open := func(e *nicfw.Engine, id nicfw.EndpointID, vnet nicfw.VNet, poll func() (int, error), cfg AMIIConfig) *AMII {
+	open := func(e *nicfw.Engine, id nicfw.EndpointID, vnet nicfw.VNet, poll func() (int, error), cfg Config) *Endpoint {
 		m, err := e.CreateEndpoint(id, endpoint.Config{}, vnet)
 		if err != nil {
 			t.Fatal(err)
@@ -108,21 +107,21 @@ func newAMIINet(t testing.TB, cfgA AMIIConfig) *amiiNet {
 				t.Error(err)
 			}
 		})
-		a, err := NewAMII(v, poll, cfg)
+		a, err := newEndpoint(v, poll, nil, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return a
 	}
 	n.a1 = open(n.ea, 1, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{b1, b2}}, n.poll, cfgA)
-	n.b1 = open(n.eb, 1, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{a1}}, n.enginesOnly, AMIIConfig{})
-	n.b2 = open(n.eb, 2, nicfw.VNet{Tag: amiiBlue, Table: []nicfw.Name{a1}}, n.enginesOnly, AMIIConfig{})
+	n.b1 = open(n.eb, 1, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{a1}}, n.enginesOnly, Config{})
+	n.b2 = open(n.eb, 2, nicfw.VNet{Tag: amiiBlue, Table: []nicfw.Name{a1}}, n.enginesOnly, Config{})
 	return n
 }
 
 // until polls a (and, through the net's poll, the engines) until done, for
 // at most five seconds.
-func until(t *testing.T, a *AMII, done func() bool) {
+func until(t *testing.T, a *Endpoint, done func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !done() {
@@ -139,11 +138,11 @@ func until(t *testing.T, a *AMII, done func() bool) {
 // handler replies with the arguments reversed; and requests to a handler
 // that does not reply, which come back as implicit replies running nothing.
 func TestAMIIRoundTrip(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	n := newAMIINet(t, Config{})
 	n.serveB = true
 	var got [][]uint64
 	var replySources []uint32
-	reply := n.a1.Register(func(tok *Token2, args []uint64) {
+	reply := n.a1.Register(func(tok *Token, args []uint64) {
 		if tok.IsRequest() {
 			t.Error("reply handler runs for a request")
 		}
@@ -151,7 +150,7 @@ func TestAMIIRoundTrip(t *testing.T) {
 		got = append(got, slices.Clone(args))
 	})
 	var sources []uint32
-	echo := n.b1.Register(func(tok *Token2, args []uint64) {
+	echo := n.b1.Register(func(tok *Token, args []uint64) {
 		sources = append(sources, tok.Source())
 		r := slices.Clone(args)
 		slices.Reverse(r)
@@ -159,8 +158,8 @@ func TestAMIIRoundTrip(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	silent := n.b1.Register(func(*Token2, []uint64) {})
-	for k := 0; k <= MaxArgs2; k++ {
+	silent := n.b1.Register(func(*Token, []uint64) {})
+	for k := 0; k <= MaxArgs; k++ {
 		args := make([]uint64, k)
 		for i := range args {
 			args[i] = uint64(k)<<32 | uint64(i) | 1<<63
@@ -181,8 +180,8 @@ func TestAMIIRoundTrip(t *testing.T) {
 		}
 	}
 	until(t, n.a1, func() bool { return n.a1.Outstanding() == 0 })
-	if len(got) != MaxArgs2+1 {
-		t.Errorf("%d reply handlers ran, want %d (implicit replies run none)", len(got), MaxArgs2+1)
+	if len(got) != MaxArgs+1 {
+		t.Errorf("%d reply handlers ran, want %d (implicit replies run none)", len(got), MaxArgs+1)
 	}
 	for _, s := range append(sources, replySources...) {
 		if s != 0 {
@@ -198,23 +197,23 @@ func TestAMIIRoundTrip(t *testing.T) {
 // TestAMIIDiscipline checks the request/reply discipline and the API's
 // argument checks.
 func TestAMIIDiscipline(t *testing.T) {
-	t.Run("one goroutine", func(t *testing.T) { disciplineBody(t, AMIIConfig{}) })
+	t.Run("one goroutine", func(t *testing.T) { disciplineBody(t, Config{}) })
 	// Shared: A1's reply handler calling A1 waits for the give-up time.
-	t.Run("shared", func(t *testing.T) { disciplineBody(t, AMIIConfig{Shared: true, GiveUp: 50 * time.Millisecond}) })
+	t.Run("shared", func(t *testing.T) { disciplineBody(t, Config{Shared: true, GiveUp: 50 * time.Millisecond}) })
 }
 
-func disciplineBody(t *testing.T, cfgA AMIIConfig) {
+func disciplineBody(t *testing.T, cfgA Config) {
 	n := newAMIINet(t, cfgA)
 	n.serveB = true
 	var errs []error
 	var replyErr error
-	reply := n.a1.Register(func(tok *Token2, args []uint64) {
+	reply := n.a1.Register(func(tok *Token, args []uint64) {
 		replyErr = tok.Reply(0)
 		errs = append(errs, n.a1.Request(0, 0), func() error { _, err := n.a1.Poll(); return err }())
 	})
 	var first, second, inner, poll, tooLong error
-	req := n.b1.Register(func(tok *Token2, args []uint64) {
-		tooLong = tok.Reply(reply, make([]uint64, MaxArgs2+1)...)
+	req := n.b1.Register(func(tok *Token, args []uint64) {
+		tooLong = tok.Reply(reply, make([]uint64, MaxArgs+1)...)
 		first = tok.Reply(reply)
 		second = tok.Reply(reply)
 		inner = n.b1.Request(0, 0)
@@ -236,7 +235,7 @@ func disciplineBody(t *testing.T, cfgA AMIIConfig) {
 	if len(errs) != 2 || !errors.Is(errs[0], ErrDiscipline) || !errors.Is(errs[1], ErrDiscipline) {
 		t.Errorf("request and poll in a reply handler: %v, want ErrDiscipline", errs)
 	}
-	if err := n.a1.Request(0, req, make([]uint64, MaxArgs2+1)...); !errors.Is(err, ErrTooLong) {
+	if err := n.a1.Request(0, req, make([]uint64, MaxArgs+1)...); !errors.Is(err, ErrTooLong) {
 		t.Errorf("request of nine arguments: %v, want ErrTooLong", err)
 	}
 	if err := n.a1.Request(2, req); !errors.Is(err, ErrBadIndex) {
@@ -245,8 +244,8 @@ func disciplineBody(t *testing.T, cfgA AMIIConfig) {
 	if n.a1.Outstanding() != 0 {
 		t.Errorf("%d outstanding after refused requests", n.a1.Outstanding())
 	}
-	if _, err := NewAMII(nil, n.poll, AMIIConfig{}); err == nil {
-		t.Error("NewAMII without a view succeeded")
+	if _, err := newEndpoint(nil, n.poll, nil, Config{}); err == nil {
+		t.Error("newEndpoint without a view succeeded")
 	}
 }
 
@@ -254,10 +253,10 @@ func disciplineBody(t *testing.T, cfgA AMIIConfig) {
 // virtual network: it is never delivered and comes back to A1's error
 // handler with ReasonBadTag, giving back its credit.
 func TestAMIIReturnBadTag(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	n := newAMIINet(t, Config{})
 	n.serveB = true
 	var ran bool
-	n.b2.Register(func(*Token2, []uint64) { ran = true })
+	n.b2.Register(func(*Token, []uint64) { ran = true })
 	var returned []Returned
 	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
 	if err := n.a1.Request(1, 0, 3, 1, 4); err != nil {
@@ -284,12 +283,12 @@ func TestAMIIReturnBadTag(t *testing.T) {
 // gets through and never more than K are outstanding.
 func TestAMIICredits(t *testing.T) {
 	const k = 3
-	n := newAMIINet(t, AMIIConfig{Credits: k, GiveUp: 30 * time.Millisecond})
+	n := newAMIINet(t, Config{Credits: k, GiveUp: 30 * time.Millisecond})
 	replies := 0
-	reply := n.a1.Register(func(*Token2, []uint64) { replies++ })
+	reply := n.a1.Register(func(*Token, []uint64) { replies++ })
 	maxSeen := 0
 	handled := 0
-	echo := n.b1.Register(func(tok *Token2, args []uint64) {
+	echo := n.b1.Register(func(tok *Token, args []uint64) {
 		handled++
 		maxSeen = max(maxSeen, n.a1.Outstanding())
 		if err := tok.Reply(reply, args...); err != nil {
@@ -323,8 +322,8 @@ func TestAMIICredits(t *testing.T) {
 	if handled != k+more || replies != k+more || maxSeen > k {
 		t.Errorf("handled %d, replies %d, want %d; most outstanding seen by B %d, K %d", handled, replies, k+more, maxSeen, k)
 	}
-	if _, err := NewAMII(nil, nil, AMIIConfig{}); err == nil {
-		t.Error("NewAMII without arguments succeeded")
+	if _, err := newEndpoint(nil, nil, nil, Config{}); err == nil {
+		t.Error("newEndpoint without arguments succeeded")
 	}
 }
 
@@ -349,18 +348,18 @@ func patterned(n int, seed byte) []byte {
 // handler is a handler error; a short one to a medium handler gets no
 // data.
 func TestAMIIMedium(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	n := newAMIINet(t, Config{})
 	n.serveB = true
 	top := mediumFits(n.ea, 2)
 	var got [][]byte
 	var gotArgs [][]uint64
-	reply := n.a1.RegisterMedium(func(tok *Token2, args []uint64, data []byte) {
+	reply := n.a1.RegisterMedium(func(tok *Token, args []uint64, data []byte) {
 		got = append(got, slices.Clone(data))
 		gotArgs = append(gotArgs, slices.Clone(args))
 	})
 	var shortData []byte
 	shortSeen := false
-	echo := n.b1.RegisterMedium(func(tok *Token2, args []uint64, data []byte) {
+	echo := n.b1.RegisterMedium(func(tok *Token, args []uint64, data []byte) {
 		if data == nil {
 			shortSeen, shortData = true, data
 			return
@@ -371,7 +370,7 @@ func TestAMIIMedium(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	short := n.b1.Register(func(*Token2, []uint64) { t.Error("a short handler ran for a medium message") })
+	short := n.b1.Register(func(*Token, []uint64) { t.Error("a short handler ran for a medium message") })
 	sizes := []int{1, 2, 100, 1000, 3000, top - 1, top}
 	const rounds = 3
 	for i := range rounds * len(sizes) {
@@ -417,17 +416,17 @@ func TestAMIIMedium(t *testing.T) {
 // whose handler gets the stored bytes; a region that does not fit at B1
 // comes back with its reason; a region outside A1's own part is refused.
 func TestAMIIStore(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	n := newAMIINet(t, Config{})
 	n.serveB = true
 	const length, remote = 20000, 3000
 	data := patterned(length, 7)
 	copy(n.a1.Staging()[100:], data)
 	var stored []byte
 	var storedArgs []uint64
-	sink := n.b1.RegisterMedium(func(tok *Token2, args []uint64, d []byte) {
+	sink := n.b1.RegisterMedium(func(tok *Token, args []uint64, d []byte) {
 		stored, storedArgs = slices.Clone(d), slices.Clone(args)
 	})
-	if err := n.a1.Store(0, 100, remote, length, sink, 5, 6); err != nil {
+	if err := n.a1.Store(Bulk{Dest: 0, Local: 100, Remote: remote, Length: length, Handler: sink, Args: []uint64{5, 6}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.a1.Drain(5 * time.Second); err != nil {
@@ -439,7 +438,7 @@ func TestAMIIStore(t *testing.T) {
 	var returned []Returned
 	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
 	far := uint32(len(n.b1.view.Staging())) - length/2
-	if err := n.a1.Store(0, 100, far, length, sink); err != nil {
+	if err := n.a1.Store(Bulk{Dest: 0, Local: 100, Remote: far, Length: length, Handler: sink}); err != nil {
 		t.Fatal(err)
 	}
 	until(t, n.a1, func() bool { return len(returned) > 0 })
@@ -451,7 +450,7 @@ func TestAMIIStore(t *testing.T) {
 		t.Errorf("Returned.String() = %q", s)
 	}
 	for _, c := range []struct{ off, length uint32 }{{0, 0}, {uint32(len(n.a1.Staging())) - 10, 11}} {
-		if err := n.a1.Store(0, c.off, 0, c.length, sink); !errors.Is(err, ErrBadRegion) {
+		if err := n.a1.Store(Bulk{Dest: 0, Local: c.off, Remote: 0, Length: c.length, Handler: sink}); !errors.Is(err, ErrBadRegion) {
 			t.Errorf("Store of %d bytes at %d: %v, want ErrBadRegion", c.length, c.off, err)
 		}
 	}
@@ -466,10 +465,10 @@ func TestAMIIStore(t *testing.T) {
 // slots comes back with ReasonRange, its handler does not run, and the
 // slots keep their bytes; one that ends exactly at Staging's end is stored.
 func TestAMIIStoreRegion(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	n := newAMIINet(t, Config{})
 	n.serveB = true
 	ran := 0
-	sink := n.b1.RegisterMedium(func(*Token2, []uint64, []byte) { ran++ })
+	sink := n.b1.RegisterMedium(func(*Token, []uint64, []byte) { ran++ })
 	var returned []Returned
 	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
 	exposed := uint32(len(n.b1.Staging()))
@@ -482,7 +481,7 @@ func TestAMIIStoreRegion(t *testing.T) {
 	copy(n.a1.Staging()[0:], patterned(length, 3))
 	for _, remote := range []uint32{exposed + 100, exposed - length/2} {
 		returned = returned[:0]
-		if err := n.a1.Store(0, 0, remote, length, sink); err != nil {
+		if err := n.a1.Store(Bulk{Dest: 0, Local: 0, Remote: remote, Length: length, Handler: sink}); err != nil {
 			t.Fatal(err)
 		}
 		until(t, n.a1, func() bool { return len(returned) > 0 })
@@ -493,7 +492,7 @@ func TestAMIIStoreRegion(t *testing.T) {
 	if ran != 0 || !slices.Equal(whole[exposed:], slots) {
 		t.Errorf("handler ran %d times; medium slots changed: %v", ran, !slices.Equal(whole[exposed:], slots))
 	}
-	if err := n.a1.Store(0, 0, exposed-length, length, sink); err != nil {
+	if err := n.a1.Store(Bulk{Dest: 0, Local: 0, Remote: exposed - length, Length: length, Handler: sink}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.a1.Drain(5 * time.Second); err != nil {
@@ -510,10 +509,10 @@ func TestAMIIStoreRegion(t *testing.T) {
 // an answer; the receiver runs nothing. A reply to an unregistered handler
 // is the requester's own mistake: counted there as a handler error.
 func TestAMIINoSuchHandler(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	n := newAMIINet(t, Config{})
 	n.serveB = true
 	var got []uint64
-	echo := n.b1.Register(func(tok *Token2, args []uint64) {
+	echo := n.b1.Register(func(tok *Token, args []uint64) {
 		got = append(got, args[0])
 		if err := tok.Reply(7, args[0]); err != nil { // A1 has no handler 7
 			t.Error(err)
@@ -553,7 +552,7 @@ func TestAMIINoSuchHandler(t *testing.T) {
 // TestAMIIReturnedMedium: a medium request to B2 (another network) comes
 // back with its bytes; one to a closed B1 comes back as "endpoint closed".
 func TestAMIIReturnedMedium(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	n := newAMIINet(t, Config{})
 	n.serveB = true
 	var returned []Returned
 	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
@@ -584,25 +583,25 @@ func TestAMIIReturnedMedium(t *testing.T) {
 // TestAMIIWaitInline: Wait runs the engines until a message is there, or
 // times out.
 func TestAMIIWaitInline(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
-	if err := n.a1.Wait(20 * time.Millisecond); !errors.Is(err, ErrTimeout) {
-		t.Fatalf("Wait with nothing coming: %v, want ErrTimeout", err)
+	n := newAMIINet(t, Config{})
+	if ready, err := n.a1.Wait(20 * time.Millisecond); ready || err != nil {
+		t.Fatalf("Wait with nothing coming: %v, %v; want false and no error", ready, err)
 	}
 	got := 0
-	h := n.a1.Register(func(*Token2, []uint64) { got++ })
+	h := n.a1.Register(func(*Token, []uint64) { got++ })
 	// B1 sends a request to A1 without running the engines: A1's Wait
 	// runs them.
 	if err := n.b1.view.Send(endpoint.RequestSend, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: h}); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.a1.Wait(5 * time.Second); err != nil {
-		t.Fatal(err)
+	if ready, err := n.a1.Wait(5 * time.Second); !ready || err != nil {
+		t.Fatalf("Wait with a message coming: %v, %v", ready, err)
 	}
 	if ran, err := n.a1.Poll(); ran != 1 || err != nil || got != 1 {
 		t.Fatalf("Poll after Wait ran %d handlers (%v)", ran, err)
 	}
 	var inner error
-	h = n.a1.Register(func(*Token2, []uint64) { inner = n.a1.Wait(time.Millisecond) })
+	h = n.a1.Register(func(*Token, []uint64) { _, inner = n.a1.Wait(time.Millisecond) })
 	if err := n.b1.view.Send(endpoint.RequestSend, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: h}); err != nil {
 		t.Fatal(err)
 	}
@@ -633,7 +632,7 @@ func (f eventFD) signal() {
 }
 
 // block waits until the counter is not zero or timeout passes, and resets
-// the counter: AMIIConfig.Block.
+// the counter: Config.Block.
 func (f eventFD) block(timeout time.Duration) error {
 	ms := max(int((timeout+time.Millisecond-1)/time.Millisecond), 1)
 	fds := []unix.PollFd{{Fd: int32(f), Events: unix.POLLIN}}
@@ -679,7 +678,7 @@ func TestAMIIFirmware(t *testing.T) {
 		t.Fatal(err)
 	}
 	wake := newEventFD(t)
-	open := func(e *nicfw.Engine, peer nicfw.HostID) (*endpoint.Memory, *AMII, *atomic.Int64) {
+	open := func(e *nicfw.Engine, peer nicfw.HostID) (*endpoint.Memory, *Endpoint, *atomic.Int64) {
 		m, err := e.CreateEndpoint(1, endpoint.Config{QueueEntries: 16},
 			nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
 		if err != nil {
@@ -694,10 +693,10 @@ func TestAMIIFirmware(t *testing.T) {
 		m.SetNotify(notify.signal)
 		v.SetKick(wake.signal)
 		blocks := new(atomic.Int64)
-		a, err := NewAMII(v, nil, AMIIConfig{Block: func(d time.Duration) error {
+		a, err := newEndpoint(v, nil, func(d time.Duration) error {
 			blocks.Add(1)
 			return notify.block(d)
-		}})
+		}, Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -710,15 +709,15 @@ func TestAMIIFirmware(t *testing.T) {
 	// their goroutines start.
 	var replies []uint64
 	var mediumReplies [][]byte
-	reply := a1.Register(func(_ *Token2, args []uint64) { replies = append(replies, args[0]) })
-	mreply := a1.RegisterMedium(func(_ *Token2, _ []uint64, data []byte) { mediumReplies = append(mediumReplies, slices.Clone(data)) })
+	reply := a1.Register(func(_ *Token, args []uint64) { replies = append(replies, args[0]) })
+	mreply := a1.RegisterMedium(func(_ *Token, _ []uint64, data []byte) { mediumReplies = append(mediumReplies, slices.Clone(data)) })
 	var handlerErr atomic.Value
-	echo := b1.Register(func(tok *Token2, args []uint64) {
+	echo := b1.Register(func(tok *Token, args []uint64) {
 		if err := tok.Reply(reply, args[0]+1); err != nil {
 			handlerErr.Store(err)
 		}
 	})
-	mecho := b1.RegisterMedium(func(tok *Token2, _ []uint64, data []byte) {
+	mecho := b1.RegisterMedium(func(tok *Token, _ []uint64, data []byte) {
 		r := slices.Clone(data)
 		slices.Reverse(r)
 		if err := tok.ReplyMedium(mreply, r); err != nil {
@@ -776,7 +775,7 @@ func TestAMIIFirmware(t *testing.T) {
 				return
 			default:
 			}
-			if err := b1.Wait(20 * time.Millisecond); err != nil && !errors.Is(err, ErrTimeout) {
+			if _, err := b1.Wait(20 * time.Millisecond); err != nil {
 				serverDone <- err
 				return
 			}
@@ -839,87 +838,14 @@ func TestAMIIFirmware(t *testing.T) {
 	t.Logf("A1 blocked %d times, B1 %d; the engine slept %d times", blocksA.Load(), blocksB.Load(), sleeps.Load())
 }
 
-// Medium and bulk messages between two AM-II endpoints in inline mode, on
-// two engines joined by an in-memory link (on real hosts the link is an
-// afxdp.Socket; nothing else changes). The medium request's bytes are
-// copied once into a staging slot and reach the handler in place; the
-// Store writes a region of A's staging area into B's, and its handler
-// runs there once the whole region is stored.
-func ExampleAMII_RequestMedium() {
-	la, lb, _ := memlink.NewPair(memlink.Options{})
-	defer la.Close()
-	defer lb.Close()
-	hostA, hostB := nicfw.HostID(1), nicfw.HostID(2)
-	ea, _ := nicfw.NewEngine(la, nicfw.EngineConfig{Host: hostA})
-	defer ea.Close()
-	eb, _ := nicfw.NewEngine(lb, nicfw.EngineConfig{Host: hostB})
-	defer eb.Close()
-	ea.AddHost(hostB, lb.HardwareAddr())
-	eb.AddHost(hostA, la.HardwareAddr())
-	var b *AMII
-	poll := func() (int, error) { // both engines, and B's handlers (B serves in A's goroutine here)
-		wa, _ := ea.Poll()
-		wb, _ := eb.Poll()
-		hb, err := b.Poll()
-		return wa + wb + hb, err
-	}
-	open := func(e *nicfw.Engine, peer nicfw.HostID, poll func() (int, error)) (*AMII, *endpoint.View) {
-		mem, err := e.CreateEndpoint(1, endpoint.Config{}, nicfw.VNet{Tag: 42, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
-		if err != nil {
-			panic(err)
-		}
-		view, err := endpoint.Map(mem.FD())
-		if err != nil {
-			panic(err)
-		}
-		a, err := NewAMII(view, poll, AMIIConfig{})
-		if err != nil {
-			panic(err)
-		}
-		return a, view
-	}
-	a, va := open(ea, hostB, poll)
-	defer va.Close()
-	b, vb := open(eb, hostA, func() (int, error) { return 0, nil }) // A's poll runs the engines
-	defer vb.Close()
-
-	done := a.Register(func(_ *Token2, args []uint64) { fmt.Println("answered:", args[0]) })
-	shout := b.RegisterMedium(func(t *Token2, _ []uint64, data []byte) {
-		t.ReplyMedium(done+1, bytes.ToUpper(data))
-	})
-	a.RegisterMedium(func(_ *Token2, _ []uint64, data []byte) { fmt.Printf("reply: %s\n", data) })
-	sum := b.RegisterMedium(func(t *Token2, args []uint64, data []byte) {
-		total := uint64(0)
-		for _, c := range data {
-			total += uint64(c)
-		}
-		fmt.Printf("stored %d bytes at %d\n", len(data), args[0])
-		t.Reply(done, total)
-	})
-
-	a.RequestMedium(0, shout, []byte("hello, AM-II"))
-	region := a.Staging()[:10000]
-	for i := range region {
-		region[i] = 1
-	}
-	a.Store(0, 0, 5000, uint32(len(region)), sum, 5000)
-	if err := a.Drain(5 * time.Second); err != nil {
-		fmt.Println(err)
-	}
-	// Output:
-	// reply: HELLO, AM-II
-	// stored 10000 bytes at 5000
-	// answered: 10000
-}
-
 // TestAMIIShortAllocs: a short request and its reply, through both AM-II
 // endpoints and both engines, allocate nothing.
 func TestAMIIShortAllocs(t *testing.T) {
-	n := newAMIINet(t, AMIIConfig{})
+	n := newAMIINet(t, Config{})
 	n.serveB = true
 	replies := 0
-	reply := n.a1.Register(func(*Token2, []uint64) { replies++ })
-	echo := n.b1.Register(func(tok *Token2, args []uint64) { tok.Reply(reply, args[0], args[1]) })
+	reply := n.a1.Register(func(*Token, []uint64) { replies++ })
+	echo := n.b1.Register(func(tok *Token, args []uint64) { tok.Reply(reply, args[0], args[1]) })
 	var err error
 	round := func() {
 		want := replies + 1
@@ -952,13 +878,13 @@ func TestAMIIShortAllocs(t *testing.T) {
 // polls once, and A1 gets the reply without B1 polling again.
 func TestAMIIReplyLeavesInPoll(t *testing.T) {
 	ha, hb := ownEnginePair(t)
-	hb.Register(func(tok *Token2, args []uint64) {
+	hb.Register(func(tok *Token, args []uint64) {
 		if err := tok.Reply(0, args[0]+1); err != nil {
 			t.Error(err)
 		}
 	})
 	var got []uint64
-	ha.Register(func(_ *Token2, args []uint64) { got = append(got, args[0]) })
+	ha.Register(func(_ *Token, args []uint64) { got = append(got, args[0]) })
 	for i := range uint64(3) {
 		if err := ha.Request(0, 0, 10*i); err != nil {
 			t.Fatal(err)
@@ -986,10 +912,10 @@ func TestAMIIReplyLeavesInPoll(t *testing.T) {
 // them took every credit.
 func TestAMIIReplyTimeout(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1000, 0))
-	n := newAMIINet(t, AMIIConfig{Clock: clk, ReplyTimeout: time.Second, Credits: 3})
+	n := newAMIINet(t, Config{Clock: clk, ReplyTimeout: time.Second, Credits: 3})
 	var replies []uint64
-	reply := n.a1.Register(func(_ *Token2, args []uint64) { replies = append(replies, args[0]) })
-	n.b1.Register(func(tok *Token2, args []uint64) {
+	reply := n.a1.Register(func(_ *Token, args []uint64) { replies = append(replies, args[0]) })
+	n.b1.Register(func(tok *Token, args []uint64) {
 		if err := tok.Reply(reply, args...); err != nil {
 			t.Error(err)
 		}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package am
+package amii
 
 import (
 	"context"
@@ -77,9 +77,9 @@ func startDaemons(t *testing.T, la, lb afxdp.Link) (pa, pb string) {
 
 // serveUntil runs a's handlers, waiting between messages, until stop is
 // set.
-func serveUntil(t *testing.T, a *AMII, stop *atomic.Bool) {
+func serveUntil(t *testing.T, a *Endpoint, stop *atomic.Bool) {
 	for !stop.Load() {
-		if err := a.Wait(20 * time.Millisecond); err != nil && !errors.Is(err, ErrTimeout) {
+		if _, err := a.Wait(20 * time.Millisecond); err != nil {
 			t.Errorf("wait: %v", err)
 			return
 		}
@@ -93,16 +93,16 @@ func serveUntil(t *testing.T, a *AMII, stop *atomic.Bool) {
 // sharedPair runs the daemons (startDaemons) and opens endpoint 20 on host
 // B, the server, and endpoint 21 on host A, the client, Shared with 8
 // credits, in one virtual network; both close when the test ends.
-func sharedPair(t *testing.T, la, lb afxdp.Link) (server, client *Remote) {
+func sharedPair(t *testing.T, la, lb afxdp.Link) (server, client *Endpoint) {
 	t.Helper()
 	pa, pb := startDaemons(t, la, lb)
-	server, err := Dial(pb, daemon.OpenRequest{Endpoint: 20, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostA, Endpoint: 21}}}, AMIIConfig{})
+	server, err := Dial(pb, VNet{ID: 20, Tag: amiiRed, Table: []Name{{Host: amiiHostA, Endpoint: 21}}}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Close() })
-	client, err = Dial(pa, daemon.OpenRequest{Endpoint: 21, Tag: amiiRed, Table: []nicfw.Name{{Host: amiiHostB, Endpoint: 20}}},
-		AMIIConfig{Shared: true, Credits: 8})
+	client, err = Dial(pa, VNet{ID: 21, Tag: amiiRed, Table: []Name{{Host: amiiHostB, Endpoint: 20}}},
+		Config{Shared: true, Credits: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,11 +116,11 @@ func sharedBody(t *testing.T, la, lb afxdp.Link) {
 	const senders, per = 4, 500
 	var seen [senders * per]atomic.Int32
 	var replies atomic.Int64
-	reply := client.Register(func(_ *Token2, args []uint64) {
+	reply := client.Register(func(_ *Token, args []uint64) {
 		seen[args[0]-1].Add(1) // the server adds 1
 		replies.Add(1)
 	})
-	echo := server.Register(func(tok *Token2, args []uint64) {
+	echo := server.Register(func(tok *Token, args []uint64) {
 		if err := tok.Reply(reply, args[0]+1); err != nil {
 			t.Errorf("reply: %v", err)
 		}
@@ -131,8 +131,8 @@ func sharedBody(t *testing.T, la, lb afxdp.Link) {
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	wg.Go(func() { serveUntil(t, server.AMII, &stop) })
-	wg.Go(func() { serveUntil(t, client.AMII, &stop) }) // the thread blocked in Wait
+	wg.Go(func() { serveUntil(t, server, &stop) })
+	wg.Go(func() { serveUntil(t, client, &stop) }) // the thread blocked in Wait
 	var sends sync.WaitGroup
 	for g := range uint64(senders) {
 		sends.Go(func() {

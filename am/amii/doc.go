@@ -1,0 +1,116 @@
+// Package amii is AM-II's Active Messages (Mainwaring and Culler's AM-II
+// API, as Chun et al. run it over Myrinet) on an endpoint of xam's NIC
+// firmware engine (package nicfw): short, medium and bulk messages, and
+// blocking wait.
+//
+// The endpoint. An Endpoint is the application's side of one nicfw endpoint:
+// the mapping of its memory (endpoint.View) with AM-II's four queues.
+// The endpoint belongs to a virtual network: the engine holds its tag and
+// its translation table, and a request names its destination by an index
+// into that table, never by a global name. A received message names its
+// sender by the sender's index in the receiver's table (Token.Source);
+// endpoint.NoIndex when the sender is not in it, and then it cannot be
+// answered.
+//
+// Inline mode. The engine runs in the application's goroutine: Open
+// makes an engine of its own on a link, New puts the endpoint on an
+// engine the caller owns (several endpoints may share one). Poll runs the
+// engine once and then the handlers of what it put into the request and
+// reply receive queues; Request runs it after queuing the request, so the
+// message leaves at once; Wait runs it until a message is there.
+//
+// Firmware mode. The engine runs elsewhere (the daemon, on cores of its
+// own): Dial opens the endpoint through the daemon's socket. Poll then only
+// runs handlers; Wait arms the endpoint's events (endpoint.View.Arm) and
+// blocks on the daemon's notification (an eventfd) unless a message is
+// there already; a Request that must wait for a credit, and Drain, wait
+// the same way; a send that finds its queue full, or no medium slot free,
+// yields the processor until the engine has caught up. Both modes return
+// the same Endpoint, whose Close releases everything its constructor made.
+//
+// Messages. A message names a handler by its id (Handle,
+// HandleMedium: an id the receiver chooses; or Register, RegisterMedium) and carries up to 8 64-bit words (MaxArgs). A short
+// message carries nothing else. A medium message carries up to
+// endpoint.MaxMedium bytes too: RequestMedium and Token.ReplyMedium copy
+// them into a slot of the staging area (the one copy at the sender), the
+// engine copies them into the message when it takes it, and the receiver's
+// handler gets them in place in its endpoint's receive area (no copy at the
+// receiver), valid while it runs. A bulk message (Store) carries any
+// length from the application's part of the staging area (Staging) into a
+// region of the receiving endpoint's staging area, in chunks, and runs its
+// handler there once all of it is stored, with the stored bytes. Requests
+// go into the request send queue, replies into the reply send queue; the
+// engine sends replies first. The request/reply discipline is SSAM's and
+// its violations report the same ErrDiscipline: a request handler sends at
+// most one reply and no request, a reply handler and the error handler send
+// nothing, and no handler polls or waits.
+//
+// The staging area. Its last MediumSlots*endpoint.MaxMedium bytes are the
+// medium slots; the rest (Staging) is the application's, for bulk data to
+// send and for peers' Stores to land in. A slot is free again as soon as
+// the engine has taken the message in it (endpoint.View.Progress).
+// Requests hold at most all slots but one, so a reply always finds one
+// after the engine has moved on. The application keeps a Store's region
+// unchanged until the request is answered (the engine reads it chunk by
+// chunk) and decides with its peers where their Stores may write. The
+// engine lets a Store write only the receiver's application part (newEndpoint
+// sets the endpoint's store region to it): a region that reaches into the
+// medium slots, or past the staging area, comes back with ReasonRange.
+//
+// Implicit replies. A request handler that returns without replying gets
+// an empty reply sent on its behalf to NullReply, a handler index that runs
+// nothing at the requester: every delivered request is answered, which is
+// what makes user credits work (below). A request from a sender outside the
+// receiver's translation table cannot be answered and is not.
+//
+// User credits. An endpoint has at most K requests outstanding
+// (Config.Credits): a request takes a credit, and its reply (explicit
+// or implicit) or its return to sender gives it back. Request, with no
+// credit left, polls until one comes back, for at most Config.GiveUp,
+// and then reports ErrTimeout. The engine's stop-and-wait channels and its
+// NACKs of full receive queues do the rest of the flow control.
+//
+// Return to sender. A message the engine cannot deliver (bad tag, no such
+// endpoint, endpoint closed, unknown or unreachable host, too large for the
+// transport, a bulk region outside the receiver's application part, a
+// request to a handler index the receiver has not registered) comes back
+// into the sender's reply receive queue marked returned (endpoint.Descriptor.ReturnInfo); Poll hands it to the error handler set with
+// OnReturn, as a Returned with the reason and the original message (a
+// medium message with its bytes). A returned request gives back its credit.
+// A request whose reply does not come within Config.ReplyTimeout (its
+// receiver took it and then died or restarted, or a reply was itself
+// returned on the way back) is presumed lost: it comes back to the error
+// handler with endpoint.ReasonNoReply (a medium request without its bytes)
+// and gives its credit back, so credits are never lost for good. A reply
+// that comes after its request timed out still runs its handler. AM-II
+// replies do not name their request, so a reply ends the oldest request
+// outstanding to its sender; the timer starts when Poll's timers first see
+// a request (every few dozen polls).
+//
+// Threads. By default an Endpoint, like the engine it drives in inline mode,
+// belongs to one goroutine: every method, and every handler, runs in it.
+// With Config.Shared it may be used by several goroutines at once: one
+// blocked in Wait while others send requests, several polling, several
+// sending. Every method then takes the endpoint's lock, and handlers run
+// holding it, in the goroutine whose Poll (or Request, Wait, Drain) found
+// their messages; so at most one handler of the endpoint runs at a time,
+// and a handler sees the endpoint as it would in one goroutine. A blocking
+// wait releases the lock while it blocks (firmware mode: in
+// the blocking wait; a full queue: while yielding), and inline mode's Wait
+// releases it between runs of the engine, so others get their turn; the
+// poll function of inline mode is called with the lock held, one
+// goroutine at a time. Register, RegisterMedium and OnReturn are to be
+// called before the endpoint is shared. A handler may call only its
+// Token: a handler that calls its own endpoint's methods finds the lock
+// held (by its own goroutine), which Shared cannot tell apart from another
+// goroutine's handler running; it waits for at most the give-up time and
+// then gets ErrDiscipline (without Shared, ErrDiscipline comes at once).
+// Stats and Outstanding called from a handler in Shared mode likewise wait
+// and then return zero values. The endpoint's notification wakes one
+// blocked goroutine: in Shared mode the others wait for a Poll to take
+// messages, the one blocked wakes at least every few milliseconds, and
+// Wait may return with nothing to poll (another goroutine ran the
+// handlers); its callers loop.
+//
+// The engine's messages and the reasons of return are in docs/wire.md.
+package amii

@@ -1,0 +1,142 @@
+package amii
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
+)
+
+// Names of the firmware engine that an AM-II application uses, so that it
+// need not import the engine's packages for ordinary use.
+type (
+	// HostID names a host of the cluster.
+	HostID = nicfw.HostID
+	// EndpointID names an endpoint on its host.
+	EndpointID = nicfw.EndpointID
+	// Name is an endpoint's global name: host and endpoint.
+	Name = nicfw.Name
+	// Reason is why a message came back to its sender (Returned.Reason).
+	Reason = endpoint.Reason
+)
+
+// The reasons of return to sender (docs/wire.md).
+const (
+	ReasonBadTag      = endpoint.ReasonBadTag
+	ReasonNoEndpoint  = endpoint.ReasonNoEndpoint
+	ReasonUnreachable = endpoint.ReasonUnreachable
+	ReasonNoHost      = endpoint.ReasonNoHost
+	ReasonTooLarge    = endpoint.ReasonTooLarge
+	ReasonClosed      = endpoint.ReasonClosed
+	ReasonRange       = endpoint.ReasonRange
+	ReasonIncomplete  = endpoint.ReasonIncomplete
+	ReasonRestarted   = endpoint.ReasonRestarted
+	ReasonNoHandler   = endpoint.ReasonNoHandler
+	ReasonNoReply     = endpoint.ReasonNoReply
+)
+
+// NoIndex is Token.Source for a sender outside the translation table.
+const NoIndex = endpoint.NoIndex
+
+// VNet is an endpoint's id and virtual network: its tag, which the engine
+// stamps on what it sends and checks on what it delivers, and its
+// translation table, whose indices name the destinations of its requests.
+type VNet struct {
+	// ID is the endpoint's id on its host. With Dial, 0 lets the daemon
+	// choose one.
+	ID    EndpointID
+	Tag   uint64
+	Table []Name
+	// Weight is the endpoint's share of the engine's sends (1..64; 0: 1).
+	Weight int
+}
+
+// Inline describes the engine that Open runs in the application's
+// goroutine: this host's id and the other hosts' addresses.
+type Inline struct {
+	Host  HostID
+	Hosts map[HostID]net.HardwareAddr
+	// Engine configures the engine (its Host is set from Host); zero
+	// fields take the engine's defaults.
+	Engine nicfw.EngineConfig
+}
+
+// Open returns an AM-II endpoint in inline mode on link: it makes an
+// engine of its own, which runs in the goroutine that uses the endpoint
+// (Poll, Request and Wait run it), and the endpoint on it. Close closes
+// the endpoint and the engine; the link stays the caller's.
+func Open(link afxdp.Link, in Inline, vn VNet, cfg Config) (*Endpoint, error) {
+	ec := in.Engine
+	ec.Host = in.Host
+	eng, err := nicfw.NewEngine(link, ec)
+	if err != nil {
+		return nil, err
+	}
+	for id, mac := range in.Hosts {
+		if err := eng.AddHost(id, mac); err != nil {
+			eng.Close()
+			return nil, err
+		}
+	}
+	a, err := New(eng, vn, cfg)
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	closeEndpoint := a.closer
+	a.closer = func() error { return errors.Join(closeEndpoint(), eng.Close()) }
+	return a, nil
+}
+
+// New returns an AM-II endpoint in inline mode on eng, an engine the
+// caller owns and may share with other endpoints (all of them then run it
+// when they poll, in one goroutine). Close closes the endpoint, not the
+// engine.
+func New(eng *nicfw.Engine, vn VNet, cfg Config) (*Endpoint, error) {
+	if eng == nil {
+		return nil, errors.New("amii: no engine")
+	}
+	mem, err := eng.CreateEndpoint(vn.ID, endpoint.Config{QueueEntries: cfg.QueueEntries, StagingSize: cfg.StagingSize},
+		nicfw.VNet{Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight})
+	if err != nil {
+		return nil, err
+	}
+	view, err := endpoint.Map(mem.FD())
+	if err != nil {
+		eng.CloseEndpoint(vn.ID)
+		return nil, fmt.Errorf("amii: map endpoint %d: %w", vn.ID, err)
+	}
+	poll := cfg.RunEngine
+	if poll == nil {
+		poll = eng.Poll
+	}
+	a, err := newEndpoint(view, poll, nil, cfg)
+	if err != nil {
+		view.Close()
+		eng.CloseEndpoint(vn.ID)
+		return nil, err
+	}
+	a.name = Name{Host: eng.Host(), Endpoint: vn.ID}
+	a.closer = func() error { return errors.Join(view.Close(), eng.CloseEndpoint(vn.ID)) }
+	return a, nil
+}
+
+// Name returns the endpoint's global name: its host's id and its own.
+func (a *Endpoint) Name() Name { return a.name }
+
+// Close releases the endpoint and everything its constructor made for it:
+// its mapping, its endpoint at the engine, and (Open) the engine or
+// (Dial) the connection to the daemon. Messages arriving for it afterwards
+// return to their senders as ReasonClosed. It may not be called from a
+// handler, nor while other goroutines use the endpoint.
+func (a *Endpoint) Close() error {
+	if a.closer == nil {
+		return nil
+	}
+	f := a.closer
+	a.closer = nil
+	return f()
+}

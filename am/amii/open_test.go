@@ -1,0 +1,100 @@
+package amii
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/nicfw"
+)
+
+// openPair opens A and B with Open, each on an engine of its own over a
+// memlink pair.
+func openPair(t *testing.T) (a, b *Endpoint) {
+	t.Helper()
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	open := func(self HostID, l *memlink.Link, peer HostID, mac net.HardwareAddr) *Endpoint {
+		e, err := Open(l, Inline{Host: self, Hosts: map[HostID]net.HardwareAddr{peer: mac}},
+			VNet{ID: 3, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 3}}}, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := e.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		return e
+	}
+	return open(amiiHostA, la, amiiHostB, lb.HardwareAddr()), open(amiiHostB, lb, amiiHostA, la.HardwareAddr())
+}
+
+// TestHandleIDs: handlers at ids the receiver chooses, whatever the order
+// it puts them there; a request above the highest comes back with
+// ReasonNoHandler; an id taken or out of range is an error.
+func TestHandleIDs(t *testing.T) {
+	a, b := openPair(t)
+	if a.Name() != (Name{Host: amiiHostA, Endpoint: 3}) {
+		t.Errorf("Name %v", a.Name())
+	}
+	var got []uint64
+	for _, id := range []uint32{40, 7} { // not in order, with gaps
+		if err := b.Handle(id, func(tok *Token, args []uint64) { got = append(got, uint64(id)*1000+args[0]) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Handle(7, func(*Token, []uint64) {}); err == nil {
+		t.Error("a second handler at id 7 was taken")
+	}
+	if err := b.HandleMedium(MaxHandler+1, func(*Token, []uint64, []byte) {}); err == nil {
+		t.Error("an id above MaxHandler was taken")
+	}
+	var returned []Returned
+	a.OnReturn(func(r Returned) { returned = append(returned, r) })
+	for _, id := range []uint32{7, 40, 41} {
+		if err := a.Request(0, id, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Outstanding() > 0 && time.Now().Before(deadline) {
+		if _, err := b.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 2 || got[0] != 7001 || got[1] != 40001 {
+		t.Errorf("handlers ran for %v, want [7001 40001]", got)
+	}
+	if len(returned) != 1 || returned[0].Reason != ReasonNoHandler || returned[0].Handler != 41 {
+		t.Errorf("returned %v, want the request to 41 with ReasonNoHandler", returned)
+	}
+}
+
+// TestOpenErrors: a refused endpoint is the engine's typed error, and Open
+// leaves nothing behind.
+func TestOpenErrors(t *testing.T) {
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	if _, err := Open(la, Inline{Host: 1}, VNet{ID: 3, Tag: 1}, Config{}); !errors.Is(err, nicfw.ErrConfig) {
+		t.Errorf("an empty table: %v, want nicfw.ErrConfig", err)
+	}
+	if _, err := Open(la, Inline{Host: 1}, VNet{ID: 3, Tag: 1, Table: []Name{{Host: 2, Endpoint: 3}}}, Config{QueueEntries: 3}); !errors.Is(err, nicfw.ErrConfig) {
+		t.Errorf("3 queue entries: %v, want nicfw.ErrConfig", err)
+	}
+}
