@@ -148,10 +148,10 @@ func (t *Token) reply(handler uint32, data []byte, args []uint64) error {
 
 // Returned is a message the engine returned to its sender.
 type Returned struct {
-	Reason  endpoint.Reason // why it was not delivered
-	Request bool            // a request (its credit was given back); else a reply
-	Class   endpoint.Class  // short, medium or bulk
-	Dest    uint32          // the destination index it was sent to
+	Reason  Reason // why it was not delivered
+	Request bool   // a request (its credit was given back); else a reply
+	Class   Class  // short, medium or bulk
+	Dest    uint32 // the destination index it was sent to
 	Handler uint32
 	Args    []uint64 // a copy, the application's to keep
 	Data    []byte   // a medium message's bytes, a copy

@@ -21,6 +21,15 @@ type (
 	Name = nicfw.Name
 	// Reason is why a message came back to its sender (Returned.Reason).
 	Reason = endpoint.Reason
+	// Class is a message's class (Returned.Class).
+	Class = endpoint.Class
+)
+
+// The classes of messages.
+const (
+	ClassShort  = endpoint.ClassShort
+	ClassMedium = endpoint.ClassMedium
+	ClassBulk   = endpoint.ClassBulk
 )
 
 // The reasons of return to sender (docs/wire.md).

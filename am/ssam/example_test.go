@@ -3,6 +3,7 @@ package ssam_test
 import (
 	"encoding/binary"
 	"fmt"
+	"log"
 	"math"
 
 	"github.com/xam-project/xam/afxdp/memlink"
@@ -21,7 +22,7 @@ type node struct {
 func twoNodes() (a, b *node) {
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	cfg := ssam.Config{MaxMessage: 8192}
 	open := func(l *memlink.Link, peer []byte) *node {
@@ -31,11 +32,11 @@ func twoNodes() (a, b *node) {
 			NoLock:    true,
 		})
 		if err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		s, err := ssam.New(d, cfg)
 		if err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		return &node{Endpoint: s, memory: make([]float64, 16)}
 	}
@@ -46,8 +47,17 @@ func twoNodes() (a, b *node) {
 // until done reports true.
 func pollUntil(a, b *node, done func() bool) {
 	for !done() {
-		a.Poll()
-		b.Poll()
+		pollOnce(a, b)
+	}
+}
+
+// pollOnce polls both nodes once.
+func pollOnce(a, b *node) {
+	if _, err := a.Poll(); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := b.Poll(); err != nil {
+		log.Fatal(err)
 	}
 }
 
@@ -70,7 +80,9 @@ func Example_readDouble() {
 		var reply [12]byte
 		binary.BigEndian.PutUint32(reply[:], slot)
 		binary.BigEndian.PutUint64(reply[4:], math.Float64bits(b.memory[index]))
-		t.Reply(storeH, reply[:])
+		if err := t.Reply(storeH, reply[:]); err != nil {
+			log.Print(err)
+		}
 	})
 	storeH = a.Register(func(t *ssam.Token, data []byte) {
 		slot := binary.BigEndian.Uint32(data)
@@ -84,7 +96,7 @@ func Example_readDouble() {
 		binary.BigEndian.PutUint32(req[4:], uint32(slot))
 		outstanding++
 		if err := a.Request(0, readH, req[:]); err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 	}
 	pollUntil(a, b, func() bool { return outstanding == 0 })
@@ -105,7 +117,7 @@ func Example_remoteStore() {
 		binary.BigEndian.PutUint32(req[:], uint32(10+i))
 		binary.BigEndian.PutUint64(req[4:], math.Float64bits(v))
 		if err := a.Request(0, storeH, req[:]); err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 	}
 	pollUntil(a, b, func() bool { return a.Outstanding(0) == 0 })
@@ -123,8 +135,7 @@ func Example_bulkWrite() {
 	for off := 0; off < n; {
 		buf := a.Buffer(0)
 		for buf == nil { // the window is full: poll until there is room
-			a.Poll()
-			b.Poll()
+			pollOnce(a, b)
 			buf = a.Buffer(0)
 		}
 		k := min(8192, n-off)
@@ -132,7 +143,7 @@ func Example_bulkWrite() {
 			buf[i] = byte(off + i)
 		}
 		if err := a.RequestBuffered(0, appendH, k); err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		off += k
 	}

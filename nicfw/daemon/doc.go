@@ -38,13 +38,13 @@
 // (Engine.CloseEndpoint); messages still arriving for them are returned to
 // their senders as "endpoint closed". Nothing else is disturbed.
 //
-// The host table is static (Config.Hosts) or the mapper's
-// (Config.Map): the daemon then runs the mapper protocol on its link,
-// in the engine thread, and applies each table the mapper adopts
-// (Engine.SetHosts), this host's id included. Mapper frames are broadcast,
-// the transport's unicast: a splitLink hands the engine's receive batches
-// to the transport without the broadcast frames, which it keeps for the
-// mapper (maplink.go). The daemon's mapper leads only if
+// The host table is static (Config.Hosts) or the mapper's (Config.Map):
+// the daemon then loads the mapper into its engine as a module
+// (mapper.Module), which speaks the mapper protocol on the engine's link,
+// in the engine thread, and makes each table it adopts the engine's host
+// table, this host's id included; the daemon keeps the table for its
+// replies and Stats, and sleeps no longer than the engine's next timer
+// (Engine.NextTimer). The daemon's mapper leads only if
 // Config.Map.Privileged: the daemon runs as root, and no application
 // endpoint can send a mapper frame (the engine sends unicast frames only),
 // so only the daemon's privileged mapper speaks for the host.
