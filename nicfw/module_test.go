@@ -96,7 +96,8 @@ func command(t *testing.T, n *engNet, v *endpoint.View, op uint32, args ...uint6
 // moduleBody checks the module seam on n, whose hosts load probes[0] (A)
 // and probes[1] (B): a command and its completion, control messages both
 // ways delivered exactly once and in order, a command for no module, a
-// failing one, and a send gate.
+// failing one, a send gate, and timeouts that run once their time has
+// come, in time order.
 func moduleBody(t *testing.T, n *engNet, probes map[HostID]*probeModule, count int) {
 	a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
 	b1 := n.b.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
@@ -157,25 +158,9 @@ func moduleBody(t *testing.T, n *engNet, probes map[HostID]*probeModule, count i
 	if got[0].Args[0] != 42 {
 		t.Errorf("after the gate opened: %+v", got[0])
 	}
-}
-
-// TestModuleSeam runs the test module on two engines over a memlink that
-// loses 10% of the frames: commands, control messages under loss, a send
-// gate, and timeouts on the engine's clock.
-func TestModuleSeam(t *testing.T) {
-	probes := map[HostID]*probeModule{}
-	n := newEngNetWith(t, memlink.Options{Loss: 0.10, Seed: 5}, EngineConfig{}, func(id HostID, c *EngineConfig) {
-		probes[id] = newProbe()
-		c.Modules = []Module{probes[id]}
-	})
-	moduleBody(t, n, probes, 200)
-	if st := n.a.eng.TransportStats(); st.Retransmits == 0 {
-		t.Errorf("no retransmissions under 10%% loss: %+v", st)
-	}
 
 	// Timeouts: each runs once its time has come on the engine's clock,
 	// not before, in time order.
-	a1 := n.a.views[1]
 	for _, d := range []time.Duration{30 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond} {
 		if d := command(t, n, a1, probeID<<16|2, uint64(d)); CommandStatus(d.Tag) != CommandOK {
 			t.Fatalf("timeout command: status %d", d.Tag)
@@ -198,6 +183,22 @@ func TestModuleSeam(t *testing.T) {
 	if st := n.a.eng.ModuleStats(); st.Timeouts != 3 || st.Commands == 0 || st.ControlRecv == 0 {
 		t.Errorf("module stats %+v", st)
 	}
+}
+
+// TestModuleSeam runs the test module on two engines over a memlink that
+// loses 10% of the frames: commands, control messages under loss, a send
+// gate, and timeouts on the engine's clock (moduleBody).
+func TestModuleSeam(t *testing.T) {
+	probes := map[HostID]*probeModule{}
+	n := newEngNetWith(t, memlink.Options{Loss: 0.10, Seed: 5}, EngineConfig{}, func(id HostID, c *EngineConfig) {
+		probes[id] = newProbe()
+		c.Modules = []Module{probes[id]}
+	})
+	moduleBody(t, n, probes, 200)
+	if st := n.a.eng.TransportStats(); st.Retransmits == 0 {
+		t.Errorf("no retransmissions under 10%% loss: %+v", st)
+	}
+
 }
 
 // TestModuleConfig: module ids must be distinct and not 0.
