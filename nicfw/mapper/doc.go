@@ -39,21 +39,10 @@
 // # Wire format
 //
 // Mapper messages are AAL5 PDUs on circuit 0/16 (VPI/VCI; Config.VPI and
-// Config.VCI change it), one whole PDU per xam frame (docs/wire.md),
-// sent to the Ethernet broadcast address. The SDU, big-endian:
-//
-//	offset  size  field
-//	0       1     version: 1
-//	1       1     type: 1 PROBE, 2 TABLE
-//	2       1     flags: bit 0 privileged; the others sent as 0, ignored
-//	3       1     reserved, sent as 0, ignored
-//	4       6     sender MAC (must equal the frame's source MAC)
-//	10      2     sender queue
-//	12      8     epoch: TABLE the table's, PROBE the epoch of the table
-//	              the sender holds
-//	20      2     entries n: 0 for PROBE
-//	22      2     reserved, sent as 0, ignored
-//	24      10*n  entries: host id (2), MAC (6), queue (2)
+// Config.VCI change it), one whole PDU per xam frame, sent to the Ethernet
+// broadcast address: a version, the type (PROBE or TABLE), flags, the
+// sender's MAC and queue, an epoch, and for a TABLE its entries (host id,
+// MAC, queue). The table is in docs/wire.md ("The mapper").
 //
 // A TABLE comes from a privileged sender and lists its hosts with distinct
 // ids in strictly ascending MAC order. A frame that breaks any of these rules,
