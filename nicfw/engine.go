@@ -494,13 +494,20 @@ func (e *Engine) MaxPayload() int { return e.tr.MaxPayload() }
 // Poll runs the engine loop once and returns how much it did (messages
 // sent, returned or acknowledged, frames received): 0 means it found
 // nothing to do. It returns the link's errors.
-func (e *Engine) Poll() (int, error) {
+func (e *Engine) Poll() (work int, err error) {
 	e.polls++
-	// One pass of the transport's clock: read at most once per Poll.
+	// One pass of the transport: the clock read at most once, and every
+	// frame the run sends handed to the link in one batch (the transport
+	// sends what the run queued before it receives, and the rest when the
+	// pass ends).
 	e.tr.BeginPass()
-	defer e.tr.EndPass()
+	defer func() {
+		if ferr := e.tr.EndPass(); err == nil {
+			err = ferr
+		}
+	}()
 	e.acked = 0
-	work, err := e.flushReturns()
+	work, err = e.flushReturns()
 	if err != nil {
 		return work, err
 	}

@@ -71,6 +71,13 @@
 // transmission has its own; a NACK counts if it echoes the current
 // transmission's.
 //
+// Batches: within a pass (BeginPass, EndPass: an engine's run) every
+// frame sent, DATA, retransmission, ACK or NACK, joins one batch that goes
+// to the link in one Send when the pass ends, or before the pass receives
+// (so answers are never awaited for frames not yet sent, and no channel's
+// frames change while they wait). Outside a pass each Send goes at once.
+// Stats.Batches and Stats.BatchFrames count them.
+//
 // # Threads
 //
 // A Transport belongs to one goroutine, the engine thread: New, AddPeer,

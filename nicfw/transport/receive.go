@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,11 +33,16 @@ func (t *Transport) Poll() (int, error) {
 	t.polls++
 	t.BeginPass()
 	n, err := t.poll()
-	t.EndPass()
-	return n, err
+	return n, errors.Join(err, t.EndPass())
 }
 
 func (t *Transport) poll() (int, error) {
+	// What this pass sent so far goes first: the answers it is waiting for
+	// cannot come before, and receiving may free the channels whose frames
+	// are in the batch.
+	if err := t.flushOut(); err != nil {
+		return 0, err
+	}
 	n, err := t.link.Recv(t.rx)
 	if err != nil {
 		return 0, fmt.Errorf("nicfw: receive: %w", err)
@@ -76,14 +82,19 @@ func (t *Transport) poll() (int, error) {
 // system clock.
 const idleClockEvery = 16
 
-// BeginPass starts a pass: the clock is read at most once until EndPass.
+// BeginPass starts a pass: the clock is read at most once until EndPass,
+// and the frames sent go to the link in one batch (output).
 func (t *Transport) BeginPass() { t.pass++ }
 
-// EndPass ends a pass; outside one every use of the time reads the clock.
-func (t *Transport) EndPass() {
+// EndPass ends a pass: it sends the pass's batch and returns the link's
+// error. Outside a pass every use of the time reads the clock, and every
+// send goes to the link at once.
+func (t *Transport) EndPass() error {
 	if t.pass--; t.pass == 0 {
 		t.nowOK = false
+		return t.flushOut()
 	}
+	return nil
 }
 
 // now returns the time of the current pass, reading the clock on first use.
@@ -236,7 +247,8 @@ func (t *Transport) flush() error {
 	if len(t.tx) == 0 {
 		return nil
 	}
-	_, err := t.link.Send(t.tx)
+	err := t.output(t.tx)
+	clear(t.tx)
 	t.tx = t.tx[:0]
 	if err != nil {
 		return fmt.Errorf("nicfw: send acknowledgements: %w", err)

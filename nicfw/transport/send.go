@@ -190,8 +190,40 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 			flags = 0
 		}
 	}
-	_, err := t.link.Send(c.frames)
-	return err
+	return t.output(c.frames)
+}
+
+// output hands frames to the link: at once outside a pass; inside one
+// (BeginPass, EndPass) they join the pass's batch, which goes to the link
+// in one Send when the pass ends, or before the pass receives. So an
+// engine run that sends several messages and acknowledgements makes one
+// system call for all of them. The frames must stay unchanged until then:
+// a channel's frames change only when the channel is freed, which only
+// receiving does, and the batch goes before that.
+func (t *Transport) output(frames [][]byte) error {
+	if t.pass == 0 {
+		_, err := t.link.Send(frames)
+		return err
+	}
+	t.out = append(t.out, frames...)
+	return nil
+}
+
+// flushOut sends the pass's batch. Frames the link refuses are lost, as on
+// the wire: retransmission recovers them.
+func (t *Transport) flushOut() error {
+	if len(t.out) == 0 {
+		return nil
+	}
+	t.stats.Batches++
+	t.stats.BatchFrames += uint64(len(t.out))
+	_, err := t.link.Send(t.out)
+	clear(t.out)
+	t.out = t.out[:0]
+	if err != nil {
+		return fmt.Errorf("nicfw: send: %w", err)
+	}
+	return nil
 }
 
 // putHeaders writes the Ethernet and xam frame headers of a frame to p that

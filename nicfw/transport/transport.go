@@ -146,6 +146,8 @@ type Stats struct {
 
 	AcksPiggybacked uint64 // acknowledgements carried by DATA frames
 	AckFrames       uint64 // ACK frames sent (each may carry several)
+	Batches         uint64 // batches of frames handed to the link at the end of a pass
+	BatchFrames     uint64 // frames in them: BatchFrames/Batches frames per system call
 	Abandoned       uint64 // partial messages dropped: a frame of theirs was lost
 
 	NotForUs      uint64 // frames addressed to another MAC
@@ -189,6 +191,7 @@ type Transport struct {
 	scratch []byte      // an SDU with acknowledgements, being built
 	cellBuf []byte      // the cells of a message that spans frames
 
+	out   [][]byte // frames sent in this pass, for the link in one batch (output)
 	rx    [][]byte // receive batch
 	tx    [][]byte // control frames (ACK, NACK) waiting to be sent
 	ctl   [][]byte // their buffers
