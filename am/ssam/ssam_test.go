@@ -50,7 +50,7 @@ func deviceConfig(peer net.HardwareAddr, cfg Config) driver.Config {
 	}
 }
 
-func endpoints(t *testing.T, la, lb afxdp.Link, cfg Config) (*Endpoint, *Endpoint) {
+func endpoints(t testing.TB, la, lb afxdp.Link, cfg Config) (*Endpoint, *Endpoint) {
 	t.Helper()
 	var eps [2]*Endpoint
 	for i, l := range []afxdp.Link{la, lb} {

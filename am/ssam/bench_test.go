@@ -1,0 +1,50 @@
+package ssam
+
+import (
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+)
+
+// BenchmarkSSAMRoundTrip is the processor cost of one SSAM request of 32
+// bytes and its reply through the API and two devices on a memlink pair,
+// all run by the benchmark's goroutine: A's Request sends it, B's Poll
+// runs the handler, which replies, A's Poll runs the reply handler. It is
+// measured as am/amii's BenchmarkAMIIRoundTrip is (four 8-byte arguments
+// there), so that the two stand side by side: with no wire and no system
+// calls, what each API adds to the data path's round trip.
+func BenchmarkSSAMRoundTrip(b *testing.B) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	ha, hb := endpoints(b, la, lb, Config{Timeout: time.Hour})
+	var replyH uint32
+	echo := hb.Register(func(t *Token, data []byte) {
+		if err := t.Reply(replyH, data); err != nil {
+			b.Error(err)
+		}
+	})
+	answered := 0
+	replyH = ha.Register(func(*Token, []byte) { answered++ })
+	msg := make([]byte, 32)
+	poll := func(e *Endpoint) {
+		if _, err := e.Poll(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		want := answered + 1
+		if err := ha.Request(0, echo, msg); err != nil {
+			b.Fatal(err)
+		}
+		for answered < want {
+			poll(hb)
+			poll(ha)
+		}
+	}
+}
