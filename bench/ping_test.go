@@ -166,6 +166,22 @@ func BenchmarkShortMessageRate(b *testing.B) {
 		r, err := SSAMRate(pa, pb, b.N, 16, loader.ModeAuto, ssam.Config{Window: 63, Batch: 28})
 		report(b, r, err)
 	})
+	// AM-II: one endpoint streaming requests of two arguments (16 bytes,
+	// as SSAM's) with 8 outstanding, each sent by its own engine run, or
+	// coalesced: the requests between two polls leave in one run, packed
+	// into frames; and coalesced with 32 outstanding (on 32 channels).
+	b.Run("amii", func(b *testing.B) {
+		r, err := AMIIRate(pa, pb, b.N, 2, 8, false, loader.ModeAuto)
+		report(b, r, err)
+	})
+	b.Run("amii-batched", func(b *testing.B) {
+		r, err := AMIIRate(pa, pb, b.N, 2, 8, true, loader.ModeAuto)
+		report(b, r, err)
+	})
+	b.Run("amii-batched-w32", func(b *testing.B) {
+		r, err := AMIIRate(pa, pb, b.N, 2, 32, true, loader.ModeAuto)
+		report(b, r, err)
+	})
 }
 
 // BenchmarkRawProgram measures the raw ping-pong with xam's XDP program as

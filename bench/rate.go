@@ -7,8 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // RateResult is a one-way message or frame rate.
@@ -142,4 +145,90 @@ func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg ssam.Config) (*Rate
 	}
 	return &RateResult{API: api, Messages: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
 		Frames: ea.Dev.Stats().FramesSent}, nil
+}
+
+// AMIIRate streams n short requests of nargs arguments from an AM-II
+// endpoint at a to one at b, in inline mode on an engine per host, with
+// window requests outstanding (the endpoint's credits and its engine's
+// window); b's handler takes them without replying (each gets the
+// implicit reply that gives the credit back). With coalesce the client's
+// requests only queue until it polls or runs out of credits
+// (amii.Config.Coalesce): an engine run then sends them all, packed into
+// frames. It returns the message rate and the frames a's engine sent.
+func AMIIRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode) (*RateResult, error) {
+	if nargs > amii.MaxArgs {
+		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d arguments", amii.MaxArgs)
+	}
+	open := func(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg amii.Config) (*amiiHost, error) {
+		h := &amiiHost{}
+		var err error
+		if h.raw, err = OpenRaw(p, mode, 0); err != nil {
+			return nil, err
+		}
+		ec := nicfw.EngineConfig{Host: id, Window: window}
+		ec.Transport.Channels = max(window, transport.DefaultChannels) // a channel per message in flight
+		if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
+			h.close()
+			return nil, err
+		}
+		if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
+			h.close()
+			return nil, err
+		}
+		vn := amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}}
+		if h.am, err = amii.New(h.eng, vn, cfg); err != nil {
+			h.close()
+			return nil, err
+		}
+		return h, nil
+	}
+	ha, err := open(a, amiiHostA, b, amiiHostB, amii.Config{Credits: window, Coalesce: coalesce})
+	if err != nil {
+		return nil, err
+	}
+	defer ha.close()
+	hb, err := open(b, amiiHostB, a, amiiHostA, amii.Config{Credits: window})
+	if err != nil {
+		return nil, err
+	}
+	defer hb.close()
+	var delivered atomic.Int64
+	if err := hb.am.Handle(1, func(*amii.Token, []uint64) { delivered.Add(1) }); err != nil {
+		return nil, err
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var rxErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, err := hb.am.Poll(); err != nil {
+				rxErr = err
+				return
+			}
+		}
+	})
+	args := make([]uint64, nargs)
+	start := time.Now()
+	var runErr error
+	for i := 0; i < n && runErr == nil; i++ {
+		runErr = ha.am.Request(0, 1, args...)
+	}
+	if runErr == nil {
+		runErr = ha.am.Drain(30 * time.Second)
+	}
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(runErr, rxErr); err != nil {
+		return nil, err
+	}
+	if d := delivered.Load(); d != int64(n) {
+		return nil, fmt.Errorf("bench: %d of %d AM-II messages delivered", d, n)
+	}
+	api := fmt.Sprintf("amii window %d", window)
+	if coalesce {
+		api += " coalesced"
+	}
+	return &RateResult{API: api, Messages: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
+		Frames: ha.eng.TransportStats().BatchFrames}, nil
 }

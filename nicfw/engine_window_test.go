@@ -126,6 +126,17 @@ func TestEngineWindowLoss(t *testing.T) {
 	}
 }
 
+// The same with duplication and reordering besides the loss: the engine
+// runs pack several messages and acknowledgements into each frame
+// (transport.Stats.Packed), and every message still arrives exactly once.
+func TestEngineWindowPackedFaults(t *testing.T) {
+	n := newEngNet(t, memlink.Options{Loss: 0.1, Duplicate: 0.05, Reorder: 0.05, Seed: 9}, EngineConfig{Window: 8})
+	windowBody(t, n, 3000, 2_000_000)
+	if sa, sb := n.a.eng.TransportStats(), n.b.eng.TransportStats(); sa.Packed == 0 || sb.Packed == 0 || sa.Retransmits == 0 {
+		t.Errorf("A %+v\nB %+v: want packed frames and retransmissions", sa, sb)
+	}
+}
+
 // TestEngineWindowOverAFXDP is TestEngineWindowLoss over AF_XDP on a veth
 // pair, xam's XDP program dropping 10% of the frames.
 func TestEngineWindowOverAFXDP(t *testing.T) {
@@ -134,6 +145,9 @@ func TestEngineWindowOverAFXDP(t *testing.T) {
 	t.Logf("at most %d in flight, %d messages overtaken", most, late)
 	if most < 2 {
 		t.Errorf("at most %d in flight", most)
+	}
+	if st := n.a.eng.TransportStats(); st.Packed == 0 {
+		t.Errorf("no frame carried several messages: %+v", st)
 	}
 }
 
@@ -233,9 +247,10 @@ func TestEngineWeight(t *testing.T) {
 }
 
 // TestEngineBatchesFrames: an engine run hands everything it sends to the
-// link in one batch: eight messages of one endpoint, queued before the
-// run, leave in one Send; so do the acknowledgements the receiver owes
-// for them (and, over the wire, every message arrives exactly once).
+// link in one batch, the messages to one host packed into one frame:
+// eight messages of one endpoint, queued before the run, leave in one
+// frame; the acknowledgements the receiver owes for them go through its
+// batches too, and every message arrives exactly once, in order.
 func TestEngineBatchesFrames(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{Window: 8})
 	a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
@@ -246,8 +261,8 @@ func TestEngineBatchesFrames(t *testing.T) {
 	if _, err := n.a.eng.Poll(); err != nil {
 		t.Fatal(err)
 	}
-	if st := n.a.eng.TransportStats(); st.Sent != 8 || st.Batches != 1 || st.BatchFrames != 8 {
-		t.Fatalf("one run sending 8 messages: %d sent in %d batches of %d frames, want 8 in 1", st.Sent, st.Batches, st.BatchFrames)
+	if st := n.a.eng.TransportStats(); st.Sent != 8 || st.Batches != 1 || st.BatchFrames != 1 || st.Packed != 8 {
+		t.Fatalf("one run sending 8 messages: %d sent in %d batches of %d frames, %d packed; want 8 in 1 frame", st.Sent, st.Batches, st.BatchFrames, st.Packed)
 	}
 	var got []endpoint.Descriptor
 	n.run(t, 1000, func() bool {

@@ -194,6 +194,15 @@ type Config struct {
 	// or as many as half the staging area holds if fewer; negative: none,
 	// and medium messages report ErrNoMediumSlots).
 	MediumSlots int
+	// Coalesce, in inline mode, lets Request and Store only queue their
+	// message: the engine runs when the endpoint polls (Poll, Wait, Drain)
+	// or must wait for room (a credit, a queue entry), so the messages
+	// sent between two polls leave in one engine run, packed into frames
+	// (with EngineConfig.Window at least the credits, all of them at
+	// once). Without it (the default) each send runs the engine once and
+	// its message leaves before the call returns. Firmware mode's engine
+	// runs by itself either way.
+	Coalesce bool
 	// RunEngine, in inline mode (New, Open), is what runs the engine once
 	// when the endpoint drives it: default the engine's Poll. A benchmark
 	// wraps it to time the engine's runs; a test that plays several hosts
@@ -629,7 +638,7 @@ func (a *Endpoint) sent(class endpoint.Class, dest, handler uint32, args []uint6
 	copy(p.args[:], args)
 	a.pending = append(a.pending, p)
 	a.stats.Requests++
-	if a.poll == nil {
+	if a.poll == nil || a.cfg.Coalesce {
 		return nil
 	}
 	_, err := a.poll()

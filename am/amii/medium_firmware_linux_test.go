@@ -157,3 +157,13 @@ func firstDiff(a, b []byte) string {
 	}
 	return fmt.Sprint(min(len(a), len(b)))
 }
+
+// TestCoalesceOverAFXDP is TestCoalesce's body over AF_XDP on a veth pair,
+// xam's XDP program dropping 5% of the frames.
+func TestCoalesceOverAFXDP(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	_, la := xdptest.Open(t, v.A.Do, v.A.Index, v.A.MAC, 0.05, 31)
+	_, lb := xdptest.Open(t, v.B.Do, v.B.Index, v.B.MAC, 0.05, 32)
+	a, b, ea := coalescePair(t, la, lb)
+	coalesceBody(t, a, b, ea, 3000)
+}

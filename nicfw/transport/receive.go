@@ -232,8 +232,11 @@ func (t *Transport) acked(p *Peer, ch int, seq uint16) {
 // answer queues an ACK, NACK or RESET to p for the DATA frame with header
 // h, echoing its channel, sequence number, stamp and source epoch.
 func (t *Transport) answer(p *Peer, typ uint8, h header) {
-	// Every received frame yields at most one answer and t.ctl holds a
-	// whole receive batch, so there is always room.
+	// A frame yields at most one answer per PDU it carries: more than a
+	// batch's worth grows the buffers.
+	if len(t.tx) == len(t.ctl) {
+		t.ctl = append(t.ctl, make([]byte, frameLen(0)))
+	}
 	var sdu [headerLen]byte
 	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), 0, t.epoch, h.src())
 	f := t.ctl[len(t.tx)]

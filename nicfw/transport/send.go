@@ -205,25 +205,118 @@ func (t *Transport) output(frames [][]byte) error {
 		_, err := t.link.Send(frames)
 		return err
 	}
-	t.out = append(t.out, frames...)
+	whole := len(frames) == 1 // a PDU in one frame: it may share a frame
+	for _, f := range frames {
+		t.out = append(t.out, outFrame{f, whole})
+	}
 	return nil
 }
 
-// flushOut sends the pass's batch. Frames the link refuses are lost, as on
-// the wire: retransmission recovers them.
+// outFrame is a frame of a pass's batch; whole if it holds whole PDUs only
+// (every frame that holds one PDU, or acknowledgements), which may then
+// travel in one frame with others to the same host.
+type outFrame struct {
+	f     []byte
+	whole bool
+}
+
+// flushOut sends the pass's batch, packing the cells of whole-PDU frames
+// to the same host into as few frames as the MTU allows (pack). Frames
+// the link refuses are lost, as on the wire: retransmission recovers
+// them.
 func (t *Transport) flushOut() error {
 	if len(t.out) == 0 {
 		return nil
 	}
+	send := t.pack()
 	t.stats.Batches++
-	t.stats.BatchFrames += uint64(len(t.out))
-	_, err := t.link.Send(t.out)
+	t.stats.BatchFrames += uint64(len(send))
+	_, err := t.link.Send(send)
 	clear(t.out)
 	t.out = t.out[:0]
+	clear(t.sendList)
+	t.sendList = t.sendList[:0]
 	if err != nil {
 		return fmt.Errorf("nicfw: send: %w", err)
 	}
 	return nil
+}
+
+// pack returns the frames of the batch to hand to the link. The cells of
+// whole-PDU frames to one host go together, in their order, into frames
+// of up to perFrame cells (each flagged cells.FlagStart: it starts with a
+// PDU's first cell); a frame of a PDU that spans frames goes as it is. The
+// receiver's reassembler takes a frame's cells one PDU after another, so
+// a frame of several PDUs is received as they would be one by one; the
+// channels' own frames, kept to retransmit, are not changed. A host's PDUs
+// keep the order in which they were sent; frames to different hosts may
+// change places.
+func (t *Transport) pack() [][]byte {
+	hdr := len(t.eth)
+	t.packs = t.packs[:0]
+	for _, o := range t.out {
+		f := o.f
+		dst := [6]byte(f[:6])
+		open := -1
+		for i := range t.packs {
+			if p := &t.packs[i]; p.open && p.dst == dst {
+				open = i
+			}
+		}
+		if !o.whole {
+			// A PDU that spans frames goes as it is, after what was packed
+			// for its host before it: the host's frames keep their order.
+			if open >= 0 {
+				t.packs[open].open = false
+			}
+			t.sendList = append(t.sendList, f)
+			continue
+		}
+		n := (len(f) - hdr) / cells.CellSize
+		if open >= 0 && t.packs[open].cells+n > t.perFrame {
+			t.packs[open].open = false
+			open = -1
+		}
+		if open < 0 {
+			buf := append(t.packBuf(len(t.packs))[:0], f[:hdr]...)
+			t.packs = append(t.packs, packFrame{dst: dst, buf: buf, at: len(t.sendList), open: true})
+			t.sendList = append(t.sendList, nil) // its place, filled below
+			open = len(t.packs) - 1
+		}
+		pk := &t.packs[open]
+		pk.buf = append(pk.buf, f[hdr:]...)
+		pk.cells += n
+		pk.pdus++
+	}
+	for i := range t.packs {
+		p := &t.packs[i]
+		p.buf[afxdp.EthernetHeaderLen+1] = cells.FlagStart
+		binary.BigEndian.PutUint16(p.buf[afxdp.EthernetHeaderLen+2:], uint16(p.cells))
+		if p.pdus > 1 {
+			t.stats.Packed += uint64(p.pdus)
+		}
+		t.sendList[p.at] = p.buf
+	}
+	return t.sendList
+}
+
+// packFrame is a frame being packed: its bytes (headers, then cells), its
+// cells and the PDU frames it took.
+type packFrame struct {
+	dst         [6]byte
+	buf         []byte
+	cells, pdus int
+	at          int  // its place in the batch
+	open        bool // frames to dst may still join it
+}
+
+// packBuf returns the i-th packing buffer of the transport, reused from
+// pass to pass.
+func (t *Transport) packBuf(i int) []byte {
+	if i == len(t.packBufs) {
+		t.packBufs = append(t.packBufs, make([]byte, 0, cells.FrameLen(t.perFrame)))
+	}
+	return t.packBufs[i]
 }
 
 // putHeaders writes the Ethernet and xam frame headers of a frame to p that

@@ -148,6 +148,7 @@ type Stats struct {
 	AckFrames       uint64 // ACK frames sent (each may carry several)
 	Batches         uint64 // batches of frames handed to the link at the end of a pass
 	BatchFrames     uint64 // frames in them: BatchFrames/Batches frames per system call
+	Packed          uint64 // PDUs sent in a frame with others to the same host (pack)
 	Abandoned       uint64 // partial messages dropped: a frame of theirs was lost
 
 	NotForUs      uint64 // frames addressed to another MAC
@@ -191,11 +192,14 @@ type Transport struct {
 	scratch []byte      // an SDU with acknowledgements, being built
 	cellBuf []byte      // the cells of a message that spans frames
 
-	out   [][]byte // frames sent in this pass, for the link in one batch (output)
-	rx    [][]byte // receive batch
-	tx    [][]byte // control frames (ACK, NACK) waiting to be sent
-	ctl   [][]byte // their buffers
-	stats Stats
+	out      []outFrame  // frames sent in this pass, for the link in one batch (output)
+	sendList [][]byte    // the batch as handed to the link (pack)
+	packs    []packFrame // the frames being packed
+	packBufs [][]byte    // their buffers
+	rx       [][]byte    // receive batch
+	tx       [][]byte    // control frames (ACK, NACK) waiting to be sent
+	ctl      [][]byte    // their buffers
+	stats    Stats
 }
 
 // New returns a Transport on link. The transport does not own the link:

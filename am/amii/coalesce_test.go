@@ -1,0 +1,119 @@
+package amii
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/nicfw"
+)
+
+// coalescePair is two endpoints on engines of their own over la and lb
+// (window and channels 16); A coalesces its requests.
+func coalescePair(t *testing.T, la, lb afxdp.Link) (a, b *Endpoint, ea *nicfw.Engine) {
+	t.Helper()
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
+	mk := func(self HostID, l afxdp.Link, peer HostID, mac net.HardwareAddr, cfg Config) (*Endpoint, *nicfw.Engine) {
+		ec := nicfw.EngineConfig{Host: self, Window: 16}
+		ec.Transport.Channels = 16
+		ec.Transport.RetransmitAfter = 2 * time.Millisecond
+		e, err := nicfw.NewEngine(l, ec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		if err := e.AddHost(peer, mac); err != nil {
+			t.Fatal(err)
+		}
+		ep, err := New(e, VNet{ID: 5, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 5}}}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		return ep, e
+	}
+	a, ea = mk(amiiHostA, la, amiiHostB, lb.HardwareAddr(), Config{Credits: 16, Coalesce: true})
+	b, _ = mk(amiiHostB, lb, amiiHostA, la.HardwareAddr(), Config{Credits: 16})
+	return a, b, ea
+}
+
+// coalesceBody: requests of a coalescing endpoint wait for its next poll,
+// which sends them in one engine run, packed; a stream of them arrives
+// exactly once, in order on a lossless link (per channel under loss).
+func coalesceBody(t *testing.T, a, b *Endpoint, ea *nicfw.Engine, count int) {
+	t.Helper()
+	var got []uint64
+	if err := b.Handle(3, func(_ *Token, args []uint64) { got = append(got, args[0]) }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(10) {
+		if err := a.Request(0, 3, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := ea.TransportStats(); st.Sent != 0 {
+		t.Fatalf("%d messages sent before the endpoint polled", st.Sent)
+	}
+	if _, err := a.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	if st := ea.TransportStats(); st.Sent != 10 || st.Packed != 10 || st.BatchFrames != 1 {
+		t.Fatalf("one poll: %d sent in %d frames, %d packed; want 10 in 1 frame", st.Sent, st.BatchFrames, st.Packed)
+	}
+	// A stream, B served by a goroutine of its own as another host's
+	// application would be: the requests between two polls of A leave
+	// together.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, err := b.Poll(); err != nil {
+				serveErr = err
+				return
+			}
+		}
+	})
+	var err error
+	for i := uint64(10); i < uint64(count) && err == nil; i++ {
+		err = a.Request(0, 3, i)
+	}
+	if err == nil {
+		err = a.Drain(30 * time.Second)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if err != nil || serveErr != nil {
+		t.Fatalf("stream: %v, serving: %v; A %+v, B %+v", err, serveErr, a.Stats(), b.Stats())
+	}
+	if len(got) != count {
+		t.Fatalf("%d of %d delivered; A %+v, B %+v", len(got), count, a.Stats(), b.Stats())
+	}
+	seen := make(map[uint64]bool, count)
+	for _, v := range got {
+		if seen[v] {
+			t.Fatalf("request %d delivered twice", v)
+		}
+		seen[v] = true
+	}
+	if len(seen) != count {
+		t.Fatalf("%d distinct requests delivered, want %d", len(seen), count)
+	}
+}
+
+// TestCoalesce runs coalesceBody over memlink with 5% loss and
+// duplication.
+func TestCoalesce(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{Loss: 0.05, Duplicate: 0.05, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	a, b, ea := coalescePair(t, la, lb)
+	coalesceBody(t, a, b, ea, 3000)
+}

@@ -1,0 +1,153 @@
+package transport
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/cells"
+)
+
+// TestPackedFrames: messages sent in one pass to one host travel together,
+// their cells in as few frames as the MTU allows, with the
+// acknowledgements owed to that host; the receiver takes each exactly
+// once, in order per channel, and its answers come back packed too.
+func TestPackedFrames(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 16})
+	p.a.tr.BeginPass()
+	ncells := 0
+	for i := range uint32(16) {
+		m := payload(i, 40)
+		ncells += cells.CellCount(headerLen + len(m))
+		if err := p.a.tr.Send(hostB, m, uint64(i)+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := cells.CellsPerFrame(p.a.link.MTU())
+	frames := uint64((ncells + per - 1) / per)
+	if err := p.a.tr.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	st := p.a.tr.Stats()
+	if st.Sent != 16 || st.Batches != 1 || st.BatchFrames != frames || st.Packed != 16 {
+		t.Fatalf("16 messages (%d cells) in one pass: %d sent, %d batches, %d frames, %d packed; want 16, 1, %d, 16", ncells, st.Sent, st.Batches, st.BatchFrames, st.Packed, frames)
+	}
+	if ls, err := p.a.link.Stats(); err != nil || ls.TxFrames != frames {
+		t.Fatalf("the link carried %d frames (%v), want %d", ls.TxFrames, err, frames)
+	}
+	for !(p.a.tr.Unacked(hostB) == 0 && deliveredFrom(p.b, hostA) == 16) {
+		p.poll(t)
+		p.clk.Advance(DefaultRetransmitAfter / 4)
+	}
+	checkExactlyOnce(t, p.b, hostA, 16)
+	if st := p.b.tr.Stats(); st.Duplicates != 0 || st.BadFrames != 0 {
+		t.Errorf("receiver: %+v", st)
+	}
+}
+
+// TestPackedFramesUnderLoss is lossBody's traffic with every pass
+// packing: exactly once, in order per channel, under loss, duplication and
+// reordering of the packed frames.
+func TestPackedFramesUnderLoss(t *testing.T) {
+	p := newPair(t, memlink.Options{Loss: 0.10, Duplicate: 0.05, Reorder: 0.05, Seed: 17}, Config{Channels: 8})
+	const count = 2000
+	sent := 0
+	for !(sent == count && p.a.tr.Unacked(hostB) == 0 && deliveredFrom(p.b, hostA) == count) {
+		p.a.tr.BeginPass()
+		for ; sent < count; sent++ {
+			if err := p.a.tr.Send(hostB, payload(uint32(sent), 60), uint64(sent)+1); err != nil {
+				break // ErrBusy: the rest in a later pass
+			}
+		}
+		if err := p.a.tr.EndPass(); err != nil {
+			t.Fatal(err)
+		}
+		p.poll(t)
+		p.clk.Advance(DefaultRetransmitAfter / 4)
+	}
+	checkExactlyOnce(t, p.b, hostA, count)
+	if st := p.a.tr.Stats(); st.Packed == 0 || st.Retransmits == 0 {
+		t.Errorf("sender: %+v", st)
+	}
+}
+
+// FuzzPackedFrame feeds a transport frames of several PDUs built from the
+// fuzzer's bytes (each piece a DATA message with its channel and sequence
+// number, or an invalid SDU), each frame twice: the transport never
+// panics, counts what is bad, and delivers no message twice.
+func FuzzPackedFrame(f *testing.F) {
+	f.Add([]byte{0, 0, 10, 1, 0, 20, 0, 1, 30})
+	f.Add([]byte{1, 5, 10, 1, 6, 20})
+	f.Add([]byte{9, 0, 0, 0, 0, 0, 0, 0, 200, 0, 1, 1})
+	f.Fuzz(func(t *testing.T, spec []byte) {
+		if len(spec) > 300 {
+			return
+		}
+		la, lb, err := memlink.NewPair(memlink.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer la.Close()
+		defer lb.Close()
+		seen := map[string]bool{}
+		a, err := New(la, Config{Channels: 2,
+			Deliver: func(_ HostID, ch int, p []byte) bool {
+				k := fmt.Sprint(ch, p)
+				if seen[k] {
+					t.Fatalf("delivered twice: channel %d, %x", ch, p)
+				}
+				seen[k] = true
+				return true
+			},
+			Returned: func(HostID, uint64, []byte, error) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.AddPeer(hostB, lb.HardwareAddr()); err != nil {
+			t.Fatal(err)
+		}
+		var cs []byte
+		for i := 0; i+3 <= len(spec); i += 3 {
+			typ, ch, n := spec[i], int(spec[i+1]), int(spec[i+2])
+			body := make([]byte, 8+n%64)
+			binary.BigEndian.PutUint64(body, uint64(i))
+			sdu := make([]byte, headerLen+len(body))
+			header(sdu).put(typ%5, ch%3, uint16(spec[i+1]>>4), 1, len(body), 9, 0)
+			copy(sdu[headerLen:], body)
+			if typ >= 200 {
+				sdu = sdu[:len(sdu)-1] // a length that does not match
+			}
+			c, err := cells.Segment(cells.SAR{VCI: DefaultVCI}, sdu)
+			if err != nil {
+				return
+			}
+			cs = append(cs, c...)
+		}
+		if len(cs) == 0 || len(cs)/cells.CellSize > cells.CellsPerFrame(la.MTU()) {
+			return
+		}
+		fr := cells.Framer{Dst: la.HardwareAddr(), Src: lb.HardwareAddr()}
+		frame, err := fr.Append(nil, cs)
+		if err != nil {
+			return
+		}
+		for range 2 {
+			if _, err := lb.Send([][]byte{frame}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Poll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// deliveredFrom returns the number of messages e took from src.
+func deliveredFrom(e *end, src HostID) int {
+	n := 0
+	for _, l := range e.got[src] {
+		n += len(l)
+	}
+	return n
+}
