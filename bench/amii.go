@@ -198,15 +198,29 @@ func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, ret
 	return r, nil
 }
 
+// FirmwareLayout is how a firmware-mode run places its two engines.
+type FirmwareLayout struct {
+	// Threads is the engine threads: 1 (or 0) runs both hosts' engines in
+	// one (daemon.RunGroup: one NIC processor with two ports, what a
+	// machine of few cores affords), 2 gives each its own.
+	Threads int
+	// Cores pins host i's engine thread (with one thread, Cores[0] pins
+	// it); none: not pinned.
+	Cores [2][]int
+	// Sleep is how long the engines poll without work before they sleep
+	// (0: busy-poll).
+	Sleep time.Duration
+}
+
 // AMIIFirmwarePing is AMIIPing with the engines in firmware mode: each host
 // runs a daemon.Daemon (in this process, its engine goroutine locked to an
-// OS thread, busy-polling, on cores[i] when given) that owns the host's
-// AF_XDP socket, and each application reaches its endpoint through the
-// daemon's unix socket (amii.Dial). The applications block in Wait between
+// OS thread, on the cores fw gives, one thread for both or one each) that
+// owns the host's AF_XDP socket, and each application reaches its endpoint
+// through the daemon's unix socket (amii.Dial). The applications block in Wait between
 // messages (the engines notify them through eventfds), so on a machine
 // with fewer cores than engines and applications the engines keep the
 // processors. loss is as for AMIIPing.
-func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, sleep time.Duration) (*AMIIResult, error) {
+func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, fw FirmwareLayout) (*AMIIResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -219,8 +233,8 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, cores [2][]int, 
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, func(i int, raw *RawEndpoint, c *daemon.Config) error {
-		c.Cores, c.Sleep = cores[i], sleep
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, fw.Threads != 2, func(i int, raw *RawEndpoint, c *daemon.Config) error {
+		c.Cores, c.Sleep = fw.Cores[i], fw.Sleep
 		if loss > 0 {
 			return raw.Prog.SetFaults(loader.Faults{DropRate: loss})
 		}

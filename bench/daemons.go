@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"sync"
 
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
@@ -23,10 +24,12 @@ type firmwareHost struct {
 // startFirmwareHosts opens xam's data path on a and b and runs a daemon on
 // each, hosts amiiHostA and amiiHostB, each knowing the other, with its
 // socket in dir. adjust, if set, sets host i's daemon configuration (and
-// may set its XDP program's faults) before the daemon starts. The returned
+// may set its XDP program's faults) before the daemon starts. With shared
+// both daemons' engines run in one thread (daemon.RunGroup), as one NIC
+// processor with two ports; otherwise each has its own. The returned
 // function stops both and closes their data paths; on an error, nothing is
 // left running.
-func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int,
+func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int, shared bool,
 	adjust func(i int, raw *RawEndpoint, c *daemon.Config) error) ([2]*firmwareHost, func(), error) {
 	var hosts [2]*firmwareHost
 	closeAll := func() {
@@ -65,10 +68,20 @@ func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int,
 			closeAll()
 			return hosts, nil, err
 		}
+		if shared {
+			continue
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- h.d.Run(ctx) }()
 		h.stop = func() { cancel(); <-done }
+	}
+	if shared {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- daemon.RunGroup(ctx, hosts[0].d, hosts[1].d) }()
+		stop := sync.OnceFunc(func() { cancel(); <-done })
+		hosts[0].stop, hosts[1].stop = stop, stop
 	}
 	return hosts, closeAll, nil
 }

@@ -102,7 +102,7 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, func(_ int, _ *RawEndpoint, c *daemon.Config) error {
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(_ int, _ *RawEndpoint, c *daemon.Config) error {
 		c.Engine.Transport.RetransmitAfter = time.Millisecond
 		c.Sleep, c.MaxConnsPerUser, c.UserMemory = 20*time.Microsecond, 16, 64<<20
 		return nil

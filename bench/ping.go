@@ -112,6 +112,7 @@ type RunConfig struct {
 	InjectedLoss float64 `json:"injected_loss,omitempty"` // the fraction the XDP programs dropped (--loss)
 	EngineMode   string  `json:"engine_mode,omitempty"`   // AM-II: inline or firmware
 	FWSleepNS    int64   `json:"fw_sleep_ns,omitempty"`   // AM-II firmware mode: the engines' idle time before sleeping
+	FWThreads    int     `json:"fw_threads,omitempty"`    // AM-II firmware mode: engine threads for the two hosts
 }
 
 // newResult starts the result of a run of api with size-byte messages.

@@ -37,6 +37,9 @@ const DefaultCredits = 8
 // (otherwise as many as half holds).
 const DefaultMediumSlots = 4
 
+// DefaultSpin is Config.Spin's default.
+const DefaultSpin = 100 * time.Microsecond
+
 // DefaultGiveUp is how long Request and Reply wait for room (a credit, a
 // free send queue entry) before they report ErrTimeout.
 const DefaultGiveUp = 5 * time.Second
@@ -194,6 +197,11 @@ type Config struct {
 	// or as many as half the staging area holds if fewer; negative: none,
 	// and medium messages report ErrNoMediumSlots).
 	MediumSlots int
+	// Spin, in firmware mode, is how long a wait (Wait, and Request or
+	// Drain waiting for a credit) looks at the receive queues before it
+	// blocks on the daemon's notification: a message that comes within it
+	// spares the wake-up. Default DefaultSpin; negative: block at once.
+	Spin time.Duration
 	// Coalesce, in inline mode, lets Request and Store only queue their
 	// message: the engine runs when the endpoint polls (Poll, Wait, Drain)
 	// or must wait for room (a credit, a queue entry), so the messages
@@ -319,6 +327,9 @@ func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.
 	}
 	if cfg.ReplyTimeout == 0 {
 		cfg.ReplyTimeout = DefaultReplyTimeout
+	}
+	if cfg.Spin == 0 {
+		cfg.Spin = DefaultSpin
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
@@ -878,6 +889,9 @@ func (a *Endpoint) waitLocked(timeout time.Duration) error {
 			a.letOthersIn()
 			continue
 		}
+		if a.spin(min(left, a.cfg.Spin)) {
+			return nil
+		}
 		if a.view.Arm(all) != 0 {
 			return nil
 		}
@@ -921,6 +935,27 @@ func (a *Endpoint) waitLocked(timeout time.Duration) error {
 		if a.cfg.Shared {
 			return nil
 		}
+	}
+}
+
+// spin looks at the receive queues for up to d, yielding the processor
+// between looks, and reports whether a message came: firmware mode's
+// adaptive wait, which spares a message that comes soon the eventfd's
+// wake-up. With Shared, others take the lock meanwhile.
+func (a *Endpoint) spin(d time.Duration) bool {
+	if d <= 0 {
+		return false
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if a.view.Ready() != 0 {
+			return true
+		}
+		if i&15 == 15 && time.Since(start) >= d {
+			return false
+		}
+		a.letOthersIn()
+		runtime.Gosched()
 	}
 }
 

@@ -696,7 +696,7 @@ func TestAMIIFirmware(t *testing.T) {
 		a, err := newEndpoint(v, nil, func(d time.Duration) error {
 			blocks.Add(1)
 			return notify.block(d)
-		}, Config{})
+		}, Config{Spin: -1}) // always block: the blocking path is what is tested
 		if err != nil {
 			t.Fatal(err)
 		}

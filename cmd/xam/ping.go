@@ -28,6 +28,7 @@ func runPing(e *env, args []string) error {
 	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), udp (kernel UDP), packet (AF_PACKET)")
 	loss := fs.Float64("loss", 0, "with --api ssam or amii: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
 	fwSleep := fs.Duration("fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
+	fwThreads := fs.Int("fw-threads", 1, "with --mode firmware: engine threads for the lab's two hosts: 1 (one thread runs both engines, as one NIC processor with two ports) or 2 (one each)")
 	engineMode := fs.String("mode", "inline", "with --api amii: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	var cfg bench.PingConfig
 	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips (at least 1)")
@@ -70,6 +71,8 @@ func runPing(e *env, args []string) error {
 		return usageError("--queue %d: want 0 or more", cfg.Queue)
 	case *fwSleep < 0:
 		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", *fwSleep)
+	case *fwThreads != 1 && *fwThreads != 2:
+		return usageError("--fw-threads %d: want 1 or 2", *fwThreads)
 	case *loss != 0 && *api != "ssam" && *api != "amii":
 		return usageError("--loss works with --api ssam or amii only (the reliable paths); --api %s has no retransmission", *api)
 	case *loss < 0 || *loss >= 1:
@@ -91,6 +94,7 @@ func runPing(e *env, args []string) error {
 		run.EngineMode = *engineMode
 		if *engineMode == "firmware" {
 			run.FWSleepNS = int64(*fwSleep)
+			run.FWThreads = *fwThreads
 		}
 	}
 	if *socket != "" {
@@ -175,12 +179,12 @@ func runPing(e *env, args []string) error {
 		a, b := l.Hosts[0], l.Hosts[1]
 		pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
 		pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
-		if r, err = pingLab(*api, *engineMode, pa, pb, a, b, cfg, *loss, *fwSleep); err != nil {
+		if r, err = pingLab(*api, *engineMode, pa, pb, a, b, cfg, *loss, bench.FirmwareLayout{Threads: *fwThreads, Sleep: *fwSleep}); err != nil {
 			return err
 		}
 	}
 	pr := pingResult(r)
-	pr.Config.InjectedLoss, pr.Config.EngineMode, pr.Config.FWSleepNS = run.InjectedLoss, run.EngineMode, run.FWSleepNS
+	pr.Config.InjectedLoss, pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWThreads = run.InjectedLoss, run.EngineMode, run.FWSleepNS, run.FWThreads
 	if *asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err
@@ -198,7 +202,7 @@ func runPing(e *env, args []string) error {
 }
 
 // pingLab runs the ping of api on a lab's two hosts.
-func pingLab(api, engineMode string, pa, pb bench.Place, a, b *lab.Host, cfg bench.PingConfig, loss float64, fwSleep time.Duration) (any, error) {
+func pingLab(api, engineMode string, pa, pb bench.Place, a, b *lab.Host, cfg bench.PingConfig, loss float64, fw bench.FirmwareLayout) (any, error) {
 	switch api {
 	case "raw":
 		return bench.RawPing(pa, pb, cfg)
@@ -206,7 +210,7 @@ func pingLab(api, engineMode string, pa, pb bench.Place, a, b *lab.Host, cfg ben
 		return bench.SSAMPing(pa, pb, cfg, loss, ssam.Config{})
 	case "amii":
 		if engineMode == "firmware" {
-			return bench.AMIIFirmwarePing(pa, pb, cfg, loss, [2][]int{}, fwSleep)
+			return bench.AMIIFirmwarePing(pa, pb, cfg, loss, fw)
 		}
 		return bench.AMIIPing(pa, pb, cfg, loss)
 	case "packet":

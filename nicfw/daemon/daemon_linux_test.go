@@ -107,24 +107,57 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func daemonPair(t *testing.T, sleep time.Duration, giveUp time.Duration) (da, db *Daemon, sa, sb string) {
+	return daemonPairWith(t, sleep, giveUp, false)
+}
+
+// daemonPairWith is daemonPair; with group the two daemons run in one
+// engine thread (RunGroup), as a lab's hosts on a machine of few cores.
+func daemonPairWith(t *testing.T, sleep time.Duration, giveUp time.Duration, group bool) (da, db *Daemon, sa, sb string) {
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
 	tc := transport.Config{GiveUpAfter: giveUp}
-	da, sa = runDaemon(t, la, Config{Engine: nicfw.EngineConfig{Host: 1, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Sleep: sleep})
-	db, sb = runDaemon(t, lb, Config{Engine: nicfw.EngineConfig{Host: 2, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{1: la.HardwareAddr()}, Sleep: sleep})
-	return da, db, sa, sb
+	ca := Config{Engine: nicfw.EngineConfig{Host: 1, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Sleep: sleep}
+	cb := Config{Engine: nicfw.EngineConfig{Host: 2, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{1: la.HardwareAddr()}, Sleep: sleep}
+	if !group {
+		da, sa = runDaemon(t, la, ca)
+		db, sb = runDaemon(t, lb, cb)
+		return da, db, sa, sb
+	}
+	dir := openDir(t)
+	ca.Socket, cb.Socket = filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
+	if da, err = New(la, ca); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = New(lb, cb); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunGroup(ctx, da, db) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("daemons: %v", err)
+		}
+	})
+	return da, db, ca.Socket, cb.Socket
 }
 
 // Applications reach the engines through the daemons' sockets; a thread
 // blocked in Wait wakes when a message arrives, with the engines sleeping
-// on their eventfds when idle (and woken by the applications' kicks).
+// on their eventfds when idle (and woken by the applications' kicks); the
+// same with both daemons' engines in one thread (RunGroup).
 func TestDaemonBlockingWait(t *testing.T) {
-	for _, sleep := range []time.Duration{0, 50 * time.Microsecond} {
-		t.Run(fmt.Sprintf("sleep=%v", sleep), func(t *testing.T) {
-			da, _, sa, sb := daemonPair(t, sleep, 0)
+	for _, c := range []struct {
+		sleep time.Duration
+		group bool
+	}{{0, false}, {50 * time.Microsecond, false}, {0, true}, {50 * time.Microsecond, true}} {
+		sleep := c.sleep
+		t.Run(fmt.Sprintf("sleep=%v,group=%v", c.sleep, c.group), func(t *testing.T) {
+			da, _, sa, sb := daemonPairWith(t, sleep, 0, c.group)
 			client := dial(t, sa, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 20}}})
 			server := dial(t, sb, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
 			if client.ID < FirstUserEndpoint || client.Host != 1 || server.ID != 20 || server.Host != 2 {
