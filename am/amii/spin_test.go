@@ -42,11 +42,19 @@ func spinEndpoint(t *testing.T, cfg Config) (*endpoint.Memory, *Endpoint, *atomi
 func TestSpin(t *testing.T) {
 	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	m, a, blocks := spinEndpoint(t, Config{Spin: time.Hour})
+	put := make(chan error, 1)
 	go func() {
 		time.Sleep(time.Millisecond) // let the wait start spinning (it works either way)
-		m.Put(endpoint.RequestReceive, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: 0, Dest: endpoint.NoIndex})
+		put <- m.Put(endpoint.RequestReceive, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: 0, Dest: endpoint.NoIndex})
 	}()
-	if ready, err := a.Wait(time.Hour); !ready || err != nil {
+	ready, err := a.Wait(time.Hour)
+	// The memory and its view are two mappings: the race detector sees no
+	// order between them, so the putter is waited for before the memory
+	// is closed.
+	if perr := <-put; perr != nil {
+		t.Fatal(perr)
+	}
+	if !ready || err != nil {
 		t.Fatalf("Wait: %v, %v", ready, err)
 	}
 	if n := blocks.Load(); n != 0 {
