@@ -109,35 +109,14 @@ func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg ssam.Config) (*Rate
 	defer eb.Close()
 	var delivered atomic.Int64
 	sink := eb.AM.Register(func(*ssam.Token, []byte) { delivered.Add(1) })
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var rxErr error
-	wg.Go(func() {
-		for !stop.Load() {
-			if _, err := eb.AM.Poll(); err != nil {
-				rxErr = err
-				return
-			}
-		}
-		rxErr = eb.AM.Flush()
-	})
 	msg := make([]byte, size)
-	start := time.Now()
-	var runErr error
-	for i := 0; i < n && runErr == nil; i++ {
-		runErr = ea.AM.Request(0, sink, msg)
-	}
-	if runErr == nil {
-		runErr = ea.AM.Drain(30 * time.Second)
-	}
-	elapsed := time.Since(start)
-	stop.Store(true)
-	wg.Wait()
-	if err := errors.Join(runErr, rxErr); err != nil {
+	elapsed, err := stream(n, &delivered,
+		func() error { return ea.AM.Request(0, sink, msg) },
+		func() error { return ea.AM.Drain(30 * time.Second) },
+		func() error { _, err := eb.AM.Poll(); return err },
+		eb.AM.Flush)
+	if err != nil {
 		return nil, err
-	}
-	if d := delivered.Load(); d != int64(n) {
-		return nil, fmt.Errorf("bench: %d of %d messages delivered", d, n)
 	}
 	api := "ssam"
 	if ea.AM.Config().Batch > 1 {
@@ -196,34 +175,14 @@ func AMIIRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode)
 	if err := hb.am.Handle(1, func(*amii.Token, []uint64) { delivered.Add(1) }); err != nil {
 		return nil, err
 	}
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var rxErr error
-	wg.Go(func() {
-		for !stop.Load() {
-			if _, err := hb.am.Poll(); err != nil {
-				rxErr = err
-				return
-			}
-		}
-	})
 	args := make([]uint64, nargs)
-	start := time.Now()
-	var runErr error
-	for i := 0; i < n && runErr == nil; i++ {
-		runErr = ha.am.Request(0, 1, args...)
-	}
-	if runErr == nil {
-		runErr = ha.am.Drain(30 * time.Second)
-	}
-	elapsed := time.Since(start)
-	stop.Store(true)
-	wg.Wait()
-	if err := errors.Join(runErr, rxErr); err != nil {
+	elapsed, err := stream(n, &delivered,
+		func() error { return ha.am.Request(0, 1, args...) },
+		func() error { return ha.am.Drain(30 * time.Second) },
+		func() error { _, err := hb.am.Poll(); return err },
+		nil)
+	if err != nil {
 		return nil, err
-	}
-	if d := delivered.Load(); d != int64(n) {
-		return nil, fmt.Errorf("bench: %d of %d AM-II messages delivered", d, n)
 	}
 	api := fmt.Sprintf("amii window %d", window)
 	if coalesce {
@@ -231,4 +190,43 @@ func AMIIRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode)
 	}
 	return &RateResult{API: api, Messages: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
 		Frames: ha.eng.TransportStats().BatchFrames}, nil
+}
+
+// stream sends n messages with send and waits for their answers with
+// drain, while a goroutine of its own runs serve (the receiver's poll)
+// until the stream is over, then finish if set. It returns the stream's
+// time, and an error unless delivered (counted by the receiver's handler)
+// reached n.
+func stream(n int, delivered *atomic.Int64, send, drain, serve, finish func() error) (time.Duration, error) {
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var rxErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if rxErr = serve(); rxErr != nil {
+				return
+			}
+		}
+		if finish != nil {
+			rxErr = finish()
+		}
+	})
+	start := time.Now()
+	var err error
+	for i := 0; i < n && err == nil; i++ {
+		err = send()
+	}
+	if err == nil {
+		err = drain()
+	}
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(err, rxErr); err != nil {
+		return 0, err
+	}
+	if d := delivered.Load(); d != int64(n) {
+		return 0, fmt.Errorf("bench: %d of %d messages delivered", d, n)
+	}
+	return elapsed, nil
 }
