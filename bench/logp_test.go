@@ -43,7 +43,7 @@ func TestLogP(t *testing.T) {
 		t.Fatalf("contention rows %+v, want 1..3 clients", res.Contention)
 	}
 	for i, c := range res.Contention {
-		if c.Clients != i+1 || c.Aggregate <= 0 || c.PerClient <= 0 || c.RTT <= 0 {
+		if c.Clients != i+1 || c.Aggregate <= 0 || c.PerClient <= 0 || c.RTT <= 0 || c.Coalesced <= 0 {
 			t.Errorf("contention row %d: %+v", i, c)
 		}
 	}
