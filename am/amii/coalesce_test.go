@@ -117,3 +117,48 @@ func TestCoalesce(t *testing.T) {
 	a, b, ea := coalescePair(t, la, lb)
 	coalesceBody(t, a, b, ea, 3000)
 }
+
+// TestCoalesceAllocs: a burst of eight coalesced requests, sent packed,
+// handled, answered packed and taken back, allocates nothing.
+func TestCoalesceAllocs(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	a, b, ea := coalescePair(t, la, lb)
+	handled := 0
+	if err := b.Handle(3, func(*Token, []uint64) { handled++ }); err != nil {
+		t.Fatal(err)
+	}
+	var runErr error
+	burst := func() {
+		for i := range uint64(8) {
+			if runErr = a.Request(0, 3, i); runErr != nil {
+				return
+			}
+		}
+		for a.Outstanding() > 0 {
+			if _, runErr = a.Poll(); runErr != nil {
+				return
+			}
+			if _, runErr = b.Poll(); runErr != nil {
+				return
+			}
+		}
+	}
+	burst() // warm up: buffers grow to their size
+	allocs := testing.AllocsPerRun(100, burst)
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	if allocs != 0 {
+		t.Errorf("a burst of 8 coalesced requests: %.1f allocations", allocs)
+	}
+	if st := ea.TransportStats(); st.Packed == 0 {
+		t.Errorf("nothing packed: %+v", st)
+	}
+	if handled != 8*102 {
+		t.Errorf("%d handled, want %d", handled, 8*102)
+	}
+}
