@@ -53,7 +53,7 @@
 // message (up to MaxMedium bytes) is built when its descriptor is taken:
 // the engine copies its bytes out of the staging area then, once, so the
 // application may reuse them as soon as the descriptor is taken
-// (EndpointView.Progress). The receiving engine copies them into the
+// (endpoint.View.Progress). The receiving engine copies them into the
 // receive-area slot of the receive queue entry it puts, and the
 // descriptor's Offset and Length name them there. A medium message that
 // does not fit in the transport's payload (MaxPayload) is returned with
@@ -63,7 +63,7 @@
 // they arrive in order; the receiving engine writes each at RemoteOffset
 // plus its offset into the receiving endpoint's staging area, after
 // checking the whole region against the part of it the receiver exposes
-// (EndpointView.SetStoreRegion; ReasonRange), and only the last puts a
+// (endpoint.View.SetStoreRegion; ReasonRange), and only the last puts a
 // descriptor (Offset =
 // RemoteOffset, Length = the whole length, handler and arguments as sent).
 // A receiver keeps, per sending endpoint, the bulk message in progress (its
@@ -75,7 +75,7 @@
 //
 // Return to sender: a message for an unknown or closed endpoint, with a
 // wrong tag, a bulk region that does not fit, or a request to a handler the
-// receiver has not registered (EndpointView.SetHandlers) is accepted (ACKed) and
+// receiver has not registered (endpoint.View.SetHandlers) is accepted (ACKed) and
 // answered with a return message carrying the reason, queued
 // (EngineConfig.ReturnQueue; full: NACK) until a channel is free; a return
 // is never returned. The transport's ErrUnreachable returns a message
