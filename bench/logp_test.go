@@ -19,7 +19,7 @@ func TestLogP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"baseline", "+reliability", "+protection", "+pipelining"}
+	want := []string{"baseline", "+reliability", "+protection", "+pipelining", "+batching"}
 	if len(res.Rows) != len(want) {
 		t.Fatalf("%d rows: %+v", len(res.Rows), res.Rows)
 	}
