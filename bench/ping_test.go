@@ -220,3 +220,30 @@ func BenchmarkRawProgram(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBulk compares, in one run on one veth pair, kernel TCP's stream
+// goodput with SSAM's bulk writes (8 KB AAL5 messages) and AM-II's Stores
+// of 64 KB; b.N bytes of each, at least 8 MB.
+func BenchmarkBulk(b *testing.B) {
+	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
+	pa, pb := places(p)
+	total := max(int64(b.N), 8<<20)
+	report := func(b *testing.B, r *BulkResult, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(r.MBPerSec, "MB/s")
+	}
+	b.Run("tcp", func(b *testing.B) {
+		r, err := TCPStream(pa, pb, p.A.Addr.Addr(), p.B.Addr.Addr(), total, 64<<10)
+		report(b, r, err)
+	})
+	b.Run("ssam-8k", func(b *testing.B) {
+		r, err := SSAMBulk(pa, pb, total, 8192, loader.ModeAuto, ssam.Config{})
+		report(b, r, err)
+	})
+	b.Run("amii-store-64k", func(b *testing.B) {
+		r, err := AMIIBulk(pa, pb, total, 64<<10, 4, loader.ModeAuto)
+		report(b, r, err)
+	})
+}

@@ -230,3 +230,76 @@ func stream(n int, delivered *atomic.Int64, send, drain, serve, finish func() er
 	}
 	return elapsed, nil
 }
+
+// AMIIBulk writes total bytes from an AM-II endpoint at a to one at b as
+// Stores of msg bytes (at most the application's part of the staging
+// area), in inline mode on an engine per host, with up to window Stores
+// outstanding; b's handler counts the stored bytes. Each Store travels in
+// chunks of the transport's largest payload, one chunk of a Store in
+// flight at a time.
+func AMIIBulk(a, b Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
+	open := func(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID) (*amiiHost, error) {
+		h := &amiiHost{}
+		var err error
+		if h.raw, err = OpenRaw(p, mode, 0); err != nil {
+			return nil, err
+		}
+		ec := nicfw.EngineConfig{Host: id, Window: window}
+		ec.Transport.Channels = max(window, transport.DefaultChannels)
+		if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
+			h.close()
+			return nil, err
+		}
+		if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
+			h.close()
+			return nil, err
+		}
+		vn := amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}}
+		// Room for window messages of msg bytes each, at both ends.
+		if h.am, err = amii.New(h.eng, vn, amii.Config{Credits: window, StagingSize: 2 * window * msg, MediumSlots: -1}); err != nil {
+			h.close()
+			return nil, err
+		}
+		return h, nil
+	}
+	ha, err := open(a, amiiHostA, b, amiiHostB)
+	if err != nil {
+		return nil, err
+	}
+	defer ha.close()
+	hb, err := open(b, amiiHostB, a, amiiHostA)
+	if err != nil {
+		return nil, err
+	}
+	defer hb.close()
+	if msg < 1 || msg > len(ha.am.Staging())/window {
+		return nil, fmt.Errorf("bench: AM-II bulk message of %d bytes out of range [1, %d]", msg, len(ha.am.Staging())/window)
+	}
+	var received, delivered atomic.Int64
+	if err := hb.am.HandleMedium(1, func(_ *amii.Token, _ []uint64, data []byte) {
+		received.Add(int64(len(data)))
+		delivered.Add(1)
+	}); err != nil {
+		return nil, err
+	}
+	n := int((total + int64(msg) - 1) / int64(msg))
+	i := 0
+	elapsed, err := stream(n, &delivered,
+		func() error {
+			slot := uint32(i%window) * uint32(msg)
+			length := uint32(min(int64(msg), total-int64(i)*int64(msg)))
+			i++
+			return ha.am.Store(amii.Bulk{Dest: 0, Local: slot, Remote: slot, Length: length, Handler: 1})
+		},
+		func() error { return ha.am.Drain(30 * time.Second) },
+		func() error { _, err := hb.am.Poll(); return err },
+		nil)
+	if err != nil {
+		return nil, err
+	}
+	if got := received.Load(); got != total {
+		return nil, fmt.Errorf("bench: %d of %d bytes stored", got, total)
+	}
+	return &BulkResult{API: "amii", Bytes: total, Message: msg, Seconds: elapsed.Seconds(),
+		MBPerSec: float64(total) / elapsed.Seconds() / 1e6}, nil
+}
