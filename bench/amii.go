@@ -62,25 +62,31 @@ func (h *amiiHost) close() error {
 	return errors.Join(errs...)
 }
 
-// openAMII builds host id at p, whose peer is host peerID at peer.
-func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg PingConfig) (h *amiiHost, err error) {
+// openAMII builds host id at p, whose peer is host peerID at peer: its
+// AF_XDP socket on queue, an inline engine with window (and a channel per
+// message in flight) and an AM-II endpoint with acfg.
+func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config) (h *amiiHost, err error) {
 	h = &amiiHost{}
 	defer func() {
 		if err != nil {
 			h.close()
 		}
 	}()
-	if h.raw, err = OpenRaw(p, cfg.Mode, cfg.Queue); err != nil {
+	if h.raw, err = OpenRaw(p, mode, queue); err != nil {
 		return nil, err
 	}
-	if h.eng, err = nicfw.NewEngine(h.raw.Sock, nicfw.EngineConfig{Host: id}); err != nil {
+	ec := nicfw.EngineConfig{Host: id, Window: window}
+	if window > 1 {
+		ec.Transport.Channels = max(window, transport.DefaultChannels) // a channel per message in flight
+	}
+	if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
 		return nil, err
 	}
 	if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
 		return nil, err
 	}
-	h.am, err = amii.New(h.eng, amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}}, amii.Config{})
-	if err != nil {
+	vn := amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}}
+	if h.am, err = amii.New(h.eng, vn, acfg); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -103,12 +109,12 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
-	ha, err := openAMII(a, amiiHostA, b, amiiHostB, cfg)
+	ha, err := openAMII(a, amiiHostA, b, amiiHostB, cfg.Mode, cfg.Queue, 1, amii.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("AM-II host A: %w", err)
 	}
 	defer ha.close()
-	hb, err := openAMII(b, amiiHostB, a, amiiHostA, cfg)
+	hb, err := openAMII(b, amiiHostB, a, amiiHostA, cfg.Mode, cfg.Queue, 1, amii.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("AM-II host B: %w", err)
 	}
@@ -150,7 +156,7 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 			}
 		}
 	})
-	r, err := amiiPing(ha, cfg, nargs, echo, &answered, &returned)
+	r, err := amiiPing(ha.am, "inline", cfg, nargs, echo, &answered, &returned)
 	stop.Store(true)
 	wg.Wait()
 	if err := errors.Join(err, serveErr, echoErr); err != nil {
@@ -161,42 +167,6 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	return r, nil
 }
 
-// amiiPing is host A's side: the timed request/reply loop.
-func amiiPing(h *amiiHost, cfg PingConfig, nargs int, echo uint32, answered, returned *int) (*AMIIResult, error) {
-	r := &AMIIResult{Mode: "inline", PingResult: *cfg.newResult("amii", 8*nargs)}
-	args := make([]uint64, nargs)
-	// A message is answered or returned within the transport's give-up
-	// time; past it and cfg.Timeout the peer is taken to be gone.
-	limit := cfg.Timeout + transport.DefaultGiveUpAfter
-	for i := range cfg.Warmup + cfg.Count {
-		if r.stop(&cfg) {
-			break
-		}
-		args[0] = uint64(i)
-		start := time.Now()
-		if err := h.am.Request(0, echo, args...); err != nil {
-			return nil, err
-		}
-		r.Sent++
-		for spins := 0; *answered < i && *returned < i; spins++ {
-			if _, err := h.am.Poll(); err != nil {
-				return nil, err
-			}
-			if spins&1023 == 1023 && r.stop(&cfg) {
-				break
-			}
-			if spins&1023 == 1023 && time.Since(start) > limit {
-				return nil, fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))
-			}
-		}
-		if r.Interrupted {
-			break // the round trip in progress is not counted
-		}
-		r.record(i >= cfg.Warmup, *answered >= i, time.Since(start))
-	}
-	r.finish()
-	return r, nil
-}
 
 // FirmwareLayout is how a firmware-mode run places its two engines.
 type FirmwareLayout struct {
@@ -319,8 +289,19 @@ func pingAMII(a *amii.Endpoint, cfg PingConfig, nargs int) (*AMIIResult, error) 
 			returned = int(r.Args[0])
 		}
 	})
-	r := &AMIIResult{Mode: "firmware", PingResult: *cfg.newResult("amii", 8*nargs)}
+	return amiiPing(a, "firmware", cfg, nargs, 0, &answered, &returned)
+}
+
+// amiiPing is the pinging host's side: the timed request/reply loop of
+// requests to handler echo, whose replies set answered and whose returns
+// set returned. Inline, it polls (each poll runs the engine); in firmware
+// mode it polls and then waits on the daemon's notification.
+func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo uint32, answered, returned *int) (*AMIIResult, error) {
+	r := &AMIIResult{Mode: mode, PingResult: *cfg.newResult("amii", 8*nargs)}
+	block := mode == "firmware"
 	args := make([]uint64, nargs)
+	// A message is answered or returned within the transport's give-up
+	// time; past it and cfg.Timeout the peer is taken to be gone.
 	limit := cfg.Timeout + transport.DefaultGiveUpAfter
 	for i := range cfg.Warmup + cfg.Count {
 		if r.stop(&cfg) {
@@ -328,31 +309,35 @@ func pingAMII(a *amii.Endpoint, cfg PingConfig, nargs int) (*AMIIResult, error) 
 		}
 		args[0] = uint64(i)
 		start := time.Now()
-		if err := a.Request(0, 0, args...); err != nil {
+		if err := a.Request(0, echo, args...); err != nil {
 			return nil, err
 		}
 		r.Sent++
-		for answered < i && returned < i {
+		for spins := 0; *answered < i && *returned < i; spins++ {
 			if _, err := a.Poll(); err != nil {
 				return nil, err
 			}
-			if answered >= i || returned >= i {
+			if *answered >= i || *returned >= i {
 				break
 			}
-			if _, err := a.Wait(10 * time.Millisecond); err != nil {
-				return nil, err
+			if block {
+				if _, err := a.Wait(10 * time.Millisecond); err != nil {
+					return nil, err
+				}
+			} else if spins&1023 != 1023 {
+				continue // spinning: look at the time now and then only
 			}
 			if r.stop(&cfg) {
-				break // the round trip in progress is not counted
+				break
 			}
 			if time.Since(start) > limit {
 				return nil, fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))
 			}
 		}
 		if r.Interrupted {
-			break
+			break // the round trip in progress is not counted
 		}
-		r.record(i >= cfg.Warmup, answered >= i, time.Since(start))
+		r.record(i >= cfg.Warmup, *answered >= i, time.Since(start))
 	}
 	r.finish()
 	return r, nil

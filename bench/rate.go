@@ -10,8 +10,6 @@ import (
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/loader"
-	"github.com/xam-project/xam/nicfw"
-	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // RateResult is a one-way message or frame rate.
@@ -138,35 +136,12 @@ func AMIIRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode)
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d arguments", amii.MaxArgs)
 	}
-	open := func(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg amii.Config) (*amiiHost, error) {
-		h := &amiiHost{}
-		var err error
-		if h.raw, err = OpenRaw(p, mode, 0); err != nil {
-			return nil, err
-		}
-		ec := nicfw.EngineConfig{Host: id, Window: window}
-		ec.Transport.Channels = max(window, transport.DefaultChannels) // a channel per message in flight
-		if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
-			h.close()
-			return nil, err
-		}
-		if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
-			h.close()
-			return nil, err
-		}
-		vn := amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}}
-		if h.am, err = amii.New(h.eng, vn, cfg); err != nil {
-			h.close()
-			return nil, err
-		}
-		return h, nil
-	}
-	ha, err := open(a, amiiHostA, b, amiiHostB, amii.Config{Credits: window, Coalesce: coalesce})
+	ha, err := openAMII(a, amiiHostA, b, amiiHostB, mode, 0, window, amii.Config{Credits: window, Coalesce: coalesce})
 	if err != nil {
 		return nil, err
 	}
 	defer ha.close()
-	hb, err := open(b, amiiHostB, a, amiiHostA, amii.Config{Credits: window})
+	hb, err := openAMII(b, amiiHostB, a, amiiHostA, mode, 0, window, amii.Config{Credits: window})
 	if err != nil {
 		return nil, err
 	}
@@ -238,36 +213,14 @@ func stream(n int, delivered *atomic.Int64, send, drain, serve, finish func() er
 // chunks of the transport's largest payload, one chunk of a Store in
 // flight at a time.
 func AMIIBulk(a, b Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
-	open := func(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID) (*amiiHost, error) {
-		h := &amiiHost{}
-		var err error
-		if h.raw, err = OpenRaw(p, mode, 0); err != nil {
-			return nil, err
-		}
-		ec := nicfw.EngineConfig{Host: id, Window: window}
-		ec.Transport.Channels = max(window, transport.DefaultChannels)
-		if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
-			h.close()
-			return nil, err
-		}
-		if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
-			h.close()
-			return nil, err
-		}
-		vn := amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}}
-		// Room for window messages of msg bytes each, at both ends.
-		if h.am, err = amii.New(h.eng, vn, amii.Config{Credits: window, StagingSize: 2 * window * msg, MediumSlots: -1}); err != nil {
-			h.close()
-			return nil, err
-		}
-		return h, nil
-	}
-	ha, err := open(a, amiiHostA, b, amiiHostB)
+	// Room for window messages of msg bytes each, at both ends.
+	acfg := amii.Config{Credits: window, StagingSize: 2 * window * msg, MediumSlots: -1}
+	ha, err := openAMII(a, amiiHostA, b, amiiHostB, mode, 0, window, acfg)
 	if err != nil {
 		return nil, err
 	}
 	defer ha.close()
-	hb, err := open(b, amiiHostB, a, amiiHostA)
+	hb, err := openAMII(b, amiiHostB, a, amiiHostA, mode, 0, window, acfg)
 	if err != nil {
 		return nil, err
 	}
