@@ -278,23 +278,30 @@ func (t *Transport) pack() [][]byte {
 			open = -1
 		}
 		if open < 0 {
-			buf := append(t.packBuf(len(t.packs))[:0], f[:hdr]...)
-			t.packs = append(t.packs, packFrame{dst: dst, buf: buf, at: len(t.sendList), open: true})
-			t.sendList = append(t.sendList, nil) // its place, filled below
+			// A frame of its own until a second PDU joins it: only then
+			// are the cells copied into a packing buffer.
+			t.packs = append(t.packs, packFrame{dst: dst, first: f, at: len(t.sendList), open: true})
+			t.sendList = append(t.sendList, f)
 			open = len(t.packs) - 1
 		}
 		pk := &t.packs[open]
-		pk.buf = append(pk.buf, f[hdr:]...)
+		if pk.pdus == 1 {
+			pk.buf = append(t.packBuf(open)[:0], pk.first...)
+		}
+		if pk.pdus > 0 {
+			pk.buf = append(pk.buf, f[hdr:]...)
+		}
 		pk.cells += n
 		pk.pdus++
 	}
 	for i := range t.packs {
 		p := &t.packs[i]
+		if p.pdus == 1 {
+			continue // its frame goes as it is
+		}
 		p.buf[afxdp.EthernetHeaderLen+1] = cells.FlagStart
 		binary.BigEndian.PutUint16(p.buf[afxdp.EthernetHeaderLen+2:], uint16(p.cells))
-		if p.pdus > 1 {
-			t.stats.Packed += uint64(p.pdus)
-		}
+		t.stats.Packed += uint64(p.pdus)
 		t.sendList[p.at] = p.buf
 	}
 	return t.sendList
@@ -304,7 +311,8 @@ func (t *Transport) pack() [][]byte {
 // cells and the PDU frames it took.
 type packFrame struct {
 	dst         [6]byte
-	buf         []byte
+	first       []byte // the frame of its first PDU
+	buf         []byte // with a second PDU: the packed frame
 	cells, pdus int
 	at          int  // its place in the batch
 	open        bool // frames to dst may still join it
@@ -313,7 +321,7 @@ type packFrame struct {
 // packBuf returns the i-th packing buffer of the transport, reused from
 // pass to pass.
 func (t *Transport) packBuf(i int) []byte {
-	if i == len(t.packBufs) {
+	for len(t.packBufs) <= i {
 		t.packBufs = append(t.packBufs, make([]byte, 0, cells.FrameLen(t.perFrame)))
 	}
 	return t.packBufs[i]
