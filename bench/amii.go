@@ -167,7 +167,6 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	return r, nil
 }
 
-
 // FirmwareLayout is how a firmware-mode run places its two engines.
 type FirmwareLayout struct {
 	// Threads is the engine threads: 1 (or 0) runs both hosts' engines in
