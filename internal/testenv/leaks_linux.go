@@ -66,17 +66,32 @@ func leakable(target string) bool {
 // socketMappings lists the mappings of socket files (AF_XDP rings) and of
 // xam's memfds (UMEMs, endpoint memory).
 func socketMappings() []string {
-	maps, err := os.ReadFile("/proc/self/maps")
+	lines, err := mappings(func(line string) bool {
+		return strings.Contains(line, "socket:[") || strings.Contains(line, "/memfd:xam-")
+	})
 	if err != nil {
 		return []string{err.Error()}
 	}
 	var out []string
-	for _, line := range strings.Split(string(maps), "\n") {
-		if strings.Contains(line, "socket:[") || strings.Contains(line, "/memfd:xam-") {
-			out = append(out, "mapping "+line)
-		}
+	for _, line := range lines {
+		out = append(out, "mapping "+line)
 	}
 	return out
+}
+
+// mappings returns the lines of /proc/self/maps that match.
+func mappings(match func(line string) bool) ([]string, error) {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(maps), "\n") {
+		if match(line) {
+			out = append(out, line)
+		}
+	}
+	return out, nil
 }
 
 // LockedKB returns the process's locked memory (VmLck), in kB, or -1.
@@ -100,20 +115,17 @@ func LockedKB() int {
 func NoMemfdLeaks(t *testing.T, name string) {
 	t.Helper()
 	t.Cleanup(func() {
-		entries, _ := os.ReadDir("/proc/self/fd")
-		for _, e := range entries {
-			if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.Contains(target, name) {
-				t.Errorf("left open: fd %s -> %s", e.Name(), target)
+		for fd, target := range openFDs() {
+			if strings.Contains(target, name) {
+				t.Errorf("left open: fd %s -> %s", fd, target)
 			}
 		}
-		maps, err := os.ReadFile("/proc/self/maps")
+		lines, err := mappings(func(line string) bool { return strings.Contains(line, name) })
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(string(maps), "\n") {
-			if strings.Contains(line, name) {
-				t.Errorf("left mapped: %s", line)
-			}
+		for _, line := range lines {
+			t.Errorf("left mapped: %s", line)
 		}
 	})
 }
