@@ -706,9 +706,6 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	} else {
 		s.state = slotEmpty // the message left: the slot takes the next
 	}
-	if e.cfg.Transport.Unreliable {
-		e.ack(dst.Host, cookie) // no acknowledgement comes: done once sent
-	}
 	return true, nil
 }
 

@@ -320,9 +320,6 @@ func (e *Engine) flushControl() (int, error) {
 			q.inFlight = true
 			e.mods.stats.ControlSent++
 			work++
-			if e.cfg.Transport.Unreliable {
-				e.controlDone(dst, true) // no acknowledgement comes
-			}
 		case errors.Is(err, transport.ErrBusy):
 		case errors.Is(err, transport.ErrUnknownHost):
 			e.mods.stats.ControlLost += uint64(len(q.msgs))

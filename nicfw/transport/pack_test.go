@@ -151,3 +151,25 @@ func deliveredFrom(e *end, src HostID) int {
 	}
 	return n
 }
+
+// Unreliable messages sent in one pass all leave, each with its own bytes
+// (they share one frame buffer), and each is acknowledged to its sender
+// by the next Poll: an unreliable message is done once it has left.
+func TestUnreliableInPass(t *testing.T) {
+	var acked []uint64
+	p := newPair(t, memlink.Options{}, Config{Unreliable: true, Acked: func(_ HostID, cookie uint64) { acked = append(acked, cookie) }})
+	p.a.tr.BeginPass()
+	for n := range uint32(10) {
+		if err := p.a.tr.Send(hostB, payload(n, 100), uint64(n)+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.a.tr.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	p.poll(t)
+	checkExactlyOnce(t, p.b, hostA, 10)
+	if len(acked) != 10 || acked[0] != 1 || acked[9] != 10 {
+		t.Errorf("Acked for %v, want 1..10", acked)
+	}
+}

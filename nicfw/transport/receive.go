@@ -43,6 +43,16 @@ func (t *Transport) poll() (int, error) {
 	if err := t.flushOut(); err != nil {
 		return 0, err
 	}
+	if len(t.left) > 0 {
+		// Acked may send (and so add to the list): it gets a fresh one.
+		left := t.left
+		t.left = t.leftSpare[:0]
+		for _, m := range left {
+			t.cfg.Acked(m.dst, m.cookie)
+		}
+		clear(left)
+		t.leftSpare = left[:0]
+	}
 	n, err := t.link.Recv(t.rx)
 	if err != nil {
 		return 0, fmt.Errorf("nicfw: receive: %w", err)

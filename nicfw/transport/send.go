@@ -58,7 +58,7 @@ func (t *Transport) sendPeer(p *Peer, payload []byte, cookie uint64) (int, error
 		return -1, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(payload), t.maxPL)
 	}
 	if t.cfg.Unreliable {
-		return -1, t.sendUnreliable(p, payload)
+		return -1, t.sendUnreliable(p, payload, cookie)
 	}
 	if p.unacked == len(p.send) {
 		return -1, ErrBusy
@@ -102,15 +102,31 @@ func (t *Transport) setTimers(c *sendChannel) {
 	c.heard, c.due, c.timed = now, now.Add(t.cfg.RetransmitAfter), true
 }
 
-// sendUnreliable sends payload to p once, keeping nothing.
-func (t *Transport) sendUnreliable(p *Peer, payload []byte) error {
+// sendUnreliable sends payload to p once, keeping nothing; the message is
+// done once it has left, and Acked says so at the next Poll. Its frames
+// are built in the one buffer all unreliable sends share, so within a
+// pass they go to the link at once, with what the pass queued before them.
+func (t *Transport) sendUnreliable(p *Peer, payload []byte, cookie uint64) error {
 	c := &t.uc
 	t.load(c, 0, 0, payload)
-	if err := t.transmit(p, c); err != nil {
+	err := t.transmit(p, c)
+	if err == nil {
+		err = t.flushOut()
+	}
+	if err != nil {
 		return fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
 	t.stats.Sent++
+	if t.cfg.Acked != nil {
+		t.left = append(t.left, sentMsg{p.id, cookie})
+	}
 	return nil
+}
+
+// sentMsg is an unreliable message that left: Poll tells Acked.
+type sentMsg struct {
+	dst    HostID
+	cookie uint64
 }
 
 // load puts a DATA message with payload into c, which keeps it to

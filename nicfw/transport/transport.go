@@ -81,8 +81,8 @@ type Config struct {
 	// LogP baseline of AM-II): Send transmits at once with no channel, no
 	// copy kept and no retransmission, never reports ErrBusy, and the
 	// receiver delivers what arrives, acknowledges nothing and drops what
-	// Deliver refuses; Acked is never called (a message is done when Send
-	// returns). Both ends must agree.
+	// Deliver refuses. A message is done once it has left: the next Poll
+	// calls Acked for it. Both ends must agree.
 	Unreliable bool
 	// MaxPayload is the largest payload Send accepts (default
 	// DefaultMaxPayload, at most 65535-20-4*Channels). A message spans as
@@ -192,14 +192,16 @@ type Transport struct {
 	scratch []byte      // an SDU with acknowledgements, being built
 	cellBuf []byte      // the cells of a message that spans frames
 
-	out      []outFrame  // frames sent in this pass, for the link in one batch (output)
-	sendList [][]byte    // the batch as handed to the link (pack)
-	packs    []packFrame // the frames being packed
-	packBufs [][]byte    // their buffers
-	rx       [][]byte    // receive batch
-	tx       [][]byte    // control frames (ACK, NACK) waiting to be sent
-	ctl      [][]byte    // their buffers
-	stats    Stats
+	out       []outFrame // frames sent in this pass, for the link in one batch (output)
+	left      []sentMsg  // unreliable messages sent since the last Poll, for Acked
+	leftSpare []sentMsg
+	sendList  [][]byte    // the batch as handed to the link (pack)
+	packs     []packFrame // the frames being packed
+	packBufs  [][]byte    // their buffers
+	rx        [][]byte    // receive batch
+	tx        [][]byte    // control frames (ACK, NACK) waiting to be sent
+	ctl       [][]byte    // their buffers
+	stats     Stats
 }
 
 // New returns a Transport on link. The transport does not own the link:
