@@ -388,9 +388,6 @@ func (e *Engine) CreateEndpoint(id EndpointID, cfg endpoint.Config, vnet VNet) (
 	}
 	cfg.TableSize = len(vnet.Table)
 	mem, err := endpoint.NewMemory(cfg)
-	if errors.Is(err, endpoint.ErrConfig) {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package nicfw
 import (
 	"errors"
 
+	"github.com/xam-project/xam/nicfw/internal/fwerr"
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
@@ -12,10 +13,10 @@ type HostID = transport.HostID
 
 // Errors of the engine. Test for them with errors.Is.
 var (
-	// ErrConfig: invalid settings, the engine's or its transport's; an
-	// endpoint's invalid configuration matches it too (and
+	// ErrConfig: invalid settings, the engine's, its transport's or an
+	// endpoint's (the same error as transport.ErrConfig and
 	// endpoint.ErrConfig).
-	ErrConfig = transport.ErrConfig
+	ErrConfig = fwerr.ErrConfig
 	// ErrEndpointInUse: an endpoint with that id is open.
 	ErrEndpointInUse = errors.New("nicfw: endpoint id in use")
 )

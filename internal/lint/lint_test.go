@@ -138,6 +138,7 @@ func TestImportsPointDown(t *testing.T) {
 var sublayer = map[string]map[string]int{
 	"nicfw": {
 		"nicfw/xdptest":  -1, // the test data path, for every package's tests
+		"nicfw/internal": -1, // what every firmware package shares
 		"nicfw/endpoint": 0, "nicfw/transport": 0,
 		"nicfw":        1,
 		"nicfw/mapper": 2,

@@ -161,9 +161,6 @@ var errorCodes = []struct {
 
 // codeOf returns the code of err's kind, "" for none of errorCodes.
 func codeOf(err error) string {
-	if errors.Is(err, endpoint.ErrConfig) {
-		return "config" // the client sees nicfw.ErrConfig, as inline
-	}
 	for _, c := range errorCodes {
 		if errors.Is(err, c.err) {
 			return c.code

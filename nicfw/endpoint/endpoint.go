@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/xam-project/xam/nicfw/internal/fwerr"
 )
 
 // Endpoint memory: the part of an AM-II endpoint that the engine and the
@@ -1103,8 +1105,9 @@ func (v *View) Arm(ev Events) (ready Events) {
 	return ready
 }
 
-// ErrConfig: an endpoint's configuration is invalid (NewMemory).
-var ErrConfig = errors.New("nicfw: invalid endpoint configuration")
+// ErrConfig: an endpoint's configuration is invalid (NewMemory). It is
+// the firmware's one configuration error (nicfw.ErrConfig).
+var ErrConfig = fwerr.ErrConfig
 
 // MemorySize returns the bytes of memory an endpoint of cfg takes, or the
 // error NewMemory would return for cfg.

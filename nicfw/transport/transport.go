@@ -10,6 +10,7 @@ import (
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/internal/clock"
+	"github.com/xam-project/xam/nicfw/internal/fwerr"
 )
 
 // Specification constants.
@@ -47,8 +48,9 @@ var (
 	ErrUnknownHost = errors.New("nicfw: unknown host")
 	// ErrTooLarge: the payload does not fit in one frame (MaxPayload).
 	ErrTooLarge = errors.New("nicfw: payload too large")
-	// ErrConfig: New or AddPeer was given invalid settings.
-	ErrConfig = errors.New("nicfw: invalid configuration")
+	// ErrConfig: New or AddPeer was given invalid settings. It is the
+	// firmware's one configuration error (nicfw.ErrConfig).
+	ErrConfig = fwerr.ErrConfig
 )
 
 // Config configures a Transport. Zero fields take the defaults.
