@@ -733,9 +733,6 @@ func (e *Engine) flightOf(cookie uint64) *flight {
 	return nil
 }
 
-// inFlight returns the number of messages in flight.
-func (e *Engine) inFlight() int { return len(e.flights) - len(e.freeFl) }
-
 // freeFlight frees the record of cookie.
 func (e *Engine) freeFlight(cookie uint64) {
 	f := &e.flights[cookie-1]

@@ -1,7 +1,5 @@
 package nicfw
 
-import "slices"
-
 // Residency made real: which endpoints are in the engine's fast tables,
 // AM-II's endpoint frames in NIC memory. The Residency (residency.go)
 // keeps the books; this file moves the state.
@@ -125,15 +123,4 @@ func (e *Engine) mayYield(ep int) bool {
 		return true
 	}
 	return s.state == slotEmpty && !s.mem.Pending()
-}
-
-// residentEndpoints returns the ids of the resident endpoints, for tests.
-func (e *Engine) residentEndpoints() []EndpointID {
-	var ids []EndpointID
-	for id, s := range e.eps {
-		if s != nil && s.resident {
-			ids = append(ids, EndpointID(id))
-		}
-	}
-	return slices.Clip(ids)
 }
