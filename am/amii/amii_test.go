@@ -3,7 +3,6 @@
 package amii
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -13,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/clock"
+	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -611,39 +609,6 @@ func TestAMIIWaitInline(t *testing.T) {
 	}
 }
 
-// eventFD is an eventfd, as the daemon hands them out: one per endpoint
-// for notifications, one for waking the engine.
-type eventFD int
-
-func newEventFD(t *testing.T) eventFD {
-	t.Helper()
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return eventFD(fd)
-}
-
-func (f eventFD) signal() {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(int(f), one[:])
-}
-
-// block waits until the counter is not zero or timeout passes, and resets
-// the counter: Config.Block.
-func (f eventFD) block(timeout time.Duration) error {
-	ms := max(int((timeout+time.Millisecond-1)/time.Millisecond), 1)
-	fds := []unix.PollFd{{Fd: int32(f), Events: unix.POLLIN}}
-	if _, err := unix.Poll(fds, ms); err != nil && !errors.Is(err, unix.EINTR) {
-		return err
-	}
-	var b [8]byte
-	unix.Read(int(f), b[:])
-	return nil
-}
-
 // TestAMIIFirmware runs AM-II in firmware mode: the two engines in a
 // goroutine of their own (a small daemon: it busy-polls, and when idle
 // marks the endpoints idle, looks once more and sleeps on its wake eventfd
@@ -677,7 +642,7 @@ func TestAMIIFirmware(t *testing.T) {
 	if err := eb.AddHost(amiiHostA, la.HardwareAddr()); err != nil {
 		t.Fatal(err)
 	}
-	wake := newEventFD(t)
+	wake := testenv.NewEventFD(t)
 	open := func(e *nicfw.Engine, peer nicfw.HostID) (*endpoint.Memory, *Endpoint, *atomic.Int64) {
 		m, err := e.CreateEndpoint(1, endpoint.Config{QueueEntries: 16},
 			nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{{Host: peer, Endpoint: 1}}})
@@ -689,13 +654,13 @@ func TestAMIIFirmware(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { v.Close() })
-		notify := newEventFD(t)
-		m.SetNotify(notify.signal)
-		v.SetKick(wake.signal)
+		notify := testenv.NewEventFD(t)
+		m.SetNotify(notify.Signal)
+		v.SetKick(wake.Signal)
 		blocks := new(atomic.Int64)
 		a, err := newEndpoint(v, nil, func(d time.Duration) error {
 			blocks.Add(1)
-			return notify.block(d)
+			return notify.Block(d)
 		}, Config{Spin: -1}) // always block: the blocking path is what is tested
 		if err != nil {
 			t.Fatal(err)
@@ -760,7 +725,7 @@ func TestAMIIFirmware(t *testing.T) {
 			mb.SetIdle(true)
 			if !ma.Pending() && !mb.Pending() {
 				sleeps.Add(1)
-				wake.block(time.Millisecond)
+				wake.Block(time.Millisecond)
 			}
 			ma.SetIdle(false)
 			mb.SetIdle(false)

@@ -9,51 +9,8 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/xam-project/xam/internal/testenv"
 )
-
-// eventFD is an eventfd for the tests of blocking wait: the daemon's
-// notification and wake descriptors.
-type eventFD int
-
-func newEventFD(t *testing.T) eventFD {
-	t.Helper()
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return eventFD(fd)
-}
-
-// signal adds 1 to the counter, as the daemon's notify and kick do.
-func (f eventFD) signal() {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(int(f), one[:])
-}
-
-// wait blocks until the counter is not zero, resets it and reports true;
-// false after timeout.
-func (f eventFD) wait(timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		ms := int(time.Until(deadline) / time.Millisecond)
-		if ms <= 0 {
-			return false
-		}
-		fds := []unix.PollFd{{Fd: int32(f), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, ms)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if n > 0 {
-			var b [8]byte
-			unix.Read(int(f), b[:])
-			return true
-		}
-	}
-}
 
 // The layout of version 2: the receive area after the staging area, the
 // event words in the header, RemoteOffset in the descriptor; a memory of
@@ -272,8 +229,8 @@ func TestEndpointKick(t *testing.T) {
 // blocked for good, which the test reports. Run it with -race.
 func TestEndpointWakeups(t *testing.T) {
 	m, v := newTestEndpoint(t, Config{QueueEntries: 4})
-	efd := newEventFD(t)
-	m.SetNotify(efd.signal)
+	efd := testenv.NewEventFD(t)
+	m.SetNotify(efd.Signal)
 	const n = 10000
 	engineErr := make(chan error, 1)
 	go func() { engineErr <- produce(n, 1, func(d *Descriptor) error { return m.Put(RequestReceive, d) }) }()
@@ -295,7 +252,7 @@ func TestEndpointWakeups(t *testing.T) {
 			continue // it came meanwhile: no blocking
 		}
 		blocked++
-		if !efd.wait(10 * time.Second) {
+		if !efd.Wait(10 * time.Second) {
 			t.Fatalf("lost wake-up: blocked 10 s waiting for message %d (queue holds %v)", next, v.Ready())
 		}
 		if v.Ready() == 0 {
@@ -317,8 +274,8 @@ func TestEndpointWakeups(t *testing.T) {
 // writes; the application sends 10^4 descriptors, pausing at random.
 func TestEndpointKicks(t *testing.T) {
 	m, v := newTestEndpoint(t, Config{QueueEntries: 4})
-	efd := newEventFD(t)
-	v.SetKick(efd.signal)
+	efd := testenv.NewEventFD(t)
+	v.SetKick(efd.Signal)
 	const n = 10000
 	appErr := make(chan error, 1)
 	go func() { appErr <- produce(n, 3, func(d *Descriptor) error { return v.Send(RequestSend, d) }) }()
@@ -342,7 +299,7 @@ func TestEndpointKicks(t *testing.T) {
 			continue
 		}
 		slept++
-		if !efd.wait(10 * time.Second) {
+		if !efd.Wait(10 * time.Second) {
 			t.Fatalf("lost kick: slept 10 s waiting for descriptor %d", next)
 		}
 		m.SetIdle(false)
