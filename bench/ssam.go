@@ -334,38 +334,25 @@ func SSAMBulk(a, b Place, total int64, msg int, mode loader.Mode, amc ssam.Confi
 		return nil, fmt.Errorf("SSAM endpoint B: %w", err)
 	}
 	defer eb.Close()
-	var received atomic.Int64
-	sink := eb.AM.Register(func(t *ssam.Token, data []byte) { received.Add(int64(len(data))) })
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var echoErr error
-	wg.Go(func() {
-		for !stop.Load() {
-			if _, err := eb.AM.Poll(); err != nil {
-				echoErr = err
-				return
-			}
-		}
+	var received, delivered atomic.Int64
+	sink := eb.AM.Register(func(t *ssam.Token, data []byte) {
+		received.Add(int64(len(data)))
+		delivered.Add(1)
 	})
-	start := time.Now()
-	var runErr error
-	for sent := int64(0); sent < total && runErr == nil; {
-		n := int(min(int64(msg), total-sent))
-		buf := ea.AM.Buffer(0)
-		if buf == nil { // window full: RequestBuffered polls for room
-			runErr = ea.AM.Request(0, sink, make([]byte, n))
-		} else {
-			runErr = ea.AM.RequestBuffered(0, sink, n)
-		}
-		sent += int64(n)
-	}
-	if runErr == nil {
-		runErr = ea.AM.Drain(30 * time.Second)
-	}
-	elapsed := time.Since(start)
-	stop.Store(true)
-	wg.Wait()
-	if err := errors.Join(runErr, echoErr); err != nil {
+	sent := int64(0)
+	elapsed, err := stream(int((total+int64(msg)-1)/int64(msg)), &delivered,
+		func() error {
+			n := int(min(int64(msg), total-sent))
+			sent += int64(n)
+			if ea.AM.Buffer(0) == nil { // window full: Request polls for room
+				return ea.AM.Request(0, sink, make([]byte, n))
+			}
+			return ea.AM.RequestBuffered(0, sink, n)
+		},
+		func() error { return ea.AM.Drain(30 * time.Second) },
+		func() error { _, err := eb.AM.Poll(); return err },
+		nil)
+	if err != nil {
 		return nil, err
 	}
 	if got := received.Load(); got != total {
