@@ -120,6 +120,14 @@ const (
 	maxRingSize = 1 << 16
 )
 
+// MaxMTU returns the largest MTU whose frames a socket with UMEM chunks of
+// frameSize bytes and headroom bytes of Options.Headroom receives whole:
+// the kernel keeps XDP_PACKET_HEADROOM (256 bytes) in front of every
+// received frame, so 1778 with 2 KB chunks and 3826 with 4 KB chunks.
+func MaxMTU(frameSize, headroom int) int {
+	return frameSize - packetHeadroom - headroom - EthernetHeaderLen
+}
+
 // withDefaults returns o with every zero field set to its default, and an
 // error wrapping ErrInvalidOptions if a field is out of range.
 func (o Options) withDefaults() (Options, error) {

@@ -147,8 +147,7 @@ func open(ifindex int, o Options, j *join) (*Socket, error) {
 			NeedWakeup: !o.NoNeedWakeup, TxBudget: kernelTxBatch, Options: o,
 		},
 	}
-	rxMax := o.FrameSize - packetHeadroom - o.Headroom
-	s.mtu = min(ifi.MTU, rxMax-EthernetHeaderLen)
+	s.mtu = min(ifi.MTU, MaxMTU(o.FrameSize, o.Headroom))
 	s.info.MTU = s.mtu
 	s.fds.sock, s.fds.ev = -1, -1
 

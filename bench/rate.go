@@ -3,12 +3,15 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/am/ssam"
+	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/loader"
 )
 
@@ -25,6 +28,32 @@ type RateResult struct {
 // batches through AF_XDP and counts them at b: the raw frame rate the
 // short-message rate is compared with.
 func RawFrameRate(a, b Place, n, batch int, mode loader.Mode) (*RateResult, error) {
+	return rawStream(a, b, n, batch, 16, mode)
+}
+
+// RawBulk sends total bytes from a to b in xam frames as full as a's MTU
+// allows, in batches through AF_XDP, and counts the cells' payload bytes
+// arriving at b: what the data path carries with no protocol on it, the
+// ceiling of the bulk goodputs.
+func RawBulk(a, b Place, total int64, mode loader.Mode) (*BulkResult, error) {
+	ifi, err := net.InterfaceByIndex(a.Ifindex)
+	if err != nil {
+		return nil, err
+	}
+	per := (ifi.MTU - cells.FrameHeaderSize) / cells.CellSize * cells.PayloadSize
+	n := int((total + int64(per) - 1) / int64(per))
+	r, err := rawStream(a, b, n, 32, per, mode)
+	if err != nil {
+		return nil, err
+	}
+	bytes := int64(r.Messages) * int64(per)
+	return &BulkResult{API: "raw frames", Bytes: bytes, Message: per, Seconds: r.Seconds,
+		MBPerSec: float64(bytes) / r.Seconds / 1e6}, nil
+}
+
+// rawStream sends n xam frames of size bytes of cell payload from a to b
+// in batches and counts those that arrive.
+func rawStream(a, b Place, n, batch, size int, mode loader.Mode) (*RateResult, error) {
 	ea, err := OpenRaw(a, mode, 0)
 	if err != nil {
 		return nil, err
@@ -35,7 +64,7 @@ func RawFrameRate(a, b Place, n, batch int, mode loader.Mode) (*RateResult, erro
 		return nil, err
 	}
 	defer eb.Close()
-	frame, err := rawFrame(b.MAC, a.MAC, 16)
+	frame, err := rawFrame(b.MAC, a.MAC, size)
 	if err != nil {
 		return nil, err
 	}
@@ -206,12 +235,18 @@ func stream(n int, delivered *atomic.Int64, send, drain, serve, finish func() er
 	return elapsed, nil
 }
 
+// BulkMTU is the MTU of the links that the bulk benchmarks run on, kernel
+// TCP's included: the largest whose frames an AF_XDP socket with 4 KB UMEM
+// chunks receives whole (veth carries any MTU; OpenRaw picks 4 KB chunks
+// for an MTU above what 2 KB chunks hold).
+var BulkMTU = afxdp.MaxMTU(4096, 0)
+
 // AMIIBulk writes total bytes from an AM-II endpoint at a to one at b as
 // Stores of msg bytes (at most the application's part of the staging
 // area), in inline mode on an engine per host, with up to window Stores
 // outstanding; b's handler counts the stored bytes. Each Store travels in
-// chunks of the transport's largest payload, one chunk of a Store in
-// flight at a time.
+// chunks of the transport's largest payload, up to window of them in
+// flight at once after the first.
 func AMIIBulk(a, b Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
 	// Room for window messages of msg bytes each, at both ends.
 	acfg := amii.Config{Credits: window, StagingSize: 2 * window * msg, MediumSlots: -1}

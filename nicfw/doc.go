@@ -39,8 +39,9 @@
 // descriptor (a flight record, as every message in flight has) so that it can still be
 // returned, a medium message with the bytes the transport kept. They are
 // then in order per channel only, as in AM-II: a lost message, sent again,
-// arrives after those that left after it. Bulk chunks still go one at a
-// time through the slot. The scheduler is asked only
+// arrives after those that left after it. A bulk message holds the slot
+// until its last chunk is acknowledged; its chunks after the first share
+// the window (bulk.go). The scheduler is asked only
 // about endpoints whose next message could leave now (a free channel, a
 // frame to pin), so a blocked endpoint is not charged a send. The sender is
 // touched in the Residency before its message is taken, held while the
@@ -58,17 +59,19 @@
 // descriptor's Offset and Length name them there. A medium message that
 // does not fit in the transport's payload (MaxPayload) is returned with
 // ReasonTooLarge. A bulk message (any length inside the staging area)
-// travels in chunks as large as the payload allows, one after another
-// through the endpoint's slot, each acknowledged before the next leaves, so
-// they arrive in order; the receiving engine writes each at RemoteOffset
-// plus its offset into the receiving endpoint's staging area, after
-// checking the whole region against the part of it the receiver exposes
-// (endpoint.View.SetStoreRegion; ReasonRange), and only the last puts a
-// descriptor (Offset =
+// travels in chunks as large as the payload allows. The first leaves
+// alone; once it is acknowledged the others follow, up to Window of them
+// in flight at once on as many channels, so they may arrive in any order.
+// The receiving engine writes each at RemoteOffset plus its offset into
+// the receiving endpoint's staging area, after checking the whole region
+// against the part of it the receiver exposes
+// (endpoint.View.SetStoreRegion; ReasonRange), and counts the bytes; the
+// chunk that completes the count puts the descriptor (Offset =
 // RemoteOffset, Length = the whole length, handler and arguments as sent).
 // A receiver keeps, per sending endpoint, the bulk message in progress (its
-// number and the offset expected next): a chunk that does not continue it
-// (its receiving endpoint was closed and replaced) is returned with
+// number and the bytes stored), begun by its first chunk: a later chunk
+// that finds no record of its message (this engine restarted, or its
+// receiving endpoint was closed and replaced) is returned with
 // ReasonIncomplete. A bulk message is returned once, whole: the receiver
 // returns its first failing chunk and drops the rest; the sender, told,
 // sends no more of it, and does not return it itself again.

@@ -103,8 +103,11 @@ type EngineConfig struct {
 	// messages in the network (its gap g falls from a round trip to the
 	// engine's send overhead); as in AM-II, whose channels are
 	// independent, they are then in order per channel only: one lost and
-	// retransmitted arrives after those sent after it. Bulk chunks always
-	// travel one at a time, in order.
+	// retransmitted arrives after those sent after it. A bulk message's
+	// first chunk travels alone; once it is acknowledged, up to Window of
+	// its chunks are in flight at once (counted with the endpoint's short
+	// and medium messages still in flight), and the receiver stores them
+	// in whatever order they arrive.
 	Window int
 	// Modules extend the engine (module.go): the same modules, with the
 	// same IDs, on every host. None by default: AM-II's service alone.
@@ -181,23 +184,27 @@ type epState struct {
 	out    []byte
 	outLen int
 
-	// Bulk: the message's number (from 1, per endpoint), the bytes of it
-	// acknowledged so far and the length of the chunk in the slot; abort
-	// when its receiver returned it (no more chunks are sent, and it is
-	// not returned again); lastReturned, the number of the last bulk
-	// message this engine returned itself, so that a return of it from
-	// its receiver is not handed over a second time.
+	// Bulk (bulk.go): the message's number (from 1, per endpoint); sent,
+	// the bytes of it handed to the transport so far, chunk the length of
+	// the chunk being built; chunksOut its chunks in flight, started once its
+	// first chunk was acknowledged (the rest may then be in flight
+	// together); abort when it was returned (by its receiver, or here: no
+	// more chunks are sent, and it is not returned again); lastReturned,
+	// the number of the last bulk message this engine returned itself, so
+	// that a return of it from its receiver is not handed over a second
+	// time.
 	bulkID       uint32
-	done         uint32
+	sent         uint32
 	chunk        uint32
+	chunksOut    int
+	started      bool
 	abort        bool
 	lastReturned uint32
 
 	// flying counts the endpoint's messages in flight, each a flight
-	// record of its own (at most Window, and a bulk chunk alone). A short
-	// or medium message leaves the slot when it is sent, and the slot
-	// takes the next one; a bulk chunk keeps the slot (slotInflight) until
-	// it is acknowledged, so that the next chunk follows it.
+	// record of its own (at most Window). A short or medium message
+	// leaves the slot when it is sent, and the slot takes the next one; a
+	// bulk message keeps the slot until its last chunk is acknowledged.
 	flying int
 
 	// closed: CloseEndpoint was called. The state stays in Engine.eps as a
@@ -207,11 +214,12 @@ type epState struct {
 }
 
 // bulkRx is a receiver's record of the bulk message in progress from one
-// sending endpoint, whose chunks arrive one at a time and in order.
+// sending endpoint (bulk.go): its first chunk arrives alone, the others in
+// any order.
 type bulkRx struct {
 	id     uint32   // the message's number at its sender
 	dst    *epState // the endpoint its first chunk was for (nil: none)
-	next   uint32   // the offset of the chunk expected next
+	got    uint32   // the bytes of it stored so far
 	failed bool     // returned to its sender: its remaining chunks are dropped
 }
 
@@ -225,7 +233,8 @@ type flight struct {
 	d     endpoint.Descriptor
 	q     endpoint.Queue
 	peer  *transport.Peer
-	chunk bool // a bulk chunk: s's slot waits for it
+	chunk bool   // a bulk chunk: s's slot waits for it
+	id    uint32 // a bulk chunk: its message's number
 }
 
 // returnedFlight is a message that left its slot, returned to its sender
@@ -549,6 +558,9 @@ func (e *Engine) isPending(ep int) bool {
 	}
 	switch s.state {
 	case slotPending:
+		if s.d.Class == endpoint.ClassBulk && s.flying >= e.cfg.Window {
+			return false // the window is full of its chunks
+		}
 		return e.canSend(s, s.d.Dest)
 	case slotEmpty:
 		if s.flying >= e.cfg.Window {
@@ -699,7 +711,9 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	}
 	s.flying++
 	if s.d.Class == endpoint.ClassBulk {
-		s.state = slotInflight // the next chunk waits for this one
+		s.chunksOut++
+		s.sent += s.chunk
+		e.bulkNext(s)
 	} else {
 		s.state = slotEmpty // the message left: the slot takes the next
 	}
@@ -717,7 +731,7 @@ func (e *Engine) newFlight(s *epState, p *transport.Peer) uint64 {
 		i = uint32(len(e.flights))
 		e.flights = append(e.flights, flight{})
 	}
-	e.flights[i] = flight{s: s, d: s.d, q: s.q, peer: p, chunk: s.d.Class == endpoint.ClassBulk}
+	e.flights[i] = flight{s: s, d: s.d, q: s.q, peer: p, chunk: s.d.Class == endpoint.ClassBulk, id: s.bulkID}
 	return uint64(i) + 1
 }
 
@@ -766,7 +780,7 @@ func (e *Engine) take(s *epState) bool {
 // area: from now on the application may change them.
 func (e *Engine) begin(s *epState, q endpoint.Queue) {
 	s.q, s.state = q, slotPending
-	s.abort, s.done, s.chunk = false, 0, 0
+	s.abort, s.started, s.sent, s.chunk, s.chunksOut = false, false, 0, 0, 0
 	d := &s.d
 	switch d.Class {
 	case endpoint.ClassMedium:
@@ -808,10 +822,10 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 		if room == 0 {
 			return nil, endpoint.ReasonTooLarge
 		}
-		s.chunk = min(room, d.Length-s.done)
+		s.chunk = min(room, d.Length-s.sent)
 		m := e.header(s)
-		m.offset, m.length, m.remote, m.id, m.chunk = d.Offset, d.Length, d.RemoteOffset, s.bulkID, s.done
-		from := d.Offset + s.done // Take checked Offset+Length against the staging area
+		m.offset, m.length, m.remote, m.id, m.chunk = d.Offset, d.Length, d.RemoteOffset, s.bulkID, s.sent
+		from := d.Offset + s.sent // Take checked Offset+Length against the staging area
 		m.data = s.mem.Staging()[from : from+s.chunk]
 		return e.buf[:encodeMsg(e.buf, &m)], 0
 	}
@@ -819,12 +833,13 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 	return e.buf[:encodeMsg(e.buf, &m)], 0
 }
 
-// advance moves s on after its message (or bulk chunk) was accepted by
-// its destination: to the next chunk, or done.
+// advance moves s on after its message (or bulk chunk) was delivered on
+// this host: to the next chunk, or done.
 func (e *Engine) advance(s *epState) {
 	if s.d.Class == endpoint.ClassBulk && !s.abort && !s.closed {
-		s.done += s.chunk
-		if s.done < s.d.Length {
+		s.sent += s.chunk
+		s.started = true
+		if s.sent < s.d.Length {
 			s.state = slotPending
 			return
 		}
@@ -843,15 +858,19 @@ func (e *Engine) finish(s *epState) {
 }
 
 // returnLocal finishes s's message by returning it to s with reason. A
-// bulk message its receiver has returned already is not returned again,
-// and nothing is returned to a closed endpoint.
+// bulk message returned already is not returned again (its slot waits for
+// its chunks in flight), and nothing is returned to a closed endpoint.
 func (e *Engine) returnLocal(s *epState, reason endpoint.Reason) {
-	if s.closed || s.d.Class == endpoint.ClassBulk && s.abort {
+	if s.d.Class == endpoint.ClassBulk {
+		if s.closed || s.abort {
+			s.abort = true
+			e.bulkNext(s)
+			return
+		}
+		s.abort, s.lastReturned = true, s.bulkID
+	} else if s.closed {
 		e.finish(s)
 		return
-	}
-	if s.d.Class == endpoint.ClassBulk {
-		s.lastReturned = s.bulkID
 	}
 	s.state, s.reason = slotReturning, reason
 	e.returning = append(e.returning, s)
@@ -879,6 +898,9 @@ func (e *Engine) flushReturning() int {
 			continue
 		}
 		s.state = slotEmpty
+		if s.d.Class == endpoint.ClassBulk && s.chunksOut > 0 {
+			s.state = slotInflight // returned: the slot waits for its chunks in flight
+		}
 		e.stats.Returned++
 		work++
 	}
@@ -919,13 +941,17 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 	if f == nil {
 		return // a return message
 	}
-	s, chunk := f.s, f.chunk
+	s, chunk := f.s, f.chunk && e.isCurrentChunk(f)
 	e.freeFlight(cookie)
 	e.stats.Acked++
 	e.acked++
+	if chunk {
+		s.chunksOut--
+		s.started = true
+	}
 	e.land(s)
 	if chunk {
-		e.advance(s)
+		e.bulkNext(s)
 	}
 }
 
@@ -965,8 +991,14 @@ func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) 
 	fl := *f
 	e.freeFlight(cookie)
 	if fl.chunk {
-		e.land(fl.s) // the slot still holds the bulk message: state slotInflight
-		e.returnLocal(fl.s, reason)
+		current := e.isCurrentChunk(&fl)
+		if current {
+			fl.s.chunksOut--
+		}
+		e.land(fl.s)
+		if current {
+			e.returnLocal(fl.s, reason)
+		}
 		return
 	}
 	e.returnFlight(fl.s, &fl, payload, reason)
@@ -1111,13 +1143,14 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		// the store region (so the staging area), and chunk+len(data) at
 		// most length.
 		copy(s.mem.Staging()[m.remote+m.chunk:], m.data)
-		if end := m.chunk + uint32(len(m.data)); end < m.length {
-			rx.next = end
+		if got := uint64(rx.got) + uint64(len(m.data)); got < uint64(m.length) {
+			rx.got = uint32(got)
 			e.stats.Chunks++
 			return true, 0
 		}
-		// The last chunk: the message is complete. Refused (queue full),
-		// it comes again and is stored again, which changes nothing.
+		// The last chunk to arrive: the message is complete. Refused
+		// (queue full), it comes again and is stored again, which changes
+		// nothing.
 		d.Offset, d.Length = m.remote, m.length
 		err = s.mem.Put(q, &d)
 	default:
@@ -1136,33 +1169,10 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		return true, 0
 	}
 	if rx != nil {
-		rx.next = m.length
+		rx.got = m.length
 	}
 	e.stats.Delivered++
 	return true, 0
-}
-
-// bulkRecord returns the record of the bulk message that chunk m, from
-// host src for endpoint s (nil: none), belongs to: a new one for a first
-// chunk. A later chunk that does not continue the recorded message for the
-// same endpoint gets a record of its own and ReasonIncomplete: its
-// beginning went to an endpoint since closed and replaced by s, or never
-// arrived here (this engine restarted).
-func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, endpoint.Reason) {
-	key := Name{src, m.src}
-	rx := e.bulkRx[key]
-	switch {
-	case rx == nil:
-		rx = new(bulkRx)
-		e.bulkRx[key] = rx
-	case m.chunk != 0 && rx.id == m.id && (rx.failed || rx.next == m.chunk && rx.dst == s):
-		return rx, 0
-	}
-	*rx = bulkRx{id: m.id, dst: s}
-	if m.chunk != 0 {
-		return rx, endpoint.ReasonIncomplete
-	}
-	return rx, 0
 }
 
 // acceptReturn puts the return message m, for endpoint s, into s's reply
@@ -1185,11 +1195,9 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 		// The receiver refused one of its chunks: send no more of them,
 		// and do not return it a second time.
 		switch s.state {
-		case slotPending:
+		case slotPending, slotInflight:
 			s.abort = true
-			e.finish(s)
-		case slotInflight:
-			s.abort = true
+			e.bulkNext(s)
 		}
 	}
 	d := endpoint.Descriptor{

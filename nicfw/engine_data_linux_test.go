@@ -211,45 +211,72 @@ func TestEngineTooLarge(t *testing.T) {
 }
 
 // Bulk messages of several chunks, to another host and to the sender
-// itself, with and without loss: the data lands at RemoteOffset in the
-// receiver's staging area and one descriptor announces it, after which a
-// short message sent behind it arrives.
+// itself, with and without faults, one chunk in flight at a time and
+// several: the data lands at RemoteOffset in the receiver's staging area
+// and one descriptor announces it, after which a short message sent
+// behind it arrives; two bulk messages sent back to back both arrive whole.
 func TestEngineBulk(t *testing.T) {
-	for _, loss := range []float64{0, 0.1} {
-		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
-			n := newEngNet(t, memlink.Options{Loss: loss, Seed: 5}, EngineConfig{})
-			cfg := endpoint.Config{StagingSize: 256 << 10}
-			a1, _, b1, _ := twoNets(t, n, cfg, cfg)
-			const length, from, remote = 100_000, 1000, 150_000
-			data := pattern(length, 0x5a)
-			copy(a1.Staging()[from:], data)
-			mustSend(t, a1, endpoint.RequestSend, bulk(1, 77, from, remote, length, 1, 2))
-			mustSend(t, a1, endpoint.RequestSend, short(1, 78))
-			mustSend(t, a1, endpoint.RequestSend, bulk(0, 79, from, 10, length)) // into its own staging area
-			var atB, atA []received
-			n.run(t, 1_000_000, func() bool {
-				collect(t, b1, endpoint.RequestReceive, &atB)
-				collect(t, a1, endpoint.RequestReceive, &atA)
-				return len(atB) == 2 && len(atA) == 1
+	for _, window := range []int{1, 8} {
+		for _, faults := range []memlink.Options{{}, {Loss: 0.1, Duplicate: 0.02, Reorder: 0.05}} {
+			t.Run(fmt.Sprintf("window=%d/loss=%v", window, faults.Loss), func(t *testing.T) {
+				faults.Seed = 5
+				testEngineBulk(t, newEngNet(t, faults, EngineConfig{Window: window}), window, faults.Loss > 0)
 			})
-			want := bulk(0, 77, remote, 0, length, 1, 2)
-			want.Tag = tagRed
-			if atB[0].d != want || !bytes.Equal(atB[0].data, data) || !bytes.Equal(b1.Staging()[remote:remote+length], data) {
-				t.Errorf("B1 received %+v with %d bytes, want %+v", atB[0].d, len(atB[0].data), want)
-			}
-			if atB[1].d.Handler != 78 || atB[1].d.Class != endpoint.ClassShort {
-				t.Errorf("then %+v, want the short message", atB[1].d)
-			}
-			if d := atA[0].d; d.Class != endpoint.ClassBulk || d.Handler != 79 || d.Offset != 10 || d.Length != length || !bytes.Equal(atA[0].data, data) {
-				t.Errorf("A1 to itself: %+v", d)
-			}
-			chunks := (length + int(chunkRoom(n.a.eng.MaxPayload(), 2)) - 1) / int(chunkRoom(n.a.eng.MaxPayload(), 2))
-			if sb := n.b.eng.Stats(); sb.Chunks != uint64(chunks-1) || sb.Delivered != 2 {
-				t.Errorf("B stats %+v, want %d chunks before the last", sb, chunks-1)
-			}
-			t.Logf("%d bytes in %d chunks; transport A %+v", length, chunks, n.a.eng.TransportStats())
-		})
+		}
 	}
+}
+
+// testEngineBulk is TestEngineBulk's body on n, whose engines have window;
+// lossy: n's link loses frames.
+func testEngineBulk(t *testing.T, n *engNet, window int, lossy bool) {
+	cfg := endpoint.Config{StagingSize: 256 << 10}
+	a1, _, b1, _ := twoNets(t, n, cfg, cfg)
+	const length, from, remote, self, second = 100_000, 1000, 150_000, 120_000, 20_000
+	data := pattern(length, 0x5a)
+	copy(a1.Staging()[from:], data)
+	mustSend(t, a1, endpoint.RequestSend, bulk(1, 77, from, remote, length, 1, 2))
+	mustSend(t, a1, endpoint.RequestSend, short(1, 78))
+	mustSend(t, a1, endpoint.RequestSend, bulk(0, 79, from, self, length)) // into its own staging area
+	mustSend(t, a1, endpoint.RequestSend, bulk(1, 80, from, 0, second))
+	var atB, atA []received
+	most := 0 // the most chunks of A1 in flight at once
+	n.run(t, 1_000_000, func() bool {
+		if s := n.a.eng.eps[1]; s.chunksOut > most {
+			most = s.chunksOut
+		}
+		collect(t, b1, endpoint.RequestReceive, &atB)
+		collect(t, a1, endpoint.RequestReceive, &atA)
+		return len(atB) == 3 && len(atA) == 1
+	})
+	want := bulk(0, 77, remote, 0, length, 1, 2)
+	want.Tag = tagRed
+	if atB[0].d != want || !bytes.Equal(atB[0].data, data) {
+		t.Errorf("B1 received %+v with %d bytes, want %+v", atB[0].d, len(atB[0].data), want)
+	}
+	if atB[1].d.Handler != 78 || atB[1].d.Class != endpoint.ClassShort {
+		t.Errorf("then %+v, want the short message", atB[1].d)
+	}
+	if d := atB[2].d; d.Handler != 80 || d.Length != second || !bytes.Equal(atB[2].data, data[:second]) {
+		t.Errorf("then %+v, want the second bulk message", d)
+	}
+	if !bytes.Equal(b1.Staging()[remote:remote+length], data) {
+		t.Error("B1's staging area does not hold the first message")
+	}
+	if d := atA[0].d; d.Class != endpoint.ClassBulk || d.Handler != 79 || d.Offset != self || d.Length != length || !bytes.Equal(atA[0].data, data) {
+		t.Errorf("A1 to itself: %+v", d)
+	}
+	room := int(chunkRoom(n.a.eng.MaxPayload(), 2))
+	chunks := (length+room-1)/room + (second+int(chunkRoom(n.a.eng.MaxPayload(), 0))-1)/int(chunkRoom(n.a.eng.MaxPayload(), 0))
+	if sb := n.b.eng.Stats(); sb.Chunks != uint64(chunks-2) || sb.Delivered != 3 {
+		t.Errorf("B stats %+v, want %d chunks before the last ones", sb, chunks-2)
+	}
+	switch {
+	case most > window:
+		t.Errorf("%d chunks in flight at once, window %d", most, window)
+	case window > 1 && !lossy && most < 2:
+		t.Errorf("at most %d chunk in flight at once, window %d", most, window)
+	}
+	t.Logf("%d+%d bytes in %d chunks, at most %d in flight; transport A %+v", length, second, chunks, most, n.a.eng.TransportStats())
 }
 
 // A bulk message that cannot complete comes back once, whole, with its
@@ -257,10 +284,16 @@ func TestEngineBulk(t *testing.T) {
 // is closed while it is under way; its receiver is closed and replaced
 // while it is under way. The sender's next message goes through.
 func TestEngineBulkReturned(t *testing.T) {
-	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	for _, window := range []int{1, 8} {
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) { testEngineBulkReturned(t, window) })
+	}
+}
+
+func testEngineBulkReturned(t *testing.T, window int) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{Window: window})
 	cfg := endpoint.Config{StagingSize: 256 << 10}
 	a1, _, _, _ := twoNets(t, n, cfg, cfg)
-	const length = 60_000
+	const length = 200_000 // more chunks than a window holds
 	room := int(chunkRoom(n.a.eng.MaxPayload(), 0))
 	if length/room < 4 {
 		t.Fatalf("a chunk carries %d bytes: the test wants a message of at least 4 chunks", room)
@@ -542,9 +575,10 @@ func TestEngineShortAllocs(t *testing.T) {
 }
 
 // The receiver's side of bulk messages, chunk by chunk through accept: a
-// message is returned once and its later chunks are dropped; a chunk that
-// does not continue the message in progress is returned as incomplete; a
-// complete message puts one descriptor.
+// message is returned once and its later chunks are dropped; a chunk of a
+// message whose first chunk never arrived is returned as incomplete; the
+// chunks after the first are stored in any order, and the one that
+// completes the message puts one descriptor.
 func TestEngineBulkReceiver(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
 	_, _, b1, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
@@ -564,10 +598,11 @@ func TestEngineBulkReceiver(t *testing.T) {
 		{chunk(1, staging-5, 10, 0, "01234"), endpoint.ReasonRange},
 		{chunk(1, staging-5, 10, 5, "56789"), 0}, // dropped: its message was returned
 		{chunk(2, 100, 10, 0, "abcde"), 0},
-		{chunk(2, 100, 10, 6, "ghij"), endpoint.ReasonIncomplete}, // 5 was expected
-		{chunk(2, 100, 10, 5, "fghij"), 0},                        // dropped: returned as incomplete
-		{chunk(3, 200, 10, 0, "ABCDE"), 0},
-		{chunk(3, 200, 10, 5, "FGHIJ"), 0}, // the last: a descriptor
+		{chunk(3, 100, 12, 5, "fghij"), endpoint.ReasonIncomplete}, // message 3 without its first chunk
+		{chunk(3, 100, 12, 10, "kl"), 0},                           // dropped: returned as incomplete
+		{chunk(4, 200, 15, 0, "ABCDE"), 0},
+		{chunk(4, 200, 15, 10, "KLMNO"), 0},
+		{chunk(4, 200, 15, 5, "FGHIJ"), 0}, // the last to arrive: a descriptor
 	}
 	for i, s := range steps {
 		ok, reason := e.accept(hostA, s.p, true)
@@ -585,13 +620,13 @@ func TestEngineBulkReceiver(t *testing.T) {
 	}
 	var got []received
 	collect(t, b1, endpoint.RequestReceive, &got)
-	if len(got) != 1 || string(got[0].data) != "ABCDEFGHIJ" || got[0].d.Offset != 200 || got[0].d.Handler != 9 {
+	if len(got) != 1 || string(got[0].data) != "ABCDEFGHIJKLMNO" || got[0].d.Offset != 200 || got[0].d.Handler != 9 {
 		t.Fatalf("received %+v", got)
 	}
 	if string(b1.Staging()[100:105]) != "abcde" {
 		t.Errorf("the first chunk of the incomplete message was not stored")
 	}
-	if st := e.Stats(); st.ChunksDropped != 2 || st.Chunks != 2 || st.Delivered != 1 || st.ReturnsFull != 1 {
+	if st := e.Stats(); st.ChunksDropped != 2 || st.Chunks != 3 || st.Delivered != 1 || st.ReturnsFull != 1 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -636,5 +671,75 @@ func TestEngineCloseReused(t *testing.T) {
 	var d endpoint.Descriptor
 	if ok, _ := again.Receive(endpoint.ReplyReceive, &d); ok {
 		t.Errorf("the reused endpoint received %+v", d)
+	}
+}
+
+// A bulk message with several chunks in flight when its receiver goes
+// silent: every chunk is given up on, the message comes back once, and
+// nothing of it stays pinned or recorded. Then, with chunks in flight
+// again, the sending endpoint is closed: its memory goes when the last
+// of them lands.
+func TestEngineBulkChunksInFlight(t *testing.T) {
+	const window, length = 8, 200_000
+	n := newEngNet(t, memlink.Options{}, EngineConfig{Window: window})
+	cfg := endpoint.Config{StagingSize: 256 << 10}
+	a1, _, _, _ := twoNets(t, n, cfg, cfg)
+	ea := n.a.eng
+	pollA := func() {
+		t.Helper()
+		if _, err := ea.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// inFlight sends d and polls until a window of its chunks is out,
+	// B answering only the first.
+	inFlight := func(d endpoint.Descriptor) {
+		t.Helper()
+		mustSend(t, a1, endpoint.RequestSend, d)
+		n.run(t, 1000, func() bool { s := ea.eps[1]; return s.d.Handler == d.Handler && s.started })
+		for range 100 {
+			if ea.eps[1].chunksOut == window {
+				return
+			}
+			pollA()
+		}
+		s := ea.eps[1]
+		t.Fatalf("%d chunks in flight, want %d (state %v, sent %d, flying %d, stats %+v, tr %+v)", s.chunksOut, window, s.state, s.sent, s.flying, ea.Stats(), ea.TransportStats())
+	}
+	d := bulk(1, 4, 0, 0, length)
+	inFlight(d)
+	n.clk.Advance(engGiveUp + engStep)
+	var ret []endpoint.Descriptor
+	for range 100 {
+		pollA()
+		drain(t, a1, endpoint.ReplyReceive, &ret)
+		n.clk.Advance(engStep)
+	}
+	if len(ret) != 1 {
+		t.Fatalf("returned %d times: %+v", len(ret), ret)
+	}
+	if reason, _, _ := ret[0].ReturnInfo(); reason != endpoint.ReasonUnreachable || ret[0].Handler != 4 || ret[0].Length != length {
+		t.Errorf("returned %+v (%v)", ret[0], reason)
+	}
+	if s := ea.eps[1]; s.state != slotEmpty || s.chunksOut != 0 || s.flying != 0 || ea.pinned != 0 || ea.inFlight() != 0 {
+		t.Fatalf("after the return: state %v, chunks %d, flying %d, pinned %d, records %d", s.state, s.chunksOut, s.flying, ea.pinned, ea.inFlight())
+	}
+
+	// B is heard again once the mark expires; then A1 closes mid-message.
+	n.clk.Advance(engGiveUp)
+	inFlight(bulk(1, 5, 0, 0, length))
+	mem := ea.eps[1].mem
+	if err := ea.CloseEndpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if mem.FD() == -1 {
+		t.Fatal("closed with chunks in flight: its memory went at once")
+	}
+	n.run(t, 10000, func() bool { return mem.FD() == -1 })
+	if ea.pinned != 0 || ea.inFlight() != 0 {
+		t.Errorf("after the close: pinned %d, records %d", ea.pinned, ea.inFlight())
+	}
+	if st := n.b.eng.Stats(); st.Delivered != 0 || st.ChunksDropped != 0 {
+		t.Errorf("B stats %+v: delivered a message that never completed", st)
 	}
 }

@@ -196,6 +196,15 @@ func TestEngineOverAFXDP(t *testing.T) {
 		top, chunkRoom(n.b.eng.MaxPayload(), 1), ta, tb)
 }
 
+// TestEngineBulkOverAFXDP is TestEngineBulk's body over AF_XDP, chunks
+// in flight eight at a time, with 10% of the frames dropped by xam's XDP
+// program at both hosts.
+func TestEngineBulkOverAFXDP(t *testing.T) {
+	const window = 8
+	n := newXDPEngNet(t, EngineConfig{Window: window, Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
+	testEngineBulk(t, n, window, true)
+}
+
 // TestModuleSeamOverAFXDP is TestModuleSeam's body over AF_XDP, with 10%
 // of the frames dropped by xam's XDP program at both hosts.
 func TestModuleSeamOverAFXDP(t *testing.T) {
