@@ -65,8 +65,8 @@ func (h *amiiHost) close() error {
 // openAMII builds host id at p, whose peer is host peerID at peer: its
 // AF_XDP socket on queue, an inline engine with window (and a channel per
 // message in flight) and an AM-II endpoint with acfg.
-func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config) (h *amiiHost, err error) {
-	h = &amiiHost{}
+func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config) (_ *amiiHost, err error) {
+	h := &amiiHost{}
 	defer func() {
 		if err != nil {
 			h.close()

@@ -182,6 +182,10 @@ func BenchmarkShortMessageRate(b *testing.B) {
 		r, err := AMIIRate(pa, pb, b.N, 2, 32, true, loader.ModeAuto)
 		report(b, r, err)
 	})
+	b.Run("amii-batched-w128", func(b *testing.B) {
+		r, err := AMIIRate(pa, pb, b.N, 2, 128, true, loader.ModeAuto)
+		report(b, r, err)
+	})
 }
 
 // BenchmarkRawProgram measures the raw ping-pong with xam's XDP program as

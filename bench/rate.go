@@ -13,6 +13,7 @@ import (
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // RateResult is a one-way message or frame rate.
@@ -165,12 +166,13 @@ func AMIIRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode)
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d arguments", amii.MaxArgs)
 	}
-	ha, err := openAMII(a, amiiHostA, b, amiiHostB, mode, 0, window, amii.Config{Credits: window, Coalesce: coalesce})
+	entries := max(window, endpoint.DefaultQueueEntries) // room for the window in every queue
+	ha, err := openAMII(a, amiiHostA, b, amiiHostB, mode, 0, window, amii.Config{Credits: window, Coalesce: coalesce, QueueEntries: entries})
 	if err != nil {
 		return nil, err
 	}
 	defer ha.close()
-	hb, err := openAMII(b, amiiHostB, a, amiiHostA, mode, 0, window, amii.Config{Credits: window})
+	hb, err := openAMII(b, amiiHostB, a, amiiHostA, mode, 0, window, amii.Config{Credits: window, QueueEntries: entries})
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,9 @@
 // (queue, class, argument count, return reason, endpoints, handler, index,
 // tag), the arguments, and for medium and bulk messages an extension and
 // the data; docs/wire.md has the table, and that of a module's control
-// message.
+// message. A short message of up to two arguments goes in a compact form
+// of 15 bytes and its arguments (engine_msg.go), which the transport
+// carries in one cell.
 //
 // A message whose fields disagree (a length that does not match, a medium
 // message longer than MaxMedium or with c other than L, a chunk past its

@@ -1089,6 +1089,13 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 	}
 	s := e.ep(m.dst)
 	if m.reason != 0 {
+		if m.index == endpoint.NoIndex && s != nil {
+			// A compact message's return (engine_msg.go): its index is
+			// that of the endpoint that returned it in s's table.
+			if i, ok := s.rev[Name{src, m.src}]; ok {
+				m.index = i
+			}
+		}
 		return e.acceptReturn(s, &m), 0
 	}
 	var rx *bulkRx

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // The engine's message, the transport payload of every message the engine
@@ -39,11 +40,41 @@ type msg struct {
 	data   []byte // the bytes carried: a medium message's, a bulk chunk's
 }
 
+// The compact form of a short message of at most two arguments to a
+// handler below 2^16, not a return: what the transport carries in one cell
+// (transport.CompactPayload bytes at most). It leaves out the reason
+// (none), the class (short) and the index, which a receiver that returns
+// the message cannot name: the return says NoIndex, and the sender looks
+// the index up by the returning endpoint's name (accept). Big-endian:
+//
+//	 0                          1      3      5         7     15
+//	+--------------------------+------+------+---------+-----+---------
+//	| 1, 0000, nargs(2), kind  | dst  | src  | handler | tag | args, 8n
+//	+--------------------------+------+------+---------+-----+---------
+const (
+	msgCompact       = 0x80 // the first byte's top bit: the compact form
+	msgCompactLen    = 15
+	msgCompactArgs   = 2
+	msgCompactMaxLen = msgCompactLen + 8*msgCompactArgs
+)
+
+// compact reports whether m is encoded in the compact form.
+func (m *msg) compact() bool {
+	return m.class == endpoint.ClassShort && m.reason == 0 && m.nargs <= msgCompactArgs && m.handler <= math.MaxUint16 &&
+		(m.kind == endpoint.RequestSend || m.kind == endpoint.ReplySend)
+}
+
+// A compact message fits in a compact cell of the transport.
+const _ = uint(transport.CompactPayload - msgCompactMaxLen)
+
 // hasExt reports whether m's class carries the extension.
 func (m *msg) hasExt() bool { return m.class == endpoint.ClassMedium || m.class == endpoint.ClassBulk }
 
 // size returns the length of m encoded.
 func (m *msg) size() int {
+	if m.compact() {
+		return msgCompactLen + 8*int(m.nargs)
+	}
 	n := msgHeaderLen + 8*int(m.nargs)
 	if m.hasExt() {
 		n += msgExtLen + len(m.data)
@@ -54,6 +85,19 @@ func (m *msg) size() int {
 // encodeMsg writes m into b, which has room for m.size() bytes, and returns
 // its length.
 func encodeMsg(b []byte, m *msg) int {
+	if m.compact() {
+		b[0] = msgCompact | m.nargs<<1 | byte(m.kind)
+		binary.BigEndian.PutUint16(b[1:], uint16(m.dst))
+		binary.BigEndian.PutUint16(b[3:], uint16(m.src))
+		binary.BigEndian.PutUint16(b[5:], uint16(m.handler))
+		binary.BigEndian.PutUint64(b[7:], m.tag)
+		n := msgCompactLen
+		for i := range int(m.nargs) {
+			binary.BigEndian.PutUint64(b[n:], m.args[i])
+			n += 8
+		}
+		return n
+	}
 	b[0], b[1], b[2], b[3] = byte(m.kind), byte(m.class), m.nargs, byte(m.reason)
 	binary.BigEndian.PutUint16(b[4:], uint16(m.dst))
 	binary.BigEndian.PutUint16(b[6:], uint16(m.src))
@@ -81,6 +125,9 @@ func encodeMsg(b []byte, m *msg) int {
 
 // decodeMsg reads and checks a message. m.data aliases b.
 func decodeMsg(b []byte) (m msg, ok bool) {
+	if len(b) > 0 && b[0]&msgCompact != 0 {
+		return decodeCompact(b)
+	}
 	if len(b) < msgHeaderLen {
 		return m, false
 	}
@@ -98,8 +145,8 @@ func decodeMsg(b []byte) (m msg, ok bool) {
 	n := msgHeaderLen + 8*int(m.nargs)
 	switch m.class {
 	case endpoint.ClassShort:
-		if len(b) != n {
-			return m, false
+		if len(b) != n || m.compact() {
+			return m, false // one encoding per message: the compact form where it applies
 		}
 	case endpoint.ClassMedium, endpoint.ClassBulk:
 		if len(b) < n+msgExtLen {
@@ -130,6 +177,28 @@ func decodeMsg(b []byte) (m msg, ok bool) {
 	}
 	for i := range int(m.nargs) {
 		m.args[i] = binary.BigEndian.Uint64(b[msgHeaderLen+8*i:])
+	}
+	return m, true
+}
+
+// decodeCompact reads and checks a message in the compact form.
+func decodeCompact(b []byte) (m msg, ok bool) {
+	if len(b) < msgCompactLen || b[0]&^(msgCompact|0b111) != 0 {
+		return m, false
+	}
+	m = msg{
+		kind: endpoint.Queue(b[0] & 1), class: endpoint.ClassShort, nargs: b[0] >> 1 & 0b11,
+		dst:     EndpointID(binary.BigEndian.Uint16(b[1:])),
+		src:     EndpointID(binary.BigEndian.Uint16(b[3:])),
+		handler: uint32(binary.BigEndian.Uint16(b[5:])),
+		index:   endpoint.NoIndex,
+		tag:     binary.BigEndian.Uint64(b[7:]),
+	}
+	if m.nargs > msgCompactArgs || len(b) != msgCompactLen+8*int(m.nargs) {
+		return m, false
+	}
+	for i := range int(m.nargs) {
+		m.args[i] = binary.BigEndian.Uint64(b[msgCompactLen+8*i:])
 	}
 	return m, true
 }

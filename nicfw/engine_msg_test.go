@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // msgSamples are encoded messages of every class, returns included.
@@ -17,7 +18,7 @@ func msgSamples() [][]byte {
 		out = append(out, b)
 	}
 	m := base
-	m.class = endpoint.ClassShort
+	m.class, m.nargs, m.args[2] = endpoint.ClassShort, 3, 10 // three arguments: the full form
 	add(m)
 	m.reason = endpoint.ReasonBadTag
 	add(m)
@@ -31,6 +32,11 @@ func msgSamples() [][]byte {
 	add(m)
 	m.reason, m.data = endpoint.ReasonRange, nil // a bulk return carries none
 	add(m)
+	m = base // two arguments: the compact form, request and reply
+	m.class = endpoint.ClassShort
+	add(m)
+	m.kind, m.nargs, m.handler = endpoint.RequestSend, 0, 65535
+	add(m)
 	return out
 }
 
@@ -41,6 +47,9 @@ func TestMsgCodec(t *testing.T) {
 		m, ok := decodeMsg(b)
 		if !ok {
 			t.Fatalf("sample %d does not decode: %x", i, b)
+		}
+		if compact := i >= 6; compact != (b[0]&msgCompact != 0) || compact && (len(b) > transport.CompactPayload || m.index != endpoint.NoIndex) {
+			t.Errorf("sample %d: %d bytes %x, index %d", i, len(b), b, m.index)
 		}
 		again := make([]byte, m.size())
 		if n := encodeMsg(again, &m); n != len(b) || !bytes.Equal(again, b) {
@@ -70,6 +79,11 @@ func TestMsgCodec(t *testing.T) {
 		return b[:len(b)-5]
 	})
 	corrupt("header cut", 0, func(b []byte) []byte { return b[:msgHeaderLen-1] })
+	corrupt("compact in the full form", 0, func(b []byte) []byte { b[2] = 2; return b[:len(b)-8] })
+	corrupt("compact too long", 6, func(b []byte) []byte { return append(b, 0) })
+	corrupt("compact, three arguments", 6, func(b []byte) []byte { b[0] |= 3 << 1; return append(b, make([]byte, 8)...) })
+	corrupt("compact, bits left over", 7, func(b []byte) []byte { b[0] |= 0x10; return b })
+	corrupt("compact header cut", 7, func(b []byte) []byte { return b[:msgCompactLen-1] })
 	for name, b := range bad {
 		if _, ok := decodeMsg(b); ok {
 			t.Errorf("%s: decoded", name)

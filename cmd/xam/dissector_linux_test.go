@@ -16,7 +16,8 @@ import (
 
 // TestWiresharkDissector captures live lab traffic of three kinds with
 // `xam capture --format ether` on a switch port (SSAM single-cell and bulk
-// messages, the firmware transport carrying AM-II's short messages) and has tshark decode the file with tools/wireshark/xam.lua:
+// messages, the firmware transport carrying AM-II's short messages in
+// compact cells) and has tshark decode the file with tools/wireshark/xam.lua:
 // every frame is xam's, every layer's fields are there, every HEC and CRC
 // is correct, and nothing is malformed or raises a Lua error.
 func TestWiresharkDissector(t *testing.T) {
@@ -59,6 +60,10 @@ func TestWiresharkDissector(t *testing.T) {
 	if _, err := bench.SSAMBulk(pa, pb, 100_000, 4000, 0, ssam.Config{}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil { // 32 bytes: four arguments, AAL5 PDUs
+		t.Fatal(err)
+	}
+	cfg.Size = 16 // two arguments: compact cells
 	if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +89,7 @@ func TestWiresharkDissector(t *testing.T) {
 	out, err := exec.Command(tshark, "-X", "lua_script:"+script, "-r", path, "-T", "fields", "-E", "occurrence=a",
 		"-e", "frame.number", "-e", "xam.cells", "-e", "xam.cell.hec_ok", "-e", "xam.ssam.kind", "-e", "xam.ssam.crc10_ok",
 		"-e", "xam.aal5.crc_ok", "-e", "xam.tr.type", "-e", "xam.tr.src_epoch", "-e", "xam.am.class", "-e", "xam.am.handler",
-		"-e", "_ws.malformed", "-e", "_ws.lua.text", "-e", "_ws.expert.severity").Output()
+		"-e", "_ws.malformed", "-e", "_ws.lua.text", "-e", "_ws.expert.severity", "-e", "xam.tr.crc10_ok").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v\n%s", err, out)
 	}
@@ -95,13 +100,13 @@ func TestWiresharkDissector(t *testing.T) {
 	seen := map[string]int{}
 	for _, line := range lines {
 		fs := strings.Split(line, "\t")
-		if len(fs) != 13 {
+		if len(fs) != 14 {
 			t.Fatalf("line %q: %d fields", line, len(fs))
 		}
 		if fs[1] == "" {
 			t.Errorf("frame %s: not decoded as xam", fs[0])
 		}
-		for i, name := range []string{"", "", "hec", "", "crc10", "aal5", "", "", "", "", "", "", ""} {
+		for i, name := range []string{"", "", "hec", "", "crc10", "aal5", "", "", "", "", "", "", "", "compact crc10"} {
 			if name != "" && slices.Contains(strings.Split(fs[i], ","), "0") {
 				t.Errorf("frame %s: a %s check failed: %q", fs[0], name, fs[i])
 			}
@@ -109,7 +114,7 @@ func TestWiresharkDissector(t *testing.T) {
 		if fs[10] != "" || fs[11] != "" || fs[12] != "" {
 			t.Errorf("frame %s: malformed %q, lua %q, expert %q", fs[0], fs[10], fs[11], fs[12])
 		}
-		for i, what := range map[int]string{3: "ssam", 6: "transport", 8: "am", 4: "crc10", 5: "aal5"} {
+		for i, what := range map[int]string{3: "ssam", 6: "transport", 8: "am", 4: "crc10", 5: "aal5", 13: "compact"} {
 			if fs[i] != "" {
 				seen[what]++
 			}
@@ -118,7 +123,7 @@ func TestWiresharkDissector(t *testing.T) {
 			t.Errorf("frame %s: a transport message without its epoch", fs[0])
 		}
 	}
-	for _, what := range []string{"ssam", "transport", "am", "crc10", "aal5"} {
+	for _, what := range []string{"ssam", "transport", "am", "crc10", "aal5", "compact"} {
 		if seen[what] == 0 {
 			t.Errorf("no frame with %s fields (%v)", what, seen)
 		}
@@ -128,7 +133,8 @@ func TestWiresharkDissector(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tshark -V: %v", err)
 	}
-	for _, want := range []string{"Direction: Inbound", "Direction: Outbound", "SSAM single-cell message", "Firmware transport: DATA", "AM-II engine message"} {
+	for _, want := range []string{"Direction: Inbound", "Direction: Outbound", "SSAM single-cell message", "Firmware transport: DATA",
+		"Firmware transport, compact cell: DATA (compact)", "AM-II engine message (compact): AM-II request short"} {
 		if !strings.Contains(string(v), want) {
 			t.Errorf("tshark -V shows no %q", want)
 		}

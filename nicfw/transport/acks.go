@@ -79,27 +79,17 @@ func (t *Transport) flushAcks(force bool) {
 		if !force && (p.ackPoll == t.polls || t.cfg.AckDelay > 0 && t.now().Sub(p.ackAt) < t.cfg.AckDelay) {
 			continue
 		}
-		ch0 := int(p.ackList[0])
-		n := min(len(p.ackList)-1, t.ackOneMax-1)
-		sduLen := headerLen + ackEntryLen*n
-		fl := frameLen(ackEntryLen * n)
+		n := min(len(p.ackList), t.ackOneMax)
+		fl := frameLen(ackEntryLen * (n - 1))
 		if cap(p.ackFrame) < fl {
 			p.ackFrame = make([]byte, frameLen(ackEntryLen*(t.ackOneMax-1)))
 		}
 		f := p.ackFrame[:fl]
-		sdu := t.scratchSDU(sduLen)
-		header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0, t.epoch, p.epoch)
-		header(sdu).setAcks(n)
-		p.ackOn[ch0] = false
-		for j, ch := range p.ackList[1 : 1+n] {
-			putAck(sdu[headerLen:], j, int(ch), p.ackSeq[ch])
-			p.ackOn[ch] = false
-		}
-		t.putHeaders(f, p, cells.CellCount(sduLen), cells.FlagStart)
+		sdu := t.ackPDU(p, n) // may move another peer into place i, visited already
+		t.putHeaders(f, p, cells.CellCount(len(sdu)), cells.FlagStart)
 		t.seg.Put(f[len(t.eth):], sdu)
 		t.tx = append(t.tx, f)
 		t.stats.AckFrames++
-		t.dropAcks(p, 1+n) // may move another peer into place i, visited already
 		if len(p.ackList) > 0 {
 			p.ackPoll = t.polls // the rest go at the next flush
 		}

@@ -81,6 +81,7 @@ type sendChannel struct {
 	// backing buffer frameBuf. All are reused by the channel's next
 	// message.
 	hdr      [headerLen]byte
+	compact  bool // the message goes as a compact cell (compact.go)
 	buf      []byte
 	frames   [][]byte
 	frameBuf []byte

@@ -88,7 +88,9 @@
 //
 // # Wire format
 //
-// Every message, acknowledgements included, is one AAL5 CPCS-PDU on the
+// A message of up to CompactPayload bytes is one ATM cell of its own on
+// circuit Config.VPI/VCI+1 (compact.go). Every other message,
+// acknowledgements included, is one AAL5 CPCS-PDU on the
 // circuit Config.VPI/VCI (default 0/32): a 20-byte transport header (type,
 // channel, sequence number, stamp, length, acknowledgement count, source
 // and destination epochs), the piggy-backed acknowledgements, and the

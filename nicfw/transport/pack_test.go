@@ -72,14 +72,28 @@ func TestPackedFramesUnderLoss(t *testing.T) {
 	}
 }
 
-// FuzzPackedFrame feeds a transport frames of several PDUs built from the
-// fuzzer's bytes (each piece a DATA message with its channel and sequence
-// number, or an invalid SDU), each frame twice: the transport never
-// panics, counts what is bad, and delivers no message twice.
+// compactCell returns a compact cell (compact.go) on the default circuit
+// that stands for a DATA PDU with header h and payload.
+func compactCell(h header, payload []byte) []byte {
+	c := cells.Cell(make([]byte, cells.CellSize))
+	if err := c.Encode(cells.UNI, cells.Fields{VCI: DefaultVCI + 1, PTI: cells.PTIEndOfMessage}); err != nil {
+		panic(err)
+	}
+	putCompact(c.Payload(), h, payload)
+	return c
+}
+
+// FuzzPackedFrame feeds a transport frames of several PDUs and compact
+// cells built from the fuzzer's bytes (each piece a DATA message with its
+// channel and sequence number, or an invalid SDU or cell), each frame
+// twice: the transport never panics, counts what is bad, and delivers no
+// message twice.
 func FuzzPackedFrame(f *testing.F) {
 	f.Add([]byte{0, 0, 10, 1, 0, 20, 0, 1, 30})
 	f.Add([]byte{1, 5, 10, 1, 6, 20})
 	f.Add([]byte{9, 0, 0, 0, 0, 0, 0, 0, 200, 0, 1, 1})
+	f.Add([]byte{100, 0, 10, 100, 1, 5, 1, 0, 20, 101, 0, 10}) // compact cells, one corrupt, and a PDU
+	f.Add([]byte{100, 0, 40, 100, 0, 40, 150, 1, 3})
 	f.Fuzz(func(t *testing.T, spec []byte) {
 		if len(spec) > 300 {
 			return
@@ -115,6 +129,15 @@ func FuzzPackedFrame(f *testing.F) {
 			sdu := make([]byte, headerLen+len(body))
 			header(sdu).put(typ%5, ch%3, uint16(spec[i+1]>>4), 1, len(body), 9, 0)
 			copy(sdu[headerLen:], body)
+			if typ >= 100 && typ < 200 {
+				// A compact cell: typ odd, one of its bytes flipped.
+				c := compactCell(sdu, body[:min(len(body), CompactPayload)])
+				if typ%2 == 1 {
+					c[cells.HeaderSize+n%cells.PayloadSize] ^= 1 << (typ % 8)
+				}
+				cs = append(cs, c...)
+				continue
+			}
 			if typ >= 200 {
 				sdu = sdu[:len(sdu)-1] // a length that does not match
 			}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -151,19 +152,42 @@ func (t *Transport) receive(f []byte) {
 	if fh.Flags()&cells.FlagStart != 0 && p.reasm.Discard(t.vc) {
 		t.stats.Abandoned++
 	}
-	bad := false
-	p.reasm.PushCells(cs, func(pdu cells.PDU, err error) {
-		if err != nil || pdu.VC != t.vc || !valid(pdu.SDU, len(p.send)) {
-			bad = true
-			return
+	t.bad, t.rxPeer = false, p
+	// Compact cells (compact.go) go their own way; the cells between them
+	// go through the reassembler, in order.
+	from := 0
+	for o := 0; o < len(cs); o += cells.CellSize {
+		if binary.BigEndian.Uint32(cs[o:])>>4 != t.compactKey {
+			continue
 		}
-		h := header(pdu.SDU)
-		acks := pdu.SDU[headerLen : headerLen+ackEntryLen*h.acks()]
-		t.dispatch(p, h, acks, pdu.SDU[headerLen+len(acks):])
-	})
-	if bad {
+		if o > from {
+			p.reasm.PushCells(cs[from:o], t.onPDU)
+		}
+		if !t.receiveCompact(p, cells.Cell(cs[o:o+cells.CellSize])) {
+			t.bad = true
+		}
+		from = o + cells.CellSize
+	}
+	if from < len(cs) {
+		p.reasm.PushCells(cs[from:], t.onPDU)
+	}
+	t.rxPeer = nil
+	if t.bad {
 		t.stats.BadFrames++
 	}
+}
+
+// onPDU is the reassembler's callback for the frame receive handles: a
+// PDU from t.rxPeer, checked and dispatched.
+func (t *Transport) onPDU(pdu cells.PDU, err error) {
+	p := t.rxPeer
+	if err != nil || pdu.VC != t.vc || !valid(pdu.SDU, len(p.send)) {
+		t.bad = true
+		return
+	}
+	h := header(pdu.SDU)
+	acks := pdu.SDU[headerLen : headerLen+ackEntryLen*h.acks()]
+	t.dispatch(p, h, acks, pdu.SDU[headerLen+len(acks):])
 }
 
 // dispatch handles one checked transport PDU from p: its piggy-backed

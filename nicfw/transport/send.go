@@ -74,6 +74,7 @@ func (t *Transport) sendPeer(p *Peer, payload []byte, cookie uint64) (int, error
 	}
 	c := &p.send[i]
 	t.load(c, i, c.seq, payload)
+	c.compact = t.compactable(payload)
 	c.cookie = cookie
 	c.retries = 0
 
@@ -156,6 +157,9 @@ func (t *Transport) payload(c *sendChannel) []byte {
 // needs; the first is flagged cells.FlagStart, and all go to the link in
 // one batch.
 func (t *Transport) transmit(p *Peer, c *sendChannel) error {
+	if c.compact {
+		return t.transmitCompact(p, c)
+	}
 	c.stamp = t.nextStamp()
 	h := header(c.hdr[:])
 	h.setStamp(c.stamp)

@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"time"
@@ -86,6 +88,10 @@ type Config struct {
 	// Deliver refuses. A message is done once it has left: the next Poll
 	// calls Acked for it. Both ends must agree.
 	Unreliable bool
+	// NoCompact sends every message as an AAL5 PDU, compact ones included
+	// (compact.go), for measuring what compact cells change. Receivers
+	// take both kinds whatever it says.
+	NoCompact bool
 	// MaxPayload is the largest payload Send accepts (default
 	// DefaultMaxPayload, at most 65535-20-4*Channels). A message spans as
 	// many frames as it needs; losing any of them loses the message.
@@ -99,7 +105,7 @@ type Config struct {
 	// EtherType of the frames (default cells.EtherType, 0x88B5).
 	EtherType uint16
 	// VPI and VCI of the circuit the transport's PDUs travel on (default
-	// 0/DefaultVCI).
+	// 0/DefaultVCI); compact cells (compact.go) travel on VPI/VCI+1.
 	VPI, VCI uint16
 
 	// Deliver receives a message from src, in order per channel ch and
@@ -124,6 +130,7 @@ type Config struct {
 type Stats struct {
 	Sent        uint64 // DATA frames sent for the first time
 	Retransmits uint64 // DATA frames sent again (timer or NACK)
+	Compact     uint64 // transmissions as compact cells (compact.go), retransmissions included
 	Acked       uint64 // messages acknowledged: channels freed by an ACK
 	Returned    uint64 // messages given up on (Returned called)
 
@@ -161,18 +168,23 @@ type Stats struct {
 // Transport is the reliable transport of one host on one link. See the
 // package documentation for the protocol and the threading contract.
 type Transport struct {
-	link  afxdp.Link
-	cfg   Config
-	clk   clock.Clock
-	mac   [6]byte
-	seg   *cells.Segmenter
-	vc    cells.VC
-	eth   [afxdp.EthernetHeaderLen + cells.FrameHeaderSize]byte // template: dst filled per frame
-	maxPL int
+	link afxdp.Link
+	cfg  Config
+	clk  clock.Clock
+	mac  [6]byte
+	seg  *cells.Segmenter
+	vc   cells.VC
+	eth  [afxdp.EthernetHeaderLen + cells.FrameHeaderSize]byte // template: dst filled per frame
+
+	compactHdr [cells.HeaderSize]byte // the ATM header of compact cells (compact.go)
+	compactKey uint32                 // its GFC, VPI and VCI bits, as receive tells compact cells apart
+	maxPL      int
 
 	perFrame  int // cells per frame
 	maxAcks   int // acknowledgements one DATA frame may carry
 	ackOneMax int // acknowledgements one ACK frame (one frame) may carry
+
+	ackCompactMax int // acknowledgements the frame of a compact cell may carry
 
 	peers  []*Peer // by HostID (nil: not in the table)
 	byMAC  map[[6]byte]*Peer
@@ -189,6 +201,8 @@ type Transport struct {
 	tnow      time.Time
 	nowOK     bool  // tnow is this pass's time
 	last      *Peer // the source of the last frame received
+	rxPeer    *Peer // the source of the frame being received (onPDU)
+	bad       bool  // the frame being received held a bad PDU or cell
 
 	uc      sendChannel // the frames of unreliable sends
 	scratch []byte      // an SDU with acknowledgements, being built
@@ -257,6 +271,9 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI, err)
 	}
+	if cfg.VCI == math.MaxUint16 {
+		return nil, fmt.Errorf("%w: VCI %d leaves no VCI+1 for compact cells", ErrConfig, cfg.VCI)
+	}
 	perFrame := cells.CellsPerFrame(link.MTU())
 	oneFrame := perFrame*cells.PayloadSize - cells.TrailerSize - headerLen // an ACK's room for entries
 	if oneFrame < ackEntryLen {
@@ -275,6 +292,16 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		byMAC:     make(map[[6]byte]*Peer),
 		epoch:     cfg.Epoch,
 	}
+	// A compact cell's frame: the cell, and an ACK PDU in the cells left.
+	if room := (perFrame-1)*cells.PayloadSize - cells.TrailerSize - headerLen; room >= 0 {
+		t.ackCompactMax = min(room/ackEntryLen+1, cfg.Channels)
+	}
+	hdr := cells.Cell(make([]byte, cells.CellSize))
+	if err := hdr.Encode(cells.UNI, cells.Fields{VPI: cfg.VPI, VCI: cfg.VCI + 1, PTI: cells.PTIEndOfMessage}); err != nil {
+		return nil, fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI+1, err)
+	}
+	copy(t.compactHdr[:], hdr)
+	t.compactKey = binary.BigEndian.Uint32(hdr) >> 4
 	_, t.sysClock = cfg.Clock.(clock.System)
 	copy(t.mac[:], link.HardwareAddr())
 	copy(t.eth[6:12], t.mac[:])

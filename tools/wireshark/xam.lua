@@ -11,8 +11,10 @@
 -- VPI/VCI of the mapper's circuit.
 --
 -- Which layer a reassembled PDU is: a single cell whose AAL5 trailer and
--- CRC-32 check out is a one-cell PDU, any other single cell on a circuit
--- is an SSAM single-cell message (its CRC-10 is checked); a PDU on the
+-- CRC-32 check out is a one-cell PDU; a single cell whose first byte is 5
+-- and whose CRC-10 over bytes 0-45 checks out is a compact transport cell
+-- (an AM-II short message); any other single cell on a circuit is an SSAM
+-- single-cell message (its CRC-10 is checked); a PDU on the
 -- mapper's circuit is a mapper message; a PDU whose header lengths add up
 -- as the transport's is a transport message; otherwise a PDU whose SDU
 -- starts with SSAM's 8-byte header is an SSAM bulk message.
@@ -20,7 +22,7 @@
 local xam = Proto("xam", "xam: ATM cells over Ethernet")
 
 local kinds = { [0] = "request", [1] = "reply", [2] = "ack", [3] = "sync" }
-local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET" }
+local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET", [5] = "DATA (compact)" }
 local queues = { [0] = "request", [1] = "reply" }
 local classes = { [1] = "short", [2] = "medium", [3] = "bulk" }
 local reasons = {
@@ -71,6 +73,10 @@ f.tr_len = ProtoField.uint16("xam.tr.length", "Payload length")
 f.tr_k = ProtoField.uint16("xam.tr.acks", "Acknowledgement entries")
 f.tr_src_epoch = ProtoField.uint32("xam.tr.src_epoch", "Source epoch", base.HEX)
 f.tr_dst_epoch = ProtoField.uint32("xam.tr.dst_epoch", "Destination epoch", base.HEX)
+f.tr_stamp16 = ProtoField.uint16("xam.tr.stamp16", "Stamp (low 16 bits)")
+f.tr_clen = ProtoField.uint8("xam.tr.compact_length", "Payload length")
+f.tr_crc = ProtoField.uint16("xam.tr.crc10", "CRC-10", base.HEX)
+f.tr_crc_ok = ProtoField.bool("xam.tr.crc10_ok", "CRC-10 correct")
 f.tr_ack_channel = ProtoField.uint8("xam.tr.ack.channel", "Acknowledged channel")
 f.tr_ack_seq = ProtoField.uint16("xam.tr.ack.seq", "Acknowledged sequence")
 
@@ -121,14 +127,15 @@ local function hec(b)
 	return bxor(crc, 0x55)
 end
 
--- CRC-10 of AAL3/4 (x^10+x^9+x^5+x^4+x+1), on the 48 payload bytes with
--- the CRC's own 10 bits taken as zero.
-local function crc10(p)
+-- CRC-10 of AAL3/4 (x^10+x^9+x^5+x^4+x+1) on the first n bytes of p;
+-- with ssam, on an SSAM cell's 48 payload bytes with the CRC's own 10 bits
+-- (in bytes 6 and 7) taken as zero.
+local function crc10(p, n, ssam)
 	local crc = 0
-	for i = 0, 47 do
+	for i = 0, n - 1 do
 		local byte = p:get_index(i)
-		if i == 6 then byte = band(byte, 0xfc) end
-		if i == 7 then byte = 0 end
+		if ssam and i == 6 then byte = band(byte, 0xfc) end
+		if ssam and i == 7 then byte = 0 end
 		for bitn = 7, 0, -1 do
 			local inbit = band(rshift(byte, bitn), 1)
 			local top = band(rshift(crc, 9), 1)
@@ -195,12 +202,59 @@ local function dissect_ssam_cell(tvb, tree)
 	local n = rshift(chk, 10)
 	t:add(f.ssam_len, tvb(6, 1), n)
 	local ci = t:add(f.ssam_crc, tvb(6, 2), band(chk, 0x3ff))
-	local ok = crc10(tvb:bytes(0, 48)) == band(chk, 0x3ff)
+	local ok = crc10(tvb:bytes(0, 48), 48, true) == band(chk, 0x3ff)
 	t:add(f.ssam_crc_ok, tvb(6, 2), ok)
 	if not ok then ci:add_proto_expert_info(ef_crc) end
 	if n > 0 and n <= 40 then t:add(f.ssam_data, tvb(8, n)) end
 	t:append_text(string.format(": %s %d, handler %d, %d bytes", kinds[kind], band(rshift(flow, 7), 0x7f), tvb(2, 4):uint(), n))
 	return "SSAM " .. kinds[kind]
+end
+
+-- dissect_am_compact decodes an engine message in the compact form: a
+-- short message of at most two arguments in a compact cell.
+local function dissect_am_compact(tvb, tree)
+	local t = tree:add(xam, tvb(), "AM-II engine message (compact)")
+	local b0 = tvb(0, 1):uint()
+	local nargs = band(rshift(b0, 1), 3)
+	t:add(f.am_queue, tvb(0, 1), band(b0, 1))
+	t:add(f.am_class, tvb(0, 1), 1)
+	t:add(f.am_nargs, tvb(0, 1), nargs)
+	t:add(f.am_dst, tvb(1, 2))
+	t:add(f.am_src, tvb(3, 2))
+	t:add(f.am_handler, tvb(5, 2), tvb(5, 2):uint())
+	t:add(f.am_tag, tvb(7, 8))
+	for i = 0, nargs - 1 do
+		if tvb:len() >= 23 + 8 * i then t:add(f.am_arg, tvb(15 + 8 * i, 8)) end
+	end
+	local what = string.format("AM-II %s short, %d -> %d, handler %d", queues[band(b0, 1)], tvb(3, 2):uint(),
+		tvb(1, 2):uint(), tvb(5, 2):uint())
+	t:append_text(": " .. what)
+	return what
+end
+
+-- dissect_compact decodes a compact transport cell (docs/wire.md), or
+-- returns nil if its type or CRC-10 say it is not one.
+local function dissect_compact(tvb, tree)
+	local crc = tvb(46, 2):uint()
+	if tvb(0, 1):uint() ~= 5 or crc10(tvb:bytes(0, 46), 46, false) ~= crc then return nil end
+	local n = tvb(14, 1):uint()
+	if n > 31 then return nil end
+	local t = tree:add(xam, tvb(), "Firmware transport, compact cell")
+	t:add(f.tr_type, tvb(0, 1))
+	t:add(f.tr_channel, tvb(1, 1))
+	t:add(f.tr_seq, tvb(2, 2))
+	t:add(f.tr_stamp16, tvb(4, 2))
+	t:add(f.tr_src_epoch, tvb(6, 4))
+	t:add(f.tr_dst_epoch, tvb(10, 4))
+	t:add(f.tr_clen, tvb(14, 1))
+	t:add(f.tr_crc, tvb(46, 2))
+	t:add(f.tr_crc_ok, tvb(46, 2), true)
+	local what = string.format("DATA (compact) ch %d seq %d", tvb(1, 1):uint(), tvb(2, 2):uint())
+	t:append_text(": " .. what)
+	if n >= 15 and band(tvb(15, 1):uint(), 0x80) ~= 0 then
+		what = what .. "; " .. dissect_am_compact(tvb(15, n):tvb(), t)
+	end
+	return what
 end
 
 local function dissect_am(tvb, tree)
@@ -269,7 +323,7 @@ local function dissect_pdu(pdu, vpi, vci, tree, ncells)
 	local tvb = pdu:tvb("AAL5 PDU")
 	local ok, len = aal5ok(pdu)
 	if ncells == 1 and not ok then
-		return dissect_ssam_cell(tvb, tree)
+		return dissect_compact(tvb, tree) or dissect_ssam_cell(tvb, tree)
 	end
 	local n = pdu:len()
 	local t = tree:add(xam, tvb(), string.format("AAL5 PDU on %d/%d, %d cells", vpi, vci, ncells))
