@@ -228,18 +228,21 @@ type Config struct {
 
 // Stats counts what an AM-II endpoint did.
 type Stats struct {
-	Requests      uint64 // requests sent (short, medium and bulk)
-	Replies       uint64 // explicit replies sent (short and medium)
-	NullReplies   uint64 // implicit replies sent for handlers that did not reply
-	Mediums       uint64 // medium messages sent (requests and replies)
-	Stores        uint64 // bulk messages sent (Store)
-	Handled       uint64 // request handlers run
-	ReplyHandled  uint64 // reply handlers run (implicit replies not counted)
-	Returned      uint64 // returned messages handed to the error handler (or dropped without one)
-	Unanswered    uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
-	LateReplies   uint64 // replies that came for no request outstanding (after their ReplyTimeout)
-	HandlerErrors uint64 // messages naming no registered handler, or one of the other kind
-	Malformed     uint64 // received descriptors of an unknown class, or naming bytes outside their area
+	Requests    uint64 // requests sent (short, medium and bulk)
+	Replies     uint64 // explicit replies sent (short and medium)
+	NullReplies uint64 // requests answered implicitly (their handlers did not reply)
+	// NullReplyMessages counts the implicit replies sent: one per
+	// requester and poll, answering all its requests of that poll.
+	NullReplyMessages uint64
+	Mediums           uint64 // medium messages sent (requests and replies)
+	Stores            uint64 // bulk messages sent (Store)
+	Handled           uint64 // request handlers run
+	ReplyHandled      uint64 // reply handlers run (implicit replies not counted)
+	Returned          uint64 // returned messages handed to the error handler (or dropped without one)
+	Unanswered        uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
+	LateReplies       uint64 // replies that came for no request outstanding (after their ReplyTimeout)
+	HandlerErrors     uint64 // messages naming no registered handler, or one of the other kind
+	Malformed         uint64 // received descriptors of an unknown class, or naming bytes outside their area
 }
 
 // DefaultReplyTimeout is Config.ReplyTimeout's default: twice the
@@ -284,16 +287,22 @@ type Endpoint struct {
 	entries  int    // entries per queue
 	handlers []handler
 	onReturn func(Returned)
-	pending  []pendingRequest // in the order sent
-	polls    uint             // pollLocked calls, for the reply timers
-	depth    int              // handlers running (handlers do not nest)
-	mu       sync.Mutex       // Shared: held by the goroutine in a method
-	running  atomic.Bool      // Shared: a handler runs (in the lock's holder)
-	blocking int              // Shared, firmware mode: goroutines blocked in the blocking wait
-	changed  chan struct{}    // Shared: closed (and replaced) when a Poll took messages
+	pending  pendingRing   // requests sent and not answered, in the order sent
+	polls    uint          // pollLocked calls, for the reply timers
+	depth    int           // handlers running (handlers do not nest)
+	mu       sync.Mutex    // Shared: held by the goroutine in a method
+	running  atomic.Bool   // Shared: a handler runs (in the lock's holder)
+	blocking int           // Shared, firmware mode: goroutines blocked in the blocking wait
+	changed  chan struct{} // Shared: closed (and replaced) when a Poll took messages
 	tok      Token
+	// Implicit replies owed: per source index, the requests dispatched in
+	// this poll that their handlers did not answer, and the indices owed
+	// any (sendNullReplies).
+	owed     []uint32
+	owedList []uint32
 	d        endpoint.Descriptor
 	args     [MaxArgs]uint64
+	nullArg  [1]uint64 // an implicit reply's argument
 	slotBase int       // offset of the first medium slot: the end of the application's part
 	free     []int     // free medium slots
 	used     []slotUse // medium slots whose message the engine has not taken
@@ -345,7 +354,8 @@ func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.
 	}
 	a := &Endpoint{view: view, poll: poll, block: block, cfg: cfg, table: uint32(ec.TableSize), entries: ec.QueueEntries,
 		slotBase: ec.StagingSize - cfg.MediumSlots*endpoint.MaxMedium,
-		free:     make([]int, 0, cfg.MediumSlots), used: make([]slotUse, 0, cfg.MediumSlots)}
+		free:     make([]int, 0, cfg.MediumSlots), used: make([]slotUse, 0, cfg.MediumSlots), pending: newPendingRing(cfg.Credits),
+		owed: make([]uint32, ec.TableSize)}
 	for i := range cfg.MediumSlots {
 		a.free = append(a.free, cfg.MediumSlots-1-i)
 	}
@@ -442,7 +452,7 @@ func (a *Endpoint) Outstanding() int {
 		return 0
 	}
 	defer a.exit()
-	return len(a.pending)
+	return a.pending.Len()
 }
 
 // enter takes the lock of a Shared endpoint for a method. A handler runs
@@ -615,7 +625,7 @@ func (a *Endpoint) checkRequest(dest uint32, args []uint64) error {
 // waitCredit polls, running handlers, until a credit is free, for at most
 // the give-up time; in firmware mode it blocks (Wait) while nothing comes.
 func (a *Endpoint) waitCredit() error {
-	if len(a.pending) < a.cfg.Credits {
+	if a.pending.Len() < a.cfg.Credits {
 		return nil
 	}
 	start := a.cfg.Clock.Now()
@@ -624,12 +634,12 @@ func (a *Endpoint) waitCredit() error {
 		if err != nil {
 			return err
 		}
-		if len(a.pending) < a.cfg.Credits {
+		if a.pending.Len() < a.cfg.Credits {
 			return nil
 		}
 		left := a.cfg.GiveUp - a.cfg.Clock.Now().Sub(start)
 		if left < 0 {
-			return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, len(a.pending), a.cfg.GiveUp)
+			return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, a.pending.Len(), a.cfg.GiveUp)
 		}
 		if n == 0 && a.poll == nil {
 			if err := a.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
@@ -647,7 +657,7 @@ func (a *Endpoint) waitCredit() error {
 func (a *Endpoint) sent(class endpoint.Class, dest, handler uint32, args []uint64) error {
 	p := pendingRequest{class: class, dest: dest, handler: handler, nargs: uint8(len(args))}
 	copy(p.args[:], args)
-	a.pending = append(a.pending, p)
+	a.pending.push(p)
 	a.stats.Requests++
 	if a.poll == nil || a.cfg.Coalesce {
 		return nil
@@ -792,7 +802,7 @@ func (a *Endpoint) pollLocked() (int, error) {
 		}
 	}
 	ran, took := 0, 0
-	if a.polls++; a.polls%replyCheckPolls == 0 && len(a.pending) > 0 && a.cfg.ReplyTimeout > 0 {
+	if a.polls++; a.polls%replyCheckPolls == 0 && a.pending.Len() > 0 && a.cfg.ReplyTimeout > 0 {
 		n := a.expire()
 		ran, took = n, n
 	}
@@ -827,6 +837,9 @@ func (a *Endpoint) pollLocked() (int, error) {
 				return ran, err
 			}
 		}
+	}
+	if err := a.sendNullReplies(); err != nil {
+		return ran, err
 	}
 	if requests > 0 && a.poll != nil {
 		// The replies leave now, as a request does (sent), not at the
@@ -984,11 +997,23 @@ func (a *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 		return 0, nil
 	}
 	request := q == endpoint.RequestReceive
+	if !request && d.Handler == NullReply {
+		// An implicit reply answers as many requests as its first
+		// argument says (one without arguments).
+		n := uint64(1)
+		if d.NArgs > 0 {
+			n = min(d.Args[0], uint64(a.cfg.Credits))
+		}
+		for range n {
+			if !a.answered(d.Dest, nil) {
+				a.stats.LateReplies++
+				break
+			}
+		}
+		return 0, nil
+	}
 	if !request && !a.answered(d.Dest, nil) {
 		a.stats.LateReplies++
-	}
-	if !request && d.Handler == NullReply {
-		return 0, nil
 	}
 	copy(a.args[:], d.Args[:d.NArgs])
 	a.tok = Token{a: a, src: d.Dest, request: request}
@@ -1008,9 +1033,9 @@ func (a *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 		a.run(h, int(d.NArgs), data)
 		ran = 1
 	}
-	if request && !a.tok.replied && a.tok.src != endpoint.NoIndex {
-		if err := a.send(endpoint.ReplySend, a.tok.src, NullReply, nil); err != nil {
-			return ran, err
+	if request && !a.tok.replied && a.tok.src != endpoint.NoIndex && a.tok.src < uint32(len(a.owed)) {
+		if a.owed[a.tok.src]++; a.owed[a.tok.src] == 1 {
+			a.owedList = append(a.owedList, a.tok.src)
 		}
 		a.stats.NullReplies++
 	}
@@ -1018,13 +1043,30 @@ func (a *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 	return ran, nil
 }
 
+// sendNullReplies sends the implicit replies owed: one per requester, its
+// first argument the number of its requests it answers.
+func (a *Endpoint) sendNullReplies() error {
+	for i, src := range a.owedList {
+		a.nullArg[0] = uint64(a.owed[src])
+		if err := a.send(endpoint.ReplySend, src, NullReply, a.nullArg[:]); err != nil {
+			// What is left is owed still: sent by the next poll.
+			a.owedList = a.owedList[:copy(a.owedList, a.owedList[i:])]
+			return err
+		}
+		a.owed[src] = 0
+		a.stats.NullReplyMessages++
+	}
+	a.owedList = a.owedList[:0]
+	return nil
+}
+
 // answered removes the record of the request an answer (a reply from
 // dest, or r, the request's return) ends: the oldest to dest, the one r
 // names if r is given and it is found. It reports whether there was one.
 func (a *Endpoint) answered(dest uint32, r *Returned) bool {
 	at := -1
-	for i := range a.pending {
-		p := &a.pending[i]
+	for i := range a.pending.Len() {
+		p := a.pending.at(i)
 		if p.dest != dest {
 			continue
 		}
@@ -1036,13 +1078,13 @@ func (a *Endpoint) answered(dest uint32, r *Returned) bool {
 			break
 		}
 	}
-	if at < 0 && dest == endpoint.NoIndex && len(a.pending) > 0 {
+	if at < 0 && dest == endpoint.NoIndex && a.pending.Len() > 0 {
 		at = 0 // a reply from outside the table answers the oldest
 	}
 	if at < 0 {
 		return false
 	}
-	a.pending = slices.Delete(a.pending, at, at+1)
+	a.pending.remove(at)
 	return true
 }
 
@@ -1051,22 +1093,20 @@ func (a *Endpoint) answered(dest uint32, r *Returned) bool {
 // how many error handlers ran.
 func (a *Endpoint) expire() int {
 	now := a.cfg.Clock.Now()
-	ran, j := 0, 0
-	for _, p := range a.pending {
+	ran := 0
+	a.pending.keep(func(p *pendingRequest) bool {
 		if p.seen.IsZero() {
 			p.seen = now
 		}
 		if now.Sub(p.seen) <= a.cfg.ReplyTimeout {
-			a.pending[j] = p
-			j++
-			continue
+			return true
 		}
 		a.stats.Returned++
 		a.stats.Unanswered++
 		ran += a.handReturn(Returned{Reason: endpoint.ReasonNoReply, Request: true, Class: p.class, Dest: p.dest,
 			Handler: p.handler, Args: slices.Clone(p.args[:p.nargs])})
-	}
-	a.pending = a.pending[:j]
+		return false
+	})
 	return ran
 }
 
@@ -1136,16 +1176,16 @@ func (a *Endpoint) Drain(timeout time.Duration) error {
 	}
 	defer a.exit()
 	start := a.cfg.Clock.Now()
-	for len(a.pending) > 0 {
+	for a.pending.Len() > 0 {
 		left := timeout - a.cfg.Clock.Now().Sub(start)
 		if left < 0 {
-			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, len(a.pending), timeout)
+			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, a.pending.Len(), timeout)
 		}
 		n, err := a.pollLocked()
 		if err != nil {
 			return err
 		}
-		if n == 0 && a.poll == nil && len(a.pending) > 0 {
+		if n == 0 && a.poll == nil && a.pending.Len() > 0 {
 			if err := a.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
 				return err
 			}

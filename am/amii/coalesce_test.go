@@ -162,3 +162,55 @@ func TestCoalesceAllocs(t *testing.T) {
 		t.Errorf("%d handled, want %d", handled, 8*102)
 	}
 }
+
+// The implicit replies one poll owes a requester leave as one reply that
+// answers them all: ten requests handled in one poll, five answered by
+// their handlers and five not, cost five replies and one implicit reply,
+// and every credit comes back.
+func TestImplicitRepliesTogether(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	a, b, _ := coalescePair(t, la, lb)
+	if err := b.Handle(3, func(tok *Token, args []uint64) {
+		if args[0]%2 == 0 {
+			if err := tok.Reply(4, args[0]); err != nil {
+				t.Error(err)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var replies []uint64
+	if err := a.Handle(4, func(_ *Token, args []uint64) { replies = append(replies, args[0]) }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(10) {
+		if err := a.Request(0, 3, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Poll(); err != nil { // the ten leave in one frame
+		t.Fatal(err)
+	}
+	if n, err := b.Poll(); err != nil || n != 10 {
+		t.Fatalf("B's poll ran %d handlers, %v; want 10", n, err)
+	}
+	for range 100 {
+		if a.Outstanding() == 0 {
+			break
+		}
+		if _, err := a.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa, sb := a.Stats(), b.Stats()
+	if a.Outstanding() != 0 || len(replies) != 5 || sa.LateReplies != 0 {
+		t.Fatalf("A: %d outstanding, replies %v, stats %+v", a.Outstanding(), replies, sa)
+	}
+	if sb.Replies != 5 || sb.NullReplies != 5 || sb.NullReplyMessages != 1 {
+		t.Errorf("B stats %+v: want 5 replies, 5 requests answered implicitly by 1 message", sb)
+	}
+}

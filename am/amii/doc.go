@@ -58,10 +58,14 @@
 // medium slots, or past the staging area, comes back with ReasonRange.
 //
 // Implicit replies. A request handler that returns without replying gets
-// an empty reply sent on its behalf to NullReply, a handler index that runs
+// a reply sent on its behalf to NullReply, a handler index that runs
 // nothing at the requester: every delivered request is answered, which is
-// what makes user credits work (below). A request from a sender outside the
-// receiver's translation table cannot be answered and is not.
+// what makes user credits work (below). The implicit replies one Poll owes
+// a requester leave together, as one reply whose first argument is how
+// many requests it answers, so that a stream of requests costs its
+// receiver one reply per Poll rather than one per request. A request from
+// a sender outside the receiver's translation table cannot be answered and
+// is not.
 //
 // User credits. An endpoint has at most K requests outstanding
 // (Config.Credits): a request takes a credit, and its reply (explicit
