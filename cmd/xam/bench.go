@@ -15,9 +15,9 @@ import (
 )
 
 // benchmarks are the names `xam bench` knows; "all" runs them all.
-var benchmarks = []string{"ssam", "logp", "hostile"}
+var benchmarks = []string{"ssam", "logp", "engine", "hostile"}
 
-const benchUsage = "bench ssam|logp|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|engine|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // runBench runs the named benchmarks, each on a lab of its own.
 func runBench(e *env, args []string) error {
@@ -27,7 +27,7 @@ func runBench(e *env, args []string) error {
 	}
 	fs := newFlags(e, "bench", benchUsage)
 	count := fs.Int("count", 20000, "round trips per path, and calls timed per cost")
-	bulk := fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, TCP stream, UDP blast)")
+	bulk := fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, AM-II Stores, TCP stream, UDP blast)")
 	mode := fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	clients := fs.Int("clients", 7, "logp: the most clients of the contention experiment")
 	flood := fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)")
@@ -106,6 +106,8 @@ func runBench(e *env, args []string) error {
 			r, err = benchSSAM(e, in, cfg, *asJSON, *out)
 		case "logp":
 			r, err = benchLogP(e, in, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m, Stop: in.flag()}, *asJSON)
+		case "engine":
+			r, err = benchEngine(e, in, bench.EngineConfig{Count: *count, Bulk: *bulk, Mode: m, Stop: in.flag()}, *asJSON)
 		case "hostile":
 			r, err = benchHostile(e, in, bench.HostileConfig{Pings: max(*count/10, 100), Flood: *flood}, *asJSON)
 		}
@@ -134,8 +136,13 @@ const benchGrace = 30 * time.Second
 // withLab builds a two-host lab for benchmark what, runs f on it and
 // removes it afterwards (also on failure, and on an interrupt).
 func withLab(e *env, in *interrupts, what string, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
-	name := fmt.Sprintf("bench%d", os.Getpid())
-	l, err := lab.Up(lab.Config{Name: name})
+	return withLabConfig(e, in, what, lab.Config{Name: fmt.Sprintf("bench%d", os.Getpid())}, f)
+}
+
+// withLabConfig is withLab on a lab built with cfg.
+func withLabConfig(e *env, in *interrupts, what string, cfg lab.Config, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
+	name := cfg.Name
+	l, err := lab.Up(cfg)
 	if err != nil {
 		return err
 	}
@@ -159,6 +166,25 @@ func benchHostile(e *env, in *interrupts, cfg bench.HostileConfig, asJSON bool) 
 			return err
 		}
 		return r.Markdown(e.stdout)
+	})
+	return r, err
+}
+
+// benchEngine measures the firmware engine's rates, round trips and bulk
+// goodput beside their peers, on two labs: one of the default MTU, and
+// one of bench.BulkMTU for the bulk runs; it prints the tables as Markdown
+// unless asJSON.
+func benchEngine(e *env, in *interrupts, cfg bench.EngineConfig, asJSON bool) (r *bench.EngineResult, err error) {
+	cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+	err = withLab(e, in, "engine", func(_ *lab.Lab, pa, pb bench.Place) error {
+		bcfg := lab.Config{Name: fmt.Sprintf("bulk%d", os.Getpid()), MTU: bench.BulkMTU}
+		return withLabConfig(e, in, "engine (bulk)", bcfg, func(bl *lab.Lab, ba, bb bench.Place) error {
+			r, err = bench.RunEngine(pa, pb, ba, bb, bl.Hosts[0].Addr.Addr(), bl.Hosts[1].Addr.Addr(), cfg)
+			if err != nil || asJSON {
+				return err
+			}
+			return r.Markdown(e.stdout)
+		})
 	})
 	return r, err
 }

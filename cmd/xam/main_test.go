@@ -466,12 +466,74 @@ func TestBenchSSAM(t *testing.T) {
 	}
 }
 
+// TestBenchEngine runs `xam bench engine` small: every table has its rows,
+// each ratio is positive, both labs are gone afterwards, and the text
+// output has the three tables.
+func TestBenchEngine(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	code, out, errs := xam(t, nil, "bench", "engine", "--count", "200", "--bulk", "2000000", "--json")
+	if code != 0 {
+		t.Fatalf("bench engine: exit %d: %s\n%s", code, errs, out)
+	}
+	for _, prefix := range []string{"xam-bench", "xam-bulk"} {
+		if left, _ := lab.Namespaces(fmt.Sprintf("%s%d-", prefix, os.Getpid())); len(left) != 0 {
+			t.Errorf("bench left %v behind", left)
+		}
+	}
+	var doc struct {
+		Engine struct {
+			Rates []struct {
+				API      string  `json:"api"`
+				PerSec   float64 `json:"per_second"`
+				PerFrame float64 `json:"messages_per_frame"`
+				Ratio    float64 `json:"ratio_to_raw"`
+			} `json:"rates"`
+			Pings []struct {
+				Name  string  `json:"name"`
+				P50   float64 `json:"p50_us"`
+				Ratio float64 `json:"p50_ratio"`
+			} `json:"pings"`
+			Bulk []struct {
+				API      string  `json:"api"`
+				MBPerSec float64 `json:"mb_per_s"`
+				Ratio    float64 `json:"ratio_to_tcp"`
+			} `json:"bulk"`
+			BulkMTU int `json:"bulk_mtu"`
+		} `json:"engine"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	r := doc.Engine
+	if len(r.Rates) != 5 || len(r.Pings) != 4 || len(r.Bulk) != 4 || r.BulkMTU < 3000 {
+		t.Fatalf("rows: %d rates, %d pings, %d bulk, MTU %d\n%s", len(r.Rates), len(r.Pings), len(r.Bulk), r.BulkMTU, out)
+	}
+	if r.Rates[0].Ratio != 1 || r.Pings[1].Ratio != 1 || r.Bulk[1].Ratio != 1 {
+		t.Errorf("the reference rows' ratios are not 1:\n%s", out)
+	}
+	for _, x := range r.Rates {
+		if x.PerSec <= 0 || x.Ratio <= 0 || x.PerFrame < 1 {
+			t.Errorf("rate %+v", x)
+		}
+	}
+	for _, x := range r.Pings {
+		if x.P50 <= 0 || x.Ratio <= 0 {
+			t.Errorf("ping %+v", x)
+		}
+	}
+	for _, x := range r.Bulk {
+		if x.MBPerSec <= 0 || x.Ratio <= 0 {
+			t.Errorf("bulk %+v", x)
+		}
+	}
+}
+
 func TestBenchUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
 		stderr string
 	}{
-		{[]string{"bench"}, "name a benchmark: ssam, logp, hostile or all"},
+		{[]string{"bench"}, "name a benchmark: ssam, logp, engine, hostile or all"},
 		{[]string{"bench", "--json"}, "name a benchmark"},
 		{[]string{"bench", "nonesuch"}, `unknown benchmark "nonesuch"`},
 		{[]string{"bench", "ssam", "--count", "0"}, "--count 0: want at least 1"},
@@ -485,7 +547,7 @@ func TestBenchUsage(t *testing.T) {
 			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errs, tc.stderr)
 		}
 	}
-	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|hostile|all") {
+	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|engine|hostile|all") {
 		t.Errorf("bench -h: exit %d, %q", code, out)
 	}
 	// A bad flag is one line, not the usage around the error twice.

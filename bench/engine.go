@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+
+	"github.com/xam-project/xam/am/ssam"
+	"github.com/xam-project/xam/loader"
+)
+
+// EngineConfig configures RunEngine, the firmware engine's figures beside
+// their peers: message rates, round trips and bulk goodput.
+type EngineConfig struct {
+	Count int         // round trips per path (default 20000); messages per rate: 50 times as many
+	Bulk  int64       // bytes of each bulk run (default 64 MiB)
+	Mode  loader.Mode // XDP attach mode
+	// Progress, if set, is told what is measured next.
+	Progress func(what string)
+	// Stop, when set, ends the run before its next measurement: the result
+	// holds what was measured and is marked Interrupted.
+	Stop *atomic.Bool
+}
+
+// EngineResult is what RunEngine measured. Each table's rows were
+// measured in one run on one link, and each ratio is to a row of the same
+// table.
+type EngineResult struct {
+	// Rates: raw one-cell frames, SSAM's batched single-cell messages and
+	// AM-II's streams of two-argument requests (coalesced, windows 8, 32
+	// and 128); Ratio is to the raw frame rate.
+	Rates []EngineRate `json:"rates"`
+	// Pings: raw, SSAM and AM-II (inline engines) in alternation
+	// (Compare), then AM-II in firmware mode (one engine thread for both
+	// hosts); Ratio is the p50 over SSAM's, and for firmware mode over
+	// inline AM-II's.
+	Pings []EnginePing `json:"pings"`
+	// Bulk: raw AF_XDP frames of the bulk link's MTU, kernel TCP, SSAM's 8
+	// KB messages and AM-II's 64 KB Stores; on a link of MTU BulkMTU.
+	// Ratio is to TCP's goodput.
+	Bulk []EngineBulk `json:"bulk"`
+	// BulkMTU is the MTU of the bulk link.
+	BulkMTU int `json:"bulk_mtu"`
+	// Interrupted: the run was stopped (EngineConfig.Stop) before its end.
+	Interrupted bool `json:"interrupted,omitempty"`
+}
+
+// EngineRate is one row of EngineResult.Rates.
+type EngineRate struct {
+	*RateResult
+	PerFrame float64 `json:"messages_per_frame"`
+	Ratio    float64 `json:"ratio_to_raw"`
+}
+
+// EnginePing is one row of EngineResult.Pings, in microseconds.
+type EnginePing struct {
+	Name  string  `json:"name"`
+	P50   float64 `json:"p50_us"`
+	P99   float64 `json:"p99_us"`
+	Ratio float64 `json:"p50_ratio"`
+}
+
+// EngineBulk is one row of EngineResult.Bulk.
+type EngineBulk struct {
+	*BulkResult
+	Ratio float64 `json:"ratio_to_tcp"`
+}
+
+// engineRates are the AM-II streams of RunEngine: window, coalesced.
+var engineRates = []struct {
+	window   int
+	coalesce bool
+}{{8, true}, {32, true}, {128, true}}
+
+// RunEngine measures the rates and round trips between a and b, then the
+// bulk goodputs between bulkA and bulkB (addresses bulkAddrA and
+// bulkAddrB for TCP), two hosts on a link of MTU BulkMTU.
+func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg EngineConfig) (*EngineResult, error) {
+	if cfg.Count == 0 {
+		cfg.Count = 20000
+	}
+	if cfg.Bulk == 0 {
+		cfg.Bulk = 64 << 20
+	}
+	if cfg.Count < 10 || cfg.Bulk < 1 {
+		return nil, fmt.Errorf("bench: engine: count %d (at least 10), bulk %d (at least 1)", cfg.Count, cfg.Bulk)
+	}
+	res := &EngineResult{BulkMTU: BulkMTU}
+	step := func(what string) bool {
+		if cfg.Stop != nil && cfg.Stop.Load() {
+			res.Interrupted = true
+			return false
+		}
+		if cfg.Progress != nil {
+			cfg.Progress(what)
+		}
+		return true
+	}
+	n := 50 * cfg.Count
+	if !step("message rates") {
+		return res, nil
+	}
+	raw, err := RawFrameRate(a, b, n, 64, cfg.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("raw frame rate: %w", err)
+	}
+	rate := func(r *RateResult) {
+		res.Rates = append(res.Rates, EngineRate{RateResult: r, PerFrame: float64(r.Messages) / float64(max(r.Frames, 1)), Ratio: r.PerSec / raw.PerSec})
+	}
+	rate(raw)
+	sr, err := SSAMRate(a, b, n, 16, cfg.Mode, ssam.Config{Window: 63, Batch: 28})
+	if err != nil {
+		return nil, fmt.Errorf("SSAM rate: %w", err)
+	}
+	rate(sr)
+	for _, c := range engineRates {
+		r, err := AMIIRate(a, b, n, 2, c.window, c.coalesce, cfg.Mode)
+		if err != nil {
+			return nil, fmt.Errorf("AM-II rate, window %d: %w", c.window, err)
+		}
+		rate(r)
+	}
+
+	if !step("round trips") {
+		return res, nil
+	}
+	pc := PingConfig{Count: cfg.Count, Size: 32, Mode: cfg.Mode}
+	cmp, err := Compare(pc, 10,
+		Pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
+		Pinger{"ssam", func(c PingConfig) (*PingResult, error) {
+			r, err := SSAMPing(a, b, c, 0, ssam.Config{})
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
+		}},
+		Pinger{"amii inline", func(c PingConfig) (*PingResult, error) {
+			r, err := AMIIPing(a, b, c, 0)
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
+		}})
+	if err != nil {
+		return nil, err
+	}
+	us := func(r *PingResult) (float64, float64) { return float64(r.RTT.P50) / 1e3, float64(r.RTT.P99) / 1e3 }
+	ssamP50, _ := us(cmp.Paths[1].PingResult)
+	for _, p := range cmp.Paths {
+		p50, p99 := us(p.PingResult)
+		res.Pings = append(res.Pings, EnginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / ssamP50})
+	}
+	fw, err := AMIIFirmwarePing(a, b, pc, 0, FirmwareLayout{Threads: 1})
+	if err != nil {
+		return nil, fmt.Errorf("AM-II firmware mode: %w", err)
+	}
+	p50, p99 := us(&fw.PingResult)
+	res.Pings = append(res.Pings, EnginePing{Name: "amii firmware", P50: p50, P99: p99, Ratio: p50 / res.Pings[2].P50})
+
+	if !step("bulk goodput") {
+		return res, nil
+	}
+	type bulkRun struct {
+		name string
+		run  func() (*BulkResult, error)
+	}
+	var rows []*BulkResult
+	for _, r := range []bulkRun{
+		{"raw", func() (*BulkResult, error) { return RawBulk(bulkA, bulkB, cfg.Bulk, cfg.Mode) }},
+		{"tcp", func() (*BulkResult, error) {
+			return TCPStream(bulkA, bulkB, bulkAddrA, bulkAddrB, cfg.Bulk, 64<<10)
+		}},
+		{"ssam", func() (*BulkResult, error) { return SSAMBulk(bulkA, bulkB, cfg.Bulk, 8192, cfg.Mode, ssam.Config{}) }},
+		{"amii", func() (*BulkResult, error) { return AMIIBulk(bulkA, bulkB, cfg.Bulk, 64<<10, 16, cfg.Mode) }},
+	} {
+		br, err := r.run()
+		if err != nil {
+			return nil, fmt.Errorf("%s bulk: %w", r.name, err)
+		}
+		rows = append(rows, br)
+	}
+	for _, r := range rows {
+		res.Bulk = append(res.Bulk, EngineBulk{BulkResult: r, Ratio: r.MBPerSec / rows[1].MBPerSec})
+	}
+	return res, nil
+}
+
+// Markdown writes the result as three tables.
+func (r *EngineResult) Markdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("## Message rates, one sender (one-way, two-argument messages)\n\n")
+	if r.Interrupted {
+		b.WriteString("**Interrupted**: the tables hold what was measured before the run was stopped.\n\n")
+	}
+	b.WriteString("| path | M msgs/s | msgs/frame | x raw frames |\n|---|---|---|---|\n")
+	for _, x := range r.Rates {
+		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %.2f |\n", x.API, x.PerSec/1e6, x.PerFrame, x.Ratio)
+	}
+	if len(r.Pings) > 0 {
+		b.WriteString("\n## Round trips, 32-byte messages (µs)\n\n| path | p50 | p99 | p50 ratio |\n|---|---|---|---|\n")
+		for i, p := range r.Pings {
+			of := "x SSAM"
+			if i == 3 {
+				of = "x AM-II inline"
+			}
+			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f %s |\n", p.Name, p.P50, p.P99, p.Ratio, of)
+		}
+		b.WriteString("\nraw, SSAM and AM-II inline alternate (ten rounds); AM-II firmware mode runs both hosts' engines in one thread (daemon.RunGroup), the applications waiting adaptively.\n")
+	}
+	if len(r.Bulk) > 0 {
+		fmt.Fprintf(&b, "\n## Bulk goodput, one sender (link MTU %d)\n\n| path | message | MB/s | x TCP |\n|---|---|---|---|\n", r.BulkMTU)
+		for _, x := range r.Bulk {
+			fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f |\n", x.API, x.Message, x.MBPerSec, x.Ratio)
+		}
+		b.WriteString("\nraw: AF_XDP frames of the MTU, no protocol (the data path's ceiling); TCP: kernel stream with 64 KB writes (on veth it moves 64 KB segments, GSO); SSAM: 8 KB AAL5 messages; AM-II: 64 KB Stores, 16 outstanding, chunks pipelined.\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
