@@ -37,11 +37,17 @@ func RawFrameRate(a, b Place, n, batch int, mode loader.Mode) (*RateResult, erro
 // arriving at b: what the data path carries with no protocol on it, the
 // ceiling of the bulk goodputs.
 func RawBulk(a, b Place, total int64, mode loader.Mode) (*BulkResult, error) {
-	ifi, err := net.InterfaceByIndex(a.Ifindex)
-	if err != nil {
+	var mtu int
+	if err := a.Do(func() error {
+		ifi, err := net.InterfaceByIndex(a.Ifindex) // in a's namespace
+		if err == nil {
+			mtu = ifi.MTU
+		}
+		return err
+	}); err != nil {
 		return nil, err
 	}
-	per := (ifi.MTU - cells.FrameHeaderSize) / cells.CellSize * cells.PayloadSize
+	per := (mtu - cells.FrameHeaderSize) / cells.CellSize * cells.PayloadSize
 	n := int((total + int64(per) - 1) / int64(per))
 	r, err := rawStream(a, b, n, 32, per, mode)
 	if err != nil {
