@@ -1,25 +1,31 @@
 package nicfw
 
-import "github.com/xam-project/xam/nicfw/endpoint"
+import (
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
+)
 
 // Bulk messages in flight. A bulk message holds its endpoint's slot from
 // the moment it is taken until its last chunk is acknowledged or it is
-// returned and nothing of it is in flight any more.
+// returned and nothing of it is in flight any more. Its chunks leave as
+// fast as the window allows (EngineConfig.Window, shared with the
+// endpoint's short and medium messages still in flight), each on a
+// transport channel of its own, so that they may arrive in any order; the
+// receiver stores each at its offset and counts the bytes, and the chunk
+// that completes the count puts the message's descriptor.
 //
-// Its first chunk travels alone. Once that one is acknowledged the
-// receiver holds a record of the message (bulkRecord), and the rest of its
-// chunks leave as fast as the window allows (EngineConfig.Window, shared
-// with the endpoint's short and medium messages still in flight), each on
-// a transport channel of its own, so that they may arrive in any order;
-// the receiver stores each at its offset and counts the bytes, and the
-// chunk that completes the count puts the message's descriptor.
-//
-// Sending the first chunk alone is what lets a receiver tell a chunk whose
-// message began in an earlier incarnation of itself (it restarted, or the
-// endpoint was closed and replaced) from one whose first chunk is merely
-// late: no chunk but the first ever arrives before its record exists, so
-// one that finds no record, or the record of another message or
-// endpoint, is returned with ReasonIncomplete.
+// All of a message's chunks must reach one incarnation of the receiving
+// engine, or none may count: a receiver that restarted has lost what the
+// earlier one stored. The transport delivers a chunk only to the
+// incarnation its sender knows (epochs), so the sender watches that one:
+// the incarnation of the message's destination (transport.Peer.Epoch, the
+// first heard if it was not known when the message began) must stay the
+// same, on the same host-table row, from the first chunk to the last
+// acknowledgement, or the message is returned with ReasonRestarted
+// (bulkSame). The receiver keeps a record of the message in progress per
+// sending endpoint (bulkRecord); a chunk of it that comes for another
+// endpoint than its first (the endpoint was closed and replaced meanwhile)
+// is returned with ReasonIncomplete.
 
 // bulkNext sets the state of s's slot, which holds a bulk message, after
 // one of its chunks left or landed or the message was returned: the next
@@ -37,11 +43,29 @@ func (e *Engine) bulkNext(s *epState) {
 		}
 	case s.started && s.chunksOut == 0 && s.sent >= s.d.Length:
 		e.finish(s) // every chunk acknowledged
-	case s.sent < s.d.Length && s.started || s.chunksOut == 0 && !s.started:
+	case !s.started || s.sent < s.d.Length:
 		s.state = slotPending // isPending applies the window
 	default:
 		s.state = slotInflight
 	}
+}
+
+// bulkSame reports whether p, the host-table row a chunk of s's bulk
+// message goes to or came back from, still holds the incarnation the
+// message began with; at the first chunk it notes them.
+func (s *epState) bulkSame(p *transport.Peer) bool {
+	if !s.started {
+		s.bulkPeer, s.bulkEpoch = p, p.Epoch()
+		return true
+	}
+	if p != s.bulkPeer {
+		return false
+	}
+	if s.bulkEpoch == 0 {
+		s.bulkEpoch = p.Epoch() // first contact: the first incarnation heard
+		return true
+	}
+	return p.Epoch() == s.bulkEpoch
 }
 
 // isCurrentChunk reports whether f, a bulk chunk's flight record, belongs
@@ -53,11 +77,11 @@ func (e *Engine) isCurrentChunk(f *flight) bool {
 }
 
 // bulkRecord returns the record of the bulk message that chunk m, from
-// host src for endpoint s (nil: none), belongs to: a new one for a first
-// chunk. A later chunk that does not belong to the recorded message for
-// the same endpoint gets a record of its own and ReasonIncomplete: its
-// beginning went to an endpoint since closed and replaced by s, or never
-// arrived here (this engine restarted).
+// host src for endpoint s (nil: none), belongs to: a new one for the first
+// chunk of a message to arrive. A chunk of the recorded message for
+// another endpoint than its first gets a record of its own and
+// ReasonIncomplete: the endpoint its first chunks went to was closed and
+// replaced by s.
 func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, endpoint.Reason) {
 	key := Name{src, m.src}
 	rx := e.bulkRx[key]
@@ -65,12 +89,12 @@ func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, endpoint.R
 	case rx == nil:
 		rx = new(bulkRx)
 		e.bulkRx[key] = rx
-	case m.chunk != 0 && rx.id == m.id && (rx.failed || rx.dst == s):
+	case rx.id == m.id && (rx.failed || rx.dst == s):
 		return rx, 0
-	}
-	*rx = bulkRx{id: m.id, dst: s}
-	if m.chunk != 0 {
+	case rx.id == m.id:
+		*rx = bulkRx{id: m.id, dst: s}
 		return rx, endpoint.ReasonIncomplete
 	}
+	*rx = bulkRx{id: m.id, dst: s}
 	return rx, 0
 }

@@ -40,8 +40,8 @@
 // returned, a medium message with the bytes the transport kept. They are
 // then in order per channel only, as in AM-II: a lost message, sent again,
 // arrives after those that left after it. A bulk message holds the slot
-// until its last chunk is acknowledged; its chunks after the first share
-// the window (bulk.go). The scheduler is asked only
+// until its last chunk is acknowledged; its chunks share the window
+// (bulk.go). The scheduler is asked only
 // about endpoints whose next message could leave now (a free channel, a
 // frame to pin), so a blocked endpoint is not charged a send. The sender is
 // touched in the Residency before its message is taken, held while the
@@ -59,8 +59,7 @@
 // descriptor's Offset and Length name them there. A medium message that
 // does not fit in the transport's payload (MaxPayload) is returned with
 // ReasonTooLarge. A bulk message (any length inside the staging area)
-// travels in chunks as large as the payload allows. The first leaves
-// alone; once it is acknowledged the others follow, up to Window of them
+// travels in chunks as large as the payload allows, up to Window of them
 // in flight at once on as many channels, so they may arrive in any order.
 // The receiving engine writes each at RemoteOffset plus its offset into
 // the receiving endpoint's staging area, after checking the whole region
@@ -69,10 +68,11 @@
 // chunk that completes the count puts the descriptor (Offset =
 // RemoteOffset, Length = the whole length, handler and arguments as sent).
 // A receiver keeps, per sending endpoint, the bulk message in progress (its
-// number and the bytes stored), begun by its first chunk: a later chunk
-// that finds no record of its message (this engine restarted, or its
-// receiving endpoint was closed and replaced) is returned with
-// ReasonIncomplete. A bulk message is returned once, whole: the receiver
+// number and the bytes stored), begun by the first of its chunks to
+// arrive: a chunk of it for another endpoint than that one's (the endpoint
+// was closed and replaced) is returned with ReasonIncomplete. A sender
+// whose receiver's incarnation (the transport's epoch) changes while a
+// bulk message is under way returns it with ReasonRestarted (bulk.go). A bulk message is returned once, whole: the receiver
 // returns its first failing chunk and drops the rest; the sender, told,
 // sends no more of it, and does not return it itself again.
 //

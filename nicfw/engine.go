@@ -186,18 +186,20 @@ type epState struct {
 
 	// Bulk (bulk.go): the message's number (from 1, per endpoint); sent,
 	// the bytes of it handed to the transport so far, chunk the length of
-	// the chunk being built; chunksOut its chunks in flight, started once its
-	// first chunk was acknowledged (the rest may then be in flight
-	// together); abort when it was returned (by its receiver, or here: no
-	// more chunks are sent, and it is not returned again); lastReturned,
-	// the number of the last bulk message this engine returned itself, so
-	// that a return of it from its receiver is not handed over a second
-	// time.
+	// the chunk being built; chunksOut its chunks in flight, started once
+	// its first chunk left, to the host-table row bulkPeer and the
+	// incarnation bulkEpoch (0: not known yet); abort when it was returned
+	// (by its receiver, or here: no more chunks are sent, and it is not
+	// returned again); lastReturned, the number of the last bulk message
+	// this engine returned itself, so that a return of it from its
+	// receiver is not handed over a second time.
 	bulkID       uint32
 	sent         uint32
 	chunk        uint32
 	chunksOut    int
 	started      bool
+	bulkPeer     *transport.Peer
+	bulkEpoch    uint32
 	abort        bool
 	lastReturned uint32
 
@@ -682,6 +684,10 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		return false, nil
 	}
 	p := e.tr.Peer(dst.Host)
+	if s.d.Class == endpoint.ClassBulk && !s.bulkSame(p) {
+		e.returnLocal(s, endpoint.ReasonRestarted) // its receiver restarted: what it stored is gone
+		return true, nil
+	}
 	cookie := e.newFlight(s, p)
 	err := e.tr.SendTo(p, m, cookie)
 	if err != nil {
@@ -713,6 +719,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if s.d.Class == endpoint.ClassBulk {
 		s.chunksOut++
 		s.sent += s.chunk
+		s.started = true
 		e.bulkNext(s)
 	} else {
 		s.state = slotEmpty // the message left: the slot takes the next
@@ -780,7 +787,7 @@ func (e *Engine) take(s *epState) bool {
 // area: from now on the application may change them.
 func (e *Engine) begin(s *epState, q endpoint.Queue) {
 	s.q, s.state = q, slotPending
-	s.abort, s.started, s.sent, s.chunk, s.chunksOut = false, false, 0, 0, 0
+	s.abort, s.started, s.sent, s.chunk, s.chunksOut, s.bulkPeer = false, false, 0, 0, 0, nil
 	d := &s.d
 	switch d.Class {
 	case endpoint.ClassMedium:
@@ -941,16 +948,19 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 	if f == nil {
 		return // a return message
 	}
-	s, chunk := f.s, f.chunk && e.isCurrentChunk(f)
+	s, chunk, p := f.s, f.chunk && e.isCurrentChunk(f), f.peer
 	e.freeFlight(cookie)
 	e.stats.Acked++
 	e.acked++
 	if chunk {
 		s.chunksOut--
-		s.started = true
 	}
 	e.land(s)
 	if chunk {
+		if !s.bulkSame(p) {
+			e.returnLocal(s, endpoint.ReasonRestarted) // acknowledged by another incarnation than the first chunks
+			return
+		}
 		e.bulkNext(s)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // Tests of the engine's medium and bulk messages, of closing endpoints and
@@ -575,10 +576,10 @@ func TestEngineShortAllocs(t *testing.T) {
 }
 
 // The receiver's side of bulk messages, chunk by chunk through accept: a
-// message is returned once and its later chunks are dropped; a chunk of a
-// message whose first chunk never arrived is returned as incomplete; the
-// chunks after the first are stored in any order, and the one that
-// completes the message puts one descriptor.
+// message is returned once and its later chunks are dropped; chunks are
+// stored in any order, the first to arrive beginning the record, and the
+// one that completes the message puts one descriptor; a message that
+// never completes puts none.
 func TestEngineBulkReceiver(t *testing.T) {
 	n := newEngNet(t, memlink.Options{}, EngineConfig{})
 	_, _, b1, _ := twoNets(t, n, endpoint.Config{}, endpoint.Config{})
@@ -597,9 +598,10 @@ func TestEngineBulkReceiver(t *testing.T) {
 	}{
 		{chunk(1, staging-5, 10, 0, "01234"), endpoint.ReasonRange},
 		{chunk(1, staging-5, 10, 5, "56789"), 0}, // dropped: its message was returned
-		{chunk(2, 100, 10, 0, "abcde"), 0},
-		{chunk(3, 100, 12, 5, "fghij"), endpoint.ReasonIncomplete}, // message 3 without its first chunk
-		{chunk(3, 100, 12, 10, "kl"), 0},                           // dropped: returned as incomplete
+		{chunk(2, 300, 10, 0, "vwxyz"), 0},       // message 2 never completes
+		{chunk(3, 100, 12, 5, "fghij"), 0},       // message 3 begins with a later chunk
+		{chunk(3, 100, 12, 10, "kl"), 0},
+		{chunk(3, 100, 12, 0, "abcde"), 0}, // complete: a descriptor
 		{chunk(4, 200, 15, 0, "ABCDE"), 0},
 		{chunk(4, 200, 15, 10, "KLMNO"), 0},
 		{chunk(4, 200, 15, 5, "FGHIJ"), 0}, // the last to arrive: a descriptor
@@ -620,13 +622,14 @@ func TestEngineBulkReceiver(t *testing.T) {
 	}
 	var got []received
 	collect(t, b1, endpoint.RequestReceive, &got)
-	if len(got) != 1 || string(got[0].data) != "ABCDEFGHIJKLMNO" || got[0].d.Offset != 200 || got[0].d.Handler != 9 {
+	if len(got) != 2 || string(got[0].data) != "abcdefghijkl" || got[0].d.Offset != 100 ||
+		string(got[1].data) != "ABCDEFGHIJKLMNO" || got[1].d.Offset != 200 || got[1].d.Handler != 9 {
 		t.Fatalf("received %+v", got)
 	}
-	if string(b1.Staging()[100:105]) != "abcde" {
+	if string(b1.Staging()[300:305]) != "vwxyz" {
 		t.Errorf("the first chunk of the incomplete message was not stored")
 	}
-	if st := e.Stats(); st.ChunksDropped != 2 || st.Chunks != 3 || st.Delivered != 1 || st.ReturnsFull != 1 {
+	if st := e.Stats(); st.ChunksDropped != 1 || st.Chunks != 5 || st.Delivered != 2 || st.ReturnsFull != 1 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -741,5 +744,148 @@ func TestEngineBulkChunksInFlight(t *testing.T) {
 	}
 	if st := n.b.eng.Stats(); st.Delivered != 0 || st.ChunksDropped != 0 {
 		t.Errorf("B stats %+v: delivered a message that never completed", st)
+	}
+}
+
+// A bulk message whose receiver restarts while its chunks are under way
+// (a new engine, a new epoch, on the same link): it comes back once with
+// ReasonRestarted, the new incarnation delivers no part of it, and the
+// sender's next messages reach the new incarnation.
+func TestEngineBulkReceiverRestarts(t *testing.T) {
+	const window, length = 8, 200_000
+	n := newEngNet(t, memlink.Options{}, EngineConfig{Window: window})
+	cfg := endpoint.Config{StagingSize: 256 << 10}
+	a1, _, _, _ := twoNets(t, n, cfg, cfg)
+	copy(a1.Staging(), pattern(length, 3))
+	d := bulk(1, 4, 0, 0, length)
+	mustSend(t, a1, endpoint.RequestSend, d)
+	// A has heard from B (chunks acknowledged), and more are to come.
+	n.run(t, 10000, func() bool { return n.a.eng.Stats().Acked >= 2 })
+	if s := n.a.eng.eps[1]; s.sent >= length {
+		t.Fatalf("all %d bytes sent already", s.sent)
+	}
+
+	// B restarts: a new engine on B's link, its endpoint 1 created again.
+	ec := EngineConfig{Host: hostB, Window: window, Transport: transport.Config{
+		Clock: n.clk, RetransmitAfter: engStep, GiveUpAfter: engGiveUp}}
+	eb, err := NewEngine(n.b.link, ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eb.Close() })
+	if err := eb.AddHost(hostA, n.a.link.HardwareAddr()); err != nil {
+		t.Fatal(err)
+	}
+	n.b.eng = eb
+	b1 := n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+
+	var ret []received
+	for i := 0; len(ret) == 0; i++ {
+		if i == 100000 {
+			s := n.a.eng.eps[1]
+			t.Fatalf("not returned: A %+v %+v; slot %v out %d sent %d epoch %d/%d; B %+v %+v", n.a.eng.Stats(), n.a.eng.TransportStats(),
+				s.state, s.chunksOut, s.sent, s.bulkEpoch, s.bulkPeer.Epoch(), eb.Stats(), eb.TransportStats())
+		}
+		collect(t, a1, endpoint.ReplyReceive, &ret)
+		if n.poll(t) == 0 {
+			n.clk.Advance(engStep)
+		}
+	}
+	for range 100 { // nothing more comes back
+		if n.poll(t) == 0 {
+			n.clk.Advance(engStep)
+		}
+	}
+	collect(t, a1, endpoint.ReplyReceive, &ret)
+	if len(ret) != 1 {
+		t.Fatalf("returned %d times: %+v", len(ret), ret)
+	}
+	if reason, _, _ := ret[0].d.ReturnInfo(); reason != endpoint.ReasonRestarted || ret[0].d.Handler != 4 {
+		t.Errorf("returned %+v (%v), want ReasonRestarted", ret[0].d, reason)
+	}
+	var got []endpoint.Descriptor
+	drain(t, b1, endpoint.RequestReceive, &got)
+	if len(got) != 0 || eb.Stats().Delivered != 0 {
+		t.Fatalf("the new incarnation delivered %+v (stats %+v)", got, eb.Stats())
+	}
+	// The next messages, bulk and short, reach it.
+	mustSend(t, a1, endpoint.RequestSend, bulk(1, 5, 0, 0, 30_000))
+	mustSend(t, a1, endpoint.RequestSend, short(1, 6))
+	n.run(t, 100000, func() bool {
+		drain(t, b1, endpoint.RequestReceive, &got)
+		return len(got) == 2
+	})
+	if got[0].Handler != 5 || got[0].Length != 30_000 || got[1].Handler != 6 {
+		t.Errorf("then %+v", got)
+	}
+}
+
+// A bulk message whose sender learns of its receiver's restart between two
+// chunks, with none in flight (so the transport has nothing to return):
+// the sender's next chunk would go to the new incarnation, which has none
+// of the earlier ones; the message comes back with ReasonRestarted
+// instead, and the new incarnation delivers no part of it.
+func TestEngineBulkRestartBetweenChunks(t *testing.T) {
+	const window, length = 8, 200_000
+	n := newEngNet(t, memlink.Options{}, EngineConfig{Window: window})
+	cfg := endpoint.Config{StagingSize: 256 << 10}
+	a1, _, _, _ := twoNets(t, n, cfg, cfg)
+	copy(a1.Staging(), pattern(length, 3))
+	mustSend(t, a1, endpoint.RequestSend, bulk(1, 4, 0, 0, length))
+	poll := func(e *Engine) {
+		t.Helper()
+		if _, err := e.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ea := n.a.eng
+	poll(ea)      // a window of chunks
+	poll(n.b.eng) // stored
+	poll(n.b.eng) // acknowledged
+	poll(ea)      // the window is full: nothing sent; the acknowledgements come in
+	s, peer := ea.eps[1], ea.tr.Peer(hostB)
+	old := peer.Epoch()
+	if !s.started || s.chunksOut != 0 || s.sent >= length || old == 0 {
+		t.Fatalf("started %v, %d chunks in flight, %d bytes sent, epoch %d", s.started, s.chunksOut, s.sent, old)
+	}
+
+	// B restarts and sends A a message; A's transport alone takes it in
+	// (A's engine sends nothing meanwhile) and learns the new epoch.
+	eb, err := NewEngine(n.b.link, EngineConfig{Host: hostB, Window: window, Transport: transport.Config{
+		Clock: n.clk, RetransmitAfter: engStep, GiveUpAfter: engGiveUp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eb.Close() })
+	if err := eb.AddHost(hostA, n.a.link.HardwareAddr()); err != nil {
+		t.Fatal(err)
+	}
+	n.b.eng = eb
+	b1 := n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+	mustSend(t, b1, endpoint.RequestSend, short(0, 9))
+	for i := 0; peer.Epoch() == old; i++ {
+		if i == 1000 {
+			t.Fatal("A never learned B's new epoch")
+		}
+		poll(eb)
+		if _, err := ea.tr.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		n.clk.Advance(engStep)
+	}
+	if s.chunksOut != 0 || s.state != slotPending {
+		t.Fatalf("%d chunks in flight, slot %v", s.chunksOut, s.state)
+	}
+
+	var ret []received
+	n.run(t, 10000, func() bool {
+		collect(t, a1, endpoint.ReplyReceive, &ret)
+		return len(ret) > 0
+	})
+	if reason, _, _ := ret[0].d.ReturnInfo(); reason != endpoint.ReasonRestarted || ret[0].d.Handler != 4 {
+		t.Errorf("returned %+v (%v), want ReasonRestarted", ret[0].d, reason)
+	}
+	if st := eb.Stats(); st.Delivered != 0 || st.Chunks != 0 {
+		t.Errorf("the new incarnation took chunks of the message: %+v", st)
 	}
 }

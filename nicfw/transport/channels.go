@@ -59,6 +59,12 @@ type Peer struct {
 // ID returns the host's id in the table it belongs to.
 func (p *Peer) ID() HostID { return p.id }
 
+// Epoch returns the incarnation of the host that the transport knows (0:
+// none heard yet). The transport delivers messages only to that one
+// (epochs.go): while it stays the same, everything acknowledged went to
+// the same incarnation.
+func (p *Peer) Epoch() uint32 { return p.epoch }
+
 // Busy reports whether every channel to the host holds a message in
 // flight, so that Send would return ErrBusy.
 func (p *Peer) Busy() bool { return p.unacked == len(p.send) }
