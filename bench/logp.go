@@ -437,7 +437,8 @@ func contention(pa, pb Place, cfg LogPConfig, n int, coalesce bool) (*Contention
 		deadline := time.Now().Add(30 * time.Second)
 		for total < per*n {
 			for i, a := range ha.ams {
-				if sent[i] < per && a.Outstanding() < a.Config().Credits {
+				// Each client sends while it has credits, as a stream does.
+				for sent[i] < per && a.Outstanding() < a.Config().Credits {
 					if err := a.Request(0, 0, uint64(time.Since(start))); err != nil {
 						return err
 					}
