@@ -50,6 +50,15 @@ func (e *Engine) bulkNext(s *epState) {
 	}
 }
 
+// abortBulk marks s's bulk message given up: no more of its chunks leave.
+// SendGates that saw part of it leave hear that it is done.
+func (e *Engine) abortBulk(s *epState) {
+	if !s.abort && s.started && s.sent < s.d.Length && e.gated() && uint64(s.d.Dest) < uint64(len(s.table)) {
+		e.gateSent(s.id, s.table[s.d.Dest].Host, 0)
+	}
+	s.abort = true
+}
+
 // bulkSame reports whether p, the host-table row a chunk of s's bulk
 // message goes to or came back from, still holds the incarnation the
 // message began with; at the first chunk it notes them.

@@ -45,6 +45,9 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 		e.unlistEvicted(s)
 	}
 	e.returnedFl = slices.DeleteFunc(e.returnedFl, func(r returnedFlight) bool { return r.s == s })
+	if s.d.Class == endpoint.ClassBulk && s.state != slotEmpty {
+		e.abortBulk(s) // a SendGate that saw part of it leave hears it is done
+	}
 	switch s.state {
 	case slotInflight:
 		return nil // released when acknowledged or returned (finish)

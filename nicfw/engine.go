@@ -595,8 +595,9 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 			return true // returned at once (or the mark expires and it is sent)
 		}
 	}
-	if e.mods != nil && len(e.mods.gates) > 0 && !e.gateOpen(s.id, h) {
-		return false // a module holds it back
+	if e.gated() && s.state == slotPending && s.d.Class == endpoint.ClassBulk &&
+		!e.gateOpen(s.id, h, int(s.d.Length), int(s.d.Length-s.sent)) {
+		return false // a module holds it back (sendFrom asks about the others, once built)
 	}
 	if p := e.tr.Peer(h); p != nil && p.Busy() {
 		return false // ErrBusy
@@ -683,6 +684,11 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if !s.held() && e.pinned >= e.res.Frames()-1 {
 		return false, nil
 	}
+	if e.gated() {
+		if size, left := unitSize(s, m); !e.gateOpen(s.id, dst.Host, size, left) {
+			return false, nil // held back: the slot keeps the message
+		}
+	}
 	p := e.tr.Peer(dst.Host)
 	if s.d.Class == endpoint.ClassBulk && !s.bulkSame(p) {
 		e.returnLocal(s, endpoint.ReasonRestarted) // its receiver restarted: what it stored is gone
@@ -709,6 +715,13 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	}
 	e.stats.Sent++
 	s.sends++
+	if e.gated() {
+		left := 0
+		if s.d.Class == endpoint.ClassBulk {
+			left = int(s.d.Length - s.sent - s.chunk)
+		}
+		e.gateSent(s.id, dst.Host, left)
+	}
 	if err := e.res.Hold(int(s.id)); err != nil {
 		panic(err) // touched above, and nothing evicts in between
 	}
@@ -870,11 +883,12 @@ func (e *Engine) finish(s *epState) {
 func (e *Engine) returnLocal(s *epState, reason endpoint.Reason) {
 	if s.d.Class == endpoint.ClassBulk {
 		if s.closed || s.abort {
-			s.abort = true
+			e.abortBulk(s)
 			e.bulkNext(s)
 			return
 		}
-		s.abort, s.lastReturned = true, s.bulkID
+		e.abortBulk(s)
+		s.lastReturned = s.bulkID
 	} else if s.closed {
 		e.finish(s)
 		return
@@ -1213,7 +1227,7 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 		// and do not return it a second time.
 		switch s.state {
 		case slotPending, slotInflight:
-			s.abort = true
+			e.abortBulk(s)
 			e.bulkNext(s)
 		}
 	}

@@ -29,9 +29,11 @@ import (
 //   - Ticker: a coarse timer, run every tickEvery Polls or when the
 //     module's frames wait; and Backplane.After, an accurate one-shot
 //     timer on the engine's clock, checked every Poll while one is set.
-//   - SendGate: consulted before any application message leaves for a
-//     remote host; a closed gate keeps the message in its endpoint (the
-//     scheduler passes it by) until the gate opens.
+//   - SendGate: consulted before any application message, or bulk chunk,
+//     leaves for a remote host, with the message's size and what is left
+//     of it, and told when each has left; a closed gate keeps the message
+//     in its endpoint (the scheduler passes it by) until the gate opens.
+//     Sender coordination (DVCM's token per link) is one.
 //   - LinkUser: a module that speaks a protocol of its own in broadcast
 //     frames on the engine's link (the mapper): the engine's transport
 //     then receives through a split link that sets broadcast frames aside
@@ -77,10 +79,18 @@ type Ticker interface {
 	Tick(now time.Time) (next time.Time)
 }
 
-// SendGate is a module that may hold messages back: MaySend reports
-// whether endpoint src may send to host dst now.
+// SendGate is a module that may hold messages back. Before a message of
+// endpoint src leaves for remote host dst, or a chunk of a bulk message,
+// MaySend is asked with the message's length in bytes (a bulk message's
+// whole length; a short or medium message's engine encoding) and the
+// bytes of it not yet sent, this unit's included; false keeps the message
+// in its endpoint, asked again at later Polls, until the gate opens. Once
+// the unit has left, Sent tells the gate how many bytes of the message are
+// left after it: 0 when the message is done, or was given up (returned)
+// with bytes still unsent.
 type SendGate interface {
-	MaySend(src EndpointID, dst HostID) bool
+	MaySend(src EndpointID, dst HostID, size, left int) bool
+	Sent(src EndpointID, dst HostID, left int)
 }
 
 // LinkUser is a module with a protocol of its own in broadcast frames:
@@ -402,15 +412,37 @@ func (e *Engine) command(s *epState) {
 	e.returnedFl = append(e.returnedFl, returnedFlight{s: s, d: done})
 }
 
-// gateOpen reports whether every SendGate lets endpoint id send to dst.
-func (e *Engine) gateOpen(id EndpointID, dst HostID) bool {
+// gateOpen reports whether every SendGate lets endpoint id send the next
+// unit of a message of size bytes, left of them unsent, to dst.
+func (e *Engine) gateOpen(id EndpointID, dst HostID, size, left int) bool {
 	for _, g := range e.mods.gates {
-		if !g.MaySend(id, dst) {
+		if !g.MaySend(id, dst, size, left) {
 			e.mods.stats.GateHeld++
 			return false
 		}
 	}
 	return true
+}
+
+// gateSent tells every SendGate that a unit of a message of endpoint id
+// to dst left, left bytes of the message after it.
+func (e *Engine) gateSent(id EndpointID, dst HostID, left int) {
+	for _, g := range e.mods.gates {
+		g.Sent(id, dst, left)
+	}
+}
+
+// gated reports whether SendGates are loaded.
+func (e *Engine) gated() bool { return e.mods != nil && len(e.mods.gates) > 0 }
+
+// unitSize returns the length and the unsent bytes of the message in s's
+// slot as SendGates see them (for a short or medium message, m is its
+// engine encoding).
+func unitSize(s *epState, m []byte) (size, left int) {
+	if s.d.Class == endpoint.ClassBulk {
+		return int(s.d.Length), int(s.d.Length - s.sent)
+	}
+	return len(m), len(m)
 }
 
 // ModuleStats returns what the engine did for its modules.

@@ -74,7 +74,9 @@ func (p *probeModule) Tick(now time.Time) time.Time {
 	return now.Add(time.Second)
 }
 
-func (p *probeModule) MaySend(_ EndpointID, dst HostID) bool { return dst != p.closedTo }
+func (p *probeModule) MaySend(_ EndpointID, dst HostID, _, _ int) bool { return dst != p.closedTo }
+
+func (p *probeModule) Sent(EndpointID, HostID, int) {}
 
 // command issues module command op through v and returns its completion.
 func command(t *testing.T, n *engNet, v *endpoint.View, op uint32, args ...uint64) endpoint.Descriptor {
@@ -221,3 +223,82 @@ type zeroModule struct{}
 func (zeroModule) Name() string          { return "zero" }
 func (zeroModule) ID() uint8             { return 0 }
 func (zeroModule) Init(*Backplane) error { return nil }
+
+// gateRecorder is a SendGate that records what it is asked and told, and
+// holds everything back while shut.
+type gateRecorder struct {
+	shut  bool
+	asked [][2]int // size, left
+	sent  []int    // left
+}
+
+func (g *gateRecorder) Name() string          { return "gate" }
+func (g *gateRecorder) ID() uint8             { return 9 }
+func (g *gateRecorder) Init(*Backplane) error { return nil }
+func (g *gateRecorder) MaySend(_ EndpointID, _ HostID, size, left int) bool {
+	g.asked = append(g.asked, [2]int{size, left})
+	return !g.shut
+}
+func (g *gateRecorder) Sent(_ EndpointID, _ HostID, left int) { g.sent = append(g.sent, left) }
+
+// A SendGate sees each message's size and what is left of it: a short
+// message once, a bulk message chunk by chunk down to 0; while it is shut
+// nothing leaves; a bulk message given up halfway is reported done.
+func TestSendGateSizes(t *testing.T) {
+	g := &gateRecorder{}
+	n := newEngNetWith(t, memlink.Options{}, EngineConfig{Window: 4}, func(id HostID, c *EngineConfig) {
+		if id == hostA {
+			c.Modules = []Module{g}
+		}
+	})
+	cfg := endpoint.Config{StagingSize: 256 << 10}
+	a1, _, b1, _ := twoNets(t, n, cfg, cfg)
+	const length = 30_000
+	room := int(chunkRoom(n.a.eng.MaxPayload(), 0))
+	g.shut = true
+	mustSend(t, a1, endpoint.RequestSend, short(1, 1, 5))
+	for range 10 {
+		n.poll(t)
+	}
+	if st := n.b.eng.Stats(); st.Delivered != 0 || len(g.asked) == 0 || g.asked[0] != [2]int{msgCompactLen + 8, msgCompactLen + 8} {
+		t.Fatalf("with the gate shut: B delivered %d, gate asked %v", st.Delivered, g.asked)
+	}
+	g.shut = false
+	mustSend(t, a1, endpoint.RequestSend, bulk(1, 2, 0, 0, length))
+	var got []endpoint.Descriptor
+	n.run(t, 10000, func() bool {
+		drain(t, b1, endpoint.RequestReceive, &got)
+		return len(got) == 2
+	})
+	var want []int
+	for left := length - room; left > 0; left -= room {
+		want = append(want, left)
+	}
+	want = append([]int{0}, append(want, 0)...) // the short message, then the chunks
+	if !slices.Equal(g.sent, want) {
+		t.Errorf("Sent with %v, want %v", g.sent, want)
+	}
+	if last := g.asked[len(g.asked)-1]; last[0] != length || last[1] > room {
+		t.Errorf("last asked %v", last)
+	}
+
+	// A bulk message whose receiver is gone: given up, reported done.
+	n.run(t, 10000, func() bool { return n.a.eng.inFlight() == 0 }) // the last acknowledgements
+	g.sent = nil
+	n.b.link.Close()
+	mustSend(t, a1, endpoint.RequestSend, bulk(1, 3, 0, 0, 200_000))
+	for range 10 {
+		if _, err := n.a.eng.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.clk.Advance(engGiveUp + engStep)
+	for range 10 {
+		if _, err := n.a.eng.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(g.sent) == 0 || g.sent[len(g.sent)-1] != 0 || slices.Contains(g.sent[:len(g.sent)-1], 0) {
+		t.Errorf("a bulk message given up: Sent with %v, want a 0 last only; A %+v %+v", g.sent, n.a.eng.Stats(), n.a.eng.TransportStats())
+	}
+}
