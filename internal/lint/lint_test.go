@@ -132,7 +132,8 @@ func TestImportsPointDown(t *testing.T) {
 // package: a package may import a package of the same folder only if its
 // rank is strictly lower. In nicfw the endpoint memory, the transport and
 // the test data path know nothing of each other or of the engine; the
-// engine (nicfw) joins them; its modules (the mapper) plug into it; the
+// engine (nicfw) joins them; its modules (the mapper, sender coordination)
+// plug into it; the
 // daemon runs it all. In am, each paper's API stands alone on the layers
 // below.
 var sublayer = map[string]map[string]int{
@@ -141,7 +142,7 @@ var sublayer = map[string]map[string]int{
 		"nicfw/internal": -1, // what every firmware package shares
 		"nicfw/endpoint": 0, "nicfw/transport": 0,
 		"nicfw":        1,
-		"nicfw/mapper": 2,
+		"nicfw/mapper": 2, "nicfw/coord": 2,
 		"nicfw/daemon": 3,
 	},
 	"am": {

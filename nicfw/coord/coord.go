@@ -1,0 +1,468 @@
+package coord
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/xam-project/xam/nicfw"
+)
+
+// ModuleID is the coordination module's number among an engine's modules.
+const ModuleID = 2
+
+// Defaults.
+const (
+	// DefaultThreshold is Config.Threshold's default: messages of up to
+	// 4 KB bypass coordination, a switch port's buffer holding several.
+	DefaultThreshold = 4096
+	// DefaultRetry is Config.Retry's default.
+	DefaultRetry = 50 * time.Millisecond
+)
+
+// Config configures the module. Zero fields take the defaults.
+type Config struct {
+	// Threshold: a message of at most this many bytes is not coordinated
+	// (default DefaultThreshold; negative: every message is).
+	Threshold int
+	// EarlyRelease: the token passes on once this many bytes of the
+	// holder's message are left to send (0: once all have left). Its
+	// engine sends a bulk message in chunks, so the release happens as the
+	// chunk that brings the rest to EarlyRelease or below leaves.
+	EarlyRelease int
+	// Retry: a sender that has waited this long for a token asks again,
+	// by broadcast (default DefaultRetry).
+	Retry time.Duration
+	// Trace, if set, is told every time this host takes or gives up a
+	// link's token, in the engine thread (for tests that check that at
+	// most one host holds a token at any moment).
+	Trace func(link nicfw.HostID, holds bool)
+}
+
+// Stats counts what the module did.
+type Stats struct {
+	Bypassed   uint64 // messages at most Threshold bytes, not coordinated
+	Held       uint64 // send decisions held back for want of a token
+	Requests   uint64 // requests sent: unicast, broadcast (each once), retries
+	Forwarded  uint64 // unicast requests forwarded as broadcasts, the token being gone
+	GrantsSent uint64 // tokens passed on
+	GrantsRecv uint64 // tokens received
+	Early      uint64 // tokens released before their message's last byte left (EarlyRelease)
+	Hints      uint64 // OWN_LINK_HINT broadcasts sent
+	Bad        uint64 // control messages that did not parse, or named no link
+	Waiting    int    // links whose token a sender of this host waits for, now
+}
+
+// Module is the coordination module.
+type Module struct {
+	cfg   Config
+	bp    *nicfw.Backplane
+	self  nicfw.HostID
+	links map[nicfw.HostID]*link
+	buf   []byte
+	stats Stats
+}
+
+// link is this host's state of one link's token.
+type link struct {
+	dst    nicfw.HostID
+	have   bool
+	using  bool
+	hinted bool             // an OWN_LINK_HINT went out for this holding
+	user   nicfw.EndpointID // the endpoint whose message holds the token
+	holder nicfw.HostID     // the host suspected to hold it (0: none known)
+
+	// This host's requests: the number of the last, whether it waits
+	// (asked and not yet served) and since when.
+	seq     uint32
+	waiting bool
+	since   time.Time
+
+	rn map[nicfw.HostID]uint32 // the last request number heard of each host
+
+	// The token's contents, while this host holds it: the last request
+	// served of each host, and the hosts waiting, in order.
+	ln    map[nicfw.HostID]uint32
+	queue []nicfw.HostID
+}
+
+// New returns the coordination module with cfg.
+func New(cfg Config) *Module {
+	if cfg.Threshold == 0 {
+		cfg.Threshold = DefaultThreshold
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = DefaultRetry
+	}
+	return &Module{cfg: cfg, links: make(map[nicfw.HostID]*link)}
+}
+
+// Name returns "coord".
+func (m *Module) Name() string { return "coord" }
+
+// ID returns ModuleID.
+func (m *Module) ID() uint8 { return ModuleID }
+
+// Init takes the module's handle on the engine.
+func (m *Module) Init(bp *nicfw.Backplane) error {
+	m.bp, m.self = bp, bp.Self()
+	return nil
+}
+
+// Stats returns what the module did.
+func (m *Module) Stats() Stats {
+	s := m.stats
+	for _, l := range m.links {
+		if l.waiting {
+			s.Waiting++
+		}
+	}
+	return s
+}
+
+// Holds reports whether this host holds the token of link dst.
+func (m *Module) Holds(dst nicfw.HostID) bool {
+	l := m.links[dst]
+	return l != nil && l.have
+}
+
+// link returns the state of link dst, made on first use: its token starts
+// at the lowest host id other than dst.
+func (m *Module) link(dst nicfw.HostID) *link {
+	if l := m.links[dst]; l != nil {
+		return l
+	}
+	l := &link{dst: dst, rn: make(map[nicfw.HostID]uint32)}
+	first := m.self
+	if first == dst {
+		first = 0
+	}
+	for _, h := range m.bp.Hosts() {
+		if h != dst && (first == 0 || h < first) {
+			first = h
+		}
+	}
+	l.holder = first
+	if first == m.self {
+		l.have, l.ln = true, make(map[nicfw.HostID]uint32)
+		m.trace(l, true)
+	}
+	m.links[dst] = l
+	return l
+}
+
+// MaySend is the gate (nicfw.SendGate): a message above Threshold leaves
+// only while this host holds dst's token for src.
+func (m *Module) MaySend(src nicfw.EndpointID, dst nicfw.HostID, size, left int) bool {
+	if size <= m.cfg.Threshold {
+		if size == left {
+			m.stats.Bypassed++
+		}
+		return true
+	}
+	if left < size && left <= m.cfg.EarlyRelease {
+		return true // the tail of a message that released its token early
+	}
+	l := m.link(dst)
+	switch {
+	case l.have && l.using:
+		if l.user == src {
+			return true
+		}
+	case l.have:
+		l.using, l.user = true, src
+		return true
+	default:
+		m.want(l)
+	}
+	m.stats.Held++
+	return false
+}
+
+// Sent is the gate's news that a unit of src's message to dst left, left
+// bytes of it after it: the token passes on when the message is done, or
+// is down to EarlyRelease bytes.
+func (m *Module) Sent(src nicfw.EndpointID, dst nicfw.HostID, left int) {
+	l := m.links[dst]
+	if l == nil || !l.using || l.user != src || left > m.cfg.EarlyRelease {
+		return
+	}
+	l.using = false
+	if left > 0 {
+		m.stats.Early++
+	}
+	m.passOn(l)
+}
+
+// want asks for l's token, unless a request of this host waits already.
+func (m *Module) want(l *link) {
+	if l.waiting {
+		return
+	}
+	l.seq++
+	l.rn[m.self] = l.seq
+	l.waiting, l.since = true, m.bp.Now()
+	if l.holder != 0 && l.holder != m.self {
+		m.send(l.holder, m.request(typeUniReq, l.dst, m.self, l.seq))
+	} else {
+		m.broadcast(l, m.request(typeBcastReq, l.dst, m.self, l.seq), 0)
+	}
+	m.stats.Requests++
+}
+
+// Tick asks again for the tokens waited for longer than Retry, and passes
+// on tokens that sit idle with requests waiting.
+func (m *Module) Tick(now time.Time) time.Time {
+	for _, l := range m.links {
+		switch {
+		case l.waiting && now.Sub(l.since) >= m.cfg.Retry:
+			l.since = now
+			m.broadcast(l, m.request(typeBcastReq, l.dst, m.self, l.seq), 0)
+			m.stats.Requests++
+		case l.have && !l.using:
+			m.passOn(l)
+		}
+	}
+	return now.Add(m.cfg.Retry / 2)
+}
+
+// Control handles a control message (nicfw.ControlReceiver). The sender
+// is named in the message: a forwarded request is the requester's.
+func (m *Module) Control(_ nicfw.HostID, body []byte) {
+	c, err := parse(body)
+	if err != nil || c.link == m.self || c.link == 0 {
+		m.stats.Bad++
+		return
+	}
+	l := m.link(c.link)
+	switch c.typ {
+	case typeUniReq, typeBcastReq:
+		if c.seq > l.rn[c.from] {
+			l.rn[c.from] = c.seq
+		}
+		switch {
+		case l.have:
+			m.enqueue(l, c.from)
+			if !l.using {
+				m.passOn(l)
+			}
+		case c.typ == typeUniReq:
+			// No longer the holder: every host hears the request.
+			m.broadcast(l, m.request(typeBcastReq, l.dst, c.from, c.seq), c.from)
+			m.stats.Forwarded++
+		}
+	case typeHint:
+		if !l.have {
+			l.holder = c.from
+		}
+	case typeGrant:
+		if l.have {
+			m.stats.Bad++ // a second token cannot be: the message is not believed
+			return
+		}
+		m.stats.GrantsRecv++
+		l.have, l.hinted, l.holder, l.ln, l.queue = true, false, m.self, c.ln, c.queue
+		m.trace(l, true)
+		l.queue = slices.DeleteFunc(l.queue, func(h nicfw.HostID) bool { return h == m.self })
+		for h := range l.rn {
+			m.enqueue(l, h)
+		}
+		if !l.waiting {
+			m.passOn(l) // a request served already (a late grant): on to the next
+			return
+		}
+		// Served: the gate lets the waiting message go at the next Poll
+		// (or Tick passes the token on if it has gone meanwhile).
+		l.waiting = false
+		l.ln[m.self] = l.seq
+	}
+}
+
+// rnWaits reports whether host h has a request the token has not served.
+func (l *link) rnWaits(h nicfw.HostID) bool { return l.rn[h] > l.ln[h] }
+
+// enqueue adds h to the token's queue if it has a request the token has
+// not served and is not queued already.
+func (m *Module) enqueue(l *link, h nicfw.HostID) {
+	if h != m.self && l.rnWaits(h) && !slices.Contains(l.queue, h) {
+		l.queue = append(l.queue, h)
+	}
+}
+
+// passOn passes l's token, if held and not in use, to the first host
+// waiting for it; with none, it tells every host, once per holding, that
+// this one holds it.
+func (m *Module) passOn(l *link) {
+	if !l.have || l.using {
+		return
+	}
+	for len(l.queue) > 0 && !l.rnWaits(l.queue[0]) {
+		l.queue = l.queue[1:] // served meanwhile
+	}
+	if len(l.queue) == 0 {
+		if !l.hinted && l.seq > 0 { // the initial holder that never used it has nothing to announce
+			l.hinted = true
+			m.broadcast(l, m.hint(l.dst), 0)
+			m.stats.Hints++
+		}
+		return
+	}
+	next := l.queue[0]
+	l.ln[next] = l.rn[next]
+	body, err := m.grant(l, l.queue[1:])
+	if err != nil {
+		return // too many hosts for one control message: the token stays
+	}
+	if err := m.bp.SendControl(next, body); err != nil {
+		return // the control queue is full: Tick tries again
+	}
+	l.have, l.holder, l.queue, l.ln = false, next, nil, nil
+	m.stats.GrantsSent++
+	m.trace(l, false)
+}
+
+// broadcast sends body to every host but this one, l's destination and
+// except.
+func (m *Module) broadcast(l *link, body []byte, except nicfw.HostID) {
+	for _, h := range m.bp.Hosts() {
+		if h != l.dst && h != except && h != m.self {
+			m.send(h, body)
+		}
+	}
+}
+
+// send sends a control message; one that finds the queue full is lost,
+// and the sender's retry (Tick) makes up for a lost request.
+func (m *Module) send(h nicfw.HostID, body []byte) {
+	_ = m.bp.SendControl(h, body)
+}
+
+func (m *Module) trace(l *link, holds bool) {
+	if m.cfg.Trace != nil {
+		m.cfg.Trace(l.dst, holds)
+	}
+}
+
+// Control messages (docs/wire.md), big-endian: type, link (the
+// destination host whose port the token governs), then by type:
+//
+//	UNI_REQ_LINK, BCAST_REQ_LINK: requester (2), request number (4)
+//	OWN_LINK_HINT: holder (2)
+//	GRANT_LINK: n (1), n x (host (2), last request served (4)), q (1), q x host (2)
+const (
+	typeGrant    = 1
+	typeUniReq   = 2
+	typeBcastReq = 3
+	typeHint     = 4
+)
+
+// ctl is a control message, parsed.
+type ctl struct {
+	typ   uint8
+	link  nicfw.HostID
+	from  nicfw.HostID // requester or holder
+	seq   uint32
+	ln    map[nicfw.HostID]uint32
+	queue []nicfw.HostID
+}
+
+var errBadControl = errors.New("coord: bad control message")
+
+// parse parses a control message's body.
+func parse(b []byte) (c ctl, err error) {
+	if len(b) < 3 {
+		return c, errBadControl
+	}
+	c.typ, c.link = b[0], nicfw.HostID(binary.BigEndian.Uint16(b[1:]))
+	b = b[3:]
+	switch c.typ {
+	case typeUniReq, typeBcastReq:
+		if len(b) != 6 {
+			return c, errBadControl
+		}
+		c.from, c.seq = nicfw.HostID(binary.BigEndian.Uint16(b)), binary.BigEndian.Uint32(b[2:])
+		if c.from == 0 {
+			return c, errBadControl
+		}
+	case typeHint:
+		if len(b) != 2 {
+			return c, errBadControl
+		}
+		c.from = nicfw.HostID(binary.BigEndian.Uint16(b))
+	case typeGrant:
+		if len(b) < 1 {
+			return c, errBadControl
+		}
+		n := int(b[0])
+		b = b[1:]
+		if len(b) < 6*n+1 {
+			return c, errBadControl
+		}
+		c.ln = make(map[nicfw.HostID]uint32, n)
+		for i := range n {
+			c.ln[nicfw.HostID(binary.BigEndian.Uint16(b[6*i:]))] = binary.BigEndian.Uint32(b[6*i+2:])
+		}
+		b = b[6*n:]
+		q := int(b[0])
+		b = b[1:]
+		if len(b) != 2*q {
+			return c, errBadControl
+		}
+		for i := range q {
+			h := nicfw.HostID(binary.BigEndian.Uint16(b[2*i:]))
+			if slices.Contains(c.queue, h) {
+				return c, errBadControl
+			}
+			c.queue = append(c.queue, h)
+		}
+	default:
+		return c, errBadControl
+	}
+	return c, nil
+}
+
+func (m *Module) request(typ uint8, dst, from nicfw.HostID, seq uint32) []byte {
+	b := m.head(typ, dst)
+	b = binary.BigEndian.AppendUint16(b, uint16(from))
+	return binary.BigEndian.AppendUint32(b, seq)
+}
+
+func (m *Module) hint(dst nicfw.HostID) []byte {
+	return binary.BigEndian.AppendUint16(m.head(typeHint, dst), uint16(m.self))
+}
+
+// grant encodes l's token for its next holder, with queue.
+func (m *Module) grant(l *link, queue []nicfw.HostID) ([]byte, error) {
+	if len(l.ln) > 255 || len(queue) > 255 || 3+1+6*len(l.ln)+1+2*len(queue) > nicfw.MaxControl {
+		return nil, fmt.Errorf("coord: a token for %d hosts does not fit a control message", len(l.ln))
+	}
+	b := append(m.head(typeGrant, l.dst), uint8(len(l.ln)))
+	hosts := make([]nicfw.HostID, 0, len(l.ln))
+	for h := range l.ln {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	for _, h := range hosts {
+		b = binary.BigEndian.AppendUint16(b, uint16(h))
+		b = binary.BigEndian.AppendUint32(b, l.ln[h])
+	}
+	b = append(b, uint8(len(queue)))
+	for _, h := range queue {
+		b = binary.BigEndian.AppendUint16(b, uint16(h))
+	}
+	return b, nil
+}
+
+func (m *Module) head(typ uint8, dst nicfw.HostID) []byte {
+	b := append(m.buf[:0], typ)
+	return binary.BigEndian.AppendUint16(b, uint16(dst))
+}
+
+// Interfaces the module implements.
+var (
+	_ nicfw.SendGate        = (*Module)(nil)
+	_ nicfw.ControlReceiver = (*Module)(nil)
+	_ nicfw.Ticker          = (*Module)(nil)
+)

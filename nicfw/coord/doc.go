@@ -1,0 +1,61 @@
+// Package coord is DVCM's sender coordination as a firmware module
+// (nicfw.Module): a token per link, which a sender must hold before a
+// large message leaves for the link's destination, so that several
+// senders streaming to one receiver through a switch take turns on the
+// switch's port toward it instead of overflowing its buffer together
+// (incast).
+//
+// # Model
+//
+// In a star (hosts joined by one switch) the only link that several
+// senders share on the way to host D is the switch's port toward D, so
+// there is one token per destination host: the token of link D. Only the
+// sending engines take part; D itself never holds its own link's token and
+// hears nothing of it.
+//
+// The module is a nicfw.SendGate. A message of at most Config.Threshold
+// bytes passes at once (the switch's buffer absorbs small messages and
+// short bursts). A larger one leaves only while its host holds the token
+// of its destination's link and no other endpoint of the host is using it;
+// the token then stays with that endpoint until the message has left, or
+// until Config.EarlyRelease bytes of it are left (Early Token Release: the
+// token's next holder starts while the tail is on the wire), and passes on.
+//
+// The protocol is DVCM's, with its four control messages, carried by the
+// engine reliably and in order per destination host:
+//
+//   - UNI_REQ_LINK: a sender that wants the token asks the host it
+//     suspects holds it (the last it heard of);
+//   - BCAST_REQ_LINK: a sender that suspects nobody asks every host; a
+//     suspected holder that no longer holds forwards a UNI_REQ_LINK as a
+//     broadcast;
+//   - GRANT_LINK: the holder passes the token on, to a requester, once it
+//     is not sending (at once if it is idle);
+//   - OWN_LINK_HINT: a holder that finishes with no request waiting tells
+//     every host that it holds the token, so that their next requests go
+//     to it alone.
+//
+// Every host registers every request it hears. To make the order fair and
+// the wait bounded, the token carries what the protocol needs to serve
+// requests in turn (as Suzuki and Kasami's token does): the number of the
+// last request of each host it served, and a queue of the hosts waiting
+// for it. A host that receives the token adds the requests it registered
+// and the token has not served; a holder that finishes passes the token to
+// the head of the queue. A request is numbered per host, so a stale one (a
+// request already served, heard late) is told apart and dropped; a sender
+// that has waited long asks again by broadcast with the same number.
+//
+// The token of link D starts at the lowest host id in the host table other
+// than D's, which every host computes alike from the table. The table must
+// be in place before coordinated traffic begins.
+//
+// Safety: a token exists once per link and moves only in GRANT_LINK
+// messages, which the transport delivers exactly once: at every moment at
+// most one host holds it, none while it travels.
+//
+// Not yet built: regenerating the token of a link whose holder died. A
+// holder that becomes unreachable takes its link's token with it, and
+// coordinated messages to that link wait (Stats.Waiting shows them).
+//
+// docs/wire.md has the control messages' layout.
+package coord
