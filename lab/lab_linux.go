@@ -290,6 +290,28 @@ func (sw *Switch) shape(port netlink.Link, cfg Config) error {
 	return nil
 }
 
+// PortDrops returns the frames the switch has dropped so far on its port
+// toward host i (Ports[i]): its tbf's drop counter, 0 on an unshaped port.
+func (sw *Switch) PortDrops(i int) (uint64, error) {
+	if i < 0 || i >= len(sw.Ports) {
+		return 0, fmt.Errorf("lab: no switch port %d", i)
+	}
+	port, err := sw.Netlink.LinkByName(sw.Ports[i])
+	if err != nil {
+		return 0, err
+	}
+	qs, err := sw.Netlink.QdiscList(port)
+	if err != nil {
+		return 0, err
+	}
+	for _, q := range qs {
+		if t, ok := q.(*netlink.Tbf); ok && t.Statistics != nil && t.Statistics.Queue != nil {
+			return uint64(t.Statistics.Queue.Drops), nil
+		}
+	}
+	return 0, nil
+}
+
 // Close releases this process's handles on the lab's namespaces; the lab
 // stays.
 func (l *Lab) Close() error {

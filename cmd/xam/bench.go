@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,9 +18,9 @@ import (
 )
 
 // benchmarks are the names `xam bench` knows; "all" runs them all.
-var benchmarks = []string{"ssam", "logp", "engine", "hostile"}
+var benchmarks = []string{"ssam", "logp", "engine", "incast", "hostile"}
 
-const benchUsage = "bench ssam|logp|engine|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|engine|incast|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // runBench runs the named benchmarks, each on a lab of its own.
 func runBench(e *env, args []string) error {
@@ -32,7 +35,11 @@ func runBench(e *env, args []string) error {
 	clients := fs.Int("clients", 7, "logp: the most clients of the contention experiment")
 	flood := fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark) instead of Markdown")
-	out := fs.String("out", "", "ssam: also write plots of the round-trip distributions into this directory")
+	out := fs.String("out", "", "ssam, incast: also write plots into this directory")
+	senders := fs.String("senders", "1,2,3", "incast: numbers of senders, e.g. 1,2,3,7")
+	sizes := fs.String("sizes", "1k,4k,16k,64k", "incast: message sizes, e.g. 1k,4k,16k,64k")
+	portRate := fs.String("port-rate", "200mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit")
+	portBuffer := fs.String("port-buffer", "64k", "incast: bytes each switch port queues (the tbf's limit)")
 	if err := parseOnly(fs, args); err != nil {
 		return err
 	}
@@ -65,19 +72,24 @@ func runBench(e *env, args []string) error {
 	if *flood < 1 {
 		return usageError("--flood %d: want at least 1", *flood)
 	}
+	icfg, err := incastFlags(*senders, *sizes, *portRate, *portBuffer)
+	if err != nil {
+		return err
+	}
+	icfg.Bytes = min(*bulk, 4<<20)
 	m, err := loader.ParseMode(*mode)
 	if err != nil {
 		return usageError("--mode: %v", err)
 	}
 	plots := false
 	for _, n := range names {
-		plots = plots || n == "ssam"
+		plots = plots || n == "ssam" || n == "incast"
 		if n == "logp" && *count < 100 {
 			return usageError("--count %d: logp needs at least 100", *count)
 		}
 	}
 	if *out != "" && !plots {
-		return usageError("--out: only ssam draws plots so far")
+		return usageError("--out: only ssam and incast draw plots")
 	}
 	if err := needPrivileges("xam bench"); err != nil {
 		return err
@@ -106,6 +118,9 @@ func runBench(e *env, args []string) error {
 			r, err = benchSSAM(e, in, cfg, *asJSON, *out)
 		case "logp":
 			r, err = benchLogP(e, in, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m, Stop: in.flag()}, *asJSON)
+		case "incast":
+			icfg.Mode, icfg.Stop = m, in.flag()
+			r, err = benchIncast(e, in, icfg, *asJSON, *out)
 		case "engine":
 			r, err = benchEngine(e, in, bench.EngineConfig{Count: *count, Bulk: *bulk, Mode: m, Stop: in.flag()}, *asJSON)
 		case "hostile":
@@ -165,6 +180,79 @@ func benchHostile(e *env, in *interrupts, cfg bench.HostileConfig, asJSON bool) 
 		if r, err = bench.RunHostile(pa, pb, cfg); err != nil || asJSON {
 			return err
 		}
+		return r.Markdown(e.stdout)
+	})
+	return r, err
+}
+
+// incastBench is the incast benchmark's configuration from the command
+// line: the experiment's, and the switch's port rate and buffer.
+type incastBench struct {
+	bench.IncastConfig
+	rate   uint64
+	buffer uint32
+}
+
+// incastFlags parses the incast flags.
+func incastFlags(senders, sizes, rate, buffer string) (incastBench, error) {
+	var c incastBench
+	for part := range strings.SplitSeq(senders, ",") {
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 1 || n > 15 {
+			return c, usageError("--senders %q: want numbers 1..15, e.g. 1,2,3", senders)
+		}
+		c.Senders = append(c.Senders, n)
+	}
+	for part := range strings.SplitSeq(sizes, ",") {
+		n, err := parseSize(part)
+		if err != nil || n < 1 || n > 256<<10 {
+			return c, usageError("--sizes %q: want sizes 1..256k, e.g. 1k,4k,64k", sizes)
+		}
+		c.Sizes = append(c.Sizes, int(n))
+	}
+	r, err := parseRate(rate)
+	if err != nil || r < 1_000_000 || r > 100_000_000_000 {
+		return c, usageError("--port-rate %q: want 1m..100g bits per second", rate)
+	}
+	b, err := parseSize(buffer)
+	if err != nil || b < 4<<10 || b > 64<<20 {
+		return c, usageError("--port-buffer %q: want 4k..64m bytes", buffer)
+	}
+	c.rate, c.buffer = r, uint32(b)
+	return c, nil
+}
+
+// benchIncast runs the incast experiment on a star lab built for it (the
+// most senders plus a receiver, joined by a switch whose ports are
+// shaped), prints its table unless asJSON, and plots it into out if set.
+func benchIncast(e *env, in *interrupts, c incastBench, asJSON bool, out string) (r *bench.IncastResult, err error) {
+	hosts := slices.Max(c.Senders) + 1
+	cfg := lab.Config{Name: fmt.Sprintf("incast%d", os.Getpid()), Hosts: hosts, Switch: true, PortRate: c.rate, PortBuffer: c.buffer}
+	err = withLabConfig(e, in, "incast", cfg, func(l *lab.Lab, _, _ bench.Place) error {
+		var places []bench.Place
+		var addrs []netip.Addr
+		for _, h := range l.Hosts {
+			places = append(places, bench.Place{Ifindex: h.Index, MAC: h.MAC, Do: h.Do})
+			addrs = append(addrs, h.Addr.Addr())
+		}
+		rx := hosts - 1
+		ic := c.IncastConfig
+		ic.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+		ic.Drops = func() (uint64, error) { return l.Switch.PortDrops(rx) }
+		if r, err = bench.RunIncast(places[:rx], places[rx], addrs[:rx], addrs[rx], ic); err != nil {
+			return err
+		}
+		if out != "" && len(r.Points) > 0 {
+			paths, err := r.Plot(out)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stderr, "xam bench incast: wrote %s\n", strings.Join(paths, ", "))
+		}
+		if asJSON {
+			return nil
+		}
+		fmt.Fprintf(e.stdout, "Switch ports shaped to %d bit/s, %d bytes of buffer each.\n\n", c.rate, c.buffer)
 		return r.Markdown(e.stdout)
 	})
 	return r, err

@@ -19,6 +19,7 @@ import (
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/coord"
 	"github.com/xam-project/xam/nicfw/daemon"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/mapper"
@@ -83,7 +84,7 @@ func runFw(e *env, args []string) error {
 	if len(args) > 0 && args[0] == "stats" {
 		return runFwStats(e, args[1:])
 	}
-	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D]\n       xam fw stats [--socket PATH] [--json]")
+	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--module coord]\n       xam fw stats [--socket PATH] [--json]")
 	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
 	ns := fs.String("netns", "", "the named network namespace the device is in")
 	id := fs.Uint("id", 0, "this host's id in the host table (1..65535)")
@@ -105,6 +106,9 @@ func runFw(e *env, args []string) error {
 	maxEndpoints := fs.Int("max-endpoints", daemon.DefaultMaxPerUser, "endpoints one user (uid) may have open")
 	maxConns := fs.Int("max-conns", daemon.DefaultMaxConnsPerUser, "connections one user may have open")
 	userMemory := fs.String("user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
+	modules := fs.String("module", "", "extension modules to load, comma-separated: coord (sender coordination)")
+	coordThreshold := fs.Int("coord-threshold", coord.DefaultThreshold, "coord: messages of at most this many bytes are not coordinated")
+	coordEarly := fs.Int("coord-early", 0, "coord: pass the token on when this many bytes of the message are left (Early Token Release)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -146,6 +150,19 @@ func runFw(e *env, args []string) error {
 	case *maxConns < 1:
 		return usageError("--max-conns %d: want at least 1", *maxConns)
 	}
+	var mods []nicfw.Module
+	for name := range strings.SplitSeq(*modules, ",") {
+		switch name {
+		case "":
+		case "coord":
+			if *coordEarly < 0 {
+				return usageError("--coord-early %d: want 0 or more bytes", *coordEarly)
+			}
+			mods = append(mods, coord.New(coord.Config{Threshold: *coordThreshold, EarlyRelease: *coordEarly}))
+		default:
+			return usageError("--module %q: unknown module (have: coord)", name)
+		}
+	}
 	memQuota, err := parseSize(*userMemory)
 	if err != nil || memQuota < 1<<20 || memQuota > 1<<40 {
 		return usageError("--user-memory %q: want a size from 1m to 1024g", *userMemory)
@@ -178,7 +195,7 @@ func runFw(e *env, args []string) error {
 		level = slog.LevelInfo
 	}
 	cfg := daemon.Config{
-		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window,
+		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window, Modules: mods,
 			Transport: transport.Config{Channels: *channels, GiveUpAfter: *giveUp}},
 		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
 		MaxPerUser: *maxEndpoints, MaxConnsPerUser: *maxConns, UserMemory: int64(memQuota),

@@ -528,26 +528,72 @@ func TestBenchEngine(t *testing.T) {
 	}
 }
 
+// TestBenchIncast runs `xam bench incast` small on a star lab: a point per
+// configuration and number of senders, the plots written, the lab gone.
+func TestBenchIncast(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	dir := t.TempDir()
+	code, out, errs := xam(t, nil, "bench", "incast", "--senders", "1,2", "--sizes", "8k", "--bulk", "300000", "--json", "--out", dir)
+	if code != 0 {
+		t.Fatalf("bench incast: exit %d: %s\n%s", code, errs, out)
+	}
+	if left, _ := lab.Namespaces(fmt.Sprintf("xam-incast%d-", os.Getpid())); len(left) != 0 {
+		t.Errorf("bench left %v behind", left)
+	}
+	var doc struct {
+		Incast struct {
+			Points []struct {
+				Config  string  `json:"config"`
+				Senders int     `json:"senders"`
+				Mbps    float64 `json:"goodput_mbps"`
+				Ratio   float64 `json:"ratio_to_one_sender"`
+			} `json:"points"`
+		} `json:"incast"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	seen := map[string]bool{}
+	for _, p := range doc.Incast.Points {
+		seen[fmt.Sprint(p.Config, p.Senders)] = true
+		if p.Mbps <= 0 || p.Ratio <= 0 || p.Senders == 1 && p.Ratio != 1 {
+			t.Errorf("point %+v", p)
+		}
+	}
+	if len(doc.Incast.Points) != 8 || len(seen) != 8 {
+		t.Errorf("%d points (%v), want off, on, on+etr and tcp with 1 and 2 senders", len(doc.Incast.Points), seen)
+	}
+	for _, f := range []string{"incast.png", "incast.svg"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
 func TestBenchUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
 		stderr string
 	}{
-		{[]string{"bench"}, "name a benchmark: ssam, logp, engine, hostile or all"},
+		{[]string{"bench"}, "name a benchmark: ssam, logp, engine, incast, hostile or all"},
 		{[]string{"bench", "--json"}, "name a benchmark"},
 		{[]string{"bench", "nonesuch"}, `unknown benchmark "nonesuch"`},
 		{[]string{"bench", "ssam", "--count", "0"}, "--count 0: want at least 1"},
 		{[]string{"bench", "ssam", "--bulk", "-1"}, "--bulk -1: want at least 1 byte"},
-		{[]string{"bench", "logp", "--out", "somewhere"}, "--out: only ssam draws plots"},
+		{[]string{"bench", "logp", "--out", "somewhere"}, "--out: only ssam and incast draw plots"},
 		{[]string{"bench", "ssam", "--mode", "sideways"}, "--mode"},
 		{[]string{"bench", "ssam", "--bogus"}, "flag provided but not defined"},
+		{[]string{"bench", "incast", "--senders", "0"}, "--senders"},
+		{[]string{"bench", "incast", "--sizes", "1x"}, "--sizes"},
+		{[]string{"bench", "incast", "--port-rate", "fast"}, "--port-rate"},
+		{[]string{"bench", "incast", "--port-buffer", "1"}, "--port-buffer"},
 		{[]string{"bench", "--count", "5", "ssam", "extra"}, `unknown benchmark "extra"`},
 	} {
 		if code, out, errs := xam(t, nil, tc.args...); code != 2 || !strings.Contains(errs, tc.stderr) || out != "" {
 			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errs, tc.stderr)
 		}
 	}
-	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|engine|hostile|all") {
+	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|engine|incast|hostile|all") {
 		t.Errorf("bench -h: exit %d, %q", code, out)
 	}
 	// A bad flag is one line, not the usage around the error twice.
@@ -764,6 +810,8 @@ func TestFwUsage(t *testing.T) {
 		{[]string{"fw", "--dev", "x", "--map", "--host", "2=02:00:00:00:00:02"}, "no --host"},
 		{[]string{"fw", "--dev", "x", "--id", "1", "--host", "2=02:00:00:00:00:02", "--map-follow"}, "needs --map"},
 		{[]string{"fw", "--dev", "x", "--map", "--probe", "0s"}, "--probe must be positive"},
+		{[]string{"fw", "--dev", "x", "--map", "--module", "nonesuch"}, `--module "nonesuch": unknown module`},
+		{[]string{"fw", "--dev", "x", "--map", "--module", "coord", "--coord-early", "-1"}, "--coord-early -1"},
 	} {
 		if code, _, errs := xam(t, nil, tc.args...); code != 2 || !strings.Contains(errs, tc.stderr) {
 			t.Errorf("xam %v: exit %d, %q; want 2 and %q", tc.args, code, errs, tc.stderr)

@@ -1,0 +1,399 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/coord"
+	"github.com/xam-project/xam/nicfw/transport"
+)
+
+// IncastConfig configures RunIncast: DVCM's experiment, several senders
+// streaming messages to one receiver through a switch.
+type IncastConfig struct {
+	Senders []int // numbers of senders (default 1, 2, 3)
+	Sizes   []int // message sizes in bytes (default 1, 4, 16 and 64 KB)
+	// Bytes each sender sends per measurement (default 2 MB).
+	Bytes int64
+	// EarlyRelease is the coordinated run with ETR's setting (bytes of a
+	// message left when its token passes on; default 16 KB).
+	EarlyRelease int
+	Mode         loader.Mode
+	// Drops, if set, returns the frames the switch has dropped on its port
+	// toward the receiver so far (its tbf's counter).
+	Drops func() (uint64, error)
+	// Progress, if set, is told what is measured next.
+	Progress func(what string)
+	// Stop, when set, ends the run before its next measurement.
+	Stop *atomic.Bool
+}
+
+// IncastPoint is one measurement: a configuration, a number of senders and
+// a message size.
+type IncastPoint struct {
+	Config      string  `json:"config"` // off, on, on+etr, tcp
+	Senders     int     `json:"senders"`
+	Size        int     `json:"message_bytes"`
+	Messages    int     `json:"messages"`
+	Seconds     float64 `json:"seconds"`
+	Mbps        float64 `json:"goodput_mbps"` // aggregate goodput at the receiver
+	Drops       uint64  `json:"switch_drops"` // frames the switch dropped toward the receiver
+	Retransmits uint64  `json:"retransmits"`  // the senders' transports' (TCP: not counted)
+	Handoffs    float64 `json:"token_handoffs_per_message,omitempty"`
+	Ratio       float64 `json:"ratio_to_one_sender"` // goodput over the same config's with one sender
+}
+
+// IncastResult is what RunIncast measured.
+type IncastResult struct {
+	Points      []IncastPoint `json:"points"`
+	Interrupted bool          `json:"interrupted,omitempty"`
+}
+
+// incastConfigs are the AM-II configurations of the experiment.
+var incastConfigs = []string{"off", "on", "on+etr"}
+
+// RunIncast measures, for every number of senders and message size, the
+// aggregate goodput of senders (the first hosts) streaming AM-II Stores to
+// receiver, with sender coordination off, on and on with Early Token
+// Release, and of as many kernel TCP streams between the same hosts
+// (addrs: the hosts' addresses, receiver's included). The hosts are to be
+// joined by a switch whose ports are shaped, so that the switch, not the
+// processors, is the bottleneck.
+func RunIncast(senders []Place, receiver Place, addrs []netip.Addr, rxAddr netip.Addr, cfg IncastConfig) (*IncastResult, error) {
+	if len(cfg.Senders) == 0 {
+		cfg.Senders = []int{1, 2, 3}
+	}
+	if len(cfg.Sizes) == 0 {
+		cfg.Sizes = []int{1 << 10, 4 << 10, 16 << 10, 64 << 10}
+	}
+	if cfg.Bytes == 0 {
+		cfg.Bytes = 2 << 20
+	}
+	if cfg.EarlyRelease == 0 {
+		cfg.EarlyRelease = 16 << 10
+	}
+	for _, n := range cfg.Senders {
+		if n < 1 || n > len(senders) {
+			return nil, fmt.Errorf("bench: incast: %d senders, the lab has %d", n, len(senders))
+		}
+	}
+	for _, s := range cfg.Sizes {
+		if s < 1 || s > 256<<10 {
+			return nil, fmt.Errorf("bench: incast: message size %d out of range [1, 256 KB]", s)
+		}
+	}
+	res := &IncastResult{}
+	one := map[string]float64{}
+	for _, size := range cfg.Sizes {
+		for _, n := range cfg.Senders {
+			for _, c := range append(incastConfigs, "tcp") {
+				if cfg.Stop != nil && cfg.Stop.Load() {
+					res.Interrupted = true
+					return res, nil
+				}
+				if cfg.Progress != nil {
+					cfg.Progress(fmt.Sprintf("%d senders, %d-byte messages, %s", n, size, c))
+				}
+				var before uint64
+				if cfg.Drops != nil {
+					var err error
+					if before, err = cfg.Drops(); err != nil {
+						return nil, err
+					}
+				}
+				var p *IncastPoint
+				var err error
+				if c == "tcp" {
+					p, err = incastTCP(senders[:n], addrs[:n], receiver, rxAddr, size, cfg.Bytes)
+				} else {
+					p, err = incastAMII(senders[:n], receiver, c, size, cfg)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("incast %s, %d senders, %d bytes: %w", c, n, size, err)
+				}
+				if cfg.Drops != nil {
+					after, err := cfg.Drops()
+					if err != nil {
+						return nil, err
+					}
+					p.Drops = after - before
+				}
+				key := fmt.Sprint(c, size)
+				if n == 1 || one[key] == 0 {
+					one[key] = p.Mbps
+				}
+				p.Ratio = p.Mbps / one[key]
+				res.Points = append(res.Points, *p)
+			}
+		}
+	}
+	return res, nil
+}
+
+// incastAMII runs one AM-II measurement: each sender an inline engine (with
+// the coordination module unless config is "off") and an AM-II endpoint
+// storing messages of size bytes into the receiver's, all senders driven
+// by one goroutine, the receiver by another.
+func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastConfig) (*IncastPoint, error) {
+	n := len(senders)
+	all := append(append([]Place(nil), senders...), rx)
+	const window = 8
+	var mods []*coord.Module
+	hosts := make([]*amiiHost, len(all))
+	defer func() {
+		for _, h := range hosts {
+			if h != nil {
+				h.close()
+			}
+		}
+	}()
+	rxID := nicfw.HostID(len(all))
+	for i, p := range all {
+		id := nicfw.HostID(i + 1)
+		ec := nicfw.EngineConfig{Host: id, Window: window}
+		ec.Transport.Channels = max(window, transport.DefaultChannels)
+		if config != "off" && id != rxID {
+			cc := coord.Config{}
+			if config == "on+etr" {
+				cc.EarlyRelease = cfg.EarlyRelease
+			}
+			m := coord.New(cc)
+			mods = append(mods, m)
+			ec.Modules = []nicfw.Module{m}
+		}
+		h := &amiiHost{}
+		hosts[i] = h
+		var err error
+		if h.raw, err = OpenRaw(p, cfg.Mode, 0); err != nil {
+			return nil, err
+		}
+		if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
+			return nil, err
+		}
+		for j, q := range all {
+			if j != i {
+				if err := h.eng.AddHost(nicfw.HostID(j+1), q.MAC); err != nil {
+					return nil, err
+				}
+			}
+		}
+		table := []amii.Name{{Host: rxID, Endpoint: amiiEndpoint}}
+		acfg := amii.Config{Credits: window, StagingSize: 2 * window * size, MediumSlots: -1}
+		if id == rxID {
+			table = nil
+			for j := range n {
+				table = append(table, amii.Name{Host: nicfw.HostID(j + 1), Endpoint: amiiEndpoint})
+			}
+			acfg = amii.Config{Credits: window, StagingSize: max(64<<10, n*size), MediumSlots: -1}
+		}
+		if h.am, err = amii.New(h.eng, amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: table}, acfg); err != nil {
+			return nil, err
+		}
+	}
+	server := hosts[n]
+	var delivered, bytes atomic.Int64
+	if err := server.am.HandleMedium(1, func(_ *amii.Token, _ []uint64, data []byte) {
+		bytes.Add(int64(len(data)))
+		delivered.Add(1)
+	}); err != nil {
+		return nil, err
+	}
+	per := int((cfg.Bytes + int64(size) - 1) / int64(size))
+	total := per * n
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var rxErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, rxErr = server.am.Poll(); rxErr != nil {
+				return
+			}
+		}
+	})
+	start := time.Now()
+	err := func() error {
+		sent := make([]int, n)
+		deadline := start.Add(5 * time.Minute)
+		for delivered.Load() < int64(total) {
+			for i, h := range hosts[:n] {
+				// Each sender keeps its window of Stores outstanding;
+				// slots of its staging area are reused in turn.
+				for sent[i] < per && h.am.Outstanding() < window {
+					slot := uint32(sent[i]%(2*window)) * uint32(size)
+					if err := h.am.Store(amii.Bulk{Dest: 0, Local: slot, Remote: uint32(i * size), Length: uint32(size), Handler: 1}); err != nil {
+						return err
+					}
+					sent[i]++
+				}
+				if _, err := h.am.Poll(); err != nil {
+					return err
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d messages after 5 minutes", delivered.Load(), total)
+			}
+		}
+		return nil
+	}()
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(err, rxErr); err != nil {
+		return nil, err
+	}
+	p := &IncastPoint{Config: config, Senders: n, Size: size, Messages: total, Seconds: elapsed.Seconds(),
+		Mbps: float64(bytes.Load()) * 8 / elapsed.Seconds() / 1e6}
+	for _, h := range hosts[:n] {
+		p.Retransmits += h.eng.TransportStats().Retransmits
+	}
+	var grants uint64
+	for _, m := range mods {
+		grants += m.Stats().GrantsRecv
+	}
+	if len(mods) > 0 {
+		p.Handoffs = float64(grants) / float64(total)
+	}
+	return p, nil
+}
+
+// incastTCP runs one kernel TCP measurement: each sender a stream of
+// bytes in writes of size bytes to the receiver, all at once.
+func incastTCP(senders []Place, addrs []netip.Addr, rx Place, rxAddr netip.Addr, size int, each int64) (*IncastPoint, error) {
+	var ln net.Listener
+	if err := rx.Do(func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(rxAddr, 0).String())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	n := len(senders)
+	var received atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			c, err := ln.Accept()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer c.Close()
+			k, err := io.Copy(io.Discard, c)
+			received.Add(k)
+			errs[i] = err
+		})
+	}
+	start := time.Now()
+	for i, s := range senders {
+		wg.Go(func() {
+			errs[n+i] = s.Do(func() error {
+				d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(addrs[i], 0))}
+				c, err := d.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				buf := make([]byte, size)
+				for left := each; left > 0; left -= int64(size) {
+					if _, err := c.Write(buf[:min(int64(size), left)]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &IncastPoint{Config: "tcp", Senders: n, Size: size, Messages: int(int64(n) * each / int64(size)),
+		Seconds: elapsed.Seconds(), Mbps: float64(received.Load()) * 8 / elapsed.Seconds() / 1e6}, nil
+}
+
+// Markdown writes the result as a table.
+func (r *IncastResult) Markdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("## Incast: n senders stream messages to one receiver through the switch\n\n")
+	if r.Interrupted {
+		b.WriteString("**Interrupted**: the table holds what was measured before the run was stopped.\n\n")
+	}
+	b.WriteString("| message | senders | config | goodput Mbit/s | x one sender | switch drops | retransmits | token handoffs/msg |\n|---|---|---|---|---|---|---|---|\n")
+	for _, p := range r.Points {
+		h := "-"
+		if p.Handoffs > 0 {
+			h = fmt.Sprintf("%.2f", p.Handoffs)
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %.1f | %.2f | %d | %d | %s |\n", p.Size, p.Senders, p.Config, p.Mbps, p.Ratio, p.Drops, p.Retransmits, h)
+	}
+	b.WriteString("\noff: AM-II Stores, no coordination; on: the coordination module (nicfw/coord), a token per receiver port; on+etr: with Early Token Release; tcp: as many kernel TCP streams between the same hosts. Switch drops: frames the shaped port toward the receiver dropped (its tbf).\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Plot draws goodput against message size for the most senders measured,
+// a line per configuration, into dir/incast.png and dir/incast.svg, and
+// returns the paths.
+func (r *IncastResult) Plot(dir string) (paths []string, err error) {
+	defer func() {
+		if rec := recover(); rec != nil { // gonum/plot panics on some inputs
+			err = fmt.Errorf("bench: plotting incast: %v", rec)
+		}
+	}()
+	most := 0
+	for _, p := range r.Points {
+		most = max(most, p.Senders)
+	}
+	pl := plot.New()
+	pl.Title.Text = fmt.Sprintf("Incast: %d senders to one receiver", most)
+	pl.X.Label.Text = "message size (bytes, log scale)"
+	pl.Y.Label.Text = "aggregate goodput (Mbit/s)"
+	pl.X.Scale = plot.LogScale{}
+	pl.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	pl.Add(plotter.NewGrid())
+	for i, c := range append(incastConfigs, "tcp") {
+		var xy plotter.XYs
+		for _, p := range r.Points {
+			if p.Config == c && p.Senders == most {
+				xy = append(xy, plotter.XY{X: float64(p.Size), Y: p.Mbps})
+			}
+		}
+		if len(xy) == 0 {
+			continue
+		}
+		l, pts, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return nil, err
+		}
+		l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
+		pl.Add(l, pts)
+		pl.Legend.Add(c, l, pts)
+	}
+	pl.Y.Min = 0
+	for _, ext := range []string{"png", "svg"} {
+		path := filepath.Join(dir, "incast."+ext)
+		if err := pl.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+			return nil, fmt.Errorf("bench: writing %s: %w", path, err)
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
