@@ -110,6 +110,7 @@ func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg En
 		res.Rates = append(res.Rates, EngineRate{RateResult: r, PerFrame: float64(r.Messages) / float64(max(r.Frames, 1)), Ratio: r.PerSec / raw.PerSec})
 	}
 	rate(raw)
+	res.Rates[0].PerFrame = 1 // a message per frame by construction (Frames counts those sent, some of which a full ring drops)
 	sr, err := SSAMRate(a, b, n, 16, cfg.Mode, ssam.Config{Window: 63, Batch: 28})
 	if err != nil {
 		return nil, fmt.Errorf("SSAM rate: %w", err)

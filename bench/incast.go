@@ -32,9 +32,13 @@ type IncastConfig struct {
 	// Bytes each sender sends per measurement (default 2 MB).
 	Bytes int64
 	// EarlyRelease is the coordinated run with ETR's setting (bytes of a
-	// message left when its token passes on; default 16 KB).
+	// message left when its token passes on; default what the link carries
+	// in 150 us at LinkRate, ten cells' payload at least).
 	EarlyRelease int
-	Mode         loader.Mode
+	// LinkRate is the switch ports' rate in bits per second, which the
+	// coordination module is told (coord.Config.LinkRate; 0: none).
+	LinkRate uint64
+	Mode     loader.Mode
 	// Drops, if set, returns the frames the switch has dropped on its port
 	// toward the receiver so far (its tbf's counter).
 	Drops func() (uint64, error)
@@ -86,7 +90,9 @@ func RunIncast(senders []Place, receiver Place, addrs []netip.Addr, rxAddr netip
 		cfg.Bytes = 2 << 20
 	}
 	if cfg.EarlyRelease == 0 {
-		cfg.EarlyRelease = 16 << 10
+		// As DVCM chose it: what the link carries in a token's passing
+		// time (about 150 us between two engines here), ten cells at least.
+		cfg.EarlyRelease = max(10*48, int(cfg.LinkRate/8*150/1_000_000))
 	}
 	for _, n := range cfg.Senders {
 		if n < 1 || n > len(senders) {
@@ -169,7 +175,7 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 		ec := nicfw.EngineConfig{Host: id, Window: window}
 		ec.Transport.Channels = max(window, transport.DefaultChannels)
 		if config != "off" && id != rxID {
-			cc := coord.Config{}
+			cc := coord.Config{LinkRate: cfg.LinkRate}
 			if config == "on+etr" {
 				cc.EarlyRelease = cfg.EarlyRelease
 			}

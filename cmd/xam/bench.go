@@ -219,6 +219,7 @@ func incastFlags(senders, sizes, rate, buffer string) (incastBench, error) {
 		return c, usageError("--port-buffer %q: want 4k..64m bytes", buffer)
 	}
 	c.rate, c.buffer = r, uint32(b)
+	c.LinkRate = r
 	return c, nil
 }
 

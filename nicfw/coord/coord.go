@@ -30,11 +30,21 @@ type Config struct {
 	// EarlyRelease: the token passes on once this many bytes of the
 	// holder's message are left to send (0: once all have left). Its
 	// engine sends a bulk message in chunks, so the release happens as the
-	// chunk that brings the rest to EarlyRelease or below leaves.
+	// chunk that brings the rest to EarlyRelease or below leaves; with
+	// LinkRate, the time of EarlyRelease bytes on the link before the
+	// message has crossed it.
 	EarlyRelease int
 	// Retry: a sender that has waited this long for a token asks again,
 	// by broadcast (default DefaultRetry).
 	Retry time.Duration
+	// LinkRate, in bits per second, is the rate of the links the tokens
+	// govern (the switch's ports), if it is below the senders' own: a
+	// holder then keeps the token until its message has had the time to
+	// cross the link at that rate since it began to leave, not merely
+	// until it has left its host (which a fast host does long before the
+	// switch has passed it on). 0: the hosts' links are as fast as the
+	// switch's.
+	LinkRate uint64
 	// Trace, if set, is told every time this host takes or gives up a
 	// link's token, in the engine thread (for tests that check that at
 	// most one host holds a token at any moment).
@@ -72,7 +82,12 @@ type link struct {
 	using  bool
 	hinted bool             // an OWN_LINK_HINT went out for this holding
 	user   nicfw.EndpointID // the endpoint whose message holds the token
-	holder nicfw.HostID     // the host suspected to hold it (0: none known)
+	start  time.Time        // when that message began to leave
+	size   int              // its size
+	// draining: the message has left its host and is still crossing the
+	// link (Config.LinkRate); the token passes on when it has.
+	draining bool
+	holder   nicfw.HostID // the host suspected to hold it (0: none known)
 
 	// This host's requests: the number of the last, whether it waits
 	// (asked and not yet served) and since when.
@@ -168,11 +183,11 @@ func (m *Module) MaySend(src nicfw.EndpointID, dst nicfw.HostID, size, left int)
 	l := m.link(dst)
 	switch {
 	case l.have && l.using:
-		if l.user == src {
-			return true
+		if l.user == src && !l.draining {
+			return true // the rest of its message
 		}
 	case l.have:
-		l.using, l.user = true, src
+		l.using, l.user, l.start, l.size = true, src, m.bp.Now(), size
 		return true
 	default:
 		m.want(l)
@@ -186,13 +201,34 @@ func (m *Module) MaySend(src nicfw.EndpointID, dst nicfw.HostID, size, left int)
 // is down to EarlyRelease bytes.
 func (m *Module) Sent(src nicfw.EndpointID, dst nicfw.HostID, left int) {
 	l := m.links[dst]
-	if l == nil || !l.using || l.user != src || left > m.cfg.EarlyRelease {
+	if l == nil || !l.using || l.draining || l.user != src {
 		return
 	}
-	l.using = false
-	if left > 0 {
+	if m.cfg.LinkRate > 0 {
+		if left > 0 {
+			return
+		}
+		// On the link the message ends its wire time after it began to
+		// leave; the token goes EarlyRelease bytes' time before that.
+		early := min(m.cfg.EarlyRelease, l.size)
+		if early > 0 {
+			m.stats.Early++
+		}
+		wire := time.Duration(float64(8*(l.size-early)) / float64(m.cfg.LinkRate) * float64(time.Second))
+		if wait := l.start.Add(wire).Sub(m.bp.Now()); wait > 0 {
+			l.draining = true
+			m.bp.After(wait, func() {
+				l.draining, l.using = false, false
+				m.passOn(l)
+			})
+			return
+		}
+	} else if left > m.cfg.EarlyRelease {
+		return
+	} else if left > 0 {
 		m.stats.Early++
 	}
+	l.using = false
 	m.passOn(l)
 }
 
