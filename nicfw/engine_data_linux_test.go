@@ -766,18 +766,7 @@ func TestEngineBulkReceiverRestarts(t *testing.T) {
 	}
 
 	// B restarts: a new engine on B's link, its endpoint 1 created again.
-	ec := EngineConfig{Host: hostB, Window: window, Transport: transport.Config{
-		Clock: n.clk, RetransmitAfter: engStep, GiveUpAfter: engGiveUp}}
-	eb, err := NewEngine(n.b.link, ec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eb.Close() })
-	if err := eb.AddHost(hostA, n.a.link.HardwareAddr()); err != nil {
-		t.Fatal(err)
-	}
-	n.b.eng = eb
-	b1 := n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+	eb, b1 := n.restartB(t, window, cfg)
 
 	var ret []received
 	for i := 0; len(ret) == 0; i++ {
@@ -851,17 +840,7 @@ func TestEngineBulkRestartBetweenChunks(t *testing.T) {
 
 	// B restarts and sends A a message; A's transport alone takes it in
 	// (A's engine sends nothing meanwhile) and learns the new epoch.
-	eb, err := NewEngine(n.b.link, EngineConfig{Host: hostB, Window: window, Transport: transport.Config{
-		Clock: n.clk, RetransmitAfter: engStep, GiveUpAfter: engGiveUp}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eb.Close() })
-	if err := eb.AddHost(hostA, n.a.link.HardwareAddr()); err != nil {
-		t.Fatal(err)
-	}
-	n.b.eng = eb
-	b1 := n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
+	eb, b1 := n.restartB(t, window, cfg)
 	mustSend(t, b1, endpoint.RequestSend, short(0, 9))
 	for i := 0; peer.Epoch() == old; i++ {
 		if i == 1000 {
@@ -888,4 +867,22 @@ func TestEngineBulkRestartBetweenChunks(t *testing.T) {
 	if st := eb.Stats(); st.Delivered != 0 || st.Chunks != 0 {
 		t.Errorf("the new incarnation took chunks of the message: %+v", st)
 	}
+}
+
+// restartB restarts host B: a new engine (a new epoch) with window on B's
+// link, which takes the old one's place in n, and B's endpoint 1 created
+// again with cfg, as twoNets made it.
+func (n *engNet) restartB(t *testing.T, window int, cfg endpoint.Config) (*Engine, *endpoint.View) {
+	t.Helper()
+	eb, err := NewEngine(n.b.link, EngineConfig{Host: hostB, Window: window, Transport: transport.Config{
+		Clock: n.clk, RetransmitAfter: engStep, GiveUpAfter: engGiveUp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eb.Close() })
+	if err := eb.AddHost(hostA, n.a.link.HardwareAddr()); err != nil {
+		t.Fatal(err)
+	}
+	n.b.eng = eb
+	return eb, n.b.endpoint(t, 1, cfg, VNet{Tag: tagRed, Table: []Name{{hostA, 1}, {hostB, 1}}})
 }

@@ -39,19 +39,11 @@ type Port struct {
 // NewHub returns a switch with no ports. It returns an error wrapping
 // afxdp.ErrInvalidOptions if opts are out of range.
 func NewHub(opts Options) (*Hub, error) {
-	if opts.MTU == 0 {
-		opts.MTU = 1500
+	if err := opts.fill(); err != nil {
+		return nil, err
 	}
-	if opts.BatchSize == 0 {
-		opts.BatchSize = afxdp.DefaultBatchSize
-	}
-	if opts.Depth == 0 {
-		opts.Depth = DefaultDepth
-	}
-	switch {
-	case opts.MTU < 1 || opts.MTU > 65535, opts.Depth < 1, opts.BatchSize < 1,
-		opts.Loss < 0 || opts.Loss > 1, opts.Duplicate != 0 || opts.Reorder != 0:
-		return nil, fmt.Errorf("%w: hub options %+v (Duplicate and Reorder are for pairs)", afxdp.ErrInvalidOptions, opts)
+	if opts.Duplicate != 0 || opts.Reorder != 0 {
+		return nil, fmt.Errorf("memlink: %w: a hub loses frames but neither duplicates nor reorders them", afxdp.ErrInvalidOptions)
 	}
 	return &Hub{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x4855))}, nil
 }

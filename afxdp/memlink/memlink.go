@@ -49,47 +49,57 @@ type Faults struct {
 // NewPair returns the two ends of a new in-memory link. It returns an error
 // wrapping afxdp.ErrInvalidOptions if opts are out of range.
 func NewPair(opts Options) (a, b *Link, err error) {
-	if opts.MTU == 0 {
-		opts.MTU = 1500
-	}
-	if opts.BatchSize == 0 {
-		opts.BatchSize = afxdp.DefaultBatchSize
-	}
-	if opts.Depth == 0 {
-		opts.Depth = DefaultDepth
-	}
 	if opts.AddrA == nil {
 		opts.AddrA = net.HardwareAddr{2, 0, 0, 0, 0, 0x0a}
 	}
 	if opts.AddrB == nil {
 		opts.AddrB = net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}
 	}
-	bad := func(format string, args ...any) (*Link, *Link, error) {
-		return nil, nil, fmt.Errorf("memlink: %w: %s", afxdp.ErrInvalidOptions, fmt.Sprintf(format, args...))
+	if err := opts.fill(); err != nil {
+		return nil, nil, err
 	}
-	switch {
-	case opts.MTU < 1 || opts.MTU > 65535:
-		return bad("MTU %d out of range [1, 65535]", opts.MTU)
-	case opts.BatchSize < 1:
-		return bad("batch size %d", opts.BatchSize)
-	case opts.Depth < 1:
-		return bad("depth %d", opts.Depth)
-	case len(opts.AddrA) != 6 || len(opts.AddrB) != 6:
-		return bad("MAC addresses %v and %v must have 6 bytes", opts.AddrA, opts.AddrB)
-	}
-	for _, p := range []struct {
-		name string
-		v    float64
-	}{{"loss", opts.Loss}, {"duplicate", opts.Duplicate}, {"reorder", opts.Reorder}} {
-		if !(p.v >= 0 && p.v <= 1) {
-			return bad("%s probability %v out of [0, 1]", p.name, p.v)
-		}
+	if len(opts.AddrA) != 6 || len(opts.AddrB) != 6 {
+		return nil, nil, fmt.Errorf("memlink: %w: MAC addresses %v and %v must have 6 bytes", afxdp.ErrInvalidOptions, opts.AddrA, opts.AddrB)
 	}
 	toA := newQueue(opts, 1)
 	toB := newQueue(opts, 2)
 	a = newLink(opts, append(net.HardwareAddr(nil), opts.AddrA...), toA, toB)
 	b = newLink(opts, append(net.HardwareAddr(nil), opts.AddrB...), toB, toA)
 	return a, b, nil
+}
+
+// fill sets the zero fields of o that have defaults, and checks the
+// others.
+func (o *Options) fill() error {
+	if o.MTU == 0 {
+		o.MTU = 1500
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = afxdp.DefaultBatchSize
+	}
+	if o.Depth == 0 {
+		o.Depth = DefaultDepth
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("memlink: %w: %s", afxdp.ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case o.MTU < 1 || o.MTU > 65535:
+		return bad("MTU %d out of range [1, 65535]", o.MTU)
+	case o.BatchSize < 1:
+		return bad("batch size %d", o.BatchSize)
+	case o.Depth < 1:
+		return bad("depth %d", o.Depth)
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"loss", o.Loss}, {"duplicate", o.Duplicate}, {"reorder", o.Reorder}} {
+		if !(p.v >= 0 && p.v <= 1) {
+			return bad("%s probability %v out of [0, 1]", p.name, p.v)
+		}
+	}
+	return nil
 }
 
 // queue holds the frames on their way to one end. The peer's Send is its
