@@ -214,7 +214,7 @@ func (m *Module) Sent(src nicfw.EndpointID, dst nicfw.HostID, left int) {
 		if early > 0 {
 			m.stats.Early++
 		}
-		wire := time.Duration(float64(8*(l.size-early)) / float64(m.cfg.LinkRate) * float64(time.Second))
+		wire := time.Duration(float64(8*wireBytes(l.size-early)) / float64(m.cfg.LinkRate) * float64(time.Second))
 		if wait := l.start.Add(wire).Sub(m.bp.Now()); wait > 0 {
 			l.draining = true
 			m.bp.After(wait, func() {
@@ -231,6 +231,11 @@ func (m *Module) Sent(src nicfw.EndpointID, dst nicfw.HostID, left int) {
 	l.using = false
 	m.passOn(l)
 }
+
+// wireBytes returns about how many bytes n bytes of a message take on the
+// wire: in 53-byte cells of 48 bytes, with the engine's and transport's
+// headers, AAL5 trailers and Ethernet framing (2% more).
+func wireBytes(n int) int { return n * 53 / 48 * 102 / 100 }
 
 // want asks for l's token, unless a request of this host waits already.
 func (m *Module) want(l *link) {
