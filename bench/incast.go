@@ -38,6 +38,10 @@ type IncastConfig struct {
 	// LinkRate is the switch ports' rate in bits per second, which the
 	// coordination module is told (coord.Config.LinkRate; 0: none).
 	LinkRate uint64
+	// PortBuffer is the bytes a switch port queues: the coordination
+	// module lets messages of up to PortBuffer/hosts bytes bypass it (one
+	// from every host fits). 0: the module's default threshold.
+	PortBuffer int
 	Mode     loader.Mode
 	// Drops, if set, returns the frames the switch has dropped on its port
 	// toward the receiver so far (its tbf's counter).
@@ -176,6 +180,9 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 		ec.Transport.Channels = max(window, transport.DefaultChannels)
 		if config != "off" && id != rxID {
 			cc := coord.Config{LinkRate: cfg.LinkRate}
+			if cfg.PortBuffer > 0 {
+				cc.Threshold = max(256, cfg.PortBuffer/len(all))
+			}
 			if config == "on+etr" {
 				cc.EarlyRelease = cfg.EarlyRelease
 			}
@@ -394,6 +401,7 @@ func (r *IncastResult) Plot(dir string) (paths []string, err error) {
 		pl.Legend.Add(c, l, pts)
 	}
 	pl.Y.Min = 0
+	pl.Legend.Top = true
 	for _, ext := range []string{"png", "svg"} {
 		path := filepath.Join(dir, "incast."+ext)
 		if err := pl.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {

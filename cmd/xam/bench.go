@@ -36,10 +36,10 @@ func runBench(e *env, args []string) error {
 	flood := fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark) instead of Markdown")
 	out := fs.String("out", "", "ssam, incast: also write plots into this directory")
-	senders := fs.String("senders", "1,2,3", "incast: numbers of senders, e.g. 1,2,3,7")
-	sizes := fs.String("sizes", "1k,4k,16k,64k", "incast: message sizes, e.g. 1k,4k,16k,64k")
+	senders := fs.String("senders", "1,3,7", "incast: numbers of senders, e.g. 1,2,3,7")
+	sizes := fs.String("sizes", "1k,4k,8k,16k", "incast: message sizes, e.g. 1k,4k,16k,64k")
 	portRate := fs.String("port-rate", "200mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit")
-	portBuffer := fs.String("port-buffer", "64k", "incast: bytes each switch port queues (the tbf's limit)")
+	portBuffer := fs.String("port-buffer", "16k", "incast: bytes each switch port queues (the tbf's limit)")
 	if err := parseOnly(fs, args); err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func runBench(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	icfg.Bytes = min(*bulk, 4<<20)
+	icfg.Bytes = min(*bulk, 1<<20) // per sender and measurement
 	m, err := loader.ParseMode(*mode)
 	if err != nil {
 		return usageError("--mode: %v", err)
@@ -219,7 +219,7 @@ func incastFlags(senders, sizes, rate, buffer string) (incastBench, error) {
 		return c, usageError("--port-buffer %q: want 4k..64m bytes", buffer)
 	}
 	c.rate, c.buffer = r, uint32(b)
-	c.LinkRate = r
+	c.LinkRate, c.PortBuffer = r, int(b)
 	return c, nil
 }
 
