@@ -42,7 +42,7 @@ type IncastConfig struct {
 	// module lets messages of up to PortBuffer/hosts bytes bypass it (one
 	// from every host fits). 0: the module's default threshold.
 	PortBuffer int
-	Mode     loader.Mode
+	Mode       loader.Mode
 	// Drops, if set, returns the frames the switch has dropped on its port
 	// toward the receiver so far (its tbf's counter).
 	Drops func() (uint64, error)
