@@ -684,10 +684,8 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if !s.held() && e.pinned >= e.res.Frames()-1 {
 		return false, nil
 	}
-	if e.gated() {
-		if size, left := unitSize(s, m); !e.gateOpen(s.id, dst.Host, size, left) {
-			return false, nil // held back: the slot keeps the message
-		}
+	if e.mods != nil && !e.gateAllows(s, m, dst.Host) {
+		return false, nil // held back: the slot keeps the message
 	}
 	p := e.tr.Peer(dst.Host)
 	if s.d.Class == endpoint.ClassBulk && !s.bulkSame(p) {
@@ -715,12 +713,8 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	}
 	e.stats.Sent++
 	s.sends++
-	if e.gated() {
-		left := 0
-		if s.d.Class == endpoint.ClassBulk {
-			left = int(s.d.Length - s.sent - s.chunk)
-		}
-		e.gateSent(s.id, dst.Host, left)
+	if e.mods != nil {
+		e.gateLeft(s, dst.Host)
 	}
 	if err := e.res.Hold(int(s.id)); err != nil {
 		panic(err) // touched above, and nothing evicts in between

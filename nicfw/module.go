@@ -432,6 +432,29 @@ func (e *Engine) gateSent(id EndpointID, dst HostID, left int) {
 	}
 }
 
+// gateAllows asks the SendGates, if any, whether the unit of s's message
+// built in m may leave for dst.
+func (e *Engine) gateAllows(s *epState, m []byte, dst HostID) bool {
+	if len(e.mods.gates) == 0 {
+		return true
+	}
+	size, left := unitSize(s, m)
+	return e.gateOpen(s.id, dst, size, left)
+}
+
+// gateLeft tells the SendGates, if any, that the unit of s's message just
+// sent to dst left.
+func (e *Engine) gateLeft(s *epState, dst HostID) {
+	if len(e.mods.gates) == 0 {
+		return
+	}
+	left := 0
+	if s.d.Class == endpoint.ClassBulk {
+		left = int(s.d.Length - s.sent - s.chunk)
+	}
+	e.gateSent(s.id, dst, left)
+}
+
 // gated reports whether SendGates are loaded.
 func (e *Engine) gated() bool { return e.mods != nil && len(e.mods.gates) > 0 }
 
