@@ -179,7 +179,7 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 		ec := nicfw.EngineConfig{Host: id, Window: window}
 		ec.Transport.Channels = max(window, transport.DefaultChannels)
 		if config != "off" && id != rxID {
-			cc := coord.Config{LinkRate: cfg.LinkRate}
+			cc := coord.Config{LinkRate: cfg.LinkRate, PortBuffer: cfg.PortBuffer}
 			if cfg.PortBuffer > 0 {
 				cc.Threshold = max(256, cfg.PortBuffer/len(all))
 			}

@@ -45,6 +45,11 @@ type Config struct {
 	// switch has passed it on). 0: the hosts' links are as fast as the
 	// switch's.
 	LinkRate uint64
+	// PortBuffer, in bytes, is what a switch port queues, if known: with
+	// LinkRate, Early Token Release then lets the next holder start only
+	// as early as the buffer holds the rest of this message and the whole
+	// of a message of the same size.
+	PortBuffer int
 	// Trace, if set, is told every time this host takes or gives up a
 	// link's token, in the engine thread (for tests that check that at
 	// most one host holds a token at any moment).
@@ -211,6 +216,9 @@ func (m *Module) Sent(src nicfw.EndpointID, dst nicfw.HostID, left int) {
 		// On the link the message ends its wire time after it began to
 		// leave; the token goes EarlyRelease bytes' time before that.
 		early := min(m.cfg.EarlyRelease, l.size)
+		if m.cfg.PortBuffer > 0 {
+			early = min(early, max(0, m.cfg.PortBuffer-wireBytes(l.size)))
+		}
 		if early > 0 {
 			m.stats.Early++
 		}
