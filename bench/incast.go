@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,8 +70,11 @@ type IncastPoint struct {
 
 // IncastResult is what RunIncast measured.
 type IncastResult struct {
-	Points      []IncastPoint `json:"points"`
-	Interrupted bool          `json:"interrupted,omitempty"`
+	Points []IncastPoint `json:"points"`
+	// Latency: what coordination costs a message without contention (two
+	// senders, the largest size).
+	Latency     []IncastLatency `json:"latency,omitempty"`
+	Interrupted bool            `json:"interrupted,omitempty"`
 }
 
 // incastConfigs are the AM-II configurations of the experiment.
@@ -109,6 +113,15 @@ func RunIncast(senders []Place, receiver Place, addrs []netip.Addr, rxAddr netip
 		}
 	}
 	res := &IncastResult{}
+	if len(senders) >= 2 {
+		if cfg.Progress != nil {
+			cfg.Progress("the cost of coordination without contention")
+		}
+		var err error
+		if res.Latency, err = RunIncastLatency(senders[:2], receiver, slices.Max(cfg.Sizes), 200, cfg); err != nil {
+			return nil, err
+		}
+	}
 	one := map[string]float64{}
 	for _, size := range cfg.Sizes {
 		for _, n := range cfg.Senders {
@@ -156,23 +169,16 @@ func RunIncast(senders []Place, receiver Place, addrs []netip.Addr, rxAddr netip
 	return res, nil
 }
 
-// incastAMII runs one AM-II measurement: each sender an inline engine (with
-// the coordination module unless config is "off") and an AM-II endpoint
-// storing messages of size bytes into the receiver's, all senders driven
-// by one goroutine, the receiver by another.
-func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastConfig) (*IncastPoint, error) {
+// openIncast opens the hosts of an incast measurement: an inline engine
+// per host (with the coordination module on the senders unless config is
+// "off") and an AM-II endpoint with window credits whose staging area
+// holds 2*window messages of size bytes; the receiver, last, names every
+// sender. Close the hosts with closeAll, also on error.
+func openIncast(senders []Place, rx Place, config string, size, window int, cfg IncastConfig) ([]*amiiHost, []*coord.Module, error) {
 	n := len(senders)
 	all := append(append([]Place(nil), senders...), rx)
-	const window = 8
 	var mods []*coord.Module
-	hosts := make([]*amiiHost, len(all))
-	defer func() {
-		for _, h := range hosts {
-			if h != nil {
-				h.close()
-			}
-		}
-	}()
+	hosts := make([]*amiiHost, 0, len(all))
 	rxID := nicfw.HostID(len(all))
 	for i, p := range all {
 		id := nicfw.HostID(i + 1)
@@ -191,18 +197,18 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 			ec.Modules = []nicfw.Module{m}
 		}
 		h := &amiiHost{}
-		hosts[i] = h
+		hosts = append(hosts, h)
 		var err error
 		if h.raw, err = OpenRaw(p, cfg.Mode, 0); err != nil {
-			return nil, err
+			return hosts, nil, err
 		}
 		if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
-			return nil, err
+			return hosts, nil, err
 		}
 		for j, q := range all {
 			if j != i {
 				if err := h.eng.AddHost(nicfw.HostID(j+1), q.MAC); err != nil {
-					return nil, err
+					return hosts, nil, err
 				}
 			}
 		}
@@ -216,8 +222,30 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 			acfg = amii.Config{Credits: window, StagingSize: max(64<<10, n*size), MediumSlots: -1}
 		}
 		if h.am, err = amii.New(h.eng, amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: table}, acfg); err != nil {
-			return nil, err
+			return hosts, nil, err
 		}
+	}
+	return hosts, mods, nil
+}
+
+// closeAll closes hosts.
+func closeAll(hosts []*amiiHost) {
+	for _, h := range hosts {
+		h.close()
+	}
+}
+
+// incastAMII runs one AM-II measurement: each sender an inline engine (with
+// the coordination module unless config is "off") and an AM-II endpoint
+// storing messages of size bytes into the receiver's, all senders driven
+// by one goroutine, the receiver by another.
+func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastConfig) (*IncastPoint, error) {
+	n := len(senders)
+	const window = 8
+	hosts, mods, err := openIncast(senders, rx, config, size, window, cfg)
+	defer closeAll(hosts)
+	if err != nil {
+		return nil, err
 	}
 	server := hosts[n]
 	var delivered, bytes atomic.Int64
@@ -240,7 +268,7 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 		}
 	})
 	start := time.Now()
-	err := func() error {
+	err = func() error {
 		sent := make([]int, n)
 		deadline := start.Add(5 * time.Minute)
 		for delivered.Load() < int64(total) {
@@ -357,6 +385,12 @@ func (r *IncastResult) Markdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "| %d | %d | %s | %.1f | %.2f | %d | %d | %s |\n", p.Size, p.Senders, p.Config, p.Mbps, p.Ratio, p.Drops, p.Retransmits, h)
 	}
+	if len(r.Latency) > 0 {
+		b.WriteString("\n| without contention | message | p50 per Store (µs) |\n|---|---|---|\n")
+		for _, l := range r.Latency {
+			fmt.Fprintf(&b, "| %s | %d | %.1f |\n", l.Case, l.Size, l.P50)
+		}
+	}
 	b.WriteString("\noff: AM-II Stores, no coordination; on: the coordination module (nicfw/coord), a token per receiver port; on+etr: with Early Token Release; tcp: as many kernel TCP streams between the same hosts. Switch drops: frames the shaped port toward the receiver dropped (its tbf).\n")
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -410,4 +444,90 @@ func (r *IncastResult) Plot(dir string) (paths []string, err error) {
 		paths = append(paths, path)
 	}
 	return paths, nil
+}
+
+// IncastLatency is the time one coordinated message takes without
+// contention: a Store from its first send to its answer, one at a time.
+type IncastLatency struct {
+	Case string  `json:"case"` // off; on, token held; on, token moves
+	Size int     `json:"message_bytes"`
+	P50  float64 `json:"p50_us"`
+}
+
+// RunIncastLatency measures, between two senders and the receiver, count
+// Stores of size bytes one at a time: without coordination; with it, the
+// sender holding the token already; and with the two senders taking turns,
+// so that the token moves to each message's sender first (a request and a
+// grant between their engines).
+func RunIncastLatency(senders []Place, rx Place, size, count int, cfg IncastConfig) ([]IncastLatency, error) {
+	if len(senders) < 2 {
+		return nil, fmt.Errorf("bench: incast latency needs two senders, not %d", len(senders))
+	}
+	var out []IncastLatency
+	for _, c := range []struct {
+		name, config string
+		turns        bool
+	}{{"off", "off", false}, {"on, token held", "on", false}, {"on, token moves", "on", true}} {
+		p50, err := incastLatency(senders[:2], rx, c.config, c.turns, size, count, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("incast latency, %s: %w", c.name, err)
+		}
+		out = append(out, IncastLatency{Case: c.name, Size: size, P50: p50})
+	}
+	return out, nil
+}
+
+func incastLatency(senders []Place, rx Place, config string, turns bool, size, count int, cfg IncastConfig) (float64, error) {
+	hosts, _, err := openIncast(senders, rx, config, size, 1, cfg)
+	defer closeAll(hosts)
+	if err != nil {
+		return 0, err
+	}
+	server := hosts[len(senders)]
+	if err := server.am.HandleMedium(1, func(*amii.Token, []uint64, []byte) {}); err != nil {
+		return 0, err
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var rxErr error
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, rxErr = server.am.Poll(); rxErr != nil {
+				return
+			}
+		}
+	})
+	times := make([]time.Duration, 0, count)
+	err = func() error {
+		for i := range count + count/10 { // a tenth to warm up
+			h := hosts[0]
+			if turns {
+				h = hosts[i%2]
+			}
+			start := time.Now()
+			if err := h.am.Store(amii.Bulk{Length: uint32(size), Handler: 1}); err != nil {
+				return err
+			}
+			for deadline := start.Add(10 * time.Second); h.am.Outstanding() > 0; {
+				for _, o := range hosts[:len(senders)] { // the other sender answers token requests
+					if _, err := o.am.Poll(); err != nil {
+						return err
+					}
+				}
+				if time.Now().After(deadline) {
+					return errors.New("a Store unanswered for 10 s")
+				}
+			}
+			if i >= count/10 {
+				times = append(times, time.Since(start))
+			}
+		}
+		return nil
+	}()
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(err, rxErr); err != nil {
+		return 0, err
+	}
+	return durUS(median(times)), nil
 }

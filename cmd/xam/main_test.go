@@ -548,6 +548,10 @@ func TestBenchIncast(t *testing.T) {
 				Mbps    float64 `json:"goodput_mbps"`
 				Ratio   float64 `json:"ratio_to_one_sender"`
 			} `json:"points"`
+			Latency []struct {
+				Case string  `json:"case"`
+				P50  float64 `json:"p50_us"`
+			} `json:"latency"`
 		} `json:"incast"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
@@ -559,6 +563,9 @@ func TestBenchIncast(t *testing.T) {
 		if p.Mbps <= 0 || p.Ratio <= 0 || p.Senders == 1 && p.Ratio != 1 {
 			t.Errorf("point %+v", p)
 		}
+	}
+	if l := doc.Incast.Latency; len(l) != 3 || l[0].P50 <= 0 || l[2].P50 <= 0 {
+		t.Errorf("latency without contention: %+v", l)
 	}
 	if len(doc.Incast.Points) != 8 || len(seen) != 8 {
 		t.Errorf("%d points (%v), want off, on, on+etr and tcp with 1 and 2 senders", len(doc.Incast.Points), seen)
