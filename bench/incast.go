@@ -257,16 +257,7 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 	}
 	per := int((cfg.Bytes + int64(size) - 1) / int64(size))
 	total := per * n
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var rxErr error
-	wg.Go(func() {
-		for !stop.Load() {
-			if _, rxErr = server.am.Poll(); rxErr != nil {
-				return
-			}
-		}
-	})
+	stop := spinServe(server)
 	start := time.Now()
 	err = func() error {
 		sent := make([]int, n)
@@ -293,9 +284,7 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 		return nil
 	}()
 	elapsed := time.Since(start)
-	stop.Store(true)
-	wg.Wait()
-	if err := errors.Join(err, rxErr); err != nil {
+	if err := errors.Join(err, stop()); err != nil {
 		return nil, err
 	}
 	p := &IncastPoint{Config: config, Senders: n, Size: size, Messages: total, Seconds: elapsed.Seconds(),
@@ -487,16 +476,7 @@ func incastLatency(senders []Place, rx Place, config string, turns bool, size, c
 	if err := server.am.HandleMedium(1, func(*amii.Token, []uint64, []byte) {}); err != nil {
 		return 0, err
 	}
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var rxErr error
-	wg.Go(func() {
-		for !stop.Load() {
-			if _, rxErr = server.am.Poll(); rxErr != nil {
-				return
-			}
-		}
-	})
+	stop := spinServe(server)
 	times := make([]time.Duration, 0, count)
 	err = func() error {
 		for i := range count + count/10 { // a tenth to warm up
@@ -524,10 +504,29 @@ func incastLatency(senders []Place, rx Place, config string, turns bool, size, c
 		}
 		return nil
 	}()
-	stop.Store(true)
-	wg.Wait()
-	if err := errors.Join(err, rxErr); err != nil {
+	if err := errors.Join(err, stop()); err != nil {
 		return 0, err
 	}
 	return durUS(median(times)), nil
+}
+
+// spinServe polls h's endpoint in a goroutine of its own, running its
+// handlers, until the returned function is called; that one returns the
+// first error of a poll.
+func spinServe(h *amiiHost) (stop func() error) {
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() {
+		for !done.Load() {
+			if _, err = h.am.Poll(); err != nil {
+				return
+			}
+		}
+	})
+	return func() error {
+		done.Store(true)
+		wg.Wait()
+		return err
+	}
 }
