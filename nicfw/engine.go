@@ -1005,6 +1005,7 @@ func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) 
 	if !errors.Is(why, transport.ErrRestarted) {
 		reason = endpoint.ReasonUnreachable
 		e.down[dst] = e.clk.Now().Add(e.giveUp)
+		defer e.hostDown(dst)
 	}
 	fl := *f
 	e.freeFlight(cookie)

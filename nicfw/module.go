@@ -38,6 +38,9 @@ import (
 //     frames on the engine's link (the mapper): the engine's transport
 //     then receives through a split link that sets broadcast frames aside
 //     for the module (maplink.go).
+//   - HostWatcher: told when the engine gives up on a host (a message
+//     or control message to it unanswered for the transport's
+//     GiveUpAfter).
 //   - Deactivator: called by Engine.Close.
 //
 // A module runs in the engine thread, inside Poll, like everything in the
@@ -98,6 +101,14 @@ type SendGate interface {
 // them on (the engine's, without the transport's frames).
 type LinkUser interface {
 	UseLink(l afxdp.Link)
+}
+
+// HostWatcher is a module told when the engine gives up on a host: a
+// message or control message to it went unanswered for the transport's
+// GiveUpAfter (the host is taken to be dead). HostDown runs in the engine
+// thread, once per message given up.
+type HostWatcher interface {
+	HostDown(h HostID)
 }
 
 // Deactivator is a module with something to release when the engine
@@ -169,6 +180,7 @@ type modules struct {
 	timers   timerHeap
 	ctl      map[HostID]*ctlQueue
 	ctlBusy  int // destinations whose head control message is in flight
+	watchers []HostWatcher
 	stats    ModuleStats
 }
 
@@ -253,6 +265,9 @@ func (e *Engine) initModules(link afxdp.Link) (afxdp.Link, error) {
 		}
 		if g, ok := m.(SendGate); ok {
 			ms.gates = append(ms.gates, g)
+		}
+		if w, ok := m.(HostWatcher); ok {
+			ms.watchers = append(ms.watchers, w)
 		}
 		if u, ok := m.(LinkUser); ok {
 			if ms.split == nil {
@@ -357,8 +372,21 @@ func (e *Engine) controlDone(dst HostID, delivered bool) {
 		e.mods.stats.ControlLost += uint64(len(q.msgs))
 		q.msgs = nil
 	}
+	if !delivered {
+		defer e.hostDown(dst)
+	}
 	if len(q.msgs) == 0 {
 		delete(e.mods.ctl, dst)
+	}
+}
+
+// hostDown tells the HostWatchers that the engine gave up on h.
+func (e *Engine) hostDown(h HostID) {
+	if e.mods == nil {
+		return
+	}
+	for _, w := range e.mods.watchers {
+		w.HostDown(h)
 	}
 }
 

@@ -58,16 +58,20 @@ type Config struct {
 
 // Stats counts what the module did.
 type Stats struct {
-	Bypassed   uint64 // messages at most Threshold bytes, not coordinated
-	Held       uint64 // send decisions held back for want of a token
-	Requests   uint64 // requests sent: unicast, broadcast (each once), retries
-	Forwarded  uint64 // unicast requests forwarded as broadcasts, the token being gone
-	GrantsSent uint64 // tokens passed on
-	GrantsRecv uint64 // tokens received
-	Early      uint64 // tokens released before their message's last byte left (EarlyRelease)
-	Hints      uint64 // OWN_LINK_HINT broadcasts sent
-	Bad        uint64 // control messages that did not parse, or named no link
-	Waiting    int    // links whose token a sender of this host waits for, now
+	Bypassed    uint64 // messages at most Threshold bytes, not coordinated
+	Held        uint64 // send decisions held back for want of a token
+	Requests    uint64 // requests sent: unicast, broadcast (each once), retries
+	Forwarded   uint64 // unicast requests forwarded as broadcasts, the token being gone
+	GrantsSent  uint64 // tokens passed on
+	GrantsRecv  uint64 // tokens received
+	Early       uint64 // tokens released before their message's last byte left (EarlyRelease)
+	Hints       uint64 // OWN_LINK_HINT broadcasts sent
+	Bad         uint64 // control messages that did not parse, or named no link
+	Recoveries  uint64 // recoveries of a token this host coordinated (a host died)
+	Regenerated uint64 // tokens this host made anew, no host holding one
+	Rescued     uint64 // tokens of an older generation than a recovery, sent on to its coordinator
+	Dropped     uint64 // such tokens a coordinator dropped, having made the token anew
+	Waiting     int    // links whose token a sender of this host waits for, now
 }
 
 // Module is the coordination module.
@@ -76,6 +80,7 @@ type Module struct {
 	bp    *nicfw.Backplane
 	self  nicfw.HostID
 	links map[nicfw.HostID]*link
+	down  map[nicfw.HostID]bool // hosts the engine gave up on, until heard from again
 	buf   []byte
 	stats Stats
 }
@@ -106,6 +111,17 @@ type link struct {
 	// served of each host, and the hosts waiting, in order.
 	ln    map[nicfw.HostID]uint32
 	queue []nicfw.HostID
+
+	// Recovery (recover.go): gen is the token's generation (held, or last
+	// heard of); fence the highest generation a recovery proposed, by
+	// fenceBy; a coordinator's own recovery, its proposal and the hosts
+	// whose answers it awaits.
+	gen        uint32
+	fence      uint32
+	fenceBy    nicfw.HostID
+	recovering bool
+	proposal   uint32
+	awaiting   map[nicfw.HostID]bool
 }
 
 // New returns the coordination module with cfg.
@@ -116,7 +132,7 @@ func New(cfg Config) *Module {
 	if cfg.Retry <= 0 {
 		cfg.Retry = DefaultRetry
 	}
-	return &Module{cfg: cfg, links: make(map[nicfw.HostID]*link)}
+	return &Module{cfg: cfg, links: make(map[nicfw.HostID]*link), down: make(map[nicfw.HostID]bool)}
 }
 
 // Name returns "coord".
@@ -277,16 +293,20 @@ func (m *Module) Tick(now time.Time) time.Time {
 	return now.Add(m.cfg.Retry / 2)
 }
 
-// Control handles a control message (nicfw.ControlReceiver). The sender
-// is named in the message: a forwarded request is the requester's.
-func (m *Module) Control(_ nicfw.HostID, body []byte) {
+// Control handles a control message from host src (nicfw.ControlReceiver).
+// The host a message is about is named in it: a forwarded request is the
+// requester's.
+func (m *Module) Control(src nicfw.HostID, body []byte) {
 	c, err := parse(body)
 	if err != nil || c.link == m.self || c.link == 0 {
 		m.stats.Bad++
 		return
 	}
+	delete(m.down, src)
 	l := m.link(c.link)
 	switch c.typ {
+	case typeQuery, typeAnswer, typeSuspect:
+		m.recoveryControl(l, &c)
 	case typeUniReq, typeBcastReq:
 		if c.seq > l.rn[c.from] {
 			l.rn[c.from] = c.seq
@@ -303,30 +323,43 @@ func (m *Module) Control(_ nicfw.HostID, body []byte) {
 			m.stats.Forwarded++
 		}
 	case typeHint:
-		if !l.have {
-			l.holder = c.from
+		if !l.have && c.gen >= l.fence {
+			l.holder, l.gen = c.from, c.gen
 		}
 	case typeGrant:
 		if l.have {
 			m.stats.Bad++ // a second token cannot be: the message is not believed
 			return
 		}
-		m.stats.GrantsRecv++
-		l.have, l.hinted, l.holder, l.ln, l.queue = true, false, m.self, c.ln, c.queue
-		m.trace(l, true)
-		l.queue = slices.DeleteFunc(l.queue, func(h nicfw.HostID) bool { return h == m.self })
-		for h := range l.rn {
-			m.enqueue(l, h)
-		}
-		if !l.waiting {
-			m.passOn(l) // a request served already (a late grant): on to the next
+		if c.gen < l.fence {
+			m.rescue(l, &c, body) // a token older than a recovery under way
 			return
 		}
-		// Served: the gate lets the waiting message go at the next Poll
-		// (or Tick passes the token on if it has gone meanwhile).
-		l.waiting = false
-		l.ln[m.self] = l.seq
+		m.take(l, &c)
 	}
+}
+
+// take makes the token in GRANT_LINK c this host's.
+// (A token made anew or rescued by a recovery comes this way too.) Hosts
+// known dead leave its queue.
+func (m *Module) take(l *link, c *ctl) {
+	m.stats.GrantsRecv++
+	l.have, l.hinted, l.holder, l.ln, l.queue, l.gen = true, false, m.self, c.ln, c.queue, max(c.gen, l.fence)
+	m.trace(l, true)
+	l.queue = slices.DeleteFunc(l.queue, func(h nicfw.HostID) bool { return h == m.self || m.down[h] })
+	for h := range l.rn {
+		if !m.down[h] {
+			m.enqueue(l, h)
+		}
+	}
+	if !l.waiting {
+		m.passOn(l) // a request served already (a late grant): on to the next
+		return
+	}
+	// Served: the gate lets the waiting message go at the next Poll (or
+	// Tick passes the token on if it has gone meanwhile).
+	l.waiting = false
+	l.ln[m.self] = l.seq
 }
 
 // rnWaits reports whether host h has a request the token has not served.
@@ -347,13 +380,13 @@ func (m *Module) passOn(l *link) {
 	if !l.have || l.using {
 		return
 	}
-	for len(l.queue) > 0 && !l.rnWaits(l.queue[0]) {
-		l.queue = l.queue[1:] // served meanwhile
+	for len(l.queue) > 0 && (!l.rnWaits(l.queue[0]) || m.down[l.queue[0]]) {
+		l.queue = l.queue[1:] // served meanwhile, or dead
 	}
 	if len(l.queue) == 0 {
 		if !l.hinted && l.seq > 0 { // the initial holder that never used it has nothing to announce
 			l.hinted = true
-			m.broadcast(l, m.hint(l.dst), 0)
+			m.broadcast(l, m.hint(l), 0)
 			m.stats.Hints++
 		}
 		return
@@ -395,22 +428,30 @@ func (m *Module) trace(l *link, holds bool) {
 }
 
 // Control messages (docs/wire.md), big-endian: type, link (the
-// destination host whose port the token governs), then by type:
+// destination host whose port the token governs), the token's generation
+// (4), then by type:
 //
 //	UNI_REQ_LINK, BCAST_REQ_LINK: requester (2), request number (4)
 //	OWN_LINK_HINT: holder (2)
 //	GRANT_LINK: n (1), n x (host (2), last request served (4)), q (1), q x host (2)
+//	QUERY, SUSPECT: sender (2)
+//	ANSWER: sender (2), holds (1: 0 or 1)
 const (
 	typeGrant    = 1
 	typeUniReq   = 2
 	typeBcastReq = 3
 	typeHint     = 4
+	typeQuery    = 5 // recovery: the coordinator asks who holds the token
+	typeAnswer   = 6
+	typeSuspect  = 7 // a waiting host asks the coordinator to recover the token
 )
 
 // ctl is a control message, parsed.
 type ctl struct {
 	typ   uint8
 	link  nicfw.HostID
+	gen   uint32       // the token's generation (QUERY, ANSWER: the one proposed)
+	holds bool         // ANSWER: the answerer holds the token
 	from  nicfw.HostID // requester or holder
 	seq   uint32
 	ln    map[nicfw.HostID]uint32
@@ -421,11 +462,11 @@ var errBadControl = errors.New("coord: bad control message")
 
 // parse parses a control message's body.
 func parse(b []byte) (c ctl, err error) {
-	if len(b) < 3 {
+	if len(b) < 7 {
 		return c, errBadControl
 	}
-	c.typ, c.link = b[0], nicfw.HostID(binary.BigEndian.Uint16(b[1:]))
-	b = b[3:]
+	c.typ, c.link, c.gen = b[0], nicfw.HostID(binary.BigEndian.Uint16(b[1:])), binary.BigEndian.Uint32(b[3:])
+	b = b[7:]
 	switch c.typ {
 	case typeUniReq, typeBcastReq:
 		if len(b) != 6 {
@@ -435,11 +476,16 @@ func parse(b []byte) (c ctl, err error) {
 		if c.from == 0 {
 			return c, errBadControl
 		}
-	case typeHint:
+	case typeHint, typeQuery, typeSuspect:
 		if len(b) != 2 {
 			return c, errBadControl
 		}
 		c.from = nicfw.HostID(binary.BigEndian.Uint16(b))
+	case typeAnswer:
+		if len(b) != 3 || b[2] > 1 {
+			return c, errBadControl
+		}
+		c.from, c.holds = nicfw.HostID(binary.BigEndian.Uint16(b)), b[2] == 1
 	case typeGrant:
 		if len(b) < 1 {
 			return c, errBadControl
@@ -473,21 +519,36 @@ func parse(b []byte) (c ctl, err error) {
 }
 
 func (m *Module) request(typ uint8, dst, from nicfw.HostID, seq uint32) []byte {
-	b := m.head(typ, dst)
+	b := m.head(typ, dst, 0)
 	b = binary.BigEndian.AppendUint16(b, uint16(from))
 	return binary.BigEndian.AppendUint32(b, seq)
 }
 
-func (m *Module) hint(dst nicfw.HostID) []byte {
-	return binary.BigEndian.AppendUint16(m.head(typeHint, dst), uint16(m.self))
+func (m *Module) hint(l *link) []byte {
+	return binary.BigEndian.AppendUint16(m.head(typeHint, l.dst, l.gen), uint16(m.self))
+}
+
+// short encodes a message of type typ about l whose only field after the
+// generation is this host (QUERY with gen, SUSPECT), or this host and
+// holds (ANSWER).
+func (m *Module) short(typ uint8, l *link, gen uint32, holds ...bool) []byte {
+	b := binary.BigEndian.AppendUint16(m.head(typ, l.dst, gen), uint16(m.self))
+	if len(holds) > 0 {
+		v := uint8(0)
+		if holds[0] {
+			v = 1
+		}
+		b = append(b, v)
+	}
+	return b
 }
 
 // grant encodes l's token for its next holder, with queue.
 func (m *Module) grant(l *link, queue []nicfw.HostID) ([]byte, error) {
-	if len(l.ln) > 255 || len(queue) > 255 || 3+1+6*len(l.ln)+1+2*len(queue) > nicfw.MaxControl {
+	if len(l.ln) > 255 || len(queue) > 255 || 7+1+6*len(l.ln)+1+2*len(queue) > nicfw.MaxControl {
 		return nil, fmt.Errorf("coord: a token for %d hosts does not fit a control message", len(l.ln))
 	}
-	b := append(m.head(typeGrant, l.dst), uint8(len(l.ln)))
+	b := append(m.head(typeGrant, l.dst, l.gen), uint8(len(l.ln)))
 	hosts := make([]nicfw.HostID, 0, len(l.ln))
 	for h := range l.ln {
 		hosts = append(hosts, h)
@@ -504,9 +565,10 @@ func (m *Module) grant(l *link, queue []nicfw.HostID) ([]byte, error) {
 	return b, nil
 }
 
-func (m *Module) head(typ uint8, dst nicfw.HostID) []byte {
+func (m *Module) head(typ uint8, dst nicfw.HostID, gen uint32) []byte {
 	b := append(m.buf[:0], typ)
-	return binary.BigEndian.AppendUint16(b, uint16(dst))
+	b = binary.BigEndian.AppendUint16(b, uint16(dst))
+	return binary.BigEndian.AppendUint32(b, gen)
 }
 
 // Interfaces the module implements.
@@ -514,4 +576,5 @@ var (
 	_ nicfw.SendGate        = (*Module)(nil)
 	_ nicfw.ControlReceiver = (*Module)(nil)
 	_ nicfw.Ticker          = (*Module)(nil)
+	_ nicfw.HostWatcher     = (*Module)(nil)
 )

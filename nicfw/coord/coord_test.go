@@ -28,6 +28,8 @@ type star struct {
 	mods    []*Module
 	views   []*endpoint.View
 	holders map[nicfw.HostID]map[nicfw.HostID]bool
+	ports   []afxdp.Link // the hosts' links, on a hub
+	dead    map[int]bool // hosts (indices) killed: not polled
 	// unchecked: a second holder is not a failure (made-up control
 	// messages can make one: the transport vouches for a peer engine, not
 	// for what its module says).
@@ -46,12 +48,14 @@ func newStar(t testing.TB, n int, opts memlink.Options, cfg Config) *star {
 		t.Cleanup(func() { p.Close() })
 		ports = append(ports, p)
 	}
-	return newStarOn(t, ports, clock.NewManual(time.Unix(1_000_000, 0)), cfg)
+	s := newStarOn(t, ports, clock.NewManual(time.Unix(1_000_000, 0)), cfg, time.Hour)
+	s.ports = ports
+	return s
 }
 
 // newStarOn is newStar on the links of a star of hosts, on clk (nil: the
 // system clock).
-func newStarOn(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config) *star {
+func newStarOn(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config, giveUp time.Duration) *star {
 	t.Helper()
 	if tt, ok := t.(*testing.T); ok {
 		testenv.NoMemfdLeaks(tt, "xam-endpoint")
@@ -72,7 +76,7 @@ func newStarOn(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config) 
 		c.Trace = func(link nicfw.HostID, holds bool) { s.trace(self, link, holds) }
 		m := New(c)
 		e, err := nicfw.NewEngine(p, nicfw.EngineConfig{Host: self, Window: 8, Modules: []nicfw.Module{m},
-			Transport: transport.Config{Clock: tclk, Channels: 16, RetransmitAfter: 2 * time.Millisecond, GiveUpAfter: time.Hour}})
+			Transport: transport.Config{Clock: tclk, Channels: 16, RetransmitAfter: 2 * time.Millisecond, GiveUpAfter: giveUp}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +124,10 @@ func (s *star) trace(self, link nicfw.HostID, holds bool) {
 // poll polls every engine once and reports whether any did something.
 func (s *star) poll() bool {
 	work := 0
-	for _, e := range s.engines {
+	for i, e := range s.engines {
+		if s.dead[i] {
+			continue
+		}
 		n, err := e.Poll()
 		if err != nil {
 			s.t.Fatal(err)
@@ -281,7 +288,7 @@ func TestEarlyRelease(t *testing.T) {
 func TestSecondTokenRefused(t *testing.T) {
 	s := newStar(t, 3, memlink.Options{}, Config{})
 	s.mods[0].link(3) // host 1 holds link 3's token from the start
-	s.mods[0].Control(2, []byte{typeGrant, 0, 3, 0, 0})
+	s.mods[0].Control(2, []byte{typeGrant, 0, 3, 0, 0, 0, 0, 0, 0}) // generation 0, no entries, empty queue
 	if st := s.mods[0].Stats(); st.Bad != 1 || st.GrantsRecv != 0 || !s.mods[0].Holds(3) {
 		t.Errorf("after a second grant: %+v, holds %v", st, s.mods[0].Holds(3))
 	}
@@ -291,11 +298,14 @@ func TestSecondTokenRefused(t *testing.T) {
 // engines for all inputs: the modules never panic and the engines keep
 // running.
 func FuzzControl(f *testing.F) {
-	f.Add([]byte{typeUniReq, 0, 3, 0, 2, 0, 0, 0, 1})
-	f.Add([]byte{typeBcastReq, 0, 3, 0, 2, 0, 0, 0, 7})
-	f.Add([]byte{typeHint, 0, 3, 0, 2})
-	f.Add([]byte{typeGrant, 0, 3, 1, 0, 2, 0, 0, 0, 1, 1, 0, 2})
-	f.Add([]byte{typeGrant, 0, 3, 0, 0})
+	f.Add([]byte{typeUniReq, 0, 3, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1})
+	f.Add([]byte{typeBcastReq, 0, 3, 0, 0, 0, 0, 0, 2, 0, 0, 0, 7})
+	f.Add([]byte{typeHint, 0, 3, 0, 0, 0, 0, 0, 2})
+	f.Add([]byte{typeGrant, 0, 3, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 1, 1, 0, 2})
+	f.Add([]byte{typeGrant, 0, 3, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{typeQuery, 0, 3, 0, 2, 0, 1, 0, 1})
+	f.Add([]byte{typeAnswer, 0, 3, 0, 2, 0, 1, 0, 2, 0})
+	f.Add([]byte{typeSuspect, 0, 3, 0, 0, 0, 0, 0, 2})
 	f.Add([]byte{9})
 	s := newStar(f, 3, memlink.Options{}, Config{}) // building one costs far more than an input
 	s.unchecked = true
@@ -308,4 +318,89 @@ func FuzzControl(f *testing.F) {
 			s.poll()
 		}
 	})
+}
+
+// A holder dies with the token: the other senders, their requests to it
+// given up on (the transport's GiveUpAfter), have the link's coordinator
+// recover it; exactly one token results (newStar's trace, the dead host
+// left out) and every message of the live senders arrives.
+func TestDeadHolder(t *testing.T) {
+	for _, after := range []int{4, 11} {
+		for _, loss := range []float64{0, 0.1} {
+			t.Run(fmt.Sprintf("after=%d/loss=%v", after, loss), func(t *testing.T) { deadHolder(t, after, loss) })
+		}
+	}
+}
+
+// deadHolder kills the holder once after messages have arrived, with
+// frames lost at rate loss.
+func deadHolder(t *testing.T, after int, loss float64) {
+	const n, per, size = 4, 8, 20_000
+	hub, err := memlink.NewHub(memlink.Options{Loss: loss, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports []afxdp.Link
+	for range n {
+		p := hub.Attach()
+		t.Cleanup(func() { p.Close() })
+		ports = append(ports, p)
+	}
+	s := newStarOn(t, ports, clock.NewManual(time.Unix(1_000_000, 0)), Config{}, 100*time.Millisecond)
+	s.dead = map[int]bool{}
+	rx := s.views[n-1]
+	sent := make([]int, n-1)
+	got := make([]int, n-1)
+	victim := -1
+	s.run(1_000_000, func() bool {
+		for i := range n - 1 {
+			if !s.dead[i] && sent[i] < per && send(t, s.views[i], endpoint.Descriptor{Class: endpoint.ClassBulk, Dest: uint32(n - 1),
+				Handler: 1, Length: size, RemoteOffset: uint32(i * size), NArgs: 1, Args: [endpoint.MaxShortArgs]uint64{uint64(i)}}) {
+				sent[i]++
+			}
+		}
+		for {
+			var d endpoint.Descriptor
+			ok, err := rx.Receive(endpoint.RequestReceive, &d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got[d.Args[0]]++
+		}
+		if victim < 0 && got[0]+got[1]+got[2] >= after {
+			// Kill whichever sender holds the receiver's token now.
+			for i := range n - 1 {
+				if s.mods[i].Holds(nicfw.HostID(n)) {
+					victim = i
+				}
+			}
+			if victim >= 0 {
+				s.dead[victim] = true
+				ports[victim].Close()
+				delete(s.holders[nicfw.HostID(n)], nicfw.HostID(victim+1))
+			}
+		}
+		done := victim >= 0
+		for i := range n - 1 {
+			done = done && (i == victim || got[i] == per)
+		}
+		return done
+	})
+	var regenerated uint64
+	holders := 0
+	for i, m := range s.mods {
+		if i != victim {
+			regenerated += m.Stats().Regenerated
+			if m.Holds(nicfw.HostID(n)) {
+				holders++
+			}
+		}
+	}
+	if regenerated == 0 || holders != 1 {
+		t.Errorf("the token was made anew %d times; %d live hosts hold it, want 1", regenerated, holders)
+	}
+	t.Logf("host %d died holding the token; then %v delivered", victim+1, got)
 }

@@ -53,9 +53,13 @@
 // messages, which the transport delivers exactly once: at every moment at
 // most one host holds it, none while it travels.
 //
-// Not yet built: regenerating the token of a link whose holder died. A
-// holder that becomes unreachable takes its link's token with it, and
-// coordinated messages to that link wait (Stats.Waiting shows them).
+// A holder that dies takes its link's token with it. The engine tells the
+// module of every host it gives up on (the transport's GiveUpAfter); a
+// sender that waits for the token then has the link's coordinator, the
+// lowest live host id, recover it: a new generation of the token is
+// proposed, every live host fences the link at it and answers whether it
+// holds the token, and if none does the coordinator makes it anew
+// (recover.go says why a token still travelling cannot make a second).
 //
 // docs/wire.md has the control messages' layout.
 package coord

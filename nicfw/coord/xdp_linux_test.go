@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/internal/testenv"
@@ -31,5 +32,5 @@ func TestTokenOverAFXDP(t *testing.T) {
 		_, sock := xdptest.Open(t, h.Do, h.Index, h.MAC, 0.10, uint64(i+1))
 		links = append(links, sock)
 	}
-	tokenBody(t, newStarOn(t, links, nil, Config{}), 6, 60)
+	tokenBody(t, newStarOn(t, links, nil, Config{}, time.Hour), 6, 60)
 }
