@@ -287,7 +287,7 @@ func TestEarlyRelease(t *testing.T) {
 // A GRANT_LINK for a token its host holds already is not believed.
 func TestSecondTokenRefused(t *testing.T) {
 	s := newStar(t, 3, memlink.Options{}, Config{})
-	s.mods[0].link(3) // host 1 holds link 3's token from the start
+	s.mods[0].link(3)                                               // host 1 holds link 3's token from the start
 	s.mods[0].Control(2, []byte{typeGrant, 0, 3, 0, 0, 0, 0, 0, 0}) // generation 0, no entries, empty queue
 	if st := s.mods[0].Stats(); st.Bad != 1 || st.GrantsRecv != 0 || !s.mods[0].Holds(3) {
 		t.Errorf("after a second grant: %+v, holds %v", st, s.mods[0].Holds(3))
