@@ -23,6 +23,7 @@ type Hub struct {
 	mu    sync.Mutex
 	rng   *rand.Rand
 	ports []*Port
+	tap   func(from net.HardwareAddr, frame []byte)
 }
 
 // Port is one port of a Hub; it implements afxdp.Link (without Wait's
@@ -50,12 +51,39 @@ func NewHub(opts Options) (*Hub, error) {
 
 // Attach adds a port with MAC 02:00:00:00:01:NN, NN its number from 1.
 func (h *Hub) Attach() *Port {
+	n := len(h.ports) + 1
+	return h.AttachMAC(net.HardwareAddr{2, 0, 0, 0, byte(1 + n>>8), byte(n)})
+}
+
+// AttachMAC adds a port with MAC mac.
+func (h *Hub) AttachMAC(mac net.HardwareAddr) *Port {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := len(h.ports) + 1
-	p := &Port{h: h, mac: net.HardwareAddr{2, 0, 0, 0, byte(1 + n>>8), byte(n)}}
+	p := &Port{h: h, mac: slices.Clone(mac)}
 	h.ports = append(h.ports, p)
 	return p
+}
+
+// SetTap makes f see every frame sent on the hub, with its sender's MAC,
+// under the hub's lock (f must not call the hub).
+func (h *Hub) SetTap(f func(from net.HardwareAddr, frame []byte)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tap = f
+}
+
+// Inject delivers f to every other port, as Send does but without the
+// size check and without losses: what a broken sender on the wire
+// produces.
+func (p *Port) Inject(f []byte) {
+	h := p.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, o := range h.ports {
+		if o != p && !o.closed && len(o.in) < h.opts.Depth {
+			o.in = append(o.in, slices.Clone(f))
+		}
+	}
 }
 
 // Send implements afxdp.Link.
@@ -70,6 +98,9 @@ func (p *Port) Send(frames [][]byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	for _, f := range frames {
+		if h.tap != nil {
+			h.tap(p.mac, f)
+		}
 		for _, o := range h.ports {
 			if o == p || o.closed || f[0]&1 == 0 && !slices.Equal(f[:6], o.mac) {
 				continue

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/internal/clock"
 )
@@ -24,7 +25,7 @@ type node struct {
 	mac     net.HardwareAddr
 	priv    bool
 	queue   int
-	end     *end
+	end     *memlink.Port
 	m       *Mapper
 	changes []Table
 }
@@ -32,16 +33,20 @@ type node struct {
 // segment is a hub with mappers on a manual clock.
 type segment struct {
 	t     *testing.T
-	hub   hub
+	hub   *memlink.Hub
 	clk   *clock.Manual
 	nodes []*node
 }
 
 func newSegment(t *testing.T) *segment {
-	s := &segment{t: t, clk: clock.NewManual(time.Unix(1000, 0))}
+	hub, err := memlink.NewHub(memlink.Options{BatchSize: 8, Depth: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &segment{t: t, hub: hub, clk: clock.NewManual(time.Unix(1000, 0))}
 	// Every frame on the segment is checked: only privileged hosts send
 	// TABLEs.
-	s.hub.tap = func(from net.HardwareAddr, f []byte) {
+	s.hub.SetTap(func(from net.HardwareAddr, f []byte) {
 		if msg, ok := decode(f); ok && msg.Type == TypeTable {
 			for _, n := range s.nodes {
 				if bytes.Equal(n.mac, from) && !n.priv {
@@ -49,7 +54,7 @@ func newSegment(t *testing.T) *segment {
 				}
 			}
 		}
-	}
+	})
 	return s
 }
 
@@ -77,7 +82,7 @@ func mac(b byte) net.HardwareAddr { return net.HardwareAddr{0x02, 0, 0, 0, 0, b}
 func (s *segment) add(m net.HardwareAddr, priv bool) *node {
 	s.t.Helper()
 	n := &node{mac: m, priv: priv, queue: int(m[5]) % 4}
-	n.end = s.hub.attach(m)
+	n.end = s.hub.AttachMAC(m)
 	mp, err := New(n.end, Config{
 		Clock: s.clk, ProbeInterval: probeEvery, DeadAfter: deadAfter,
 		Queue: n.queue, Privileged: priv,
@@ -303,8 +308,8 @@ func TestLeaderRestart(t *testing.T) {
 	// A host that reports a newer epoch than the leader's, with the
 	// hosts unchanged, makes the leader move above it.
 	b := s.nodes[0]
-	raw := s.hub.attach(b.mac)
-	raw.inject(frameOf(t, b.mac, defaultVCI, (&Message{Type: TypeProbe, Privileged: true,
+	raw := s.hub.AttachMAC(b.mac)
+	raw.Inject(frameOf(t, b.mac, defaultVCI, (&Message{Type: TypeProbe, Privileged: true,
 		MAC: [6]byte(b.mac), Queue: uint16(b.queue), Epoch: got.Epoch + 50}).Append(nil)))
 	s.run(2 * probeEvery)
 	if now := s.check(); now.Epoch <= got.Epoch+50 {
@@ -319,8 +324,8 @@ func TestTableFromNonLeader(t *testing.T) {
 	s.add(mac(1), true)
 	s.run(3 * probeEvery)
 	s.check()
-	raw := s.hub.attach(mac(9))
-	raw.inject(frameOf(t, mac(9), defaultVCI, (&Message{Type: TypeTable, Privileged: true, MAC: [6]byte(mac(9)), Epoch: 99,
+	raw := s.hub.AttachMAC(mac(9))
+	raw.Inject(frameOf(t, mac(9), defaultVCI, (&Message{Type: TypeTable, Privileged: true, MAC: [6]byte(mac(9)), Epoch: 99,
 		Entries: []Entry{{ID: 0, MAC: [6]byte(mac(9))}, {ID: 1, MAC: [6]byte(mac(10))}}}).Append(nil)))
 	s.run(tick)
 	tab := b.m.Table()
@@ -373,7 +378,7 @@ func TestMalformedFrames(t *testing.T) {
 	s.run(3 * probeEvery)
 	good := s.check()
 	evil := mac(9)
-	raw := s.hub.attach(evil)
+	raw := s.hub.AttachMAC(evil)
 
 	probe := (&Message{Type: TypeProbe, MAC: [6]byte(evil), Privileged: true}).Append(nil)
 	table := (&Message{Type: TypeTable, MAC: [6]byte(evil), Privileged: true, Epoch: 99,
@@ -416,7 +421,7 @@ func TestMalformedFrames(t *testing.T) {
 	all = append(all, ignored...)
 	before := a.m.Stats()
 	for _, f := range all {
-		raw.inject(f)
+		raw.Inject(f)
 		s.run(tick)
 	}
 	st := a.m.Stats()
@@ -438,7 +443,10 @@ func TestMalformedFrames(t *testing.T) {
 }
 
 func TestNewInvalid(t *testing.T) {
-	h := &hub{}
+	h, err := memlink.NewHub(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		mac net.HardwareAddr
 		cfg Config
@@ -450,7 +458,7 @@ func TestNewInvalid(t *testing.T) {
 		{broadcast, Config{}},
 		{net.HardwareAddr{1, 2, 3}, Config{}},
 	} {
-		if _, err := New(h.attach(tc.mac), tc.cfg); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := New(h.AttachMAC(tc.mac), tc.cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("New(%v, %+v) = %v, want ErrInvalidConfig", tc.mac, tc.cfg, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/clock"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -17,11 +18,14 @@ import (
 // engine's link, and the engine's coarse timer runs it.
 func TestModule(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1_000_000, 0))
-	h := &hub{}
+	h, err := memlink.NewHub(memlink.Options{BatchSize: 8, Depth: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var engs []*nicfw.Engine
 	var mods []*Module
 	for i := range 3 {
-		l := h.attach(net.HardwareAddr{2, 0, 0, 0, 0, byte(0x30 + i)})
+		l := h.AttachMAC(net.HardwareAddr{2, 0, 0, 0, 0, byte(0x30 + i)})
 		m := NewModule(Config{Clock: clk, ProbeInterval: 20 * time.Millisecond, Privileged: true})
 		cfg := nicfw.EngineConfig{Host: 100, Modules: []nicfw.Module{m}}
 		cfg.Transport.Clock = clk
