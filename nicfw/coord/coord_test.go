@@ -152,6 +152,37 @@ func (s *star) run(limit int, done func() bool) {
 	}
 }
 
+// stream queues, from every live host but the last, its next bulk
+// message of size bytes to the last (arguments: the sender's index and
+// the message's number), up to per messages each; sent counts them.
+func (s *star) stream(t *testing.T, sent []int, per, size int) {
+	t.Helper()
+	n := len(s.views)
+	for i := range n - 1 {
+		if !s.dead[i] && sent[i] < per && send(t, s.views[i], endpoint.Descriptor{Class: endpoint.ClassBulk, Dest: uint32(n - 1),
+			Handler: 1, Length: uint32(size), RemoteOffset: uint32(i * size), NArgs: 2,
+			Args: [endpoint.MaxShortArgs]uint64{uint64(i), uint64(sent[i])}}) {
+			sent[i]++
+		}
+	}
+}
+
+// receive hands f every message waiting in rx's request receive queue.
+func (s *star) receive(t *testing.T, rx *endpoint.View, f func(d *endpoint.Descriptor)) {
+	t.Helper()
+	for {
+		var d endpoint.Descriptor
+		ok, err := rx.Receive(endpoint.RequestReceive, &d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return
+		}
+		f(&d)
+	}
+}
+
 func send(t *testing.T, v *endpoint.View, d endpoint.Descriptor) bool {
 	t.Helper()
 	err := v.Send(endpoint.RequestSend, &d)
@@ -184,25 +215,11 @@ func tokenBody(t *testing.T, s *star, per, limit int) {
 	got := make(map[uint64][]uint64) // sender -> message numbers in arrival order
 	total := 0
 	s.run(limit, func() bool {
-		for i := range n - 1 {
-			if sent[i] < per && send(t, s.views[i], endpoint.Descriptor{Class: endpoint.ClassBulk, Dest: uint32(n - 1),
-				Handler: 1, Offset: 0, Length: size, RemoteOffset: uint32(i * size), NArgs: 2,
-				Args: [endpoint.MaxShortArgs]uint64{uint64(i), uint64(sent[i])}}) {
-				sent[i]++
-			}
-		}
-		for {
-			var d endpoint.Descriptor
-			ok, err := rx.Receive(endpoint.RequestReceive, &d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
+		s.stream(t, sent, per, size)
+		s.receive(t, rx, func(d *endpoint.Descriptor) {
 			got[d.Args[0]] = append(got[d.Args[0]], d.Args[1])
 			total++
-		}
+		})
 		return total == (n-1)*per
 	})
 	for i := range uint64(n - 1) {
@@ -353,23 +370,8 @@ func deadHolder(t *testing.T, after int, loss float64) {
 	got := make([]int, n-1)
 	victim := -1
 	s.run(1_000_000, func() bool {
-		for i := range n - 1 {
-			if !s.dead[i] && sent[i] < per && send(t, s.views[i], endpoint.Descriptor{Class: endpoint.ClassBulk, Dest: uint32(n - 1),
-				Handler: 1, Length: size, RemoteOffset: uint32(i * size), NArgs: 1, Args: [endpoint.MaxShortArgs]uint64{uint64(i)}}) {
-				sent[i]++
-			}
-		}
-		for {
-			var d endpoint.Descriptor
-			ok, err := rx.Receive(endpoint.RequestReceive, &d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			got[d.Args[0]]++
-		}
+		s.stream(t, sent, per, size)
+		s.receive(t, rx, func(d *endpoint.Descriptor) { got[d.Args[0]]++ })
 		if victim < 0 && got[0]+got[1]+got[2] >= after {
 			// Kill whichever sender holds the receiver's token now.
 			for i := range n - 1 {
