@@ -50,16 +50,20 @@ func NewHub(opts Options) (*Hub, error) {
 }
 
 // Attach adds a port with MAC 02:00:00:00:01:NN, NN its number from 1.
-func (h *Hub) Attach() *Port {
-	n := len(h.ports) + 1
-	return h.AttachMAC(net.HardwareAddr{2, 0, 0, 0, byte(1 + n>>8), byte(n)})
-}
+func (h *Hub) Attach() *Port { return h.attach(nil) }
 
 // AttachMAC adds a port with MAC mac.
-func (h *Hub) AttachMAC(mac net.HardwareAddr) *Port {
+func (h *Hub) AttachMAC(mac net.HardwareAddr) *Port { return h.attach(slices.Clone(mac)) }
+
+// attach adds a port with MAC mac, or (nil) the next numbered one.
+func (h *Hub) attach(mac net.HardwareAddr) *Port {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p := &Port{h: h, mac: slices.Clone(mac)}
+	if mac == nil {
+		n := len(h.ports) + 1
+		mac = net.HardwareAddr{2, 0, 0, 0, byte(1 + n>>8), byte(n)}
+	}
+	p := &Port{h: h, mac: mac}
 	h.ports = append(h.ports, p)
 	return p
 }

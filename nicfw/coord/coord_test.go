@@ -38,6 +38,12 @@ type star struct {
 
 func newStar(t testing.TB, n int, opts memlink.Options, cfg Config) *star {
 	t.Helper()
+	return newStarOn(t, hubPorts(t, n, opts), clock.NewManual(time.Unix(1_000_000, 0)), cfg, time.Hour)
+}
+
+// hubPorts returns n ports of a new memlink.Hub with opts.
+func hubPorts(t testing.TB, n int, opts memlink.Options) []afxdp.Link {
+	t.Helper()
 	hub, err := memlink.NewHub(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -48,9 +54,7 @@ func newStar(t testing.TB, n int, opts memlink.Options, cfg Config) *star {
 		t.Cleanup(func() { p.Close() })
 		ports = append(ports, p)
 	}
-	s := newStarOn(t, ports, clock.NewManual(time.Unix(1_000_000, 0)), cfg, time.Hour)
-	s.ports = ports
-	return s
+	return ports
 }
 
 // newStarOn is newStar on the links of a star of hosts, on clk (nil: the
@@ -353,16 +357,7 @@ func TestDeadHolder(t *testing.T) {
 // frames lost at rate loss.
 func deadHolder(t *testing.T, after int, loss float64) {
 	const n, per, size = 4, 8, 20_000
-	hub, err := memlink.NewHub(memlink.Options{Loss: loss, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ports []afxdp.Link
-	for range n {
-		p := hub.Attach()
-		t.Cleanup(func() { p.Close() })
-		ports = append(ports, p)
-	}
+	ports := hubPorts(t, n, memlink.Options{Loss: loss, Seed: 3})
 	s := newStarOn(t, ports, clock.NewManual(time.Unix(1_000_000, 0)), Config{}, 100*time.Millisecond)
 	s.dead = map[int]bool{}
 	rx := s.views[n-1]
