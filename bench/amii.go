@@ -65,7 +65,20 @@ func (h *amiiHost) close() error {
 // openAMII builds host id at p, whose peer is host peerID at peer: its
 // AF_XDP socket on queue, an inline engine with window (and a channel per
 // message in flight) and an AM-II endpoint with acfg.
-func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config) (_ *amiiHost, err error) {
+func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config) (*amiiHost, error) {
+	ec := nicfw.EngineConfig{Host: id, Window: window}
+	if window > 1 {
+		ec.Transport.Channels = max(window, transport.DefaultChannels) // a channel per message in flight
+	}
+	table := []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}
+	return openAMIIHost(p, ec, map[nicfw.HostID]Place{peerID: peer}, mode, queue, table, acfg)
+}
+
+// openAMIIHost builds a host at p: its AF_XDP socket on queue, an inline
+// engine with ec that knows peers, and an AM-II endpoint with table and
+// acfg.
+func openAMIIHost(p Place, ec nicfw.EngineConfig, peers map[nicfw.HostID]Place, mode loader.Mode, queue int,
+	table []amii.Name, acfg amii.Config) (_ *amiiHost, err error) {
 	h := &amiiHost{}
 	defer func() {
 		if err != nil {
@@ -75,18 +88,15 @@ func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode lo
 	if h.raw, err = OpenRaw(p, mode, queue); err != nil {
 		return nil, err
 	}
-	ec := nicfw.EngineConfig{Host: id, Window: window}
-	if window > 1 {
-		ec.Transport.Channels = max(window, transport.DefaultChannels) // a channel per message in flight
-	}
 	if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
 		return nil, err
 	}
-	if err = h.eng.AddHost(peerID, peer.MAC); err != nil {
-		return nil, err
+	for id, peer := range peers {
+		if err = h.eng.AddHost(id, peer.MAC); err != nil {
+			return nil, err
+		}
 	}
-	vn := amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}}
-	if h.am, err = amii.New(h.eng, vn, acfg); err != nil {
+	if h.am, err = amii.New(h.eng, amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: table}, acfg); err != nil {
 		return nil, err
 	}
 	return h, nil

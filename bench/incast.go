@@ -196,20 +196,10 @@ func openIncast(senders []Place, rx Place, config string, size, window int, cfg 
 			mods = append(mods, m)
 			ec.Modules = []nicfw.Module{m}
 		}
-		h := &amiiHost{}
-		hosts = append(hosts, h)
-		var err error
-		if h.raw, err = OpenRaw(p, cfg.Mode, 0); err != nil {
-			return hosts, nil, err
-		}
-		if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
-			return hosts, nil, err
-		}
+		peers := make(map[nicfw.HostID]Place)
 		for j, q := range all {
 			if j != i {
-				if err := h.eng.AddHost(nicfw.HostID(j+1), q.MAC); err != nil {
-					return hosts, nil, err
-				}
+				peers[nicfw.HostID(j+1)] = q
 			}
 		}
 		table := []amii.Name{{Host: rxID, Endpoint: amiiEndpoint}}
@@ -221,9 +211,11 @@ func openIncast(senders []Place, rx Place, config string, size, window int, cfg 
 			}
 			acfg = amii.Config{Credits: window, StagingSize: max(64<<10, n*size), MediumSlots: -1}
 		}
-		if h.am, err = amii.New(h.eng, amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: table}, acfg); err != nil {
+		h, err := openAMIIHost(p, ec, peers, cfg.Mode, 0, table, acfg)
+		if err != nil {
 			return hosts, nil, err
 		}
+		hosts = append(hosts, h)
 	}
 	return hosts, mods, nil
 }
