@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +31,13 @@ import (
 type IncastConfig struct {
 	Senders []int // numbers of senders (default 1, 2, 3)
 	Sizes   []int // message sizes in bytes (default 1, 4, 16 and 64 KB)
-	// Bytes each sender sends per measurement (default 2 MB).
+	// Bytes the senders send per measurement, together (default 8 MB):
+	// each of n senders sends Bytes/n, so that every point lasts about as
+	// long, the single sender's too.
 	Bytes int64
+	// Runs: each point is measured this many times and the run of median
+	// goodput reported (default 3), the spread beside it.
+	Runs int
 	// EarlyRelease is the coordinated run with ETR's setting (bytes of a
 	// message left when its token passes on; default what the link carries
 	// in 150 us at LinkRate, ten cells' payload at least).
@@ -65,7 +71,13 @@ type IncastPoint struct {
 	Drops       uint64  `json:"switch_drops"` // frames the switch dropped toward the receiver
 	Retransmits uint64  `json:"retransmits"`  // the senders' transports' (TCP: not counted)
 	Handoffs    float64 `json:"token_handoffs_per_message,omitempty"`
-	Ratio       float64 `json:"ratio_to_one_sender"` // goodput over the same config's with one sender
+	// Ratio: goodput over the best single sender's at this size (of every
+	// configuration: what one sender gets through the port).
+	Ratio float64 `json:"ratio_to_one_sender"`
+	// Runs measured; the lowest and highest goodput of them.
+	Runs    int     `json:"runs"`
+	MinMbps float64 `json:"min_goodput_mbps"`
+	MaxMbps float64 `json:"max_goodput_mbps"`
 }
 
 // IncastResult is what RunIncast measured.
@@ -95,7 +107,10 @@ func RunIncast(senders []Place, receiver Place, addrs []netip.Addr, rxAddr netip
 		cfg.Sizes = []int{1 << 10, 4 << 10, 16 << 10, 64 << 10}
 	}
 	if cfg.Bytes == 0 {
-		cfg.Bytes = 2 << 20
+		cfg.Bytes = 8 << 20
+	}
+	if cfg.Runs == 0 {
+		cfg.Runs = 3
 	}
 	if cfg.EarlyRelease == 0 {
 		// As DVCM chose it: what the link carries in a token's passing
@@ -122,51 +137,83 @@ func RunIncast(senders []Place, receiver Place, addrs []netip.Addr, rxAddr netip
 			return nil, err
 		}
 	}
-	one := map[string]float64{}
 	for _, size := range cfg.Sizes {
+		first := len(res.Points)
 		for _, n := range cfg.Senders {
 			for _, c := range append(incastConfigs, "tcp") {
 				if cfg.Stop != nil && cfg.Stop.Load() {
 					res.Interrupted = true
+					ratios(res.Points[first:])
 					return res, nil
 				}
 				if cfg.Progress != nil {
 					cfg.Progress(fmt.Sprintf("%d senders, %d-byte messages, %s", n, size, c))
 				}
-				var before uint64
-				if cfg.Drops != nil {
-					var err error
-					if before, err = cfg.Drops(); err != nil {
-						return nil, err
-					}
-				}
-				var p *IncastPoint
-				var err error
-				if c == "tcp" {
-					p, err = incastTCP(senders[:n], addrs[:n], receiver, rxAddr, size, cfg.Bytes)
-				} else {
-					p, err = incastAMII(senders[:n], receiver, c, size, cfg)
-				}
+				p, err := incastPoint(senders, addrs, receiver, rxAddr, c, n, size, cfg)
 				if err != nil {
 					return nil, fmt.Errorf("incast %s, %d senders, %d bytes: %w", c, n, size, err)
 				}
-				if cfg.Drops != nil {
-					after, err := cfg.Drops()
-					if err != nil {
-						return nil, err
-					}
-					p.Drops = after - before
-				}
-				key := fmt.Sprint(c, size)
-				if n == 1 || one[key] == 0 {
-					one[key] = p.Mbps
-				}
-				p.Ratio = p.Mbps / one[key]
 				res.Points = append(res.Points, *p)
 			}
 		}
+		ratios(res.Points[first:])
 	}
 	return res, nil
+}
+
+// incastPoint measures configuration c with n senders and messages of
+// size bytes cfg.Runs times and returns the run of median goodput, with
+// the spread of all.
+func incastPoint(senders []Place, addrs []netip.Addr, rx Place, rxAddr netip.Addr, c string, n, size int, cfg IncastConfig) (*IncastPoint, error) {
+	each := max(int64(size), cfg.Bytes/int64(n))
+	var runs []*IncastPoint
+	for range cfg.Runs {
+		var before uint64
+		if cfg.Drops != nil {
+			var err error
+			if before, err = cfg.Drops(); err != nil {
+				return nil, err
+			}
+		}
+		var p *IncastPoint
+		var err error
+		if c == "tcp" {
+			p, err = incastTCP(senders[:n], addrs[:n], rx, rxAddr, size, each)
+		} else {
+			p, err = incastAMII(senders[:n], rx, c, size, each, cfg)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Drops != nil {
+			after, err := cfg.Drops()
+			if err != nil {
+				return nil, err
+			}
+			p.Drops = after - before
+		}
+		runs = append(runs, p)
+	}
+	slices.SortFunc(runs, func(a, b *IncastPoint) int { return cmp.Compare(a.Mbps, b.Mbps) })
+	p := runs[len(runs)/2]
+	p.Runs, p.MinMbps, p.MaxMbps = len(runs), runs[0].Mbps, runs[len(runs)-1].Mbps
+	return p, nil
+}
+
+// ratios sets the points' (one message size's) ratios to the best single
+// sender's goodput among them.
+func ratios(points []IncastPoint) {
+	best := 0.0
+	for _, p := range points {
+		if p.Senders == 1 {
+			best = max(best, p.Mbps)
+		}
+	}
+	for i := range points {
+		if best > 0 {
+			points[i].Ratio = points[i].Mbps / best
+		}
+	}
 }
 
 // openIncast opens the hosts of an incast measurement: an inline engine
@@ -229,9 +276,9 @@ func closeAll(hosts []*amiiHost) {
 
 // incastAMII runs one AM-II measurement: each sender an inline engine (with
 // the coordination module unless config is "off") and an AM-II endpoint
-// storing messages of size bytes into the receiver's, all senders driven
+// storing each bytes in messages of size bytes into the receiver's, all senders driven
 // by one goroutine, the receiver by another.
-func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastConfig) (*IncastPoint, error) {
+func incastAMII(senders []Place, rx Place, config string, size int, each int64, cfg IncastConfig) (*IncastPoint, error) {
 	n := len(senders)
 	const window = 8
 	hosts, mods, err := openIncast(senders, rx, config, size, window, cfg)
@@ -247,7 +294,7 @@ func incastAMII(senders []Place, rx Place, config string, size int, cfg IncastCo
 	}); err != nil {
 		return nil, err
 	}
-	per := int((cfg.Bytes + int64(size) - 1) / int64(size))
+	per := int((each + int64(size) - 1) / int64(size))
 	total := per * n
 	stop := spinServe(server)
 	start := time.Now()
@@ -358,13 +405,13 @@ func (r *IncastResult) Markdown(w io.Writer) error {
 	if r.Interrupted {
 		b.WriteString("**Interrupted**: the table holds what was measured before the run was stopped.\n\n")
 	}
-	b.WriteString("| message | senders | config | goodput Mbit/s | x one sender | switch drops | retransmits | token handoffs/msg |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| message | senders | config | goodput Mbit/s | runs: min-max | x best one sender | switch drops | retransmits | token handoffs/msg |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Points {
 		h := "-"
 		if p.Handoffs > 0 {
 			h = fmt.Sprintf("%.2f", p.Handoffs)
 		}
-		fmt.Fprintf(&b, "| %d | %d | %s | %.1f | %.2f | %d | %d | %s |\n", p.Size, p.Senders, p.Config, p.Mbps, p.Ratio, p.Drops, p.Retransmits, h)
+		fmt.Fprintf(&b, "| %d | %d | %s | %.1f | %d: %.1f-%.1f | %.2f | %d | %d | %s |\n", p.Size, p.Senders, p.Config, p.Mbps, p.Runs, p.MinMbps, p.MaxMbps, p.Ratio, p.Drops, p.Retransmits, h)
 	}
 	if len(r.Latency) > 0 {
 		b.WriteString("\n| without contention | message | p50 per Store (µs) |\n|---|---|---|\n")
@@ -372,7 +419,7 @@ func (r *IncastResult) Markdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | %d | %.1f |\n", l.Case, l.Size, l.P50)
 		}
 	}
-	b.WriteString("\noff: AM-II Stores, no coordination; on: the coordination module (nicfw/coord), a token per receiver port; on+etr: with Early Token Release; tcp: as many kernel TCP streams between the same hosts. Switch drops: frames the shaped port toward the receiver dropped (its tbf).\n")
+	b.WriteString("\noff: AM-II Stores, no coordination; on: the coordination module (nicfw/coord), a token per receiver port; on+etr: with Early Token Release; tcp: as many kernel TCP streams between the same hosts. Goodput: the senders' bytes delivered to the receiver's handlers per second, the run of median goodput of those measured (its drops and retransmits too); x best one sender: over the best goodput of one sender at that size. Switch drops: frames the shaped port toward the receiver dropped (its tbf).\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -272,8 +272,12 @@ func (sw *Switch) configure(hosts []*Host, cfg Config) error {
 // shape installs `tbf rate R burst B limit L` as the port's root qdisc: the
 // port's queue toward its host is the switch's output buffer.
 func (sw *Switch) shape(port netlink.Link, cfg Config) error {
-	mtu := port.Attrs().MTU
-	burst := max(uint32(mtu+14), uint32(cfg.PortRate/8/1000)) // at least a frame, about 1 ms at rate
+	// A bucket of a few frames: frames leave at the port's rate, as from
+	// a switch's output port (the bucket only absorbs the lateness of the
+	// qdisc's timer), and a larger packet (a GSO packet of the kernel's
+	// TCP, up to 64 KB on veth) is cut into frames before it queues, as it
+	// would be on a wire, rather than taken or dropped whole.
+	burst := 4 * uint32(port.Attrs().MTU+14)
 	q := &netlink.Tbf{
 		QdiscAttrs: netlink.QdiscAttrs{
 			LinkIndex: port.Attrs().Index,

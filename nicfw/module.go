@@ -201,6 +201,10 @@ type Backplane struct {
 // Self returns this host's id.
 func (b *Backplane) Self() HostID { return b.e.cfg.Host }
 
+// MaxUnit returns the most bytes of a message the engine sends at once: a
+// bulk message leaves in chunks of up to this many bytes of data.
+func (b *Backplane) MaxUnit() int { return b.e.maxPL }
+
 // Now returns the time on the engine's clock.
 func (b *Backplane) Now() time.Time { return b.e.clk.Now() }
 

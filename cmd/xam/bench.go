@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -20,7 +21,7 @@ import (
 // benchmarks are the names `xam bench` knows; "all" runs them all.
 var benchmarks = []string{"ssam", "logp", "engine", "incast", "hostile"}
 
-const benchUsage = "bench ssam|logp|engine|incast|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|engine|incast|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // runBench runs the named benchmarks, each on a lab of its own.
 func runBench(e *env, args []string) error {
@@ -36,10 +37,11 @@ func runBench(e *env, args []string) error {
 	flood := fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark) instead of Markdown")
 	out := fs.String("out", "", "ssam, incast: also write plots into this directory")
-	senders := fs.String("senders", "1,3,7", "incast: numbers of senders, e.g. 1,2,3,7")
+	senders := fs.String("senders", "1,2,3,7", "incast: numbers of senders, e.g. 1,2,3,7")
 	sizes := fs.String("sizes", "1k,4k,8k,16k", "incast: message sizes, e.g. 1k,4k,16k,64k")
-	portRate := fs.String("port-rate", "200mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit")
+	portRate := fs.String("port-rate", "100mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit")
 	portBuffer := fs.String("port-buffer", "16k", "incast: bytes each switch port queues (the tbf's limit)")
+	runs := fs.Int("runs", 3, "incast: runs per point (the median is reported)")
 	if err := parseOnly(fs, args); err != nil {
 		return err
 	}
@@ -76,7 +78,15 @@ func runBench(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	icfg.Bytes = min(*bulk, 1<<20) // per sender and measurement
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "bulk" {
+			icfg.Bytes = *bulk // all senders' together, per measurement
+		}
+	})
+	if *runs < 1 || *runs > 100 {
+		return usageError("--runs %d: want 1..100", *runs)
+	}
+	icfg.Runs = *runs
 	m, err := loader.ParseMode(*mode)
 	if err != nil {
 		return usageError("--mode: %v", err)

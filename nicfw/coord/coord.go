@@ -45,10 +45,14 @@ type Config struct {
 	// switch has passed it on). 0: the hosts' links are as fast as the
 	// switch's.
 	LinkRate uint64
-	// PortBuffer, in bytes, is what a switch port queues, if known: with
-	// LinkRate, Early Token Release then lets the next holder start only
-	// as early as the buffer holds the rest of this message and the whole
-	// of a message of the same size.
+	// PortBuffer, in bytes, is what a switch port queues, if known. With
+	// LinkRate, a holder then paces its message: it keeps what it
+	// estimates the port to queue (what it sent, less what the link has
+	// carried since its message began, plus what the last holder may have
+	// left there) at most three quarters of the buffer, so that a message
+	// larger than the buffer does not overflow it from one sender; and
+	// Early Token Release passes the token on only once the port queues
+	// no more than leaves room for the next holder's first chunk.
 	PortBuffer int
 	// Trace, if set, is told every time this host takes or gives up a
 	// link's token, in the engine thread (for tests that check that at
@@ -60,6 +64,7 @@ type Config struct {
 type Stats struct {
 	Bypassed    uint64 // messages at most Threshold bytes, not coordinated
 	Held        uint64 // send decisions held back for want of a token
+	Paced       uint64 // send decisions of a holder held back to the link's rate (PortBuffer)
 	Requests    uint64 // requests sent: unicast, broadcast (each once), retries
 	Forwarded   uint64 // unicast requests forwarded as broadcasts, the token being gone
 	GrantsSent  uint64 // tokens passed on
@@ -92,8 +97,12 @@ type link struct {
 	using  bool
 	hinted bool             // an OWN_LINK_HINT went out for this holding
 	user   nicfw.EndpointID // the endpoint whose message holds the token
-	start  time.Time        // when that message began to leave
 	size   int              // its size
+	left   int              // its bytes not yet sent
+	// With LinkRate: the wire bytes the port toward dst is estimated to
+	// queue (at least what it holds of this host's message), as of qAt.
+	queued float64
+	qAt    time.Time
 	// draining: the message has left its host and is still crossing the
 	// link (Config.LinkRate); the token passes on when it has.
 	draining bool
@@ -198,18 +207,29 @@ func (m *Module) MaySend(src nicfw.EndpointID, dst nicfw.HostID, size, left int)
 		}
 		return true
 	}
-	if left < size && left <= m.cfg.EarlyRelease {
+	if m.cfg.LinkRate == 0 && left < size && left <= m.cfg.EarlyRelease {
 		return true // the tail of a message that released its token early
 	}
 	l := m.link(dst)
 	switch {
 	case l.have && l.using:
 		if l.user == src && !l.draining {
+			if m.ahead(l, left) {
+				m.stats.Paced++
+				return false
+			}
 			return true // the rest of its message
 		}
 	case l.have:
-		l.using, l.user, l.start, l.size = true, src, m.bp.Now(), size
-		return true
+		// What the last holder may have left queued at the port: as much
+		// as it released the token early by.
+		l.using, l.user, l.size, l.left = true, src, size, size
+		l.queued, l.qAt = float64(m.early(size)), m.bp.Now()
+		if !m.ahead(l, left) {
+			return true
+		}
+		m.stats.Paced++
+		return false
 	default:
 		m.want(l)
 	}
@@ -226,20 +246,19 @@ func (m *Module) Sent(src nicfw.EndpointID, dst nicfw.HostID, left int) {
 		return
 	}
 	if m.cfg.LinkRate > 0 {
+		// The token passes on once the port is down to the early bytes
+		// (Early Token Release) of what it queued.
+		m.drain(l)
+		l.queued += float64(wireBytes(max(0, l.left-left)))
+		l.left = left
 		if left > 0 {
 			return
 		}
-		// On the link the message ends its wire time after it began to
-		// leave; the token goes EarlyRelease bytes' time before that.
-		early := min(m.cfg.EarlyRelease, l.size)
-		if m.cfg.PortBuffer > 0 {
-			early = min(early, max(0, m.cfg.PortBuffer-wireBytes(l.size)))
-		}
+		early := m.early(l.size)
 		if early > 0 {
 			m.stats.Early++
 		}
-		wire := time.Duration(float64(8*wireBytes(l.size-early)) / float64(m.cfg.LinkRate) * float64(time.Second))
-		if wait := l.start.Add(wire).Sub(m.bp.Now()); wait > 0 {
+		if wait := time.Duration((l.queued - float64(early)) * 8 / float64(m.cfg.LinkRate) * float64(time.Second)); wait > 0 {
 			l.draining = true
 			m.bp.After(wait, func() {
 				l.draining, l.using = false, false
@@ -254,6 +273,44 @@ func (m *Module) Sent(src nicfw.EndpointID, dst nicfw.HostID, left int) {
 	}
 	l.using = false
 	m.passOn(l)
+}
+
+// early returns the wire bytes of a message of size bytes that may still
+// queue at the port when its token passes on (LinkRate): EarlyRelease, and
+// when paced (PortBuffer) no more than the pacing's bound. The next holder
+// takes the port to queue that much when it takes the token, and paces
+// its own first chunk accordingly.
+func (m *Module) early(size int) int {
+	e := min(m.cfg.EarlyRelease, wireBytes(size))
+	if m.cfg.PortBuffer > 0 {
+		e = min(e, m.paceBound())
+	}
+	return e
+}
+
+// paceBound is the wire bytes a paced holder lets the port queue at most.
+func (m *Module) paceBound() int { return m.cfg.PortBuffer * 3 / 4 }
+
+// ahead reports whether the next unit of the message holding l's token,
+// left bytes of it still to send, would make the port queue more than the
+// pacing's bound (LinkRate and PortBuffer; without them never). A unit
+// larger than the bound waits for an empty queue.
+func (m *Module) ahead(l *link, left int) bool {
+	if m.cfg.LinkRate == 0 || m.cfg.PortBuffer == 0 {
+		return false
+	}
+	m.drain(l)
+	next := wireBytes(min(left, m.bp.MaxUnit()))
+	return l.queued > 0 && l.queued+float64(next) > float64(m.paceBound())
+}
+
+// drain brings l's estimate of the port's queue to now: the link has
+// carried LinkRate's worth since, and a queue does not go below empty (a
+// sender that could not send meanwhile earns no credit).
+func (m *Module) drain(l *link) {
+	now := m.bp.Now()
+	l.queued = max(0, l.queued-now.Sub(l.qAt).Seconds()*float64(m.cfg.LinkRate)/8)
+	l.qAt = now
 }
 
 // wireBytes returns about how many bytes n bytes of a message take on the

@@ -1,7 +1,9 @@
 package coord
 
 import (
+	"bytes"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -400,4 +402,63 @@ func deadHolder(t *testing.T, after int, loss float64) {
 		t.Errorf("the token was made anew %d times; %d live hosts hold it, want 1", regenerated, holders)
 	}
 	t.Logf("host %d died holding the token; then %v delivered", victim+1, got)
+}
+
+// With LinkRate and PortBuffer, a holder paces its message so that the
+// switch's port toward the receiver, draining at LinkRate, never queues
+// more than the buffer, however large the messages: two senders' 64 KB
+// messages through a 16 KB port. The port is modelled from the frames on
+// the hub and the engines' clock; unpaced (no PortBuffer), the same
+// messages overflow it.
+func TestPacing(t *testing.T) {
+	for _, paced := range []bool{true, false} {
+		t.Run(fmt.Sprintf("paced=%v", paced), func(t *testing.T) {
+			const rate, buffer, size = 8_000_000, 16 << 10, 64 << 10
+			hub, err := memlink.NewHub(memlink.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ports []afxdp.Link
+			for range 3 {
+				p := hub.Attach()
+				t.Cleanup(func() { p.Close() })
+				ports = append(ports, p)
+			}
+			clk := clock.NewManual(time.Unix(1_000_000, 0))
+			cfg := Config{LinkRate: rate, EarlyRelease: 2000}
+			if paced {
+				cfg.PortBuffer = buffer
+			}
+			// The port: what it queues, as of when.
+			var queued, most float64
+			at := clk.Now()
+			rx := ports[2].HardwareAddr()
+			hub.SetTap(func(_ net.HardwareAddr, frame []byte) {
+				if !bytes.Equal(frame[:6], rx) {
+					return
+				}
+				now := clk.Now()
+				queued = max(0, queued-now.Sub(at).Seconds()*rate/8) + float64(len(frame))
+				at, most = now, max(most, queued)
+			})
+			s := newStarOn(t, ports, clk, cfg, time.Hour)
+			for i := range 2 {
+				send(t, s.views[i], endpoint.Descriptor{Class: endpoint.ClassBulk, Dest: 2, Handler: 1, Length: size,
+					RemoteOffset: uint32(i * size)})
+			}
+			got := 0
+			s.run(100_000, func() bool {
+				s.receive(t, s.views[2], func(*endpoint.Descriptor) { got++ })
+				return got == 2
+			})
+			st := s.mods[0].Stats()
+			t.Logf("the port queued %.0f bytes at most; host 1: %+v", most, st)
+			switch {
+			case paced && (most > buffer || st.Paced == 0):
+				t.Errorf("paced: the port queued %.0f bytes (buffer %d), %d sends paced", most, buffer, st.Paced)
+			case !paced && most <= buffer:
+				t.Errorf("unpaced: the port queued only %.0f bytes: the test does not show pacing", most)
+			}
+		})
+	}
 }

@@ -21,6 +21,14 @@
 // until Config.EarlyRelease bytes of it are left (Early Token Release: the
 // token's next holder starts while the tail is on the wire), and passes on.
 //
+// On Ethernet a switch drops what its port cannot queue, where Myrinet's
+// links held the sender back, so the module can pace the holder: with
+// Config.LinkRate and Config.PortBuffer it estimates what the port queues
+// (wire bytes sent, less what the port carried at LinkRate since, never
+// below empty) and lets a chunk leave only while the estimate stays within
+// three quarters of the buffer; the token passes on once the estimate is
+// down to EarlyRelease, and the next holder starts from that estimate.
+//
 // The protocol is DVCM's, with its four control messages, carried by the
 // engine reliably and in order per destination host:
 //
