@@ -101,9 +101,11 @@ func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, endpoint.R
 	case rx.id == m.id && (rx.failed || rx.dst == s):
 		return rx, 0
 	case rx.id == m.id:
+		poolDrop(rx)
 		*rx = bulkRx{id: m.id, dst: s}
 		return rx, endpoint.ReasonIncomplete
 	}
+	poolDrop(rx) // a message its sender gave up on, if not complete
 	*rx = bulkRx{id: m.id, dst: s}
 	return rx, 0
 }

@@ -67,6 +67,13 @@
 // (endpoint.View.SetStoreRegion; ReasonRange), and counts the bytes; the
 // chunk that completes the count puts the descriptor (Offset =
 // RemoteOffset, Length = the whole length, handler and arguments as sent).
+// A pooled bulk message (RemoteOffset endpoint.PoolOffset; pool.go) names
+// no place: the receiving engine finds it a block of the endpoint's
+// receive pool (endpoint.View.SetPool) as its first chunk arrives, refuses
+// it for now (NACK; counted in EngineStats.PoolFull) while no block is
+// free, and takes the block back once the application has released the
+// message's receive queue entry: GRIM's optimistic flow control, one pool
+// shared by every sender, nothing reserved per peer.
 // A receiver keeps, per sending endpoint, the bulk message in progress (its
 // number and the bytes stored), begun by the first of its chunks to
 // arrive: a chunk of it for another endpoint than that one's (the endpoint

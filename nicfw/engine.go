@@ -131,6 +131,7 @@ type EngineStats struct {
 	Delivered     uint64 // messages put into a receive queue
 	Chunks        uint64 // bulk chunks stored that were not their message's last
 	ChunksDropped uint64 // bulk chunks dropped because their message was returned already
+	PoolFull      uint64 // pooled bulk chunks refused for now (NACK): no block of the receive pool free
 	QueueFull     uint64 // deliveries refused for a full receive queue (NACK)
 	NotResident   uint64 // deliveries refused because no frame could be freed (NACK)
 	Returned      uint64 // returned messages put into a sender's reply receive queue
@@ -184,6 +185,8 @@ type epState struct {
 	out    []byte
 	outLen int
 
+	pool *rxPool // the receive pool's allocator (pool.go), from the first pooled message
+
 	// Bulk (bulk.go): the message's number (from 1, per endpoint); sent,
 	// the bytes of it handed to the transport so far, chunk the length of
 	// the chunk being built; chunksOut its chunks in flight, started once
@@ -223,6 +226,11 @@ type bulkRx struct {
 	dst    *epState // the endpoint its first chunk was for (nil: none)
 	got    uint32   // the bytes of it stored so far
 	failed bool     // returned to its sender: its remaining chunks are dropped
+	// A pooled message (pool.go): its block of dst's receive pool, once
+	// found; put once its descriptor is in a receive queue (the block is
+	// then the pool's books', not the record's).
+	pooled, put bool
+	block       poolBlock
 }
 
 // flight is the engine's one record of a message in flight, whatever the
@@ -1133,10 +1141,19 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		reason = endpoint.ReasonClosed
 	case s.tag != m.tag && !e.cfg.Unprotected:
 		reason = endpoint.ReasonBadTag
-	case m.class == endpoint.ClassBulk && uint64(m.remote)+uint64(m.length) > s.mem.StoreRegion():
+	case m.class == endpoint.ClassBulk && m.remote != endpoint.PoolOffset && uint64(m.remote)+uint64(m.length) > s.mem.StoreRegion():
 		reason = endpoint.ReasonRange
 	case m.kind == endpoint.RequestSend && !s.mem.AcceptsHandler(m.handler):
 		reason = endpoint.ReasonNoHandler
+	case m.class == endpoint.ClassBulk && m.remote == endpoint.PoolOffset && rx.put:
+		e.stats.ChunksDropped++ // a chunk of a message stored whole already
+		return true, 0
+	case m.class == endpoint.ClassBulk && m.remote == endpoint.PoolOffset && !rx.pooled:
+		var ok bool
+		if ok, reason = e.poolAlloc(s, rx, m.length); !ok && reason == 0 {
+			e.stats.PoolFull++
+			return false, 0
+		}
 	}
 	if reason != 0 {
 		if !canReturn {
@@ -1145,6 +1162,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		}
 		if rx != nil {
 			rx.failed = true // returned once; the rest of it is dropped
+			poolDrop(rx)
 		}
 		return true, reason
 	}
@@ -1168,7 +1186,11 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		// The range was checked above, in 64 bits: remote+length is inside
 		// the store region (so the staging area), and chunk+len(data) at
 		// most length.
-		copy(s.mem.Staging()[m.remote+m.chunk:], m.data)
+		at := m.remote
+		if rx.pooled {
+			at = s.pool.base(rx.block) // the pool lies inside the staging area (Pool)
+		}
+		copy(s.mem.Staging()[at+m.chunk:], m.data)
 		if got := uint64(rx.got) + uint64(len(m.data)); got < uint64(m.length) {
 			rx.got = uint32(got)
 			e.stats.Chunks++
@@ -1177,8 +1199,15 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		// The last chunk to arrive: the message is complete. Refused
 		// (queue full), it comes again and is stored again, which changes
 		// nothing.
-		d.Offset, d.Length = m.remote, m.length
-		err = s.mem.Put(q, &d)
+		d.Offset, d.Length = at, m.length
+		if rx.pooled {
+			d.RemoteOffset = endpoint.PoolOffset
+			rx.block.q, rx.block.pos = q, s.mem.Produced(q)
+		}
+		if err = s.mem.Put(q, &d); err == nil && rx.pooled {
+			rx.put = true
+			s.pool.held = append(s.pool.held, rx.block)
+		}
 	default:
 		err = s.mem.Put(q, &d)
 	}

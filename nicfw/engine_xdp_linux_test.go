@@ -220,3 +220,10 @@ func TestModuleSeamOverAFXDP(t *testing.T) {
 		t.Errorf("no retransmissions with 10%% of the frames dropped: %+v", st)
 	}
 }
+
+// TestEnginePoolOverAFXDP is TestEnginePool's body over AF_XDP, with 10%
+// of the frames dropped by xam's XDP program at both hosts.
+func TestEnginePoolOverAFXDP(t *testing.T) {
+	n := newXDPEngNet(t, EngineConfig{Window: 8, Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
+	testEnginePool(t, n)
+}

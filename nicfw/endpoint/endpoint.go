@@ -143,7 +143,7 @@ const (
 //
 //   - in a send queue, in the staging area: a medium message's bytes, or
 //     the bulk data to store at RemoteOffset in the receiving endpoint's
-//     staging area;
+//     staging area (PoolOffset: in a block of its receive pool, SetPool);
 //   - in a receive queue, a medium message's bytes in the receive area and
 //     a bulk message's in the staging area, where the engine stored them
 //     (Offset is then the RemoteOffset it was sent with, and RemoteOffset
@@ -173,6 +173,11 @@ type Descriptor struct {
 	Tag          uint64
 	Args         [MaxShortArgs]uint64
 }
+
+// PoolOffset as a bulk message's RemoteOffset lets the receiving engine
+// store it in its endpoint's receive pool (View.SetPool), where it finds
+// room, instead of at an offset the sender names.
+const PoolOffset = ^uint32(0)
 
 func (d *Descriptor) encode(b []byte) {
 	_ = b[descSize-1]
@@ -325,8 +330,11 @@ func (c Config) withDefaults() (Config, error) {
 //	                  36 the store region and 40 the handler count (the
 //	                  application's: SetStoreRegion, SetHandlers), 44 the
 //	                  doorbell (the application's: Send rings it while
-//	                  the endpoint is not resident), 64 the armed event
-//	                  mask (Arm; a line of its own); the rest reserved, 0
+//	                  the endpoint is not resident), 48 and 52 the
+//	                  receive pool's offset in the staging area and size
+//	                  (the application's: SetPool; 0: none), 64 the
+//	                  armed event mask (Arm; a line of its own); the rest
+//	                  reserved, 0
 //	128 + q*ringSize  queue q (RequestSend, ReplySend, RequestReceive,
 //	                  ReplyReceive): producer index (own cache line),
 //	                  consumer index (own cache line), descriptors
@@ -348,6 +356,8 @@ const (
 	hdrStore   = 36
 	hdrHandler = 40
 	hdrBell    = 44
+	hdrPoolOff = 48
+	hdrPoolLen = 52
 	hdrArmed   = cacheLine
 	hdrSize    = 128
 
@@ -385,12 +395,13 @@ func (l layout) recvSlot(q Queue, pos uint32) int {
 // and handlers by the application (the engine clears armed when it
 // notifies).
 type hdrWords struct {
-	idle, armed, store, handlers, bell *atomic.Uint32
+	idle, armed, store, handlers, bell, poolOff, poolLen *atomic.Uint32
 }
 
 func words(mem []byte) hdrWords {
 	w := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
-	return hdrWords{idle: w(hdrIdle), armed: w(hdrArmed), store: w(hdrStore), handlers: w(hdrHandler), bell: w(hdrBell)}
+	return hdrWords{idle: w(hdrIdle), armed: w(hdrArmed), store: w(hdrStore), handlers: w(hdrHandler), bell: w(hdrBell),
+		poolOff: w(hdrPoolOff), poolLen: w(hdrPoolLen)}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
@@ -595,6 +606,26 @@ func (m *Memory) Stats() Stats { return m.stats }
 func (m *Memory) StoreRegion() uint64 {
 	return min(uint64(m.store.Load()), uint64(m.l.staging))
 }
+
+// Pool returns the receive pool the application set (View.SetPool): its
+// offset in the staging area and its size, clipped to the staging area;
+// size 0: none.
+func (m *Memory) Pool() (off, size uint32) {
+	off, size = m.poolOff.Load(), m.poolLen.Load()
+	if uint64(off) >= uint64(m.l.staging) {
+		return 0, 0
+	}
+	return off, uint32(min(uint64(size), uint64(m.l.staging)-uint64(off)))
+}
+
+// Produced returns the ring position the next descriptor Put into receive
+// queue q takes.
+func (m *Memory) Produced(q Queue) uint32 { return m.rings[q].own }
+
+// Released returns the ring position up to which the application has
+// released receive queue q's entries (its consumer index): an entry at a
+// position p with Released(q)-p in 1..entries is the engine's again.
+func (m *Memory) Released(q Queue) uint32 { return m.rings[q].peerIdx.Load() }
 
 // AcceptsHandler reports whether a request may name handler h
 // (View.SetHandlers).
@@ -903,6 +934,22 @@ func (v *View) Config() Config {
 func (v *View) SetStoreRegion(n uint32) {
 	if v.mem != nil {
 		v.store.Store(n)
+	}
+}
+
+// SetPool makes size bytes of the staging area from off the receive pool:
+// the engine then stores a pooled bulk message (RemoteOffset PoolOffset)
+// in a block of the pool it chooses as the message's first chunk arrives,
+// refusing the message for now (NACK: its sender sends it again later)
+// while no block is free, and the block is the application's from the
+// moment the engine puts the message's descriptor until the application
+// releases it. The application must not write the pool itself. Set it
+// before peers send pooled messages; the engine takes a change only while
+// none of the pool's blocks is in use.
+func (v *View) SetPool(off, size uint32) {
+	if v.mem != nil {
+		v.poolOff.Store(off)
+		v.poolLen.Store(size)
 	}
 }
 

@@ -1,0 +1,118 @@
+package nicfw
+
+import "github.com/xam-project/xam/nicfw/endpoint"
+
+// The receive pool (GRIM's optimistic flow control): a pooled bulk message
+// (RemoteOffset endpoint.PoolOffset) names no place in its receiver; the
+// receiving engine finds a block for it in the receiving endpoint's pool
+// (endpoint.View.SetPool) when the message's first chunk arrives, and
+// refuses the chunk (NACK: the sender's transport sends it again after
+// its back-off) while no block is free. Nothing is reserved per sender:
+// every sender shares the pool, and memory grows with the traffic in
+// flight, not with the number of peers. A block is the application's from
+// the moment its message's descriptor is put until the application
+// releases that receive queue entry; the engine takes it back when it
+// next needs room (reclaim). A message larger than the pool is returned
+// (ReasonTooLarge); one for an endpoint without a pool, with ReasonRange.
+
+// poolPage is the pool's unit of allocation: a block is whole pages.
+const poolPage = 1024
+
+// rxPool is the engine's allocator of one endpoint's receive pool.
+type rxPool struct {
+	off, size uint32      // the pool, as the application set it
+	used      []bool      // per page
+	inUse     int         // blocks allocated
+	held      []poolBlock // blocks of messages put and not yet released
+}
+
+// poolBlock is a block of the pool: pages from first, and for a message
+// put, the receive queue and position of its descriptor.
+type poolBlock struct {
+	first, pages uint32
+	q            endpoint.Queue
+	pos          uint32
+}
+
+// poolAlloc finds a block for rx, a pooled bulk message of length bytes
+// for endpoint s: ok false when none is free now (refuse the chunk for
+// now); a reason when the message can never be stored.
+func (e *Engine) poolAlloc(s *epState, rx *bulkRx, length uint32) (ok bool, reason endpoint.Reason) {
+	off, size := s.mem.Pool()
+	p := s.pool
+	if p == nil || p.inUse == 0 && len(p.held) == 0 && (p.off != off || p.size != size) {
+		p = &rxPool{off: off, size: size, used: make([]bool, size/poolPage)}
+		s.pool = p
+	}
+	pages := (uint64(length) + poolPage - 1) / poolPage
+	switch {
+	case len(p.used) == 0:
+		return false, endpoint.ReasonRange
+	case pages > uint64(len(p.used)):
+		return false, endpoint.ReasonTooLarge
+	}
+	first, found := p.find(int(pages))
+	if !found {
+		p.reclaim(s.mem)
+		if first, found = p.find(int(pages)); !found {
+			return false, 0
+		}
+	}
+	for i := range int(pages) {
+		p.used[first+i] = true
+	}
+	p.inUse++
+	rx.pooled, rx.block = true, poolBlock{first: uint32(first), pages: uint32(pages)}
+	return true, 0
+}
+
+// find returns the first run of n free pages.
+func (p *rxPool) find(n int) (first int, ok bool) {
+	run := 0
+	for i, u := range p.used {
+		if u {
+			run = 0
+			continue
+		}
+		if run++; run == n {
+			return i - n + 1, true
+		}
+	}
+	return 0, false
+}
+
+// base returns the staging-area offset of block b.
+func (p *rxPool) base(b poolBlock) uint32 { return p.off + b.first*poolPage }
+
+// free gives b's pages back.
+func (p *rxPool) free(b poolBlock) {
+	for i := range b.pages {
+		p.used[b.first+i] = false
+	}
+	p.inUse--
+}
+
+// reclaim frees the blocks whose receive queue entries the application
+// has released.
+func (p *rxPool) reclaim(mem *endpoint.Memory) {
+	j := 0
+	for _, b := range p.held {
+		rel := mem.Released(b.q)
+		if d := rel - b.pos; d >= 1 && d <= uint32(mem.Config().QueueEntries) {
+			p.free(b)
+			continue
+		}
+		p.held[j] = b
+		j++
+	}
+	p.held = p.held[:j]
+}
+
+// poolDrop frees rx's block, if it has one that was never put (its message
+// was returned, or abandoned for a newer one of its sender).
+func poolDrop(rx *bulkRx) {
+	if rx.pooled && !rx.put && rx.dst != nil && rx.dst.pool != nil {
+		rx.dst.pool.free(rx.block)
+	}
+	rx.pooled = false
+}
