@@ -5,7 +5,8 @@
 //   - am/amii: AM-II, Mainwaring and Culler's API with virtual networks,
 //     on an endpoint of the firmware engine (nicfw), inline or through a
 //     firmware daemon;
-//   - am/grim comes with GRIM's layer.
+//   - am/grim: GRIM, Ulmer and Yalamanchili's logical channels, optimistic
+//     flow control and named handlers, on the firmware engine.
 //
 // Each message names a handler that runs when it arrives; communication is
 // request/reply: a request handler may send one reply, a reply handler

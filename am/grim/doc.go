@@ -1,0 +1,41 @@
+// Package grim is GRIM's messaging layer (Ulmer and Yalamanchili's
+// messaging layer for heterogeneous endpoints) on xam's NIC firmware
+// engine (package nicfw), in inline mode.
+//
+// Logical channels. An endpoint owns one or more outbound logical channels
+// (Config.Channels), each an engine endpoint of its own: a header ring
+// (the request and reply send queues), a payload region (part of its
+// staging area) and status registers (the rings' indices). The goroutine
+// that owns the endpoint injects into its channels with no lock and no
+// system call; the engine serves the channels of all endpoints round robin,
+// weighted (Config.Weights) for QoS. A message names its sender's channel
+// (Token.Source); with the engine's Window at 1 a channel's messages arrive
+// in the order sent.
+//
+// Optimistic flow control. Bulk messages (up to MaxBulk bytes) are the
+// engine's pooled bulk messages: the sending engine fragments them, and
+// the receiving engine finds each a block of the receiving endpoint's one
+// receive pool (Config.PoolSize) as its first fragment arrives, refusing it
+// (NACK) while the pool is exhausted, and the sender's transport sends it
+// again after its back-off. Nothing is reserved per peer.
+//
+// Messages. Short: a handler id and four 32-bit integers (Channel.Short).
+// Bulk: the same and up to MaxBulk bytes, which the handler gets in place
+// in the pool (Channel.Bulk). Memory: a block copy into a region the
+// receiver exposes (Endpoint.Memory; Channel.Write), no handler, completed
+// back to the writer (Endpoint.WaitWrites). Requests and replies follow the
+// other APIs' discipline: a request handler replies at most once
+// (Token.Reply), and one that does not is answered for it.
+//
+// Named handlers. A handler has an id and a name (Register). Synch sends
+// this endpoint's registrations to the central endpoint (Config.Peers[0]),
+// which merges every endpoint's into one table, refuses a name under a
+// second id (or an id under a second name) with ErrConflict, and sends the
+// table to every endpoint that synched, now and whenever it changes; an
+// endpoint that synchs later gets it then. Lookup and Owner read the local
+// copy. Predefined handlers (HandlerRegister, HandlerTable, HandlerMemory,
+// HandlerNull) exist on every endpoint.
+//
+// Threads. An Endpoint belongs to one goroutine, which also runs its
+// engine (Poll); its handlers run inside Poll and must not poll or wait.
+package grim

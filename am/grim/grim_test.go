@@ -1,0 +1,325 @@
+package grim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/transport"
+)
+
+// host is one host of a test cluster: an engine and a GRIM endpoint on it,
+// run by a goroutine of its own that polls and runs what the test hands it
+// (do), as a host's own thread would.
+type host struct {
+	ep    *Endpoint
+	eng   *nicfw.Engine
+	jobs  chan func(*Endpoint)
+	done  chan struct{}
+	stop  atomic.Bool
+	wg    sync.WaitGroup
+	err   error
+	index int
+}
+
+// cluster makes hosts 1..n on links (one per host), each with a GRIM
+// endpoint (id 16) of channels channels; peers lists all n. Endpoints
+// listed in late are made but not started (start them with h.start).
+func cluster(t *testing.T, links []afxdp.Link, channels int, window int) []*host {
+	t.Helper()
+	n := len(links)
+	var peers []nicfw.Name
+	for i := range n {
+		peers = append(peers, nicfw.Name{Host: nicfw.HostID(i + 1), Endpoint: 16})
+	}
+	var hosts []*host
+	for i, l := range links {
+		eng, err := nicfw.NewEngine(l, nicfw.EngineConfig{Host: nicfw.HostID(i + 1), Window: window,
+			Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond, Channels: 16}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, o := range links {
+			if j != i {
+				if err := eng.AddHost(nicfw.HostID(j+1), o.HardwareAddr()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		ep, err := New(eng, Config{Peers: peers, Self: i, Channels: channels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &host{ep: ep, eng: eng, jobs: make(chan func(*Endpoint)), done: make(chan struct{}), index: i}
+		t.Cleanup(func() {
+			h.halt()
+			ep.Close()
+			eng.Close()
+		})
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
+// start runs h's goroutine.
+func (h *host) start() {
+	h.wg.Go(func() {
+		for !h.stop.Load() {
+			select {
+			case f := <-h.jobs:
+				f(h.ep)
+				h.done <- struct{}{}
+			default:
+				if _, err := h.ep.Poll(); err != nil && h.err == nil {
+					h.err = err
+				}
+			}
+		}
+	})
+}
+
+// halt stops h's goroutine.
+func (h *host) halt() {
+	h.stop.Store(true)
+	h.wg.Wait()
+}
+
+// do runs f in h's goroutine and waits for it.
+func (h *host) do(f func(*Endpoint)) {
+	h.jobs <- f
+	<-h.done
+}
+
+// eventually polls cond (under no lock of the hosts: cond reads what
+// handlers wrote under mu) until it holds, for at most a minute.
+func eventually(t *testing.T, mu *sync.Mutex, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		mu.Lock()
+		ok := cond()
+		mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after a minute", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func hubLinks(t *testing.T, n int, opts memlink.Options) []afxdp.Link {
+	t.Helper()
+	hub, err := memlink.NewHub(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var links []afxdp.Link
+	for range n {
+		p := hub.Attach()
+		t.Cleanup(func() { p.Close() })
+		links = append(links, p)
+	}
+	return links
+}
+
+// TestGRIM runs the body on a memlink hub of four hosts, without and with
+// 10% of the frames lost.
+func TestGRIM(t *testing.T) {
+	for _, loss := range []float64{0, 0.1} {
+		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
+			grimBody(t, hubLinks(t, 4, memlink.Options{Loss: loss, Seed: 11}))
+		})
+	}
+}
+
+// grimBody: the registry (registration, synch, lookup on every host, a
+// conflicting name refused, a host that joins later gets the table); short
+// messages on two channels of one host, each channel's in order and
+// exactly once; bulk messages at the sizes around the engine's chunk and
+// up to MaxBulk, intact; memory messages that land exactly and complete.
+// Host 4 joins late.
+func grimBody(t *testing.T, links []afxdp.Link) {
+	hosts := cluster(t, links, 2, 1)
+	for _, h := range hosts[:3] {
+		h.start()
+	}
+	var mu sync.Mutex
+	seen := map[[2]int][]uint32{} // (peer, channel) -> sequence numbers at host 3
+	var bulks [][]byte
+	count := func(tok *Token, args [ShortArgs]uint32, _ []byte) {
+		p, c := tok.Source()
+		mu.Lock()
+		seen[[2]int{p, c}] = append(seen[[2]int{p, c}], args[0])
+		mu.Unlock()
+	}
+	keep := func(tok *Token, args [ShortArgs]uint32, data []byte) {
+		mu.Lock()
+		bulks = append(bulks, bytes.Clone(data))
+		mu.Unlock()
+		tok.Reply(HandlerNull) //nolint:errcheck
+	}
+	var err error
+	hosts[2].do(func(ep *Endpoint) {
+		if err = ep.Register("count", 20, count); err == nil {
+			if err = ep.Register("keep", 21, keep); err == nil {
+				err = ep.Synch()
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts[1].do(func(ep *Endpoint) {
+		if err = ep.Register("count", 22, count); err == nil { // another id: refused at the central
+			err = ep.Synch()
+		}
+	})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("a second id under one name: %v, want ErrConflict", err)
+	}
+	hosts[1].do(func(ep *Endpoint) {
+		if err = ep.Register("keep", 21, keep); err == nil {
+			err = ep.Register("count", 23, count) // a local conflict: "count" is 22 here
+		}
+	})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("a second id under one name, locally: %v, want ErrConflict", err)
+	}
+	// Host 4 joins late and looks the handlers up.
+	hosts[3].start()
+	var e Entry
+	var ok bool
+	hosts[3].do(func(ep *Endpoint) {
+		if err = ep.Synch(); err == nil {
+			e, ok = ep.Lookup("count")
+		}
+	})
+	if err != nil || !ok || e.ID != 20 || len(e.Owners) != 1 || e.Owners[0] != hosts[2].ep.Name() {
+		t.Fatalf("late joiner: %v, %+v %v", err, e, ok)
+	}
+
+	// Short messages on both channels of host 2, by name.
+	const per = 300
+	for c := range 2 {
+		hosts[1].do(func(ep *Endpoint) {
+			peer, id, err2 := ep.Owner("keep") // the table host 2 received with its refusal
+			if err2 != nil || peer != 2 || id != 21 {
+				err = fmt.Errorf("owner of keep: %d %d %v", peer, id, err2)
+				return
+			}
+			for k := range per {
+				if err = ep.Channel(c).Short(2, 20, uint32(k), uint32(c)); err != nil {
+					return
+				}
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, &mu, "short messages", func() bool { return len(seen[[2]int{1, 0}]) == per && len(seen[[2]int{1, 1}]) == per })
+	mu.Lock()
+	for c := range 2 {
+		for k, s := range seen[[2]int{1, c}] {
+			if s != uint32(k) {
+				t.Fatalf("channel %d: message %d is %d", c, k, s)
+			}
+		}
+	}
+	mu.Unlock()
+
+	// Bulk messages around the chunk size and up to MaxBulk.
+	room := hosts[0].eng.MaxPayload() - 200
+	sizes := []int{1, 31, 32, room, room + 1, 2*room + 7, MaxBulk - 1, MaxBulk}
+	for i, n := range sizes {
+		hosts[0].do(func(ep *Endpoint) { err = ep.Channel(i%2).Bulk(2, 21, pattern(n, byte(i))) })
+		if err != nil {
+			t.Fatalf("bulk of %d bytes: %v", n, err)
+		}
+	}
+	eventually(t, &mu, "bulk messages", func() bool { return len(bulks) == len(sizes) })
+	mu.Lock()
+	for _, b := range bulks { // two channels: in order per channel only
+		found := false
+		for i, n := range sizes {
+			found = found || len(b) == n && bytes.Equal(b, pattern(n, byte(i)))
+		}
+		if !found {
+			t.Errorf("a bulk message of %d bytes matches none sent", len(b))
+		}
+	}
+	mu.Unlock()
+
+	// Memory messages: into host 4's region, completed at host 1.
+	data := pattern(20_000, 0x77)
+	hosts[0].do(func(ep *Endpoint) {
+		if err = ep.Channel(0).Write(3, 100, data[:12_000]); err == nil {
+			if err = ep.Channel(1).Write(3, 100+12_000, data[12_000:]); err == nil {
+				err = ep.WaitWrites()
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	hosts[3].do(func(ep *Endpoint) { got = bytes.Clone(ep.Memory()[100 : 100+len(data)]) })
+	if !bytes.Equal(got, data) {
+		t.Error("memory messages: the region does not hold the bytes written")
+	}
+	hosts[0].do(func(ep *Endpoint) {
+		if st := ep.Stats(); st.Completed != 2 || st.Writes != 2 {
+			err = fmt.Errorf("writer's stats %+v", st)
+		}
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	for _, h := range hosts {
+		h.halt()
+		if h.err != nil {
+			t.Errorf("host %d: %v", h.index+1, h.err)
+		}
+	}
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*13) ^ seed
+	}
+	return b
+}
+
+// FuzzTable feeds the registry's table parser any bytes: it never panics,
+// and what it accepts encodes back to the same bytes.
+func FuzzTable(f *testing.F) {
+	f.Add(encodeTable(Table{"count": {ID: 20, Name: "count", Owners: []nicfw.Name{{Host: 3, Endpoint: 16}}}}))
+	f.Add(encodeTable(Table{"a": {ID: 16, Name: "a"}, "b": {ID: 17, Name: "b", Owners: []nicfw.Name{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 32}}}}))
+	f.Add([]byte{0, 0, 0, 20, 0})
+	f.Add([]byte{0, 0, 0, 20, 200, 'x'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tab, err := decodeTable(b)
+		if err != nil {
+			return
+		}
+		for name, e := range tab {
+			if e.Name != name {
+				t.Fatalf("entry %q named %q", name, e.Name)
+			}
+		}
+		if len(b) > 0 && len(tab) > 0 {
+			if again, err := decodeTable(encodeTable(tab)); err != nil || len(again) != len(tab) {
+				t.Fatalf("re-encoded: %v, %d entries of %d", err, len(again), len(tab))
+			}
+		}
+	})
+}
