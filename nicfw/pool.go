@@ -95,10 +95,9 @@ func (p *rxPool) free(b poolBlock) {
 // reclaim frees the blocks whose receive queue entries the application
 // has released.
 func (p *rxPool) reclaim(mem *endpoint.Memory) {
-	j := 0
+	j, entries := 0, uint32(mem.Config().QueueEntries)
 	for _, b := range p.held {
-		rel := mem.Released(b.q)
-		if d := rel - b.pos; d >= 1 && d <= uint32(mem.Config().QueueEntries) {
+		if d := mem.Released(b.q) - b.pos; d >= 1 && d <= entries {
 			p.free(b)
 			continue
 		}

@@ -113,14 +113,11 @@ func (t *Token) Reply(h HandlerID, args ...uint32) error {
 	if !t.request || t.replied {
 		return ErrDiscipline
 	}
-	if len(args) > ShortArgs {
-		return fmt.Errorf("%w: %d integers, at most %d", ErrConfig, len(args), ShortArgs)
+	d, err := shortDesc(t.src, h, args)
+	if err != nil {
+		return err
 	}
 	t.replied = true
-	d := endpoint.Descriptor{Class: endpoint.ClassShort, Dest: t.src, Handler: uint32(h), NArgs: ShortArgs}
-	for i, a := range args {
-		d.Args[i] = uint64(a)
-	}
 	return t.ch.send(endpoint.ReplySend, &d)
 }
 
@@ -310,6 +307,12 @@ func (c *Channel) header(dest int, h HandlerID, args []uint32) (endpoint.Descrip
 	if err != nil {
 		return endpoint.Descriptor{}, err
 	}
+	return shortDesc(idx, h, args)
+}
+
+// shortDesc returns the descriptor of a short message to table index idx,
+// handler h, with args.
+func shortDesc(idx uint32, h HandlerID, args []uint32) (endpoint.Descriptor, error) {
 	if len(args) > ShortArgs {
 		return endpoint.Descriptor{}, fmt.Errorf("%w: %d integers, at most %d", ErrConfig, len(args), ShortArgs)
 	}
@@ -407,7 +410,7 @@ func (c *Channel) drain() error {
 	deadline := time.Now().Add(c.ep.cfg.GiveUp)
 	for {
 		busy := false
-		for _, q := range []endpoint.Queue{endpoint.RequestSend, endpoint.ReplySend} {
+		for _, q := range sendQueues {
 			if put, taken := c.view.Progress(q); put != taken {
 				busy = true
 			}
@@ -447,6 +450,12 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	}
 }
 
+// A channel's send and receive queues.
+var (
+	sendQueues    = [...]endpoint.Queue{endpoint.RequestSend, endpoint.ReplySend}
+	receiveQueues = [...]endpoint.Queue{endpoint.RequestReceive, endpoint.ReplyReceive}
+)
+
 // Poll runs the engine once and then the handlers of what arrived on
 // every channel, and returns how many ran.
 func (ep *Endpoint) Poll() (int, error) {
@@ -458,7 +467,7 @@ func (ep *Endpoint) Poll() (int, error) {
 	}
 	n := 0
 	for _, c := range ep.chans {
-		for _, q := range []endpoint.Queue{endpoint.RequestReceive, endpoint.ReplyReceive} {
+		for _, q := range receiveQueues {
 			k, err := ep.dispatch(c, q)
 			n += k
 			if err != nil {

@@ -1,14 +1,9 @@
 package coord
 
 import (
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/xam-project/xam/afxdp"
-	"github.com/xam-project/xam/internal/testenv"
-	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
@@ -17,20 +12,5 @@ import (
 // the system clock, xam's XDP program dropping 10% of the frames at every
 // host: three senders take turns with the fourth host's token.
 func TestTokenOverAFXDP(t *testing.T) {
-	testenv.RequirePrivileged(t)
-	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("coord%d", os.Getpid()), Hosts: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	var links []afxdp.Link
-	for i, h := range l.Hosts {
-		_, sock := xdptest.Open(t, h.Do, h.Index, h.MAC, 0.10, uint64(i+1))
-		links = append(links, sock)
-	}
-	tokenBody(t, newStarOn(t, links, nil, Config{}, time.Hour), 6, 60)
+	tokenBody(t, newStarOn(t, xdptest.Star(t, "coord", 4, 0.10), nil, Config{}, time.Hour), 6, 60)
 }

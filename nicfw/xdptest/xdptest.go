@@ -1,11 +1,15 @@
 package xdptest
 
 import (
+	"fmt"
 	"net"
+	"os"
 	"testing"
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
 
@@ -51,4 +55,28 @@ func Open(tb testing.TB, do func(func() error) error, ifindex int, mac net.Hardw
 func OpenHost(t *testing.T, h *netnstest.Host, drop float64, seed uint64) (*loader.Program, *afxdp.Socket) {
 	t.Helper()
 	return Open(t, h.Do, h.Index, h.MAC, drop, seed)
+}
+
+// Star brings up a lab of n hosts joined by a bridge namespace (name
+// gives the lab its name, made unique with the process id), removed when
+// tb ends, and returns an AF_XDP socket on each host with xam's XDP
+// program dropping the fraction drop of the frames (seeded per host).
+func Star(tb testing.TB, name string, n int, drop float64) []afxdp.Link {
+	tb.Helper()
+	testenv.RequirePrivileged(tb)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("%s%d", name, os.Getpid()), Hosts: n})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			tb.Errorf("lab down: %v", err)
+		}
+	})
+	var links []afxdp.Link
+	for i, h := range l.Hosts {
+		_, sock := Open(tb, h.Do, h.Index, h.MAC, drop, uint64(i+1))
+		links = append(links, sock)
+	}
+	return links
 }
