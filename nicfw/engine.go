@@ -657,6 +657,9 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		e.command(s)
 		return true, nil
 	}
+	if s.d.Flags&endpoint.CutThrough != 0 && s.mem.Published(&s.d) <= s.sent {
+		return false, nil // cut-through: the application has not written the next bytes yet
+	}
 	m, reason := e.message(s)
 	if reason != 0 {
 		e.returnLocal(s, reason)
@@ -829,7 +832,8 @@ func (e *Engine) header(s *epState) msg {
 
 // message returns the engine message to send for s's slot: a short message
 // built in e.buf, a medium message as begin built it, the next chunk of a
-// bulk message built in e.buf from the staging area. A message larger than
+// bulk message built in e.buf from the staging area (of a cut-through
+// message, of the bytes its application has published so far). A message larger than
 // the transport carries is to be returned with ReasonTooLarge.
 func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 	d := &s.d
@@ -845,6 +849,9 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 			return nil, endpoint.ReasonTooLarge
 		}
 		s.chunk = min(room, d.Length-s.sent)
+		if d.Flags&endpoint.CutThrough != 0 {
+			s.chunk = min(room, s.mem.Published(d)-s.sent) // sendFrom checked that it is not 0
+		}
 		m := e.header(s)
 		m.offset, m.length, m.remote, m.id, m.chunk = d.Offset, d.Length, d.RemoteOffset, s.bulkID, s.sent
 		from := d.Offset + s.sent // Take checked Offset+Length against the staging area

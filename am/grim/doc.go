@@ -1,6 +1,10 @@
 // Package grim is GRIM's messaging layer (Ulmer and Yalamanchili's
 // messaging layer for heterogeneous endpoints) on xam's NIC firmware
-// engine (package nicfw), in inline mode.
+// engine (package nicfw): in inline mode (New: the engine runs in the
+// endpoint's goroutine) or firmware mode (Dial: the engine daemon of the
+// host runs it on a core of its own for every endpoint of the host, so
+// that an application and a device endpoint such as package storage's
+// share the host's NIC, each on its own thread).
 //
 // Logical channels. An endpoint owns one or more outbound logical channels
 // (Config.Channels), each an engine endpoint of its own: a header ring
@@ -19,13 +23,26 @@
 // (NACK) while the pool is exhausted, and the sender's transport sends it
 // again after its back-off. Nothing is reserved per peer.
 //
+// Injection. Store-and-forward (the default): Bulk and Write copy the whole
+// message into the channel's payload region, then queue its descriptor.
+// Cut-through (Config.CutThrough, or Channel.Stream for a writer that
+// produces the bytes as it goes): the first Segment bytes are written and
+// published in the message's status register (the word before its bytes;
+// endpoint.CutThrough), the descriptor is queued, and growing segments
+// follow, each published as it is written; the engine sends what is
+// published and waits for the rest, never sending a byte not yet written.
+// The payload region is a ring; a slot is written again once every request
+// sent before it was answered.
+//
 // Messages. Short: a handler id and four 32-bit integers (Channel.Short).
 // Bulk: the same and up to MaxBulk bytes, which the handler gets in place
 // in the pool (Channel.Bulk). Memory: a block copy into a region the
 // receiver exposes (Endpoint.Memory; Channel.Write), no handler, completed
 // back to the writer (Endpoint.WaitWrites). Requests and replies follow the
 // other APIs' discipline: a request handler replies at most once
-// (Token.Reply), and one that does not is answered for it.
+// (Token.Reply), and one that does not is answered for it. A reply that
+// finds the reply queue full waits for the next Poll; none is dropped, so
+// every request is answered or returned.
 //
 // Named handlers. A handler has an id and a name (Register). Synch sends
 // this endpoint's registrations to the central endpoint (Config.Peers[0]),

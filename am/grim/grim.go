@@ -3,6 +3,7 @@ package grim
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -53,6 +54,7 @@ var (
 	ErrBusy       = errors.New("grim: channel full")
 	ErrTimeout    = errors.New("grim: timed out")
 	ErrDiscipline = errors.New("grim: request/reply discipline violated")
+	ErrShort      = errors.New("grim: message not written whole")
 )
 
 // Config configures an endpoint. Zero fields take the defaults.
@@ -81,7 +83,21 @@ type Config struct {
 	// GiveUp bounds how long a call waits for the engine (a free entry in
 	// a channel, the registry's answer); default 10 s.
 	GiveUp time.Duration
+	// CutThrough makes Bulk and Write inject cut-through: the engine
+	// starts sending a message once its first Segment bytes are in the
+	// payload region, while the rest is still being copied there, instead
+	// of once all of it is (store-and-forward, the default). Stream is
+	// cut-through whatever this says.
+	CutThrough bool
 }
+
+// Segment is the first segment of a cut-through message: the bytes
+// written and published before its descriptor is sent.
+const Segment = 32
+
+// maxSegment bounds the growing segments Bulk writes a cut-through
+// message in after its first.
+const maxSegment = 8 << 10
 
 // DefaultTag is Config.Tag's default.
 const DefaultTag = 0x6772696d
@@ -129,16 +145,39 @@ type Channel struct {
 	id      nicfw.EndpointID
 	n       int
 	view    *endpoint.View
+	close   func() error
 	payload int // offset of the payload region in the staging area
 	next    int // the payload region's next free byte (a ring)
-	// writes: memory messages sent and not yet completed.
-	writes int
+	// writes: memory messages sent and not yet completed; requests: the
+	// requests sent whose reply (or return) has not come back.
+	writes, requests int
+	// replies: replies handlers sent while the reply queue was full, in
+	// order, for the next Poll to send.
+	replies []endpoint.Descriptor
+}
+
+// flushReplies sends the replies deferred while the reply queue was full,
+// as far as it has room.
+func (c *Channel) flushReplies() error {
+	for len(c.replies) > 0 {
+		err := c.view.Send(endpoint.ReplySend, &c.replies[0])
+		if errors.Is(err, endpoint.ErrQueueFull) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		c.replies = c.replies[1:]
+	}
+	c.replies = nil
+	return nil
 }
 
 // Endpoint is a GRIM endpoint: its logical channels, its handlers, and its
 // copy of the cluster's handler registry.
 type Endpoint struct {
-	eng      *nicfw.Engine
+	eng      *nicfw.Engine // inline mode: the engine Poll runs; nil in firmware mode
+	closeAll func() error
 	cfg      Config
 	name     nicfw.Name
 	chans    []*Channel
@@ -164,15 +203,48 @@ type Stats struct {
 	Returned              uint64 // messages the engine returned
 	Unknown               uint64 // messages for a handler not registered here
 	BadTables             uint64 // registry tables that did not parse
-	RepliesLost           uint64 // implicit replies not sent: the reply queue was full
+	RepliesDeferred       uint64 // replies that found the reply queue full and waited for the next Poll
 }
 
-// New makes a GRIM endpoint on eng, which the caller owns and polls (Poll
-// runs it): its channels are engine endpoints Peers[Self].Endpoint + i.
+// New makes a GRIM endpoint in inline mode on eng, which the caller owns
+// and polls (Poll runs it): its channels are engine endpoints
+// Peers[Self].Endpoint + i.
 func New(eng *nicfw.Engine, cfg Config) (*Endpoint, error) {
 	if eng == nil {
 		return nil, fmt.Errorf("%w: no engine", ErrConfig)
 	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if cfg.Peers[cfg.Self].Host != eng.Host() {
+		return nil, fmt.Errorf("%w: Peers[%d] is on host %d, the engine is host %d", ErrConfig, cfg.Self, cfg.Peers[cfg.Self].Host, eng.Host())
+	}
+	ep := newEndpoint(cfg)
+	ep.eng = eng
+	err := ep.open(func(id nicfw.EndpointID, ec endpoint.Config, vn nicfw.VNet) (*endpoint.View, func() error, error) {
+		mem, err := eng.CreateEndpoint(id, ec, vn)
+		if err != nil {
+			return nil, nil, err
+		}
+		v, err := endpoint.Map(mem.FD())
+		if err != nil {
+			eng.CloseEndpoint(id)
+			return nil, nil, err
+		}
+		return v, func() error { return errors.Join(v.Close(), eng.CloseEndpoint(id)) }, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ep, nil
+}
+
+// opener opens a channel: an engine endpoint and the application's view of
+// its memory, and what closes both.
+type opener func(id nicfw.EndpointID, ec endpoint.Config, vn nicfw.VNet) (*endpoint.View, func() error, error)
+
+// fill checks cfg and sets its defaults.
+func (cfg *Config) fill() error {
 	if cfg.Channels == 0 {
 		cfg.Channels = 1
 	}
@@ -193,19 +265,31 @@ func New(eng *nicfw.Engine, cfg Config) (*Endpoint, error) {
 	}
 	switch {
 	case cfg.Self < 0 || cfg.Self >= len(cfg.Peers):
-		return nil, fmt.Errorf("%w: Self %d, %d peers", ErrConfig, cfg.Self, len(cfg.Peers))
+		return fmt.Errorf("%w: Self %d, %d peers", ErrConfig, cfg.Self, len(cfg.Peers))
 	case cfg.Channels < 1 || cfg.Channels > MaxChannels:
-		return nil, fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, cfg.Channels, MaxChannels)
+		return fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, cfg.Channels, MaxChannels)
 	case cfg.Weights != nil && len(cfg.Weights) != cfg.Channels:
-		return nil, fmt.Errorf("%w: %d weights for %d channels", ErrConfig, len(cfg.Weights), cfg.Channels)
-	case cfg.PoolSize < MaxBulk || cfg.MemorySize < 0 || cfg.PayloadSize < MaxBulk:
-		return nil, fmt.Errorf("%w: pool %d (want >= %d), memory %d, payload %d (want >= %d)", ErrConfig, cfg.PoolSize, MaxBulk, cfg.MemorySize, cfg.PayloadSize, MaxBulk)
-	case cfg.Peers[cfg.Self].Host != eng.Host():
-		return nil, fmt.Errorf("%w: Peers[%d] is on host %d, the engine is host %d", ErrConfig, cfg.Self, cfg.Peers[cfg.Self].Host, eng.Host())
+		return fmt.Errorf("%w: %d weights for %d channels", ErrConfig, len(cfg.Weights), cfg.Channels)
+	case cfg.PoolSize < MaxBulk || cfg.MemorySize < 0 || cfg.PayloadSize < MaxBulk+8:
+		return fmt.Errorf("%w: pool %d (want >= %d), memory %d, payload %d (want >= %d)", ErrConfig, cfg.PoolSize, MaxBulk, cfg.MemorySize, cfg.PayloadSize, MaxBulk+8)
+	case len(cfg.Peers)*MaxChannels > 1<<20:
+		return fmt.Errorf("%w: %d peers", ErrConfig, len(cfg.Peers))
 	}
-	if len(cfg.Peers)*MaxChannels > 1<<20 {
-		return nil, fmt.Errorf("%w: %d peers", ErrConfig, len(cfg.Peers))
+	return nil
+}
+
+func newEndpoint(cfg Config) *Endpoint {
+	ep := &Endpoint{cfg: cfg, name: cfg.Peers[cfg.Self], handlers: map[HandlerID]Handler{}, names: map[string]HandlerID{}}
+	ep.closeAll = ep.closeChannels
+	if cfg.Self == 0 {
+		ep.registry = newRegistry()
 	}
+	return ep
+}
+
+// open opens the endpoint's channels with open.
+func (ep *Endpoint) open(open opener) error {
+	cfg := ep.cfg
 	// The table: every peer's every possible channel, so that a message
 	// names its sender's channel (Token.Source) and a reply goes back to it.
 	table := make([]nicfw.Name, 0, len(cfg.Peers)*MaxChannels)
@@ -214,34 +298,27 @@ func New(eng *nicfw.Engine, cfg Config) (*Endpoint, error) {
 			table = append(table, nicfw.Name{Host: p.Host, Endpoint: p.Endpoint + nicfw.EndpointID(c)})
 		}
 	}
-	ep := &Endpoint{eng: eng, cfg: cfg, name: cfg.Peers[cfg.Self], handlers: map[HandlerID]Handler{}, names: map[string]HandlerID{}}
-	if cfg.Self == 0 {
-		ep.registry = newRegistry()
-	}
-	staging := cfg.MemorySize + cfg.PoolSize + cfg.PayloadSize
+	// The payload region, 8-byte aligned: a cut-through message's status
+	// register is the word before its bytes.
+	payload := (cfg.MemorySize + cfg.PoolSize + 7) &^ 7
+	staging := payload + cfg.PayloadSize
 	for i := range cfg.Channels {
 		id := ep.name.Endpoint + nicfw.EndpointID(i)
 		w := 1
 		if cfg.Weights != nil {
 			w = cfg.Weights[i]
 		}
-		mem, err := eng.CreateEndpoint(id, endpoint.Config{StagingSize: staging, TableSize: len(table)},
+		v, closer, err := open(id, endpoint.Config{StagingSize: staging, TableSize: len(table)},
 			nicfw.VNet{Tag: cfg.Tag, Table: table, Weight: w})
 		if err != nil {
-			ep.Close()
-			return nil, err
-		}
-		v, err := endpoint.Map(mem.FD())
-		if err != nil {
-			eng.CloseEndpoint(id)
-			ep.Close()
-			return nil, err
+			ep.closeChannels()
+			return err
 		}
 		v.SetStoreRegion(uint32(cfg.MemorySize))
 		v.SetPool(uint32(cfg.MemorySize), uint32(cfg.PoolSize))
-		ep.chans = append(ep.chans, &Channel{ep: ep, id: id, n: i, view: v, payload: cfg.MemorySize + cfg.PoolSize})
+		ep.chans = append(ep.chans, &Channel{ep: ep, id: id, n: i, view: v, close: closer, payload: payload})
 	}
-	return ep, nil
+	return nil
 }
 
 // Name returns the endpoint's global name (its channel 0's).
@@ -260,11 +337,22 @@ func (ep *Endpoint) Stats() Stats { return ep.stats }
 // start of channel 0's staging area).
 func (ep *Endpoint) Memory() []byte { return ep.chans[0].view.Staging()[:ep.cfg.MemorySize] }
 
-// Close closes the endpoint's channels at the engine.
+// Close closes the endpoint's channels at the engine (and, in firmware
+// mode, the connection to the daemon).
 func (ep *Endpoint) Close() error {
+	if ep.closeAll == nil {
+		return nil
+	}
+	err := ep.closeAll()
+	ep.closeAll = nil
+	return err
+}
+
+// closeChannels closes the channels.
+func (ep *Endpoint) closeChannels() error {
 	var errs []error
 	for _, c := range ep.chans {
-		errs = append(errs, c.view.Close(), ep.eng.CloseEndpoint(c.id))
+		errs = append(errs, c.close())
 	}
 	ep.chans = nil
 	return errors.Join(errs...)
@@ -290,15 +378,19 @@ func (ep *Endpoint) index(dest int) (uint32, error) {
 
 // Short sends a short message on c: handler h of peer dest runs with args.
 func (c *Channel) Short(dest int, h HandlerID, args ...uint32) error {
-	d, err := c.header(dest, h, args)
-	if err != nil {
-		return err
-	}
-	if err := c.send(endpoint.RequestSend, &d); err != nil {
+	if err := c.short(dest, h, args); err != nil {
 		return err
 	}
 	c.ep.stats.Shorts++
 	return nil
+}
+
+func (c *Channel) short(dest int, h HandlerID, args []uint32) error {
+	d, err := c.header(dest, h, args)
+	if err != nil {
+		return err
+	}
+	return c.send(endpoint.RequestSend, &d)
 }
 
 // header returns the descriptor of a message to dest's handler h.
@@ -328,28 +420,16 @@ func shortDesc(idx uint32, h HandlerID, args []uint32) (endpoint.Descriptor, err
 // the message, and the receiving engine reassembles it in a block of the
 // receiver's pool that it finds as the first fragment arrives (or refuses
 // the message for now: optimistic flow control). The bytes are copied into
-// c's payload region first; data may be reused at once.
+// c's payload region first (cut-through: while the engine sends them;
+// Config.CutThrough); data may be reused at once.
 func (c *Channel) Bulk(dest int, h HandlerID, data []byte, args ...uint32) error {
-	if len(data) > MaxBulk {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(data), MaxBulk)
-	}
-	d, err := c.header(dest, h, args)
-	if err != nil {
-		return err
-	}
+	var err error
 	if len(data) == 0 { // no bytes: a short message
-		if err := c.send(endpoint.RequestSend, &d); err != nil {
-			return err
-		}
-		c.ep.stats.Bulks++
-		return nil
+		err = c.short(dest, h, args)
+	} else {
+		err = c.inject(dest, h, endpoint.PoolOffset, data, args)
 	}
-	off, err := c.stage(data)
 	if err != nil {
-		return err
-	}
-	d.Class, d.Offset, d.Length, d.RemoteOffset = endpoint.ClassBulk, off, uint32(len(data)), endpoint.PoolOffset
-	if err := c.send(endpoint.RequestSend, &d); err != nil {
 		return err
 	}
 	c.ep.stats.Bulks++
@@ -360,19 +440,10 @@ func (c *Channel) Bulk(dest int, h HandlerID, data []byte, args ...uint32) error
 // region (Endpoint.Memory) at offset at. No handler runs; Completed counts
 // it once the receiver has it (WaitWrites waits for all).
 func (c *Channel) Write(dest int, at uint32, data []byte) error {
-	if len(data) > MaxBulk {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(data), MaxBulk)
+	if at == endpoint.PoolOffset {
+		return fmt.Errorf("%w: offset %#x", ErrTooLarge, at)
 	}
-	d, err := c.header(dest, HandlerMemory, nil)
-	if err != nil {
-		return err
-	}
-	off, err := c.stage(data)
-	if err != nil {
-		return err
-	}
-	d.Class, d.Offset, d.Length, d.RemoteOffset = endpoint.ClassBulk, off, uint32(len(data)), at
-	if err := c.send(endpoint.RequestSend, &d); err != nil {
+	if err := c.inject(dest, HandlerMemory, at, data, nil); err != nil {
 		return err
 	}
 	c.writes++
@@ -380,64 +451,190 @@ func (c *Channel) Write(dest int, at uint32, data []byte) error {
 	return nil
 }
 
+// inject sends a bulk message of data to handler h of dest, stored at
+// remote (PoolOffset: in the receiver's pool), store-and-forward or
+// cut-through as configured.
+func (c *Channel) inject(dest int, h HandlerID, remote uint32, data []byte, args []uint32) error {
+	if !c.ep.cfg.CutThrough {
+		if len(data) == 0 || len(data) > MaxBulk {
+			return fmt.Errorf("%w: %d bytes, want 1..%d", ErrTooLarge, len(data), MaxBulk)
+		}
+		d, err := c.header(dest, h, args)
+		if err != nil {
+			return err
+		}
+		off, err := c.reserve(len(data))
+		if err != nil {
+			return err
+		}
+		copy(c.view.Staging()[off:], data)
+		d.Class, d.Offset, d.Length, d.RemoteOffset = endpoint.ClassBulk, off, uint32(len(data)), remote
+		return c.send(endpoint.RequestSend, &d)
+	}
+	st, err := c.stream(dest, h, remote, len(data), args)
+	if err != nil {
+		return err
+	}
+	for seg := Segment; len(data) > 0; seg = min(2*seg, maxSegment) {
+		n := min(seg, len(data))
+		if _, err := st.Write(data[:n]); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// Stream is a cut-through bulk message being written: the engine sends
+// its bytes as Write publishes them.
+type Stream struct {
+	c       *Channel
+	d       endpoint.Descriptor
+	written uint32
+	sent    bool // the descriptor is in the send queue
+}
+
+// Stream begins a cut-through bulk message of n bytes (1..MaxBulk) on c to
+// handler h of peer dest, and returns it to be written: the descriptor
+// leaves with the first Segment bytes written, and the engine sends each
+// further Write's bytes as they are published, while the application
+// writes the next. Every byte must be written (Close fills what was not
+// with zeros, and says so); the channel sends nothing else before the
+// message is whole.
+func (c *Channel) Stream(dest int, h HandlerID, n int, args ...uint32) (*Stream, error) {
+	st, err := c.stream(dest, h, endpoint.PoolOffset, n, args)
+	if err != nil {
+		return nil, err
+	}
+	c.ep.stats.Bulks++
+	return st, nil
+}
+
+func (c *Channel) stream(dest int, h HandlerID, remote uint32, n int, args []uint32) (*Stream, error) {
+	if n <= 0 || n > MaxBulk {
+		return nil, fmt.Errorf("%w: %d bytes, want 1..%d", ErrTooLarge, n, MaxBulk)
+	}
+	d, err := c.header(dest, h, args)
+	if err != nil {
+		return nil, err
+	}
+	off, err := c.reserve(n)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.view.Publish(off, 0); err != nil {
+		return nil, err
+	}
+	d.Class, d.Flags, d.Offset, d.Length, d.RemoteOffset = endpoint.ClassBulk, endpoint.CutThrough, off, uint32(n), remote
+	return &Stream{c: c, d: d}, nil
+}
+
+// Write appends p to the message and publishes it to the engine, which
+// runs once (in inline mode) to send what it can.
+func (st *Stream) Write(p []byte) (int, error) {
+	if len(p) > int(st.d.Length-st.written) {
+		return 0, fmt.Errorf("%w: %d bytes more than the %d-byte message holds", ErrTooLarge, len(p)-int(st.d.Length-st.written), st.d.Length)
+	}
+	c := st.c
+	at := st.d.Offset + st.written
+	copy(c.view.Staging()[at:at+uint32(len(p))], p)
+	st.written += uint32(len(p))
+	if !st.sent && st.written < min(Segment, st.d.Length) {
+		return len(p), nil // the first segment is not complete yet
+	}
+	if err := c.view.Publish(st.d.Offset, st.written); err != nil {
+		return 0, err
+	}
+	if !st.sent {
+		if err := c.send(endpoint.RequestSend, &st.d); err != nil {
+			return 0, err
+		}
+		st.sent = true
+	}
+	if c.ep.eng != nil && c.ep.depth == 0 && st.written < st.d.Length {
+		if _, err := c.ep.Poll(); err != nil {
+			return len(p), err
+		}
+	}
+	return len(p), nil
+}
+
+// Close ends the message. One not written whole is completed with zeros,
+// so that the channel moves on, and Close says how much was missing.
+func (st *Stream) Close() error {
+	missing := int(st.d.Length - st.written)
+	if missing == 0 {
+		return nil
+	}
+	if _, err := st.Write(make([]byte, missing)); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: stream closed with %d of %d bytes not written (sent as zeros)", ErrShort, missing, st.d.Length)
+}
+
 // Writes returns c's memory messages not yet completed.
 func (c *Channel) Writes() int { return c.writes }
 
-// stage copies data into the payload region, where the engine reads it
-// from when it sends; a slot is reused after the ring has gone round, by
-// which time the engine has sent what was there (the channel waits for
-// its header ring to drain first).
-func (c *Channel) stage(data []byte) (uint32, error) {
-	size := c.ep.cfg.PayloadSize
-	if c.next+len(data) > size {
-		c.next = 0
-	}
-	if c.next == 0 {
-		// Going round: what the ring held must have left.
+// reserve returns the offset in the staging area of n bytes of the
+// payload region, the word before them free for a cut-through message's
+// status register. The region is a ring: a slot is reused after the ring
+// has gone round, once every request c sent before has been answered
+// (or returned), by which time the engine has sent what the slot held.
+func (c *Channel) reserve(n int) (uint32, error) {
+	at := (c.next + 4 + 7) &^ 7
+	if at+n > c.ep.cfg.PayloadSize {
 		if err := c.drain(); err != nil {
 			return 0, err
 		}
+		at = 8
 	}
-	off := c.payload + c.next
-	copy(c.view.Staging()[off:], data)
-	c.next += len(data)
-	return uint32(off), nil
+	c.next = at + n
+	return uint32(c.payload + at), nil
 }
 
-// drain runs the engine until c's send queues are empty and its bulk
-// messages finished.
+// drain runs the engine until every request c sent is answered.
 func (c *Channel) drain() error {
 	deadline := time.Now().Add(c.ep.cfg.GiveUp)
-	for {
-		busy := false
-		for _, q := range sendQueues {
-			if put, taken := c.view.Progress(q); put != taken {
-				busy = true
-			}
-		}
-		if !busy && !c.ep.eng.Busy() {
-			return nil
+	for c.requests > 0 {
+		if c.ep.depth > 0 {
+			return ErrBusy // a handler must not run the engine
 		}
 		if _, err := c.ep.Poll(); err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: channel %d did not drain", ErrTimeout, c.n)
+			return fmt.Errorf("%w: channel %d: %d requests not answered", ErrTimeout, c.n, c.requests)
 		}
+		c.ep.yield()
 	}
+	return nil
 }
 
 // send queues d on queue q of c, running the engine while the queue is
 // full.
 func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
+	if q == endpoint.ReplySend && len(c.replies) > 0 {
+		c.replies = append(c.replies, *d) // after those waiting
+		return nil
+	}
 	deadline := time.Now().Add(c.ep.cfg.GiveUp)
 	for {
 		err := c.view.Send(q, d)
+		if err == nil && q == endpoint.RequestSend {
+			c.requests++
+		}
 		if !errors.Is(err, endpoint.ErrQueueFull) {
 			return err
 		}
 		if c.ep.depth > 0 {
-			return ErrBusy // a handler must not run the engine
+			if q == endpoint.ReplySend {
+				// A handler must not run the engine, and a reply must
+				// not be lost: it waits for the next Poll.
+				c.replies = append(c.replies, *d)
+				c.ep.stats.RepliesDeferred++
+				return nil
+			}
+			return ErrBusy
 		}
 		// Run the engine and the handlers: replies that fill the receive
 		// queues would otherwise hold up the peer's engine.
@@ -447,6 +644,15 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: channel %d full", ErrTimeout, c.n)
 		}
+		c.ep.yield()
+	}
+}
+
+// yield, in a wait, lets the firmware's engine thread run where it shares
+// the application's core.
+func (ep *Endpoint) yield() {
+	if ep.eng == nil {
+		runtime.Gosched()
 	}
 }
 
@@ -462,11 +668,16 @@ func (ep *Endpoint) Poll() (int, error) {
 	if ep.depth > 0 {
 		return 0, ErrDiscipline
 	}
-	if _, err := ep.eng.Poll(); err != nil {
-		return 0, err
+	if ep.eng != nil {
+		if _, err := ep.eng.Poll(); err != nil {
+			return 0, err
+		}
 	}
 	n := 0
 	for _, c := range ep.chans {
+		if err := c.flushReplies(); err != nil {
+			return 0, err
+		}
 		for _, q := range receiveQueues {
 			k, err := ep.dispatch(c, q)
 			n += k
@@ -487,12 +698,18 @@ func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
 		if err != nil || !ok {
 			return n, err
 		}
-		if d.Class&endpoint.ClassReturned != 0 {
+		if _, from, returned := d.ReturnInfo(); returned {
 			ep.stats.Returned++
-			if d.Handler == uint32(HandlerMemory) {
-				c.writes--
+			if from == endpoint.RequestSend {
+				c.requests--
+				if d.Handler == uint32(HandlerMemory) {
+					c.writes--
+				}
 			}
 		} else {
+			if q == endpoint.ReplyReceive {
+				c.requests--
+			}
 			var data []byte
 			if d.Class == endpoint.ClassBulk {
 				if data, err = c.view.Data(&d); err != nil {
@@ -546,15 +763,14 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		// Memory messages' completions, and the null reply that keeps
 		// request/reply: HandlerMemory answers HandlerMemory. Still at
 		// handler depth: a full reply queue does not run the engine (and
-		// this message's handler again) from here.
+		// this message's handler again) from here, the reply waits for
+		// the next Poll.
 		r := HandlerNull
 		if h == HandlerMemory {
 			r = HandlerMemory
 		}
 		if tok.Reply(r) == nil {
 			ep.stats.Replies++
-		} else {
-			ep.stats.RepliesLost++
 		}
 	}
 	ep.depth--
@@ -571,6 +787,7 @@ func (ep *Endpoint) WaitWrites() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: memory messages not completed", ErrTimeout)
 		}
+		ep.yield()
 	}
 	return nil
 }

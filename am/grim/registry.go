@@ -216,6 +216,7 @@ func (ep *Endpoint) Synch() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: no answer from the central endpoint %v", ErrTimeout, ep.cfg.Peers[0])
 		}
+		ep.yield()
 	}
 	switch ep.synchStatus {
 	case 0:

@@ -143,11 +143,12 @@ var sublayer = map[string]map[string]int{
 		"nicfw/endpoint": 0, "nicfw/transport": 0,
 		"nicfw":        1,
 		"nicfw/mapper": 2, "nicfw/coord": 2,
-		"nicfw/daemon": 3,
+		"nicfw/daemon":            3,
+		"nicfw/daemon/daemontest": 4, // running daemons, for tests
 	},
 	"am": {
-		"am/ssam": 0, "am/amii": 0, "am/internal": 0,
-		"am": 1,
+		"am/ssam": 0, "am/amii": 0, "am/internal": 0, "am/grim": 0,
+		"am": 1, "am/grim/storage": 1,
 	},
 }
 

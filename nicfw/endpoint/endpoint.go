@@ -165,6 +165,7 @@ const (
 type Descriptor struct {
 	Class        Class
 	NArgs        uint8
+	Flags        Flag
 	Dest         uint32
 	Handler      uint32
 	Offset       uint32
@@ -174,6 +175,18 @@ type Descriptor struct {
 	Args         [MaxShortArgs]uint64
 }
 
+// Flag is a descriptor's flags.
+type Flag uint8
+
+// CutThrough, on a bulk message, lets the engine send it while the
+// application is still writing it: the 32-bit word just before the
+// message's bytes in the staging area (at Offset-4; Offset a multiple of 4)
+// is its status register, which holds how many of its bytes are written
+// (View.Publish). The engine sends those and waits for more, so the
+// application writes the first bytes, publishes them, sends the
+// descriptor, and publishes growing lengths until the whole is written.
+const CutThrough Flag = 1
+
 // PoolOffset as a bulk message's RemoteOffset lets the receiving engine
 // store it in its endpoint's receive pool (View.SetPool), where it finds
 // room, instead of at an offset the sender names.
@@ -181,7 +194,7 @@ const PoolOffset = ^uint32(0)
 
 func (d *Descriptor) encode(b []byte) {
 	_ = b[descSize-1]
-	b[0], b[1], b[2], b[3] = byte(d.Class), d.NArgs, 0, 0
+	b[0], b[1], b[2], b[3] = byte(d.Class), d.NArgs, byte(d.Flags), 0
 	binary.LittleEndian.PutUint32(b[4:], d.Dest)
 	binary.LittleEndian.PutUint32(b[8:], d.Handler)
 	binary.LittleEndian.PutUint32(b[12:], d.Offset)
@@ -195,7 +208,7 @@ func (d *Descriptor) encode(b []byte) {
 
 func (d *Descriptor) decode(b []byte) {
 	_ = b[descSize-1]
-	d.Class, d.NArgs = Class(b[0]), b[1]
+	d.Class, d.NArgs, d.Flags = Class(b[0]), b[1], Flag(b[2])
 	d.Dest = binary.LittleEndian.Uint32(b[4:])
 	d.Handler = binary.LittleEndian.Uint32(b[8:])
 	d.Offset = binary.LittleEndian.Uint32(b[12:])
@@ -219,6 +232,7 @@ const (
 	RefusedLength                     // length not allowed for the class
 	RefusedRange                      // offset+length outside the staging area
 	RefusedRing                       // the producer index claims more than the ring holds
+	RefusedFlags                      // flags unknown, or not allowed for the class and offset
 	NumRefusals
 )
 
@@ -239,6 +253,8 @@ func (r Refusal) Error() string {
 		return "nicfw: descriptor refused: offset and length outside the staging area"
 	case RefusedRing:
 		return "nicfw: descriptor refused: corrupt ring index"
+	case RefusedFlags:
+		return "nicfw: descriptor refused: flags unknown or not allowed for the class"
 	}
 	return fmt.Sprintf("nicfw: descriptor refused: reason %d", uint8(r))
 }
@@ -781,6 +797,9 @@ func (m *Memory) Commit(q Queue) { m.rings[q].release() }
 
 // check validates a descriptor copied out of a send queue.
 func (m *Memory) check(d *Descriptor) error {
+	if d.Flags != 0 && (d.Flags != CutThrough || d.Class != ClassBulk || d.Offset < 4 || d.Offset%4 != 0) {
+		return RefusedFlags
+	}
 	switch d.Class {
 	case ClassShort:
 		if d.NArgs > MaxShortArgs {
@@ -996,6 +1015,13 @@ func (v *View) Send(q Queue, d *Descriptor) error {
 	if err := v.rings[q].produce(d); err != nil {
 		return err
 	}
+	v.wake()
+	return nil
+}
+
+// wake rings the doorbell of an evicted endpoint and kicks an engine that
+// sleeps, after the application published something the engine must see.
+func (v *View) wake() {
 	if w := v.idle.Load(); w != 0 {
 		if w&wordEvicted != 0 {
 			v.bell.Store(1)
@@ -1004,7 +1030,35 @@ func (v *View) Send(q Queue, d *Descriptor) error {
 			v.kick()
 		}
 	}
+}
+
+// Publish writes the status register of a cut-through bulk message whose
+// bytes start at off in the staging area: n of them are written, and the
+// engine may send them. off is the message's Offset (a multiple of 4, at
+// least 4); n only grows while the message is being sent.
+func (v *View) Publish(off, n uint32) error {
+	if v.mem == nil {
+		return ErrClosed
+	}
+	if off < 4 || off%4 != 0 || uint64(off) > uint64(v.l.staging) {
+		return fmt.Errorf("%w: status register of offset %d", ErrOutOfRange, off)
+	}
+	statusWord(v.Staging(), off).Store(n)
+	v.wake()
 	return nil
+}
+
+// statusWord returns the status register of a cut-through message at off
+// in staging (checked: 4 <= off <= len, off%4 == 0).
+func statusWord(staging []byte, off uint32) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&staging[off-4]))
+}
+
+// Published returns how many bytes of the cut-through bulk message d (taken
+// and checked) its application has written: its status register, at most
+// d.Length.
+func (m *Memory) Published(d *Descriptor) uint32 {
+	return min(statusWord(m.Staging(), d.Offset).Load(), d.Length)
 }
 
 // Progress returns the two counters of queue q: for a send queue, the

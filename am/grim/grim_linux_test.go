@@ -1,9 +1,13 @@
+//go:build linux
+
 package grim
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +16,7 @@ import (
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon/daemontest"
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
@@ -29,20 +34,47 @@ type host struct {
 	index int
 }
 
+// clusterConfig says how a test cluster's hosts run: each endpoint's
+// channels, the engines' window, firmware mode (an engine daemon per
+// host, the endpoints dialing it), and whether the hosts of even index
+// inject cut-through.
+type clusterConfig struct {
+	channels, window int
+	firmware         bool
+	cutThrough       bool
+}
+
 // cluster makes hosts 1..n on links (one per host), each with a GRIM
-// endpoint (id 16) of channels channels; peers lists all n. Endpoints
-// listed in late are made but not started (start them with h.start).
-func cluster(t *testing.T, links []afxdp.Link, channels int, window int) []*host {
+// endpoint (id 16); peers lists all n. The hosts' goroutines are started
+// with h.start.
+func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 	t.Helper()
 	n := len(links)
 	var peers []nicfw.Name
 	for i := range n {
 		peers = append(peers, nicfw.Name{Host: nicfw.HostID(i + 1), Endpoint: 16})
 	}
+	var sockets []string
+	if cc.firmware {
+		sockets = daemontest.Start(t, links, func(id nicfw.HostID) nicfw.EngineConfig { return engineConfig(id, cc.window) })
+	}
 	var hosts []*host
 	for i, l := range links {
-		eng, err := nicfw.NewEngine(l, nicfw.EngineConfig{Host: nicfw.HostID(i + 1), Window: window,
-			Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond, Channels: 16}})
+		cfg := Config{Peers: peers, Self: i, Channels: cc.channels, CutThrough: cc.cutThrough && i%2 == 0}
+		if cc.firmware {
+			ep, err := Dial(sockets[i], cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &host{ep: ep, jobs: make(chan func(*Endpoint)), done: make(chan struct{}), index: i}
+			t.Cleanup(func() {
+				h.halt()
+				ep.Close()
+			})
+			hosts = append(hosts, h)
+			continue
+		}
+		eng, err := nicfw.NewEngine(l, engineConfig(nicfw.HostID(i+1), cc.window))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +85,7 @@ func cluster(t *testing.T, links []afxdp.Link, channels int, window int) []*host
 				}
 			}
 		}
-		ep, err := New(eng, Config{Peers: peers, Self: i, Channels: channels})
+		ep, err := New(eng, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,12 +109,23 @@ func (h *host) start() {
 				f(h.ep)
 				h.done <- struct{}{}
 			default:
-				if _, err := h.ep.Poll(); err != nil && h.err == nil {
+				n, err := h.ep.Poll()
+				if err != nil && h.err == nil {
 					h.err = err
+				}
+				if n == 0 && h.eng == nil {
+					runtime.Gosched() // firmware mode: the daemons' threads share the cores
 				}
 			}
 		}
 	})
+}
+
+// engineConfig is the engines' configuration: host id, window, and
+// retransmission in milliseconds, for tests on loaded machines.
+func engineConfig(id nicfw.HostID, window int) nicfw.EngineConfig {
+	return nicfw.EngineConfig{Host: id, Window: window,
+		Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond, Channels: 16}}
 }
 
 // halt stops h's goroutine.
@@ -135,9 +178,21 @@ func hubLinks(t *testing.T, n int, opts memlink.Options) []afxdp.Link {
 func TestGRIM(t *testing.T) {
 	for _, loss := range []float64{0, 0.1} {
 		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
-			grimBody(t, hubLinks(t, 4, memlink.Options{Loss: loss, Seed: 11}))
+			grimBody(t, hubLinks(t, 4, memlink.Options{Loss: loss, Seed: 11}), clusterConfig{})
 		})
 	}
+}
+
+// TestGRIMCutThrough is the body with hosts 1 and 3 injecting cut-through,
+// with 10% of the frames lost.
+func TestGRIMCutThrough(t *testing.T) {
+	grimBody(t, hubLinks(t, 4, memlink.Options{Loss: 0.1, Seed: 12}), clusterConfig{cutThrough: true})
+}
+
+// TestGRIMFirmware is the body in firmware mode: an engine daemon per
+// host, each GRIM endpoint dialing its host's; hosts 1 and 3 cut-through.
+func TestGRIMFirmware(t *testing.T) {
+	grimBody(t, hubLinks(t, 4, memlink.Options{Loss: 0.05, Seed: 13}), clusterConfig{firmware: true, cutThrough: true})
 }
 
 // grimBody: the registry (registration, synch, lookup on every host, a
@@ -146,8 +201,9 @@ func TestGRIM(t *testing.T) {
 // exactly once; bulk messages at the sizes around the engine's chunk and
 // up to MaxBulk, intact; memory messages that land exactly and complete.
 // Host 4 joins late.
-func grimBody(t *testing.T, links []afxdp.Link) {
-	hosts := cluster(t, links, 2, 1)
+func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
+	cc.channels, cc.window = 2, 1
+	hosts := cluster(t, links, cc)
 	for _, h := range hosts[:3] {
 		h.start()
 	}
@@ -237,18 +293,85 @@ func grimBody(t *testing.T, links []afxdp.Link) {
 	mu.Unlock()
 
 	// Bulk messages around the chunk size and up to MaxBulk.
-	room := hosts[0].eng.MaxPayload() - 200
-	sizes := []int{1, 31, 32, room, room + 1, 2*room + 7, MaxBulk - 1, MaxBulk}
+	room := 1200 // about a chunk
+	if hosts[0].eng != nil {
+		room = hosts[0].eng.MaxPayload() - 200
+	}
+	sizes := []int{1, 31, 32, 33, room, room + 1, 2*room + 7, MaxBulk - 1, MaxBulk}
 	for i, n := range sizes {
-		hosts[0].do(func(ep *Endpoint) { err = ep.Channel(i%2).Bulk(2, 21, pattern(n, byte(i))) })
+		// From host 1 and host 2: one of them cut-through, if any.
+		hosts[i%2].do(func(ep *Endpoint) { err = ep.Channel(i%2).Bulk(2, 21, pattern(n, byte(i))) })
 		if err != nil {
 			t.Fatalf("bulk of %d bytes: %v", n, err)
 		}
 	}
+	// A slow writer streams a message cut-through, pausing between
+	// segments while the engines run: the bytes not yet written read
+	// 0xEE in the payload region, and none of them may arrive.
+	slow := pattern(20_000, 0x5a)
+	hosts[0].do(func(ep *Endpoint) {
+		c := ep.Channel(0)
+		if err = c.drain(); err != nil { // what the region holds has left
+			return
+		}
+		payload := c.view.Staging()[c.payload:]
+		for i := range payload {
+			payload[i] = 0xEE
+		}
+		c.next = 0
+		sent := func() uint64 {
+			if ep.eng == nil {
+				return 0
+			}
+			return ep.eng.Stats().Sent
+		}
+		var st *Stream
+		if st, err = c.Stream(2, 21, len(slow)); err != nil {
+			return
+		}
+		at := 0
+		for seg := Segment; at < len(slow) && err == nil; seg *= 2 {
+			before := sent()
+			n := min(seg, len(slow)-at)
+			if _, err = st.Write(slow[at : at+n]); err != nil {
+				return
+			}
+			at += n
+			for range 50 { // a pause: the engine runs, the writer does not
+				if _, err = ep.Poll(); err != nil {
+					return
+				}
+			}
+			// Inline, the first segment leaves while the rest is unwritten.
+			for deadline := time.Now().Add(time.Minute); ep.eng != nil && at == Segment && sent() == before; {
+				if _, err = ep.Poll(); err != nil {
+					return
+				}
+				if time.Now().After(deadline) {
+					err = fmt.Errorf("nothing left while %d of %d bytes were written", at, len(slow))
+					return
+				}
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		if err == nil {
+			err = st.Close()
+		}
+	})
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	sizes = append(sizes, len(slow))
 	eventually(t, &mu, "bulk messages", func() bool { return len(bulks) == len(sizes) })
 	mu.Lock()
+	if !slices.ContainsFunc(bulks, func(b []byte) bool { return bytes.Equal(b, slow) }) {
+		t.Error("the streamed message did not arrive intact")
+	}
+	mu.Unlock()
+	sizes = sizes[:len(sizes)-1]
+	mu.Lock()
 	for _, b := range bulks { // two channels: in order per channel only
-		found := false
+		found := bytes.Equal(b, slow)
 		for i, n := range sizes {
 			found = found || len(b) == n && bytes.Equal(b, pattern(n, byte(i)))
 		}

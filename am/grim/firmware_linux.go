@@ -1,0 +1,49 @@
+//go:build linux
+
+package grim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/endpoint"
+)
+
+// Dial makes a GRIM endpoint in firmware mode: its channels are opened
+// through the firmware daemon listening on socket (`xam fw`), whose engine
+// runs on cores of its own and serves every endpoint of the host, so that
+// several GRIM endpoints of one host (an application, a storage endpoint)
+// run on threads of their own. Poll then only runs handlers. The daemon's
+// refusals are typed as Dial's in package amii. Close closes the channels
+// and the connection.
+func Dial(socket string, cfg Config) (*Endpoint, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	conn, err := daemon.Dial(socket)
+	if err != nil {
+		return nil, err
+	}
+	ep := newEndpoint(cfg)
+	err = ep.open(func(id nicfw.EndpointID, ec endpoint.Config, vn nicfw.VNet) (*endpoint.View, func() error, error) {
+		d, err := conn.Open(daemon.OpenRequest{Endpoint: id, Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight,
+			QueueEntries: ec.QueueEntries, StagingSize: ec.StagingSize})
+		if err != nil {
+			return nil, nil, err
+		}
+		if d.Host != cfg.Peers[cfg.Self].Host {
+			d.Close()
+			return nil, nil, fmt.Errorf("%w: Peers[%d] is on host %d, the daemon at %s is host %d", ErrConfig, cfg.Self, cfg.Peers[cfg.Self].Host, socket, d.Host)
+		}
+		return d.View, d.Close, nil
+	})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	closeChannels := ep.closeAll
+	ep.closeAll = func() error { return errors.Join(closeChannels(), conn.Close()) }
+	return ep, nil
+}
