@@ -57,6 +57,12 @@ type VNet struct {
 	// endpoints have work: the scheduler's weighted round robin lets it
 	// send up to Weight messages per round (1..MaxWeight; default 1).
 	Weight int
+	// Ordered delivers the endpoint's messages in the order it sent
+	// them, whatever the window: a message leaves only once the one
+	// before it is acknowledged (the window still lets a bulk message's
+	// chunks fly together). Without it, messages in flight together may
+	// arrive in any order when frames are lost.
+	Ordered bool
 }
 
 // MaxWeight bounds VNet.Weight.
@@ -170,6 +176,7 @@ type epState struct {
 	resident bool
 	sends    int // messages sent since it was loaded
 	weight   int
+	ordered  bool // VNet.Ordered
 	evIdx    int
 	rung     bool
 
@@ -446,7 +453,7 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 	if w < 1 || w > MaxWeight {
 		return fmt.Errorf("%w: weight %d, want 1..%d", ErrConfig, vnet.Weight, MaxWeight)
 	}
-	s := &epState{id: id, mem: mem, tag: vnet.Tag, vnet: slices.Clone(vnet.Table), rev: make(map[Name]uint32), weight: w}
+	s := &epState{id: id, mem: mem, tag: vnet.Tag, vnet: slices.Clone(vnet.Table), rev: make(map[Name]uint32), weight: w, ordered: vnet.Ordered}
 	for i, n := range s.vnet {
 		if _, ok := s.rev[n]; !ok {
 			s.rev[n] = uint32(i)
@@ -573,8 +580,8 @@ func (e *Engine) isPending(ep int) bool {
 		}
 		return e.canSend(s, s.d.Dest)
 	case slotEmpty:
-		if s.flying >= e.cfg.Window {
-			return false // the window is full: wait for acknowledgements
+		if s.flying >= e.cfg.Window || s.ordered && s.flying > 0 {
+			return false // the window is full (ordered: the last message is unacknowledged)
 		}
 		dest, ok := e.peek(s)
 		return ok && e.canSend(s, dest)

@@ -13,8 +13,10 @@
 // that owns the endpoint injects into its channels with no lock and no
 // system call; the engine serves the channels of all endpoints round robin,
 // weighted (Config.Weights) for QoS. A message names its sender's channel
-// (Token.Source); with the engine's Window at 1 a channel's messages arrive
-// in the order sent.
+// (Token.Source). A channel's messages arrive in the order sent, whatever
+// the engine's window: its engine endpoint is Ordered (nicfw.VNet), so a
+// message leaves once the one before it is acknowledged, while the chunks
+// of a bulk message fly together up to the window.
 //
 // Optimistic flow control. Bulk messages (up to MaxBulk bytes) are the
 // engine's pooled bulk messages: the sending engine fragments them, and

@@ -5,6 +5,7 @@ package grim
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
@@ -27,8 +28,9 @@ func Dial(socket string, cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	ep := newEndpoint(cfg)
+	var eps []*daemon.Endpoint
 	err = ep.open(func(id nicfw.EndpointID, ec endpoint.Config, vn nicfw.VNet) (*endpoint.View, func() error, error) {
-		d, err := conn.Open(daemon.OpenRequest{Endpoint: id, Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight,
+		d, err := conn.Open(daemon.OpenRequest{Endpoint: id, Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight, Ordered: vn.Ordered,
 			QueueEntries: ec.QueueEntries, StagingSize: ec.StagingSize})
 		if err != nil {
 			return nil, nil, err
@@ -37,12 +39,14 @@ func Dial(socket string, cfg Config) (*Endpoint, error) {
 			d.Close()
 			return nil, nil, fmt.Errorf("%w: Peers[%d] is on host %d, the daemon at %s is host %d", ErrConfig, cfg.Self, cfg.Peers[cfg.Self].Host, socket, d.Host)
 		}
+		eps = append(eps, d)
 		return d.View, d.Close, nil
 	})
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
+	ep.block = func(timeout time.Duration) error { return daemon.BlockAny(eps, timeout) }
 	closeChannels := ep.closeAll
 	ep.closeAll = func() error { return errors.Join(closeChannels(), conn.Close()) }
 	return ep, nil

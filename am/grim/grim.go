@@ -154,6 +154,8 @@ type Channel struct {
 	// replies: replies handlers sent while the reply queue was full, in
 	// order, for the next Poll to send.
 	replies []endpoint.Descriptor
+	// live: the payload regions of requests in flight, oldest first.
+	live []region
 }
 
 // flushReplies sends the replies deferred while the reply queue was full,
@@ -176,7 +178,8 @@ func (c *Channel) flushReplies() error {
 // Endpoint is a GRIM endpoint: its logical channels, its handlers, and its
 // copy of the cluster's handler registry.
 type Endpoint struct {
-	eng      *nicfw.Engine // inline mode: the engine Poll runs; nil in firmware mode
+	eng      *nicfw.Engine             // inline mode: the engine Poll runs; nil in firmware mode
+	block    func(time.Duration) error // firmware mode: sleeps on the channels' notifications
 	closeAll func() error
 	cfg      Config
 	name     nicfw.Name
@@ -309,7 +312,7 @@ func (ep *Endpoint) open(open opener) error {
 			w = cfg.Weights[i]
 		}
 		v, closer, err := open(id, endpoint.Config{StagingSize: staging, TableSize: len(table)},
-			nicfw.VNet{Tag: cfg.Tag, Table: table, Weight: w})
+			nicfw.VNet{Tag: cfg.Tag, Table: table, Weight: w, Ordered: true})
 		if err != nil {
 			ep.closeChannels()
 			return err
@@ -469,7 +472,11 @@ func (c *Channel) inject(dest int, h HandlerID, remote uint32, data []byte, args
 		}
 		copy(c.view.Staging()[off:], data)
 		d.Class, d.Offset, d.Length, d.RemoteOffset = endpoint.ClassBulk, off, uint32(len(data)), remote
-		return c.send(endpoint.RequestSend, &d)
+		if err := c.send(endpoint.RequestSend, &d); err != nil {
+			return err
+		}
+		c.sentLive()
+		return nil
 	}
 	st, err := c.stream(dest, h, remote, len(data), args)
 	if err != nil {
@@ -549,6 +556,7 @@ func (st *Stream) Write(p []byte) (int, error) {
 		if err := c.send(endpoint.RequestSend, &st.d); err != nil {
 			return 0, err
 		}
+		c.sentLive()
 		st.sent = true
 	}
 	if c.ep.eng != nil && c.ep.depth == 0 && st.written < st.d.Length {
@@ -572,30 +580,83 @@ func (st *Stream) Close() error {
 	return fmt.Errorf("%w: stream closed with %d of %d bytes not written (sent as zeros)", ErrShort, missing, st.d.Length)
 }
 
+// Pending returns c's requests not yet answered (or returned).
+func (c *Channel) Pending() int { return c.requests }
+
 // Writes returns c's memory messages not yet completed.
 func (c *Channel) Writes() int { return c.writes }
 
 // reserve returns the offset in the staging area of n bytes of the
 // payload region, the word before them free for a cut-through message's
-// status register. The region is a ring: a slot is reused after the ring
-// has gone round, once every request c sent before has been answered
-// (or returned), by which time the engine has sent what the slot held.
+// status register. The region is a ring of the bytes of requests in
+// flight (live): a request's bytes are free again once the engine has
+// begun a later request of the channel (it serves a channel's requests one
+// after the other, a bulk message until its last chunk is acknowledged)
+// or every request is answered; reserve runs the engine until the bytes
+// it hands out are free.
 func (c *Channel) reserve(n int) (uint32, error) {
 	at := (c.next + 4 + 7) &^ 7
 	if at+n > c.ep.cfg.PayloadSize {
-		if err := c.drain(); err != nil {
-			return 0, err
-		}
 		at = 8
 	}
-	c.next = at + n
+	lo, hi := at-4, at+n
+	deadline := time.Now().Add(c.ep.cfg.GiveUp)
+	for c.overlaps(lo, hi) {
+		if c.ep.depth > 0 {
+			return 0, ErrBusy // a handler must not run the engine
+		}
+		if _, err := c.ep.Poll(); err != nil {
+			return 0, err
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%w: channel %d: payload region still in use", ErrTimeout, c.n)
+		}
+		c.ep.yield()
+	}
+	c.next = hi
+	c.live = append(c.live, region{start: lo, end: hi})
 	return uint32(c.payload + at), nil
 }
 
-// drain runs the engine until every request c sent is answered.
+// region is the bytes of a request in the payload region, and the
+// request's index in the request send queue once sent.
+type region struct {
+	start, end int
+	seq        uint32
+	sent       bool
+}
+
+// overlaps drops the live regions the engine is done with and reports
+// whether [lo, hi) overlaps one still live.
+func (c *Channel) overlaps(lo, hi int) bool {
+	_, taken := c.view.Progress(endpoint.RequestSend)
+	k := 0
+	for k < len(c.live) && c.live[k].sent && (int32(taken-c.live[k].seq) > 1 || c.requests == 0) {
+		k++
+	}
+	c.live = c.live[k:]
+	for _, r := range c.live {
+		if r.start < hi && lo < r.end {
+			return true
+		}
+	}
+	return false
+}
+
+// sentLive notes that the request just queued is the one whose bytes the
+// last live region holds.
+func (c *Channel) sentLive() {
+	if n := len(c.live); n > 0 && !c.live[n-1].sent {
+		put, _ := c.view.Progress(endpoint.RequestSend)
+		c.live[n-1].seq, c.live[n-1].sent = put-1, true
+	}
+}
+
+// drain runs the engine until every request c sent is answered and the
+// engine is done with the payload region.
 func (c *Channel) drain() error {
 	deadline := time.Now().Add(c.ep.cfg.GiveUp)
-	for c.requests > 0 {
+	for c.requests > 0 || c.overlaps(0, c.ep.cfg.PayloadSize) {
 		if c.ep.depth > 0 {
 			return ErrBusy // a handler must not run the engine
 		}
@@ -646,6 +707,33 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		}
 		c.ep.yield()
 	}
+}
+
+// Wait sleeps until a message has arrived on one of the endpoint's
+// channels or timeout passes, and reports whether one may have (a true
+// may be spurious: Poll and wait again). In firmware mode it sleeps on the
+// daemon's notifications, leaving the core to the engine and other
+// endpoints; in inline mode nothing moves unless Poll runs the engine, so
+// it returns true at once.
+func (ep *Endpoint) Wait(timeout time.Duration) (bool, error) {
+	if ep.block == nil {
+		return true, nil
+	}
+	ready := false
+	for _, c := range ep.chans {
+		ready = ready || c.view.Arm(endpoint.EventRequest|endpoint.EventReply) != 0
+	}
+	var err error
+	if !ready {
+		err = ep.block(timeout)
+		for _, c := range ep.chans {
+			ready = ready || c.view.Ready()&(endpoint.EventRequest|endpoint.EventReply) != 0
+		}
+	}
+	for _, c := range ep.chans {
+		c.view.Arm(0)
+	}
+	return ready, err
 }
 
 // yield, in a wait, lets the firmware's engine thread run where it shares

@@ -202,7 +202,7 @@ func TestGRIMFirmware(t *testing.T) {
 // up to MaxBulk, intact; memory messages that land exactly and complete.
 // Host 4 joins late.
 func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
-	cc.channels, cc.window = 2, 1
+	cc.channels, cc.window = 2, 8 // order per channel with a window above 1 (Ordered)
 	hosts := cluster(t, links, cc)
 	for _, h := range hosts[:3] {
 		h.start()

@@ -19,9 +19,9 @@ import (
 )
 
 // benchmarks are the names `xam bench` knows; "all" runs them all.
-var benchmarks = []string{"ssam", "logp", "engine", "incast", "hostile"}
+var benchmarks = []string{"ssam", "logp", "engine", "incast", "grim", "hostile"}
 
-const benchUsage = "bench ssam|logp|engine|incast|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|engine|incast|grim|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // runBench runs the named benchmarks, each on a lab of its own.
 func runBench(e *env, args []string) error {
@@ -36,7 +36,7 @@ func runBench(e *env, args []string) error {
 	clients := fs.Int("clients", 7, "logp: the most clients of the contention experiment")
 	flood := fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark) instead of Markdown")
-	out := fs.String("out", "", "ssam, incast: also write plots into this directory")
+	out := fs.String("out", "", "ssam, incast, grim: also write plots into this directory")
 	senders := fs.String("senders", "1,2,3,7", "incast: numbers of senders, e.g. 1,2,3,7")
 	sizes := fs.String("sizes", "1k,4k,8k,16k", "incast: message sizes, e.g. 1k,4k,16k,64k")
 	portRate := fs.String("port-rate", "100mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit")
@@ -93,13 +93,13 @@ func runBench(e *env, args []string) error {
 	}
 	plots := false
 	for _, n := range names {
-		plots = plots || n == "ssam" || n == "incast"
+		plots = plots || n == "ssam" || n == "incast" || n == "grim"
 		if n == "logp" && *count < 100 {
 			return usageError("--count %d: logp needs at least 100", *count)
 		}
 	}
 	if *out != "" && !plots {
-		return usageError("--out: only ssam and incast draw plots")
+		return usageError("--out: only ssam, incast and grim draw plots")
 	}
 	if err := needPrivileges("xam bench"); err != nil {
 		return err
@@ -133,6 +133,14 @@ func runBench(e *env, args []string) error {
 			r, err = benchIncast(e, in, icfg, *asJSON, *out)
 		case "engine":
 			r, err = benchEngine(e, in, bench.EngineConfig{Count: *count, Bulk: *bulk, Mode: m, Stop: in.flag()}, *asJSON)
+		case "grim":
+			gc := bench.GRIMConfig{Count: min(*count, 5000), Mode: m, Stop: in.flag()}
+			fs.Visit(func(f *flag.Flag) {
+				if f.Name == "bulk" {
+					gc.Bulk = *bulk
+				}
+			})
+			r, err = benchGRIM(e, in, gc, *asJSON, *out)
 		case "hostile":
 			r, err = benchHostile(e, in, bench.HostileConfig{Pings: max(*count/10, 100), Flood: *flood}, *asJSON)
 		}
@@ -284,6 +292,29 @@ func benchEngine(e *env, in *interrupts, cfg bench.EngineConfig, asJSON bool) (r
 			}
 			return r.Markdown(e.stdout)
 		})
+	})
+	return r, err
+}
+
+// benchGRIM measures GRIM's figures beside its peers on a lab and prints
+// them as Markdown unless asJSON; with out, it draws the plots there.
+func benchGRIM(e *env, in *interrupts, cfg bench.GRIMConfig, asJSON bool, out string) (r *bench.GRIMBench, err error) {
+	cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+	err = withLab(e, in, "grim", func(l *lab.Lab, pa, pb bench.Place) error {
+		if r, err = bench.RunGRIM(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil {
+			return err
+		}
+		if out != "" {
+			paths, err := r.Plot(out)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stderr, "xam bench grim: wrote %s\n", strings.Join(paths, ", "))
+		}
+		if asJSON {
+			return nil
+		}
+		return r.Markdown(e.stdout)
 	})
 	return r, err
 }

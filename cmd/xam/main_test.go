@@ -332,7 +332,8 @@ func TestPingDevice(t *testing.T) {
 	for _, args := range [][]string{
 		{"ping", "--dev", "eth0"},
 		{"ping", "--peer", "02:00:00:00:00:01"},
-		{"ping", "--api", "grim"},
+		{"ping", "--api", "grim", "--size", "60000"},
+		{"ping", "--api", "grim", "--socket", "/tmp/x"},
 		{"ping", "--api", "raw", "--loss", "0.1"},
 		{"ping", "--mode", "sideways"},
 		{"ping", "--count", "0"},
@@ -812,6 +813,35 @@ func TestPingAMII(t *testing.T) {
 	}
 	if code, _, errs := xam(t, nil, "ping", "--api", "raw", "--mode", "firmware"); code != 2 || !strings.Contains(errs, "works with --api amii") {
 		t.Errorf("--mode firmware with --api raw: exit %d, %s", code, errs)
+	}
+}
+
+// TestPingGRIM: xam ping --api grim, short messages inline and bulk
+// messages in firmware mode, over lossy links: every request delivered
+// once and answered.
+func TestPingGRIM(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	for _, args := range [][]string{
+		{"--mode", "inline"},
+		{"--mode", "firmware", "--size", "5000"},
+	} {
+		args = append([]string{"ping", "--api", "grim", "--count", "300", "--loss", "0.05", "--json"}, args...)
+		code, out, errs := xam(t, nil, args...)
+		var r struct {
+			API        string `json:"api"`
+			Message    string `json:"message"`
+			Lost       int    `json:"lost"`
+			Sent       int    `json:"sent"`
+			Delivered  int    `json:"delivered"`
+			Duplicates int    `json:"duplicates"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.API != "grim" || r.Lost != 0 || r.Duplicates != 0 ||
+			r.Delivered != r.Sent || r.Sent != 330 {
+			t.Errorf("xam %v: exit %d, %+v: %s %s", args, code, r, out, errs)
+		}
+		if want := map[bool]string{false: "short", true: "bulk"}[len(args) > 10]; r.Message != want {
+			t.Errorf("xam %v: %s messages, want %s", args, r.Message, want)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/lab"
@@ -17,7 +18,7 @@ import (
 	"github.com/xam-project/xam/nicfw/daemon"
 )
 
-const pingUsage = "ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
+const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
 
 // maxPingSize bounds --size: a message larger than the device's MTU is
 // refused by the path itself, with the MTU in its error.
@@ -25,15 +26,15 @@ const maxPingSize = 65535
 
 func runPing(e *env, args []string) error {
 	fs := newFlags(e, "ping", pingUsage)
-	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), udp (kernel UDP), packet (AF_PACKET)")
-	loss := fs.Float64("loss", 0, "with --api ssam or amii: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
+	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), grim (GRIM on the firmware engine: short messages up to 16 bytes, bulk above; see --mode), udp (kernel UDP), packet (AF_PACKET)")
+	loss := fs.Float64("loss", 0, "with --api ssam, amii or grim: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
 	fwSleep := fs.Duration("fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
 	fwThreads := fs.Int("fw-threads", 1, "with --mode firmware: engine threads for the lab's two hosts: 1 (one thread runs both engines, as one NIC processor with two ports) or 2 (one each)")
-	engineMode := fs.String("mode", "inline", "with --api amii: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
+	engineMode := fs.String("mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	var cfg bench.PingConfig
 	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips (at least 1)")
 	warmup := fs.Int("warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
-	fs.IntVar(&cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells)", maxPingSize))
+	fs.IntVar(&cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; grim: default 16, a short message, and bulk above)", maxPingSize))
 	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost (positive)")
 	mode := fs.String("xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	fs.IntVar(&cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
@@ -51,12 +52,13 @@ func runPing(e *env, args []string) error {
 	if cfg.Mode, err = loader.ParseMode(*mode); err != nil {
 		return usageError("--xdp-mode: %v", err)
 	}
+	if *api == "grim" && !seen(fs, "size") {
+		cfg.Size = 4 * grim.ShortArgs // a short message
+	}
 	switch *api {
-	case "raw", "ssam", "amii", "udp", "packet":
-	case "grim":
-		return usageError("--api grim: GRIM is not built yet; --api raw, ssam, amii, udp and packet work")
+	case "raw", "ssam", "amii", "grim", "udp", "packet":
 	default:
-		return usageError("--api %q: want raw, ssam, amii, udp or packet", *api)
+		return usageError("--api %q: want raw, ssam, amii, grim, udp or packet", *api)
 	}
 	switch {
 	case cfg.Count < 1:
@@ -73,14 +75,16 @@ func runPing(e *env, args []string) error {
 		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", *fwSleep)
 	case *fwThreads != 1 && *fwThreads != 2:
 		return usageError("--fw-threads %d: want 1 or 2", *fwThreads)
-	case *loss != 0 && *api != "ssam" && *api != "amii":
-		return usageError("--loss works with --api ssam or amii only (the reliable paths); --api %s has no retransmission", *api)
+	case *api == "grim" && cfg.Size > grim.MaxBulk:
+		return usageError("--size %d: a GRIM message carries at most %d bytes", cfg.Size, grim.MaxBulk)
+	case *loss != 0 && *api != "ssam" && *api != "amii" && *api != "grim":
+		return usageError("--loss works with --api ssam, amii or grim only (the reliable paths); --api %s has no retransmission", *api)
 	case *loss < 0 || *loss >= 1:
 		return usageError("--loss %v: want a fraction in [0, 1)", *loss)
 	case *engineMode != "inline" && *engineMode != "firmware":
 		return usageError("--mode %q: want inline or firmware", *engineMode)
-	case *engineMode == "firmware" && *api != "amii":
-		return usageError("--mode firmware works with --api amii only")
+	case *engineMode == "firmware" && *api != "amii" && *api != "grim":
+		return usageError("--mode firmware works with --api amii or grim only")
 	}
 	switch *warmup {
 	case -1: // the default: bench's
@@ -90,7 +94,7 @@ func runPing(e *env, args []string) error {
 		cfg.Warmup = *warmup
 	}
 	run := bench.RunConfig{Device: *dev, Peer: *peer, InjectedLoss: *loss}
-	if *api == "amii" {
+	if *api == "amii" || *api == "grim" {
 		run.EngineMode = *engineMode
 		if *engineMode == "firmware" {
 			run.FWSleepNS = int64(*fwSleep)
@@ -196,6 +200,8 @@ func runPing(e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
 		case *bench.AMIIResult:
 			fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+		case *bench.GRIMResult:
+			fmt.Fprintf(e.stdout, "%s messages: sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Message, r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
 		}
 	}
 	return pingOutcome(pr)
@@ -213,6 +219,8 @@ func pingLab(api, engineMode string, pa, pb bench.Place, a, b *lab.Host, cfg ben
 			return bench.AMIIFirmwarePing(pa, pb, cfg, loss, fw)
 		}
 		return bench.AMIIPing(pa, pb, cfg, loss)
+	case "grim":
+		return bench.GRIMPing(pa, pb, cfg, loss, engineMode == "firmware", fw)
 	case "packet":
 		return bench.PacketPing(pa, pb, cfg)
 	default:
@@ -226,6 +234,8 @@ func pingResult(r any) *bench.PingResult {
 	case *bench.SSAMResult:
 		return &r.PingResult
 	case *bench.AMIIResult:
+		return &r.PingResult
+	case *bench.GRIMResult:
 		return &r.PingResult
 	}
 	return r.(*bench.PingResult)

@@ -91,6 +91,9 @@ type OpenRequest struct {
 	// Weight is the endpoint's share of the engine's sends (nicfw.VNet;
 	// 0: 1).
 	Weight int `json:"weight,omitempty"`
+	// Ordered asks for the endpoint's messages to be delivered in the
+	// order sent (nicfw.VNet).
+	Ordered bool `json:"ordered,omitempty"`
 }
 
 // CloseRequest closes an endpoint of the connection.
@@ -659,7 +662,7 @@ func (d *Daemon) open(req OpenRequest) (id nicfw.EndpointID, mem *endpoint.Memor
 			id = d.nextID
 			d.nextID++
 		}
-		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: req.Tag, Table: req.Table, Weight: req.Weight}); err != nil {
+		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: req.Tag, Table: req.Table, Weight: req.Weight, Ordered: req.Ordered}); err != nil {
 			return
 		}
 		added = true

@@ -428,6 +428,46 @@ func (e *Endpoint) Block(timeout time.Duration) error {
 	}
 }
 
+// BlockAny is Block for several endpoints of one connection: it sleeps
+// until the engine notifies any of them or timeout passes (negative: no
+// limit). The caller has armed each and found nothing ready.
+func BlockAny(eps []*Endpoint, timeout time.Duration) error {
+	if len(eps) == 0 {
+		return nil
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	fds := make([]unix.PollFd, 0, len(eps)+1)
+	for _, e := range eps {
+		fds = append(fds, unix.PollFd{Fd: int32(e.notify), Events: unix.POLLIN})
+	}
+	conn := eps[0].conn
+	if conn.fd >= 0 {
+		fds = append(fds, unix.PollFd{Fd: int32(conn.fd), Events: unix.POLLRDHUP})
+	}
+	for {
+		_, err := unix.Poll(fds, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("nicfw: endpoint wait: %w", err)
+		}
+		if conn.fd >= 0 && fds[len(eps)].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
+			return fmt.Errorf("nicfw: endpoint wait: %w", ErrClosed)
+		}
+		var b [8]byte
+		for i, e := range eps {
+			if fds[i].Revents&unix.POLLIN != 0 {
+				unix.Read(e.notify, b[:])
+			}
+		}
+		return nil
+	}
+}
+
 // Close unmaps the endpoint and asks the daemon to close it.
 func (e *Endpoint) Close() error {
 	_, _, err := e.conn.roundTrip(CloseRequest{Op: "close", Endpoint: e.ID})

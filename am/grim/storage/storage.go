@@ -194,6 +194,11 @@ func (s *Store) Serve(stop *atomic.Bool) error {
 			return err
 		}
 		if n == 0 {
+			// Firmware mode: sleep until a request arrives (a
+			// millisecond at most, to see stop).
+			if _, err := s.ep.Wait(time.Millisecond); err != nil {
+				return err
+			}
 			runtime.Gosched()
 		}
 	}
@@ -334,6 +339,9 @@ func (c *Client) wait() error {
 		if n == 0 {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%w: no answer from the store in %v", grim.ErrTimeout, c.timeout)
+			}
+			if _, err := c.ep.Wait(10 * time.Millisecond); err != nil { // firmware mode: sleep
+				return err
 			}
 		}
 	}
