@@ -75,7 +75,8 @@ type Config struct {
 	// every sender (default 256 KB); MemorySize the region memory messages
 	// write, at the start of the staging area (default 64 KB); PayloadSize
 	// each channel's payload region, which bulk and memory messages are
-	// sent from (default 2*MaxBulk).
+	// sent from (default 4*MaxBulk: a message being sent while the next ones
+	// are written).
 	PoolSize, MemorySize, PayloadSize int
 	// Tag is the engine tag of the cluster's GRIM traffic (default
 	// DefaultTag).
@@ -258,7 +259,7 @@ func (cfg *Config) fill() error {
 		cfg.MemorySize = 64 << 10
 	}
 	if cfg.PayloadSize == 0 {
-		cfg.PayloadSize = 2 * MaxBulk
+		cfg.PayloadSize = 4 * MaxBulk
 	}
 	if cfg.Tag == 0 {
 		cfg.Tag = DefaultTag
