@@ -3,10 +3,6 @@
 package amii
 
 import (
-	"context"
-	"errors"
-	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +12,7 @@ import (
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/nicfw"
-	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/daemon/daemontest"
 	"github.com/xam-project/xam/nicfw/transport"
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
@@ -48,31 +44,14 @@ func TestAMIISharedOverAFXDP(t *testing.T) {
 }
 
 // startDaemons runs a firmware daemon on each link (hosts amiiHostA and
-// amiiHostB, each knowing the other) until the test ends and returns their
+// amiiHostB), retransmitting after a millisecond, and returns their
 // sockets.
 func startDaemons(t *testing.T, la, lb afxdp.Link) (pa, pb string) {
 	t.Helper()
-	dir := t.TempDir()
-	daemon := func(l afxdp.Link, id, peer nicfw.HostID, peerMAC net.HardwareAddr) string {
-		path := filepath.Join(dir, "fw"+string(rune('0'+id))+".sock")
-		d, err := daemon.New(l, daemon.Config{Engine: nicfw.EngineConfig{Host: id,
-			Transport: transport.Config{RetransmitAfter: time.Millisecond}},
-			Hosts: map[nicfw.HostID]net.HardwareAddr{peer: peerMAC}, Socket: path, Sleep: 50 * time.Microsecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("daemon %d: %v", id, err)
-			}
-		})
-		return path
-	}
-	return daemon(la, amiiHostA, amiiHostB, lb.HardwareAddr()), daemon(lb, amiiHostB, amiiHostA, la.HardwareAddr())
+	s := daemontest.Start(t, []afxdp.Link{la, lb}, func(nicfw.HostID) nicfw.EngineConfig {
+		return nicfw.EngineConfig{Transport: transport.Config{RetransmitAfter: time.Millisecond}}
+	})
+	return s[0], s[1]
 }
 
 // serveUntil runs a's handlers, waiting between messages, until stop is

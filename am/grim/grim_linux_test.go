@@ -18,6 +18,7 @@ import (
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon/daemontest"
 	"github.com/xam-project/xam/nicfw/transport"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // host is one host of a test cluster: an engine and a GRIM endpoint on it,
@@ -158,27 +159,12 @@ func eventually(t *testing.T, mu *sync.Mutex, what string, cond func() bool) {
 	}
 }
 
-func hubLinks(t *testing.T, n int, opts memlink.Options) []afxdp.Link {
-	t.Helper()
-	hub, err := memlink.NewHub(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var links []afxdp.Link
-	for range n {
-		p := hub.Attach()
-		t.Cleanup(func() { p.Close() })
-		links = append(links, p)
-	}
-	return links
-}
-
 // TestGRIM runs the body on a memlink hub of four hosts, without and with
 // 10% of the frames lost.
 func TestGRIM(t *testing.T) {
 	for _, loss := range []float64{0, 0.1} {
 		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
-			grimBody(t, hubLinks(t, 4, memlink.Options{Loss: loss, Seed: 11}), clusterConfig{})
+			grimBody(t, xdptest.Hub(t, 4, memlink.Options{Loss: loss, Seed: 11}), clusterConfig{})
 		})
 	}
 }
@@ -186,13 +172,13 @@ func TestGRIM(t *testing.T) {
 // TestGRIMCutThrough is the body with hosts 1 and 3 injecting cut-through,
 // with 10% of the frames lost.
 func TestGRIMCutThrough(t *testing.T) {
-	grimBody(t, hubLinks(t, 4, memlink.Options{Loss: 0.1, Seed: 12}), clusterConfig{cutThrough: true})
+	grimBody(t, xdptest.Hub(t, 4, memlink.Options{Loss: 0.1, Seed: 12}), clusterConfig{cutThrough: true})
 }
 
 // TestGRIMFirmware is the body in firmware mode: an engine daemon per
 // host, each GRIM endpoint dialing its host's; hosts 1 and 3 cut-through.
 func TestGRIMFirmware(t *testing.T) {
-	grimBody(t, hubLinks(t, 4, memlink.Options{Loss: 0.05, Seed: 13}), clusterConfig{firmware: true, cutThrough: true})
+	grimBody(t, xdptest.Hub(t, 4, memlink.Options{Loss: 0.05, Seed: 13}), clusterConfig{firmware: true, cutThrough: true})
 }
 
 // grimBody: the registry (registration, synch, lookup on every host, a

@@ -5,14 +5,14 @@
 //
 //	xam demo                        the main job (see README.md)
 //	xam doctor [--dev IF] [--netns NS] [--json]
-//	xam ping [--api raw|ssam|amii|udp|packet] [--mode inline|firmware] [--count N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]
+//	xam ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]
 //	xam fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map) [--cores LIST] [--socket PATH] [--sleep D]
 //	xam capture --dev IF [--netns NS] --out FILE [--count N] [--duration D] [--buffer BYTES]
 //	xam stat --dev IF [--netns NS] [--json]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --stale | --all
 //	xam lab list [--json]
-//	xam bench ssam|logp|engine|incast|hostile|all [--count N] [--bulk BYTES] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--json] [--out DIR]
+//	xam bench ssam|logp|engine|incast|grim|hostile|all [--count N] [--bulk BYTES] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--json] [--out DIR]
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
 //	xam cells reassemble [--hex] [--erf FILE]
 //	xam version

@@ -14,6 +14,7 @@ import (
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 const tag = 0xc00d
@@ -40,23 +41,7 @@ type star struct {
 
 func newStar(t testing.TB, n int, opts memlink.Options, cfg Config) *star {
 	t.Helper()
-	return newStarOn(t, hubPorts(t, n, opts), clock.NewManual(time.Unix(1_000_000, 0)), cfg, time.Hour)
-}
-
-// hubPorts returns n ports of a new memlink.Hub with opts.
-func hubPorts(t testing.TB, n int, opts memlink.Options) []afxdp.Link {
-	t.Helper()
-	hub, err := memlink.NewHub(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ports []afxdp.Link
-	for range n {
-		p := hub.Attach()
-		t.Cleanup(func() { p.Close() })
-		ports = append(ports, p)
-	}
-	return ports
+	return newStarOn(t, xdptest.Hub(t, n, opts), clock.NewManual(time.Unix(1_000_000, 0)), cfg, time.Hour)
 }
 
 // newStarOn is newStar on the links of a star of hosts, on clk (nil: the
@@ -359,7 +344,7 @@ func TestDeadHolder(t *testing.T) {
 // frames lost at rate loss.
 func deadHolder(t *testing.T, after int, loss float64) {
 	const n, per, size = 4, 8, 20_000
-	ports := hubPorts(t, n, memlink.Options{Loss: loss, Seed: 3})
+	ports := xdptest.Hub(t, n, memlink.Options{Loss: loss, Seed: 3})
 	s := newStarOn(t, ports, clock.NewManual(time.Unix(1_000_000, 0)), Config{}, 100*time.Millisecond)
 	s.dead = map[int]bool{}
 	rx := s.views[n-1]

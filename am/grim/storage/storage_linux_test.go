@@ -26,17 +26,7 @@ import (
 // application and host 2's read and write blocks on it at once, found by
 // name, with 5% of the frames lost.
 func TestStorage(t *testing.T) {
-	hub, err := memlink.NewHub(memlink.Options{Loss: 0.05, Seed: 21})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var links []afxdp.Link
-	for range 2 {
-		p := hub.Attach()
-		t.Cleanup(func() { p.Close() })
-		links = append(links, p)
-	}
-	storageBody(t, links)
+	storageBody(t, xdptest.Hub(t, 2, memlink.Options{Loss: 0.05, Seed: 21}))
 }
 
 // TestStorageOverAFXDP is the same over AF_XDP on a two-host lab star.
