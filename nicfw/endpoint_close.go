@@ -54,7 +54,7 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 	case slotReturning:
 		e.returning = slices.DeleteFunc(e.returning, func(r *epState) bool { return r == s })
 	}
-	s.state = slotEmpty
+	e.vacate(s)
 	if s.flying > 0 {
 		return nil // released when the last is acknowledged or returned (land)
 	}

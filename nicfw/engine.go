@@ -57,11 +57,12 @@ type VNet struct {
 	// endpoints have work: the scheduler's weighted round robin lets it
 	// send up to Weight messages per round (1..MaxWeight; default 1).
 	Weight int
-	// Ordered delivers the endpoint's messages in the order it sent
-	// them, whatever the window: a message leaves only once the one
-	// before it is acknowledged (the window still lets a bulk message's
-	// chunks fly together). Without it, messages in flight together may
-	// arrive in any order when frames are lost.
+	// Ordered delivers the endpoint's messages to each host in the order
+	// it sent them, whatever the window: a message leaves only once the
+	// endpoint's last message to the same host is acknowledged (messages
+	// to other hosts, and a bulk message's chunks, fly together up to the
+	// window). Without it, messages in flight together may arrive in any
+	// order when frames are lost.
 	Ordered bool
 }
 
@@ -176,7 +177,8 @@ type epState struct {
 	resident bool
 	sends    int // messages sent since it was loaded
 	weight   int
-	ordered  bool // VNet.Ordered
+	ordered  bool                    // VNet.Ordered
+	ordTo    map[*transport.Peer]int // ordered: messages in flight per destination host
 	evIdx    int
 	rung     bool
 
@@ -454,6 +456,9 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 		return fmt.Errorf("%w: weight %d, want 1..%d", ErrConfig, vnet.Weight, MaxWeight)
 	}
 	s := &epState{id: id, mem: mem, tag: vnet.Tag, vnet: slices.Clone(vnet.Table), rev: make(map[Name]uint32), weight: w, ordered: vnet.Ordered}
+	if s.ordered {
+		s.ordTo = map[*transport.Peer]int{}
+	}
 	for i, n := range s.vnet {
 		if _, ok := s.rev[n]; !ok {
 			s.rev[n] = uint32(i)
@@ -580,13 +585,26 @@ func (e *Engine) isPending(ep int) bool {
 		}
 		return e.canSend(s, s.d.Dest)
 	case slotEmpty:
-		if s.flying >= e.cfg.Window || s.ordered && s.flying > 0 {
-			return false // the window is full (ordered: the last message is unacknowledged)
+		if s.flying >= e.cfg.Window {
+			return false // the window is full: wait for acknowledgements
 		}
 		dest, ok := e.peek(s)
+		if ok && s.ordered && len(s.ordTo) > 0 && e.inFlightTo(s, dest) {
+			return false // ordered: the last message to that host is unacknowledged
+		}
 		return ok && e.canSend(s, dest)
 	}
 	return false
+}
+
+// inFlightTo reports whether ordered endpoint s has a message in flight to
+// the host of its table's index dest.
+func (e *Engine) inFlightTo(s *epState, dest uint32) bool {
+	if uint64(dest) >= uint64(len(s.table)) {
+		return false // Take refuses it
+	}
+	p := e.tr.Peer(s.table[dest].Host)
+	return p != nil && s.ordTo[p] > 0
 }
 
 // held reports whether s has a message in flight, pinning its frame.
@@ -741,13 +759,16 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		e.pinned++
 	}
 	s.flying++
+	if s.ordered {
+		s.ordTo[p]++
+	}
 	if s.d.Class == endpoint.ClassBulk {
 		s.chunksOut++
 		s.sent += s.chunk
 		s.started = true
 		e.bulkNext(s)
 	} else {
-		s.state = slotEmpty // the message left: the slot takes the next
+		e.vacate(s) // the message left: the slot takes the next
 	}
 	return true, nil
 }
@@ -828,6 +849,15 @@ func (e *Engine) begin(s *epState, q endpoint.Queue) {
 	}
 }
 
+// vacate empties s's slot: the engine is done with its message, which a
+// request is counted (endpoint.Memory.CountDone).
+func (e *Engine) vacate(s *epState) {
+	if s.state != slotEmpty && s.q == endpoint.RequestSend {
+		s.mem.CountDone()
+	}
+	s.state = slotEmpty
+}
+
 // header returns the message header of the message in s's slot.
 func (e *Engine) header(s *epState) msg {
 	d := &s.d
@@ -885,7 +915,7 @@ func (e *Engine) advance(s *epState) {
 
 // finish empties s's slot; a closed endpoint's memory is closed then.
 func (e *Engine) finish(s *epState) {
-	s.state = slotEmpty
+	e.vacate(s)
 	if s.closed && s.flying == 0 {
 		if err := e.release(s); err != nil && e.closeErr == nil {
 			e.closeErr = err
@@ -934,9 +964,10 @@ func (e *Engine) flushReturning() int {
 			j++
 			continue
 		}
-		s.state = slotEmpty
 		if s.d.Class == endpoint.ClassBulk && s.chunksOut > 0 {
 			s.state = slotInflight // returned: the slot waits for its chunks in flight
+		} else {
+			e.vacate(s)
 		}
 		e.stats.Returned++
 		work++
@@ -985,7 +1016,7 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 	if chunk {
 		s.chunksOut--
 	}
-	e.land(s)
+	e.land(s, p)
 	if chunk {
 		if !s.bulkSame(p) {
 			e.returnLocal(s, endpoint.ReasonRestarted) // acknowledged by another incarnation than the first chunks
@@ -995,12 +1026,17 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 	}
 }
 
-// land releases the residency hold of a message of s that left flight
-// (acknowledged or returned). The memory of a closed endpoint goes when
-// its last message in flight does and its slot is empty.
-func (e *Engine) land(s *epState) {
+// land releases the residency hold of a message of s to p that left
+// flight (acknowledged or returned). The memory of a closed endpoint goes
+// when its last message in flight does and its slot is empty.
+func (e *Engine) land(s *epState, p *transport.Peer) {
 	if err := e.res.Release(int(s.id)); err != nil {
 		panic(err) // pinned endpoints are never evicted
+	}
+	if s.ordered {
+		if s.ordTo[p]--; s.ordTo[p] <= 0 {
+			delete(s.ordTo, p)
+		}
 	}
 	if s.flying--; s.flying == 0 {
 		e.pinned--
@@ -1036,14 +1072,14 @@ func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) 
 		if current {
 			fl.s.chunksOut--
 		}
-		e.land(fl.s)
+		e.land(fl.s, fl.peer)
 		if current {
 			e.returnLocal(fl.s, reason)
 		}
 		return
 	}
 	e.returnFlight(fl.s, &fl, payload, reason)
-	e.land(fl.s)
+	e.land(fl.s, fl.peer)
 }
 
 // returnFlight queues message f of s, returned with reason, for s's reply

@@ -440,7 +440,7 @@ func (e *Engine) command(s *epState) {
 	if status == CommandOK {
 		done.NArgs = uint8(copy(done.Args[:], results))
 	}
-	s.state = slotEmpty
+	e.vacate(s)
 	e.returnedFl = append(e.returnedFl, returnedFlight{s: s, d: done})
 }
 

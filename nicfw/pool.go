@@ -93,11 +93,13 @@ func (p *rxPool) free(b poolBlock) {
 }
 
 // reclaim frees the blocks whose receive queue entries the application
-// has released.
+// has released: those behind the queue's free-running released count,
+// however far (reclaim runs only when room is needed, and a busy queue
+// may have gone round many times since).
 func (p *rxPool) reclaim(mem *endpoint.Memory) {
-	j, entries := 0, uint32(mem.Config().QueueEntries)
+	j := 0
 	for _, b := range p.held {
-		if d := mem.Released(b.q) - b.pos; d >= 1 && d <= entries {
+		if int32(mem.Released(b.q)-b.pos) > 0 {
 			p.free(b)
 			continue
 		}

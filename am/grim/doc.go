@@ -15,7 +15,8 @@
 // weighted (Config.Weights) for QoS. A message names its sender's channel
 // (Token.Source). A channel's messages arrive in the order sent, whatever
 // the engine's window: its engine endpoint is Ordered (nicfw.VNet), so a
-// message leaves once the one before it is acknowledged, while the chunks
+// message leaves once the one before it to the same host is acknowledged,
+// while the chunks
 // of a bulk message fly together up to the window.
 //
 // Optimistic flow control. Bulk messages (up to MaxBulk bytes) are the

@@ -590,10 +590,9 @@ func (c *Channel) Writes() int { return c.writes }
 // reserve returns the offset in the staging area of n bytes of the
 // payload region, the word before them free for a cut-through message's
 // status register. The region is a ring of the bytes of requests in
-// flight (live): a request's bytes are free again once the engine has
-// begun a later request of the channel (it serves a channel's requests one
-// after the other, a bulk message until its last chunk is acknowledged)
-// or every request is answered; reserve runs the engine until the bytes
+// flight (live): a request's bytes are free again once the engine is done
+// with it (endpoint.View.Done: sent whole and acknowledged, or returned),
+// whether or not it is answered; reserve runs the engine until the bytes
 // it hands out are free.
 func (c *Channel) reserve(n int) (uint32, error) {
 	at := (c.next + 4 + 7) &^ 7
@@ -630,9 +629,9 @@ type region struct {
 // overlaps drops the live regions the engine is done with and reports
 // whether [lo, hi) overlaps one still live.
 func (c *Channel) overlaps(lo, hi int) bool {
-	_, taken := c.view.Progress(endpoint.RequestSend)
+	done := c.view.Done()
 	k := 0
-	for k < len(c.live) && c.live[k].sent && (int32(taken-c.live[k].seq) > 1 || c.requests == 0) {
+	for k < len(c.live) && c.live[k].sent && int32(done-c.live[k].seq) > 0 {
 		k++
 	}
 	c.live = c.live[k:]
@@ -651,25 +650,6 @@ func (c *Channel) sentLive() {
 		put, _ := c.view.Progress(endpoint.RequestSend)
 		c.live[n-1].seq, c.live[n-1].sent = put-1, true
 	}
-}
-
-// drain runs the engine until every request c sent is answered and the
-// engine is done with the payload region.
-func (c *Channel) drain() error {
-	deadline := time.Now().Add(c.ep.cfg.GiveUp)
-	for c.requests > 0 || c.overlaps(0, c.ep.cfg.PayloadSize) {
-		if c.ep.depth > 0 {
-			return ErrBusy // a handler must not run the engine
-		}
-		if _, err := c.ep.Poll(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: channel %d: %d requests not answered", ErrTimeout, c.n, c.requests)
-		}
-		c.ep.yield()
-	}
-	return nil
 }
 
 // send queues d on queue q of c, running the engine while the queue is

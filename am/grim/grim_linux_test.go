@@ -43,6 +43,7 @@ type clusterConfig struct {
 	channels, window int
 	firmware         bool
 	cutThrough       bool
+	pool             int // each endpoint's receive pool (0: the default)
 }
 
 // cluster makes hosts 1..n on links (one per host), each with a GRIM
@@ -61,7 +62,7 @@ func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 	}
 	var hosts []*host
 	for i, l := range links {
-		cfg := Config{Peers: peers, Self: i, Channels: cc.channels, CutThrough: cc.cutThrough && i%2 == 0}
+		cfg := Config{Peers: peers, Self: i, Channels: cc.channels, CutThrough: cc.cutThrough && i%2 == 0, PoolSize: cc.pool}
 		if cc.firmware {
 			ep, err := Dial(sockets[i], cfg)
 			if err != nil {
@@ -126,7 +127,25 @@ func (h *host) start() {
 // retransmission in milliseconds, for tests on loaded machines.
 func engineConfig(id nicfw.HostID, window int) nicfw.EngineConfig {
 	return nicfw.EngineConfig{Host: id, Window: window,
-		Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond, Channels: 16}}
+		Transport: transport.Config{RetransmitAfter: 5 * time.Millisecond, GiveUpAfter: time.Minute, Channels: 16}}
+}
+
+// drain runs the engine until it is done with c's payload region.
+func (c *Channel) drain() error {
+	deadline := time.Now().Add(c.ep.cfg.GiveUp)
+	for c.overlaps(0, c.ep.cfg.PayloadSize) {
+		if c.ep.depth > 0 {
+			return ErrBusy // a handler must not run the engine
+		}
+		if _, err := c.ep.Poll(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: channel %d: the engine still reads %d messages", ErrTimeout, c.n, len(c.live))
+		}
+		c.ep.yield()
+	}
+	return nil
 }
 
 // halt stops h's goroutine.
@@ -166,6 +185,65 @@ func TestGRIM(t *testing.T) {
 		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
 			grimBody(t, xdptest.Hub(t, 4, memlink.Options{Loss: loss, Seed: 11}), clusterConfig{})
 		})
+	}
+}
+
+// TestGRIMPoolExhausted: three hosts send bulk messages at once to a
+// fourth whose receive pool holds one at a time: the receiving engine
+// refuses messages (NACK) while the pool is full, the senders' transports
+// send them again after their back-off, and every message arrives once,
+// intact, with no deadlock.
+func TestGRIMPoolExhausted(t *testing.T) {
+	hosts := cluster(t, xdptest.Hub(t, 4, memlink.Options{Loss: 0.05, Seed: 14}), clusterConfig{channels: 1, window: 8, pool: MaxBulk})
+	for _, h := range hosts {
+		h.start()
+	}
+	const per, size = 8, 30_000
+	var mu sync.Mutex
+	got := map[[2]uint32]int{}
+	var bad int
+	hosts[3].do(func(ep *Endpoint) {
+		ep.Handle(40, func(_ *Token, args [ShortArgs]uint32, data []byte) { //nolint:errcheck
+			mu.Lock()
+			got[[2]uint32{args[0], args[1]}]++
+			if !bytes.Equal(data, pattern(size, byte(args[0]*per+args[1]))) {
+				bad++
+			}
+			mu.Unlock()
+		})
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range 3 {
+		wg.Go(func() {
+			hosts[i].do(func(ep *Endpoint) {
+				for k := range per {
+					if errs[i] = ep.Channel(0).Bulk(3, 40, pattern(size, byte(i*per+k)), uint32(i), uint32(k)); errs[i] != nil {
+						return
+					}
+				}
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, &mu, "bulk messages into a full pool", func() bool { return len(got) == 3*per })
+	mu.Lock()
+	for k, n := range got {
+		if n != 1 {
+			t.Errorf("message %v handled %d times", k, n)
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d messages arrived with other bytes", bad)
+	}
+	mu.Unlock()
+	var st nicfw.EngineStats
+	hosts[3].do(func(*Endpoint) { st = hosts[3].eng.Stats() }) // the host's goroutine runs its engine
+	if st.PoolFull == 0 {
+		t.Errorf("the pool never ran out: %+v", st)
 	}
 }
 
@@ -278,6 +356,46 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 	}
 	mu.Unlock()
 
+	// Hosts 1, 2 and 4 inject at once, each on both its channels, into
+	// host 3: every channel's messages in order, each once.
+	mu.Lock()
+	clear(seen)
+	mu.Unlock()
+	const each = 100
+	var senders sync.WaitGroup
+	errs := make([]error, len(hosts))
+	for _, i := range []int{0, 1, 3} {
+		senders.Go(func() {
+			hosts[i].do(func(ep *Endpoint) {
+				for k := range 2 * each {
+					if errs[i] = ep.Channel(k%2).Short(2, 20, uint32(k/2), uint32(k%2)); errs[i] != nil {
+						return
+					}
+				}
+			})
+		})
+	}
+	senders.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, &mu, "short messages from three hosts at once", func() bool {
+		n := 0
+		for _, s := range seen {
+			n += len(s)
+		}
+		return n == 3*2*each
+	})
+	mu.Lock()
+	for src, s := range seen {
+		for k, v := range s {
+			if v != uint32(k) {
+				t.Fatalf("peer %d channel %d: message %d is %d", src[0], src[1], k, v)
+			}
+		}
+	}
+	mu.Unlock()
+
 	// Bulk messages around the chunk size and up to MaxBulk.
 	room := 1200 // about a chunk
 	if hosts[0].eng != nil {
@@ -345,6 +463,18 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 		}
 	})
 	if err != nil {
+		for _, h := range hosts {
+			h.do(func(ep *Endpoint) {
+				var ch []string
+				for _, c := range ep.chans {
+					ch = append(ch, fmt.Sprintf("requests %d deferred %d live %d", c.requests, len(c.replies), len(c.live)))
+				}
+				t.Logf("host %d: %+v %v", h.index+1, ep.Stats(), ch)
+				if ep.eng != nil {
+					t.Logf("   engine %+v\n   transport %+v", ep.eng.Stats(), ep.eng.TransportStats())
+				}
+			})
+		}
 		t.Fatalf("stream: %v", err)
 	}
 	sizes = append(sizes, len(slow))

@@ -348,7 +348,9 @@ func (c Config) withDefaults() (Config, error) {
 //	                  doorbell (the application's: Send rings it while
 //	                  the endpoint is not resident), 48 and 52 the
 //	                  receive pool's offset in the staging area and size
-//	                  (the application's: SetPool; 0: none), 64 the
+//	                  (the application's: SetPool; 0: none), 56 the
+//	                  request send queue's messages done (the engine's:
+//	                  CountDone; View.Done), 64 the
 //	                  armed event mask (Arm; a line of its own); the rest
 //	                  reserved, 0
 //	128 + q*ringSize  queue q (RequestSend, ReplySend, RequestReceive,
@@ -374,6 +376,7 @@ const (
 	hdrBell    = 44
 	hdrPoolOff = 48
 	hdrPoolLen = 52
+	hdrDone    = 56
 	hdrArmed   = cacheLine
 	hdrSize    = 128
 
@@ -411,13 +414,13 @@ func (l layout) recvSlot(q Queue, pos uint32) int {
 // and handlers by the application (the engine clears armed when it
 // notifies).
 type hdrWords struct {
-	idle, armed, store, handlers, bell, poolOff, poolLen *atomic.Uint32
+	idle, armed, store, handlers, bell, poolOff, poolLen, done *atomic.Uint32
 }
 
 func words(mem []byte) hdrWords {
 	w := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
 	return hdrWords{idle: w(hdrIdle), armed: w(hdrArmed), store: w(hdrStore), handlers: w(hdrHandler), bell: w(hdrBell),
-		poolOff: w(hdrPoolOff), poolLen: w(hdrPoolLen)}
+		poolOff: w(hdrPoolOff), poolLen: w(hdrPoolLen), done: w(hdrDone)}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
@@ -1052,6 +1055,23 @@ func (v *View) Publish(off, n uint32) error {
 // in staging (checked: 4 <= off <= len, off%4 == 0).
 func statusWord(staging []byte, off uint32) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&staging[off-4]))
+}
+
+// CountDone counts a message of the request send queue done with: the
+// engine reads nothing of it any more (a short or medium message sent, a
+// bulk message acknowledged whole or returned). View.Done reads the count.
+func (m *Memory) CountDone() { m.done.Add(1) }
+
+// Done returns how many messages of the request send queue the engine is
+// done with, counting from 0 in the order they were sent (a free-running
+// uint32): the bytes of the p-th are the application's again once
+// int32(Done()-p) > 0. The engine serves a queue's messages one after the
+// other, so they are done in order.
+func (v *View) Done() uint32 {
+	if v.mem == nil {
+		return 0
+	}
+	return v.done.Load()
 }
 
 // Published returns how many bytes of the cut-through bulk message d (taken
