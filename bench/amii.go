@@ -312,6 +312,15 @@ func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo uin
 	// A message is answered or returned within the transport's give-up
 	// time; past it and cfg.Timeout the peer is taken to be gone.
 	limit := cfg.Timeout + transport.DefaultGiveUpAfter
+	// The round trip's wait, made once: cur is the message waited for.
+	cur := 0
+	var wait func() error
+	if block {
+		wait = func() error { _, err := a.Wait(10 * time.Millisecond); return err }
+	}
+	poll := func() error { _, err := a.Poll(); return err }
+	done := func() bool { return *answered >= cur || *returned >= cur }
+	what := func() string { return fmt.Sprintf("AM-II request %d neither answered nor returned", cur) }
 	for i := range cfg.Warmup + cfg.Count {
 		if r.stop(&cfg) {
 			break
@@ -322,26 +331,9 @@ func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo uin
 			return nil, err
 		}
 		r.Sent++
-		for spins := 0; *answered < i && *returned < i; spins++ {
-			if _, err := a.Poll(); err != nil {
-				return nil, err
-			}
-			if *answered >= i || *returned >= i {
-				break
-			}
-			if block {
-				if _, err := a.Wait(10 * time.Millisecond); err != nil {
-					return nil, err
-				}
-			} else if spins&1023 != 1023 {
-				continue // spinning: look at the time now and then only
-			}
-			if r.stop(&cfg) {
-				break
-			}
-			if time.Since(start) > limit {
-				return nil, fmt.Errorf("bench: AM-II request %d neither answered nor returned after %v", i, time.Since(start))
-			}
+		cur = i
+		if err := r.await(&cfg, start, limit, poll, wait, done, what); err != nil {
+			return nil, err
 		}
 		if r.Interrupted {
 			break // the round trip in progress is not counted

@@ -290,6 +290,15 @@ func grimPingLoop(a *grim.Endpoint, cfg PingConfig, channels int, mode string) (
 		return nil, err
 	}
 	limit := cfg.Timeout + transport.DefaultGiveUpAfter
+	// The round trip's wait, made once: cur is the message waited for.
+	cur := 0
+	var wait func() error
+	if mode == "firmware" {
+		wait = func() error { _, err := a.Wait(10 * time.Millisecond); return err }
+	}
+	poll := func() error { _, err := a.Poll(); return err }
+	done := func() bool { return answered >= cur }
+	what := func() string { return fmt.Sprintf("GRIM request %d not answered", cur) }
 	for i := range cfg.Warmup + cfg.Count {
 		if r.stop(&cfg) {
 			break
@@ -306,26 +315,9 @@ func grimPingLoop(a *grim.Endpoint, cfg PingConfig, channels int, mode string) (
 			return nil, err
 		}
 		r.Sent++
-		for spins := 0; answered < i; spins++ {
-			if _, err := a.Poll(); err != nil {
-				return nil, err
-			}
-			if answered >= i {
-				break
-			}
-			if mode == "firmware" {
-				if _, err := a.Wait(10 * time.Millisecond); err != nil {
-					return nil, err
-				}
-			} else if spins&1023 != 1023 {
-				continue // spinning: look at the time now and then only
-			}
-			if r.stop(&cfg) {
-				break
-			}
-			if time.Since(start) > limit {
-				return nil, fmt.Errorf("bench: GRIM request %d not answered after %v", i, time.Since(start))
-			}
+		cur = i
+		if err := r.await(&cfg, start, limit, poll, wait, done, what); err != nil {
+			return nil, err
 		}
 		if r.Interrupted {
 			break

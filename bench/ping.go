@@ -130,6 +130,35 @@ func (r *PingResult) stop(c *PingConfig) bool {
 	return r.Interrupted
 }
 
+// await runs poll until done holds (the round trip that began at start
+// is answered), calling wait between polls if set (a blocking wait; nil:
+// spin). It stops early when the run is stopped (r.Interrupted), and
+// fails once the round trip has taken longer than limit.
+func (r *PingResult) await(cfg *PingConfig, start time.Time, limit time.Duration, poll, wait func() error, done func() bool, what func() string) error {
+	for spins := 0; !done(); spins++ {
+		if err := poll(); err != nil {
+			return err
+		}
+		if done() {
+			return nil
+		}
+		if wait != nil {
+			if err := wait(); err != nil {
+				return err
+			}
+		} else if spins&1023 != 1023 {
+			continue // spinning: look at the time now and then only
+		}
+		if r.stop(cfg) {
+			return nil
+		}
+		if time.Since(start) > limit {
+			return fmt.Errorf("bench: %s after %v", what(), time.Since(start))
+		}
+	}
+	return nil
+}
+
 // AllLost reports whether round trips were made and none was answered.
 func (r *PingResult) AllLost() bool { return r.Done > 0 && r.Lost == r.Done }
 
