@@ -214,6 +214,9 @@ type epState struct {
 	bulkEpoch    uint32
 	abort        bool
 	lastReturned uint32
+	// published: a cut-through message's published length when the
+	// engine last looked (cutThroughReady).
+	published uint32
 
 	// flying counts the endpoint's messages in flight, each a flight
 	// record of its own (at most Window). A short or medium message
@@ -682,8 +685,8 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		e.command(s)
 		return true, nil
 	}
-	if s.d.Flags&endpoint.CutThrough != 0 && s.mem.Published(&s.d) <= s.sent {
-		return false, nil // cut-through: the application has not written the next bytes yet
+	if s.d.Flags&endpoint.CutThrough != 0 && !e.cutThroughReady(s) {
+		return false, nil // cut-through: the application is writing the next bytes
 	}
 	m, reason := e.message(s)
 	if reason != 0 {
@@ -773,6 +776,26 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	return true, nil
 }
 
+// cutThroughReady reports whether the next chunk of s's cut-through
+// message may leave: a whole chunk (or the rest of the message) is
+// published, or some bytes are and the application published nothing
+// more since the engine last looked (it writes slowly: send what there
+// is). A fast writer's message thus leaves in whole chunks, a slow one's
+// as it is written, and never a byte that is not published.
+func (e *Engine) cutThroughReady(s *epState) bool {
+	pub := s.mem.Published(&s.d)
+	if pub <= s.sent {
+		s.published = pub
+		return false
+	}
+	whole := min(chunkRoom(e.maxPL, s.d.NArgs), s.d.Length-s.sent)
+	if pub-s.sent >= whole || pub == s.published {
+		return true
+	}
+	s.published = pub
+	return false
+}
+
 // newFlight records the message in s's slot as in flight to p and returns
 // its cookie; the record is reused once the message is acknowledged or
 // returned (freeFlight).
@@ -833,7 +856,7 @@ func (e *Engine) take(s *epState) bool {
 // area: from now on the application may change them.
 func (e *Engine) begin(s *epState, q endpoint.Queue) {
 	s.q, s.state = q, slotPending
-	s.abort, s.started, s.sent, s.chunk, s.chunksOut, s.bulkPeer = false, false, 0, 0, 0, nil
+	s.abort, s.started, s.sent, s.chunk, s.chunksOut, s.bulkPeer, s.published = false, false, 0, 0, 0, nil, 0
 	d := &s.d
 	switch d.Class {
 	case endpoint.ClassMedium:
