@@ -124,7 +124,9 @@ func openGRIM(a, b Place, mode loader.Mode, queue int, s grimSetup) (_ *grimPair
 	cfg := func(self int) grim.Config {
 		return grim.Config{Peers: peers, Self: self, Channels: s.channels, CutThrough: s.cutThrough, PoolSize: s.pool}
 	}
-	ec := nicfw.EngineConfig{Window: s.window}
+	// Every channel resident: an engine endpoint each, more than the
+	// engine's default number of frames at 16 channels.
+	ec := nicfw.EngineConfig{Window: s.window, Resident: max(nicfw.DefaultResident, s.channels+4)}
 	if s.window > 1 {
 		ec.Transport.Channels = max(s.window, transport.DefaultChannels)
 	}
