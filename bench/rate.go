@@ -299,3 +299,43 @@ func AMIIBulk(a, b Place, total int64, msg, window int, mode loader.Mode) (*Bulk
 	return &BulkResult{API: "amii", Bytes: total, Message: msg, Seconds: elapsed.Seconds(),
 		MBPerSec: float64(total) / elapsed.Seconds() / 1e6}, nil
 }
+
+// AMIIMedium streams n medium requests of size bytes from a to b with up
+// to window outstanding (credits, medium slots, the engine's window); b's
+// handler counts them without replying. It returns the message rate.
+func AMIIMedium(a, b Place, n, size, window int, mode loader.Mode) (*RateResult, error) {
+	if size < 1 || size > endpoint.MaxMedium {
+		return nil, fmt.Errorf("bench: an AM-II medium message carries 1..%d bytes, not %d", endpoint.MaxMedium, size)
+	}
+	entries := max(window, endpoint.DefaultQueueEntries)
+	acfg := amii.Config{Credits: window, QueueEntries: entries, MediumSlots: window, StagingSize: max(endpoint.DefaultStagingSize, 2*window*endpoint.MaxMedium)}
+	ha, err := openAMII(a, amiiHostA, b, amiiHostB, mode, 0, window, acfg)
+	if err != nil {
+		return nil, err
+	}
+	defer ha.close()
+	hb, err := openAMII(b, amiiHostB, a, amiiHostA, mode, 0, window, acfg)
+	if err != nil {
+		return nil, err
+	}
+	defer hb.close()
+	var delivered atomic.Int64
+	if err := hb.am.HandleMedium(1, func(_ *amii.Token, _ []uint64, data []byte) {
+		if len(data) == size {
+			delivered.Add(1)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	data := make([]byte, size)
+	elapsed, err := stream(n, &delivered,
+		func() error { return ha.am.RequestMedium(0, 1, data) },
+		func() error { return ha.am.Drain(30 * time.Second) },
+		func() error { _, err := hb.am.Poll(); return err },
+		nil)
+	if err != nil {
+		return nil, err
+	}
+	return &RateResult{API: fmt.Sprintf("amii medium %d B, window %d", size, window), Messages: n, Seconds: elapsed.Seconds(),
+		PerSec: float64(n) / elapsed.Seconds(), Frames: ha.eng.TransportStats().BatchFrames}, nil
+}

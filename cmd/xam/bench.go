@@ -19,9 +19,9 @@ import (
 )
 
 // benchmarks are the names `xam bench` knows; "all" runs them all.
-var benchmarks = []string{"ssam", "logp", "engine", "incast", "grim", "hostile"}
+var benchmarks = []string{"ssam", "logp", "amii", "engine", "incast", "grim", "hostile"}
 
-const benchUsage = "bench ssam|logp|engine|incast|grim|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|amii|engine|incast|grim|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // runBench runs the named benchmarks, each on a lab of its own.
 func runBench(e *env, args []string) error {
@@ -133,6 +133,14 @@ func runBench(e *env, args []string) error {
 			r, err = benchIncast(e, in, icfg, *asJSON, *out)
 		case "engine":
 			r, err = benchEngine(e, in, bench.EngineConfig{Count: *count, Bulk: *bulk, Mode: m, Stop: in.flag()}, *asJSON)
+		case "amii":
+			ac := bench.AMIIBandwidthConfig{Messages: 10 * *count, Mode: m, Stop: in.flag()}
+			fs.Visit(func(f *flag.Flag) {
+				if f.Name == "bulk" {
+					ac.Bulk = *bulk
+				}
+			})
+			r, err = benchAMII(e, in, ac, *asJSON)
 		case "grim":
 			gc := bench.GRIMConfig{Count: min(*count, 5000), Mode: m, Stop: in.flag()}
 			fs.Visit(func(f *flag.Flag) {
@@ -292,6 +300,20 @@ func benchEngine(e *env, in *interrupts, cfg bench.EngineConfig, asJSON bool) (r
 			}
 			return r.Markdown(e.stdout)
 		})
+	})
+	return r, err
+}
+
+// benchAMII measures AM-II's bandwidth against message size on a lab of
+// MTU bench.BulkMTU and prints it as Markdown unless asJSON.
+func benchAMII(e *env, in *interrupts, cfg bench.AMIIBandwidthConfig, asJSON bool) (r *bench.AMIIBandwidth, err error) {
+	cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+	lc := lab.Config{Name: fmt.Sprintf("amii%d", os.Getpid()), MTU: bench.BulkMTU}
+	err = withLabConfig(e, in, "amii", lc, func(l *lab.Lab, pa, pb bench.Place) error {
+		if r, err = bench.RunAMIIBandwidth(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil || asJSON {
+			return err
+		}
+		return r.Markdown(e.stdout)
 	})
 	return r, err
 }
