@@ -89,8 +89,8 @@ func RunAMIIBandwidth(a, b Place, aAddr, bAddr netip.Addr, cfg AMIIBandwidthConf
 	}
 	add := func(class string, size int, perSec float64, setting string) {
 		mb := perSec * float64(size) / 1e6
-		res.Rows = append(res.Rows, AMIIBandwidthRow{Class: class, Size: size, PerSec: roundTo(perSec, 0), MBPerS: roundTo(mb, 1),
-			VsTCP: roundTo(mb/res.TCP.MBPerSec, 3), Setting: setting})
+		res.Rows = append(res.Rows, AMIIBandwidthRow{Class: class, Size: size, PerSec: perSec, MBPerS: mb,
+			VsTCP: mb / res.TCP.MBPerSec, Setting: setting})
 	}
 	if !step("short messages") {
 		return res, nil
