@@ -108,7 +108,9 @@ const DefaultTag = 0x6772696d
 // message).
 type Handler func(t *Token, args [ShortArgs]uint32, data []byte)
 
-// Token is the message a handler runs for: its sender, and the reply.
+// Token is the message a handler runs for: its sender, and the reply. It
+// is valid while the handler runs (the endpoint reuses it for the next
+// message).
 type Token struct {
 	ep      *Endpoint
 	ch      *Channel // the channel it came in on
@@ -195,6 +197,7 @@ type Endpoint struct {
 	synching              bool
 	synchStatus, synchGen uint32
 	depth                 int
+	tok                   Token // the message the handler running is for (run)
 	stats                 Stats
 }
 
@@ -479,8 +482,8 @@ func (c *Channel) inject(dest int, h HandlerID, remote uint32, data []byte, args
 		c.sentLive()
 		return nil
 	}
-	st, err := c.stream(dest, h, remote, len(data), args)
-	if err != nil {
+	var st Stream
+	if err := c.stream(&st, dest, h, remote, len(data), args); err != nil {
 		return err
 	}
 	for seg := Segment; len(data) > 0; seg = min(2*seg, maxSegment) {
@@ -510,31 +513,34 @@ type Stream struct {
 // with zeros, and says so); the channel sends nothing else before the
 // message is whole.
 func (c *Channel) Stream(dest int, h HandlerID, n int, args ...uint32) (*Stream, error) {
-	st, err := c.stream(dest, h, endpoint.PoolOffset, n, args)
-	if err != nil {
+	st := new(Stream)
+	if err := c.stream(st, dest, h, endpoint.PoolOffset, n, args); err != nil {
 		return nil, err
 	}
 	c.ep.stats.Bulks++
 	return st, nil
 }
 
-func (c *Channel) stream(dest int, h HandlerID, remote uint32, n int, args []uint32) (*Stream, error) {
+// stream begins st, a cut-through message of n bytes to handler h of
+// dest, stored at remote.
+func (c *Channel) stream(st *Stream, dest int, h HandlerID, remote uint32, n int, args []uint32) error {
 	if n <= 0 || n > MaxBulk {
-		return nil, fmt.Errorf("%w: %d bytes, want 1..%d", ErrTooLarge, n, MaxBulk)
+		return fmt.Errorf("%w: %d bytes, want 1..%d", ErrTooLarge, n, MaxBulk)
 	}
 	d, err := c.header(dest, h, args)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	off, err := c.reserve(n)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.view.Publish(off, 0); err != nil {
-		return nil, err
+		return err
 	}
 	d.Class, d.Flags, d.Offset, d.Length, d.RemoteOffset = endpoint.ClassBulk, endpoint.CutThrough, off, uint32(n), remote
-	return &Stream{c: c, d: d}, nil
+	*st = Stream{c: c, d: d}
+	return nil
 }
 
 // Write appends p to the message and publishes it to the engine, which
@@ -634,7 +640,9 @@ func (c *Channel) overlaps(lo, hi int) bool {
 	for k < len(c.live) && c.live[k].sent && int32(done-c.live[k].seq) > 0 {
 		k++
 	}
-	c.live = c.live[k:]
+	if k > 0 { // keep one backing array: the ring's regions are few
+		c.live = c.live[:copy(c.live, c.live[k:])]
+	}
 	for _, r := range c.live {
 		if r.start < hi && lo < r.end {
 			return true
@@ -800,7 +808,10 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 	for i := range args {
 		args[i] = uint32(d.Args[i])
 	}
-	tok := Token{ep: ep, ch: c, src: d.Dest, request: q == endpoint.RequestReceive}
+	// Handlers do not nest (Poll refuses to run inside one), so one Token
+	// serves every message.
+	tok := &ep.tok
+	*tok = Token{ep: ep, ch: c, src: d.Dest, request: q == endpoint.RequestReceive}
 	h := HandlerID(d.Handler)
 	ep.depth++
 	switch h {
@@ -809,7 +820,7 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		case !tok.request:
 			ep.synchAnswered(args)
 		case ep.registry != nil:
-			ep.registry.merge(ep, &tok, data)
+			ep.registry.merge(ep, tok, data)
 		}
 	case HandlerTable:
 		ep.tableArrived(args, data)
@@ -822,7 +833,7 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 	case HandlerNull:
 	default:
 		if f := ep.handlers[h]; f != nil {
-			f(&tok, args, data)
+			f(tok, args, data)
 			ep.stats.Handled++
 		} else {
 			ep.stats.Unknown++
