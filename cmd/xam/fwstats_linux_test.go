@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -12,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/daemon/daemontest"
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
@@ -33,15 +32,7 @@ func TestFwStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Error(err)
-		}
-	})
+	daemontest.Run(t, d)
 	c, err := daemon.Dial(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -100,22 +91,8 @@ func TestPingDaemons(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	dir := t.TempDir()
-	startFW := func(l *memlink.Link, id, peer nicfw.HostID, peerMAC net.HardwareAddr) string {
-		sock := filepath.Join(dir, fmt.Sprintf("fw%d.sock", id))
-		d, err := daemon.New(l, daemon.Config{Engine: nicfw.EngineConfig{Host: id},
-			Hosts: map[nicfw.HostID]net.HardwareAddr{peer: peerMAC}, Socket: sock, Sleep: 50 * time.Microsecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return sock
-	}
-	sa := startFW(la, 1, 2, lb.HardwareAddr())
-	sb := startFW(lb, 2, 1, la.HardwareAddr())
+	socks := daemontest.Start(t, []afxdp.Link{la, lb}, func(nicfw.HostID) nicfw.EngineConfig { return nicfw.EngineConfig{} })
+	sa, sb := socks[0], socks[1]
 	var stop atomic.Bool
 	served := make(chan error, 1)
 	var handled int

@@ -401,36 +401,13 @@ func (e *Endpoint) Wait(ev endpoint.Events, timeout time.Duration) (bool, error)
 // daemon that died (its end of the socket hung up) is ErrClosed,
 // never a sleep that nothing will end.
 func (e *Endpoint) Block(timeout time.Duration) error {
-	ms := -1
-	if timeout >= 0 {
-		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
-	}
-	fds := []unix.PollFd{{Fd: int32(e.notify), Events: unix.POLLIN}, {Fd: int32(e.conn.fd), Events: unix.POLLRDHUP}}
-	if e.conn.fd < 0 {
-		fds = fds[:1]
-	}
-	for {
-		_, err := unix.Poll(fds, ms)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("nicfw: endpoint wait: %w", err)
-		}
-		// A reply to another goroutine's call sets only POLLIN on the
-		// socket (not asked for); its end's hanging up sets these.
-		if len(fds) > 1 && fds[1].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
-			return fmt.Errorf("nicfw: endpoint wait: %w", ErrClosed)
-		}
-		var b [8]byte
-		unix.Read(e.notify, b[:])
-		return nil
-	}
+	return BlockAny([]*Endpoint{e}, timeout)
 }
 
 // BlockAny is Block for several endpoints of one connection: it sleeps
 // until the engine notifies any of them or timeout passes (negative: no
-// limit). The caller has armed each and found nothing ready.
+// limit), or the daemon hangs up (ErrClosed). The caller has armed each
+// and found nothing ready.
 func BlockAny(eps []*Endpoint, timeout time.Duration) error {
 	if len(eps) == 0 {
 		return nil

@@ -41,16 +41,22 @@ func Start(t testing.TB, links []afxdp.Link, engine func(nicfw.HostID) nicfw.Eng
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("daemon of host %d: %v", id, err)
-			}
-		})
+		Run(t, d)
 		sockets = append(sockets, path)
 	}
 	return sockets
+}
+
+// Run runs d until the test ends, and fails the test if it stopped for
+// another reason than that.
+func Run(t testing.TB, d *daemon.Daemon) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("daemon: %v", err)
+		}
+	})
 }
