@@ -74,6 +74,19 @@ func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode lo
 	return openAMIIHost(p, ec, map[nicfw.HostID]Place{peerID: peer}, mode, queue, table, acfg)
 }
 
+// openAMIIPair builds hosts A (at a, with ca) and B (at b, with cb) with
+// openAMII; on an error nothing is left open.
+func openAMIIPair(a, b Place, mode loader.Mode, queue, window int, ca, cb amii.Config) (ha, hb *amiiHost, err error) {
+	if ha, err = openAMII(a, amiiHostA, b, amiiHostB, mode, queue, window, ca); err != nil {
+		return nil, nil, fmt.Errorf("AM-II host A: %w", err)
+	}
+	if hb, err = openAMII(b, amiiHostB, a, amiiHostA, mode, queue, window, cb); err != nil {
+		ha.close()
+		return nil, nil, fmt.Errorf("AM-II host B: %w", err)
+	}
+	return ha, hb, nil
+}
+
 // openAMIIHost builds a host at p: its AF_XDP socket on queue, an inline
 // engine with ec that knows peers, and an AM-II endpoint with table and
 // acfg.
@@ -119,15 +132,11 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
-	ha, err := openAMII(a, amiiHostA, b, amiiHostB, cfg.Mode, cfg.Queue, 1, amii.Config{})
+	ha, hb, err := openAMIIPair(a, b, cfg.Mode, cfg.Queue, 1, amii.Config{}, amii.Config{})
 	if err != nil {
-		return nil, fmt.Errorf("AM-II host A: %w", err)
+		return nil, err
 	}
 	defer ha.close()
-	hb, err := openAMII(b, amiiHostB, a, amiiHostA, cfg.Mode, cfg.Queue, 1, amii.Config{})
-	if err != nil {
-		return nil, fmt.Errorf("AM-II host B: %w", err)
-	}
 	defer hb.close()
 	if loss > 0 {
 		for _, h := range []*amiiHost{ha, hb} {

@@ -67,16 +67,7 @@ func RunAMIIBandwidth(a, b Place, aAddr, bAddr netip.Addr, cfg AMIIBandwidthConf
 		return nil, fmt.Errorf("bench: amii bandwidth: messages %d (at least 1), bulk %d (at least 64 KB)", cfg.Messages, cfg.Bulk)
 	}
 	res := &AMIIBandwidth{}
-	step := func(what string) bool {
-		if cfg.Stop != nil && cfg.Stop.Load() {
-			res.Interrupted = true
-			return false
-		}
-		if cfg.Progress != nil {
-			cfg.Progress(what)
-		}
-		return true
-	}
+	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	var err error
 	if !step("the peers: raw AF_XDP frames and kernel TCP") {
 		return res, nil

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Pinger runs one ping-pong of a path (RawPing, AMIIPing and the others,
@@ -75,4 +76,20 @@ func Compare(cfg PingConfig, rounds int, paths ...Pinger) (*Comparison, error) {
 		}
 	}
 	return c, nil
+}
+
+// stepper returns a run's step function: before each measurement, step
+// reports whether to go on (not once stop is set, which marks the result
+// interrupted) and tells progress, if set, what is measured next.
+func stepper(stop *atomic.Bool, progress func(string), interrupted *bool) func(what string) bool {
+	return func(what string) bool {
+		if stop != nil && stop.Load() {
+			*interrupted = true
+			return false
+		}
+		if progress != nil {
+			progress(what)
+		}
+		return true
+	}
 }

@@ -88,16 +88,7 @@ func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg En
 		return nil, fmt.Errorf("bench: engine: count %d (at least 10), bulk %d (at least 1)", cfg.Count, cfg.Bulk)
 	}
 	res := &EngineResult{BulkMTU: BulkMTU}
-	step := func(what string) bool {
-		if cfg.Stop != nil && cfg.Stop.Load() {
-			res.Interrupted = true
-			return false
-		}
-		if cfg.Progress != nil {
-			cfg.Progress(what)
-		}
-		return true
-	}
+	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	n := 50 * cfg.Count
 	if !step("message rates") {
 		return res, nil

@@ -234,30 +234,45 @@ func serveGRIM(ep *grim.Endpoint, poll func() (int, error)) func() error {
 // daemon and the endpoints dial it. loss makes both XDP programs drop that
 // fraction of xam frames.
 func GRIMPing(a, b Place, cfg PingConfig, loss float64, firmware bool, fw FirmwareLayout) (*GRIMResult, error) {
+	return grimPing(a, b, cfg, grimSetup{firmware: firmware, fw: fw, loss: loss})
+}
+
+// grimPing is GRIMPing on hosts built as s says, the pings spread over
+// A's s.channels channels.
+func grimPing(a, b Place, cfg PingConfig, s grimSetup) (*GRIMResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	if cfg.Size > grim.MaxBulk {
 		return nil, fmt.Errorf("bench: a GRIM message carries at most %d bytes, not %d", grim.MaxBulk, cfg.Size)
 	}
-	p, err := openGRIM(a, b, cfg.Mode, cfg.Queue, grimSetup{firmware: firmware, fw: fw, loss: loss})
+	p, err := openGRIM(a, b, cfg.Mode, cfg.Queue, s)
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
 	var counts EchoCounts
-	if err := grimEchoes(p.b, &counts); err != nil {
+	done, err := p.echo(&counts)
+	if err != nil {
 		return nil, err
 	}
-	done := serveGRIM(p.b, nil)
-	r, err := grimPingLoop(p.a, cfg, 1, modeName(firmware))
-	err = errors.Join(err, done())
-	if err != nil {
+	r, err := grimPingLoop(p.a, cfg, max(1, s.channels), modeName(s.firmware))
+	if err := errors.Join(err, done()); err != nil {
 		return nil, err
 	}
 	r.Delivered, r.Duplicates = counts.Delivered(), counts.Duplicates()
 	r.Retransmits = p.retransmits()
 	return r, nil
+}
+
+// echo makes B the echo responder (grimEchoes, counting in counts if set)
+// and serves it in a goroutine of its own until the returned function is
+// called.
+func (p *grimPair) echo(counts *EchoCounts) (stop func() error, err error) {
+	if err := grimEchoes(p.b, counts); err != nil {
+		return nil, err
+	}
+	return serveGRIM(p.b, nil), nil
 }
 
 func modeName(firmware bool) string {

@@ -123,16 +123,7 @@ func RunGRIM(a, b Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRIMBench, e
 		return nil, fmt.Errorf("bench: grim: count %d (at least 10), bulk %d (at least %d)", cfg.Count, cfg.Bulk, grim.MaxBulk)
 	}
 	res := &GRIMBench{Window: grimBulkWindow}
-	step := func(what string) bool {
-		if cfg.Stop != nil && cfg.Stop.Load() {
-			res.Interrupted = true
-			return false
-		}
-		if cfg.Progress != nil {
-			cfg.Progress(what)
-		}
-		return true
-	}
+	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	pc := PingConfig{Count: cfg.Count, Size: 16, Mode: cfg.Mode}
 	us := func(r *PingResult) (float64, float64) { return float64(r.RTT.P50) / 1e3, float64(r.RTT.P99) / 1e3 }
 
@@ -263,20 +254,7 @@ func RunGRIM(a, b Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRIMBench, e
 // grimChannelPing is GRIMPing inline with n channels per endpoint, the
 // pings spread over A's channels.
 func grimChannelPing(a, b Place, cfg PingConfig, n int) (*GRIMResult, error) {
-	if err := cfg.fill(); err != nil {
-		return nil, err
-	}
-	p, err := openGRIM(a, b, cfg.Mode, cfg.Queue, grimSetup{channels: n})
-	if err != nil {
-		return nil, err
-	}
-	defer p.close()
-	if err := grimEchoes(p.b, nil); err != nil {
-		return nil, err
-	}
-	done := serveGRIM(p.b, nil)
-	r, err := grimPingLoop(p.a, cfg, n, "inline")
-	return r, errors.Join(err, done())
+	return grimPing(a, b, cfg, grimSetup{channels: n})
 }
 
 // grimGaps sends bursts of short messages from A to B's echo handler and
@@ -287,10 +265,10 @@ func grimGaps(a, b Place, mode loader.Mode) ([]GRIMGap, error) {
 		return nil, err
 	}
 	defer p.close()
-	if err := grimEchoes(p.b, nil); err != nil {
+	done, err := p.echo(nil)
+	if err != nil {
 		return nil, err
 	}
-	done := serveGRIM(p.b, nil)
 	answered := 0
 	err = p.a.Handle(grimAnswer, func(*grim.Token, [grim.ShortArgs]uint32, []byte) { answered++ })
 	var rows []GRIMGap
@@ -411,25 +389,26 @@ func grimStoragePing(a, b Place, pc PingConfig) ([]EnginePing, error) {
 		store, err = storage.New(dev, f, storage.Config{Name: "disk", BlockSize: bs, Blocks: 1024})
 		ready <- err
 	}()
-	for err == nil {
+	// A, the registry's central endpoint, runs while the store synchs.
+	for synched := false; !synched; {
 		select {
-		case err = <-ready:
+		case err := <-ready:
 			if err != nil {
 				return nil, err
 			}
-			goto synched
+			synched = true
 		default:
-			_, err = p.a.Poll()
+			if _, err := p.a.Poll(); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return nil, err
-synched:
 	stopStore := serveGRIM(dev, store.Poll)
 	defer stopStore()
-	if err := grimEchoes(p.b, nil); err != nil {
+	stopB, err := p.echo(nil)
+	if err != nil {
 		return nil, err
 	}
-	stopB := serveGRIM(p.b, nil)
 	defer stopB()
 	hh, err := grimPingLoop(p.a, pc, 1, "firmware")
 	if err != nil {

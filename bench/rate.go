@@ -173,15 +173,11 @@ func AMIIRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode)
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d arguments", amii.MaxArgs)
 	}
 	entries := max(window, endpoint.DefaultQueueEntries) // room for the window in every queue
-	ha, err := openAMII(a, amiiHostA, b, amiiHostB, mode, 0, window, amii.Config{Credits: window, Coalesce: coalesce, QueueEntries: entries})
+	ha, hb, err := openAMIIPair(a, b, mode, 0, window, amii.Config{Credits: window, Coalesce: coalesce, QueueEntries: entries}, amii.Config{Credits: window, QueueEntries: entries})
 	if err != nil {
 		return nil, err
 	}
 	defer ha.close()
-	hb, err := openAMII(b, amiiHostB, a, amiiHostA, mode, 0, window, amii.Config{Credits: window, QueueEntries: entries})
-	if err != nil {
-		return nil, err
-	}
 	defer hb.close()
 	var delivered atomic.Int64
 	if err := hb.am.Handle(1, func(*amii.Token, []uint64) { delivered.Add(1) }); err != nil {
@@ -258,15 +254,11 @@ var BulkMTU = afxdp.MaxMTU(4096, 0)
 func AMIIBulk(a, b Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
 	// Room for window messages of msg bytes each, at both ends.
 	acfg := amii.Config{Credits: window, StagingSize: 2 * window * msg, MediumSlots: -1}
-	ha, err := openAMII(a, amiiHostA, b, amiiHostB, mode, 0, window, acfg)
+	ha, hb, err := openAMIIPair(a, b, mode, 0, window, acfg, acfg)
 	if err != nil {
 		return nil, err
 	}
 	defer ha.close()
-	hb, err := openAMII(b, amiiHostB, a, amiiHostA, mode, 0, window, acfg)
-	if err != nil {
-		return nil, err
-	}
 	defer hb.close()
 	if msg < 1 || msg > len(ha.am.Staging())/window {
 		return nil, fmt.Errorf("bench: AM-II bulk message of %d bytes out of range [1, %d]", msg, len(ha.am.Staging())/window)
@@ -309,15 +301,11 @@ func AMIIMedium(a, b Place, n, size, window int, mode loader.Mode) (*RateResult,
 	}
 	entries := max(window, endpoint.DefaultQueueEntries)
 	acfg := amii.Config{Credits: window, QueueEntries: entries, MediumSlots: window, StagingSize: max(endpoint.DefaultStagingSize, 2*window*endpoint.MaxMedium)}
-	ha, err := openAMII(a, amiiHostA, b, amiiHostB, mode, 0, window, acfg)
+	ha, hb, err := openAMIIPair(a, b, mode, 0, window, acfg, acfg)
 	if err != nil {
 		return nil, err
 	}
 	defer ha.close()
-	hb, err := openAMII(b, amiiHostB, a, amiiHostA, mode, 0, window, acfg)
-	if err != nil {
-		return nil, err
-	}
 	defer hb.close()
 	var delivered atomic.Int64
 	if err := hb.am.HandleMedium(1, func(_ *amii.Token, _ []uint64, data []byte) {

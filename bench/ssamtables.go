@@ -219,16 +219,7 @@ func RunSSAMTables(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig) (*
 	}
 	t := &SSAMTables{Count: cfg.Count, Bulk: cfg.Bulk, Paper: PaperSSAM, hists: map[string]*hdrhistogram.Histogram{}}
 	// step says what is measured next, or false when the run is to stop.
-	step := func(what string) bool {
-		if cfg.Stop != nil && cfg.Stop.Load() {
-			t.Interrupted = true
-			return false
-		}
-		if cfg.Progress != nil {
-			cfg.Progress(what)
-		}
-		return true
-	}
+	step := stepper(cfg.Stop, cfg.Progress, &t.Interrupted)
 	var err error
 	if !step("trap costs over AF_XDP") {
 		return t, nil
