@@ -215,7 +215,8 @@ type epState struct {
 	abort        bool
 	lastReturned uint32
 	// published: a cut-through message's published length when the
-	// engine last looked (cutThroughReady).
+	// engine last looked (cutThroughReady), which its next chunk is cut
+	// to.
 	published uint32
 
 	// flying counts the endpoint's messages in flight, each a flight
@@ -783,17 +784,13 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 // is). A fast writer's message thus leaves in whole chunks, a slow one's
 // as it is written, and never a byte that is not published.
 func (e *Engine) cutThroughReady(s *epState) bool {
+	last := s.published
 	pub := s.mem.Published(&s.d)
+	s.published = pub // what message sends from
 	if pub <= s.sent {
-		s.published = pub
 		return false
 	}
-	whole := min(chunkRoom(e.maxPL, s.d.NArgs), s.d.Length-s.sent)
-	if pub-s.sent >= whole || pub == s.published {
-		return true
-	}
-	s.published = pub
-	return false
+	return pub-s.sent >= min(chunkRoom(e.maxPL, s.d.NArgs), s.d.Length-s.sent) || pub == last
 }
 
 // newFlight records the message in s's slot as in flight to p and returns
@@ -872,8 +869,8 @@ func (e *Engine) begin(s *epState, q endpoint.Queue) {
 	}
 }
 
-// vacate empties s's slot: the engine is done with its message, which a
-// request is counted (endpoint.Memory.CountDone).
+// vacate empties s's slot: the engine is done with its message, counted
+// if it came from the request send queue (endpoint.Memory.CountDone).
 func (e *Engine) vacate(s *epState) {
 	if s.state != slotEmpty && s.q == endpoint.RequestSend {
 		s.mem.CountDone()
@@ -910,7 +907,7 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 		}
 		s.chunk = min(room, d.Length-s.sent)
 		if d.Flags&endpoint.CutThrough != 0 {
-			s.chunk = min(room, s.mem.Published(d)-s.sent) // sendFrom checked that it is not 0
+			s.chunk = min(room, s.published-s.sent) // cutThroughReady read it: not 0
 		}
 		m := e.header(s)
 		m.offset, m.length, m.remote, m.id, m.chunk = d.Offset, d.Length, d.RemoteOffset, s.bulkID, s.sent
