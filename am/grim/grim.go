@@ -606,18 +606,10 @@ func (c *Channel) reserve(n int) (uint32, error) {
 		at = 8
 	}
 	lo, hi := at-4, at+n
-	deadline := time.Now().Add(c.ep.cfg.GiveUp)
-	for c.overlaps(lo, hi) {
-		if c.ep.depth > 0 {
-			return 0, ErrBusy // a handler must not run the engine
-		}
-		if _, err := c.ep.Poll(); err != nil {
-			return 0, err
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%w: channel %d: payload region still in use", ErrTimeout, c.n)
-		}
-		c.ep.yield()
+	if err := c.ep.runUntil(func() bool { return !c.overlaps(lo, hi) }, func() string {
+		return fmt.Sprintf("channel %d: payload region still in use", c.n)
+	}); err != nil {
+		return 0, err
 	}
 	c.next = hi
 	c.live = append(c.live, region{start: lo, end: hi})
@@ -859,13 +851,24 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 // WaitWrites runs the engine until every memory message of every channel
 // is complete.
 func (ep *Endpoint) WaitWrites() error {
+	return ep.runUntil(func() bool { return !slices.ContainsFunc(ep.chans, func(c *Channel) bool { return c.writes > 0 }) },
+		func() string { return "memory messages not completed" })
+}
+
+// runUntil runs the engine and the handlers until done holds, for at most
+// Config.GiveUp (then ErrTimeout, with what). A handler must not run the
+// engine: from one it is ErrBusy unless done already holds.
+func (ep *Endpoint) runUntil(done func() bool, what func() string) error {
 	deadline := time.Now().Add(ep.cfg.GiveUp)
-	for slices.ContainsFunc(ep.chans, func(c *Channel) bool { return c.writes > 0 }) {
+	for !done() {
+		if ep.depth > 0 {
+			return ErrBusy
+		}
 		if _, err := ep.Poll(); err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: memory messages not completed", ErrTimeout)
+			return fmt.Errorf("%w: %s", ErrTimeout, what())
 		}
 		ep.yield()
 	}

@@ -132,20 +132,8 @@ func engineConfig(id nicfw.HostID, window int) nicfw.EngineConfig {
 
 // drain runs the engine until it is done with c's payload region.
 func (c *Channel) drain() error {
-	deadline := time.Now().Add(c.ep.cfg.GiveUp)
-	for c.overlaps(0, c.ep.cfg.PayloadSize) {
-		if c.ep.depth > 0 {
-			return ErrBusy // a handler must not run the engine
-		}
-		if _, err := c.ep.Poll(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: channel %d: the engine still reads %d messages", ErrTimeout, c.n, len(c.live))
-		}
-		c.ep.yield()
-	}
-	return nil
+	return c.ep.runUntil(func() bool { return !c.overlaps(0, c.ep.cfg.PayloadSize) },
+		func() string { return fmt.Sprintf("channel %d: the engine still reads %d messages", c.n, len(c.live)) })
 }
 
 // halt stops h's goroutine.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/xam-project/xam/nicfw"
 )
@@ -208,15 +207,10 @@ func (ep *Endpoint) Synch() error {
 	if err := ep.chans[0].Bulk(0, HandlerRegister, encodeTable(list)); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(ep.cfg.GiveUp)
-	for ep.synching || ep.tableGen < ep.synchGen {
-		if _, err := ep.Poll(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: no answer from the central endpoint %v", ErrTimeout, ep.cfg.Peers[0])
-		}
-		ep.yield()
+	if err := ep.runUntil(func() bool { return !ep.synching && ep.tableGen >= ep.synchGen }, func() string {
+		return fmt.Sprintf("no answer from the central endpoint %v", ep.cfg.Peers[0])
+	}); err != nil {
+		return err
 	}
 	switch ep.synchStatus {
 	case 0:
