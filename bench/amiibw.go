@@ -29,6 +29,7 @@ type AMIIBandwidth struct {
 	Rows        []AMIIBandwidthRow `json:"rows"`
 	Raw         *BulkResult        `json:"raw"`
 	TCP         *BulkResult        `json:"tcp"`
+	UCX         *UCXResult         `json:"ucx,omitempty"` // ucx_perftest ucp_am_bw, 64 KB, on the same lab
 	Interrupted bool               `json:"interrupted,omitempty"`
 }
 
@@ -132,6 +133,11 @@ func (r *AMIIBandwidth) Markdown(w io.Writer) error {
 	}
 	if r.TCP != nil {
 		fmt.Fprintf(&b, "| kernel TCP | %d | | %.1f | 1 | 64 KB writes |\n", r.TCP.Message, r.TCP.MBPerSec)
+	}
+	if u := r.UCX; u != nil && u.Missing != "" {
+		fmt.Fprintf(&b, "| UCX AM over TCP | %d | | | | %s |\n", u.Size, u.Missing)
+	} else if u != nil && r.TCP != nil {
+		fmt.Fprintf(&b, "| UCX AM over TCP | %d | | %.1f | %.3f | ucx_perftest -t %s, UCX_TLS=tcp |\n", u.Size, u.MBPerS, u.MBPerS/r.TCP.MBPerSec, u.Test)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

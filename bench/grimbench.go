@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -16,10 +15,7 @@ import (
 	"github.com/xam-project/xam/am/grim/storage"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw/endpoint"
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 // GRIMConfig configures RunGRIM, GRIM's figures beside the paper's and
@@ -558,42 +554,6 @@ func (r *GRIMBench) Markdown(w io.Writer) error {
 // store-and-forward, kernel TCP at 48 KB) and the gap against burst size
 // into dir, as PNG and SVG; it returns the files written.
 func (r *GRIMBench) Plot(dir string) (paths []string, err error) {
-	defer func() {
-		if rec := recover(); rec != nil { // gonum/plot panics on some inputs
-			err = fmt.Errorf("bench: plotting grim: %v", rec)
-		}
-	}()
-	type series struct {
-		name string
-		xy   plotter.XYs
-	}
-	draw := func(name, title, x, y string, ss []series) error {
-		pl := plot.New()
-		pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = title, x, y
-		pl.X.Scale, pl.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-		pl.Add(plotter.NewGrid())
-		for i, s := range ss {
-			if len(s.xy) == 0 {
-				continue
-			}
-			l, pts, err := plotter.NewLinePoints(s.xy)
-			if err != nil {
-				return err
-			}
-			l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
-			pl.Add(l, pts)
-			pl.Legend.Add(s.name, l, pts)
-		}
-		pl.Y.Min, pl.Legend.Top = 0, true
-		for _, ext := range []string{"png", "svg"} {
-			path := filepath.Join(dir, name+"."+ext)
-			if err := pl.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-				return fmt.Errorf("bench: writing %s: %w", path, err)
-			}
-			paths = append(paths, path)
-		}
-		return nil
-	}
 	var ct, sf, tcp, gap, gapAll plotter.XYs
 	for _, b := range r.Bandwidth {
 		ct = append(ct, plotter.XY{X: float64(b.Size), Y: b.CutThrough})
@@ -607,13 +567,16 @@ func (r *GRIMBench) Plot(dir string) (paths []string, err error) {
 		gapAll = append(gapAll, plotter.XY{X: float64(g.Burst), Y: g.Answered})
 	}
 	if len(ct) > 0 {
-		if err := draw("grim-bandwidth", "GRIM bandwidth against message size", "message size (bytes, log scale)", "MB/s",
-			[]series{{"cut-through", ct}, {"store-and-forward", sf}, {"kernel TCP, 48 KB writes", tcp}}); err != nil {
+		p, err := plotLines(dir, "grim-bandwidth", "GRIM bandwidth against message size", "message size (bytes, log scale)", "MB/s", true,
+			[]line{{"cut-through", ct}, {"store-and-forward", sf}, {"kernel TCP, 48 KB writes", tcp}})
+		if paths = append(paths, p...); err != nil {
 			return paths, err
 		}
 	}
 	if len(gap) > 0 {
-		if err := draw("grim-gap", "GRIM gap against burst size", "burst (messages, log scale)", "us per message", []series{{"injected", gap}, {"answered", gapAll}}); err != nil {
+		p, err := plotLines(dir, "grim-gap", "GRIM gap against burst size", "burst (messages, log scale)", "us per message", true,
+			[]line{{"injected", gap}, {"answered", gapAll}})
+		if paths = append(paths, p...); err != nil {
 			return paths, err
 		}
 	}

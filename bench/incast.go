@@ -7,17 +7,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/loader"
@@ -428,50 +424,22 @@ func (r *IncastResult) Markdown(w io.Writer) error {
 // a line per configuration, into dir/incast.png and dir/incast.svg, and
 // returns the paths.
 func (r *IncastResult) Plot(dir string) (paths []string, err error) {
-	defer func() {
-		if rec := recover(); rec != nil { // gonum/plot panics on some inputs
-			err = fmt.Errorf("bench: plotting incast: %v", rec)
-		}
-	}()
 	most := 0
 	for _, p := range r.Points {
 		most = max(most, p.Senders)
 	}
-	pl := plot.New()
-	pl.Title.Text = fmt.Sprintf("Incast: %d senders to one receiver", most)
-	pl.X.Label.Text = "message size (bytes, log scale)"
-	pl.Y.Label.Text = "aggregate goodput (Mbit/s)"
-	pl.X.Scale = plot.LogScale{}
-	pl.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	pl.Add(plotter.NewGrid())
-	for i, c := range append(incastConfigs, "tcp") {
+	var lines []line
+	for _, c := range append(incastConfigs, "tcp") {
 		var xy plotter.XYs
 		for _, p := range r.Points {
 			if p.Config == c && p.Senders == most {
 				xy = append(xy, plotter.XY{X: float64(p.Size), Y: p.Mbps})
 			}
 		}
-		if len(xy) == 0 {
-			continue
-		}
-		l, pts, err := plotter.NewLinePoints(xy)
-		if err != nil {
-			return nil, err
-		}
-		l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
-		pl.Add(l, pts)
-		pl.Legend.Add(c, l, pts)
+		lines = append(lines, line{c, xy})
 	}
-	pl.Y.Min = 0
-	pl.Legend.Top = true
-	for _, ext := range []string{"png", "svg"} {
-		path := filepath.Join(dir, "incast."+ext)
-		if err := pl.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-			return nil, fmt.Errorf("bench: writing %s: %w", path, err)
-		}
-		paths = append(paths, path)
-	}
-	return paths, nil
+	return plotLines(dir, "incast", fmt.Sprintf("Incast: %d senders to one receiver", most),
+		"message size (bytes, log scale)", "aggregate goodput (Mbit/s)", true, lines)
 }
 
 // IncastLatency is the time one coordinated message takes without

@@ -106,6 +106,9 @@ type LogPResult struct {
 	Credits    int             `json:"credits"`
 	Rows       []LogPRow       `json:"logp"`
 	Contention []ContentionRow `json:"contention"`
+	// UCX: ucx_perftest ucp_am_lat between the same hosts (set by the
+	// caller, which knows the hosts' addresses).
+	UCX *UCXResult `json:"ucx,omitempty"`
 	// Interrupted: the run was stopped (LogPConfig.Stop) before its end.
 	Interrupted bool `json:"interrupted,omitempty"`
 }
@@ -521,6 +524,11 @@ func (r *LogPResult) Markdown(w io.Writer) error {
 			}
 			fmt.Fprintf(&b, "| increment | %+.2f | %+.2f | %+.2f | %s | %+.2f |\n", row.Os-p.Os, row.Or-p.Or, row.G-p.G, dl, row.RTT-p.RTT)
 		}
+	}
+	if u := r.UCX; u != nil && u.Missing != "" {
+		fmt.Fprintf(&b, "| UCX AM over TCP | | | | | %s |\n", u.Missing)
+	} else if u != nil {
+		fmt.Fprintf(&b, "| UCX AM over TCP (ucx_perftest -t %s, %d B) | | | | | %.2f |\n", u.Test, u.Size, u.RTT)
 	}
 	b.WriteString("\nBaseline: unreliable transport, no protection checks; + reliability: channels, acknowledgements, retransmission; + protection: descriptor validation and tag checks (the default engine); + pipelining: K messages of an endpoint in flight at once (window K); + batching: the client's requests coalesce (amii.Config.Coalesce) until it polls or runs out of credits, and one engine run sends them packed into frames (its Os: the request and the poll that sends it).\n\n")
 	b.WriteString("Os: the sender's processor time per message; Or: the receiver's; g: the gap between messages of one endpoint's stream; RTT: the round trip; L = RTT/2 - Os - Or, the time between the processors. \"in Os\": on veth the sender's sendto runs the receiver's kernel path, so the network's time is inside Os and L cannot be separated from it (on a NIC it can).\n\n")

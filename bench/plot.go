@@ -150,3 +150,53 @@ func (t *SSAMTables) Plot(dir string) ([]string, error) {
 	}
 	return paths, nil
 }
+
+// line is one series of a line plot.
+type line struct {
+	name string
+	xy   plotter.XYs
+}
+
+// plotLines draws lines (those with points) against x, on a log scale
+// with logX, y from 0, into dir/name.png and dir/name.svg, and returns the
+// paths written.
+func plotLines(dir, name, title, xLabel, yLabel string, logX bool, lines []line) (paths []string, err error) {
+	defer func() {
+		if rec := recover(); rec != nil { // gonum/plot panics on some inputs
+			err = fmt.Errorf("bench: plotting %s: %v", name, rec)
+		}
+	}()
+	pl := plot.New()
+	pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = title, xLabel, yLabel
+	if logX {
+		pl.X.Scale, pl.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	}
+	pl.Add(plotter.NewGrid())
+	drawn := 0
+	for i, s := range lines {
+		if len(s.xy) == 0 {
+			continue
+		}
+		l, pts, err := plotter.NewLinePoints(s.xy)
+		if err != nil {
+			return nil, fmt.Errorf("bench: plotting %s: %w", s.name, err)
+		}
+		l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
+		pts.Shape = plotutil.Shape(i)
+		pl.Add(l, pts)
+		pl.Legend.Add(s.name, l, pts)
+		drawn++
+	}
+	if drawn == 0 {
+		return nil, fmt.Errorf("bench: %s: nothing to plot", name)
+	}
+	pl.Y.Min, pl.Legend.Top = 0, true
+	for _, ext := range []string{"png", "svg"} {
+		path := filepath.Join(dir, name+"."+ext)
+		if err := pl.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+			return paths, fmt.Errorf("bench: writing %s: %w", path, err)
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
