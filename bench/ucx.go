@@ -67,7 +67,7 @@ func RunUCX(a, b Place, bAddr netip.Addr, test string, size, iters int) (*UCXRes
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var serverOut bytes.Buffer
-	server := exec.CommandContext(ctx, tool, "-t", test, "-p", strconv.Itoa(ucxPort))
+	server := inNetns(ctx, tool, "-t", test, "-p", strconv.Itoa(ucxPort))
 	server.Env, server.Stdout, server.Stderr = env, &serverOut, &serverOut
 	// A process started on the namespace's thread is born in it.
 	if err := b.Do(server.Start); err != nil {
@@ -85,7 +85,7 @@ func RunUCX(a, b Place, bAddr netip.Addr, test string, size, iters int) (*UCXRes
 		return nil, fmt.Errorf("ucx_perftest server: %w: %s", err, lastLines(serverOut.String(), 5))
 	}
 	var out bytes.Buffer
-	client := exec.CommandContext(ctx, tool, bAddr.String(), "-t", test, "-p", strconv.Itoa(ucxPort),
+	client := inNetns(ctx, tool, bAddr.String(), "-t", test, "-p", strconv.Itoa(ucxPort),
 		"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
 	client.Env, client.Stdout, client.Stderr = env, &out, &out
 	if err := a.Do(client.Start); err != nil {
@@ -108,6 +108,21 @@ func RunUCX(a, b Place, bAddr netip.Addr, test string, size, iters int) (*UCXRes
 		res.MBPerS = final[5] * (1 << 20) / 1e6
 	}
 	return res, nil
+}
+
+// inNetns returns the command that runs tool with args in the network
+// namespace of the thread that starts it, with a /sys of that namespace:
+// UCX finds its network devices in /sys/class/net, which shows the
+// namespace that mounted /sys, not the thread's. The command mounts a
+// sysfs of its own in a mount namespace of its own (unshare(1), private
+// propagation), then runs the tool.
+func inNetns(ctx context.Context, tool string, args ...string) *exec.Cmd {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return exec.CommandContext(ctx, tool, args...)
+	}
+	return exec.CommandContext(ctx, unshare, append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+		`mount -t sysfs sysfs /sys && exec "$0" "$@"`, tool}, args...)...)
 }
 
 // ucxFinal parses the numbers of ucx_perftest's "Final:" line.

@@ -2,7 +2,8 @@
 # xam's test command (README: "Run the tests"). Run as root: the data-path
 # tests create network namespaces, veth pairs and XDP programs.
 #
-#   ci/test.sh            everything: deps, vet, tests, race, fuzz, benchmarks once
+#   ci/test.sh            everything: deps, vet, tests, race, fuzz, benchmarks once,
+#                         and `xam bench all --quick` with its report's structure checked
 #   FUZZTIME=1000000x ci/test.sh   fuzz each target longer (default 100000x)
 #
 # Under CI=true (as .ci/run sets it), a test that would skip for lack of
@@ -43,5 +44,11 @@ done < <(grep -roP --include='*_test.go' '^func \KFuzz\w+' . |
 
 step "benchmarks, once each"
 go test -run=NONE -bench=. -benchtime=1x ./...
+
+step "xam bench all --quick: the report's structure (not its speed)"
+report=$(mktemp -d)
+trap 'rm -rf "$report"' EXIT
+go run ./cmd/xam bench all --quick --out "$report"
+go test -count=1 -run '^TestReportStructure$' ./bench -args -report "$report"
 
 step "ok"

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"runtime"
@@ -18,94 +19,133 @@ import (
 	"github.com/xam-project/xam/loader"
 )
 
-// benchmarks are the names `xam bench` knows; "all" runs them all.
-var benchmarks = []string{"ssam", "logp", "amii", "engine", "incast", "grim", "hostile"}
+// benchmarks are the names `xam bench` knows; "all" runs the papers'
+// experiments (benchmarks less engine and hostile) into a report.
+var benchmarks = []string{"ssam", "logp", "amii", "permutations", "overcommit", "engine", "incast", "grim", "hostile"}
 
-const benchUsage = "bench ssam|logp|amii|engine|incast|grim|hostile|all [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|amii|permutations|overcommit|engine|incast|grim|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
 
-// runBench runs the named benchmarks, each on a lab of its own.
+// benchRun is what the benchmarks of one command share: the signals that
+// stop them, and where they say what they do.
+type benchRun struct {
+	e  *env
+	in *interrupts
+	// say prints a line about the run (a lab built, files written).
+	say func(format string, args ...any)
+	// progress is told what is measured next.
+	progress func(what string)
+}
+
+// newBenchRun returns a benchRun that prints its lines to e's stderr.
+func newBenchRun(e *env, in *interrupts) *benchRun {
+	return &benchRun{e: e, in: in,
+		say:      func(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) },
+		progress: func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) },
+	}
+}
+
+// benchFlags are the flags of `xam bench`.
+type benchFlags struct {
+	count, clients, flood, runs *int
+	bulk                        *int64
+	mode, out                   *string
+	senders, sizes              *string
+	portRate, portBuffer        *string
+	asJSON, quick               *bool
+	set                         map[string]bool // the flags given
+}
+
+// runBench runs the named benchmarks, each on a lab of its own, or with
+// "all" the papers' experiments into a report.
 func runBench(e *env, args []string) error {
 	var names []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		names, args = append(names, args[0]), args[1:]
 	}
 	fs := newFlags(e, "bench", benchUsage)
-	count := fs.Int("count", 20000, "round trips per path, and calls timed per cost")
-	bulk := fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, AM-II Stores, TCP stream, UDP blast)")
-	mode := fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
-	clients := fs.Int("clients", 7, "logp: the most clients of the contention experiment")
-	flood := fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)")
-	asJSON := fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark) instead of Markdown")
-	out := fs.String("out", "", "ssam, incast, grim: also write plots into this directory")
-	senders := fs.String("senders", "1,2,3,7", "incast: numbers of senders, e.g. 1,2,3,7")
-	sizes := fs.String("sizes", "1k,4k,8k,16k", "incast: message sizes, e.g. 1k,4k,16k,64k")
-	portRate := fs.String("port-rate", "100mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit")
-	portBuffer := fs.String("port-buffer", "16k", "incast: bytes each switch port queues (the tbf's limit)")
-	runs := fs.Int("runs", 3, "incast: runs per point (the median is reported)")
+	f := benchFlags{
+		count:      fs.Int("count", 20000, "round trips per path, and calls timed per cost"),
+		bulk:       fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, AM-II Stores, TCP stream, UDP blast)"),
+		mode:       fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native"),
+		clients:    fs.Int("clients", 7, "logp: the most clients of the contention experiment"),
+		flood:      fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)"),
+		asJSON:     fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark; with all, the report) instead of Markdown"),
+		out:        fs.String("out", "", "write plots into this directory (all: the report too; default xam-report)"),
+		quick:      fs.Bool("quick", false, "all: fewer iterations, the same experiments (a few minutes)"),
+		senders:    fs.String("senders", "1,2,3,7", "incast: numbers of senders, e.g. 1,2,3,7"),
+		sizes:      fs.String("sizes", "1k,4k,8k,16k", "incast: message sizes, e.g. 1k,4k,16k,64k"),
+		portRate:   fs.String("port-rate", "100mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit"),
+		portBuffer: fs.String("port-buffer", "16k", "incast: bytes each switch port queues (the tbf's limit)"),
+		runs:       fs.Int("runs", 3, "incast: runs per point (the median is reported)"),
+		set:        map[string]bool{},
+	}
 	if err := parseOnly(fs, args); err != nil {
 		return err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	names = append(names, fs.Args()...)
 	if len(names) == 0 {
 		return usageError("name a benchmark: %s or all", strings.Join(benchmarks, ", "))
 	}
 	for _, n := range names {
 		if n == "all" {
-			names = benchmarks
-			break
+			if len(names) > 1 {
+				return usageError("all runs every experiment: name no other benchmark beside it")
+			}
+			continue
 		}
-		known := false
-		for _, b := range benchmarks {
-			known = known || n == b
-		}
-		if !known {
+		if !slices.Contains(benchmarks, n) {
 			return usageError("unknown benchmark %q (have: %s, all)", n, strings.Join(benchmarks, ", "))
 		}
 	}
-	if *count < 1 {
-		return usageError("--count %d: want at least 1", *count)
+	if names[0] == "all" {
+		return runBenchAll(e, f)
 	}
-	if *bulk < 1 {
-		return usageError("--bulk %d: want at least 1 byte", *bulk)
+	if *f.quick {
+		return usageError("--quick: only with all")
 	}
-	if *clients < 1 || *clients > 64 {
-		return usageError("--clients %d: want 1..64", *clients)
+	if *f.count < 1 {
+		return usageError("--count %d: want at least 1", *f.count)
 	}
-	if *flood < 1 {
-		return usageError("--flood %d: want at least 1", *flood)
+	if *f.bulk < 1 {
+		return usageError("--bulk %d: want at least 1 byte", *f.bulk)
 	}
-	icfg, err := incastFlags(*senders, *sizes, *portRate, *portBuffer)
+	if *f.clients < 1 || *f.clients > 64 {
+		return usageError("--clients %d: want 1..64", *f.clients)
+	}
+	if *f.flood < 1 {
+		return usageError("--flood %d: want at least 1", *f.flood)
+	}
+	icfg, err := incastFlags(*f.senders, *f.sizes, *f.portRate, *f.portBuffer)
 	if err != nil {
 		return err
 	}
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "bulk" {
-			icfg.Bytes = *bulk // all senders' together, per measurement
-		}
-	})
-	if *runs < 1 || *runs > 100 {
-		return usageError("--runs %d: want 1..100", *runs)
+	if f.set["bulk"] {
+		icfg.Bytes = *f.bulk // all senders' together, per measurement
 	}
-	icfg.Runs = *runs
-	m, err := loader.ParseMode(*mode)
+	if *f.runs < 1 || *f.runs > 100 {
+		return usageError("--runs %d: want 1..100", *f.runs)
+	}
+	icfg.Runs = *f.runs
+	m, err := loader.ParseMode(*f.mode)
 	if err != nil {
 		return usageError("--mode: %v", err)
 	}
 	plots := false
 	for _, n := range names {
-		plots = plots || n == "ssam" || n == "incast" || n == "grim"
-		if n == "logp" && *count < 100 {
-			return usageError("--count %d: logp needs at least 100", *count)
+		plots = plots || (n != "engine" && n != "hostile")
+		if n == "logp" && *f.count < 100 {
+			return usageError("--count %d: logp needs at least 100", *f.count)
 		}
 	}
-	if *out != "" && !plots {
-		return usageError("--out: only ssam, incast and grim draw plots")
+	if *f.out != "" && !plots {
+		return usageError("--out: engine and hostile draw no plots")
 	}
 	if err := needPrivileges("xam bench"); err != nil {
 		return err
 	}
-	if *out != "" {
-		if err := os.MkdirAll(*out, 0o755); err != nil {
+	if *f.out != "" {
+		if err := os.MkdirAll(*f.out, 0o755); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
 	}
@@ -115,7 +155,8 @@ func runBench(e *env, args []string) error {
 	in := watchInterrupts(e, "what was measured follows once the measurement in progress ends")
 	in.grace = benchGrace
 	defer in.release()
-	cfg := bench.SSAMTablesConfig{Count: *count, Bulk: *bulk, Mode: m, Stop: in.flag()}
+	br := newBenchRun(e, in)
+	count, bulk, asJSON, out := *f.count, *f.bulk, *f.asJSON, *f.out
 	results := map[string]any{}
 	for _, n := range names {
 		if in.interrupted() {
@@ -125,39 +166,40 @@ func runBench(e *env, args []string) error {
 		var err error
 		switch n {
 		case "ssam":
-			r, err = benchSSAM(e, in, cfg, *asJSON, *out)
+			r, err = benchSSAM(br, bench.SSAMTablesConfig{Count: count, Bulk: bulk, Mode: m, Stop: in.flag()}, asJSON, out)
 		case "logp":
-			r, err = benchLogP(e, in, bench.LogPConfig{Count: *count, Clients: *clients, Mode: m, Stop: in.flag()}, *asJSON)
+			r, err = benchLogP(br, bench.LogPConfig{Count: count, Clients: *f.clients, Mode: m, Stop: in.flag()}, asJSON, out)
 		case "incast":
 			icfg.Mode, icfg.Stop = m, in.flag()
-			r, err = benchIncast(e, in, icfg, *asJSON, *out)
+			r, err = benchIncast(br, icfg, asJSON, out)
 		case "engine":
-			r, err = benchEngine(e, in, bench.EngineConfig{Count: *count, Bulk: *bulk, Mode: m, Stop: in.flag()}, *asJSON)
+			r, err = benchEngine(br, bench.EngineConfig{Count: count, Bulk: bulk, Mode: m, Stop: in.flag()}, asJSON)
 		case "amii":
-			ac := bench.AMIIBandwidthConfig{Messages: 10 * *count, Mode: m, Stop: in.flag()}
-			fs.Visit(func(f *flag.Flag) {
-				if f.Name == "bulk" {
-					ac.Bulk = *bulk
-				}
-			})
-			r, err = benchAMII(e, in, ac, *asJSON)
+			ac := bench.AMIIBandwidthConfig{Messages: 10 * count, Mode: m, Stop: in.flag()}
+			if f.set["bulk"] {
+				ac.Bulk = bulk
+			}
+			r, err = benchAMII(br, ac, asJSON, out)
+		case "permutations":
+			pc := bench.PermutationsConfig{RTTs: min(count, 5000), Mode: m, Stop: in.flag()}
+			r, err = benchPermutations(br, pc, asJSON, out)
+		case "overcommit":
+			r, err = benchOvercommit(br, bench.OvercommitConfig{Mode: m, Stop: in.flag()}, asJSON, out)
 		case "grim":
-			gc := bench.GRIMConfig{Count: min(*count, 5000), Mode: m, Stop: in.flag()}
-			fs.Visit(func(f *flag.Flag) {
-				if f.Name == "bulk" {
-					gc.Bulk = *bulk
-				}
-			})
-			r, err = benchGRIM(e, in, gc, *asJSON, *out)
+			gc := bench.GRIMConfig{Count: min(count, 5000), Mode: m, Stop: in.flag()}
+			if f.set["bulk"] {
+				gc.Bulk = bulk
+			}
+			r, err = benchGRIM(br, gc, asJSON, out)
 		case "hostile":
-			r, err = benchHostile(e, in, bench.HostileConfig{Pings: max(*count/10, 100), Flood: *flood}, *asJSON)
+			r, err = benchHostile(br, bench.HostileConfig{Pings: max(count/10, 100), Flood: *f.flood}, asJSON)
 		}
 		if err != nil {
 			return err
 		}
 		results[n] = r
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(results); err != nil {
@@ -170,24 +212,39 @@ func runBench(e *env, args []string) error {
 	return nil
 }
 
+// plotInto draws r's plots into out, if set, and says so.
+func plotInto(br *benchRun, what string, r interface {
+	Plot(string) ([]string, error)
+}, out string) error {
+	if out == "" {
+		return nil
+	}
+	paths, err := r.Plot(out)
+	if err != nil {
+		return err
+	}
+	br.say("xam bench %s: wrote %s", what, strings.Join(paths, ", "))
+	return nil
+}
+
 // benchGrace is how long a benchmark has, after a signal, to end the
 // measurement in progress, print and remove its lab.
 const benchGrace = 30 * time.Second
 
 // withLab builds a two-host lab for benchmark what, runs f on it and
 // removes it afterwards (also on failure, and on an interrupt).
-func withLab(e *env, in *interrupts, what string, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
-	return withLabConfig(e, in, what, lab.Config{Name: fmt.Sprintf("bench%d", os.Getpid())}, f)
+func withLab(br *benchRun, what string, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
+	return withLabConfig(br, what, lab.Config{Name: fmt.Sprintf("bench%d", os.Getpid())}, f)
 }
 
 // withLabConfig is withLab on a lab built with cfg.
-func withLabConfig(e *env, in *interrupts, what string, cfg lab.Config, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
+func withLabConfig(br *benchRun, what string, cfg lab.Config, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
 	name := cfg.Name
 	l, err := lab.Up(cfg)
 	if err != nil {
 		return err
 	}
-	in.onExit(l.Down)
+	br.in.onExit(l.Down)
 	defer func() {
 		if derr := l.Down(); derr != nil && err == nil {
 			err = fmt.Errorf("removing lab %s: %w", name, derr)
@@ -196,17 +253,17 @@ func withLabConfig(e *env, in *interrupts, what string, cfg lab.Config, f func(l
 	a, b := l.Hosts[0], l.Hosts[1]
 	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
 	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
-	fmt.Fprintf(e.stderr, "xam bench %s: lab %s: %s %v (%v) <-> %s %v (%v)\n", what, name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
+	br.say("xam bench %s: lab %s: %s %v (%v) <-> %s %v (%v)", what, name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
 	return f(l, pa, pb)
 }
 
 // benchHostile runs the hostile suite, and prints its table unless asJSON.
-func benchHostile(e *env, in *interrupts, cfg bench.HostileConfig, asJSON bool) (r *bench.HostileResult, err error) {
-	err = withLab(e, in, "hostile", func(_ *lab.Lab, pa, pb bench.Place) error {
+func benchHostile(br *benchRun, cfg bench.HostileConfig, asJSON bool) (r *bench.HostileResult, err error) {
+	err = withLab(br, "hostile", func(_ *lab.Lab, pa, pb bench.Place) error {
 		if r, err = bench.RunHostile(pa, pb, cfg); err != nil || asJSON {
 			return err
 		}
-		return r.Markdown(e.stdout)
+		return r.Markdown(br.e.stdout)
 	})
 	return r, err
 }
@@ -252,10 +309,10 @@ func incastFlags(senders, sizes, rate, buffer string) (incastBench, error) {
 // benchIncast runs the incast experiment on a star lab built for it (the
 // most senders plus a receiver, joined by a switch whose ports are
 // shaped), prints its table unless asJSON, and plots it into out if set.
-func benchIncast(e *env, in *interrupts, c incastBench, asJSON bool, out string) (r *bench.IncastResult, err error) {
+func benchIncast(br *benchRun, c incastBench, asJSON bool, out string) (r *bench.IncastResult, err error) {
 	hosts := slices.Max(c.Senders) + 1
 	cfg := lab.Config{Name: fmt.Sprintf("incast%d", os.Getpid()), Hosts: hosts, Switch: true, PortRate: c.rate, PortBuffer: c.buffer}
-	err = withLabConfig(e, in, "incast", cfg, func(l *lab.Lab, _, _ bench.Place) error {
+	err = withLabConfig(br, "incast", cfg, func(l *lab.Lab, _, _ bench.Place) error {
 		var places []bench.Place
 		var addrs []netip.Addr
 		for _, h := range l.Hosts {
@@ -264,23 +321,21 @@ func benchIncast(e *env, in *interrupts, c incastBench, asJSON bool, out string)
 		}
 		rx := hosts - 1
 		ic := c.IncastConfig
-		ic.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+		ic.Progress = br.progress
 		ic.Drops = func() (uint64, error) { return l.Switch.PortDrops(rx) }
 		if r, err = bench.RunIncast(places[:rx], places[rx], addrs[:rx], addrs[rx], ic); err != nil {
 			return err
 		}
-		if out != "" && len(r.Points) > 0 {
-			paths, err := r.Plot(out)
-			if err != nil {
+		if len(r.Points) > 0 {
+			if err := plotInto(br, "incast", r, out); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stderr, "xam bench incast: wrote %s\n", strings.Join(paths, ", "))
 		}
 		if asJSON {
 			return nil
 		}
-		fmt.Fprintf(e.stdout, "Switch ports shaped to %d bit/s, %d bytes of buffer each.\n\n", c.rate, c.buffer)
-		return r.Markdown(e.stdout)
+		fmt.Fprintf(br.e.stdout, "Switch ports shaped to %d bit/s, %d bytes of buffer each.\n\n", c.rate, c.buffer)
+		return r.Markdown(br.e.stdout)
 	})
 	return r, err
 }
@@ -289,76 +344,130 @@ func benchIncast(e *env, in *interrupts, c incastBench, asJSON bool, out string)
 // goodput beside their peers, on two labs: one of the default MTU, and
 // one of bench.BulkMTU for the bulk runs; it prints the tables as Markdown
 // unless asJSON.
-func benchEngine(e *env, in *interrupts, cfg bench.EngineConfig, asJSON bool) (r *bench.EngineResult, err error) {
-	cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
-	err = withLab(e, in, "engine", func(_ *lab.Lab, pa, pb bench.Place) error {
+func benchEngine(br *benchRun, cfg bench.EngineConfig, asJSON bool) (r *bench.EngineResult, err error) {
+	cfg.Progress = br.progress
+	err = withLab(br, "engine", func(_ *lab.Lab, pa, pb bench.Place) error {
 		bcfg := lab.Config{Name: fmt.Sprintf("bulk%d", os.Getpid()), MTU: bench.BulkMTU}
-		return withLabConfig(e, in, "engine (bulk)", bcfg, func(bl *lab.Lab, ba, bb bench.Place) error {
+		return withLabConfig(br, "engine (bulk)", bcfg, func(bl *lab.Lab, ba, bb bench.Place) error {
 			r, err = bench.RunEngine(pa, pb, ba, bb, bl.Hosts[0].Addr.Addr(), bl.Hosts[1].Addr.Addr(), cfg)
 			if err != nil || asJSON {
 				return err
 			}
-			return r.Markdown(e.stdout)
+			return r.Markdown(br.e.stdout)
 		})
 	})
 	return r, err
 }
 
 // benchAMII measures AM-II's bandwidth against message size on a lab of
-// MTU bench.BulkMTU and prints it as Markdown unless asJSON.
-func benchAMII(e *env, in *interrupts, cfg bench.AMIIBandwidthConfig, asJSON bool) (r *bench.AMIIBandwidth, err error) {
-	cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+// MTU bench.BulkMTU, with UCX beside it, and prints it as Markdown unless
+// asJSON; with out, it draws the plot there.
+func benchAMII(br *benchRun, cfg bench.AMIIBandwidthConfig, asJSON bool, out string) (r *bench.AMIIBandwidth, err error) {
+	cfg.Progress = br.progress
 	lc := lab.Config{Name: fmt.Sprintf("amii%d", os.Getpid()), MTU: bench.BulkMTU}
-	err = withLabConfig(e, in, "amii", lc, func(l *lab.Lab, pa, pb bench.Place) error {
-		if r, err = bench.RunAMIIBandwidth(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil || asJSON {
+	err = withLabConfig(br, "amii", lc, func(l *lab.Lab, pa, pb bench.Place) error {
+		if r, err = bench.RunAMIIBandwidth(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil {
 			return err
 		}
-		return r.Markdown(e.stdout)
+		if !r.Interrupted {
+			br.progress("UCX active messages over TCP (ucx_perftest -t ucp_am_bw)")
+			r.UCX = runUCX(pa, pb, l.Hosts[1].Addr.Addr(), "ucp_am_bw", 64<<10, max(int(cfg.Bulk>>16), 100))
+		}
+		return report(br, "amii", r, asJSON, out)
+	})
+	return r, err
+}
+
+// runUCX runs a UCX peer; a failure is the peer's note, not the
+// experiment's.
+func runUCX(a, b bench.Place, bAddr netip.Addr, test string, size, iters int) *bench.UCXResult {
+	u, err := bench.RunUCX(a, b, bAddr, test, size, iters)
+	if err != nil {
+		return &bench.UCXResult{Test: test, Size: size, Iters: iters, Missing: "failed: " + err.Error()}
+	}
+	return u
+}
+
+// report draws r's plots into out (if set) and prints its tables unless
+// asJSON.
+func report(br *benchRun, what string, r interface {
+	Plot(string) ([]string, error)
+	Markdown(io.Writer) error
+}, asJSON bool, out string) error {
+	if err := plotInto(br, what, r, out); err != nil {
+		return err
+	}
+	if asJSON {
+		return nil
+	}
+	return r.Markdown(br.e.stdout)
+}
+
+// benchPermutations runs AM-II's permutations on an 8-host star lab.
+func benchPermutations(br *benchRun, cfg bench.PermutationsConfig, asJSON bool, out string) (r *bench.PermutationsResult, err error) {
+	cfg.Progress = br.progress
+	lc := lab.Config{Name: fmt.Sprintf("perm%d", os.Getpid()), Hosts: 8, Switch: true}
+	err = withLabConfig(br, "permutations", lc, func(l *lab.Lab, _, _ bench.Place) error {
+		var places []bench.Place
+		for _, h := range l.Hosts {
+			places = append(places, bench.Place{Ifindex: h.Index, MAC: h.MAC, Do: h.Do})
+		}
+		if r, err = bench.RunPermutations(places, cfg); err != nil {
+			return err
+		}
+		return report(br, "permutations", r, asJSON, out)
+	})
+	return r, err
+}
+
+// benchOvercommit runs AM-II's overcommit experiment on a two-host lab.
+func benchOvercommit(br *benchRun, cfg bench.OvercommitConfig, asJSON bool, out string) (r *bench.OvercommitResult, err error) {
+	cfg.Progress = br.progress
+	err = withLab(br, "overcommit", func(_ *lab.Lab, pa, pb bench.Place) error {
+		if r, err = bench.RunOvercommit(pa, pb, cfg); err != nil {
+			return err
+		}
+		return report(br, "overcommit", r, asJSON, out)
 	})
 	return r, err
 }
 
 // benchGRIM measures GRIM's figures beside its peers on a lab and prints
 // them as Markdown unless asJSON; with out, it draws the plots there.
-func benchGRIM(e *env, in *interrupts, cfg bench.GRIMConfig, asJSON bool, out string) (r *bench.GRIMBench, err error) {
-	cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
-	err = withLab(e, in, "grim", func(l *lab.Lab, pa, pb bench.Place) error {
+func benchGRIM(br *benchRun, cfg bench.GRIMConfig, asJSON bool, out string) (r *bench.GRIMBench, err error) {
+	cfg.Progress = br.progress
+	err = withLab(br, "grim", func(l *lab.Lab, pa, pb bench.Place) error {
 		if r, err = bench.RunGRIM(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil {
 			return err
 		}
-		if out != "" {
-			paths, err := r.Plot(out)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stderr, "xam bench grim: wrote %s\n", strings.Join(paths, ", "))
-		}
-		if asJSON {
-			return nil
-		}
-		return r.Markdown(e.stdout)
+		return report(br, "grim", r, asJSON, out)
 	})
 	return r, err
 }
 
 // benchLogP measures AM-II's LogP table and the contention experiment,
-// and prints them as Markdown unless asJSON.
-func benchLogP(e *env, in *interrupts, cfg bench.LogPConfig, asJSON bool) (r *bench.LogPResult, err error) {
-	err = withLab(e, in, "logp", func(_ *lab.Lab, pa, pb bench.Place) error {
-		if r, err = bench.RunLogP(pa, pb, cfg); err != nil || asJSON {
+// with UCX's round trip beside them, and prints them as Markdown unless
+// asJSON; with out, it draws the contention plot there.
+func benchLogP(br *benchRun, cfg bench.LogPConfig, asJSON bool, out string) (r *bench.LogPResult, err error) {
+	err = withLab(br, "logp", func(l *lab.Lab, pa, pb bench.Place) error {
+		if r, err = bench.RunLogP(pa, pb, cfg); err != nil {
 			return err
 		}
-		return r.Markdown(e.stdout)
+		if !r.Interrupted {
+			br.progress("UCX active messages over TCP (ucx_perftest -t ucp_am_lat)")
+			r.UCX = runUCX(pa, pb, l.Hosts[1].Addr.Addr(), "ucp_am_lat", 8, max(cfg.Count, 1000))
+		}
+		return report(br, "logp", r, asJSON, out)
 	})
 	return r, err
 }
 
 // benchSSAM measures SSAM's tables on a two-host lab built for the run, and
 // prints them as Markdown unless asJSON.
-func benchSSAM(e *env, in *interrupts, cfg bench.SSAMTablesConfig, asJSON bool, out string) (t *bench.SSAMTables, err error) {
-	err = withLab(e, in, "ssam", func(l *lab.Lab, pa, pb bench.Place) error {
+func benchSSAM(br *benchRun, cfg bench.SSAMTablesConfig, asJSON bool, out string) (t *bench.SSAMTables, err error) {
+	err = withLab(br, "ssam", func(l *lab.Lab, pa, pb bench.Place) error {
 		a, b := l.Hosts[0], l.Hosts[1]
-		cfg.Progress = func(what string) { fmt.Fprintf(e.stderr, "  measuring %s ...\n", what) }
+		cfg.Progress = br.progress
 		if t, err = bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg); err != nil {
 			return err
 		}
@@ -367,17 +476,10 @@ func benchSSAM(e *env, in *interrupts, cfg bench.SSAMTablesConfig, asJSON bool, 
 			CPUs:   runtime.NumCPU(),
 			Lab:    "a 2-host veth lab (network namespaces " + a.NS + ", " + b.NS + ")",
 		}
-		if out != "" && !t.Interrupted { // an interrupted run may lack round trips to plot
-			paths, err := t.Plot(out)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stderr, "xam bench ssam: wrote %s\n", strings.Join(paths, ", "))
+		if t.Interrupted { // an interrupted run may lack round trips to plot
+			out = ""
 		}
-		if asJSON {
-			return nil
-		}
-		return t.Markdown(e.stdout)
+		return report(br, "ssam", t, asJSON, out)
 	})
 	return t, err
 }

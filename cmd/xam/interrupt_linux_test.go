@@ -310,3 +310,38 @@ func TestBenchInterrupted(t *testing.T) {
 		t.Error("the interrupted bench left its lab behind")
 	}
 }
+
+// TestBenchAllInterrupted: `xam bench all` interrupted in its second
+// experiment writes the report of what was measured (the first
+// experiment ok, the second interrupted, the rest not run), removes its
+// lab and exits 130.
+func TestBenchAllInterrupted(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	dir := t.TempDir()
+	cmd, out, stderr := xamProcess(t, "bench", "all", "--quick", "--out", dir)
+	waitLine(t, stderr, "2/7 logp: ")
+	interrupt(t, cmd, syscall.SIGINT, out, stderr)
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r bench.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]string{}
+	for _, s := range r.Sections {
+		for _, e := range s.Experiments {
+			status[e.Name] = e.Status
+		}
+	}
+	if !r.Interrupted || status["ssam"] != "ok" || status["logp"] != "interrupted" || status["grim"] != "not run" {
+		t.Errorf("interrupted %v, statuses %v", r.Interrupted, status)
+	}
+	if md, err := os.ReadFile(filepath.Join(dir, "report.md")); err != nil || !strings.Contains(string(md), "**Interrupted**") {
+		t.Errorf("report.md: %v, want it marked interrupted", err)
+	}
+	if hasLab(fmt.Sprintf("bench%d", cmd.Process.Pid)) {
+		t.Error("the interrupted run left its lab behind")
+	}
+}

@@ -591,12 +591,16 @@ func TestBenchUsage(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"bench"}, "name a benchmark: ssam, logp, amii, engine, incast, grim, hostile or all"},
+		{[]string{"bench"}, "name a benchmark: ssam, logp, amii, permutations, overcommit, engine, incast, grim, hostile or all"},
 		{[]string{"bench", "--json"}, "name a benchmark"},
 		{[]string{"bench", "nonesuch"}, `unknown benchmark "nonesuch"`},
 		{[]string{"bench", "ssam", "--count", "0"}, "--count 0: want at least 1"},
 		{[]string{"bench", "ssam", "--bulk", "-1"}, "--bulk -1: want at least 1 byte"},
-		{[]string{"bench", "logp", "--out", "somewhere"}, "--out: only ssam, incast and grim draw plots"},
+		{[]string{"bench", "engine", "--out", "somewhere"}, "--out: engine and hostile draw no plots"},
+		{[]string{"bench", "all", "ssam"}, "all runs every experiment: name no other benchmark beside it"},
+		{[]string{"bench", "all", "--count", "5"}, "--count: not with all"},
+		{[]string{"bench", "all", "--mode", "sideways"}, "--mode"},
+		{[]string{"bench", "ssam", "--quick"}, "--quick: only with all"},
 		{[]string{"bench", "ssam", "--mode", "sideways"}, "--mode"},
 		{[]string{"bench", "ssam", "--bogus"}, "flag provided but not defined"},
 		{[]string{"bench", "incast", "--senders", "0"}, "--senders"},
@@ -610,7 +614,7 @@ func TestBenchUsage(t *testing.T) {
 			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errs, tc.stderr)
 		}
 	}
-	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|amii|engine|incast|grim|hostile|all") {
+	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|amii|permutations|overcommit|engine|incast|grim|hostile|all") {
 		t.Errorf("bench -h: exit %d, %q", code, out)
 	}
 	// A bad flag is one line, not the usage around the error twice.
@@ -862,5 +866,47 @@ func TestFwUsage(t *testing.T) {
 		if code, _, errs := xam(t, nil, tc.args...); code != 2 || !strings.Contains(errs, tc.stderr) {
 			t.Errorf("xam %v: exit %d, %q; want 2 and %q", tc.args, code, errs, tc.stderr)
 		}
+	}
+}
+
+// TestBenchAllFailure: in `xam bench all`, an experiment that fails (its
+// lab's name is taken) says why in its section, the others run, the
+// report is sound, and the exit status says that something failed.
+func TestBenchAllFailure(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	name := fmt.Sprintf("perm%d", os.Getpid())
+	l, err := lab.Up(lab.Config{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	dir := t.TempDir()
+	code, out, errs := xam(t, nil, "bench", "all", "--quick", "--out", dir)
+	if code != 1 || !strings.Contains(errs, "1 experiment(s) failed (permutations)") || !strings.Contains(out, "report.md") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r bench.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Sections {
+		for _, e := range s.Experiments {
+			switch {
+			case e.Name == "permutations" && (e.Status != "failed" || !strings.Contains(e.Error, "exists")):
+				t.Errorf("permutations: %s %q, want failed: lab exists", e.Status, e.Error)
+			case e.Name != "permutations" && e.Status != "ok":
+				t.Errorf("%s: %s %s", e.Name, e.Status, e.Error)
+			}
+		}
+	}
+	if r.Failed != 1 {
+		t.Errorf("failed %d", r.Failed)
+	}
+	if err := bench.CheckReport(dir); err != nil {
+		t.Error(err)
 	}
 }
