@@ -3,7 +3,21 @@
 // side in one run because absolute times drift on shared machines, and
 // reported as JSON, Markdown tables and plots.
 //
-// So far it has the ping-pongs behind `xam ping`: raw xam frames over
+// Each experiment is a Run function that measures on the places (lab
+// hosts) it is given and returns a result with its tables (Markdown), its
+// plots (Plot, PNG and SVG with gonum/plot) and the figures the paper
+// reported (Figures): SSAM's tables (RunSSAMTables), AM-II's LogP and
+// contention (RunLogP), bandwidth against message size (RunAMIIBandwidth),
+// permutations on eight hosts (RunPermutations) and overcommitted endpoint
+// frames (RunOvercommit), DVCM's incast (RunIncast) and GRIM's figures
+// (RunGRIM); UCX active messages over TCP (RunUCX, ucx_perftest) are a
+// peer of AM-II's. A Report gathers them, a Section per paper, each Figure
+// with the paper's value (or what the paper said in words), today's, and
+// today over each Peer of the same run; `xam bench all` builds the labs,
+// runs them and writes report.md and report.json (WriteFiles), which
+// CheckReport checks for structure.
+//
+// Under them are the ping-pongs behind `xam ping`: raw xam frames over
 // AF_XDP sockets fed by xam's XDP program (RawPing, or RawEndpoint's Ping
 // and Echo across two machines), kernel UDP (UDPPing) and the same frames
 // through AF_PACKET sockets, one system call per frame (PacketPing). Round

@@ -242,7 +242,7 @@ func TestBadValues(t *testing.T) {
 		{[]string{"fw", "--dev", "eth0", "--map", "--id", "1"}, "--map assigns this host's id: no --id"},
 		{[]string{"fw", "--dev", "eth0", "--id", "1", "--host", "2=02:00:00:00:00:02", "--cores", "abc"}, `--cores: "abc": want CPU numbers`},
 		{[]string{"fw", "--dev", "eth0", "--id", "1", "--host", "2=02:00:00:00:00:02", "--window", "0"}, "--window 0: want at least 1"},
-		{[]string{"bench", "logp", "--out", "d"}, "--out: only ssam, incast and grim draw plots"},
+		{[]string{"bench", "engine", "--out", "d"}, "--out: engine and hostile draw no plots"},
 		{[]string{"capture", "--dev", "p0", "--out", "x", "--buffer", "10"}, "--buffer 10: want"},
 		{[]string{"demo", "--count", "0"}, "--count 0: want at least 1"},
 	} {

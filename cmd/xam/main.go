@@ -12,7 +12,8 @@
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --stale | --all
 //	xam lab list [--json]
-//	xam bench ssam|logp|amii|engine|incast|grim|hostile|all [--count N] [--bulk BYTES] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--json] [--out DIR]
+//	xam bench ssam|logp|amii|permutations|overcommit|engine|incast|grim|hostile [--count N] [--bulk BYTES] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--json] [--out DIR]
+//	xam bench all [--quick] [--json] [--out DIR]
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
 //	xam cells reassemble [--hex] [--erf FILE]
 //	xam version
@@ -57,7 +58,7 @@ func init() {
 		{"capture", "record the xam frames a device carries, for Wireshark (ERF pcap)", runCapture},
 		{"stat", "counters of the xam XDP program on a device", runStat},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
-		{"bench", "the papers' experiments beside today's peers: ssam (SSAM's cost tables, round trips, bandwidth), logp (AM-II's LogP and contention); hostile (forged frames and hostile local users, with traffic running)", runBench},
+		{"bench", "the papers' experiments beside today's peers: all (every one, into a report with plots), ssam, logp, amii, permutations, overcommit, incast, grim; engine (the firmware engine's rates), hostile (forged frames and hostile local users, with traffic running)", runBench},
 		{"cells", "offline cell and AAL5 tools: segment, reassemble, demo", runCells},
 		{"version", "print the version", func(e *env, _ []string) error {
 			fmt.Fprintln(e.stdout, "xam", version)
