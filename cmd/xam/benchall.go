@@ -49,28 +49,28 @@ func allExperiments(mode loader.Mode) []allExperiment {
 	// Each run returns a nil interface, not a nil pointer, when it
 	// measured nothing.
 	return []allExperiment{
-		{"ssam", bench.PaperSSAMSection, [2]float64{1, 8}, func(br *benchRun, quick bool) (reported, error) {
+		{"ssam", bench.PaperSSAMSection, [2]float64{2, 6}, func(br *benchRun, quick bool) (reported, error) {
 			t, err := benchSSAM(br, bench.SSAMTablesConfig{Count: pick(quick, 2000, 20000), Bulk: int64(pick(quick, 4<<20, 64<<20)), Mode: mode, Stop: br.in.flag()}, true, "")
 			if t == nil {
 				return nil, err
 			}
 			return t, err
 		}},
-		{"logp", bench.PaperAMII, [2]float64{1.5, 10}, func(br *benchRun, quick bool) (reported, error) {
+		{"logp", bench.PaperAMII, [2]float64{2, 6}, func(br *benchRun, quick bool) (reported, error) {
 			r, err := benchLogP(br, bench.LogPConfig{Count: pick(quick, 2000, 20000), Clients: 7, Mode: mode, Stop: br.in.flag()}, true, "")
 			if r == nil {
 				return nil, err
 			}
 			return r, err
 		}},
-		{"amii", bench.PaperAMII, [2]float64{1, 6}, func(br *benchRun, quick bool) (reported, error) {
+		{"amii", bench.PaperAMII, [2]float64{1, 3}, func(br *benchRun, quick bool) (reported, error) {
 			r, err := benchAMII(br, bench.AMIIBandwidthConfig{Messages: pick(quick, 20000, 200000), Bulk: int64(pick(quick, 4<<20, 32<<20)), Mode: mode, Stop: br.in.flag()}, true, "")
 			if r == nil {
 				return nil, err
 			}
 			return r, err
 		}},
-		{"permutations", bench.PaperAMII, [2]float64{5, 15}, func(br *benchRun, quick bool) (reported, error) {
+		{"permutations", bench.PaperAMII, [2]float64{5, 14}, func(br *benchRun, quick bool) (reported, error) {
 			cfg := bench.PermutationsConfig{Duration: time.Duration(pick(quick, 1, 3)) * time.Second, RTTs: pick(quick, 500, 5000), Mode: mode, Stop: br.in.flag()}
 			r, err := benchPermutations(br, cfg, true, "")
 			if r == nil {
@@ -86,7 +86,7 @@ func allExperiments(mode loader.Mode) []allExperiment {
 			}
 			return r, err
 		}},
-		{"incast", bench.PaperDVCM, [2]float64{12, 130}, func(br *benchRun, quick bool) (reported, error) {
+		{"incast", bench.PaperDVCM, [2]float64{12, 195}, func(br *benchRun, quick bool) (reported, error) {
 			sizes, runs := "1k,4k,8k,16k", 3
 			if quick {
 				sizes, runs = "1k,16k", 1
@@ -105,7 +105,7 @@ func allExperiments(mode loader.Mode) []allExperiment {
 			}
 			return r, err
 		}},
-		{"grim", bench.PaperGRIM, [2]float64{8, 40}, func(br *benchRun, quick bool) (reported, error) {
+		{"grim", bench.PaperGRIM, [2]float64{8, 30}, func(br *benchRun, quick bool) (reported, error) {
 			r, err := benchGRIM(br, bench.GRIMConfig{Count: pick(quick, 500, 5000), Bulk: int64(pick(quick, 2<<20, 16<<20)), Mode: mode, Stop: br.in.flag()}, true, "")
 			if r == nil {
 				return nil, err
