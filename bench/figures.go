@@ -16,6 +16,18 @@ import (
 // from the SSAM text; the AM-II text is word-stemmed).
 const numbersLost = "in the paper's table; its value is not in the source text"
 
+// peersFrom returns the peers among m's paths, in the order given:
+// keyName holds pairs of a path's key in m and the peer's name.
+func peersFrom(m map[string]float64, keyName ...string) []Peer {
+	var peers []Peer
+	for i := 0; i+1 < len(keyName); i += 2 {
+		if v, ok := m[keyName[i]]; ok {
+			peers = append(peers, peer(keyName[i+1], v))
+		}
+	}
+	return peers
+}
+
 // Figures returns SSAM's figures: the round trip and bulk bandwidth of the
 // abstract beside raw AF_XDP and the kernel's paths, and the traps' costs
 // beside the system-call path's.
@@ -26,12 +38,7 @@ func (t *SSAMTables) Figures() []Figure {
 		rtt[r.Path] = float64(r.RTT.P50) / 1e3
 	}
 	if v, ok := rtt["ssam"]; ok {
-		var peers []Peer
-		for _, pth := range []struct{ key, name string }{{"raw", "raw AF_XDP"}, {"udp", "kernel UDP"}, {"tcp", "kernel TCP"}, {"packet", "AF_PACKET"}} {
-			if pv, ok := rtt[pth.key]; ok {
-				peers = append(peers, peer(pth.name, pv))
-			}
-		}
+		peers := peersFrom(rtt, "raw", "raw AF_XDP", "udp", "kernel UDP", "tcp", "kernel TCP", "packet", "AF_PACKET")
 		figs = append(figs, paperFig("round trip, small message, p50", "µs", t.Paper.RTTMicros, v, peers...))
 	}
 	bw := map[string]float64{}
@@ -39,13 +46,7 @@ func (t *SSAMTables) Figures() []Figure {
 		bw[r.Path] = r.MBPerSec
 	}
 	if v, ok := bw["ssam"]; ok {
-		var peers []Peer
-		for _, pth := range []struct{ key, name string }{{"tcp", "kernel TCP"}, {"udp", "kernel UDP"}} {
-			if pv, ok := bw[pth.key]; ok {
-				peers = append(peers, peer(pth.name, pv))
-			}
-		}
-		figs = append(figs, paperFig("bulk write bandwidth", "MB/s", t.Paper.BulkMBPerSec, v, peers...))
+		figs = append(figs, paperFig("bulk write bandwidth", "MB/s", t.Paper.BulkMBPerSec, v, peersFrom(bw, "tcp", "kernel TCP", "udp", "kernel UDP")...))
 	}
 	sys := map[string]float64{}
 	for _, c := range t.Syscalls {

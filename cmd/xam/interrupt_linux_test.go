@@ -321,20 +321,7 @@ func TestBenchAllInterrupted(t *testing.T) {
 	cmd, out, stderr := xamProcess(t, "bench", "all", "--quick", "--out", dir)
 	waitLine(t, stderr, "2/7 logp: ")
 	interrupt(t, cmd, syscall.SIGINT, out, stderr)
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r bench.Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	status := map[string]string{}
-	for _, s := range r.Sections {
-		for _, e := range s.Experiments {
-			status[e.Name] = e.Status
-		}
-	}
+	r, status := readReport(t, dir)
 	if !r.Interrupted || status["ssam"] != "ok" || status["logp"] != "interrupted" || status["grim"] != "not run" {
 		t.Errorf("interrupted %v, statuses %v", r.Interrupted, status)
 	}

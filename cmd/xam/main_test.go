@@ -885,14 +885,7 @@ func TestBenchAllFailure(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "1 experiment(s) failed (permutations)") || !strings.Contains(out, "report.md") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r bench.Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	r, _ := readReport(t, dir)
 	for _, s := range r.Sections {
 		for _, e := range s.Experiments {
 			switch {
@@ -909,4 +902,25 @@ func TestBenchAllFailure(t *testing.T) {
 	if err := bench.CheckReport(dir); err != nil {
 		t.Error(err)
 	}
+}
+
+// readReport reads the report.json of `xam bench all --out dir`, and
+// each experiment's status by name.
+func readReport(t *testing.T, dir string) (bench.Report, map[string]string) {
+	t.Helper()
+	var r bench.Report
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]string{}
+	for _, s := range r.Sections {
+		for _, e := range s.Experiments {
+			status[e.Name] = e.Status
+		}
+	}
+	return r, status
 }
