@@ -203,8 +203,11 @@ func (r *IncastResult) Figures() []Figure {
 		figs = append(figs, noteFig(name+", early token release", "ratio", "two senders close to one", etr.Ratio, peers...))
 	}
 	if okOn {
-		figs = append(figs, noteFig(fmt.Sprintf("switch drops, %d senders at %d B, coordinated", most, size), "frames", "loss under 0.1%", float64(on.Drops),
-			peer("no coordination", float64(off.Drops))))
+		var drops []Peer
+		if okOff {
+			drops = append(drops, peer("no coordination", float64(off.Drops)))
+		}
+		figs = append(figs, noteFig(fmt.Sprintf("switch drops, %d senders at %d B, coordinated", most, size), "frames", "loss under 0.1%", float64(on.Drops), drops...))
 	}
 	return figs
 }
@@ -251,20 +254,12 @@ func (r *GRIMBench) Figures() []Figure {
 	if len(r.Storage) == 2 {
 		figs = append(figs, paperFig("host to storage endpoint, p50", "µs", 21, r.Storage[1].P50, peer("host to host, firmware mode", r.Storage[0].P50)))
 	}
-	var ssam float64
+	inj := map[string]float64{}
 	for _, c := range r.Injection {
-		if c.Op == "send" {
-			ssam = c.NsPerCall
-		}
+		inj[c.Op] = c.NsPerCall
 	}
-	for _, c := range r.Injection {
-		if c.Op == "grim_short" {
-			var peers []Peer
-			if ssam > 0 {
-				peers = append(peers, peer("SSAM send trap", ssam))
-			}
-			figs = append(figs, paperFig("injection overhead, one short message", "ns", 1000, c.NsPerCall, peers...))
-		}
+	if v, ok := inj["grim_short"]; ok {
+		figs = append(figs, paperFig("injection overhead, one short message", "ns", 1000, v, peersFrom(inj, "send", "SSAM send trap")...))
 	}
 	return figs
 }

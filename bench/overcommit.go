@@ -131,22 +131,21 @@ func overcommit(a, b Place, n int, cfg OvercommitConfig) (*OvercommitRow, error)
 	vnet := func(i int, peer nicfw.HostID) amii.VNet {
 		return amii.VNet{ID: nicfw.EndpointID(i + 1), Tag: amiiTag + uint64(i), Table: []amii.Name{{Host: peer, Endpoint: nicfw.EndpointID(i + 1)}}}
 	}
-	var eps []*amii.Endpoint
+	clients, servers := make([]*amii.Endpoint, n), make([]*amii.Endpoint, n)
 	defer func() {
-		for _, e := range eps {
-			e.Close()
+		for _, e := range append(clients, servers...) {
+			if e != nil {
+				e.Close()
+			}
 		}
 	}()
-	clients, servers := make([]*amii.Endpoint, n), make([]*amii.Endpoint, n)
 	for i := range n {
 		if servers[i], err = amii.Dial(hosts[1].sock, vnet(i, amiiHostA), acfg); err != nil {
 			return nil, fmt.Errorf("server endpoint %d: %w", i+1, err)
 		}
-		eps = append(eps, servers[i])
 		if clients[i], err = amii.Dial(hosts[0].sock, vnet(i, amiiHostB), acfg); err != nil {
 			return nil, fmt.Errorf("client endpoint %d: %w", i+1, err)
 		}
-		eps = append(eps, clients[i])
 	}
 	before, err := hosts[1].d.Stats()
 	if err != nil {
@@ -223,19 +222,13 @@ func overcommit(a, b Place, n int, cfg OvercommitConfig) (*OvercommitRow, error)
 	if err != nil {
 		return nil, err
 	}
-	row := &OvercommitRow{Endpoints: n, MinClient: -1,
+	row := &OvercommitRow{Endpoints: n,
 		Faults: after.Residency.Faults - before.Residency.Faults, NACKs: after.Engine.NotResident - before.Engine.NotResident}
-	total := 0
-	for _, c := range counts {
-		total += c
-		r := float64(c) / elapsed.Seconds()
-		if row.MinClient < 0 || r < row.MinClient {
-			row.MinClient = r
-		}
-		row.MaxClient = max(row.MaxClient, r)
+	rates := make([]float64, n)
+	for i, c := range counts {
+		rates[i] = float64(c) / elapsed.Seconds()
 	}
-	row.Rate = float64(total) / elapsed.Seconds()
-	row.PerClient = row.Rate / float64(n)
+	row.PerClient, row.MinClient, row.MaxClient, row.Rate = spread(rates)
 	return row, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,25 +263,14 @@ func permutation(places []Place, name string, dst, src func(i, n int) int, cfg P
 	if err != nil {
 		return nil, err
 	}
-	row := &Permutation{Pattern: name, MinHost: -1}
-	for _, h := range hosts {
-		if h.h == nil || src(indexOf(hosts, h), n) < 0 {
-			continue
-		}
-		mb := float64(h.received.Load()) / elapsed.Seconds() / 1e6
-		row.Aggregate += mb
-		if row.MinHost < 0 || mb < row.MinHost {
-			row.MinHost = mb
-		}
-		row.MaxHost = max(row.MaxHost, mb)
-	}
-	receivers := 0
-	for i := range hosts {
+	row := &Permutation{Pattern: name}
+	var rates []float64 // MB/s each receiving host received
+	for i, h := range hosts {
 		if src(i, n) >= 0 {
-			receivers++
+			rates = append(rates, float64(h.received.Load())/elapsed.Seconds()/1e6)
 		}
 	}
-	row.PerHost = row.Aggregate / float64(receivers)
+	row.PerHost, row.MinHost, row.MaxHost, row.Aggregate = spread(rates)
 	// Phase 2, round trips: one one-word request at a time to the partner.
 	start = time.Now()
 	err = run(func(h *permHost) error {
@@ -331,14 +321,15 @@ func permutation(places []Place, name string, dst, src func(i, n int) int, cfg P
 	return row, nil
 }
 
-// indexOf returns h's index in hosts.
-func indexOf(hosts []*permHost, h *permHost) int {
-	for i, x := range hosts {
-		if x == h {
-			return i
-		}
+// spread returns the mean, least, most and sum of xs (zeros when empty).
+func spread(xs []float64) (mean, least, most, sum float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0, 0
 	}
-	return -1
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs)), slices.Min(xs), slices.Max(xs), sum
 }
 
 // Markdown writes the permutations table.
@@ -375,16 +366,12 @@ func (r *PermutationsResult) Figures() []Figure {
 		if x.Pattern == "bisection" {
 			note = "limited by the network's bisection"
 		}
-		var peers []Peer
+		var bw, rtt []Peer
 		if r.Pair != nil {
-			peers = append(peers, peer("one pair alone", r.Pair.PerHost))
+			bw, rtt = []Peer{peer("one pair alone", r.Pair.PerHost)}, []Peer{peer("one pair alone", r.Pair.RTT)}
 		}
-		figs = append(figs, noteFig(x.Pattern+": average bandwidth per host", "MB/s", note, x.PerHost, peers...))
-		var rp []Peer
-		if r.Pair != nil {
-			rp = append(rp, peer("one pair alone", r.Pair.RTT))
-		}
-		figs = append(figs, noteFig(x.Pattern+": average round trip", "µs", "within a small factor of the optimum", x.RTT, rp...))
+		figs = append(figs, noteFig(x.Pattern+": average bandwidth per host", "MB/s", note, x.PerHost, bw...))
+		figs = append(figs, noteFig(x.Pattern+": average round trip", "µs", "within a small factor of the optimum", x.RTT, rtt...))
 	}
 	return figs
 }

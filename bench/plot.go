@@ -131,12 +131,19 @@ func PlotRTT(title string, series []RTTSeries, marks []RTTMark, paths ...string)
 
 // Plot writes the round-trip distributions of raw AF_XDP, SSAM, UDP and
 // TCP, with SSAM's 1994 round trip for reference, to dir/ssam-rtt.png and
-// dir/ssam-rtt.svg, and returns the paths.
+// dir/ssam-rtt.svg, and returns the paths: none, and no error, when no
+// round trip was measured (an interrupted run's).
 func (t *SSAMTables) Plot(dir string) ([]string, error) {
 	names := map[string]string{"raw": "raw AF_XDP", "ssam": "SSAM", "udp": "kernel UDP", "tcp": "kernel TCP"}
 	var series []RTTSeries
+	measured := false
 	for _, path := range []string{"raw", "ssam", "udp", "tcp"} {
-		series = append(series, RTTSeries{Name: names[path], Hist: t.hists[path]})
+		h := t.hists[path]
+		series = append(series, RTTSeries{Name: names[path], Hist: h})
+		measured = measured || (h != nil && h.TotalCount() > 0)
+	}
+	if !measured {
+		return nil, nil
 	}
 	size := ssamMessage
 	if len(t.RTT) > 0 {

@@ -184,3 +184,40 @@ func TestUCX(t *testing.T) {
 		t.Errorf("without the tool: %+v, %v", u, err)
 	}
 }
+
+// TestPlotNothingMeasured: an interrupted run's results, with nothing
+// measured, draw no plot and return no error, whatever the experiment.
+func TestPlotNothingMeasured(t *testing.T) {
+	dir := t.TempDir()
+	for name, r := range map[string]interface {
+		Plot(string) ([]string, error)
+	}{
+		"ssam": &SSAMTables{}, "logp": &LogPResult{}, "amii": &AMIIBandwidth{}, "permutations": &PermutationsResult{},
+		"overcommit": &OvercommitResult{}, "incast": &IncastResult{}, "grim": &GRIMBench{},
+	} {
+		if paths, err := r.Plot(dir); len(paths) != 0 || err != nil {
+			t.Errorf("%s: %v, %v; want nothing", name, paths, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("wrote %d files", len(ents))
+	}
+}
+
+// TestIncastFiguresPartial: the figures of an incast run that measured
+// the coordinated point but not the uncoordinated one name no
+// "no coordination" peer rather than one of zero.
+func TestIncastFiguresPartial(t *testing.T) {
+	r := &IncastResult{Points: []IncastPoint{{Config: "on", Senders: 3, Size: 16384, Ratio: 0.9}}}
+	figs := r.Figures()
+	if len(figs) == 0 {
+		t.Fatal("no figures")
+	}
+	for _, f := range figs {
+		for _, p := range f.Peers {
+			if p.Name == "no coordination" {
+				t.Errorf("%s: peer %+v of a point not measured", f.Name, p)
+			}
+		}
+	}
+}

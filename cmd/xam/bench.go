@@ -223,7 +223,9 @@ func plotInto(br *benchRun, what string, r interface {
 	if err != nil {
 		return err
 	}
-	br.say("xam bench %s: wrote %s", what, strings.Join(paths, ", "))
+	if len(paths) > 0 { // none when nothing was measured to draw
+		br.say("xam bench %s: wrote %s", what, strings.Join(paths, ", "))
+	}
 	return nil
 }
 
@@ -326,10 +328,8 @@ func benchIncast(br *benchRun, c incastBench, asJSON bool, out string) (r *bench
 		if r, err = bench.RunIncast(places[:rx], places[rx], addrs[:rx], addrs[rx], ic); err != nil {
 			return err
 		}
-		if len(r.Points) > 0 {
-			if err := plotInto(br, "incast", r, out); err != nil {
-				return err
-			}
+		if err := plotInto(br, "incast", r, out); err != nil {
+			return err
 		}
 		if asJSON {
 			return nil
@@ -475,9 +475,6 @@ func benchSSAM(br *benchRun, cfg bench.SSAMTablesConfig, asJSON bool, out string
 			Kernel: netdev.Probe().Kernel,
 			CPUs:   runtime.NumCPU(),
 			Lab:    "a 2-host veth lab (network namespaces " + a.NS + ", " + b.NS + ")",
-		}
-		if t.Interrupted { // an interrupted run may lack round trips to plot
-			out = ""
 		}
 		return report(br, "ssam", t, asJSON, out)
 	})

@@ -46,45 +46,23 @@ func allExperiments(mode loader.Mode) []allExperiment {
 		}
 		return full
 	}
-	// Each run returns a nil interface, not a nil pointer, when it
-	// measured nothing.
 	return []allExperiment{
 		{"ssam", bench.PaperSSAMSection, [2]float64{2, 6}, func(br *benchRun, quick bool) (reported, error) {
-			t, err := benchSSAM(br, bench.SSAMTablesConfig{Count: pick(quick, 2000, 20000), Bulk: int64(pick(quick, 4<<20, 64<<20)), Mode: mode, Stop: br.in.flag()}, true, "")
-			if t == nil {
-				return nil, err
-			}
-			return t, err
+			return reportedOf(benchSSAM(br, bench.SSAMTablesConfig{Count: pick(quick, 2000, 20000), Bulk: int64(pick(quick, 4<<20, 64<<20)), Mode: mode, Stop: br.in.flag()}, true, ""))
 		}},
 		{"logp", bench.PaperAMII, [2]float64{2, 6}, func(br *benchRun, quick bool) (reported, error) {
-			r, err := benchLogP(br, bench.LogPConfig{Count: pick(quick, 2000, 20000), Clients: 7, Mode: mode, Stop: br.in.flag()}, true, "")
-			if r == nil {
-				return nil, err
-			}
-			return r, err
+			return reportedOf(benchLogP(br, bench.LogPConfig{Count: pick(quick, 2000, 20000), Clients: 7, Mode: mode, Stop: br.in.flag()}, true, ""))
 		}},
 		{"amii", bench.PaperAMII, [2]float64{1, 3}, func(br *benchRun, quick bool) (reported, error) {
-			r, err := benchAMII(br, bench.AMIIBandwidthConfig{Messages: pick(quick, 20000, 200000), Bulk: int64(pick(quick, 4<<20, 32<<20)), Mode: mode, Stop: br.in.flag()}, true, "")
-			if r == nil {
-				return nil, err
-			}
-			return r, err
+			return reportedOf(benchAMII(br, bench.AMIIBandwidthConfig{Messages: pick(quick, 20000, 200000), Bulk: int64(pick(quick, 4<<20, 32<<20)), Mode: mode, Stop: br.in.flag()}, true, ""))
 		}},
 		{"permutations", bench.PaperAMII, [2]float64{5, 14}, func(br *benchRun, quick bool) (reported, error) {
 			cfg := bench.PermutationsConfig{Duration: time.Duration(pick(quick, 1, 3)) * time.Second, RTTs: pick(quick, 500, 5000), Mode: mode, Stop: br.in.flag()}
-			r, err := benchPermutations(br, cfg, true, "")
-			if r == nil {
-				return nil, err
-			}
-			return r, err
+			return reportedOf(benchPermutations(br, cfg, true, ""))
 		}},
 		{"overcommit", bench.PaperAMII, [2]float64{6, 16}, func(br *benchRun, quick bool) (reported, error) {
 			cfg := bench.OvercommitConfig{Duration: time.Duration(pick(quick, 1, 3)) * time.Second, Mode: mode, Stop: br.in.flag()}
-			r, err := benchOvercommit(br, cfg, true, "")
-			if r == nil {
-				return nil, err
-			}
-			return r, err
+			return reportedOf(benchOvercommit(br, cfg, true, ""))
 		}},
 		{"incast", bench.PaperDVCM, [2]float64{12, 195}, func(br *benchRun, quick bool) (reported, error) {
 			sizes, runs := "1k,4k,8k,16k", 3
@@ -99,20 +77,24 @@ func allExperiments(mode loader.Mode) []allExperiment {
 			if quick {
 				c.Bytes = 2 << 20
 			}
-			r, err := benchIncast(br, c, true, "")
-			if r == nil {
-				return nil, err
-			}
-			return r, err
+			return reportedOf(benchIncast(br, c, true, ""))
 		}},
 		{"grim", bench.PaperGRIM, [2]float64{8, 30}, func(br *benchRun, quick bool) (reported, error) {
-			r, err := benchGRIM(br, bench.GRIMConfig{Count: pick(quick, 500, 5000), Bulk: int64(pick(quick, 2<<20, 16<<20)), Mode: mode, Stop: br.in.flag()}, true, "")
-			if r == nil {
-				return nil, err
-			}
-			return r, err
+			return reportedOf(benchGRIM(br, bench.GRIMConfig{Count: pick(quick, 500, 5000), Bulk: int64(pick(quick, 2<<20, 16<<20)), Mode: mode, Stop: br.in.flag()}, true, ""))
 		}},
 	}
+}
+
+// reportedOf returns r as reported: a nil interface, not a nil pointer in
+// one, when the experiment measured nothing.
+func reportedOf[R any, P interface {
+	*R
+	reported
+}](r P, err error) (reported, error) {
+	if r == nil {
+		return nil, err
+	}
+	return r, err
 }
 
 // runBenchAll runs every experiment of the four papers, each on labs of
