@@ -57,6 +57,7 @@ func (e *Engine) abortBulk(s *epState) {
 		e.gateSent(s.id, s.table[s.d.Dest].Host, 0)
 	}
 	s.abort = true
+	e.setAdmit(s, admitNone, nil) // no more of its chunks need a channel
 }
 
 // bulkSame reports whether p, the host-table row a chunk of s's bulk

@@ -73,7 +73,11 @@
 // it for now (NACK; counted in EngineStats.PoolFull) while no block is
 // free, and takes the block back once the application has released the
 // message's receive queue entry: GRIM's optimistic flow control, one pool
-// shared by every sender, nothing reserved per peer.
+// shared by every sender, nothing reserved per peer. The sender sends a
+// pooled message's first chunk alone and the rest once it is acknowledged,
+// and keeps one channel to the host free of such probes while a message
+// admitted there has chunks to send, so that a full pool delays messages
+// and never wedges them (pool.go).
 // A receiver keeps, per sending endpoint, the bulk message in progress (its
 // number and the bytes stored), begun by the first of its chunks to
 // arrive: a chunk of it for another endpoint than that one's (the endpoint

@@ -110,11 +110,12 @@ type EngineConfig struct {
 	// messages in the network (its gap g falls from a round trip to the
 	// engine's send overhead); as in AM-II, whose channels are
 	// independent, they are then in order per channel only: one lost and
-	// retransmitted arrives after those sent after it. A bulk message's
-	// first chunk travels alone; once it is acknowledged, up to Window of
-	// its chunks are in flight at once (counted with the endpoint's short
-	// and medium messages still in flight), and the receiver stores them
-	// in whatever order they arrive.
+	// retransmitted arrives after those sent after it. Up to Window of a
+	// bulk message's chunks are in flight at once (counted with the
+	// endpoint's short and medium messages still in flight), and the
+	// receiver stores them in whatever order they arrive; a pooled bulk
+	// message's first chunk travels alone, and the rest follow once the
+	// receiver has found it a block (admission, pool.go).
 	Window int
 	// Modules extend the engine (module.go): the same modules, with the
 	// same IDs, on every host. None by default: AM-II's service alone.
@@ -214,6 +215,10 @@ type epState struct {
 	bulkEpoch    uint32
 	abort        bool
 	lastReturned uint32
+	// admit: a pooled bulk message's admission at its receiver (pool.go),
+	// towards admitPeer.
+	admit     admitState
+	admitPeer *transport.Peer
 	// published: a cut-through message's published length when the
 	// engine last looked (cutThroughReady), which its next chunk is cut
 	// to.
@@ -295,10 +300,11 @@ type Engine struct {
 	returning  []*epState
 	returnedFl []returnedFlight
 	returns    []remoteReturn
-	down       map[HostID]time.Time // host -> until when sends to it are returned at once
-	bulkRx     map[Name]*bulkRx     // sending endpoint -> its bulk message arriving here
-	closing    []*epState           // closed endpoints whose id was reused before their slot was done
-	closeErr   error                // the first error of closing an endpoint's memory late
+	down       map[HostID]time.Time           // host -> until when sends to it are returned at once
+	bulkRx     map[Name]*bulkRx               // sending endpoint -> its bulk message arriving here
+	admits     map[*transport.Peer]*admission // pooled bulk messages under way per host (pool.go)
+	closing    []*epState                     // closed endpoints whose id was reused before their slot was done
+	closeErr   error                          // the first error of closing an endpoint's memory late
 	polls      uint64
 	pending    PendingFunc
 	maxPL      int           // the transport's MaxPayload
@@ -341,6 +347,7 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		clk:    cfg.Transport.Clock,
 		down:   make(map[HostID]time.Time),
 		bulkRx: make(map[Name]*bulkRx),
+		admits: make(map[*transport.Peer]*admission),
 	}
 	var err error
 	if e.sched, err = NewScheduler(cfg.Loiter); err != nil {
@@ -636,8 +643,12 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 		!e.gateOpen(s.id, h, int(s.d.Length), int(s.d.Length-s.sent)) {
 		return false // a module holds it back (sendFrom asks about the others, once built)
 	}
-	if p := e.tr.Peer(h); p != nil && p.Busy() {
+	p := e.tr.Peer(h)
+	if p != nil && p.Busy() {
 		return false // ErrBusy
+	}
+	if s.state == slotPending && e.admitWaits(s, p) {
+		return false // a pooled message waits for its admission (pool.go)
 	}
 	return s.held() || e.pinned < e.res.Frames()-1
 }
@@ -728,6 +739,9 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		return false, nil // held back: the slot keeps the message
 	}
 	p := e.tr.Peer(dst.Host)
+	if e.admitWaits(s, p) {
+		return false, nil // a pooled message waits for its admission (pool.go)
+	}
 	if s.d.Class == endpoint.ClassBulk && !s.bulkSame(p) {
 		e.returnLocal(s, endpoint.ReasonRestarted) // its receiver restarted: what it stored is gone
 		return true, nil
@@ -767,6 +781,9 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		s.ordTo[p]++
 	}
 	if s.d.Class == endpoint.ClassBulk {
+		if s.pooledBulk() && s.admit == admitNone {
+			e.setAdmit(s, admitProbing, p) // its first chunk travels alone
+		}
 		s.chunksOut++
 		s.sent += s.chunk
 		s.started = true
@@ -872,6 +889,7 @@ func (e *Engine) begin(s *epState, q endpoint.Queue) {
 // vacate empties s's slot: the engine is done with its message, counted
 // if it came from the request send queue (endpoint.Memory.CountDone).
 func (e *Engine) vacate(s *epState) {
+	e.setAdmit(s, admitNone, nil)
 	if s.state != slotEmpty && s.q == endpoint.RequestSend {
 		s.mem.CountDone()
 	}
@@ -1035,6 +1053,9 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 	e.acked++
 	if chunk {
 		s.chunksOut--
+		if s.admit == admitProbing {
+			e.setAdmit(s, admitted, p) // the receiver found it a block
+		}
 	}
 	e.land(s, p)
 	if chunk {

@@ -1,6 +1,9 @@
 package nicfw
 
-import "github.com/xam-project/xam/nicfw/endpoint"
+import (
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
+)
 
 // The receive pool (GRIM's optimistic flow control): a pooled bulk message
 // (RemoteOffset endpoint.PoolOffset) names no place in its receiver; the
@@ -116,4 +119,93 @@ func poolDrop(rx *bulkRx) {
 		rx.dst.pool.free(rx.block)
 	}
 	rx.pooled = false
+}
+
+// Admission. A pooled bulk message's first chunk travels alone (its
+// probe): the receiver finds the message a block as that chunk arrives,
+// or refuses it (NACK) and the sender's transport offers it again after
+// its back-off, holding one of its C channels to the receiver meanwhile.
+// Once the probe is acknowledged the message is admitted and its other
+// chunks follow, up to the window. Probes may not take every channel to a
+// host while a message admitted there still has chunks to send: were the
+// channels all held by probes that the full pool refuses, the admitted
+// messages whose blocks fill the pool could never finish, and nothing
+// would free a block (three senders with four channels each into a pool
+// of five blocks wedged so). So a probe leaves only while probes plus one
+// channel kept for the admitted messages stay within C: a full pool
+// delays messages, it never wedges them.
+
+// admitState is where a pooled bulk message stands in its admission.
+type admitState uint8
+
+const (
+	admitNone    admitState = iota // not a pooled bulk message, or done with
+	admitProbing                   // its first chunk is in flight
+	admitted                       // its first chunk was acknowledged
+)
+
+// admission counts the pooled bulk messages under way to one host.
+type admission struct{ probes, admitted int }
+
+// pooledBulk reports whether the message in s's slot is a pooled bulk
+// message.
+func (s *epState) pooledBulk() bool {
+	return s.d.Class == endpoint.ClassBulk && s.d.RemoteOffset == endpoint.PoolOffset
+}
+
+// setAdmit moves s's message to admission state st, towards p (ignored
+// for admitNone), keeping the per-host counts.
+func (e *Engine) setAdmit(s *epState, st admitState, p *transport.Peer) {
+	if s.admit == st {
+		return
+	}
+	if a := e.admits[s.admitPeer]; s.admit != admitNone && a != nil {
+		if s.admit == admitProbing {
+			a.probes--
+		} else {
+			a.admitted--
+		}
+		if a.probes == 0 && a.admitted == 0 {
+			delete(e.admits, s.admitPeer)
+		}
+	}
+	s.admit, s.admitPeer = st, nil
+	if st == admitNone {
+		return
+	}
+	a := e.admits[p]
+	if a == nil {
+		a = new(admission)
+		e.admits[p] = a
+	}
+	if st == admitProbing {
+		a.probes++
+	} else {
+		a.admitted++
+	}
+	s.admitPeer = p
+}
+
+// admitWaits reports whether the next chunk of s's message, for p, must
+// wait: a pooled message's probe is unacknowledged, or a probe may not
+// take another channel to p now.
+func (e *Engine) admitWaits(s *epState, p *transport.Peer) bool {
+	if p == nil || !s.pooledBulk() {
+		return false
+	}
+	switch s.admit {
+	case admitProbing:
+		return true
+	case admitted:
+		return false
+	}
+	a := e.admits[p]
+	if a == nil {
+		return false
+	}
+	keep := 0
+	if a.admitted > 0 {
+		keep = 1
+	}
+	return a.probes+keep >= e.tr.Config().Channels
 }

@@ -44,6 +44,9 @@ type clusterConfig struct {
 	firmware         bool
 	cutThrough       bool
 	pool             int // each endpoint's receive pool (0: the default)
+	// deployed: the engines as `xam fw` configures them by default
+	// (window 1, the transport's default channels and give-up time).
+	deployed bool
 }
 
 // cluster makes hosts 1..n on links (one per host), each with a GRIM
@@ -58,7 +61,7 @@ func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 	}
 	var sockets []string
 	if cc.firmware {
-		sockets = daemontest.Start(t, links, func(id nicfw.HostID) nicfw.EngineConfig { return engineConfig(id, cc.window) })
+		sockets = daemontest.Start(t, links, func(id nicfw.HostID) nicfw.EngineConfig { return cc.engineConfig(id) })
 	}
 	var hosts []*host
 	for i, l := range links {
@@ -76,7 +79,7 @@ func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 			hosts = append(hosts, h)
 			continue
 		}
-		eng, err := nicfw.NewEngine(l, engineConfig(nicfw.HostID(i+1), cc.window))
+		eng, err := nicfw.NewEngine(l, cc.engineConfig(nicfw.HostID(i+1)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,6 +131,14 @@ func (h *host) start() {
 func engineConfig(id nicfw.HostID, window int) nicfw.EngineConfig {
 	return nicfw.EngineConfig{Host: id, Window: window,
 		Transport: transport.Config{RetransmitAfter: 5 * time.Millisecond, GiveUpAfter: time.Minute, Channels: 16}}
+}
+
+// engineConfig is the engines' configuration under cc.
+func (cc clusterConfig) engineConfig(id nicfw.HostID) nicfw.EngineConfig {
+	if cc.deployed {
+		return nicfw.EngineConfig{Host: id, Window: cc.window}
+	}
+	return engineConfig(id, cc.window)
 }
 
 // drain runs the engine until it is done with c's payload region.
