@@ -10,6 +10,10 @@ import (
 // the paper reported (or that stand for what it reported in words),
 // beside the paper's and today's peers. Each method takes what a run
 // measured, an interrupted one's too, and leaves out what it lacks.
+// paperFig and noteFig copy the peers they are given before setting their
+// ratios, so one slice of peers may serve several figures (the AM-II
+// bandwidth classes, incast's configurations) without one figure's
+// ratios overwriting another's.
 
 // numbersLost is the paper note of a figure whose value the source text
 // available to the project lost (figures and most numbers were stripped

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -64,46 +65,99 @@ type Figure struct {
 	Paper     *float64 `json:"paper"`
 	PaperNote string   `json:"paper_note,omitempty"`
 	Today     float64  `json:"today"`
-	// VsPaper is Today over Paper (0 without a paper figure).
-	VsPaper float64 `json:"today_vs_paper"`
-	Peers   []Peer  `json:"peers,omitempty"`
+	// VsPaper is Today over Paper; nil, and absent from the JSON, where
+	// the paper gives no figure as a number (or gives 0).
+	VsPaper *float64 `json:"today_vs_paper,omitempty"`
+	Peers   []Peer   `json:"peers,omitempty"`
 }
 
 // A Peer is today's figure of another path measured in the same run:
 // Ratio is the experiment's figure over the peer's. A peer that could not
-// be measured (a tool not installed) has Missing set, and no value.
+// be measured (a tool not installed) has Missing set, and no value. Ratio
+// is nil, and absent from the JSON, where the peer is missing or its
+// value is 0.
 type Peer struct {
-	Name    string  `json:"name"`
-	Value   float64 `json:"value"`
-	Ratio   float64 `json:"ratio"`
-	Missing string  `json:"missing,omitempty"`
+	Name    string   `json:"name"`
+	Value   float64  `json:"value"`
+	Ratio   *float64 `json:"ratio,omitempty"`
+	Missing string   `json:"missing,omitempty"`
 }
 
-// paperFig is a figure with the paper's value.
+// paperFig is a figure with the paper's value. The figure holds a copy of
+// peers, so figures may be built from one slice of peers.
 func paperFig(name, unit string, paper, today float64, peers ...Peer) Figure {
-	f := Figure{Name: name, Unit: unit, Paper: &paper, Today: finite(today), Peers: peers}
-	if paper != 0 {
-		f.VsPaper = finite(today / paper)
-	}
+	f := Figure{Name: name, Unit: unit, Paper: &paper, Today: finite(today), Peers: slices.Clone(peers)}
 	f.fillRatios()
 	return f
 }
 
-// noteFig is a figure the paper reported only in words (note).
+// noteFig is a figure the paper reported only in words (note). The
+// figure holds a copy of peers, as paperFig's does.
 func noteFig(name, unit, note string, today float64, peers ...Peer) Figure {
-	f := Figure{Name: name, Unit: unit, PaperNote: note, Today: finite(today), Peers: peers}
+	f := Figure{Name: name, Unit: unit, PaperNote: note, Today: finite(today), Peers: slices.Clone(peers)}
 	f.fillRatios()
 	return f
 }
 
+// fillRatios rounds the peers' values and sets the figure's ratios from
+// Today, Paper and the rounded values, as checkRatios recomputes them.
 func (f *Figure) fillRatios() {
+	f.VsPaper = nil
+	if f.Paper != nil && *f.Paper != 0 {
+		f.VsPaper = figureRatio(f.Today, *f.Paper)
+	}
 	for i := range f.Peers {
 		p := &f.Peers[i]
-		p.Value = finite(p.Value)
+		p.Value, p.Ratio = finite(p.Value), nil
 		if p.Missing == "" && p.Value != 0 {
-			p.Ratio = finite(f.Today / p.Value)
+			p.Ratio = figureRatio(f.Today, p.Value)
 		}
 	}
+}
+
+// figureRatio returns a over b, rounded by finite.
+func figureRatio(a, b float64) *float64 {
+	v := finite(a / b)
+	return &v
+}
+
+// checkRatios recomputes the ratios of f, a figure of experiment exp as
+// report.json holds it, from its figures: Today over Paper where the
+// paper gives a number, else no ratio to the paper; Today over each
+// peer's value where the peer was measured and is not 0, else no ratio.
+func checkRatios(exp string, f Figure) []error {
+	var errs []error
+	check := func(what string, got *float64, num, den float64, want bool) {
+		switch {
+		case !want && got != nil:
+			errs = append(errs, fmt.Errorf("%s: figure %q: %s is %g, want none", exp, f.Name, what, *got))
+		case want && got == nil:
+			errs = append(errs, fmt.Errorf("%s: figure %q: no %s, want %g/%g", exp, f.Name, what, num, den))
+		case want && !closeTo(*got, num/den):
+			errs = append(errs, fmt.Errorf("%s: figure %q: %s is %g, want %g/%g = %.4g", exp, f.Name, what, *got, num, den, num/den))
+		}
+	}
+	paper := 0.0
+	if f.Paper != nil {
+		paper = *f.Paper
+	}
+	check("today_vs_paper", f.VsPaper, f.Today, paper, paper != 0)
+	for _, p := range f.Peers {
+		if p.Missing != "" && p.Value != 0 {
+			errs = append(errs, fmt.Errorf("%s: figure %q: peer %q is missing yet has value %g", exp, f.Name, p.Name, p.Value))
+		}
+		check(fmt.Sprintf("ratio to peer %q", p.Name), p.Ratio, f.Today, p.Value, p.Missing == "" && p.Value != 0)
+	}
+	return errs
+}
+
+// closeTo reports whether got is want to the four significant digits of
+// finite.
+func closeTo(got, want float64) bool {
+	if want == 0 || math.IsNaN(want) || math.IsInf(want, 0) {
+		return got == 0
+	}
+	return math.Abs(got-want) <= 1e-3*math.Abs(want)
 }
 
 // finite rounds v to four significant digits; NaN and the infinities,
@@ -240,17 +294,17 @@ func (r *Report) Markdown(w io.Writer) error {
 							paper += " (" + f.PaperNote + ")"
 						}
 					}
-					vs := ""
-					if f.VsPaper != 0 {
-						vs = fmt.Sprintf("%.2f", f.VsPaper)
+					vs := "—" // the paper gives no figure as a number
+					if f.VsPaper != nil {
+						vs = fmt.Sprintf("%.2f", *f.VsPaper)
 					}
 					var peers []string
 					for _, pr := range f.Peers {
 						switch {
 						case pr.Missing != "":
 							peers = append(peers, fmt.Sprintf("%s: %s", pr.Name, pr.Missing))
-						case pr.Ratio != 0:
-							peers = append(peers, fmt.Sprintf("%s %s: %.2f", pr.Name, num(pr.Value), pr.Ratio))
+						case pr.Ratio != nil:
+							peers = append(peers, fmt.Sprintf("%s %s: %.2f", pr.Name, num(pr.Value), *pr.Ratio))
 						default:
 							peers = append(peers, fmt.Sprintf("%s %s", pr.Name, num(pr.Value)))
 						}
@@ -323,8 +377,10 @@ func num(v float64) string {
 
 // CheckReport reads the report.json in dir and checks its structure: a
 // section for each paper, each experiment with a status, every figure a
-// finite number, and every plot named written; it returns what is wrong,
-// or nil. It checks no speed.
+// finite number with its ratios recomputed from its figures (today over
+// the paper's, present only where the paper gives a number, and today
+// over each measured peer's), and every plot named written; it returns
+// what is wrong, or nil. It checks no speed.
 func CheckReport(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
 	if err != nil {
@@ -361,6 +417,7 @@ func CheckReport(dir string) error {
 				if f.Paper == nil && f.PaperNote == "" {
 					errs = append(errs, fmt.Errorf("%s: figure %q has no paper figure or note", e.Name, f.Name))
 				}
+				errs = append(errs, checkRatios(e.Name, f)...)
 			}
 			for _, pl := range e.Plots {
 				if st, err := os.Stat(filepath.Join(dir, pl)); err != nil || st.Size() == 0 {

@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -43,7 +46,7 @@ func runPing(e *env, args []string) error {
 	serve := fs.Bool("serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON document, and no progress")
 	socket := fs.String("socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
-	peerHost := fs.Uint("peer-host", 0, "with --socket: the other side's host id in the daemons' host table")
+	peerHost := fs.Uint("peer-host", 0, "with --socket (required): the other side's host id, 0..65535, as `xam fw stats` lists it (the mapper numbers hosts from 0)")
 	epID := fs.Uint("endpoint", uint(daemon.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -107,12 +110,15 @@ func runPing(e *env, args []string) error {
 			return usageError("--socket works with --api amii (the daemons run AM-II's engine)")
 		case *dev != "" || *peer != "":
 			return usageError("--socket reaches the daemon, which owns the device: no --dev or --peer")
-		case *peerHost == 0 || *peerHost > 65535:
-			return usageError("--peer-host N (1..65535): the other side's host id, as `xam fw stats` lists it")
+		case !seen(fs, "peer-host") || *peerHost > 65535:
+			return usageError("--peer-host N (0..65535) is required with --socket: the other side's host id, as `xam fw stats` lists it")
 		case *epID < uint(daemon.FirstUserEndpoint) || *epID > 65535:
 			return usageError("--endpoint %d: want %d..65535", *epID, daemon.FirstUserEndpoint)
 		case *loss > 0:
 			return usageError("--loss needs the lab built for the run (no --socket)")
+		}
+		if err := checkPeerHost(*socket, nicfw.HostID(*peerHost)); err != nil {
+			return err
 		}
 		return pingDaemon(e, bench.DaemonEndpoint{Socket: *socket, Endpoint: nicfw.EndpointID(*epID), PeerHost: nicfw.HostID(*peerHost), Tag: bench.DaemonTag},
 			*serve, cfg, *asJSON)
@@ -320,6 +326,41 @@ func pingSSAMDevice(e *env, here bench.Place, peer net.HardwareAddr, serve bool,
 		fmt.Fprintf(e.stdout, "sent %d (warm-up included), retransmits %d (delivery and duplicates are counted by the server)\n", r.Sent, r.Retransmits)
 	}
 	return pingOutcome(&r.PingResult)
+}
+
+// errNoSuchHost: --peer-host names no host of the daemon's host table.
+var errNoSuchHost = errors.New("no such host")
+
+// checkPeerHost asks the running daemon at socket for its host table and
+// returns an error wrapping errNoSuchHost, naming the hosts the table
+// holds, unless host is one of them: a ping to a host the daemon does not
+// know would only be returned, and counted lost.
+func checkPeerHost(socket string, host nicfw.HostID) error {
+	c, err := daemon.Dial(socket)
+	if err != nil {
+		return fmt.Errorf("%w (is `xam fw` running with --socket %s?)", err, socket)
+	}
+	defer c.Close()
+	s, err := c.Stats()
+	if err != nil {
+		return fmt.Errorf("asking the daemon at %s for its host table: %w", socket, err)
+	}
+	known := make([]string, 0, len(s.Hosts))
+	for _, h := range s.Hosts {
+		if h.ID == host {
+			return nil
+		}
+		known = append(known, strconv.Itoa(int(h.ID)))
+	}
+	table := "static table"
+	switch {
+	case s.Epoch != 0:
+		table = fmt.Sprintf("mapper epoch %d", s.Epoch)
+	case s.Mapper != nil:
+		table = "the mapper has distributed no table yet"
+	}
+	return fmt.Errorf("--peer-host %d: %w: the daemon at %s knows hosts %s (%s; `xam fw stats` lists them)",
+		host, errNoSuchHost, socket, strings.Join(known, ", "), table)
 }
 
 // pingDaemon pings, or serves pings, through a running firmware daemon.

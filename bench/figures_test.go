@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sampleResults are results of every experiment of the report, built by
+// hand (no lab runs), each figure of a value of its own so that a ratio
+// computed from another figure's value shows.
+func sampleResults() map[string]interface{ Figures() []Figure } {
+	return map[string]interface{ Figures() []Figure }{
+		"ssam": &SSAMTables{
+			Paper: Paper{RTTMicros: 20, BulkMBPerSec: 5.5},
+			RTT: []RTTRow{{Path: "raw", RTT: RTT{P50: 4400}}, {Path: "ssam", RTT: RTT{P50: 4900}},
+				{Path: "udp", RTT: RTT{P50: 15300}}, {Path: "tcp", RTT: RTT{P50: 17100}}, {Path: "packet", RTT: RTT{P50: 9200}}},
+			Bandwidth: []BandwidthRow{{Path: "ssam", MBPerSec: 310}, {Path: "tcp", MBPerSec: 2100}, {Path: "udp", MBPerSec: 820}},
+			Traps:     []Cost{{Op: "null_syscall", NsPerCall: 90}, {Op: "send", NsPerCall: 3300}, {Op: "recv1", NsPerCall: 110}, {Op: "recv16", NsPerCall: 470}},
+			Syscalls:  []Cost{{Op: "send", NsPerCall: 2700}, {Op: "recv1", NsPerCall: 950}},
+			AM:        []Cost{{Op: "request", NsPerCall: 3550}, {Op: "ack", NsPerCall: 3800}},
+		},
+		"logp": &LogPResult{
+			Rows: []LogPRow{{Config: "baseline", Os: 2.1, Or: 1.9, G: 2.4, RTT: 10.5}, {Config: "+reliability", Os: 2.6, Or: 2.2, G: 2.9, RTT: 12.2},
+				{Config: "+protection", Os: 2.8, Or: 2.3, G: 3.1, RTT: 13.7}, {Config: "+batching", Os: 2.8, Or: 2.3, G: 0.45, RTT: 13.9}},
+			Contention: []ContentionRow{{Clients: 1, Aggregate: 71000, RTT: 14}, {Clients: 7, Aggregate: 230000, RTT: 31}},
+			UCX:        &UCXResult{Test: "ucp_am_lat", Size: 8, RTT: 19.5},
+		},
+		"amii": &AMIIBandwidth{
+			Rows: []AMIIBandwidthRow{{Class: "short", Size: 4, MBPerS: 61}, {Class: "short", Size: 8, MBPerS: 82.4},
+				{Class: "medium", Size: 1024, MBPerS: 390}, {Class: "medium", Size: 8192, MBPerS: 640},
+				{Class: "bulk", Size: 16 << 10, MBPerS: 771}, {Class: "bulk", Size: 64 << 10, MBPerS: 702}},
+			Raw: &BulkResult{Message: 3826, MBPerSec: 1575},
+			TCP: &BulkResult{Message: 64 << 10, MBPerSec: 3120},
+			UCX: &UCXResult{Test: "ucp_am_bw", Size: 64 << 10, Missing: ucxNotInstalled},
+		},
+		"permutations": &PermutationsResult{
+			Pair: &Permutation{Pattern: "one pair", PerHost: 520, RTT: 28},
+			Rows: []Permutation{{Pattern: "circular shift", PerHost: 410, RTT: 51}, {Pattern: "neighbour exchange", PerHost: 455, RTT: 46},
+				{Pattern: "bisection", PerHost: 305, RTT: 63}},
+		},
+		"overcommit": &OvercommitResult{Rows: []OvercommitRow{{Factor: 1, Endpoints: 4, Rate: 101000}, {Factor: 4, Endpoints: 16, Rate: 83000}, {Factor: 8, Endpoints: 32, Rate: 61000}}},
+		"incast": &IncastResult{Points: []IncastPoint{
+			{Config: "on", Senders: 1, Size: 16384, Ratio: 1},
+			{Config: "on", Senders: 3, Size: 16384, Ratio: 0.936, Drops: 0},
+			{Config: "off", Senders: 3, Size: 16384, Ratio: 0.363, Drops: 517},
+			{Config: "on+etr", Senders: 3, Size: 16384, Ratio: 0.52},
+			{Config: "tcp", Senders: 3, Size: 16384, Ratio: 0.71},
+		}},
+		"grim": &GRIMBench{
+			Peers: []EnginePing{{Name: "grim inline", P50: 9.1}, {Name: "grim firmware", P50: 14.2}, {Name: "raw AF_XDP", P50: 5.3},
+				{Name: "AM-II inline", P50: 11.7}, {Name: "kernel TCP", P50: 25.6}},
+			Channels:  []GRIMChannels{{Channels: 1, P50: 9.1, Ratio: 1}, {Channels: 16, P50: 12.3, Ratio: 1.35}},
+			Gap:       []GRIMGap{{Burst: 100, Injected: 0.8, Answered: 4.1}, {Burst: 1000, Injected: 2.2, Answered: 6.3}, {Burst: 2000, Injected: 2.5, Answered: 6.9}},
+			Bandwidth: []GRIMBandwidth{{Size: 16 << 10, CutThrough: 250, StoreForward: 240}, {Size: 48 << 10, CutThrough: 330, StoreForward: 270}},
+			TCP48K:    &BulkResult{Message: 48 << 10, MBPerSec: 2050},
+			Storage:   []EnginePing{{Name: "host", P50: 21.5}, {Name: "storage", P50: 27.8}},
+			Injection: []Cost{{Op: "grim_short", NsPerCall: 420}, {Op: "send", NsPerCall: 3300}},
+		},
+	}
+}
+
+// sampleFiguresReport is a report of every experiment's figures from
+// sampleResults, written into dir with the plot CheckReport asks of each.
+func sampleFiguresReport(t *testing.T, dir string) *Report {
+	t.Helper()
+	r := &Report{Command: "xam bench all --quick", Quick: true}
+	results := sampleResults()
+	plot := filepath.Join(dir, "plot.svg")
+	if err := os.WriteFile(plot, []byte("<svg/>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		paper Section
+		exps  []string
+	}{
+		{PaperSSAMSection, []string{"ssam"}}, {PaperAMII, []string{"logp", "amii", "permutations", "overcommit"}},
+		{PaperDVCM, []string{"incast"}}, {PaperGRIM, []string{"grim"}},
+	} {
+		sec := NewSection(s.paper)
+		r.Sections = append(r.Sections, sec)
+		for _, name := range s.exps {
+			e := sec.Add(NewExperiment(name))
+			e.Figures = results[name].Figures()
+			if len(e.Figures) == 0 {
+				t.Fatalf("%s: no figures", name)
+			}
+			e.Plots = []string{filepath.Base(plot)}
+			e.Finish(0, false, nil)
+		}
+	}
+	if _, err := r.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// jsonFigure is a figure as report.json holds it, read independently of
+// Figure: a ratio absent from the JSON is nil.
+type jsonFigure struct {
+	Name    string   `json:"name"`
+	Paper   *float64 `json:"paper"`
+	Today   float64  `json:"today"`
+	VsPaper *float64 `json:"today_vs_paper"`
+	Peers   []struct {
+		Name    string   `json:"name"`
+		Value   float64  `json:"value"`
+		Ratio   *float64 `json:"ratio"`
+		Missing string   `json:"missing"`
+	} `json:"peers"`
+}
+
+// readFigures returns the figures of report.json in dir by experiment.
+func readFigures(t *testing.T, dir string) map[string][]jsonFigure {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Sections []struct {
+			Experiments []struct {
+				Name    string       `json:"name"`
+				Figures []jsonFigure `json:"figures"`
+			} `json:"experiments"`
+		} `json:"sections"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	figs := map[string][]jsonFigure{}
+	for _, s := range r.Sections {
+		for _, e := range s.Experiments {
+			figs[e.Name] = e.Figures
+		}
+	}
+	return figs
+}
+
+// near reports whether got is want to four significant digits.
+func near(got, want float64) bool {
+	if want == 0 {
+		return got == 0
+	}
+	return math.Abs(got-want) <= 1e-3*math.Abs(want)
+}
+
+// TestFiguresRatios builds the report of every experiment from results
+// made by hand and recomputes every ratio in its report.json from the
+// figures: today over the paper's, absent where the paper gives no
+// number, and today over each measured peer's. Figures that share a
+// slice of peers (the AM-II bandwidth classes, incast's configurations)
+// must each hold their own ratios.
+func TestFiguresRatios(t *testing.T) {
+	dir := t.TempDir()
+	sampleFiguresReport(t, dir)
+	byExp := readFigures(t, dir)
+	checked := 0
+	for exp, figs := range byExp {
+		for _, f := range figs {
+			switch {
+			case f.Paper != nil && *f.Paper != 0:
+				if f.VsPaper == nil || !near(*f.VsPaper, f.Today / *f.Paper) {
+					t.Errorf("%s: %q: today_vs_paper %v, want %g/%g", exp, f.Name, ptr(f.VsPaper), f.Today, *f.Paper)
+				}
+				checked++
+			case f.VsPaper != nil:
+				t.Errorf("%s: %q: today_vs_paper %g without a paper figure, want it absent", exp, f.Name, *f.VsPaper)
+			}
+			for _, p := range f.Peers {
+				switch {
+				case p.Missing == "" && p.Value != 0:
+					if p.Ratio == nil || !near(*p.Ratio, f.Today/p.Value) {
+						t.Errorf("%s: %q: ratio to %q %v, want %g/%g", exp, f.Name, p.Name, ptr(p.Ratio), f.Today, p.Value)
+					}
+					checked++
+				case p.Ratio != nil:
+					t.Errorf("%s: %q: ratio to %q %g, which is missing or 0, want none", exp, f.Name, p.Name, *p.Ratio)
+				}
+			}
+		}
+	}
+	if checked < 40 {
+		t.Errorf("checked %d ratios, want every experiment's", checked)
+	}
+	// The two of the report that showed another figure's ratio.
+	find := func(exp, prefix, peerName string) (today, value, ratio float64) {
+		t.Helper()
+		for _, f := range byExp[exp] {
+			if !strings.HasPrefix(f.Name, prefix) {
+				continue
+			}
+			for _, p := range f.Peers {
+				if p.Name == peerName && p.Ratio != nil {
+					return f.Today, p.Value, *p.Ratio
+				}
+			}
+		}
+		t.Fatalf("%s: no figure %q with peer %q", exp, prefix, peerName)
+		return
+	}
+	if today, raw, r := find("amii", "node-to-node bandwidth, short messages", "raw AF_XDP frames"); today != 82.4 || raw != 1575 || !near(r, 82.4/1575) {
+		t.Errorf("AM-II short messages: %g over raw %g is %g, want %.4g", today, raw, r, 82.4/1575)
+	}
+	if today, off, r := find("incast", "goodput of 3 senders at 16384 B over one sender's, coordinated", "no coordination"); today != 0.936 || off != 0.363 || !near(r, 0.936/0.363) {
+		t.Errorf("incast coordinated: %g over no coordination %g is %g, want %.4g", today, off, r, 0.936/0.363)
+	}
+	if err := CheckReport(dir); err != nil {
+		t.Errorf("CheckReport: %v", err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| node-to-node bandwidth, short messages (best: 8 B) | MB/s | 31 MB/s peak (bulk) | 82.4 | — | raw AF_XDP frames 1575: 0.05; kernel TCP 3120: 0.03; UCX AM over TCP (ucp_am_bw, 65536 B): not installed",
+		"| node-to-node bandwidth, bulk messages (best: 16384 B) | MB/s | 31.0 | 771 | 24.87 | raw AF_XDP frames 1575: 0.49;",
+		", coordinated | ratio | a large fraction of link bandwidth; loss under 0.1% | 0.936 | — | no coordination 0.363: 2.58; kernel TCP 0.71: 1.32 |",
+		", early token release | ratio | two senders close to one | 0.52 | — | no coordination 0.363: 1.43; kernel TCP 0.71: 0.73 |",
+	} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
+
+// ptr prints a ratio that may be absent.
+func ptr(v *float64) any {
+	if v == nil {
+		return "absent"
+	}
+	return *v
+}
+
+// TestCheckReportRatios: CheckReport recomputes the ratios of report.json
+// and names a wrong one, a ratio to the paper where the paper gives no
+// number, and a ratio missing.
+func TestCheckReportRatios(t *testing.T) {
+	dir := t.TempDir()
+	sampleFiguresReport(t, dir)
+	js := filepath.Join(dir, "report.json")
+	orig, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, old, new, want string
+	}{
+		{"a peer's ratio", `"ratio": 0.0523`, `"ratio": 0.4895`, `ratio to peer "raw AF_XDP frames" is 0.4895`},
+		{"a ratio to no paper figure", `"today": 82.4,`, `"today": 82.4, "today_vs_paper": 0,`, `today_vs_paper is 0, want none`},
+		{"a ratio to the paper", `"today_vs_paper": 24.87`, `"today_vs_paper": 2.487`, `today_vs_paper is 2.487, want 771/31`},
+		{"no ratio", `"value": 1575,
+                  "ratio": 0.0523`, `"value": 1575`, `no ratio to peer "raw AF_XDP frames"`},
+	} {
+		if !bytes.Contains(orig, []byte(tc.old)) {
+			t.Fatalf("%s: report.json lacks %q", tc.name, tc.old)
+		}
+		if err := os.WriteFile(js, bytes.Replace(orig, []byte(tc.old), []byte(tc.new), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckReport(dir); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: CheckReport: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
