@@ -27,6 +27,22 @@ import (
 // exceeds one maximal PDU. The number of circuits is bounded too (MaxVCs).
 // With a Timeout, a PDU whose first cell is older than the timeout when it
 // completes, or when Expire runs, is abandoned with ErrTimeout.
+//
+// With Resync, a PDU that ran together with cells before it is recovered
+// rather than lost: when an end-of-message cell closes more cells than the
+// length calls for (case 4), the last cells, as many as the length calls
+// for, are delivered if their CRC-32 matches, and the cells before them are
+// dropped (Stats().Resynced counts the PDUs so recovered); and a circuit
+// that accumulates the most cells a PDU may have drops its oldest cell for
+// each new one (counted in Discarded) instead of being cut off. A receiver
+// wants this where cells that are not its peer's can reach the circuit: the
+// first cells of a PDU that never ends, sent by a forger or left by a
+// sender that died, would otherwise take the next real PDU down with them,
+// and a stream of such cells every real PDU. The CRC-32 decides, as for
+// every PDU: cells before a real PDU cannot change it, and a tail that is
+// not a whole PDU fails as before (ErrLength). A recovered PDU's CLP tells
+// of the dropped cells too, and its timer (Timeout) runs from the first
+// cell of the whole run.
 
 // ReassemblerConfig configures a Reassembler. The zero value is usable.
 type ReassemblerConfig struct {
@@ -35,6 +51,10 @@ type ReassemblerConfig struct {
 	MaxVCs  int           // circuits with reassembly state; 0 means 1024
 	Timeout time.Duration // reassembly timer; 0 disables it
 	Clock   clock.Clock   // time source for the timer; nil means the system clock
+	// Resync recovers a PDU from the tail of the cells its end-of-message
+	// cell closes, and slides over cells that would make a PDU too long
+	// (see Reassembly above).
+	Resync bool
 }
 
 // PDU is a reassembled CPCS-PDU. SDU aliases the Reassembler's buffer for
@@ -64,8 +84,9 @@ type ReassemblyStats struct {
 	Aborted   uint64
 	Mgmt      uint64 // OAM/RM cells dropped
 	Evicted   uint64 // open PDUs dropped to make room for a new circuit (MaxVCs busy)
-	Discarded uint64 // cells dropped while discarding an oversize PDU
+	Discarded uint64 // cells dropped while discarding an oversize PDU (with Resync: the oldest cells of a PDU grown too long)
 	Abandoned uint64 // open PDUs dropped by Discard
+	Resynced  uint64 // PDUs recovered from the tail of longer runs of cells (Resync; also in PDUs)
 }
 
 // circuit is the reassembly state of one VC.
@@ -190,6 +211,14 @@ func (r *Reassembler) push(c Cell) (pdu PDU, ok bool, err error) {
 			v.reset()
 		}
 		return PDU{}, false, nil
+	}
+	if v.cells == r.maxCells && r.cfg.Resync {
+		// Slide: the oldest cell cannot belong to a PDU that ends at or
+		// after this one.
+		copy(v.buf, v.buf[PayloadSize:])
+		v.buf = v.buf[:len(v.buf)-PayloadSize]
+		v.cells--
+		r.stats.Discarded++
 	}
 	if v.cells == r.maxCells {
 		r.stats.Oversize++
@@ -347,6 +376,12 @@ func (r *Reassembler) complete(v *circuit) (PDU, bool, error) {
 	case cells < want:
 		r.stats.Lost++
 		err = ErrLostCells
+	case cells > want && r.cfg.Resync && crc32aal5.Checksum(pdu[(cells-want)*PayloadSize:len(pdu)-4]) == tr.CRC():
+		// The PDU is the last want cells; those before it are not its.
+		pdu = pdu[(cells-want)*PayloadSize:]
+		r.stats.PDUs++
+		r.stats.Resynced++
+		return PDU{VC: v.vc, UU: tr.UU(), CPI: tr.CPI(), CLP: clp, Cells: want, SDU: pdu[:n], CPCS: pdu}, true, nil
 	case cells > want:
 		r.stats.Length++
 		err = ErrLength

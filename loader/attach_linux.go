@@ -19,6 +19,10 @@ import (
 // namespace, call Attach from a thread locked in it (runtime.LockOSThread,
 // netns.Set); the Attachment may then be used and closed from anywhere.
 //
+// The program stays attached until Attachment.Close, Program.Close or the
+// end of the process, whether or not the caller keeps the Attachment or the
+// Program: the package holds them meanwhile.
+//
 // A device holds one XDP program: if another is attached (by a running
 // process through a bpf_link, or the legacy way), Attach fails with an
 // error matching ErrAttached that says what is attached and how to remove
@@ -56,6 +60,7 @@ func (p *Program) Attach(ifindex int, mode Mode) (*Attachment, error) {
 	}
 	a := &Attachment{prog: p, ifindex: ifindex, mode: mode, reason: reason, link: l}
 	p.attached[a] = struct{}{}
+	hold(a)
 	return a, nil
 }
 

@@ -22,11 +22,19 @@
 // kernel keeps it attached while the link's file descriptor is open, that
 // is until Attachment.Close, Program.Close or the end of the process, by
 // whatever means (a SIGKILL included): nothing of xam stays on a device
-// after its owner is gone. One Program may be attached to several devices;
-// a device holds one XDP program, and attaching a second fails with
-// ErrAttached, whose text says what holds the device and how to remove it.
-// Interface indexes are those of the network namespace of the calling OS
-// thread; after Attach returns, the Attachment may be used from anywhere.
+// after its owner is gone. The package holds every open Attachment, and
+// with it its Program, until it is closed, so the garbage collector never
+// closes the link of one whose owner kept no reference (cilium/ebpf closes
+// the descriptors of the objects it collects): a program that attaches and
+// drops both keeps receiving until it ends. The same holds for a
+// Duplicator. A Program that was never attached, or whose attachments are
+// all closed, is the caller's to keep or lose.
+//
+// One Program may be attached to several devices; a device holds one XDP
+// program, and attaching a second fails with ErrAttached, whose text says
+// what holds the device and how to remove it. Interface indexes are those
+// of the network namespace of the calling OS thread; after Attach returns,
+// the Attachment may be used from anywhere.
 //
 // An AF_XDP socket receives only the frames of the device and queue it is
 // bound to. Register puts a socket in the map under its queue's index; the

@@ -39,7 +39,9 @@ func (o *dupObjects) close() error {
 // sent to an egress keeps the kernel's "redirected" flag across the veth,
 // and generic XDP on the receiver skips such skbs, so the clone would miss
 // the AF_XDP socket; a clone that goes through a device's receive path
-// loses the flag. Like an Attachment, the Duplicator goes away with its
+// loses the flag. Like an Attachment, the Duplicator stays attached until
+// Close or the end of its process, whether or not its owner keeps a
+// reference to it (the package holds it meanwhile), and goes away with its
 // process. Its methods may be called concurrently.
 type Duplicator struct {
 	ifindex int
@@ -106,6 +108,7 @@ func AttachDuplicator(ifindex int, d Duplicate) (*Duplicator, error) {
 		return nil, fmt.Errorf("loader: attaching the duplicator to the ingress of %s: %w", devName(ifindex), err)
 	}
 	dup.link = l
+	hold(dup)
 	return dup, nil
 }
 
@@ -169,6 +172,7 @@ func (d *Duplicator) Close() error {
 	if l == nil {
 		return nil
 	}
+	release(d)
 	var errs []error
 	if err := l.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("loader: detaching the duplicator from ifindex %d: %w", d.ifindex, err))

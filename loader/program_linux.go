@@ -303,9 +303,37 @@ func (p *Program) forget(a *Attachment) {
 	p.mu.Unlock()
 }
 
+// live holds every open Attachment and Duplicator of the process, so that
+// the garbage collector never takes one whose owner kept no reference:
+// cilium/ebpf closes the descriptor of an object it finds unreachable, and
+// closing a bpf_link detaches its program, which would break the promise
+// of attachment until Close or the end of the process. An Attachment holds
+// its Program, so the Program's program and maps stay loaded with it.
+var live = struct {
+	sync.Mutex
+	set map[any]struct{}
+}{set: make(map[any]struct{})}
+
+// hold keeps x (an *Attachment or a *Duplicator) reachable until release.
+func hold(x any) {
+	live.Lock()
+	live.set[x] = struct{}{}
+	live.Unlock()
+}
+
+// release lets the garbage collector have x again.
+func release(x any) {
+	live.Lock()
+	delete(live.set, x)
+	live.Unlock()
+}
+
 // Attachment is a Program attached to a device through a bpf_link: it stays
 // attached while the Attachment is open and goes away when it is closed or
-// its process dies, whatever way. Its methods may be called concurrently.
+// its process dies, whatever way. It stays open whether or not its owner
+// keeps a reference to it or to its Program: the package holds every open
+// Attachment (and so its Program) until Close, so a program that drops both
+// keeps receiving. Its methods may be called concurrently.
 type Attachment struct {
 	prog    *Program
 	ifindex int
@@ -335,6 +363,7 @@ func (a *Attachment) Close() error {
 	if l == nil {
 		return nil
 	}
+	release(a)
 	a.prog.forget(a)
 	if err := l.Close(); err != nil {
 		return fmt.Errorf("loader: detaching from ifindex %d: %w", a.ifindex, err)

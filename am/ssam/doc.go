@@ -13,5 +13,15 @@
 // polls, and Poll runs handlers for what has arrived. An SSAM endpoint is
 // driven by one goroutine.
 //
+// Every request and answer carries a tag of its requester's session, so
+// cells that a forger sends from the peer's MAC on the connection's
+// circuits without knowing the session (random cells, made-up messages
+// with good checksums, the first cells of PDUs that never end) are counted
+// (Stats.Forged, BadCells, BadPDUs) and dropped, and never cost a real
+// request its handler or stand for its answer; the bulk circuit's
+// reassembly recovers a real PDU that such cells preceded. The tag keeps
+// out blind forgeries only: it is no authentication against a forger who
+// reads the wire.
+//
 // The wire format is in docs/wire.md ("SSAM Active Messages").
 package ssam

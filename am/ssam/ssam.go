@@ -30,12 +30,34 @@ import (
 //	+-----+-----------+-----------+
 //
 // kind is request (0), reply (1), ack (2) or sync (3). A request carries its
-// sequence number; a reply or an ack carries the sequence number of the
+// sequence number and, in ack, the low 7 bits of its session's tag (see
+// Session tags); a reply or an ack carries the sequence number of the
 // request it answers and, in ack, the responder's cumulative
-// acknowledgement (the next request sequence number it expects). Sequence
-// numbers count modulo 128. An ack's handler field is 0, or noHandler when
-// the request named no handler of the responder's: it ran nothing, and the
-// requester counts it rejected (OnReject) instead of taking it for done.
+// acknowledgement (the next request sequence number it expects, seq+1).
+// Sequence numbers count modulo 128.
+//
+// The handler field of a request, a reply and an ack is two halves: the
+// top 16 bits are the high bits of the session's tag, the low 16 bits the
+// handler index (so an endpoint has at most MaxHandlers handlers). An ack's
+// index is 0, or rejectIndex when the request named no handler of the
+// responder's: it ran nothing, and the requester counts it rejected
+// (OnReject) instead of taking it for done.
+//
+// Session tags. Every request and answer of a requester's session carries
+// a 23-bit tag derived from the session number (sessionTag), and a message
+// whose tag is not the session's is refused (Stats.Forged), as is an answer
+// whose acknowledgement is not seq+1 or an ack of another index. A forger
+// on the wire who sends cells from the peer's MAC on the connection's
+// circuits without knowing the session (random cells, made-up messages
+// with good checksums, the first cells of PDUs that never end) so passes
+// for a real message with a chance of about 2^-32 per cell, where before a
+// made-up request carrying the next sequence number (one cell in 512 with
+// a good CRC-10) ran in place of the real one: the real request was then
+// taken for its duplicate and answered with the forgery's saved answer, "no
+// such handler". Likewise an answer of the right sequence number no longer
+// stands for the real one, and a late message of an earlier session is not
+// taken for one of the current session. The tag keeps out blind forgeries;
+// it authenticates nothing against a forger who reads the wire.
 //
 // Sessions. A requester's sequence numbers mean something only to the
 // responder that has followed them from the start, so before its first
@@ -45,13 +67,19 @@ import (
 // Requests made meanwhile wait in the window, unsent, until the
 // responder's sync answer (ack field 1, the same session number) comes
 // back, and then leave together; the timers send the sync again every
-// timeout, and a full window gives up as always. A responder that sees
-// a session number other than the last one it saw starts over: it expects
-// that sequence number next and forgets its saved answers. So a responder
-// serves one requester after another (a ping client, then the next), and
-// never answers a new requester's request with an answer saved for an
-// earlier one's. A sync with the session it already follows is answered
-// again and changes nothing (its answer was lost).
+// timeout, and a full window gives up as always. A responder that sees a
+// session number other than the one it follows answers it and notes it as
+// announced, with its sequence number; it starts over when the first request
+// of that session arrives (its tag, that sequence number): it follows the
+// new session, expects that sequence number next and forgets its saved
+// answers. So a responder serves one requester after another (a ping
+// client, then the next), and never answers a new requester's request with
+// an answer saved for an earlier one's; and a made-up sync alone changes
+// nothing but the announced session. Until a requester's first answer has
+// come, each retransmission of its requests is preceded by its sync again,
+// so that its session is announced again when a made-up sync took its place.
+// A sync with the session it already follows is answered again and changes
+// nothing (its answer was lost).
 //
 // Reliability, as SSAM did it. Each side may have up to W requests
 // outstanding per connection (W <= 63). The responder delivers requests in
@@ -92,7 +120,45 @@ const (
 	// MaxBulk is the most data a message carries: an AAL5 SDU less the
 	// 8-byte SSAM header.
 	MaxBulk = cells.MaxSDU - cells.SSAMHeaderSize
+
+	// MaxHandlers is the most handlers an endpoint registers: indices run
+	// from 0 to MaxHandlers-1, the low 16 bits of the handler field (the
+	// top 16 carry the session's tag; 0xFFFF is an ack's rejectIndex).
+	MaxHandlers = 1<<16 - 1
+
+	// rejectIndex is the handler index of an ack that answers a request
+	// naming no handler of the responder's: the request ran nothing.
+	rejectIndex = 0xffff
+
+	// tagLoBits of a session's tag go in a request's ack field, the rest
+	// in the top of the handler field.
+	tagLoBits = seqBits
+	tagLoMask = 1<<tagLoBits - 1
+	indexBits = 16
+	indexMask = 1<<indexBits - 1
 )
+
+// sessionTag returns the 23-bit tag of session number session that every
+// request and answer of the session carries (Session tags): a hash of it,
+// never 0, so that a cell of zeros never carries a session's tag.
+func sessionTag(session uint32) uint32 {
+	t := (session * 0x9e3779b1) >> (32 - tagLoBits - indexBits)
+	if t == 0 {
+		t = 1
+	}
+	return t
+}
+
+// handlerField returns the handler field of a request or answer of the
+// session tagged tag naming handler index index.
+func handlerField(tag, index uint32) uint32 {
+	return tag>>tagLoBits<<indexBits | index&indexMask
+}
+
+// fieldTag returns the tag a request's handler and ack fields carry.
+func fieldTag(handler uint32, ack uint8) uint32 {
+	return handler>>indexBits<<tagLoBits | uint32(ack)&tagLoMask
+}
 
 func flowWord(kind, seq, ack uint8) uint16 {
 	return uint16(kind)<<14 | uint16(seq&seqMask)<<7 | uint16(ack&seqMask)
@@ -110,7 +176,9 @@ var (
 	ErrDiscipline = errors.New("ssam: request/reply discipline violated")
 	ErrTooLong    = errors.New("ssam: message too long")
 	ErrBadConn    = errors.New("ssam: no such connection")
-	ErrNoHandler  = errors.New("ssam: no such handler")
+	// ErrNoHandler: a message names a handler index of MaxHandlers or
+	// more, which no endpoint has.
+	ErrNoHandler = errors.New("ssam: no such handler")
 	// ErrTimeout: a request found no room in the window for the
 	// configured give-up time (the peer does not answer).
 	ErrTimeout = errors.New("ssam: peer does not answer")
@@ -147,6 +215,9 @@ func (t *Token) Reply(handler uint32, data []byte) error {
 		return fmt.Errorf("%w: a request handler sends at most one reply", ErrDiscipline)
 	}
 	if err := t.s.checkLen(len(data)); err != nil {
+		return err
+	}
+	if err := checkHandler(handler); err != nil {
 		return err
 	}
 	t.replied = true
@@ -261,11 +332,17 @@ type Stats struct {
 	DupAnswers    uint64 // answers dropped: already handled, or not the oldest outstanding
 	OutOfOrder    uint64 // requests dropped for arriving ahead of the next expected
 	BadCells      uint64 // cells dropped: CRC-10 or length
-	Syncs         uint64 // syncs sent before a connection's first request (sent again included)
-	Sessions      uint64 // requester sessions begun by a peer's sync (as responder)
-	BadPDUs       uint64 // bulk PDUs dropped by reassembly (CRC-32, lost cells, ...)
+	Syncs         uint64 // syncs sent before a connection's first request or its first answer (sent again included)
+	Sessions      uint64 // requester sessions begun by a peer's sync and first request (as responder)
+	BadPDUs       uint64 // bulk PDUs dropped by reassembly (CRC-32, lost cells, ...), or too short for the header
 	HandlerErrors uint64 // messages for a handler index with no handler
 	Rejected      uint64 // own requests the responder answered "no such handler"
+	// Forged counts messages refused for not being of the connection's
+	// session: a request or answer with another session's tag, an answer
+	// whose acknowledgement is not its sequence number plus one, an ack of
+	// another handler index (Session tags). A forger's, or a late one of
+	// an earlier session.
+	Forged uint64
 }
 
 // outstanding is a request in the window.
@@ -293,11 +370,16 @@ type conn struct {
 	synced     bool      // the responder follows this endpoint's session
 	syncing    bool      // a sync is out, unanswered
 	syncAt     time.Time // when the timers first saw it unanswered, or sent it again
+	answered   bool      // an answer of this session has come: no more syncs
 	// Responder.
-	expected uint8  // next request sequence number to deliver
-	session  uint32 // the requester session it follows; 0: none yet
-	answers  []saved
-	reasm    *cells.Reassembler
+	expected  uint8  // next request sequence number to deliver
+	session   uint32 // the requester session it follows; 0: none yet
+	tag       uint32 // sessionTag(session); 0: none yet
+	announced uint32 // a session announced by a sync, followed from its first request; 0: none
+	annTag    uint32 // sessionTag(announced)
+	annSeq    uint8  // the sequence number of the announced session's first request
+	answers   []saved
+	reasm     *cells.Reassembler
 	// Batching: single-cell requests written but not sent, from sequence
 	// number pendFrom; single-cell answers to send at the end of the poll.
 	pending  int
@@ -320,6 +402,7 @@ type Endpoint struct {
 	tok      Token  // the running handler's token (handlers do not nest)
 	polls    uint   // Poll calls, for running the timers every timerPolls
 	session  uint32 // this endpoint's session number as requester, never 0
+	tag      uint32 // sessionTag(session), carried by its requests
 	onReject func(conn int, seq uint8)
 	stats    Stats
 }
@@ -332,6 +415,7 @@ func New(dev *driver.Device, cfg Config) (*Endpoint, error) {
 	}
 	s := &Endpoint{dev: dev, cfg: cfg, per: SlotsPerMessage(cfg.MaxMessage), ring: bufferRing(cfg.Window),
 		conns: make([]conn, dev.NumConns()), session: rand.Uint32() | 1}
+	s.tag = sessionTag(s.session)
 	need := layoutSlots(cfg.Window, s.per) * cells.PayloadSize
 	for i := range s.conns {
 		if got := len(dev.SendArea(i)); got < need {
@@ -341,7 +425,7 @@ func New(dev *driver.Device, cfg Config) (*Endpoint, error) {
 		s.conns[i] = conn{
 			window:  make([]outstanding, s.ring),
 			answers: make([]saved, s.ring),
-			reasm:   cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: cells.SSAMHeaderSize + cfg.MaxMessage, MaxVCs: 2}),
+			reasm:   cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: cells.SSAMHeaderSize + cfg.MaxMessage, MaxVCs: 2, Resync: true}),
 			answerQ: make([]uint8, 0, s.ring),
 		}
 	}
@@ -349,10 +433,24 @@ func New(dev *driver.Device, cfg Config) (*Endpoint, error) {
 }
 
 // Register adds a handler and returns its index, the number that names it
-// on the wire.
+// on the wire. An endpoint holds at most MaxHandlers handlers: past them,
+// Register adds nothing and returns MaxHandlers, an index that every send
+// refuses with ErrNoHandler.
 func (s *Endpoint) Register(h Handler) uint32 {
+	if len(s.handlers) >= MaxHandlers {
+		return MaxHandlers
+	}
 	s.handlers = append(s.handlers, h)
 	return uint32(len(s.handlers) - 1)
+}
+
+// checkHandler refuses a handler index that the handler field cannot
+// carry.
+func checkHandler(h uint32) error {
+	if h >= MaxHandlers {
+		return fmt.Errorf("%w: index %d (indices run to %d)", ErrNoHandler, h, MaxHandlers-1)
+	}
+	return nil
 }
 
 // Stats returns the endpoint's counters.
@@ -420,6 +518,9 @@ func (s *Endpoint) Request(c int, handler uint32, data []byte) error {
 	if err := s.checkLen(len(data)); err != nil {
 		return err
 	}
+	if err := checkHandler(handler); err != nil {
+		return err
+	}
 	copy(s.dataAt(c, s.requestOffset(s.conns[c].next, len(data)), len(data)), data)
 	return s.send(c, handler, len(data))
 }
@@ -431,6 +532,9 @@ func (s *Endpoint) RequestBuffered(c int, handler uint32, n int) error {
 		return err
 	}
 	if err := s.checkLen(n); err != nil {
+		return err
+	}
+	if err := checkHandler(handler); err != nil {
 		return err
 	}
 	if n <= MaxShort { // Buffer handed out the bulk buffer: move the data
@@ -514,7 +618,7 @@ func (s *Endpoint) send(c int, handler uint32, n int) error {
 	cn := &s.conns[c]
 	seq := cn.next
 	off := s.requestOffset(seq, n)
-	slots, bulk, err := s.build(c, off, flowWord(kindRequest, seq, 0), handler, n)
+	slots, bulk, err := s.build(c, off, flowWord(kindRequest, seq, uint8(s.tag&tagLoMask)), handlerField(s.tag, handler), n)
 	if err != nil {
 		return err
 	}
@@ -634,12 +738,14 @@ func (s *Endpoint) build(c, off int, flow uint16, handler uint32, n int) (slots 
 	return len(pdu) / cells.PayloadSize, true, nil
 }
 
-// answer sends and saves the reply or ack to request seq on connection c.
+// answer sends and saves the reply or ack to request seq on connection c,
+// naming handler index handler (an ack: 0 or rejectIndex), tagged with the
+// session the responder follows.
 func (s *Endpoint) answer(c int, seq, kind uint8, handler uint32, data []byte) error {
 	cn := &s.conns[c]
 	off := s.answerOffset(seq, len(data))
 	copy(s.dataAt(c, off, len(data)), data)
-	slots, bulk, err := s.build(c, off, flowWord(kind, seq, cn.expected), handler, len(data))
+	slots, bulk, err := s.build(c, off, flowWord(kind, seq, cn.expected), handlerField(cn.tag, handler), len(data))
 	if err != nil {
 		return err
 	}
@@ -726,7 +832,7 @@ func (s *Endpoint) cell(c int, cell cells.Cell) {
 			return
 		}
 		sdu := pdu.SDU
-		if len(sdu) < cells.SSAMHeaderSize {
+		if len(sdu) < cells.SSAMHeaderSize || binary.BigEndian.Uint16(sdu[6:]) != 0 {
 			s.stats.BadPDUs++
 			return
 		}
@@ -755,26 +861,38 @@ func (s *Endpoint) message(c int, flow uint16, handler uint32, data []byte) {
 				s.sendOutstanding(c, time.Time{}, false)
 			}
 		case ack == syncAsk && handler != 0:
-			if handler != cn.session {
-				// A new requester session: start over, so that no answer
-				// saved for the last one answers this one's requests.
-				cn.session, cn.expected = handler, seq
-				clear(cn.answers)
-				s.stats.Sessions++
+			switch tag := sessionTag(handler); {
+			case handler == cn.session:
+				// Its answer was lost: answer again.
+			case tag == cn.tag:
+				// Tags alike (one chance in 2^23): its requests could not
+				// be told from the last session's, so start over now.
+				s.begin(cn, handler, seq)
+			default:
+				// Followed from its first request (Sessions).
+				cn.announced, cn.annTag, cn.annSeq = handler, tag, seq
 			}
 			s.sendSync(c, seq, syncAnswer, handler)
 		default:
 			s.stats.BadCells++
 		}
 	case kindRequest:
+		if tag := fieldTag(handler, ack); !s.follows(cn, tag, seq) {
+			if cn.announced != 0 && tag == cn.annTag {
+				s.stats.OutOfOrder++ // the announced session's, not its first
+			} else {
+				s.stats.Forged++
+			}
+			return
+		}
 		switch d := (cn.expected - seq) & seqMask; {
 		case d == 0:
 			s.tok = Token{s: s, conn: c, seq: seq, request: true}
 			cn.expected = (seq + 1) & seqMask
-			if !s.run(handler, &s.tok, data) {
+			if !s.run(handler&indexMask, &s.tok, data) {
 				// No such handler: the ack says so, so that the requester
 				// learns its request did nothing (never a plain ack).
-				s.answer(c, seq, kindAck, noHandler, nil)
+				s.answer(c, seq, kindAck, rejectIndex, nil)
 				break
 			}
 			s.stats.Handled++
@@ -792,12 +910,19 @@ func (s *Endpoint) message(c int, flow uint16, handler uint32, data []byte) {
 			s.stats.OutOfOrder++ // ahead of the next expected: go-back-N
 		}
 	case kindReply, kindAck:
+		index := handler & indexMask
+		if handler>>indexBits != s.tag>>tagLoBits || ack != (seq+1)&seqMask ||
+			kind == kindAck && (index != 0 && index != rejectIndex || len(data) != 0) {
+			s.stats.Forged++ // not an answer of this endpoint's session
+			return
+		}
 		if cn.next == cn.base || seq != cn.base {
 			s.stats.DupAnswers++ // handled already, or not the oldest outstanding
 			return
 		}
 		cn.base = (cn.base + 1) & seqMask
-		if kind == kindAck && handler == noHandler {
+		cn.answered = true
+		if kind == kindAck && index == rejectIndex {
 			s.stats.Rejected++
 			if s.onReject != nil {
 				s.onReject(c, seq)
@@ -806,9 +931,33 @@ func (s *Endpoint) message(c int, flow uint16, handler uint32, data []byte) {
 		if kind == kindReply {
 			s.tok = Token{s: s, conn: c, seq: seq}
 			s.stats.ReplyHandled++
-			s.run(handler, &s.tok, data)
+			s.run(index, &s.tok, data)
 		}
 	}
+}
+
+// follows reports whether a request tagged tag with sequence number seq
+// belongs to the session the responder follows on cn; the first request of
+// the announced session (its tag and first sequence number) begins it.
+func (s *Endpoint) follows(cn *conn, tag uint32, seq uint8) bool {
+	switch {
+	case cn.session != 0 && tag == cn.tag:
+		return true
+	case cn.announced != 0 && tag == cn.annTag && seq == cn.annSeq:
+		s.begin(cn, cn.announced, seq)
+		return true
+	}
+	return false
+}
+
+// begin makes the responder on cn follow requester session session from
+// sequence number seq: it starts over, so that no answer saved for the
+// last session answers this one's requests.
+func (s *Endpoint) begin(cn *conn, session uint32, seq uint8) {
+	cn.session, cn.tag, cn.expected = session, sessionTag(session), seq
+	cn.announced, cn.annTag = 0, 0
+	clear(cn.answers)
+	s.stats.Sessions++
 }
 
 // run calls handler h with the discipline flag raised; false when there is
@@ -823,10 +972,6 @@ func (s *Endpoint) run(h uint32, t *Token, data []byte) bool {
 	s.handlers[h](t, data)
 	return true
 }
-
-// noHandler is the handler field of an ack that answers a request naming
-// no handler of the responder's: the request ran nothing.
-const noHandler = ^uint32(0)
 
 // OnReject sets a function that Poll calls for each request the responder
 // answered with "no such handler" (counted in Stats.Rejected too): the
@@ -876,6 +1021,13 @@ func (s *Endpoint) timers() error {
 		}
 		if now.Sub(cn.window[s.buf(cn.base)].sentAt) <= s.cfg.Timeout {
 			continue
+		}
+		if !cn.answered {
+			// The responder may not follow this session yet: a made-up
+			// sync may have taken its place as announced (Sessions).
+			if err := s.sendSync(c, cn.base, syncAsk, s.session); err != nil {
+				return err
+			}
 		}
 		if err := s.sendOutstanding(c, now, true); err != nil {
 			return err

@@ -27,6 +27,11 @@ const testVCI = 32
 type pair struct {
 	a, b    *Endpoint
 	setLoss func(t *testing.T, p float64)
+	// macA and macB are the ends' MAC addresses; inject sends raw frames
+	// onto the wire beside the endpoints, from A's side towards B (toB)
+	// or from B's side towards A, whatever their source address says.
+	macA, macB net.HardwareAddr
+	inject     func(toB bool, frames [][]byte) error
 }
 
 // linkPairs are the links every test body runs over: the in-memory link
@@ -82,6 +87,16 @@ func newMemPair(t *testing.T, cfg Config) *pair {
 		}
 		t.Cleanup(func() { a.Close(); b.Close() })
 		p.a, p.b = endpoints(t, a, b, cfg)
+		p.macA, p.macB = a.HardwareAddr(), b.HardwareAddr()
+		la, lb := a, b
+		p.inject = func(toB bool, frames [][]byte) error {
+			from := lb
+			if toB {
+				from = la
+			}
+			_, err := from.Send(frames) // safe beside the device's own sends
+			return err
+		}
 	}
 	p.setLoss(t, 0)
 	return p
@@ -118,8 +133,9 @@ func newXDPPair(t *testing.T, cfg Config) *pair {
 		progs = append(progs, prog)
 		socks = append(socks, sock)
 	}
-	p := &pair{}
+	p := &pair{macA: v.A.MAC, macB: v.B.MAC}
 	p.a, p.b = endpoints(t, socks[0], socks[1], cfg)
+	p.inject = rawInjector(t, v)
 	p.setLoss = func(t *testing.T, loss float64) {
 		t.Helper()
 		for i, prog := range progs {
@@ -315,7 +331,7 @@ func TestExplicitAckAndDuplicates(t *testing.T) {
 		t.Fatalf("after an unanswered request: outstanding %d, responder %+v, runs %d", p.a.Outstanding(0), p.b.Stats(), runs)
 	}
 	// Replay the request by hand: the responder recognises it.
-	p.b.message(0, flowWord(kindRequest, 0, 0), h, []byte("no reply"))
+	p.b.message(0, flowWord(kindRequest, 0, uint8(p.a.tag&tagLoMask)), handlerField(p.a.tag, h), []byte("no reply"))
 	if runs != 1 || p.b.Stats().DupRequests != 1 || p.b.Stats().Resent != 1 {
 		t.Fatalf("duplicate request: runs %d, stats %+v", runs, p.b.Stats())
 	}
