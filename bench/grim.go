@@ -320,9 +320,11 @@ func grimPingLoop(a *grim.Endpoint, cfg PingConfig, channels int, mode string) (
 		if r.stop(&cfg) {
 			break
 		}
-		c := a.Channel(i % channels)
+		c, err := a.Channel(i % channels)
+		if err != nil {
+			return r, err
+		}
 		start := time.Now()
-		var err error
 		if data != nil {
 			err = c.Bulk(1, grimEcho, data, uint32(i))
 		} else {

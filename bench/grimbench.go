@@ -267,6 +267,8 @@ func grimGaps(a, b Place, mode loader.Mode) ([]GRIMGap, error) {
 	}
 	answered := 0
 	err = p.a.Handle(grimAnswer, func(*grim.Token, [grim.ShortArgs]uint32, []byte) { answered++ })
+	ch, cerr := p.a.Channel(0)
+	err = errors.Join(err, cerr)
 	var rows []GRIMGap
 	for _, n := range grimBurstSizes {
 		if err != nil {
@@ -279,7 +281,7 @@ func grimGaps(a, b Place, mode loader.Mode) ([]GRIMGap, error) {
 			answered = 0
 			start := time.Now()
 			for i := range n {
-				if err = p.a.Channel(0).Short(1, grimEcho, uint32(i)); err != nil {
+				if err = ch.Short(1, grimEcho, uint32(i)); err != nil {
 					break
 				}
 			}
@@ -330,6 +332,10 @@ func grimBandwidth(a, b Place, mode loader.Mode, size int, total int64, cutThrou
 	if err := p.b.Handle(grimSink, func(_ *grim.Token, _ [grim.ShortArgs]uint32, data []byte) { got.Add(int64(len(data))) }); err != nil {
 		return 0, err
 	}
+	ch, err := p.a.Channel(0)
+	if err != nil {
+		return 0, err
+	}
 	done := serveGRIM(p.b, nil)
 	data := make([]byte, size)
 	for i := range data {
@@ -338,7 +344,7 @@ func grimBandwidth(a, b Place, mode loader.Mode, size int, total int64, cutThrou
 	n := max(1, total/int64(size))
 	start := time.Now()
 	for range n {
-		if err = p.a.Channel(0).Bulk(1, grimSink, data); err != nil {
+		if err = ch.Bulk(1, grimSink, data); err != nil {
 			break
 		}
 	}
@@ -445,7 +451,10 @@ func grimInjection(a, b Place, mode loader.Mode, calls int) (Cost, error) {
 	}
 	defer p.close()
 	done := serveGRIM(p.b, nil)
-	ch := p.a.Channel(0)
+	ch, err := p.a.Channel(0)
+	if err != nil {
+		return Cost{}, err
+	}
 	room := endpoint.DefaultQueueEntries - 1
 	var total time.Duration
 	made := 0

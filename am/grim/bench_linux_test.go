@@ -52,7 +52,7 @@ func benchRoundTrip(b *testing.B, send func(*Channel, int) error) {
 	eps[1].Handle(FirstUserHandler, func(t *Token, args [ShortArgs]uint32, _ []byte) { t.Reply(FirstUserHandler+1, args[0]) }) //nolint:errcheck
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if err := send(eps[0].Channel(0), i); err != nil {
+		if err := send(eps[0].ch(0), i); err != nil {
 			b.Fatal(err)
 		}
 		for answered < i {

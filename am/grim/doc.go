@@ -1,7 +1,7 @@
 // Package grim is GRIM's messaging layer (Ulmer and Yalamanchili's
 // messaging layer for heterogeneous endpoints) on xam's NIC firmware
-// engine (package nicfw): in inline mode (New: the engine runs in the
-// endpoint's goroutine) or firmware mode (Dial: the engine daemon of the
+// engine (package nicfw): in inline mode (Open, or New on an engine the
+// caller built: the engine runs in the endpoint's goroutine) or firmware mode (Dial: the engine daemon of the
 // host runs it on a core of its own for every endpoint of the host, so
 // that an application and a device endpoint such as package storage's
 // share the host's NIC, each on its own thread).
@@ -24,7 +24,11 @@
 // the receiving engine finds each a block of the receiving endpoint's one
 // receive pool (Config.PoolSize) as its first fragment arrives, refusing it
 // (NACK) while the pool is exhausted, and the sender's transport sends it
-// again after its back-off. Nothing is reserved per peer.
+// again after its back-off. Nothing is reserved per peer. The first
+// fragment travels alone and the rest follow once it is taken, and such
+// probes never hold every channel to a host, so a full pool delays
+// messages, whatever the number of senders and channels, and never wedges
+// them.
 //
 // Injection. Store-and-forward (the default): Bulk and Write copy the whole
 // message into the channel's payload region, then queue its descriptor.
@@ -47,6 +51,25 @@
 // finds the reply queue full waits for the next Poll; none is dropped, so
 // every request is answered or returned.
 //
+// Return to sender. A message that cannot be delivered (no such endpoint
+// or handler, a memory message outside the receiver's region, an
+// unreachable host: the engine's reasons) comes back to its sender, and so
+// does a request whose answer does not come within Config.ReplyTimeout
+// (ReasonNoReply: its receiver took it and then closed or died). Poll hands
+// each to the error handler (OnReturn) as a Returned: the reason, the
+// channel, the destination, the handler, the integers and a bulk or memory
+// message's length. A request for a handler id the receiver has not
+// registered comes back with ReasonNoHandler (returned by the engine for
+// ids above every registered one, answered by the receiver's layer with
+// HandlerNoHandler for the others).
+//
+// Errors. Misuse is an error, never a panic: a channel that does not exist
+// (ErrChannel), more than ShortArgs integers (ErrArgs), any call once the
+// endpoint is closed (ErrClosed). A send whose channel is full runs the
+// engine (inline) or waits for the daemon's until there is room, for at
+// most Config.GiveUp (ErrTimeout); from a handler, which may not run the
+// engine, it is ErrBusy.
+//
 // Named handlers. A handler has an id and a name (Register). Synch sends
 // this endpoint's registrations to the central endpoint (Config.Peers[0]),
 // which merges every endpoint's into one table, refuses a name under a
@@ -58,4 +81,7 @@
 //
 // Threads. An Endpoint belongs to one goroutine, which also runs its
 // engine (Poll); its handlers run inside Poll and must not poll or wait.
+// Wait waits for a message: in firmware mode it sleeps on the daemon's
+// notification; inline it runs the engine until a message is there or its
+// timeout passes.
 package grim

@@ -4,6 +4,7 @@ package grim_test
 
 import (
 	"fmt"
+	"net"
 	"sync/atomic"
 
 	"github.com/xam-project/xam/afxdp/memlink"
@@ -11,7 +12,7 @@ import (
 	"github.com/xam-project/xam/nicfw"
 )
 
-// Two hosts, each an inline engine and a GRIM endpoint, on an in-memory
+// Two hosts, each a GRIM endpoint with its inline engine (grim.Open), on an in-memory
 // link (on real ones: an AF_XDP socket, afxdp.Open). Host 2 registers a
 // handler by name; host 1, the registry's central endpoint, looks it up
 // and sends it a short and a bulk message.
@@ -20,23 +21,17 @@ func Example() {
 	defer la.Close()
 	defer lb.Close()
 	peers := []nicfw.Name{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 16}}
-	open := func(l *memlink.Link, self int, other *memlink.Link) (*nicfw.Engine, *grim.Endpoint) {
-		eng, err := nicfw.NewEngine(l, nicfw.EngineConfig{Host: peers[self].Host})
+	open := func(l *memlink.Link, self int, other *memlink.Link) *grim.Endpoint {
+		in := grim.Inline{Hosts: map[nicfw.HostID]net.HardwareAddr{peers[1-self].Host: other.HardwareAddr()}}
+		ep, err := grim.Open(l, in, grim.Config{Peers: peers, Self: self, Channels: 2})
 		if err != nil {
 			panic(err)
 		}
-		eng.AddHost(peers[1-self].Host, other.HardwareAddr())
-		ep, err := grim.New(eng, grim.Config{Peers: peers, Self: self, Channels: 2})
-		if err != nil {
-			panic(err)
-		}
-		return eng, ep
+		return ep
 	}
-	engA, a := open(la, 0, lb)
-	defer engA.Close()
+	a := open(la, 0, lb)
 	defer a.Close()
-	engB, b := open(lb, 1, la)
-	defer engB.Close()
+	b := open(lb, 1, la)
 	defer b.Close()
 
 	// Host 2 runs in a goroutine of its own, as a host's thread would.
@@ -77,8 +72,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	a.Channel(0).Short(peer, h, 2, 3)
-	a.Channel(1).Bulk(peer, h, make([]byte, 10_000), 4, 5)
+	c0, _ := a.Channel(0)
+	c1, _ := a.Channel(1)
+	c0.Short(peer, h, 2, 3)
+	c1.Bulk(peer, h, make([]byte, 10_000), 4, 5)
 	for got.Load() < 2 {
 		a.Poll()
 	}

@@ -130,7 +130,7 @@ func FuzzGRIMHeaders(f *testing.F) {
 			t.Errorf("%+v: %d replies, want 1", d, replies)
 		}
 		for _, c := range r.ep.chans {
-			c.requests, c.live = 0, nil // nobody answers the rig's requests: forget them
+			c.pending, c.live = nil, nil // nobody answers the rig's requests: forget them
 		}
 	})
 }

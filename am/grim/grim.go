@@ -9,6 +9,7 @@ import (
 
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // MaxChannels is the most outbound logical channels an endpoint has. An
@@ -40,29 +41,98 @@ const (
 	HandlerMemory HandlerID = 3
 	// HandlerNull answers a request whose handler did not reply.
 	HandlerNull HandlerID = 4
+	// HandlerNoHandler answers a request for a handler id the receiver
+	// has not registered; the requester hands the request to its error
+	// handler (OnReturn) with ReasonNoHandler. (The engine returns
+	// requests for ids above every registered one itself.)
+	HandlerNoHandler HandlerID = 5
 	// FirstUserHandler is the first id an application may register.
 	FirstUserHandler HandlerID = 16
 )
 
 // Errors of the package. Test for them with errors.Is.
 var (
-	ErrConfig     = errors.New("grim: invalid configuration")
-	ErrConflict   = errors.New("grim: conflicting handler registration")
-	ErrNoHandler  = errors.New("grim: no such handler")
-	ErrDest       = errors.New("grim: no such destination")
-	ErrTooLarge   = errors.New("grim: message too large")
+	ErrConfig    = errors.New("grim: invalid configuration")
+	ErrConflict  = errors.New("grim: conflicting handler registration")
+	ErrNoHandler = errors.New("grim: no such handler")
+	ErrDest      = errors.New("grim: no such destination")
+	ErrTooLarge  = errors.New("grim: message too large")
+	// ErrArgs: more than ShortArgs integers for a message.
+	ErrArgs = errors.New("grim: too many arguments")
+	// ErrBusy: a handler (or OnReturn) sent on a channel whose send
+	// queue is full; outside handlers a send runs the engine until there
+	// is room instead, for at most Config.GiveUp (then ErrTimeout).
 	ErrBusy       = errors.New("grim: channel full")
 	ErrTimeout    = errors.New("grim: timed out")
 	ErrDiscipline = errors.New("grim: request/reply discipline violated")
 	ErrShort      = errors.New("grim: message not written whole")
+	// ErrClosed: the endpoint was closed (Endpoint.Close).
+	ErrClosed = errors.New("grim: endpoint closed")
+	// ErrChannel: no such logical channel (Endpoint.Channel).
+	ErrChannel = errors.New("grim: no such channel")
 )
+
+// Reason is why a message came back to its sender (Returned.Reason).
+type Reason = endpoint.Reason
+
+// The reasons of return to sender (docs/wire.md), and ReasonNoReply for a
+// request whose reply did not come within Config.ReplyTimeout.
+const (
+	ReasonBadTag      = endpoint.ReasonBadTag
+	ReasonNoEndpoint  = endpoint.ReasonNoEndpoint
+	ReasonUnreachable = endpoint.ReasonUnreachable
+	ReasonNoHost      = endpoint.ReasonNoHost
+	ReasonTooLarge    = endpoint.ReasonTooLarge
+	ReasonClosed      = endpoint.ReasonClosed
+	ReasonRange       = endpoint.ReasonRange
+	ReasonIncomplete  = endpoint.ReasonIncomplete
+	ReasonRestarted   = endpoint.ReasonRestarted
+	ReasonNoHandler   = endpoint.ReasonNoHandler
+	ReasonNoReply     = endpoint.ReasonNoReply
+)
+
+// Returned is a message that came back to its sender undelivered, or a
+// request whose reply did not come (ReasonNoReply): what the error handler
+// (Endpoint.OnReturn) gets. Args and the other fields identify the
+// message as it was sent.
+type Returned struct {
+	Reason  Reason
+	Request bool // a request (Short, Bulk, Write); else a reply
+	Peer    int  // the peer it was sent to (index in Config.Peers)
+	Channel int  // the channel it was sent on
+	Handler HandlerID
+	Args    [ShortArgs]uint32
+	// Length is a bulk or memory message's length (0: a short message);
+	// Write marks a memory message, At its offset.
+	Length int
+	Write  bool
+	At     uint32
+}
+
+// String describes r for logs: "bulk request to peer 2 (channel 1),
+// handler 40, 49152 bytes: no such handler".
+func (r Returned) String() string {
+	kind := "short"
+	switch {
+	case r.Write:
+		kind = fmt.Sprintf("memory message of %d bytes at %d,", r.Length, r.At)
+	case r.Length > 0:
+		kind = fmt.Sprintf("bulk message of %d bytes,", r.Length)
+	}
+	dir := "request"
+	if !r.Request {
+		dir = "reply"
+	}
+	return fmt.Sprintf("%s %s to peer %d (channel %d), handler %d: %v", kind, dir, r.Peer, r.Channel, r.Handler, r.Reason)
+}
 
 // Config configures an endpoint. Zero fields take the defaults.
 type Config struct {
 	// Peers names every GRIM endpoint of the cluster, this one included,
 	// in the same order on every host: a message's destination is an
 	// index into it. Peers[0] is the central endpoint that keeps the
-	// handler registry (the mapper's leader's, or host 1's).
+	// handler registry; it is fixed (it does not follow the mapper's
+	// leader).
 	Peers []nicfw.Name
 	// Self is this endpoint's index in Peers.
 	Self int
@@ -84,6 +154,13 @@ type Config struct {
 	// GiveUp bounds how long a call waits for the engine (a free entry in
 	// a channel, the registry's answer); default 10 s.
 	GiveUp time.Duration
+	// ReplyTimeout is how long a request waits for its reply (or a
+	// memory message for its completion): past it, the request is
+	// presumed lost (its receiver took it and then closed or died) and
+	// comes back to the error handler with ReasonNoReply. Default
+	// DefaultReplyTimeout; negative: never. A reply that comes later still
+	// runs its handler (Stats.LateReplies).
+	ReplyTimeout time.Duration
 	// CutThrough makes Bulk and Write inject cut-through: the engine
 	// starts sending a message once its first Segment bytes are in the
 	// payload region, while the rest is still being copied there, instead
@@ -91,6 +168,11 @@ type Config struct {
 	// cut-through whatever this says.
 	CutThrough bool
 }
+
+// DefaultReplyTimeout is Config.ReplyTimeout's default: twice the
+// transport's default give-up time, so that a request its transport
+// gives up on is returned as unreachable first.
+const DefaultReplyTimeout = 2 * transport.DefaultGiveUpAfter
 
 // Segment is the first segment of a cut-through message: the bytes
 // written and published before its descriptor is sent.
@@ -151,14 +233,29 @@ type Channel struct {
 	close   func() error
 	payload int // offset of the payload region in the staging area
 	next    int // the payload region's next free byte (a ring)
-	// writes: memory messages sent and not yet completed; requests: the
-	// requests sent whose reply (or return) has not come back.
-	writes, requests int
+	// writes: memory messages sent and not yet completed; pending: the
+	// requests sent whose reply (or return) has not come back, oldest
+	// first (a channel's requests to one peer are answered in order).
+	writes  int
+	pending []pendingRequest
 	// replies: replies handlers sent while the reply queue was full, in
 	// order, for the next Poll to send.
 	replies []endpoint.Descriptor
 	// live: the payload regions of requests in flight, oldest first.
 	live []region
+}
+
+// pendingRequest is a request sent on a channel and not yet answered:
+// what identifies it, and when the reply timer first saw it (zero: not
+// yet).
+type pendingRequest struct {
+	dest    uint32 // engine table index
+	handler HandlerID
+	args    [ShortArgs]uint32
+	length  uint32
+	at      uint32 // a memory message's offset
+	write   bool
+	seen    time.Time
 }
 
 // flushReplies sends the replies deferred while the reply queue was full,
@@ -199,6 +296,10 @@ type Endpoint struct {
 	depth                 int
 	tok                   Token // the message the handler running is for (run)
 	stats                 Stats
+	onReturn              func(Returned)
+	closed                bool
+	polls                 uint64    // Polls run, for the reply timer's period
+	handlerCap            HandlerID // the engine accepts requests for ids below it
 }
 
 // Stats counts what an endpoint did.
@@ -207,8 +308,10 @@ type Stats struct {
 	Replies               uint64
 	Handled               uint64 // handlers run
 	Completed             uint64 // memory messages completed
-	Returned              uint64 // messages the engine returned
-	Unknown               uint64 // messages for a handler not registered here
+	Returned              uint64 // messages returned (to OnReturn, or dropped without one), ReasonNoReply included
+	Unanswered            uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
+	LateReplies           uint64 // replies that came for no request outstanding (after their ReplyTimeout)
+	Unknown               uint64 // requests for a handler not registered here (answered HandlerNoHandler)
 	BadTables             uint64 // registry tables that did not parse
 	RepliesDeferred       uint64 // replies that found the reply queue full and waited for the next Poll
 }
@@ -270,6 +373,9 @@ func (cfg *Config) fill() error {
 	if cfg.GiveUp == 0 {
 		cfg.GiveUp = 10 * time.Second
 	}
+	if cfg.ReplyTimeout == 0 {
+		cfg.ReplyTimeout = DefaultReplyTimeout
+	}
 	switch {
 	case cfg.Self < 0 || cfg.Self >= len(cfg.Peers):
 		return fmt.Errorf("%w: Self %d, %d peers", ErrConfig, cfg.Self, len(cfg.Peers))
@@ -286,7 +392,8 @@ func (cfg *Config) fill() error {
 }
 
 func newEndpoint(cfg Config) *Endpoint {
-	ep := &Endpoint{cfg: cfg, name: cfg.Peers[cfg.Self], handlers: map[HandlerID]Handler{}, names: map[string]HandlerID{}}
+	ep := &Endpoint{cfg: cfg, name: cfg.Peers[cfg.Self], handlers: map[HandlerID]Handler{}, names: map[string]HandlerID{},
+		handlerCap: FirstUserHandler}
 	ep.closeAll = ep.closeChannels
 	if cfg.Self == 0 {
 		ep.registry = newRegistry()
@@ -323,6 +430,7 @@ func (ep *Endpoint) open(open opener) error {
 		}
 		v.SetStoreRegion(uint32(cfg.MemorySize))
 		v.SetPool(uint32(cfg.MemorySize), uint32(cfg.PoolSize))
+		v.SetHandlers(uint32(ep.handlerCap))
 		ep.chans = append(ep.chans, &Channel{ep: ep, id: id, n: i, view: v, close: closer, payload: payload})
 	}
 	return nil
@@ -331,8 +439,26 @@ func (ep *Endpoint) open(open opener) error {
 // Name returns the endpoint's global name (its channel 0's).
 func (ep *Endpoint) Name() nicfw.Name { return ep.name }
 
-// Channel returns outbound logical channel i.
-func (ep *Endpoint) Channel(i int) *Channel { return ep.chans[i] }
+// Channel returns outbound logical channel i (0..Channels()-1): ErrChannel
+// for another i, ErrClosed once the endpoint is closed.
+func (ep *Endpoint) Channel(i int) (*Channel, error) {
+	switch {
+	case ep.closed:
+		return nil, ErrClosed
+	case i < 0 || i >= len(ep.chans):
+		return nil, fmt.Errorf("%w: %d, the endpoint has %d", ErrChannel, i, len(ep.chans))
+	}
+	return ep.chans[i], nil
+}
+
+// OnReturn sets the endpoint's error handler: Poll calls it for each
+// message that comes back undelivered (the engine's return to sender, a
+// request for a handler its receiver does not have) and for each request
+// whose reply does not come within Config.ReplyTimeout, with the message's
+// identity and the reason. It runs as handlers do: it may send, at most
+// without waiting (ErrBusy), and may not Poll. Without one, returned
+// messages are only counted (Stats.Returned).
+func (ep *Endpoint) OnReturn(f func(Returned)) { ep.onReturn = f }
 
 // Channels returns the number of logical channels.
 func (ep *Endpoint) Channels() int { return len(ep.chans) }
@@ -341,18 +467,37 @@ func (ep *Endpoint) Channels() int { return len(ep.chans) }
 func (ep *Endpoint) Stats() Stats { return ep.stats }
 
 // Memory returns the region memory messages from peers write into (the
-// start of channel 0's staging area).
-func (ep *Endpoint) Memory() []byte { return ep.chans[0].view.Staging()[:ep.cfg.MemorySize] }
+// start of channel 0's staging area); nil once the endpoint is closed.
+func (ep *Endpoint) Memory() []byte {
+	if ep.closed {
+		return nil
+	}
+	return ep.chans[0].view.Staging()[:ep.cfg.MemorySize]
+}
 
 // Close closes the endpoint's channels at the engine (and, in firmware
-// mode, the connection to the daemon).
+// mode, the connection to the daemon). Afterwards every call on the
+// endpoint or its channels returns ErrClosed. It may not be called from a
+// handler.
 func (ep *Endpoint) Close() error {
 	if ep.closeAll == nil {
 		return nil
 	}
+	if ep.depth > 0 {
+		return fmt.Errorf("%w: Close from a handler", ErrDiscipline)
+	}
+	ep.closed = true
 	err := ep.closeAll()
 	ep.closeAll = nil
 	return err
+}
+
+// usable reports ErrClosed once the endpoint is closed.
+func (ep *Endpoint) usable() error {
+	if ep.closed {
+		return ErrClosed
+	}
+	return nil
 }
 
 // closeChannels closes the channels.
@@ -368,11 +513,29 @@ func (ep *Endpoint) closeChannels() error {
 // Handle registers h under id on this endpoint only (no name): for
 // handlers every endpoint agrees on by number.
 func (ep *Endpoint) Handle(id HandlerID, h Handler) error {
-	if id < FirstUserHandler {
+	switch {
+	case ep.closed:
+		return ErrClosed
+	case id < FirstUserHandler:
 		return fmt.Errorf("%w: handler %d is predefined", ErrConflict, id)
+	case h == nil:
+		return fmt.Errorf("%w: no handler", ErrConfig)
 	}
 	ep.handlers[id] = h
+	ep.accept(id)
 	return nil
+}
+
+// accept lets the engine deliver requests for handler id: it returns
+// those for ids above every handler registered (ReasonNoHandler) itself.
+func (ep *Endpoint) accept(id HandlerID) {
+	if id < ep.handlerCap || id == ^HandlerID(0) {
+		return
+	}
+	ep.handlerCap = id + 1
+	for _, c := range ep.chans {
+		c.view.SetHandlers(uint32(ep.handlerCap))
+	}
 }
 
 // index returns the engine table index of peer dest's channel 0.
@@ -383,7 +546,15 @@ func (ep *Endpoint) index(dest int) (uint32, error) {
 	return uint32(dest * MaxChannels), nil
 }
 
-// Short sends a short message on c: handler h of peer dest runs with args.
+// Short sends a short message on c: handler h of peer dest runs with args
+// (at most ShortArgs; more is ErrArgs). It returns once the message is in
+// c's send queue: while the queue is full it runs the engine and the
+// handlers (inline) or waits for the daemon's engine (firmware mode), for
+// at most Config.GiveUp (then ErrTimeout); from inside a handler, which
+// may not run the engine, a full queue is ErrBusy. The message is a
+// request: its handler's reply, or the layer's, answers it; if it comes
+// back undelivered, or unanswered within Config.ReplyTimeout, the error
+// handler (OnReturn) hears of it.
 func (c *Channel) Short(dest int, h HandlerID, args ...uint32) error {
 	if err := c.short(dest, h, args); err != nil {
 		return err
@@ -393,6 +564,9 @@ func (c *Channel) Short(dest int, h HandlerID, args ...uint32) error {
 }
 
 func (c *Channel) short(dest int, h HandlerID, args []uint32) error {
+	if err := c.ep.usable(); err != nil {
+		return err
+	}
 	d, err := c.header(dest, h, args)
 	if err != nil {
 		return err
@@ -413,7 +587,7 @@ func (c *Channel) header(dest int, h HandlerID, args []uint32) (endpoint.Descrip
 // handler h, with args.
 func shortDesc(idx uint32, h HandlerID, args []uint32) (endpoint.Descriptor, error) {
 	if len(args) > ShortArgs {
-		return endpoint.Descriptor{}, fmt.Errorf("%w: %d integers, at most %d", ErrConfig, len(args), ShortArgs)
+		return endpoint.Descriptor{}, fmt.Errorf("%w: %d integers, at most %d", ErrArgs, len(args), ShortArgs)
 	}
 	d := endpoint.Descriptor{Class: endpoint.ClassShort, Dest: idx, Handler: uint32(h), NArgs: ShortArgs}
 	for i, a := range args {
@@ -428,7 +602,10 @@ func shortDesc(idx uint32, h HandlerID, args []uint32) (endpoint.Descriptor, err
 // receiver's pool that it finds as the first fragment arrives (or refuses
 // the message for now: optimistic flow control). The bytes are copied into
 // c's payload region first (cut-through: while the engine sends them;
-// Config.CutThrough); data may be reused at once.
+// Config.CutThrough); data may be reused at once. It waits for room as
+// Short does, and for the bytes of the payload region it needs (those of
+// earlier messages the engine is done with), and like Short's its message
+// is answered or comes back to the error handler (OnReturn).
 func (c *Channel) Bulk(dest int, h HandlerID, data []byte, args ...uint32) error {
 	var err error
 	if len(data) == 0 { // no bytes: a short message
@@ -462,6 +639,9 @@ func (c *Channel) Write(dest int, at uint32, data []byte) error {
 // remote (PoolOffset: in the receiver's pool), store-and-forward or
 // cut-through as configured.
 func (c *Channel) inject(dest int, h HandlerID, remote uint32, data []byte, args []uint32) error {
+	if err := c.ep.usable(); err != nil {
+		return err
+	}
 	if !c.ep.cfg.CutThrough {
 		if len(data) == 0 || len(data) > MaxBulk {
 			return fmt.Errorf("%w: %d bytes, want 1..%d", ErrTooLarge, len(data), MaxBulk)
@@ -524,6 +704,9 @@ func (c *Channel) Stream(dest int, h HandlerID, n int, args ...uint32) (*Stream,
 // stream begins st, a cut-through message of n bytes to handler h of
 // dest, stored at remote.
 func (c *Channel) stream(st *Stream, dest int, h HandlerID, remote uint32, n int, args []uint32) error {
+	if err := c.ep.usable(); err != nil {
+		return err
+	}
 	if n <= 0 || n > MaxBulk {
 		return fmt.Errorf("%w: %d bytes, want 1..%d", ErrTooLarge, n, MaxBulk)
 	}
@@ -546,6 +729,9 @@ func (c *Channel) stream(st *Stream, dest int, h HandlerID, remote uint32, n int
 // Write appends p to the message and publishes it to the engine, which
 // runs once (in inline mode) to send what it can.
 func (st *Stream) Write(p []byte) (int, error) {
+	if err := st.c.ep.usable(); err != nil {
+		return 0, err
+	}
 	if len(p) > int(st.d.Length-st.written) {
 		return 0, fmt.Errorf("%w: %d bytes more than the %d-byte message holds", ErrTooLarge, len(p)-int(st.d.Length-st.written), st.d.Length)
 	}
@@ -588,7 +774,7 @@ func (st *Stream) Close() error {
 }
 
 // Pending returns c's requests not yet answered (or returned).
-func (c *Channel) Pending() int { return c.requests }
+func (c *Channel) Pending() int { return len(c.pending) }
 
 // Writes returns c's memory messages not yet completed.
 func (c *Channel) Writes() int { return c.writes }
@@ -659,11 +845,14 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		c.replies = append(c.replies, *d) // after those waiting
 		return nil
 	}
+	if err := c.ep.usable(); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(c.ep.cfg.GiveUp)
 	for {
 		err := c.view.Send(q, d)
 		if err == nil && q == endpoint.RequestSend {
-			c.requests++
+			c.sentRequest(d)
 		}
 		if !errors.Is(err, endpoint.ErrQueueFull) {
 			return err
@@ -690,15 +879,22 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	}
 }
 
-// Wait sleeps until a message has arrived on one of the endpoint's
+// Wait waits until a message has arrived on one of the endpoint's
 // channels or timeout passes, and reports whether one may have (a true
 // may be spurious: Poll and wait again). In firmware mode it sleeps on the
 // daemon's notifications, leaving the core to the engine and other
-// endpoints; in inline mode nothing moves unless Poll runs the engine, so
-// it returns true at once.
+// endpoints; in inline mode nothing moves unless the engine runs, so it
+// runs the engine (and the reply timer) until a message is there, yielding
+// the processor between runs. It may not be called from a handler.
 func (ep *Endpoint) Wait(timeout time.Duration) (bool, error) {
+	if err := ep.usable(); err != nil {
+		return false, err
+	}
+	if ep.depth > 0 {
+		return false, fmt.Errorf("%w: a handler may not wait", ErrDiscipline)
+	}
 	if ep.block == nil {
-		return true, nil
+		return ep.waitInline(timeout)
 	}
 	ready := false
 	for _, c := range ep.chans {
@@ -717,6 +913,33 @@ func (ep *Endpoint) Wait(timeout time.Duration) (bool, error) {
 	return ready, err
 }
 
+// waitInline is Wait in inline mode: the engine runs until a receive
+// queue holds a message, the reply timer expires a request (its error
+// handler is then due), or timeout passes.
+func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	for n := 0; ; n++ {
+		if ep.ready() {
+			return true, nil
+		}
+		if _, err := ep.eng.Poll(); err != nil {
+			return false, err
+		}
+		if ep.ready() {
+			return true, nil
+		}
+		if n%64 == 63 {
+			if ep.expiring(time.Now()) {
+				return true, nil
+			}
+			if time.Now().After(deadline) {
+				return false, nil
+			}
+		}
+		runtime.Gosched()
+	}
+}
+
 // yield, in a wait, lets the firmware's engine thread run where it shares
 // the application's core.
 func (ep *Endpoint) yield() {
@@ -725,15 +948,33 @@ func (ep *Endpoint) yield() {
 	}
 }
 
+// ready reports whether a receive queue of a channel holds a message.
+func (ep *Endpoint) ready() bool {
+	for _, c := range ep.chans {
+		if c.view.Ready() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // A channel's send and receive queues.
 var (
 	sendQueues    = [...]endpoint.Queue{endpoint.RequestSend, endpoint.ReplySend}
 	receiveQueues = [...]endpoint.Queue{endpoint.RequestReceive, endpoint.ReplyReceive}
 )
 
+// replyCheckPolls is how often (in Polls) the reply timer looks at the
+// requests outstanding.
+const replyCheckPolls = 64
+
 // Poll runs the engine once and then the handlers of what arrived on
-// every channel, and returns how many ran.
+// every channel (and the error handler for what came back, or went
+// unanswered past Config.ReplyTimeout), and returns how many ran.
 func (ep *Endpoint) Poll() (int, error) {
+	if err := ep.usable(); err != nil {
+		return 0, err
+	}
 	if ep.depth > 0 {
 		return 0, ErrDiscipline
 	}
@@ -755,6 +996,9 @@ func (ep *Endpoint) Poll() (int, error) {
 			}
 		}
 	}
+	if ep.polls++; ep.polls%replyCheckPolls == 0 && ep.cfg.ReplyTimeout > 0 {
+		n += ep.expire(time.Now())
+	}
 	return n, ep.pushTable()
 }
 
@@ -767,18 +1011,10 @@ func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
 		if err != nil || !ok {
 			return n, err
 		}
-		if _, from, returned := d.ReturnInfo(); returned {
-			ep.stats.Returned++
-			if from == endpoint.RequestSend {
-				c.requests--
-				if d.Handler == uint32(HandlerMemory) {
-					c.writes--
-				}
-			}
+		if reason, from, returned := d.ReturnInfo(); returned {
+			ep.returned(c, &d, reason, from == endpoint.RequestSend)
+			n++
 		} else {
-			if q == endpoint.ReplyReceive {
-				c.requests--
-			}
 			var data []byte
 			if d.Class == endpoint.ClassBulk {
 				if data, err = c.view.Data(&d); err != nil {
@@ -800,11 +1036,26 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 	for i := range args {
 		args[i] = uint32(d.Args[i])
 	}
+	h := HandlerID(d.Handler)
+	var req pendingRequest
+	answered := false
+	if q == endpoint.ReplyReceive {
+		if req, answered = c.answered(d.Dest, nil); !answered {
+			ep.stats.LateReplies++
+		} else if req.write {
+			c.writes--
+		}
+		if h == HandlerNoHandler {
+			if answered {
+				ep.giveBack(c, req, endpoint.ReasonNoHandler, true)
+			}
+			return
+		}
+	}
 	// Handlers do not nest (Poll refuses to run inside one), so one Token
 	// serves every message.
 	tok := &ep.tok
 	*tok = Token{ep: ep, ch: c, src: d.Dest, request: q == endpoint.RequestReceive}
-	h := HandlerID(d.Handler)
 	ep.depth++
 	switch h {
 	case HandlerRegister:
@@ -818,34 +1069,168 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		ep.tableArrived(args, data)
 	case HandlerMemory:
 		if !tok.request {
-			c.writes--
-			ep.stats.Completed++
+			if answered && req.write {
+				ep.stats.Completed++
+			}
 			tok.replied = true
 		}
-	case HandlerNull:
+	case HandlerNull, HandlerNoHandler:
 	default:
 		if f := ep.handlers[h]; f != nil {
 			f(tok, args, data)
 			ep.stats.Handled++
-		} else {
+		} else if tok.request {
 			ep.stats.Unknown++
+			h = HandlerNoHandler // answered so: the requester's error handler hears of it
 		}
 	}
 	if tok.request && !tok.replied && d.Dest != endpoint.NoIndex {
 		// Memory messages' completions, and the null reply that keeps
-		// request/reply: HandlerMemory answers HandlerMemory. Still at
+		// request/reply: HandlerMemory answers HandlerMemory, a request
+		// for a handler not registered here HandlerNoHandler. Still at
 		// handler depth: a full reply queue does not run the engine (and
 		// this message's handler again) from here, the reply waits for
 		// the next Poll.
 		r := HandlerNull
-		if h == HandlerMemory {
-			r = HandlerMemory
+		switch h {
+		case HandlerMemory, HandlerNoHandler:
+			r = h
 		}
 		if tok.Reply(r) == nil {
 			ep.stats.Replies++
 		}
 	}
 	ep.depth--
+}
+
+// sentRequest records request d, just queued on c, as outstanding.
+func (c *Channel) sentRequest(d *endpoint.Descriptor) {
+	r := pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler)}
+	for i := range r.args {
+		r.args[i] = uint32(d.Args[i])
+	}
+	if d.Class == endpoint.ClassBulk {
+		r.length = d.Length
+		if r.handler == HandlerMemory {
+			r.write, r.at = true, d.RemoteOffset
+		}
+	}
+	c.pending = append(c.pending, r)
+}
+
+// answered removes the record of the request that an answer from dest
+// ends (a reply: the oldest to dest; a return, like: the one it names,
+// else the oldest to dest), and returns it.
+func (c *Channel) answered(dest uint32, like *pendingRequest) (pendingRequest, bool) {
+	at := -1
+	for i := range c.pending {
+		p := &c.pending[i]
+		if p.dest != dest && dest != endpoint.NoIndex {
+			continue
+		}
+		if at < 0 {
+			at = i
+		}
+		if like == nil || p.handler == like.handler && p.args == like.args && p.length == like.length {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return pendingRequest{}, false
+	}
+	r := c.pending[at]
+	c.pending = slices.Delete(c.pending, at, at+1)
+	return r, true
+}
+
+// returned hands the message d describes, which came back to c with
+// reason, to the error handler.
+func (ep *Endpoint) returned(c *Channel, d *endpoint.Descriptor, reason endpoint.Reason, request bool) {
+	r := pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler)}
+	for i := range r.args {
+		r.args[i] = uint32(d.Args[i])
+	}
+	if d.Class&^endpoint.ClassReturned == endpoint.ClassBulk {
+		r.length = d.Length
+		if r.handler == HandlerMemory {
+			r.write, r.at = true, d.RemoteOffset
+		}
+	}
+	if request {
+		if p, ok := c.answered(d.Dest, &r); ok {
+			r.seen = p.seen
+			if p.write {
+				c.writes--
+			}
+		}
+	}
+	ep.giveBack(c, r, reason, request)
+}
+
+// giveBack counts r, a message of c that came back with reason, and hands
+// it to the error handler if there is one.
+func (ep *Endpoint) giveBack(c *Channel, r pendingRequest, reason endpoint.Reason, request bool) {
+	ep.stats.Returned++
+	if ep.onReturn == nil {
+		return
+	}
+	ret := Returned{Reason: reason, Request: request, Peer: int(r.dest) / MaxChannels, Channel: c.n,
+		Handler: r.handler, Args: r.args, Length: int(r.length), Write: r.write, At: r.at}
+	if r.dest == endpoint.NoIndex {
+		ret.Peer = -1
+	}
+	ep.depth++
+	ep.onReturn(ret)
+	ep.depth--
+}
+
+// expiring reports whether a request has waited past Config.ReplyTimeout
+// (the next Poll's reply timer returns it).
+func (ep *Endpoint) expiring(now time.Time) bool {
+	if ep.cfg.ReplyTimeout <= 0 {
+		return false
+	}
+	for _, c := range ep.chans {
+		for i := range c.pending {
+			p := &c.pending[i]
+			if p.seen.IsZero() {
+				p.seen = now
+			} else if now.Sub(p.seen) > ep.cfg.ReplyTimeout {
+				ep.polls = replyCheckPolls - 1 // the next Poll looks
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// expire returns, to the error handler, the requests whose answer has not
+// come within ReplyTimeout of the reply timer's first seeing them, and
+// returns how many.
+func (ep *Endpoint) expire(now time.Time) int {
+	n := 0
+	for _, c := range ep.chans {
+		for i := 0; i < len(c.pending); {
+			p := &c.pending[i]
+			if p.seen.IsZero() {
+				p.seen = now
+			}
+			if now.Sub(p.seen) <= ep.cfg.ReplyTimeout {
+				i++
+				continue
+			}
+			r := *p
+			c.pending = slices.Delete(c.pending, i, i+1)
+			if r.write {
+				c.writes--
+			}
+			ep.stats.Unanswered++
+			ep.giveBack(c, r, endpoint.ReasonNoReply, true)
+			n++
+		}
+	}
+	return n
 }
 
 // WaitWrites runs the engine until every memory message of every channel
@@ -859,6 +1244,9 @@ func (ep *Endpoint) WaitWrites() error {
 // Config.GiveUp (then ErrTimeout, with what). A handler must not run the
 // engine: from one it is ErrBusy unless done already holds.
 func (ep *Endpoint) runUntil(done func() bool, what func() string) error {
+	if err := ep.usable(); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(ep.cfg.GiveUp)
 	for !done() {
 		if ep.depth > 0 {

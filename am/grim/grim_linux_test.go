@@ -47,6 +47,9 @@ type clusterConfig struct {
 	// deployed: the engines as `xam fw` configures them by default
 	// (window 1, the transport's default channels and give-up time).
 	deployed bool
+	// replyTimeout is every endpoint's Config.ReplyTimeout (0: the
+	// default).
+	replyTimeout time.Duration
 }
 
 // cluster makes hosts 1..n on links (one per host), each with a GRIM
@@ -65,7 +68,8 @@ func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 	}
 	var hosts []*host
 	for i, l := range links {
-		cfg := Config{Peers: peers, Self: i, Channels: cc.channels, CutThrough: cc.cutThrough && i%2 == 0, PoolSize: cc.pool}
+		cfg := Config{Peers: peers, Self: i, Channels: cc.channels, CutThrough: cc.cutThrough && i%2 == 0, PoolSize: cc.pool,
+			ReplyTimeout: cc.replyTimeout}
 		if cc.firmware {
 			ep, err := Dial(sockets[i], cfg)
 			if err != nil {
@@ -217,7 +221,7 @@ func TestGRIMPoolExhausted(t *testing.T) {
 		wg.Go(func() {
 			hosts[i].do(func(ep *Endpoint) {
 				for k := range per {
-					if errs[i] = ep.Channel(0).Bulk(3, 40, pattern(size, byte(i*per+k)), uint32(i), uint32(k)); errs[i] != nil {
+					if errs[i] = ep.ch(0).Bulk(3, 40, pattern(size, byte(i*per+k)), uint32(i), uint32(k)); errs[i] != nil {
 						return
 					}
 				}
@@ -335,7 +339,7 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 				return
 			}
 			for k := range per {
-				if err = ep.Channel(c).Short(2, 20, uint32(k), uint32(c)); err != nil {
+				if err = ep.ch(c).Short(2, 20, uint32(k), uint32(c)); err != nil {
 					return
 				}
 			}
@@ -367,7 +371,7 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 		senders.Go(func() {
 			hosts[i].do(func(ep *Endpoint) {
 				for k := range 2 * each {
-					if errs[i] = ep.Channel(k%2).Short(2, 20, uint32(k/2), uint32(k%2)); errs[i] != nil {
+					if errs[i] = ep.ch(k%2).Short(2, 20, uint32(k/2), uint32(k%2)); errs[i] != nil {
 						return
 					}
 				}
@@ -403,7 +407,7 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 	sizes := []int{1, 31, 32, 33, room, room + 1, 2*room + 7, MaxBulk - 1, MaxBulk}
 	for i, n := range sizes {
 		// From host 1 and host 2: one of them cut-through, if any.
-		hosts[i%2].do(func(ep *Endpoint) { err = ep.Channel(i%2).Bulk(2, 21, pattern(n, byte(i))) })
+		hosts[i%2].do(func(ep *Endpoint) { err = ep.ch(i%2).Bulk(2, 21, pattern(n, byte(i))) })
 		if err != nil {
 			t.Fatalf("bulk of %d bytes: %v", n, err)
 		}
@@ -413,7 +417,7 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 	// 0xEE in the payload region, and none of them may arrive.
 	slow := pattern(20_000, 0x5a)
 	hosts[0].do(func(ep *Endpoint) {
-		c := ep.Channel(0)
+		c := ep.ch(0)
 		if err = c.drain(); err != nil { // what the region holds has left
 			return
 		}
@@ -466,7 +470,7 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 			h.do(func(ep *Endpoint) {
 				var ch []string
 				for _, c := range ep.chans {
-					ch = append(ch, fmt.Sprintf("requests %d deferred %d live %d", c.requests, len(c.replies), len(c.live)))
+					ch = append(ch, fmt.Sprintf("requests %d deferred %d live %d", len(c.pending), len(c.replies), len(c.live)))
 				}
 				t.Logf("host %d: %+v %v", h.index+1, ep.Stats(), ch)
 				if ep.eng != nil {
@@ -499,8 +503,8 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 	// Memory messages: into host 4's region, completed at host 1.
 	data := pattern(20_000, 0x77)
 	hosts[0].do(func(ep *Endpoint) {
-		if err = ep.Channel(0).Write(3, 100, data[:12_000]); err == nil {
-			if err = ep.Channel(1).Write(3, 100+12_000, data[12_000:]); err == nil {
+		if err = ep.ch(0).Write(3, 100, data[:12_000]); err == nil {
+			if err = ep.ch(1).Write(3, 100+12_000, data[12_000:]); err == nil {
 				err = ep.WaitWrites()
 			}
 		}

@@ -57,7 +57,7 @@ func poolManyChannels(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 			hosts[i].do(func(ep *Endpoint) {
 				for k := range per {
 					for c := range ep.Channels() {
-						ch := ep.Channel(c)
+						ch := ep.ch(c)
 						if err := ch.Bulk(3, 40, pattern(MaxBulk, byte(i*31+c*7+k)), uint32(i), uint32(c), uint32(k)); err != nil {
 							errs[i] = fmt.Errorf("host %d channel %d message %d: %w", i+1, c, k, err)
 							return

@@ -155,7 +155,8 @@ func (r *registry) merge(ep *Endpoint, tok *Token, data []byte) {
 // the cluster's once Synch has merged it at the central endpoint: a name
 // already bound there to another id, or an id to another name, makes Synch
 // fail with ErrConflict; here, the same checks against this endpoint's own
-// registrations and the last table it received.
+// registrations (a name registered here already, under any id, is
+// ErrConflict too) and the last table it received.
 func (ep *Endpoint) Register(name string, id HandlerID, h Handler) error {
 	switch {
 	case name == "" || len(name) > maxName:
@@ -165,7 +166,10 @@ func (ep *Endpoint) Register(name string, id HandlerID, h Handler) error {
 	case h == nil:
 		return fmt.Errorf("%w: no handler", ErrConfig)
 	}
-	if old, ok := ep.names[name]; ok && old != id {
+	if ep.closed {
+		return ErrClosed
+	}
+	if old, ok := ep.names[name]; ok {
 		return fmt.Errorf("%w: %q is handler %d here already", ErrConflict, name, old)
 	}
 	for other, oid := range ep.names {
@@ -177,6 +181,7 @@ func (ep *Endpoint) Register(name string, id HandlerID, h Handler) error {
 		return fmt.Errorf("%w: %q is handler %d in the cluster", ErrConflict, name, e.ID)
 	}
 	ep.names[name], ep.handlers[id] = id, h
+	ep.accept(id)
 	return nil
 }
 
@@ -185,6 +190,9 @@ func (ep *Endpoint) Register(name string, id HandlerID, h Handler) error {
 // endpoint has the merged table (Lookup). It returns ErrConflict naming
 // the registrations the central refused.
 func (ep *Endpoint) Synch() error {
+	if err := ep.usable(); err != nil {
+		return err
+	}
 	list := Table{}
 	for name, id := range ep.names {
 		list[name] = Entry{ID: id, Name: name}

@@ -230,7 +230,11 @@ func (s *Store) Poll() (int, error) {
 		} else {
 			s.stats.Refused++
 		}
-		if err := s.ep.Channel(0).Bulk(r.peer, r.handler, data, r.tag, st); err != nil {
+		ch, err := s.ep.Channel(0)
+		if err != nil {
+			return n, err
+		}
+		if err := ch.Bulk(r.peer, r.handler, data, r.tag, st); err != nil {
 			return n, err
 		}
 	}
@@ -293,13 +297,30 @@ func (c *Client) arrived(_ *grim.Token, args [grim.ShortArgs]uint32, data []byte
 	}
 }
 
+// shape checks a request for n bytes from block: ErrRange for a negative
+// block, ErrShape for a length that is not whole blocks, up to what one
+// message carries.
+func (c *Client) shape(block, n int) error {
+	switch {
+	case block < 0:
+		return fmt.Errorf("%w: block %d", ErrRange, block)
+	case n == 0 || n%c.blockSize != 0 || n > grim.MaxBulk:
+		return fmt.Errorf("%w: %d bytes, want whole %d-byte blocks up to %d bytes", ErrShape, n, c.blockSize, grim.MaxBulk)
+	}
+	return nil
+}
+
 // Read reads len(buf)/blockSize whole blocks from block into buf.
 func (c *Client) Read(block int, buf []byte) error {
-	if len(buf) == 0 || len(buf)%c.blockSize != 0 || len(buf) > grim.MaxBulk || block < 0 {
-		return fmt.Errorf("%w: %d bytes from block %d", ErrShape, len(buf), block)
+	if err := c.shape(block, len(buf)); err != nil {
+		return err
+	}
+	ch, err := c.ep.Channel(0)
+	if err != nil {
+		return err
 	}
 	c.begin(buf)
-	if err := c.ep.Channel(0).Short(c.peer, c.read, uint32(block), uint32(len(buf)/c.blockSize), uint32(c.data), c.tag); err != nil {
+	if err := ch.Short(c.peer, c.read, uint32(block), uint32(len(buf)/c.blockSize), uint32(c.data), c.tag); err != nil {
 		return err
 	}
 	if err := c.wait(); err != nil {
@@ -313,11 +334,15 @@ func (c *Client) Read(block int, buf []byte) error {
 
 // Write writes data, whole blocks, from block.
 func (c *Client) Write(block int, data []byte) error {
-	if len(data) == 0 || len(data)%c.blockSize != 0 || len(data) > grim.MaxBulk || block < 0 {
-		return fmt.Errorf("%w: %d bytes at block %d", ErrShape, len(data), block)
+	if err := c.shape(block, len(data)); err != nil {
+		return err
+	}
+	ch, err := c.ep.Channel(0)
+	if err != nil {
+		return err
 	}
 	c.begin(nil)
-	if err := c.ep.Channel(0).Bulk(c.peer, c.write, data, uint32(block), uint32(c.done), c.tag); err != nil {
+	if err := ch.Bulk(c.peer, c.write, data, uint32(block), uint32(c.done), c.tag); err != nil {
 		return err
 	}
 	return c.wait()

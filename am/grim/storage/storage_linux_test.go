@@ -157,6 +157,12 @@ func useStore(ep *grim.Endpoint, from int, seed byte) error {
 	if err := c.Write(60, make([]byte, 100)); !errors.Is(err, ErrShape) {
 		return errors.Join(errors.New("writing a part of a block"), err)
 	}
+	if err := c.Read(-1, make([]byte, 4096)); !errors.Is(err, ErrRange) {
+		return errors.Join(errors.New("reading block -1"), err)
+	}
+	if err := c.Write(-1, make([]byte, 4096)); !errors.Is(err, ErrRange) {
+		return errors.Join(errors.New("writing block -1"), err)
+	}
 	return nil
 }
 

@@ -1,0 +1,258 @@
+//go:build linux
+
+package grim
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/xdptest"
+)
+
+// TestGRIMReturns: what does not arrive comes back to the sender's error
+// handler with its identity and a reason, inline and in firmware mode —
+// a short, bulk or memory message for a handler id the receiver has not
+// registered (above every registered id: the engine returns it; between
+// two: the receiver's layer answers so), a memory message outside the
+// receiver's region, and a request its receiver took and never answered
+// (it stopped running its endpoint, then closed it): ReasonNoReply after
+// Config.ReplyTimeout. Nothing stays pending.
+func TestGRIMReturns(t *testing.T) {
+	for _, firmware := range []bool{false, true} {
+		t.Run(fmt.Sprintf("firmware=%v", firmware), func(t *testing.T) {
+			hosts := cluster(t, xdptest.Hub(t, 2, memlink.Options{Seed: 31}),
+				clusterConfig{channels: 2, window: 8, firmware: firmware, replyTimeout: 300 * time.Millisecond})
+			recv := hosts[1]
+			var mu sync.Mutex
+			var handled int
+			var got []Returned
+			h := func(*Token, [ShortArgs]uint32, []byte) { mu.Lock(); handled++; mu.Unlock() }
+			if err := errors.Join(recv.ep.Handle(16, h), recv.ep.Handle(18, h)); err != nil {
+				t.Fatal(err)
+			}
+			hosts[0].ep.OnReturn(func(r Returned) { mu.Lock(); got = append(got, r); mu.Unlock() })
+			for _, h := range hosts {
+				h.start()
+			}
+			var err error
+			hosts[0].do(func(ep *Endpoint) {
+				c0, c1 := ep.ch(0), ep.ch(1)
+				err = errors.Join(
+					c0.Short(1, 200, 1, 2, 3, 4),
+					c1.Short(1, 17, 5),
+					c0.Bulk(1, 201, make([]byte, 10_000), 9),
+					c1.Write(1, uint32(ep.cfg.MemorySize-10), make([]byte, 100)),
+					c0.Short(1, 16, 6), // handled
+				)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, &mu, "four messages returned", func() bool { return len(got) == 4 && handled == 1 })
+			mu.Lock()
+			slices.SortFunc(got, func(a, b Returned) int { return int(a.Handler) - int(b.Handler) })
+			want := []Returned{
+				{Reason: ReasonNoHandler, Request: true, Peer: 1, Channel: 1, Handler: 17, Args: [ShortArgs]uint32{5}},
+				{Reason: ReasonNoHandler, Request: true, Peer: 1, Channel: 0, Handler: 200, Args: [ShortArgs]uint32{1, 2, 3, 4}},
+				{Reason: ReasonNoHandler, Request: true, Peer: 1, Channel: 0, Handler: 201, Args: [ShortArgs]uint32{9}, Length: 10_000},
+				{Reason: ReasonRange, Request: true, Peer: 1, Channel: 1, Handler: HandlerMemory, Length: 100, Write: true, At: uint32(hosts[0].ep.cfg.MemorySize - 10)},
+			}
+			want[3].Handler = HandlerMemory
+			slices.SortFunc(want, func(a, b Returned) int { return int(a.Handler) - int(b.Handler) })
+			if !slices.Equal(got, want) {
+				t.Errorf("returned:\n%v\nwant:\n%v", got, want)
+			}
+			got = nil
+			mu.Unlock()
+			var st Stats
+			var pending, writes int
+			settle(t, hosts[0], "every request answered", func(ep *Endpoint) bool {
+				st, pending, writes = ep.Stats(), 0, 0
+				for i := range ep.Channels() {
+					pending += ep.ch(i).Pending()
+					writes += ep.ch(i).Writes()
+				}
+				return pending == 0
+			})
+			if st.Returned != 4 || pending != 0 || writes != 0 {
+				t.Errorf("after the returns: %+v, %d pending, %d writes", st, pending, writes)
+			}
+			recv.do(func(ep *Endpoint) { st = ep.Stats() })
+			if st.Unknown != 1 {
+				t.Errorf("receiver: %+v, want one request for an unknown handler", st)
+			}
+
+			// The receiver stops running its endpoint (its engine still
+			// delivers: the daemon's, or inline its own run here) and
+			// closes it: the request is taken and never answered.
+			recv.halt()
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			if recv.eng != nil {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+							recv.eng.Poll() //nolint:errcheck
+						}
+					}
+				})
+			}
+			hosts[0].do(func(ep *Endpoint) { err = ep.ch(1).Short(1, 16, 77) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, &mu, "the unanswered request returned", func() bool { return len(got) == 1 })
+			close(stop)
+			wg.Wait()
+			if err := recv.ep.Close(); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			if w := (Returned{Reason: ReasonNoReply, Request: true, Peer: 1, Channel: 1, Handler: 16, Args: [ShortArgs]uint32{77}}); got[0] != w {
+				t.Errorf("returned %v, want %v", got[0], w)
+			}
+			mu.Unlock()
+			hosts[0].do(func(ep *Endpoint) { st, pending = ep.Stats(), ep.ch(1).Pending() })
+			if st.Unanswered != 1 || pending != 0 {
+				t.Errorf("after the reply timeout: %+v, %d pending", st, pending)
+			}
+		})
+	}
+}
+
+// settle runs cond in h's goroutine until it holds, for at most a minute.
+func settle(t *testing.T, h *host, what string, cond func(*Endpoint) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		ok := false
+		h.do(func(ep *Endpoint) { ok = cond(ep) })
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after a minute", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestGRIMMisuse: misuse is an error, never a panic, in both modes: a
+// channel that does not exist, five integers, a name registered twice, a
+// nil handler, and every call on an endpoint, or a channel of it, once it
+// is closed.
+func TestGRIMMisuse(t *testing.T) {
+	for _, firmware := range []bool{false, true} {
+		t.Run(fmt.Sprintf("firmware=%v", firmware), func(t *testing.T) {
+			hosts := cluster(t, xdptest.Hub(t, 2, memlink.Options{}), clusterConfig{channels: 2, window: 1, firmware: firmware})
+			ep := hosts[0].ep
+			for _, i := range []int{-1, 2, 1 << 30} {
+				if _, err := ep.Channel(i); !errors.Is(err, ErrChannel) {
+					t.Errorf("Channel(%d): %v, want ErrChannel", i, err)
+				}
+			}
+			c := ep.ch(1)
+			if err := c.Short(1, 16, 1, 2, 3, 4, 5); !errors.Is(err, ErrArgs) {
+				t.Errorf("five integers: %v, want ErrArgs", err)
+			}
+			h := func(*Token, [ShortArgs]uint32, []byte) {}
+			if err := ep.Register("twice", 20, h); err != nil {
+				t.Fatal(err)
+			}
+			if err := ep.Register("twice", 20, h); !errors.Is(err, ErrConflict) {
+				t.Errorf("the same name and id twice: %v, want ErrConflict", err)
+			}
+			if err := ep.Handle(21, nil); !errors.Is(err, ErrConfig) {
+				t.Errorf("a nil handler: %v, want ErrConfig", err)
+			}
+			if err := ep.Close(); err != nil {
+				t.Fatal(err)
+			}
+			_, werr := ep.Wait(time.Millisecond)
+			_, perr := ep.Poll()
+			_, cerr := ep.Channel(0)
+			_, serr := c.Stream(1, 16, 100)
+			for what, err := range map[string]error{
+				"Short": c.Short(1, 16), "Bulk": c.Bulk(1, 16, []byte{1}), "Write": c.Write(1, 0, []byte{1}),
+				"Stream": serr, "Wait": werr, "Poll": perr, "Channel": cerr, "Handle": ep.Handle(22, h),
+				"Register": ep.Register("late", 23, h), "Synch": ep.Synch(), "WaitWrites": ep.WaitWrites(),
+			} {
+				if !errors.Is(err, ErrClosed) {
+					t.Errorf("%s after Close: %v, want ErrClosed", what, err)
+				}
+			}
+			if ep.Memory() != nil {
+				t.Error("Memory after Close is not nil")
+			}
+			if err := ep.Close(); err != nil {
+				t.Errorf("a second Close: %v", err)
+			}
+		})
+	}
+}
+
+// TestGRIMOpenWait: Open builds an inline endpoint with its engine; an
+// inline Wait runs the engine until a message is there (true) or its
+// timeout has passed (false), instead of returning at once.
+func TestGRIMOpenWait(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	peers := []nicfw.Name{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 16}}
+	if _, err := Open(la, Inline{}, Config{Peers: peers}); !errors.Is(err, ErrConfig) {
+		t.Errorf("Open without the peer's address: %v, want ErrConfig", err)
+	}
+	a, err := Open(la, Inline{Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}}, Config{Peers: peers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(lb, Inline{Hosts: map[nicfw.HostID]net.HardwareAddr{1: la.HardwareAddr()}}, Config{Peers: peers, Self: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var n int
+	if err := b.Handle(16, func(*Token, [ShortArgs]uint32, []byte) { n++ }); err != nil {
+		t.Fatal(err)
+	}
+	const idle = 50 * time.Millisecond
+	start := time.Now()
+	if ready, err := b.Wait(idle); ready || err != nil {
+		t.Errorf("Wait with nothing sent: %v, %v", ready, err)
+	}
+	if d := time.Since(start); d < idle {
+		t.Errorf("Wait returned after %v, before its timeout %v", d, idle)
+	}
+	if err := a.ch(0).Short(1, 16); err != nil {
+		t.Fatal(err)
+	}
+	for n == 0 {
+		// a runs its engine (sends, and takes the acknowledgement); b
+		// waits for the message, then runs its handler.
+		if _, err := a.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		ready, err := b.Wait(time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ready {
+			if _, err := b.Poll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
