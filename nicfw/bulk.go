@@ -103,10 +103,10 @@ func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, endpoint.R
 		return rx, 0
 	case rx.id == m.id:
 		poolDrop(rx)
-		*rx = bulkRx{id: m.id, dst: s}
+		*rx = bulkRx{id: m.id, dst: s, src: src}
 		return rx, endpoint.ReasonIncomplete
 	}
 	poolDrop(rx) // a message its sender gave up on, if not complete
-	*rx = bulkRx{id: m.id, dst: s}
+	*rx = bulkRx{id: m.id, dst: s, src: src}
 	return rx, 0
 }

@@ -120,6 +120,12 @@ type EngineConfig struct {
 	// Modules extend the engine (module.go): the same modules, with the
 	// same IDs, on every host. None by default: AM-II's service alone.
 	Modules []Module
+	// PoolHold bounds how long a pooled bulk message may hold its block
+	// of a receive pool without progress (no chunk arrives) while others
+	// wait for the pool: past it the block is taken back and the message
+	// returned with ReasonIncomplete when its next chunk comes (pool.go).
+	// Default the transport's GiveUpAfter.
+	PoolHold time.Duration
 	// Unprotected turns the virtual networks' protection off, for
 	// measuring what it costs (the LogP baseline of AM-II): a message is
 	// delivered to its endpoint whatever its tag. Descriptors are still
@@ -140,6 +146,8 @@ type EngineStats struct {
 	Chunks        uint64 // bulk chunks stored that were not their message's last
 	ChunksDropped uint64 // bulk chunks dropped because their message was returned already
 	PoolFull      uint64 // pooled bulk chunks refused for now (NACK): no block of the receive pool free
+	PoolShare     uint64 // of those, refused because their sending host held its share of the pool while others waited
+	PoolExpired   uint64 // blocks taken back from messages that made no progress for PoolHold while others waited
 	QueueFull     uint64 // deliveries refused for a full receive queue (NACK)
 	NotResident   uint64 // deliveries refused because no frame could be freed (NACK)
 	Returned      uint64 // returned messages put into a sender's reply receive queue
@@ -249,6 +257,12 @@ type bulkRx struct {
 	// then the pool's books', not the record's).
 	pooled, put bool
 	block       poolBlock
+	// src is the sending host; swept the bytes stored when the pool was
+	// last swept for stale blocks, and expired that the sweep took the
+	// block back (the next chunk returns the message).
+	src     HostID
+	swept   uint32
+	expired bool
 }
 
 // flight is the engine's one record of a message in flight, whatever the
@@ -372,6 +386,9 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	}
 	e.maxPL = e.tr.MaxPayload()
 	e.giveUp = e.tr.Config().GiveUpAfter
+	if e.cfg.PoolHold <= 0 {
+		e.cfg.PoolHold = e.giveUp
+	}
 	e.buf = make([]byte, max(e.maxPL, msgMaxLen))
 	e.pending = e.isPending
 	e.yield = e.mayYield
@@ -1226,6 +1243,8 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 	}
 	switch {
 	case reason != 0:
+	case rx != nil && rx.expired:
+		reason = endpoint.ReasonIncomplete // its block was taken back (pool.go)
 	case s == nil:
 		reason = endpoint.ReasonNoEndpoint
 	case s.closed:
@@ -1241,7 +1260,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		return true, 0
 	case m.class == endpoint.ClassBulk && m.remote == endpoint.PoolOffset && !rx.pooled:
 		var ok bool
-		if ok, reason = e.poolAlloc(s, rx, m.length); !ok && reason == 0 {
+		if ok, reason = e.poolAlloc(s, rx, m.length, src); !ok && reason == 0 {
 			e.stats.PoolFull++
 			return false, 0
 		}
@@ -1298,6 +1317,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason e
 		if err = s.mem.Put(q, &d); err == nil && rx.pooled {
 			rx.put = true
 			s.pool.held = append(s.pool.held, rx.block)
+			s.pool.arrived(rx)
 		}
 	default:
 		err = s.mem.Put(q, &d)

@@ -1,6 +1,8 @@
 package nicfw
 
 import (
+	"time"
+
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
 )
@@ -18,6 +20,17 @@ import (
 // next needs room (reclaim). A message larger than the pool is returned
 // (ReasonTooLarge); one for an endpoint without a pool, with ReasonRange.
 
+// A pool is shared, so one sender must not be able to keep it: a sending
+// host may hold at most half of it in blocks of messages still arriving
+// while another host waits for a block (its chunk was refused since it
+// last got one; PoolShare counts the refusals), and a block whose message
+// makes no progress for EngineConfig.PoolHold while others wait is taken
+// back (PoolExpired): a stream that published its first bytes and stopped
+// cannot hold the pool. The sweep that finds such blocks runs when an
+// allocation fails, at most once per PoolHold: a block is taken back when
+// its message stored nothing between two sweeps. Its message is returned
+// to its sender (ReasonIncomplete) when its next chunk comes.
+
 // poolPage is the pool's unit of allocation: a block is whole pages.
 const poolPage = 1024
 
@@ -27,6 +40,12 @@ type rxPool struct {
 	used      []bool      // per page
 	inUse     int         // blocks allocated
 	held      []poolBlock // blocks of messages put and not yet released
+	// partial: pages of blocks of messages still arriving, per sending
+	// host; waiting: the hosts refused a block since they last got one;
+	// swept: when the pool was last swept for stale blocks.
+	partial map[HostID]int
+	waiting map[HostID]bool
+	swept   time.Time
 }
 
 // poolBlock is a block of the pool: pages from first, and for a message
@@ -38,13 +57,13 @@ type poolBlock struct {
 }
 
 // poolAlloc finds a block for rx, a pooled bulk message of length bytes
-// for endpoint s: ok false when none is free now (refuse the chunk for
-// now); a reason when the message can never be stored.
-func (e *Engine) poolAlloc(s *epState, rx *bulkRx, length uint32) (ok bool, reason endpoint.Reason) {
+// from host src for endpoint s: ok false when none is free now (refuse the
+// chunk for now); a reason when the message can never be stored.
+func (e *Engine) poolAlloc(s *epState, rx *bulkRx, length uint32, src HostID) (ok bool, reason endpoint.Reason) {
 	off, size := s.mem.Pool()
 	p := s.pool
 	if p == nil || p.inUse == 0 && len(p.held) == 0 && (p.off != off || p.size != size) {
-		p = &rxPool{off: off, size: size, used: make([]bool, size/poolPage)}
+		p = &rxPool{off: off, size: size, used: make([]bool, size/poolPage), partial: map[HostID]int{}, waiting: map[HostID]bool{}}
 		s.pool = p
 	}
 	pages := (uint64(length) + poolPage - 1) / poolPage
@@ -54,19 +73,72 @@ func (e *Engine) poolAlloc(s *epState, rx *bulkRx, length uint32) (ok bool, reas
 	case pages > uint64(len(p.used)):
 		return false, endpoint.ReasonTooLarge
 	}
+	if p.othersWait(src) && p.partial[src] > 0 && uint64(p.partial[src])+pages > uint64(len(p.used))/2 {
+		e.stats.PoolShare++
+		return false, 0 // its share, while others wait
+	}
 	first, found := p.find(int(pages))
 	if !found {
 		p.reclaim(s.mem)
 		if first, found = p.find(int(pages)); !found {
-			return false, 0
+			e.sweepPool(s)
+			if first, found = p.find(int(pages)); !found {
+				p.waiting[src] = true
+				return false, 0
+			}
 		}
 	}
 	for i := range int(pages) {
 		p.used[first+i] = true
 	}
 	p.inUse++
-	rx.pooled, rx.block = true, poolBlock{first: uint32(first), pages: uint32(pages)}
+	p.partial[src] += int(pages)
+	delete(p.waiting, src)
+	rx.pooled, rx.block, rx.src, rx.swept = true, poolBlock{first: uint32(first), pages: uint32(pages)}, src, 0
 	return true, 0
+}
+
+// othersWait reports whether a host other than src waits for a block.
+func (p *rxPool) othersWait(src HostID) bool {
+	for h := range p.waiting {
+		if h != src {
+			return true
+		}
+	}
+	return false
+}
+
+// arrived notes that rx's message is whole: its block is the
+// application's now, no longer its sender's share.
+func (p *rxPool) arrived(rx *bulkRx) {
+	if p.partial[rx.src] -= int(rx.block.pages); p.partial[rx.src] <= 0 {
+		delete(p.partial, rx.src)
+	}
+}
+
+// sweepPool takes back the blocks of s's pool whose messages stored
+// nothing since the last sweep, if that was at least PoolHold ago, and
+// notes what every other message has stored.
+func (e *Engine) sweepPool(s *epState) {
+	p, now := s.pool, e.clk.Now()
+	if now.Sub(p.swept) < e.cfg.PoolHold {
+		return
+	}
+	first := p.swept.IsZero()
+	p.swept = now
+	clear(p.waiting) // those still waiting say so again with their next chunk
+	for _, rx := range e.bulkRx {
+		if rx.dst != s || !rx.pooled || rx.put {
+			continue
+		}
+		if !first && rx.got == rx.swept {
+			poolDrop(rx)
+			rx.expired = true
+			e.stats.PoolExpired++
+			continue
+		}
+		rx.swept = rx.got
+	}
 }
 
 // find returns the first run of n free pages.
@@ -117,6 +189,7 @@ func (p *rxPool) reclaim(mem *endpoint.Memory) {
 func poolDrop(rx *bulkRx) {
 	if rx.pooled && !rx.put && rx.dst != nil && rx.dst.pool != nil {
 		rx.dst.pool.free(rx.block)
+		rx.dst.pool.arrived(rx)
 	}
 	rx.pooled = false
 }

@@ -50,6 +50,8 @@ type clusterConfig struct {
 	// replyTimeout is every endpoint's Config.ReplyTimeout (0: the
 	// default).
 	replyTimeout time.Duration
+	// poolHold is the engines' EngineConfig.PoolHold (0: the default).
+	poolHold time.Duration
 }
 
 // cluster makes hosts 1..n on links (one per host), each with a GRIM
@@ -139,10 +141,12 @@ func engineConfig(id nicfw.HostID, window int) nicfw.EngineConfig {
 
 // engineConfig is the engines' configuration under cc.
 func (cc clusterConfig) engineConfig(id nicfw.HostID) nicfw.EngineConfig {
+	ec := engineConfig(id, cc.window)
 	if cc.deployed {
-		return nicfw.EngineConfig{Host: id, Window: cc.window}
+		ec = nicfw.EngineConfig{Host: id, Window: cc.window}
 	}
-	return engineConfig(id, cc.window)
+	ec.PoolHold = cc.poolHold
+	return ec
 }
 
 // drain runs the engine until it is done with c's payload region.
