@@ -42,6 +42,8 @@ import (
 //     or control message to it unanswered for the transport's
 //     GiveUpAfter).
 //   - Deactivator: called by Engine.Close.
+//   - StatsReporter: counters of the module's own, which the daemon's
+//     stats show by the module's name.
 //
 // A module runs in the engine thread, inside Poll, like everything in the
 // engine; it reaches the engine only through its Backplane, never an
@@ -90,7 +92,9 @@ type Ticker interface {
 // in its endpoint, asked again at later Polls, until the gate opens. Once
 // the unit has left, Sent tells the gate how many bytes of the message are
 // left after it: 0 when the message is done, or was given up (returned)
-// with bytes still unsent.
+// with bytes still unsent. The gate sees each unit once, as it first
+// leaves: the transport's retransmissions of it (no acknowledgement in
+// time, or a NACK) leave without asking.
 type SendGate interface {
 	MaySend(src EndpointID, dst HostID, size, left int) bool
 	Sent(src EndpointID, dst HostID, left int)
@@ -115,6 +119,20 @@ type HostWatcher interface {
 // closes.
 type Deactivator interface {
 	Deactivate() error
+}
+
+// StatsReporter is a module that counts what it does: ReportStats returns
+// its counters, and the settings that explain them, as named values in a
+// fixed order. It runs in the engine thread, like every module call. The
+// daemon's stats (`xam fw stats`) show them under the module's name.
+type StatsReporter interface {
+	ReportStats() []ModuleCounter
+}
+
+// ModuleCounter is a named value a module reports (StatsReporter).
+type ModuleCounter struct {
+	Name  string `json:"name"`
+	Value int64  `json:"value"`
 }
 
 // CommandStatus is the Tag of a command's completion.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -84,7 +85,7 @@ func runFw(e *env, args []string) error {
 	if len(args) > 0 && args[0] == "stats" {
 		return runFwStats(e, args[1:])
 	}
-	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--module coord]\n       xam fw stats [--socket PATH] [--json]")
+	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n       [--module coord [--coord-threshold B] [--coord-early B] [--coord-link-rate RATE --coord-port-buffer B]]\n       xam fw stats [--socket PATH] [--json]")
 	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
 	ns := fs.String("netns", "", "the named network namespace the device is in")
 	id := fs.Uint("id", 0, "this host's id in the host table (1..65535)")
@@ -97,6 +98,7 @@ func runFw(e *env, args []string) error {
 	channels := fs.Int("channels", transport.DefaultChannels, "logical channels per peer host (C)")
 	window := fs.Int("window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
 	giveUp := fs.Duration("give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
+	retransmit := fs.Duration("retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
 	xdpMode := fs.String("xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	queue := fs.Int("queue", 0, "the device queue to own")
 	useMap := fs.Bool("map", false, "find the hosts with the mapper protocol instead of --id and --host")
@@ -109,9 +111,13 @@ func runFw(e *env, args []string) error {
 	modules := fs.String("module", "", "extension modules to load, comma-separated: coord (sender coordination)")
 	coordThreshold := fs.Int("coord-threshold", coord.DefaultThreshold, "coord: messages of at most this many bytes are not coordinated")
 	coordEarly := fs.Int("coord-early", 0, "coord: pass the token on when this many bytes of the message are left (Early Token Release)")
+	coordRate := fs.String("coord-link-rate", "", "coord: the switch ports' rate, e.g. 100mbit or 1gbit: a holder keeps the token until its message has crossed the port at that rate")
+	coordBuffer := fs.String("coord-port-buffer", "", "coord: the bytes a switch port queues, e.g. 16k: with --coord-link-rate, the holder paces its message to three quarters of it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	switch {
 	case *dev == "":
 		return usageError("--dev is required")
@@ -141,6 +147,8 @@ func runFw(e *env, args []string) error {
 		return usageError("--window %d: want at least 1", *window)
 	case *giveUp <= 0:
 		return usageError("--give-up %v: want a positive duration", *giveUp)
+	case *retransmit <= 0 || *retransmit >= *giveUp:
+		return usageError("--retransmit %v: want a positive duration below --give-up (%v)", *retransmit, *giveUp)
 	case *sleep < 0:
 		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", *sleep)
 	case *queue < 0:
@@ -150,18 +158,9 @@ func runFw(e *env, args []string) error {
 	case *maxConns < 1:
 		return usageError("--max-conns %d: want at least 1", *maxConns)
 	}
-	var mods []nicfw.Module
-	for name := range strings.SplitSeq(*modules, ",") {
-		switch name {
-		case "":
-		case "coord":
-			if *coordEarly < 0 {
-				return usageError("--coord-early %d: want 0 or more bytes", *coordEarly)
-			}
-			mods = append(mods, coord.New(coord.Config{Threshold: *coordThreshold, EarlyRelease: *coordEarly}))
-		default:
-			return usageError("--module %q: unknown module (have: coord)", name)
-		}
+	mods, err := fwModules(*modules, given, coordFlags{threshold: *coordThreshold, early: *coordEarly, rate: *coordRate, buffer: *coordBuffer})
+	if err != nil {
+		return err
 	}
 	memQuota, err := parseSize(*userMemory)
 	if err != nil || memQuota < 1<<20 || memQuota > 1<<40 {
@@ -196,7 +195,7 @@ func runFw(e *env, args []string) error {
 	}
 	cfg := daemon.Config{
 		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window, Modules: mods,
-			Transport: transport.Config{Channels: *channels, GiveUpAfter: *giveUp}},
+			Transport: transport.Config{Channels: *channels, GiveUpAfter: *giveUp, RetransmitAfter: *retransmit}},
 		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
 		MaxPerUser: *maxEndpoints, MaxConnsPerUser: *maxConns, UserMemory: int64(memQuota),
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
@@ -215,11 +214,104 @@ func runFw(e *env, args []string) error {
 	} else {
 		fmt.Fprintf(e.stderr, "xam fw: host %d on %s (%s), socket %s, cores %v\n", *id, *dev, here.MAC, *socket, cores)
 	}
+	for _, m := range mods {
+		fmt.Fprintf(e.stderr, "xam fw: module %s\n", describeModule(m))
+	}
 	err = d.Run(ctx)
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// coordFlags are the coordination module's flags of `xam fw`, as given.
+type coordFlags struct {
+	threshold, early int
+	rate, buffer     string // --coord-link-rate, --coord-port-buffer
+}
+
+// fwModules returns the modules that --module names (comma-separated),
+// configured by their flags; given holds the names of the flags set on
+// the command line, so that a module's flag without its module is an
+// error rather than ignored.
+func fwModules(names string, given map[string]bool, cf coordFlags) ([]nicfw.Module, error) {
+	var mods []nicfw.Module
+	loaded := map[string]bool{}
+	for name := range strings.SplitSeq(names, ",") {
+		switch {
+		case name == "":
+			continue
+		case loaded[name]:
+			return nil, usageError("--module %s given twice", name)
+		case name != "coord":
+			return nil, usageError("--module %q: unknown module (have: coord)", name)
+		}
+		loaded[name] = true
+		cfg, err := cf.config(given)
+		if err != nil {
+			return nil, err
+		}
+		mods = append(mods, coord.New(cfg))
+	}
+	for _, f := range []string{"coord-threshold", "coord-early", "coord-link-rate", "coord-port-buffer"} {
+		if given[f] && !loaded["coord"] {
+			return nil, usageError("--%s needs --module coord", f)
+		}
+	}
+	return mods, nil
+}
+
+// config checks the coordination module's flags and returns its
+// configuration.
+func (cf coordFlags) config(given map[string]bool) (coord.Config, error) {
+	cfg := coord.Config{Threshold: cf.threshold, EarlyRelease: cf.early}
+	if cf.early < 0 {
+		return cfg, usageError("--coord-early %d: want 0 or more bytes", cf.early)
+	}
+	if given["coord-link-rate"] {
+		r, err := parseRate(cf.rate)
+		if err != nil {
+			return cfg, usageError("--coord-link-rate: %v", err)
+		}
+		cfg.LinkRate = r
+	}
+	if given["coord-port-buffer"] {
+		b, err := parseSize(cf.buffer)
+		if err != nil || b < 1<<10 || b > 1<<30 {
+			return cfg, usageError("--coord-port-buffer %q: want a size from 1k to 1g, e.g. 16k", cf.buffer)
+		}
+		if cfg.LinkRate == 0 {
+			return cfg, usageError("--coord-port-buffer needs --coord-link-rate: the port's queue is estimated from the rate it drains at")
+		}
+		cfg.PortBuffer = int(b)
+	}
+	return cfg, nil
+}
+
+// describeModule says what module m is set to do, for the daemon's first
+// lines.
+func describeModule(m nicfw.Module) string {
+	c, ok := m.(*coord.Module)
+	if !ok {
+		return m.Name()
+	}
+	cfg := c.Config()
+	s := fmt.Sprintf("coord: messages above %d bytes wait for the token", cfg.Threshold)
+	if cfg.Threshold < 0 {
+		s = "coord: every message waits for the token"
+	}
+	if cfg.EarlyRelease > 0 {
+		s += fmt.Sprintf(", released with %d bytes left", cfg.EarlyRelease)
+	}
+	switch {
+	case cfg.PortBuffer > 0:
+		s += fmt.Sprintf("; paced to %d bit/s and a %d-byte port buffer", cfg.LinkRate, cfg.PortBuffer)
+	case cfg.LinkRate > 0:
+		s += fmt.Sprintf("; held until the message crossed a %d bit/s port, not paced (no --coord-port-buffer)", cfg.LinkRate)
+	default:
+		s += "; not paced (no --coord-link-rate, --coord-port-buffer)"
+	}
+	return s
 }
 
 // devicePlace finds device dev, in namespace ns if given.
@@ -298,6 +390,16 @@ func runFwStats(e *env, args []string) error {
 	fmt.Fprintf(w, "engine: %+v\n", en)
 	fmt.Fprintf(w, "transport: %+v\n", tr)
 	fmt.Fprintf(w, "residency: %+v\n", s.Residency)
+	for _, m := range s.Modules {
+		fmt.Fprintf(w, "module %s (id %d):", m.Name, m.ID)
+		for _, c := range m.Counters {
+			fmt.Fprintf(w, " %s=%d", c.Name, c.Value)
+		}
+		fmt.Fprintln(w)
+	}
+	if s.Backplane != nil {
+		fmt.Fprintf(w, "modules' engine work: %+v\n", *s.Backplane)
+	}
 	fmt.Fprintf(w, "engine slept %d times\n", s.Sleeps)
 	return nil
 }

@@ -2,20 +2,27 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/coord"
 	"github.com/xam-project/xam/nicfw/daemon"
 	"github.com/xam-project/xam/nicfw/daemon/daemontest"
 	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // TestFwStats asks a running daemon, from the command line, for its host
@@ -132,5 +139,130 @@ func TestPingDaemons(t *testing.T) {
 		if code, _, _ := xam(t, nil, args...); code != 2 {
 			t.Errorf("xam %v: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// counter returns the value of module name's counter c in s, and whether
+// the module reports it.
+func counter(s daemon.Stats, name, c string) (int64, bool) {
+	for _, m := range s.Modules {
+		if m.Name != name {
+			continue
+		}
+		for _, v := range m.Counters {
+			if v.Name == c {
+				return v.Value, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// TestFwStatsModules: `xam fw stats` shows the engine's modules and their
+// counters, so that a user sees that sender coordination is on and what
+// it does. Three daemons run the coordination module with every message
+// coordinated; host 2 sends to host 3, whose link's token starts at host
+// 1: host 2 asks for it and gets it, and its stats say so. Before, the
+// stats showed no module at all.
+func TestFwStatsModules(t *testing.T) {
+	links := xdptest.Hub(t, 3, memlink.Options{})
+	socks := daemontest.Start(t, links, func(nicfw.HostID) nicfw.EngineConfig {
+		return nicfw.EngineConfig{Modules: []nicfw.Module{coord.New(coord.Config{Threshold: -1})}}
+	})
+	var eps []*daemon.Endpoint
+	for _, sock := range socks[1:] {
+		c, err := daemon.Dial(sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ep, err := c.Open(daemon.OpenRequest{Endpoint: daemon.FirstUserEndpoint, Tag: 0xc00d, Table: []nicfw.Name{{Host: 3, Endpoint: daemon.FirstUserEndpoint}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		eps = append(eps, ep)
+	}
+	d := endpoint.Descriptor{Class: endpoint.ClassShort, Handler: 1, NArgs: 1}
+	if err := eps[0].Send(endpoint.RequestSend, &d); err != nil {
+		t.Fatal(err)
+	}
+	var s daemon.Stats
+	for bound := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		code, out, errs := xam(t, nil, "fw", "stats", "--socket", socks[1], "--json")
+		if code != 0 || json.Unmarshal([]byte(out), &s) != nil {
+			t.Fatalf("fw stats --json: exit %d: %s %s", code, out, errs)
+		}
+		if n, _ := counter(s, "coord", "grants_received"); n == 1 || time.Now().After(bound) {
+			break
+		}
+	}
+	for c, want := range map[string]int64{"threshold_bytes": -1, "link_rate_bps": 0, "grants_received": 1, "holding": 1, "bypassed": 0} {
+		if got, ok := counter(s, "coord", c); !ok || got != want {
+			t.Errorf("coord's %s: %d (reported: %v), want %d; modules %+v", c, got, ok, want, s.Modules)
+		}
+	}
+	if n, _ := counter(s, "coord", "requests"); n < 1 { // a slow grant is asked for again
+		t.Errorf("coord's requests: %d, want at least 1", n)
+	}
+	if len(s.Modules) != 1 || s.Modules[0].ID != coord.ModuleID || s.Backplane == nil || s.Backplane.ControlRecv == 0 {
+		t.Errorf("modules %+v, backplane %+v: want coord (id %d) and the control messages it received", s.Modules, s.Backplane, coord.ModuleID)
+	}
+	code, out, errs := xam(t, nil, "fw", "stats", "--socket", socks[1])
+	if code != 0 || !strings.Contains(out, "module coord (id 2): threshold_bytes=-1 early_release_bytes=0 link_rate_bps=0 port_buffer_bytes=0 ") ||
+		!strings.Contains(out, " grants_received=1 ") || !strings.Contains(out, "modules' engine work: {") {
+		t.Errorf("fw stats: exit %d: %s %s", code, out, errs)
+	}
+	t.Logf("xam fw stats:\n%s", out)
+	// Host 1 passed the token on.
+	if _, out, _ := xam(t, nil, "fw", "stats", "--socket", socks[0]); !strings.Contains(out, " grants_sent=1 ") {
+		t.Errorf("host 1's stats: %s", out)
+	}
+}
+
+// TestFwCoordDaemon runs `xam fw --module coord` with pacing on a lab
+// host, as a user does, and finds the settings its flags gave in `xam fw
+// stats`: the flags reach the module that runs in the daemon.
+func TestFwCoordDaemon(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("fwcoord%d", os.Getpid()), Hosts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	h, peer := l.Hosts[0], l.Hosts[1]
+	sock := filepath.Join(t.TempDir(), "fw.sock")
+	cmd, _, stderr := xamProcess(t, "fw", "--dev", h.Link, "--netns", h.NS, "--id", "1", "--host", "2="+peer.MAC.String(),
+		"--socket", sock, "--sleep", "1ms", "--retransmit", "20ms",
+		"--module", "coord", "--coord-early", "2000", "--coord-link-rate", "100mbit", "--coord-port-buffer", "16k")
+	waitLine(t, stderr, "xam fw: module coord: messages above 4096 bytes wait for the token, released with 2000 bytes left; paced to 100000000 bit/s and a 16384-byte port buffer")
+	go func() {
+		for stderr.Scan() {
+		}
+	}()
+	var s daemon.Stats
+	for bound := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
+		if code == 0 && json.Unmarshal([]byte(out), &s) == nil {
+			break
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("fw stats: exit %d: %s", code, out)
+		}
+	}
+	for c, want := range map[string]int64{"threshold_bytes": 4096, "early_release_bytes": 2000, "link_rate_bps": 100_000_000, "port_buffer_bytes": 16 << 10} {
+		if got, ok := counter(s, "coord", c); !ok || got != want {
+			t.Errorf("coord's %s: %d (reported: %v), want %d", c, got, ok, want)
+		}
+	}
+	code, out, errs := xam(t, nil, "fw", "stats", "--socket", sock)
+	if code != 0 || !strings.Contains(out, "module coord (id 2): threshold_bytes=4096 early_release_bytes=2000 link_rate_bps=100000000 port_buffer_bytes=16384 bypassed=0 ") {
+		t.Errorf("fw stats: exit %d: %s %s", code, out, errs)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("xam fw after SIGTERM: %v, want exit 0", err)
 	}
 }

@@ -48,6 +48,20 @@ func newStar(t testing.TB, n int, opts memlink.Options, cfg Config) *star {
 // system clock).
 func newStarOn(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config, giveUp time.Duration) *star {
 	t.Helper()
+	ids := make([]nicfw.HostID, len(ports))
+	for i := range ids {
+		ids[i] = nicfw.HostID(i + 1)
+	}
+	return newStarIDs(t, ports, clk, cfg, giveUp, ids, false)
+}
+
+// newStarIDs is newStarOn with the hosts' ids: ids[i] on ports[i]. Host
+// index i is still the table's index i. If mapped, every engine starts as
+// host 0 with no peers, as a daemon with a mapper does before its first
+// table, and is given its id and host table once its module is running
+// (Engine.SetHosts, as the mapper does).
+func newStarIDs(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config, giveUp time.Duration, ids []nicfw.HostID, mapped bool) *star {
+	t.Helper()
 	if tt, ok := t.(*testing.T); ok {
 		testenv.NoMemfdLeaks(tt, "xam-endpoint")
 	}
@@ -59,22 +73,37 @@ func newStarOn(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config, 
 	}
 	table := make([]nicfw.Name, n)
 	for i := range n {
-		table[i] = nicfw.Name{Host: nicfw.HostID(i + 1), Endpoint: 1}
+		table[i] = nicfw.Name{Host: ids[i], Endpoint: 1}
 	}
 	for i, p := range ports {
-		self := nicfw.HostID(i + 1)
+		self := ids[i]
 		c := cfg
 		c.Trace = func(link nicfw.HostID, holds bool) { s.trace(self, link, holds) }
 		m := New(c)
-		e, err := nicfw.NewEngine(p, nicfw.EngineConfig{Host: self, Window: 8, Modules: []nicfw.Module{m},
+		host := self
+		if mapped {
+			host = 0
+		}
+		e, err := nicfw.NewEngine(p, nicfw.EngineConfig{Host: host, Window: 8, Modules: []nicfw.Module{m},
 			Transport: transport.Config{Clock: tclk, Channels: 16, RetransmitAfter: 2 * time.Millisecond, GiveUpAfter: giveUp}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { e.Close() })
+		peers := map[nicfw.HostID]net.HardwareAddr{}
 		for j, q := range ports {
 			if j != i {
-				if err := e.AddHost(nicfw.HostID(j+1), q.HardwareAddr()); err != nil {
+				peers[ids[j]] = q.HardwareAddr()
+			}
+		}
+		if mapped {
+			// The module was started (Init) as host 0.
+			if err := e.SetHosts(self, peers); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for h, mac := range peers {
+				if err := e.AddHost(h, mac); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -236,6 +265,32 @@ func tokenBody(t *testing.T, s *star, per, limit int) {
 		t.Errorf("no coordination: %d grants, %d sends held", grants, held)
 	}
 	t.Logf("%d grants, %d sends held back", grants, held)
+}
+
+// TestHostZero: the mapper numbers hosts from 0 (`xam fw --map`), and
+// host 0 takes part as any other: as a sender and first holder of the
+// token (the lowest id), and as the destination whose link the token
+// governs. Before, the module took id 0 for "no host": host 0's requests
+// and every control message about its link were refused as bad, and the
+// hosts disagreed on where a token started.
+func TestHostZero(t *testing.T) {
+	for _, ids := range [][]nicfw.HostID{{0, 1, 2, 3}, {1, 2, 3, 0}} {
+		t.Run(fmt.Sprintf("ids=%v", ids), func(t *testing.T) {
+			clk := clock.NewManual(time.Unix(1_000_000, 0))
+			tokenBody(t, newStarIDs(t, xdptest.Hub(t, len(ids), memlink.Options{Loss: 0.05, Seed: 5}), clk, Config{}, time.Hour, ids, false), 6, 1_000_000)
+		})
+	}
+}
+
+// TestMappedIDs: with a mapper (`xam fw --map --module coord`) the engine
+// starts as host 0 and learns its id from the mapper's first table, after
+// the module's Init. The module follows the engine's id. Before, it kept
+// the id it had at Init, 0 on every host, and each host took itself for
+// the first holder of every token: several held one at once.
+func TestMappedIDs(t *testing.T) {
+	ids := []nicfw.HostID{2, 0, 3, 1}
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	tokenBody(t, newStarIDs(t, xdptest.Hub(t, len(ids), memlink.Options{Loss: 0.05, Seed: 6}), clk, Config{}, time.Hour, ids, true), 6, 1_000_000)
 }
 
 // Messages of at most Threshold bytes bypass coordination: no token moves.

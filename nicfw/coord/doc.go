@@ -28,6 +28,38 @@
 // below empty) and lets a chunk leave only while the estimate stays within
 // three quarters of the buffer; the token passes on once the estimate is
 // down to EarlyRelease, and the next holder starts from that estimate.
+// The estimate counts a unit's wire bytes high, never low (its headers,
+// whole cells, frames of a 1500-byte MTU): each holder starts from the
+// last one's, so what an estimate missed would stay queued at a busy port,
+// message after message, until it overflowed.
+//
+// # What pacing bounds
+//
+// The engine asks the gate about each unit (a message, or a bulk chunk)
+// once, as it first leaves. Pacing therefore bounds what coordinated
+// senders send for the first time: the port queues at most three quarters
+// of PortBuffer of it (a unit larger than that leaves only onto an empty
+// queue), beside what passes uncoordinated (messages of at most Threshold
+// bytes, control messages). The transport's retransmissions are outside
+// it: a unit not acknowledged within the transport's RetransmitAfter, or
+// refused with a NACK (a full receive pool or queue), is sent again at
+// once, whoever holds the token and whatever the port queues. A host then
+// resends every unit to the destination not yet acknowledged (up to its
+// endpoints' windows, at most the transport's Channels per host), each up
+// to the transport's MaxPayload: a bulk chunk of the default 8.5 KB takes
+// about 9.7 KB on the wire. Above the pacing bound the port has a quarter
+// of PortBuffer to spare (4 KB of 16 KB), so a single chunk resent while
+// another host's paced message fills the port overflows it, and what
+// overflows is lost and resent in turn. Coordination with pacing keeps
+// the port from dropping frames only while nothing is resent: while
+// every unit is acknowledged within RetransmitAfter and the receiver
+// refuses none. Engines that wait for a core (several inline engines on
+// two CPUs) acknowledge late: give them a RetransmitAfter above that wait
+// (`xam fw --retransmit`). TestPacingBound pins both sides: 3 senders with
+// 4 ordered endpoints each, acknowledged in time, stay within the bound;
+// acknowledged late, the first transmissions still do and the
+// retransmissions overflow the buffer; TestPacingEstimate keeps a busy
+// port within the bound over 72 messages.
 //
 // The protocol is DVCM's, with its four control messages, carried by the
 // engine reliably and in order per destination host:
@@ -54,8 +86,12 @@
 // that has waited long asks again by broadcast with the same number.
 //
 // The token of link D starts at the lowest host id in the host table other
-// than D's, which every host computes alike from the table. The table must
-// be in place before coordinated traffic begins.
+// than D's (0 is an id like any other: the mapper numbers hosts from 0),
+// which every host computes alike from the table. The table must be in
+// place before coordinated traffic begins. The module follows this host's
+// id in the engine's table: a table that gives the host another id (the
+// mapper's first, which comes after the module has started) makes it
+// forget what it knew of the links.
 //
 // Safety: a token exists once per link and moves only in GRANT_LINK
 // messages, which the transport delivers exactly once: at every moment at

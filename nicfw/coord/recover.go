@@ -35,6 +35,7 @@ import (
 
 // HostDown learns that the engine gave up on host h (nicfw.HostWatcher).
 func (m *Module) HostDown(h nicfw.HostID) {
+	m.renumber()
 	if m.down[h] {
 		return // known already: each message given up on tells again
 	}

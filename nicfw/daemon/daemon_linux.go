@@ -131,6 +131,21 @@ type Stats struct {
 	Epoch uint64 `json:"epoch,omitempty"`
 	// Mapper counts the mapper's work (with Config.Map).
 	Mapper *mapper.Stats `json:"mapper,omitempty"`
+	// Modules lists the engine's modules (Config.Engine.Modules, and the
+	// mapper's with Config.Map), with what those that count their work
+	// report (nicfw.StatsReporter); Backplane counts what the engine did
+	// for them. Both are absent without modules.
+	Modules   []ModuleReport     `json:"modules,omitempty"`
+	Backplane *nicfw.ModuleStats `json:"backplane,omitempty"`
+}
+
+// ModuleReport is a module of the daemon's engine and what it reports.
+type ModuleReport struct {
+	Name string `json:"name"`
+	ID   uint8  `json:"id"`
+	// Counters are the module's settings and counters, in its order
+	// (nicfw.StatsReporter); absent for a module that reports none.
+	Counters []nicfw.ModuleCounter `json:"counters,omitempty"`
 }
 
 // Host is an entry of the daemon's host table.
@@ -611,6 +626,17 @@ func (d *Daemon) statsNow() Stats {
 	if d.mapper != nil {
 		ms := d.mapper.Stats()
 		s.Mapper = &ms
+	}
+	if mods := d.cfg.Engine.Modules; len(mods) > 0 {
+		bp := d.eng.ModuleStats()
+		s.Backplane = &bp
+		for _, m := range mods {
+			r := ModuleReport{Name: m.Name(), ID: m.ID()}
+			if sr, ok := m.(nicfw.StatsReporter); ok {
+				r.Counters = sr.ReportStats()
+			}
+			s.Modules = append(s.Modules, r)
+		}
 	}
 	return s
 }

@@ -49,6 +49,12 @@
 // endpoint can send a mapper frame (the engine sends unicast frames only),
 // so only the daemon's privileged mapper speaks for the host.
 //
+// Stats lists the engine's modules (Config.Engine.Modules, the mapper's
+// too) with the settings and counters of those that report them
+// (nicfw.StatsReporter, read in the engine thread), and what the engine
+// did for its modules: `xam fw stats` shows whether sender coordination
+// is on, how it paces and what it did.
+//
 // Threads: the engine and its endpoints belong to the engine goroutine. A
 // connection's goroutine hands it work as a function on a channel and
 // writes the wake eventfd; the engine runs queued functions at the top of

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/nicfw/coord"
+)
+
+// TestFwCoordFlags: the coordination module's flags reach the module that
+// `xam fw --module coord` loads: its threshold, Early Token Release and
+// pacing (the ports' rate and buffer). Before, the module could not pace
+// in firmware mode: there were no flags for LinkRate and PortBuffer.
+func TestFwCoordFlags(t *testing.T) {
+	given := map[string]bool{"coord-threshold": true, "coord-early": true, "coord-link-rate": true, "coord-port-buffer": true}
+	mods, err := fwModules("coord", given, coordFlags{threshold: 2048, early: 3000, rate: "100mbit", buffer: "16k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) != 1 {
+		t.Fatalf("%d modules, want 1", len(mods))
+	}
+	m, ok := mods[0].(*coord.Module)
+	if !ok {
+		t.Fatalf("module %T, want *coord.Module", mods[0])
+	}
+	got := m.Config()
+	want := coord.Config{Threshold: 2048, EarlyRelease: 3000, LinkRate: 100_000_000, PortBuffer: 16 << 10, Retry: coord.DefaultRetry}
+	if got.Threshold != want.Threshold || got.EarlyRelease != want.EarlyRelease || got.LinkRate != want.LinkRate ||
+		got.PortBuffer != want.PortBuffer || got.Retry != want.Retry {
+		t.Errorf("the module's configuration is %+v, want %+v", got, want)
+	}
+	if !strings.Contains(describeModule(m), "paced to 100000000 bit/s and a 16384-byte port buffer") {
+		t.Errorf("the daemon would say %q", describeModule(m))
+	}
+
+	// Without the pacing flags the module does not pace, and says so.
+	mods, err = fwModules("coord", map[string]bool{}, coordFlags{threshold: coord.DefaultThreshold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := mods[0].(*coord.Module).Config(); c.LinkRate != 0 || c.PortBuffer != 0 {
+		t.Errorf("no pacing flags, yet %+v", c)
+	}
+	if d := describeModule(mods[0]); !strings.Contains(d, "not paced") {
+		t.Errorf("the daemon would say %q", d)
+	}
+	if mods, err := fwModules("", map[string]bool{}, coordFlags{}); err != nil || len(mods) != 0 {
+		t.Errorf("no --module: %v, %v", mods, err)
+	}
+}
+
+// TestFwCoordUsage: wrong coordination and retransmission flags are
+// refused with what is wrong, in one line, with exit status 2, before the
+// daemon needs its device or privileges.
+func TestFwCoordUsage(t *testing.T) {
+	base := []string{"fw", "--dev", "x", "--map"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--coord-link-rate", "100mbit"}, "--coord-link-rate needs --module coord"},
+		{[]string{"--coord-threshold", "100"}, "--coord-threshold needs --module coord"},
+		{[]string{"--module", "coord", "--coord-port-buffer", "16k"}, "--coord-port-buffer needs --coord-link-rate"},
+		{[]string{"--module", "coord", "--coord-link-rate", "fast"}, `--coord-link-rate: "fast": want a rate such as 100mbit or 1gbit`},
+		{[]string{"--module", "coord", "--coord-link-rate", "0"}, `--coord-link-rate: "0": want a rate`},
+		{[]string{"--module", "coord", "--coord-link-rate", "1gbit", "--coord-port-buffer", "100"}, `--coord-port-buffer "100": want a size from 1k to 1g`},
+		{[]string{"--module", "coord", "--coord-link-rate", "1gbit", "--coord-port-buffer", "lots"}, `--coord-port-buffer "lots": want a size from 1k to 1g`},
+		{[]string{"--module", "coord", "--coord-early", "-1"}, "--coord-early -1: want 0 or more bytes"},
+		{[]string{"--module", "coord,coord"}, "--module coord given twice"},
+		{[]string{"--retransmit", "0s"}, "--retransmit 0s: want a positive duration below --give-up (3s)"},
+		{[]string{"--retransmit", "5s"}, "--retransmit 5s: want a positive duration below --give-up (3s)"},
+	} {
+		args := append(append([]string(nil), base...), tc.args...)
+		code, out, errs := xam(t, nil, args...)
+		if code != 2 || out != "" || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and one line with %q", args, code, out, errs, tc.want)
+		}
+	}
+	// A retransmission time below the give-up time passes the checks (and
+	// stops later, at the missing device or privileges).
+	if _, _, errs := xam(t, nil, append(base, "--retransmit", "50ms", "--give-up", time.Second.String())...); strings.Contains(errs, "--retransmit") {
+		t.Errorf("--retransmit 50ms refused: %s", errs)
+	}
+}
