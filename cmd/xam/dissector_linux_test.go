@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +21,11 @@ import (
 // messages, the firmware transport carrying AM-II's short messages in
 // compact cells) and has tshark decode the file with tools/wireshark/xam.lua:
 // every frame is xam's, every layer's fields are there, every HEC and CRC
-// is correct, and nothing is malformed or raises a Lua error.
+// is correct, and nothing is malformed or raises a Lua error. SSAM's
+// handler field shows as the session tag's high bits and the handler
+// index, a request's whole tag and a sync's session with its tag, which
+// must be the tag the docs derive from the session number and the tag that
+// the session's requests and answers carry.
 func TestWiresharkDissector(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	tshark := testenv.RequireCommand(t, "tshark")
@@ -89,7 +95,8 @@ func TestWiresharkDissector(t *testing.T) {
 	out, err := exec.Command(tshark, "-X", "lua_script:"+script, "-r", path, "-T", "fields", "-E", "occurrence=a",
 		"-e", "frame.number", "-e", "xam.cells", "-e", "xam.cell.hec_ok", "-e", "xam.ssam.kind", "-e", "xam.ssam.crc10_ok",
 		"-e", "xam.aal5.crc_ok", "-e", "xam.tr.type", "-e", "xam.tr.src_epoch", "-e", "xam.am.class", "-e", "xam.am.handler",
-		"-e", "_ws.malformed", "-e", "_ws.lua.text", "-e", "_ws.expert.severity", "-e", "xam.tr.crc10_ok").Output()
+		"-e", "_ws.malformed", "-e", "_ws.lua.text", "-e", "_ws.expert.severity", "-e", "xam.tr.crc10_ok",
+		"-e", "xam.ssam.index", "-e", "xam.ssam.tag", "-e", "xam.ssam.tag_hi", "-e", "xam.ssam.session", "-e", "xam.ssam.rejected").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v\n%s", err, out)
 	}
@@ -98,9 +105,10 @@ func TestWiresharkDissector(t *testing.T) {
 		t.Fatalf("tshark shows %d frames, the capture recorded %d:\n%s", len(lines), st.frames, out)
 	}
 	seen := map[string]int{}
+	var msgs []ssamFields
 	for _, line := range lines {
 		fs := strings.Split(line, "\t")
-		if len(fs) != 14 {
+		if len(fs) != 19 {
 			t.Fatalf("line %q: %d fields", line, len(fs))
 		}
 		if fs[1] == "" {
@@ -122,7 +130,13 @@ func TestWiresharkDissector(t *testing.T) {
 		if strings.Contains(fs[6], "1") && fs[7] == "" {
 			t.Errorf("frame %s: a transport message without its epoch", fs[0])
 		}
+		ms, err := ssamMessages(fs[3], fs[14], fs[15], fs[16], fs[17], fs[18])
+		if err != nil {
+			t.Errorf("frame %s: SSAM fields: %v", fs[0], err)
+		}
+		msgs = append(msgs, ms...)
 	}
+	checkSSAMTags(t, msgs)
 	for _, what := range []string{"ssam", "transport", "am", "crc10", "aal5", "compact"} {
 		if seen[what] == 0 {
 			t.Errorf("no frame with %s fields (%v)", what, seen)
@@ -133,11 +147,133 @@ func TestWiresharkDissector(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tshark -V: %v", err)
 	}
-	for _, want := range []string{"Direction: Inbound", "Direction: Outbound", "SSAM single-cell message", "Firmware transport: DATA",
+	for _, want := range []string{"Direction: Inbound", "Direction: Outbound", "SSAM single-cell message", "SSAM bulk message: request",
+		"Session tag, high 16 bits: 0x", "Handler index: 0", "Session tag, low 7 bits: 0x", "[Session tag: 0x", "Session number: ", "Firmware transport: DATA",
 		"Firmware transport, compact cell: DATA (compact)", "AM-II engine message (compact): AM-II request short"} {
 		if !strings.Contains(string(v), want) {
 			t.Errorf("tshark -V shows no %q", want)
 		}
 	}
 	t.Logf("%d frames: %v", st.frames, seen)
+}
+
+// ssamFields is one SSAM message's fields as tshark shows them: kind,
+// handler index, session tag, the tag's high 16 bits, session number and
+// rejected (an ack's); what a kind lacks is -1.
+type ssamFields struct {
+	kind, index, tag, tagHi, session, rejected int64
+}
+
+// ssamMessages splits one frame's SSAM fields (tshark's values, comma
+// separated, in the order of the messages) into its messages: every
+// message has a kind and the tag's high bits; requests, replies and acks
+// an index; requests and syncs a whole tag; syncs a session; acks the
+// rejected flag.
+func ssamMessages(kinds, indices, tags, tagHis, sessions, rejected string) ([]ssamFields, error) {
+	list := func(s string) []string {
+		if s == "" {
+			return nil
+		}
+		return strings.Split(s, ",")
+	}
+	cols := [][]string{list(indices), list(tags), list(tagHis), list(sessions), list(rejected)}
+	var next [5]int
+	take := func(col int, what string) (int64, error) {
+		if next[col] >= len(cols[col]) {
+			return 0, fmt.Errorf("a message without its %s", what)
+		}
+		v := cols[col][next[col]]
+		next[col]++
+		switch v {
+		case "True":
+			return 1, nil
+		case "False":
+			return 0, nil
+		}
+		return strconv.ParseInt(v, 0, 64)
+	}
+	var out []ssamFields
+	for _, k := range list(kinds) {
+		kind, err := strconv.Atoi(k)
+		if err != nil {
+			return nil, err
+		}
+		m := ssamFields{kind: int64(kind), index: -1, tag: -1, session: -1, rejected: -1}
+		var errs [5]error
+		if kind != 3 {
+			m.index, errs[0] = take(0, "handler index")
+		}
+		if kind == 0 || kind == 3 {
+			m.tag, errs[1] = take(1, "session tag")
+		}
+		m.tagHi, errs[2] = take(2, "tag's high bits")
+		if kind == 3 {
+			m.session, errs[3] = take(3, "session number")
+		}
+		if kind == 2 {
+			m.rejected, errs[4] = take(4, "rejected flag")
+		}
+		for _, err := range errs {
+			if err != nil {
+				return nil, fmt.Errorf("%s message: %w", k, err)
+			}
+		}
+		out = append(out, m)
+	}
+	for i, c := range cols {
+		if next[i] != len(c) {
+			return nil, fmt.Errorf("%d values left over in %q for kinds %q", len(c)-next[i], c, kinds)
+		}
+	}
+	return out, nil
+}
+
+// checkSSAMTags checks the SSAM messages of a capture: a sync's tag is the
+// one docs/wire.md derives from its session number (the top 23 bits of
+// session x 0x9E3779B1 modulo 2^32, 1 where they are 0), every request
+// carries a synced session's whole tag and every answer its high 16 bits,
+// a request's and a reply's handler index is one an endpoint can have, and
+// an ack's index is 0 (rejected false) or 0xFFFF (rejected true).
+func checkSSAMTags(t *testing.T, msgs []ssamFields) {
+	t.Helper()
+	tags, his := map[int64]bool{}, map[int64]bool{}
+	for _, m := range msgs {
+		if m.kind != 3 {
+			continue
+		}
+		want := int64(uint32(m.session) * 0x9e3779b1 >> 9)
+		if want == 0 {
+			want = 1
+		}
+		if m.tag != want || m.tagHi != want>>7 {
+			t.Errorf("sync of session %d: tag %#x, high bits %#x; want %#x", m.session, m.tag, m.tagHi, want)
+		}
+		tags[want], his[want>>7] = true, true
+	}
+	kinds := map[int64]int{}
+	for _, m := range msgs {
+		kinds[m.kind]++
+		switch m.kind {
+		case 0:
+			if !tags[m.tag] || m.tag>>7 != m.tagHi {
+				t.Errorf("request of tag %#x (high bits %#x): no sync of the session (synced tags %v)", m.tag, m.tagHi, tags)
+			}
+		case 1, 2:
+			if !his[m.tagHi] {
+				t.Errorf("answer of tag's high bits %#x: no sync of the session (synced tags %v)", m.tagHi, tags)
+			}
+		}
+		switch {
+		case m.kind == 2 && !(m.index == 0 && m.rejected == 0 || m.index == 0xffff && m.rejected == 1):
+			t.Errorf("ack of handler index %d, rejected %d", m.index, m.rejected)
+		case m.kind < 2 && (m.index < 0 || m.index >= ssam.MaxHandlers):
+			t.Errorf("%d message of handler index %d", m.kind, m.index)
+		}
+	}
+	t.Logf("%d SSAM messages by kind: %v; synced tags %v", len(msgs), kinds, tags)
+	for k, name := range []string{"request", "reply", "ack", "sync"} {
+		if kinds[int64(k)] == 0 {
+			t.Errorf("no SSAM %s in the capture (%d messages by kind: %v)", name, len(msgs), kinds)
+		}
+	}
 }

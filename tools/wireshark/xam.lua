@@ -4,6 +4,19 @@
 -- (DATA/ACK/NACK/RESET with channel, sequence, stamp and epochs) and the
 -- AM-II engine's message header.
 --
+-- An SSAM message's handler field is two halves (docs/wire.md, "SSAM Active
+-- Messages"): the top 16 bits are the high bits of the requester session's
+-- 23-bit tag (xam.ssam.tag_hi), the low 16 bits the handler index
+-- (xam.ssam.index); a request's ack field holds the tag's low 7 bits, so a
+-- request shows its whole tag (xam.ssam.tag). A sync's handler field is the
+-- session number (xam.ssam.session), shown with the tag derived from it, so
+-- that `xam.ssam.tag_hi == T` finds a session's sync, requests and answers.
+-- An answer the receiver refuses as not of its session (an ack field other
+-- than seq+1, an ack of an index other than 0 and 0xFFFF or with data) is
+-- flagged (xam.ssam.refused), as is a sync it drops (session 0, an ack
+-- field other than 0 and 1: xam.ssam.bad_sync); an ack of index 0xFFFF
+-- answers a request that named no handler (xam.ssam.rejected).
+--
 -- Use:  wireshark -X lua_script:tools/wireshark/xam.lua xam.pcapng
 --       tshark -X lua_script:tools/wireshark/xam.lua -r xam.pcapng -V
 -- or copy this file into Wireshark's personal plugins folder. Captures come
@@ -24,6 +37,8 @@ local xam = Proto("xam", "xam: ATM cells over Ethernet")
 local kinds = { [0] = "request", [1] = "reply", [2] = "ack", [3] = "sync" }
 local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET", [5] = "DATA (compact)" }
 local queues = { [0] = "request", [1] = "reply" }
+local syncs = { [0] = "ask", [1] = "answer" }
+local reject_index = 0xffff -- an ack's index when the request named no handler
 local classes = { [1] = "short", [2] = "medium", [3] = "bulk" }
 local reasons = {
 	[0] = "none", [1] = "bad tag", [2] = "no such endpoint", [3] = "host unreachable",
@@ -51,7 +66,14 @@ f.payload = ProtoField.bytes("xam.cell.payload", "Payload")
 f.ssam_kind = ProtoField.uint8("xam.ssam.kind", "Kind", base.DEC, kinds)
 f.ssam_seq = ProtoField.uint8("xam.ssam.seq", "Sequence")
 f.ssam_ack = ProtoField.uint8("xam.ssam.ack", "Acknowledgement")
-f.ssam_handler = ProtoField.uint32("xam.ssam.handler", "Handler (session for a sync)")
+f.ssam_sync = ProtoField.uint8("xam.ssam.sync", "Sync", base.DEC, syncs)
+f.ssam_handler = ProtoField.uint32("xam.ssam.handler", "Handler field", base.HEX)
+f.ssam_tag_hi = ProtoField.uint16("xam.ssam.tag_hi", "Session tag, high 16 bits", base.HEX)
+f.ssam_tag_lo = ProtoField.uint8("xam.ssam.tag_lo", "Session tag, low 7 bits", base.HEX)
+f.ssam_tag = ProtoField.uint32("xam.ssam.tag", "Session tag", base.HEX)
+f.ssam_index = ProtoField.uint16("xam.ssam.index", "Handler index")
+f.ssam_rejected = ProtoField.bool("xam.ssam.rejected", "Rejected: the request named no handler")
+f.ssam_session = ProtoField.uint32("xam.ssam.session", "Session number")
 f.ssam_len = ProtoField.uint8("xam.ssam.len", "Data length")
 f.ssam_crc = ProtoField.uint16("xam.ssam.crc10", "CRC-10", base.HEX)
 f.ssam_crc_ok = ProtoField.bool("xam.ssam.crc10_ok", "CRC-10 correct")
@@ -103,7 +125,9 @@ local ef_hec = ProtoExpert.new("xam.hec_bad", "HEC incorrect", expert.group.CHEC
 local ef_crc = ProtoExpert.new("xam.crc_bad", "CRC incorrect", expert.group.CHECKSUM, expert.severity.WARN)
 local ef_count = ProtoExpert.new("xam.count_bad", "cell count does not match the frame", expert.group.MALFORMED, expert.severity.ERROR)
 local ef_cont = ProtoExpert.new("xam.continued", "ends a PDU begun before the capture", expert.group.SEQUENCE, expert.severity.NOTE)
-xam.experts = { ef_hec, ef_crc, ef_count, ef_cont }
+local ef_refused = ProtoExpert.new("xam.ssam.refused", "not of the session: the receiver refuses it (Stats.Forged)", expert.group.PROTOCOL, expert.severity.WARN)
+local ef_badsync = ProtoExpert.new("xam.ssam.bad_sync", "a sync of session 0 or of an ack field other than 0 and 1: the receiver drops it", expert.group.PROTOCOL, expert.severity.WARN)
+xam.experts = { ef_hec, ef_crc, ef_count, ef_cont, ef_refused, ef_badsync }
 
 xam.prefs.ethertype = Pref.uint("EtherType", 0x88B5, "the EtherType of xam's frames")
 xam.prefs.mapper_vpi = Pref.uint("Mapper VPI", 0, "the VPI of the mapper's circuit")
@@ -190,23 +214,92 @@ local function aal5ok(pdu)
 	return crc32(pdu, n - 4) == u32(pdu, n - 4), len
 end
 
+-- session_tag returns the 23-bit tag of SSAM session number session: the
+-- top 23 bits of session * 0x9E3779B1 modulo 2^32, or 1 where those are
+-- all zero. The product is taken in 16-bit halves, exact in a double.
+local function session_tag(session)
+	local sh, sl = math.floor(session / 65536), session % 65536
+	local p = (sl * 0x79b1 + ((sh * 0x79b1 + sl * 0x9e37) % 65536) * 65536) % 4294967296
+	local t = math.floor(p / 512)
+	if t == 0 then t = 1 end
+	return t
+end
+
+-- dissect_ssam_header adds the fields of SSAM's 8-byte header (flow
+-- control and handler field; the single cell's length and CRC-10 are the
+-- caller's) to t, and returns a summary: kind, sequence number, handler
+-- index or session, tag.
+local function dissect_ssam_header(tvb, t, ndata)
+	local flow = tvb(0, 2):uint()
+	local kind, seq, ack = rshift(flow, 14), band(rshift(flow, 7), 0x7f), band(flow, 0x7f)
+	local handler = tvb(2, 4):uint()
+	t:add(f.ssam_kind, tvb(0, 1), kind)
+	t:add(f.ssam_seq, tvb(0, 2), seq)
+	if kind == 3 then
+		-- A sync: ack 0 asks, 1 answers; the handler field is the session
+		-- number, whose tag its requests and answers carry.
+		local tag = session_tag(handler)
+		local si = t:add(f.ssam_sync, tvb(1, 1), ack)
+		if ack > 1 then si:add_proto_expert_info(ef_badsync) end
+		local h = t:add(f.ssam_handler, tvb(2, 4))
+		local ni = h:add(f.ssam_session, tvb(2, 4))
+		if handler == 0 then ni:add_proto_expert_info(ef_badsync) end
+		h:add(f.ssam_tag, tvb(2, 4), tag):set_generated()
+		h:add(f.ssam_tag_hi, tvb(2, 4), rshift(tag, 7)):set_generated()
+		return string.format("sync %s %d, session %d (tag 0x%06x)", syncs[ack] or "?", seq, handler, tag)
+	end
+	local hi, index = rshift(handler, 16), band(handler, 0xffff)
+	if kind == 0 then
+		-- A request: its ack field is the tag's low 7 bits.
+		local tag = hi * 128 + ack
+		t:add(f.ssam_tag_lo, tvb(1, 1), ack)
+		local h = t:add(f.ssam_handler, tvb(2, 4))
+		h:add(f.ssam_tag_hi, tvb(2, 2))
+		h:add(f.ssam_index, tvb(4, 2))
+		t:add(f.ssam_tag, tvb(1, 3), tag):set_generated()
+		return string.format("request %d, handler %d, tag 0x%06x", seq, index, tag)
+	end
+	-- A reply or an ack: the ack field is the responder's acknowledgement,
+	-- seq+1.
+	local ai = t:add(f.ssam_ack, tvb(1, 1), ack)
+	if ack ~= band(seq + 1, 0x7f) then
+		ai:add_proto_expert_info(ef_refused, string.format(
+			"acknowledges %d, not seq+1 (%d): the receiver refuses it (Stats.Forged)", ack, band(seq + 1, 0x7f)))
+	end
+	local h = t:add(f.ssam_handler, tvb(2, 4))
+	h:add(f.ssam_tag_hi, tvb(2, 2))
+	local ii = h:add(f.ssam_index, tvb(4, 2))
+	local what = string.format("%s %d, handler %d, tag's high 16 bits 0x%04x", kinds[kind], seq, index, hi)
+	if kind == 2 then
+		local rejected = index == reject_index
+		t:add(f.ssam_rejected, tvb(4, 2), rejected):set_generated()
+		if rejected then
+			ii:append_text(" (no such handler)")
+			what = string.format("ack %d, no such handler, tag's high 16 bits 0x%04x", seq, hi)
+		elseif index ~= 0 then
+			ii:add_proto_expert_info(ef_refused, string.format(
+				"an ack of handler index %d, neither 0 nor 0xFFFF: the receiver refuses it (Stats.Forged)", index))
+		end
+		if ndata > 0 then
+			ii:add_proto_expert_info(ef_refused, "an ack with data: the receiver refuses it (Stats.Forged)")
+		end
+	end
+	return what
+end
+
 local function dissect_ssam_cell(tvb, tree)
 	local t = tree:add(xam, tvb(), "SSAM single-cell message")
-	local flow = tvb(0, 2):uint()
-	local kind = rshift(flow, 14)
-	t:add(f.ssam_kind, tvb(0, 1), kind)
-	t:add(f.ssam_seq, tvb(0, 2), band(rshift(flow, 7), 0x7f))
-	t:add(f.ssam_ack, tvb(1, 1), band(flow, 0x7f))
-	t:add(f.ssam_handler, tvb(2, 4))
+	local kind = rshift(tvb(0, 1):uint(), 6)
 	local chk = tvb(6, 2):uint()
 	local n = rshift(chk, 10)
+	local what = dissect_ssam_header(tvb, t, n)
 	t:add(f.ssam_len, tvb(6, 1), n)
 	local ci = t:add(f.ssam_crc, tvb(6, 2), band(chk, 0x3ff))
 	local ok = crc10(tvb:bytes(0, 48), 48, true) == band(chk, 0x3ff)
 	t:add(f.ssam_crc_ok, tvb(6, 2), ok)
 	if not ok then ci:add_proto_expert_info(ef_crc) end
 	if n > 0 and n <= 40 then t:add(f.ssam_data, tvb(8, n)) end
-	t:append_text(string.format(": %s %d, handler %d, %d bytes", kinds[kind], band(rshift(flow, 7), 0x7f), tvb(2, 4):uint(), n))
+	t:append_text(string.format(": %s, %d bytes", what, n))
 	return "SSAM " .. kinds[kind]
 end
 
@@ -347,13 +440,10 @@ local function dissect_pdu(pdu, vpi, vci, tree, ncells)
 	if what then return what end
 	if len >= 8 and sdu(6, 2):uint() == 0 then
 		local s = t:add(xam, sdu(), "SSAM bulk message")
-		local flow = sdu(0, 2):uint()
-		s:add(f.ssam_kind, sdu(0, 1), rshift(flow, 14))
-		s:add(f.ssam_seq, sdu(0, 2), band(rshift(flow, 7), 0x7f))
-		s:add(f.ssam_ack, sdu(1, 1), band(flow, 0x7f))
-		s:add(f.ssam_handler, sdu(2, 4))
+		local what = dissect_ssam_header(sdu, s, len - 8)
 		if len > 8 then s:add(f.ssam_data, sdu(8, len - 8)) end
-		return "SSAM bulk " .. (kinds[rshift(flow, 14)] or "?")
+		s:append_text(string.format(": %s, %d bytes", what, len - 8))
+		return "SSAM bulk " .. kinds[rshift(sdu(0, 1):uint(), 6)]
 	end
 	return "AAL5 PDU"
 end
