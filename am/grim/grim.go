@@ -161,6 +161,14 @@ type Config struct {
 	// DefaultReplyTimeout; negative: never. A reply that comes later still
 	// runs its handler (Stats.LateReplies).
 	ReplyTimeout time.Duration
+	// Bind binds registry names to the peers (indices in Peers) that alone
+	// may register them: a key ending in "." binds every name it starts
+	// (Bind{"disk.": 2}: "disk.read", "disk.write" are peer 2's). The
+	// central endpoint refuses a bound name from any other peer
+	// (ErrConflict at that peer's Synch), and every endpoint ignores a
+	// table that gives one to another (Stats.BadTables). Give every
+	// endpoint the same Bind.
+	Bind map[string]int
 	// CutThrough makes Bulk and Write inject cut-through: the engine
 	// starts sending a message once its first Segment bytes are in the
 	// payload region, while the rest is still being copied there, instead
@@ -312,6 +320,8 @@ type Stats struct {
 	Unanswered            uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
 	LateReplies           uint64 // replies that came for no request outstanding (after their ReplyTimeout)
 	Unknown               uint64 // requests for a handler not registered here (answered HandlerNoHandler)
+	Strangers             uint64 // messages from endpoints outside Config.Peers, dropped: no handler runs
+	Refused               uint64 // registry messages refused: a table or a synch answer not from the central endpoint, a generation that jumps
 	BadTables             uint64 // registry tables that did not parse
 	RepliesDeferred       uint64 // replies that found the reply queue full and waited for the next Poll
 }
@@ -387,6 +397,11 @@ func (cfg *Config) fill() error {
 		return fmt.Errorf("%w: pool %d (want >= %d), memory %d, payload %d (want >= %d)", ErrConfig, cfg.PoolSize, MaxBulk, cfg.MemorySize, cfg.PayloadSize, MaxBulk+8)
 	case len(cfg.Peers)*MaxChannels > 1<<20:
 		return fmt.Errorf("%w: %d peers", ErrConfig, len(cfg.Peers))
+	}
+	for name, peer := range cfg.Bind {
+		if name == "" || len(name) > maxName || peer < 0 || peer >= len(cfg.Peers) {
+			return fmt.Errorf("%w: Bind %q to peer %d of %d", ErrConfig, name, peer, len(cfg.Peers))
+		}
 	}
 	return nil
 }
@@ -1037,6 +1052,12 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		args[i] = uint32(d.Args[i])
 	}
 	h := HandlerID(d.Handler)
+	if d.Dest == endpoint.NoIndex {
+		// Not one of Config.Peers (its tag let it reach the engine
+		// endpoint): no handler runs for it, nothing answers it.
+		ep.stats.Strangers++
+		return
+	}
 	var req pendingRequest
 	answered := false
 	if q == endpoint.ReplyReceive {
@@ -1060,12 +1081,20 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 	switch h {
 	case HandlerRegister:
 		switch {
+		case !tok.request && d.Dest/MaxChannels != 0:
+			ep.stats.Refused++ // only the central endpoint answers a synch
 		case !tok.request:
 			ep.synchAnswered(args)
 		case ep.registry != nil:
 			ep.registry.merge(ep, tok, data)
+		default:
+			ep.stats.Refused++ // a registration for an endpoint that keeps no registry
 		}
 	case HandlerTable:
+		if d.Dest/MaxChannels != 0 {
+			ep.stats.Refused++ // only the central endpoint sends tables
+			break
+		}
 		ep.tableArrived(args, data)
 	case HandlerMemory:
 		if !tok.request {

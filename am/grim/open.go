@@ -12,7 +12,8 @@ import (
 // Inline describes the engine that Open runs in the application's
 // goroutine: the other hosts' addresses and the engine's configuration.
 type Inline struct {
-	// Hosts maps every other host of Config.Peers to its link address.
+	// Hosts is the engine's host table: each host's link address, every
+	// host of Config.Peers included (this one may be left out).
 	Hosts map[nicfw.HostID]net.HardwareAddr
 	// Engine configures the engine (its Host is set from
 	// Config.Peers[Config.Self]); zero fields take the engine's defaults.
@@ -35,15 +36,16 @@ func Open(link afxdp.Link, in Inline, cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	for _, p := range cfg.Peers {
-		if p.Host == ec.Host {
-			continue
-		}
-		mac, ok := in.Hosts[p.Host]
-		if !ok {
+		if _, ok := in.Hosts[p.Host]; !ok && p.Host != ec.Host {
 			eng.Close()
 			return nil, fmt.Errorf("%w: no address for host %d (Inline.Hosts)", ErrConfig, p.Host)
 		}
-		if err := eng.AddHost(p.Host, mac); err != nil {
+	}
+	for id, mac := range in.Hosts {
+		if id == ec.Host {
+			continue
+		}
+		if err := eng.AddHost(id, mac); err != nil {
 			eng.Close()
 			return nil, err
 		}

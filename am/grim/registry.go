@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/xam-project/xam/nicfw"
 )
@@ -90,12 +91,15 @@ type registry struct {
 
 func newRegistry() *registry { return &registry{table: Table{}, byID: map[HandlerID]string{}} }
 
-// add merges the handlers of owner into the table; it returns the names
-// that conflict (a name under another id, an id under another name), and
-// merges nothing then.
-func (r *registry) add(owner nicfw.Name, list Table) (conflicts []string) {
+// add merges the handlers of owner, peer index peer, into the table; it
+// returns the names that conflict (a name under another id, an id under
+// another name, a name bound to another peer), and merges nothing then.
+func (r *registry) add(owner nicfw.Name, peer int, bind map[string]int, list Table) (conflicts []string) {
 	for name, e := range list {
 		if old, ok := r.table[name]; ok && old.ID != e.ID {
+			conflicts = append(conflicts, name)
+		}
+		if b, ok := boundTo(bind, name); ok && b != peer {
 			conflicts = append(conflicts, name)
 		}
 		if other, ok := r.byID[e.ID]; ok && other != name {
@@ -142,7 +146,7 @@ func (r *registry) merge(ep *Endpoint, tok *Token, data []byte) {
 	case peer >= len(ep.cfg.Peers):
 		status = 2
 	default:
-		if r.add(ep.cfg.Peers[peer], list) != nil {
+		if r.add(ep.cfg.Peers[peer], peer, ep.cfg.Bind, list) != nil {
 			status = 1
 		}
 		r.subscribe(peer)
@@ -168,6 +172,9 @@ func (ep *Endpoint) Register(name string, id HandlerID, h Handler) error {
 	}
 	if ep.closed {
 		return ErrClosed
+	}
+	if b, ok := boundTo(ep.cfg.Bind, name); ok && b != ep.cfg.Self {
+		return fmt.Errorf("%w: %q is bound to peer %d (Config.Bind)", ErrConflict, name, b)
 	}
 	if old, ok := ep.names[name]; ok {
 		return fmt.Errorf("%w: %q is handler %d here already", ErrConflict, name, old)
@@ -199,7 +206,7 @@ func (ep *Endpoint) Synch() error {
 	}
 	if ep.registry != nil {
 		// The central endpoint merges its own at once.
-		conflicts := ep.registry.add(ep.name, list)
+		conflicts := ep.registry.add(ep.name, ep.cfg.Self, ep.cfg.Bind, list)
 		ep.registry.subscribe(ep.cfg.Self)
 		ep.table, ep.tableGen = cloneTable(ep.registry.table), ep.registry.gen
 		ep.push = true
@@ -243,17 +250,63 @@ func (ep *Endpoint) synchAnswered(args [ShortArgs]uint32) {
 	ep.synching, ep.synchStatus, ep.synchGen = false, args[0], args[1]
 }
 
+// maxGenJump bounds how far a table's generation may lie ahead of the one
+// held: the central endpoint counts changes one by one, so a table that
+// jumps further (0xFFFFFFFF, say, to pin itself) is refused.
+const maxGenJump = 1 << 16
+
 // tableArrived is HandlerTable: a table of generation args[0] from the
-// central endpoint; an older one than held is ignored.
+// central endpoint; one older than held, one that jumps too far ahead or
+// one that gives a bound name (Config.Bind) to another peer is refused.
 func (ep *Endpoint) tableArrived(args [ShortArgs]uint32, data []byte) {
+	if gen := args[0] - ep.tableGen; gen >= maxGenJump {
+		ep.stats.Refused++ // older, or too far ahead
+		return
+	}
 	t, err := decodeTable(data)
+	if err == nil {
+		err = ep.checkBound(t)
+	}
 	if err != nil {
 		ep.stats.BadTables++
 		return
 	}
-	if args[0] >= ep.tableGen {
-		ep.table, ep.tableGen = t, args[0]
+	ep.table, ep.tableGen = t, args[0]
+}
+
+// checkBound reports a bound name (Config.Bind) that t gives to another
+// peer than its own.
+func (ep *Endpoint) checkBound(t Table) error {
+	if len(ep.cfg.Bind) == 0 {
+		return nil
 	}
+	for name, e := range t {
+		b, ok := boundTo(ep.cfg.Bind, name)
+		if !ok {
+			continue
+		}
+		for _, o := range e.Owners {
+			if o != ep.cfg.Peers[b] {
+				return fmt.Errorf("%w: %q owned by %v, bound to peer %d", errTable, name, o, b)
+			}
+		}
+	}
+	return nil
+}
+
+// boundTo returns the peer that bind binds name to: its own key, else the
+// longest key ending in "." that it starts with.
+func boundTo(bind map[string]int, name string) (int, bool) {
+	if p, ok := bind[name]; ok {
+		return p, true
+	}
+	best, peer := -1, 0
+	for k, p := range bind {
+		if strings.HasSuffix(k, ".") && strings.HasPrefix(name, k) && len(k) > best {
+			best, peer = len(k), p
+		}
+	}
+	return peer, best >= 0
 }
 
 // pushTable sends the registry's table to every endpoint that synched

@@ -17,6 +17,7 @@ const (
 	statusRange
 	statusShape
 	statusIO
+	statusBusy
 )
 
 // Errors of the package. Test for them with errors.Is.
@@ -25,6 +26,7 @@ var (
 	ErrRange  = errors.New("storage: blocks outside the store")
 	ErrShape  = errors.New("storage: not whole blocks, or more than a message carries")
 	ErrIO     = errors.New("storage: the store's file failed")
+	ErrBusy   = errors.New("storage: the store has too many reads queued")
 )
 
 func statusErr(s uint32) error {
@@ -37,6 +39,8 @@ func statusErr(s uint32) error {
 		return ErrShape
 	case statusIO:
 		return ErrIO
+	case statusBusy:
+		return ErrBusy
 	}
 	return fmt.Errorf("storage: unknown status %d", s)
 }
@@ -52,6 +56,9 @@ type Config struct {
 	// BlockSize (default 4096) and Blocks (default: the file's size in
 	// blocks, at least 1) shape the store; the file is grown to hold them.
 	BlockSize, Blocks int
+	// MaxReads bounds the reads queued and not yet answered (default
+	// 256): a read past it is answered ErrBusy at once.
+	MaxReads int
 }
 
 func (c *Config) fill(f *os.File) error {
@@ -64,6 +71,9 @@ func (c *Config) fill(f *os.File) error {
 	if c.BlockSize == 0 {
 		c.BlockSize = 4096
 	}
+	if c.MaxReads == 0 {
+		c.MaxReads = 256
+	}
 	if c.BlockSize < 1 || c.BlockSize > grim.MaxBulk {
 		return fmt.Errorf("%w: block size %d, want 1..%d", ErrConfig, c.BlockSize, grim.MaxBulk)
 	}
@@ -74,8 +84,8 @@ func (c *Config) fill(f *os.File) error {
 		}
 		c.Blocks = max(1, int(fi.Size()/int64(c.BlockSize)))
 	}
-	if c.Blocks < 0 || c.Handler < grim.FirstUserHandler {
-		return fmt.Errorf("%w: %d blocks, handler %d", ErrConfig, c.Blocks, c.Handler)
+	if c.Blocks < 0 || c.Handler < grim.FirstUserHandler || c.MaxReads < 0 {
+		return fmt.Errorf("%w: %d blocks, handler %d, %d reads", ErrConfig, c.Blocks, c.Handler, c.MaxReads)
 	}
 	return nil
 }
@@ -83,7 +93,8 @@ func (c *Config) fill(f *os.File) error {
 // Stats counts what a store served.
 type Stats struct {
 	Reads, Writes    uint64 // requests served
-	Refused          uint64 // requests answered with an error status
+	Refused          uint64 // requests answered with an error status (ErrBusy included)
+	Unanswered       uint64 // reads whose answer could not be sent (the requester's channel or peer failed); the store went on
 	BytesRead        uint64
 	BytesWritten     uint64
 	ReadsOutstanding int // reads queued, not yet answered
@@ -178,13 +189,23 @@ func (s *Store) write(tok *grim.Token, args [grim.ShortArgs]uint32, data []byte)
 
 // read is the read handler: args block, count, data handler, tag. It
 // queues the read for Serve, which answers outside the handlers.
+// A read past Config.MaxReads is answered busy at once, in a short reply.
 func (s *Store) read(tok *grim.Token, args [grim.ShortArgs]uint32, _ []byte) {
+	if len(s.reads) >= s.cfg.MaxReads {
+		s.stats.Refused++
+		tok.Reply(grim.HandlerID(args[2]), args[3], statusBusy) //nolint:errcheck // lost, the requester times out
+		return
+	}
 	peer, _ := tok.Source()
 	s.reads = append(s.reads, read{peer: peer, block: args[0], count: args[1], handler: grim.HandlerID(args[2]), tag: args[3]})
 }
 
 // Serve runs the store on the calling goroutine, locked to its OS thread
-// (a core of its own, as the device's processor), until stop is set.
+// (a core of its own, as the device's processor), until stop is set or
+// its endpoint fails (closed, say). No request ends it: one that cannot
+// be answered is counted (Stats.Unanswered). The store serves the
+// endpoints of its endpoint's Config.Peers only: the GRIM layer drops
+// messages from any other.
 func (s *Store) Serve(stop *atomic.Bool) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -234,8 +255,11 @@ func (s *Store) Poll() (int, error) {
 		if err != nil {
 			return n, err
 		}
-		if err := ch.Bulk(r.peer, r.handler, data, r.tag, st); err != nil {
+		switch err := ch.Bulk(r.peer, r.handler, data, r.tag, st); {
+		case errors.Is(err, grim.ErrClosed):
 			return n, err
+		case err != nil:
+			s.stats.Unanswered++ // the requester's problem: the store goes on
 		}
 	}
 	return n, nil
@@ -287,7 +311,11 @@ func Open(ep *grim.Endpoint, name string, handler grim.HandlerID, blockSize int,
 }
 
 // arrived is the answers' handler: args tag, status; a read's blocks.
-func (c *Client) arrived(_ *grim.Token, args [grim.ShortArgs]uint32, data []byte) {
+// Only the store's answers count.
+func (c *Client) arrived(tok *grim.Token, args [grim.ShortArgs]uint32, data []byte) {
+	if peer, _ := tok.Source(); peer != c.peer {
+		return // not from the store
+	}
 	if args[0] != c.tag || c.got {
 		return // an answer to a request given up on
 	}
