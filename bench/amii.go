@@ -65,22 +65,22 @@ func (h *amiiHost) close() error {
 // openAMII builds host id at p, whose peer is host peerID at peer: its
 // AF_XDP socket on queue, an inline engine with window (and a channel per
 // message in flight) and an AM-II endpoint with acfg.
-func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config) (*amiiHost, error) {
+func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config, key []byte) (*amiiHost, error) {
 	ec := nicfw.EngineConfig{Host: id, Window: window}
 	if window > 1 {
 		ec.Transport.Channels = max(window, transport.DefaultChannels) // a channel per message in flight
 	}
 	table := []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}
-	return openAMIIHost(p, ec, map[nicfw.HostID]Place{peerID: peer}, mode, queue, table, acfg)
+	return openAMIIHost(p, ec, map[nicfw.HostID]Place{peerID: peer}, mode, queue, table, acfg, key)
 }
 
 // openAMIIPair builds hosts A (at a, with ca) and B (at b, with cb) with
 // openAMII; on an error nothing is left open.
-func openAMIIPair(a, b Place, mode loader.Mode, queue, window int, ca, cb amii.Config) (ha, hb *amiiHost, err error) {
-	if ha, err = openAMII(a, amiiHostA, b, amiiHostB, mode, queue, window, ca); err != nil {
+func openAMIIPair(a, b Place, mode loader.Mode, queue, window int, ca, cb amii.Config, key []byte) (ha, hb *amiiHost, err error) {
+	if ha, err = openAMII(a, amiiHostA, b, amiiHostB, mode, queue, window, ca, key); err != nil {
 		return nil, nil, fmt.Errorf("AM-II host A: %w", err)
 	}
-	if hb, err = openAMII(b, amiiHostB, a, amiiHostA, mode, queue, window, cb); err != nil {
+	if hb, err = openAMII(b, amiiHostB, a, amiiHostA, mode, queue, window, cb, key); err != nil {
 		ha.close()
 		return nil, nil, fmt.Errorf("AM-II host B: %w", err)
 	}
@@ -91,7 +91,7 @@ func openAMIIPair(a, b Place, mode loader.Mode, queue, window int, ca, cb amii.C
 // engine with ec that knows peers, and an AM-II endpoint with table and
 // acfg.
 func openAMIIHost(p Place, ec nicfw.EngineConfig, peers map[nicfw.HostID]Place, mode loader.Mode, queue int,
-	table []amii.Name, acfg amii.Config) (_ *amiiHost, err error) {
+	table []amii.Name, acfg amii.Config, key []byte) (_ *amiiHost, err error) {
 	h := &amiiHost{}
 	defer func() {
 		if err != nil {
@@ -109,7 +109,7 @@ func openAMIIHost(p Place, ec nicfw.EngineConfig, peers map[nicfw.HostID]Place, 
 			return nil, err
 		}
 	}
-	if h.am, err = amii.New(h.eng, amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: table}, acfg); err != nil {
+	if h.am, err = amii.New(h.eng, amii.VNet{ID: amiiEndpoint, Tag: amiiTag, Table: table, Key: key}, acfg); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -132,7 +132,7 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
-	ha, hb, err := openAMIIPair(a, b, cfg.Mode, cfg.Queue, 1, amii.Config{}, amii.Config{})
+	ha, hb, err := openAMIIPair(a, b, cfg.Mode, cfg.Queue, 1, amii.Config{}, amii.Config{}, cfg.Key)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,12 @@ import (
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/loader"
+	"github.com/xam-project/xam/nicfw"
 )
+
+// authWindow is the window of the authenticated AM-II stream RunEngine
+// measures beside the same stream without a key.
+const authWindow = 32
 
 // EngineConfig configures RunEngine, the firmware engine's figures beside
 // their peers: message rates, round trips and bulk goodput.
@@ -43,6 +48,12 @@ type EngineResult struct {
 	Bulk []EngineBulk `json:"bulk"`
 	// BulkMTU is the MTU of the bulk link.
 	BulkMTU int `json:"bulk_mtu"`
+	// AuthRateRatio and AuthPingRatio are the authenticated AM-II
+	// stream's rate over the same stream's without a key, and the
+	// authenticated inline round trip's p50 over the plain one's, both
+	// measured in this run (nicfw.VNet.Key).
+	AuthRateRatio float64 `json:"auth_rate_ratio,omitempty"`
+	AuthPingRatio float64 `json:"auth_ping_ratio,omitempty"`
 	// Interrupted: the run was stopped (EngineConfig.Stop) before its end.
 	Interrupted bool `json:"interrupted,omitempty"`
 }
@@ -114,6 +125,24 @@ func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg En
 		}
 		rate(r)
 	}
+	// Authenticated (nicfw.VNet.Key), beside the same stream without:
+	// AuthRatio is to the row before.
+	key, err := nicfw.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	ar, err := amiiRate(a, b, n, 2, authWindow, true, cfg.Mode, key)
+	if err != nil {
+		return nil, fmt.Errorf("AM-II rate, authenticated: %w", err)
+	}
+	plain := ar.API
+	ar.API += ", authenticated"
+	rate(ar)
+	for _, r := range res.Rates {
+		if r.API == plain {
+			res.AuthRateRatio = ar.PerSec / r.PerSec
+		}
+	}
 
 	if !step("round trips") {
 		return res, nil
@@ -134,6 +163,14 @@ func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg En
 				return nil, err
 			}
 			return &r.PingResult, nil
+		}},
+		Pinger{"amii inline, authenticated", func(c PingConfig) (*PingResult, error) {
+			c.Key = key
+			r, err := AMIIPing(a, b, c, 0)
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
 		}})
 	if err != nil {
 		return nil, err
@@ -149,6 +186,7 @@ func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg En
 		return nil, fmt.Errorf("AM-II firmware mode: %w", err)
 	}
 	p50, p99 := us(&fw.PingResult)
+	res.AuthPingRatio = res.Pings[3].P50 / res.Pings[2].P50
 	res.Pings = append(res.Pings, EnginePing{Name: "amii firmware", P50: p50, P99: p99, Ratio: p50 / res.Pings[2].P50})
 
 	if !step("bulk goodput") {
@@ -194,12 +232,15 @@ func (r *EngineResult) Markdown(w io.Writer) error {
 		b.WriteString("\n## Round trips, 32-byte messages (µs)\n\n| path | p50 | p99 | p50 ratio |\n|---|---|---|---|\n")
 		for i, p := range r.Pings {
 			of := "x SSAM"
-			if i == 3 {
+			if i == 4 {
 				of = "x AM-II inline"
 			}
 			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f %s |\n", p.Name, p.P50, p.P99, p.Ratio, of)
 		}
-		b.WriteString("\nraw, SSAM and AM-II inline alternate (ten rounds); AM-II firmware mode runs both hosts' engines in one thread (daemon.RunGroup), the applications waiting adaptively.\n")
+		if r.AuthPingRatio > 0 {
+			fmt.Fprintf(&b, "\nAuthenticated (AES-GMAC envelopes, nicfw.VNet.Key) over plain AM-II: round trip p50 %.3fx, message rate %.3fx.\n", r.AuthPingRatio, r.AuthRateRatio)
+		}
+		b.WriteString("\nraw, SSAM, AM-II inline and AM-II inline authenticated alternate (ten rounds); AM-II firmware mode runs both hosts' engines in one thread (daemon.RunGroup), the applications waiting adaptively.\n")
 	}
 	if len(r.Bulk) > 0 {
 		fmt.Fprintf(&b, "\n## Bulk goodput, one sender (link MTU %d)\n\n| path | message | MB/s | x TCP |\n|---|---|---|---|\n", r.BulkMTU)

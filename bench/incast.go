@@ -254,7 +254,7 @@ func openIncast(senders []Place, rx Place, config string, size, window int, cfg 
 			}
 			acfg = amii.Config{Credits: window, StagingSize: max(64<<10, n*size), MediumSlots: -1}
 		}
-		h, err := openAMIIHost(p, ec, peers, cfg.Mode, 0, table, acfg)
+		h, err := openAMIIHost(p, ec, peers, cfg.Mode, 0, table, acfg, nil)
 		if err != nil {
 			return hosts, nil, err
 		}

@@ -188,7 +188,7 @@ func permutation(places []Place, name string, dst, src func(i, n int) int, cfg P
 		if len(table) == 0 { // an idle host of the one-pair run
 			continue
 		}
-		h, err := openAMIIHost(p, ec, peers, cfg.Mode, 0, table, acfg)
+		h, err := openAMIIHost(p, ec, peers, cfg.Mode, 0, table, acfg, nil)
 		if err != nil {
 			return nil, fmt.Errorf("host %d: %w", i, err)
 		}

@@ -27,6 +27,9 @@ type PingConfig struct {
 	Queue   int           // device queue of the AF_XDP sockets
 	// NoWarmup measures from the first round trip (Warmup 0).
 	NoWarmup bool
+	// Key, where the API has it (AM-II inline), authenticates the
+	// messages (nicfw.VNet.Key).
+	Key []byte
 	// Stop, when set (by a signal handler, say), ends the run before its
 	// next round trip: the result holds what was measured so far and is
 	// marked Interrupted.

@@ -2,6 +2,7 @@ package nicfw
 
 import (
 	"bytes"
+	"crypto/cipher"
 	"errors"
 	"fmt"
 	"net"
@@ -64,6 +65,12 @@ type VNet struct {
 	// window). Without it, messages in flight together may arrive in any
 	// order when frames are lost.
 	Ordered bool
+	// Key, if set (16 or 32 bytes; NewKey), authenticates the endpoint's
+	// messages between hosts (auth.go): what it sends travels in an
+	// envelope with an AES-GMAC tag, and it takes from other hosts only
+	// messages and returns in envelopes made with the same key. Give every
+	// endpoint of the virtual network the same key.
+	Key []byte
 }
 
 // MaxWeight bounds VNet.Weight.
@@ -148,6 +155,8 @@ type EngineStats struct {
 	PoolFull      uint64 // pooled bulk chunks refused for now (NACK): no block of the receive pool free
 	PoolShare     uint64 // of those, refused because their sending host held its share of the pool while others waited
 	PoolExpired   uint64 // blocks taken back from messages that made no progress for PoolHold while others waited
+	AuthFailed    uint64 // messages dropped: no envelope, or one whose tag or sender incarnation is wrong, for an endpoint with a key (auth.go)
+	AuthReplayed  uint64 // envelopes dropped: their counter was seen already
 	QueueFull     uint64 // deliveries refused for a full receive queue (NACK)
 	NotResident   uint64 // deliveries refused because no frame could be freed (NACK)
 	Returned      uint64 // returned messages put into a sender's reply receive queue
@@ -223,6 +232,9 @@ type epState struct {
 	bulkEpoch    uint32
 	abort        bool
 	lastReturned uint32
+	// aead authenticates the endpoint's messages (VNet.Key; auth.go):
+	// nil without a key.
+	aead cipher.AEAD
 	// admit: a pooled bulk message's admission at its receiver (pool.go),
 	// towards admitPeer.
 	admit     admitState
@@ -324,6 +336,7 @@ type Engine struct {
 	maxPL      int           // the transport's MaxPayload
 	giveUp     time.Duration // the transport's GiveUpAfter
 	buf        []byte        // a message being built: short, or a bulk chunk
+	auth       authState     // message authentication (auth.go)
 	mods       *modules      // nil: no modules loaded
 	evicted    []*epState    // open endpoints not resident (engine_residency.go)
 	frames     [][]Name      // the translation tables of the resident endpoints, by frame
@@ -390,6 +403,9 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		e.cfg.PoolHold = e.giveUp
 	}
 	e.buf = make([]byte, max(e.maxPL, msgMaxLen))
+	if err := e.initAuth(); err != nil {
+		return nil, err
+	}
 	e.pending = e.isPending
 	e.yield = e.mayYield
 	if err := e.startModules(); err != nil {
@@ -486,6 +502,13 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 	s := &epState{id: id, mem: mem, tag: vnet.Tag, vnet: slices.Clone(vnet.Table), rev: make(map[Name]uint32), weight: w, ordered: vnet.Ordered}
 	if s.ordered {
 		s.ordTo = map[*transport.Peer]int{}
+	}
+	if vnet.Key != nil {
+		aead, err := newAEAD(vnet.Key)
+		if err != nil {
+			return err
+		}
+		s.aead = aead
 	}
 	for i, n := range s.vnet {
 		if _, ok := s.rev[n]; !ok {
@@ -724,7 +747,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	}
 	dst := s.table[s.d.Dest] // Take checked Dest against the table's size
 	if dst.Host == e.cfg.Host {
-		ok, reason := e.accept(e.cfg.Host, m, true)
+		ok, reason := e.accept(e.cfg.Host, m, true, true) // this host's own: no envelope
 		switch {
 		case reason != 0:
 			e.returnLocal(s, reason)
@@ -762,6 +785,9 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if s.d.Class == endpoint.ClassBulk && !s.bulkSame(p) {
 		e.returnLocal(s, endpoint.ReasonRestarted) // its receiver restarted: what it stored is gone
 		return true, nil
+	}
+	if s.aead != nil {
+		m = e.seal(s.aead, dst.Host, m) // auth.go
 	}
 	cookie := e.newFlight(s, p)
 	err := e.tr.SendTo(p, m, cookie)
@@ -824,7 +850,7 @@ func (e *Engine) cutThroughReady(s *epState) bool {
 	if pub <= s.sent {
 		return false
 	}
-	return pub-s.sent >= min(chunkRoom(e.maxPL, s.d.NArgs), s.d.Length-s.sent) || pub == last
+	return pub-s.sent >= min(chunkRoom(e.room(s), s.d.NArgs), s.d.Length-s.sent) || pub == last
 }
 
 // newFlight records the message in s's slot as in flight to p and returns
@@ -931,12 +957,12 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 	d := &s.d
 	switch d.Class {
 	case endpoint.ClassMedium:
-		if s.outLen > e.maxPL {
+		if s.outLen > e.room(s) {
 			return nil, endpoint.ReasonTooLarge
 		}
 		return s.out[:s.outLen], 0
 	case endpoint.ClassBulk:
-		room := chunkRoom(e.maxPL, d.NArgs)
+		room := chunkRoom(e.room(s), d.NArgs)
 		if room == 0 {
 			return nil, endpoint.ReasonTooLarge
 		}
@@ -952,6 +978,15 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 	}
 	m := e.header(s)
 	return e.buf[:encodeMsg(e.buf, &m)], 0
+}
+
+// room returns the largest message s may send: the transport's largest
+// payload, less an envelope's bytes with a key.
+func (e *Engine) room(s *epState) int {
+	if s.aead != nil {
+		return e.maxPL - authOverhead
+	}
+	return e.maxPL
 }
 
 // advance moves s on after its message (or bulk chunk) was delivered on
@@ -1136,6 +1171,9 @@ func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) 
 		}
 		return
 	}
+	if inner, ok := envelope(payload); ok {
+		payload = inner // as sent: in an envelope (auth.go)
+	}
 	e.returnFlight(fl.s, &fl, payload, reason)
 	e.land(fl.s, fl.peer)
 }
@@ -1160,7 +1198,7 @@ func (e *Engine) returnFlight(s *epState, f *flight, payload []byte, reason endp
 }
 
 // deliver is the transport's Deliver callback.
-func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
+func (e *Engine) deliver(src HostID, _ int, p []byte) (taken bool) {
 	if len(e.down) > 0 {
 		delete(e.down, src)
 	}
@@ -1168,12 +1206,38 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 		e.acceptControl(src, p)
 		return true
 	}
-	ok, reason := e.accept(src, p, len(e.returns) < e.cfg.ReturnQueue)
+	// An envelope (auth.go) is opened with the key of the endpoint its
+	// message names; the message is taken only if it opens.
+	var aead cipher.AEAD
+	var ctr uint64
+	if len(p) > 0 && p[0] == msgAuth {
+		inner, ok := envelope(p)
+		m, valid := decodeMsg(inner)
+		if !ok || !valid {
+			e.stats.Dropped++
+			return true
+		}
+		peer := e.tr.Peer(src)
+		if s := e.ep(m.dst); s != nil && s.aead != nil {
+			if ctr, ok = e.open(s.aead, src, peer, p); !ok {
+				return true // forged, altered or replayed: counted
+			}
+			aead = s.aead
+		}
+		p = inner
+		defer func() {
+			if aead != nil && taken {
+				e.noteOpened(src, peer, ctr)
+			}
+		}()
+	}
+	ok, reason := e.accept(src, p, len(e.returns) < e.cfg.ReturnQueue, aead != nil)
 	if reason == 0 {
 		return ok
 	}
 	// The return message: the message with the reason set, addressed back
-	// to its sender, a medium message's bytes included, a bulk chunk's not.
+	// to its sender, a medium message's bytes included, a bulk chunk's not;
+	// in an envelope if the message came in one.
 	m, _ := decodeMsg(p)
 	m.reason = reason
 	m.src, m.dst = m.dst, m.src
@@ -1182,6 +1246,9 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	}
 	b := make([]byte, m.size())
 	encodeMsg(b, &m)
+	if aead != nil {
+		b = bytes.Clone(e.seal(aead, src, b))
+	}
 	e.returns = append(e.returns, remoteReturn{e.tr.Peer(src), b})
 	return true
 }
@@ -1216,13 +1283,17 @@ func (e *Engine) flushReturns() (int, error) {
 // it for now (NACK); a reason means it must go back to its sender. Only if
 // canReturn (there is room to queue the return) does accept give a reason;
 // otherwise it refuses the message, which is offered again later.
-func (e *Engine) accept(src HostID, p []byte, canReturn bool) (ok bool, reason endpoint.Reason) {
+func (e *Engine) accept(src HostID, p []byte, canReturn, authed bool) (ok bool, reason endpoint.Reason) {
 	m, valid := decodeMsg(p)
 	if !valid {
 		e.stats.Dropped++
 		return true, 0
 	}
 	s := e.ep(m.dst)
+	if s != nil && s.aead != nil && !authed {
+		e.stats.AuthFailed++ // an endpoint with a key takes envelopes only (auth.go)
+		return true, 0
+	}
 	if m.reason != 0 {
 		if m.index == endpoint.NoIndex && s != nil {
 			// A compact message's return (engine_msg.go): its index is

@@ -607,17 +607,17 @@ func TestEngineBulkReceiver(t *testing.T) {
 		{chunk(4, 200, 15, 5, "FGHIJ"), 0}, // the last to arrive: a descriptor
 	}
 	for i, s := range steps {
-		ok, reason := e.accept(hostA, s.p, true)
+		ok, reason := e.accept(hostA, s.p, true, false)
 		if !ok || reason != s.reason {
 			t.Errorf("step %d: accept = %v, %v; want true, %v", i, ok, reason, s.reason)
 		}
 	}
 	// With no room for a return, the chunk is refused (NACK) and nothing
 	// is recorded: offered again with room, it is returned.
-	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), false); ok || reason != 0 {
+	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), false, false); ok || reason != 0 {
 		t.Errorf("a chunk to return with the return queue full: %v, %v", ok, reason)
 	}
-	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), true); !ok || reason != endpoint.ReasonRange {
+	if ok, reason := e.accept(hostA, chunk(4, staging, 1, 0, "x"), true, false); !ok || reason != endpoint.ReasonRange {
 		t.Errorf("offered again: %v, %v", ok, reason)
 	}
 	var got []received

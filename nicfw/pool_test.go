@@ -30,7 +30,7 @@ func TestEnginePoolAccept(t *testing.T) {
 	}
 	accept := func(step string, p []byte, ok bool, reason endpoint.Reason) {
 		t.Helper()
-		if gotOK, gotReason := e.accept(hostA, p, true); gotOK != ok || gotReason != reason {
+		if gotOK, gotReason := e.accept(hostA, p, true, false); gotOK != ok || gotReason != reason {
 			t.Errorf("%s: accept = %v, %v; want %v, %v", step, gotOK, gotReason, ok, reason)
 		}
 	}
@@ -144,7 +144,7 @@ func TestEnginePoolReclaimLate(t *testing.T) {
 			length: 3000, remote: endpoint.PoolOffset, id: uint32(id), data: pattern(3000, byte(id))})
 	}
 	b1.SetPool(8192, 3*poolPage) // one message
-	if ok, reason := e.accept(hostA, pooled(1), true); !ok || reason != 0 {
+	if ok, reason := e.accept(hostA, pooled(1), true, false); !ok || reason != 0 {
 		t.Fatalf("first pooled message: %v, %v", ok, reason)
 	}
 	entries := b1.Config().QueueEntries
@@ -153,11 +153,11 @@ func TestEnginePoolReclaimLate(t *testing.T) {
 			t.Fatalf("message %d not received", i)
 		}
 		short := msgOf(msg{kind: endpoint.RequestSend, class: endpoint.ClassShort, dst: 1, src: 1, handler: 9, tag: tagRed})
-		if ok, reason := e.accept(hostA, short, true); !ok || reason != 0 {
+		if ok, reason := e.accept(hostA, short, true, false); !ok || reason != 0 {
 			t.Fatalf("short message %d: %v, %v", i, ok, reason)
 		}
 	}
-	if ok, reason := e.accept(hostA, pooled(2), true); !ok || reason != 0 {
+	if ok, reason := e.accept(hostA, pooled(2), true, false); !ok || reason != 0 {
 		t.Fatalf("a pooled message after the queue went round: %v, %v (the first one's block was not taken back)", ok, reason)
 	}
 }

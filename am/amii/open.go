@@ -61,6 +61,10 @@ type VNet struct {
 	Table []Name
 	// Weight is the endpoint's share of the engine's sends (1..64; 0: 1).
 	Weight int
+	// Key, if set (16 or 32 bytes; nicfw.NewKey), authenticates the
+	// endpoint's messages between hosts (nicfw.VNet.Key): the same key on
+	// every endpoint of the virtual network. Inline mode only.
+	Key []byte
 }
 
 // Inline describes the engine that Open runs in the application's
@@ -109,7 +113,7 @@ func New(eng *nicfw.Engine, vn VNet, cfg Config) (*Endpoint, error) {
 		return nil, errors.New("amii: no engine")
 	}
 	mem, err := eng.CreateEndpoint(vn.ID, endpoint.Config{QueueEntries: cfg.QueueEntries, StagingSize: cfg.StagingSize},
-		nicfw.VNet{Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight})
+		nicfw.VNet{Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight, Key: vn.Key})
 	if err != nil {
 		return nil, err
 	}

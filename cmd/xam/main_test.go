@@ -499,14 +499,16 @@ func TestBenchEngine(t *testing.T) {
 				MBPerSec float64 `json:"mb_per_s"`
 				Ratio    float64 `json:"ratio_to_tcp"`
 			} `json:"bulk"`
-			BulkMTU int `json:"bulk_mtu"`
+			BulkMTU       int     `json:"bulk_mtu"`
+			AuthRateRatio float64 `json:"auth_rate_ratio"`
+			AuthPingRatio float64 `json:"auth_ping_ratio"`
 		} `json:"engine"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	r := doc.Engine
-	if len(r.Rates) != 5 || len(r.Pings) != 4 || len(r.Bulk) != 4 || r.BulkMTU < 3000 {
+	if len(r.Rates) != 6 || len(r.Pings) != 5 || len(r.Bulk) != 4 || r.BulkMTU < 3000 || r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 {
 		t.Fatalf("rows: %d rates, %d pings, %d bulk, MTU %d\n%s", len(r.Rates), len(r.Pings), len(r.Bulk), r.BulkMTU, out)
 	}
 	if r.Rates[0].Ratio != 1 || r.Pings[1].Ratio != 1 || r.Bulk[1].Ratio != 1 {
