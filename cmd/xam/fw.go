@@ -88,7 +88,7 @@ func runFw(e *env, args []string) error {
 	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n       [--module coord [--coord-threshold B] [--coord-early B] [--coord-link-rate RATE --coord-port-buffer B]]\n       xam fw stats [--socket PATH] [--json]")
 	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
 	ns := fs.String("netns", "", "the named network namespace the device is in")
-	id := fs.Uint("id", 0, "this host's id in the host table (1..65535)")
+	id := fs.Int("id", -1, "this host's id in the host table (0..65535, as the mapper numbers them)")
 	hosts := hostFlags{}
 	fs.Var(hosts, "host", "a peer host: ID=MAC (repeat for each peer)")
 	coreList := fs.String("cores", "", "CPUs the engine thread runs on, e.g. 2 or 2,3 or 2-3 (default: any)")
@@ -123,17 +123,20 @@ func runFw(e *env, args []string) error {
 		return usageError("--dev is required")
 	case *useMap && len(hosts) > 0:
 		return usageError("--map finds the hosts: no --host")
-	case *useMap && *id != 0:
+	case *useMap && given["id"]:
 		return usageError("--map assigns this host's id: no --id")
 	case *useMap && *probe <= 0:
 		return usageError("--probe must be positive")
 	case !*useMap && *follow:
 		return usageError("--map-follow needs --map")
 	case *useMap:
-	case *id == 0 || *id > 65535:
-		return usageError("--id N (1..65535) is required, or --map")
+	case *id < 0 || *id > 65535:
+		return usageError("--id N (0..65535) is required, or --map")
 	case len(hosts) == 0:
 		return usageError("give the peers with --host ID=MAC, or --map")
+	}
+	if *useMap {
+		*id = 0 // the mapper assigns it
 	}
 	if _, self := hosts[nicfw.HostID(*id)]; self {
 		return usageError("--host %d is this host (--id)", *id)

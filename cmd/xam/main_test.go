@@ -857,7 +857,10 @@ func TestFwUsage(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"fw"}, "--dev is required"},
-		{[]string{"fw", "--dev", "x"}, "--id N (1..65535) is required, or --map"},
+		{[]string{"fw", "--dev", "x"}, "--id N (0..65535) is required, or --map"},
+		{[]string{"fw", "--dev", "x", "--id", "65536"}, "--id N (0..65535) is required, or --map"},
+		{[]string{"fw", "--dev", "x", "--id", "0"}, "give the peers with --host ID=MAC, or --map"},
+		{[]string{"fw", "--dev", "x", "--map", "--id", "0"}, "--map assigns this host's id: no --id"},
 		{[]string{"fw", "--dev", "x", "--id", "1"}, "--host ID=MAC, or --map"},
 		{[]string{"fw", "--dev", "x", "--map", "--host", "2=02:00:00:00:00:02"}, "no --host"},
 		{[]string{"fw", "--dev", "x", "--id", "1", "--host", "2=02:00:00:00:00:02", "--map-follow"}, "needs --map"},
