@@ -104,7 +104,9 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 	defer os.RemoveAll(dir)
 	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(_ int, _ *RawEndpoint, c *daemon.Config) error {
 		c.Engine.Transport.RetransmitAfter = time.Millisecond
-		c.Sleep, c.MaxConnsPerUser, c.UserMemory = 20*time.Microsecond, 16, 64<<20
+		c.Sleep, c.MaxConnsPerUser, c.UserMemory = 20*time.Microsecond, 16, 256<<20
+		c.Engine.PoolHold = 200 * time.Millisecond // the pool scenario's stalled blocks come back within the run
+		c.Engine.Resident = 32                     // the pool scenario's 18 GRIM channels and the pings, each resident
 		return nil
 	})
 	if err != nil {
@@ -112,7 +114,7 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 	}
 	defer closeHosts()
 	res := &HostileResult{}
-	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileWire, hostileLocal} {
+	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileWire, hostileLocal, hostilePool} {
 		row, err := sc(hosts[0], hosts[1], a, b, cfg)
 		if err != nil {
 			return res, err

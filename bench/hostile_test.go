@@ -17,7 +17,7 @@ func TestHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Rows) != 2 {
+	if len(r.Rows) != 3 {
 		t.Fatalf("%d scenarios: %+v", len(r.Rows), r.Rows)
 	}
 	for _, row := range r.Rows {
@@ -32,6 +32,9 @@ func TestHostile(t *testing.T) {
 	if local["opens refused: config"] != 5 || local["opens refused: in use"] != 1 || local["opens refused: quota"] != 1 ||
 		local["connections refused: quota"] == 0 || local["garbage descriptors refused"] == 0 || local["endpoints left open"] != 0 {
 		t.Errorf("local: %v", local)
+	}
+	if pool := r.Rows[2].Counted; pool["refused: the sender's share"]+pool["stalled blocks taken back"] == 0 {
+		t.Errorf("pool: the held pool was neither bounded nor taken back: %v", pool)
 	}
 	var md strings.Builder
 	if err := r.Markdown(&md); err != nil || !strings.Contains(md.String(), "| wire |") {
