@@ -23,6 +23,8 @@ const (
 	DefaultThreshold = 4096
 	// DefaultRetry is Config.Retry's default.
 	DefaultRetry = 50 * time.Millisecond
+	// DefaultLostAfter is Config.LostAfter's default, in Retry periods.
+	DefaultLostAfter = 20
 )
 
 // Config configures the module. Zero fields take the defaults.
@@ -40,6 +42,13 @@ type Config struct {
 	// Retry: a sender that has waited this long for a token asks again,
 	// by broadcast (default DefaultRetry).
 	Retry time.Duration
+	// LostAfter: a sender that has waited this long for a token with no
+	// sign of it (no grant, no OWN_LINK_HINT from its holder, which
+	// answers every request it cannot serve at once with one, no
+	// recovery's QUERY) takes the token for lost and has the link's
+	// coordinator recover it; a recovery that has not ended after as long
+	// starts again (default DefaultLostAfter times Retry).
+	LostAfter time.Duration
 	// LinkRate, in bits per second, is the rate of the links the tokens
 	// govern (the switch's ports), if it is below the senders' own: a
 	// holder then keeps the token until its message has had the time to
@@ -69,16 +78,18 @@ type Stats struct {
 	Held        uint64 // send decisions held back for want of a token
 	Paced       uint64 // send decisions of a holder held back to the link's rate (PortBuffer)
 	Requests    uint64 // requests sent: unicast, broadcast (each once), retries
-	Forwarded   uint64 // unicast requests forwarded as broadcasts, the token being gone
+	Forwarded   uint64 // unicast requests answered with REDIRECT (the requester asks every host), the token being gone
 	GrantsSent  uint64 // tokens passed on
 	GrantsRecv  uint64 // tokens received
 	Early       uint64 // tokens released before their message's last byte left (EarlyRelease)
 	Hints       uint64 // OWN_LINK_HINT broadcasts sent
-	Bad         uint64 // control messages that did not parse, or named no link
-	Recoveries  uint64 // recoveries of a token this host coordinated (a host died)
+	Bad         uint64 // control messages that did not parse, named this host's link or one not in the host table, or granted a token this host holds
+	Refused     uint64 // control messages refused for who sent them or whom they name, and grants this host did not ask for (coord.go's rules)
+	Stale       uint64 // control messages refused for their generation: not the link's current one (stale, replayed or forged)
+	Lost        uint64 // tokens this host took for lost (Config.LostAfter without a sign of them) and had recovered
+	Recoveries  uint64 // recoveries of a token this host coordinated (a host died, or the token was lost)
 	Regenerated uint64 // tokens this host made anew, no host holding one
-	Rescued     uint64 // tokens of an older generation than a recovery, sent on to its coordinator
-	Dropped     uint64 // such tokens a coordinator dropped, having made the token anew
+	Dropped     uint64 // tokens of a generation a recovery fenced off, dropped (the recovery makes the token anew)
 	Waiting     int    // links whose token a sender of this host waits for, now
 	Holding     int    // links whose token this host holds, now
 }
@@ -113,10 +124,14 @@ type link struct {
 	holder   nicfw.HostID // the host suspected to hold it (any id, 0 included: the mapper numbers from 0)
 
 	// This host's requests: the number of the last, whether it waits
-	// (asked and not yet served) and since when.
+	// (asked and not yet served) and since when (asked last, and heard a
+	// sign of the token last: Config.LostAfter), and whether its unicast
+	// request may still be redirected (REDIRECT).
 	seq     uint32
 	waiting bool
 	since   time.Time
+	heard   time.Time
+	uni     bool
 
 	rn map[nicfw.HostID]uint32 // the last request number heard of each host
 
@@ -125,16 +140,19 @@ type link struct {
 	ln    map[nicfw.HostID]uint32
 	queue []nicfw.HostID
 
-	// Recovery (recover.go): gen is the token's generation (held, or last
-	// heard of); fence the highest generation a recovery proposed, by
-	// fenceBy; a coordinator's own recovery, its proposal and the hosts
-	// whose answers it awaits.
+	// Generations (recover.go): gen is the token's generation (held, or
+	// last heard of); fence the newest generation a recovery proposed;
+	// the link's current generation is the newer of the two (cur). A
+	// coordinator's own recovery: its proposal, since when, the hosts whose
+	// answers it awaits, and the last request each answerer says the
+	// token has served of it.
 	gen        uint32
 	fence      uint32
-	fenceBy    nicfw.HostID
 	recovering bool
 	proposal   uint32
+	recoverAt  time.Time
 	awaiting   map[nicfw.HostID]bool
+	served     map[nicfw.HostID]uint32
 }
 
 // New returns the coordination module with cfg.
@@ -144,6 +162,9 @@ func New(cfg Config) *Module {
 	}
 	if cfg.Retry <= 0 {
 		cfg.Retry = DefaultRetry
+	}
+	if cfg.LostAfter <= 0 {
+		cfg.LostAfter = DefaultLostAfter * cfg.Retry
 	}
 	return &Module{cfg: cfg, links: make(map[nicfw.HostID]*link), down: make(map[nicfw.HostID]bool)}
 }
@@ -211,9 +232,11 @@ func (m *Module) ReportStats() []nicfw.ModuleCounter {
 		{Name: "early_releases", Value: int64(s.Early)},
 		{Name: "hints", Value: int64(s.Hints)},
 		{Name: "bad", Value: int64(s.Bad)},
+		{Name: "refused", Value: int64(s.Refused)},
+		{Name: "stale", Value: int64(s.Stale)},
+		{Name: "lost", Value: int64(s.Lost)},
 		{Name: "recoveries", Value: int64(s.Recoveries)},
 		{Name: "regenerated", Value: int64(s.Regenerated)},
-		{Name: "rescued", Value: int64(s.Rescued)},
 		{Name: "dropped", Value: int64(s.Dropped)},
 		{Name: "waiting", Value: int64(s.Waiting)},
 		{Name: "holding", Value: int64(s.Holding)},
@@ -405,85 +428,190 @@ func (m *Module) want(l *link) {
 	}
 	l.seq++
 	l.rn[m.self] = l.seq
-	l.waiting, l.since = true, m.bp.Now()
-	if l.holder != m.self {
-		m.send(l.holder, m.request(typeUniReq, l.dst, m.self, l.seq))
+	now := m.bp.Now()
+	l.waiting, l.since, l.heard = true, now, now
+	l.uni = l.holder != m.self
+	if l.uni {
+		m.send(l.holder, m.request(typeUniReq, l))
 	} else {
-		m.broadcast(l, m.request(typeBcastReq, l.dst, m.self, l.seq), 0)
+		m.broadcast(l, m.request(typeBcastReq, l), 0)
 	}
 	m.stats.Requests++
 }
 
-// Tick asks again for the tokens waited for longer than Retry, and passes
-// on tokens that sit idle with requests waiting.
+// Tick asks again for the tokens waited for longer than Retry, passes on
+// tokens that sit idle with requests waiting, takes a token waited for
+// with no sign of it for LostAfter for lost, and starts again a recovery
+// that has not ended within LostAfter (an answer went missing).
 func (m *Module) Tick(now time.Time) time.Time {
 	m.renumber()
 	for _, l := range m.links {
 		switch {
 		case l.waiting && now.Sub(l.since) >= m.cfg.Retry:
-			l.since = now
-			m.broadcast(l, m.request(typeBcastReq, l.dst, m.self, l.seq), 0)
+			l.since, l.uni = now, false
+			m.broadcast(l, m.request(typeBcastReq, l), 0)
 			m.stats.Requests++
 		case l.have && !l.using:
 			m.passOn(l)
+		}
+		switch {
+		case l.recovering && now.Sub(l.recoverAt) >= m.cfg.LostAfter:
+			l.recovering = false
+			m.recover(l, l.cur())
+		case l.waiting && !l.have && now.Sub(l.heard) >= m.cfg.LostAfter:
+			m.stats.Lost++
+			l.heard = now
+			m.suspect(l)
 		}
 	}
 	return now.Add(m.cfg.Retry / 2)
 }
 
 // Control handles a control message from host src (nicfw.ControlReceiver).
-// The host a message is about is named in it: a forwarded request is the
-// requester's.
+// Every message is checked before it has any effect: it must name a link
+// of the host table other than this host's own, come from a member of
+// that link (speaks) and carry the link's current generation (or, for
+// the token and requests, the one the next recovery proposes); a
+// GRANT_LINK must also answer this host's waiting request.
 func (m *Module) Control(src nicfw.HostID, body []byte) {
 	m.renumber()
+	hosts := m.bp.Hosts()
 	c, err := parse(body)
-	if err != nil || c.link == m.self {
+	if err != nil || c.link == m.self || !slices.Contains(hosts, c.link) {
 		m.stats.Bad++
 		return
 	}
-	delete(m.down, src)
 	l := m.link(c.link)
+	if !m.speaks(l, src, &c, hosts) {
+		m.stats.Refused++
+		return
+	}
+	delete(m.down, src)
 	switch c.typ {
 	case typeQuery, typeAnswer, typeSuspect:
-		m.recoveryControl(l, &c)
+		m.recoveryControl(l, src, &c)
 	case typeUniReq, typeBcastReq:
-		if c.seq > l.rn[c.from] {
-			l.rn[c.from] = c.seq
+		if !m.current(l, c.gen, hosts) {
+			m.stats.Stale++
+			return
+		}
+		if c.seq > l.rn[src] {
+			l.rn[src] = c.seq
 		}
 		switch {
 		case l.have:
-			m.enqueue(l, c.from)
+			m.enqueue(l, src)
 			if !l.using {
 				m.passOn(l)
 			}
+			if l.have && slices.Contains(l.queue, src) {
+				// Still in use: the requester hears that its token lives.
+				m.send(src, m.hint(l))
+			}
 		case c.typ == typeUniReq:
-			// No longer the holder: every host hears the request.
-			m.broadcast(l, m.request(typeBcastReq, l.dst, c.from, c.seq), c.from)
+			// No longer the holder: the requester asks every host.
+			m.send(src, m.short(typeRedirect, l, l.cur()))
 			m.stats.Forwarded++
 		}
+	case typeRedirect:
+		if !m.current(l, c.gen, hosts) {
+			m.stats.Stale++
+			return
+		}
+		if l.waiting && l.uni {
+			l.uni, l.holder = false, m.self
+			m.broadcast(l, m.request(typeBcastReq, l), 0)
+			m.stats.Requests++
+		}
 	case typeHint:
-		if !l.have && c.gen >= l.fence {
-			l.holder, l.gen = c.from, c.gen
+		if c.gen != l.cur() {
+			m.stats.Stale++
+			return
+		}
+		if !l.have {
+			l.holder, l.gen = src, c.gen
+			if l.waiting {
+				l.heard = m.bp.Now()
+			}
 		}
 	case typeGrant:
-		if l.have {
-			m.stats.Bad++ // a second token cannot be: the message is not believed
-			return
-		}
-		if c.gen < l.fence {
-			m.rescue(l, &c, body) // a token older than a recovery under way
-			return
-		}
-		m.take(l, &c)
+		m.granted(l, &c, hosts)
 	}
 }
 
+// speaks reports whether src may send c about l: src is a member of l (a
+// host of the table other than l's destination and this host); a message
+// speaks for its sender alone (the requester, holder or sender it names is
+// src, and a recovery's proposal carries its proposer's id, the QUERY's
+// sender); a token's queue names members of l other than this host, and
+// its served requests none of l's destination. A request for l's
+// destination, or for a host the table does not know, is refused here:
+// the token would go where no module takes it, and be lost.
+func (m *Module) speaks(l *link, src nicfw.HostID, c *ctl, hosts []nicfw.HostID) bool {
+	if src == l.dst || src == m.self || !slices.Contains(hosts, src) {
+		return false
+	}
+	switch c.typ {
+	case typeGrant:
+		if _, ok := c.ln[l.dst]; ok {
+			return false
+		}
+		for _, h := range c.queue {
+			if h == l.dst || h == m.self || !slices.Contains(hosts, h) {
+				return false
+			}
+		}
+		return true
+	case typeQuery:
+		if proposer(c.gen) != src {
+			return false
+		}
+	}
+	return c.from == src
+}
+
+// granted handles GRANT_LINK c: the token is taken only if this host does
+// not hold it already, it is of l's current generation (or of the one the
+// next recovery proposes: a holder raised its token to a QUERY this host
+// has not yet received), and it answers this host's waiting request (it
+// says it served the request this host is waiting on). Every other token
+// is refused and dropped: a second one, a stale, replayed or forged one,
+// or one the host did not ask for. A genuine token dropped so is lost,
+// and recovered (LostAfter); a second token never comes to be.
+func (m *Module) granted(l *link, c *ctl, hosts []nicfw.HostID) {
+	if l.have {
+		m.stats.Bad++ // a second token cannot be: the message is not believed
+		return
+	}
+	next := false
+	switch {
+	case c.gen == l.cur():
+	case m.nextGen(l, c.gen, hosts):
+		next = true
+	case newer(l.fence, c.gen) && !newer(l.gen, c.gen):
+		m.stats.Dropped++ // a token a recovery fenced off: the recovery makes it anew
+		return
+	default:
+		m.stats.Stale++
+		return
+	}
+	if !l.waiting || c.ln[m.self] != l.seq {
+		m.stats.Refused++
+		return
+	}
+	if next {
+		l.fence = c.gen
+	}
+	m.take(l, c)
+}
+
 // take makes the token in GRANT_LINK c this host's.
-// (A token made anew or rescued by a recovery comes this way too.) Hosts
-// known dead leave its queue.
+// (A token made anew by a recovery comes this way too.) Hosts known dead
+// leave its queue.
 func (m *Module) take(l *link, c *ctl) {
 	m.stats.GrantsRecv++
-	l.have, l.hinted, l.holder, l.ln, l.queue, l.gen = true, false, m.self, c.ln, c.queue, max(c.gen, l.fence)
+	l.have, l.hinted, l.holder, l.ln, l.queue, l.gen = true, false, m.self, c.ln, c.queue, c.gen
+	l.heard = m.bp.Now()
 	m.trace(l, true)
 	l.queue = slices.DeleteFunc(l.queue, func(h nicfw.HostID) bool { return h == m.self || m.down[h] })
 	for h := range l.rn {
@@ -492,12 +620,12 @@ func (m *Module) take(l *link, c *ctl) {
 		}
 	}
 	if !l.waiting {
-		m.passOn(l) // a request served already (a late grant): on to the next
+		m.passOn(l) // a token made anew by a recovery: on to the first waiting
 		return
 	}
 	// Served: the gate lets the waiting message go at the next Poll (or
 	// Tick passes the token on if it has gone meanwhile).
-	l.waiting = false
+	l.waiting, l.uni = false, false
 	l.ln[m.self] = l.seq
 }
 
@@ -507,7 +635,7 @@ func (l *link) rnWaits(h nicfw.HostID) bool { return l.rn[h] > l.ln[h] }
 // enqueue adds h to the token's queue if it has a request the token has
 // not served and is not queued already.
 func (m *Module) enqueue(l *link, h nicfw.HostID) {
-	if h != m.self && l.rnWaits(h) && !slices.Contains(l.queue, h) {
+	if h != m.self && h != l.dst && l.rnWaits(h) && !slices.Contains(l.queue, h) {
 		l.queue = append(l.queue, h)
 	}
 }
@@ -519,7 +647,7 @@ func (m *Module) passOn(l *link) {
 	if !l.have || l.using {
 		return
 	}
-	for len(l.queue) > 0 && (!l.rnWaits(l.queue[0]) || m.down[l.queue[0]]) {
+	for len(l.queue) > 0 && (!l.rnWaits(l.queue[0]) || m.down[l.queue[0]] || l.queue[0] == l.dst) {
 		l.queue = l.queue[1:] // served meanwhile, or dead
 	}
 	if len(l.queue) == 0 {
@@ -567,14 +695,15 @@ func (m *Module) trace(l *link, holds bool) {
 }
 
 // Control messages (docs/wire.md), big-endian: type, link (the
-// destination host whose port the token governs), the token's generation
-// (4), then by type:
+// destination host whose port the token governs), a generation (4: the
+// token's, as its sender knows it; QUERY, ANSWER: the one a recovery
+// proposes), then by type:
 //
 //	UNI_REQ_LINK, BCAST_REQ_LINK: requester (2), request number (4)
-//	OWN_LINK_HINT: holder (2)
+//	OWN_LINK_HINT, QUERY, SUSPECT, REDIRECT: sender (2)
 //	GRANT_LINK: n (1), n x (host (2), last request served (4)), q (1), q x host (2)
-//	QUERY, SUSPECT: sender (2)
-//	ANSWER: sender (2), holds (1: 0 or 1)
+//	ANSWER: sender (2), holds (1: 0 or 1), the sender's current generation (4),
+//	        its last request number (4), waits (1: 0 or 1)
 const (
 	typeGrant    = 1
 	typeUniReq   = 2
@@ -583,6 +712,7 @@ const (
 	typeQuery    = 5 // recovery: the coordinator asks who holds the token
 	typeAnswer   = 6
 	typeSuspect  = 7 // a waiting host asks the coordinator to recover the token
+	typeRedirect = 8 // a host that does not hold the token answers a UNI_REQ_LINK: ask every host
 )
 
 // ctl is a control message, parsed.
@@ -591,8 +721,10 @@ type ctl struct {
 	link  nicfw.HostID
 	gen   uint32       // the token's generation (QUERY, ANSWER: the one proposed)
 	holds bool         // ANSWER: the answerer holds the token
-	from  nicfw.HostID // requester or holder
-	seq   uint32
+	cur   uint32       // ANSWER: the answerer's current generation
+	waits bool         // ANSWER: the answerer waits for the token
+	from  nicfw.HostID // requester, holder or sender
+	seq   uint32       // request number (ANSWER: the answerer's last)
 	ln    map[nicfw.HostID]uint32
 	queue []nicfw.HostID
 }
@@ -612,16 +744,17 @@ func parse(b []byte) (c ctl, err error) {
 			return c, errBadControl
 		}
 		c.from, c.seq = nicfw.HostID(binary.BigEndian.Uint16(b)), binary.BigEndian.Uint32(b[2:])
-	case typeHint, typeQuery, typeSuspect:
+	case typeHint, typeQuery, typeSuspect, typeRedirect:
 		if len(b) != 2 {
 			return c, errBadControl
 		}
 		c.from = nicfw.HostID(binary.BigEndian.Uint16(b))
 	case typeAnswer:
-		if len(b) != 3 || b[2] > 1 {
+		if len(b) != 12 || b[2] > 1 || b[11] > 1 {
 			return c, errBadControl
 		}
 		c.from, c.holds = nicfw.HostID(binary.BigEndian.Uint16(b)), b[2] == 1
+		c.cur, c.seq, c.waits = binary.BigEndian.Uint32(b[3:]), binary.BigEndian.Uint32(b[7:]), b[11] == 1
 	case typeGrant:
 		if len(b) < 1 {
 			return c, errBadControl
@@ -654,10 +787,12 @@ func parse(b []byte) (c ctl, err error) {
 	return c, nil
 }
 
-func (m *Module) request(typ uint8, dst, from nicfw.HostID, seq uint32) []byte {
-	b := m.head(typ, dst, 0)
-	b = binary.BigEndian.AppendUint16(b, uint16(from))
-	return binary.BigEndian.AppendUint32(b, seq)
+// request encodes this host's request for l's token, at its current
+// generation.
+func (m *Module) request(typ uint8, l *link) []byte {
+	b := m.head(typ, l.dst, l.cur())
+	b = binary.BigEndian.AppendUint16(b, uint16(m.self))
+	return binary.BigEndian.AppendUint32(b, l.seq)
 }
 
 func (m *Module) hint(l *link) []byte {
@@ -665,18 +800,29 @@ func (m *Module) hint(l *link) []byte {
 }
 
 // short encodes a message of type typ about l whose only field after the
-// generation is this host (QUERY with gen, SUSPECT), or this host and
-// holds (ANSWER).
+// generation is this host (QUERY with gen, SUSPECT, REDIRECT), or this
+// host and holds (the start of an ANSWER).
 func (m *Module) short(typ uint8, l *link, gen uint32, holds ...bool) []byte {
 	b := binary.BigEndian.AppendUint16(m.head(typ, l.dst, gen), uint16(m.self))
 	if len(holds) > 0 {
-		v := uint8(0)
-		if holds[0] {
-			v = 1
-		}
-		b = append(b, v)
+		b = append(b, flag(holds[0]))
 	}
 	return b
+}
+
+// answer encodes this host's ANSWER to a QUERY for proposal gen.
+func (m *Module) answer(l *link, gen uint32) []byte {
+	b := m.short(typeAnswer, l, gen, l.have)
+	b = binary.BigEndian.AppendUint32(b, l.cur())
+	b = binary.BigEndian.AppendUint32(b, l.seq)
+	return append(b, flag(l.waiting))
+}
+
+func flag(v bool) uint8 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // grant encodes l's token for its next holder, with queue.

@@ -62,6 +62,15 @@ func newStarOn(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config, 
 // (Engine.SetHosts, as the mapper does).
 func newStarIDs(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config, giveUp time.Duration, ids []nicfw.HostID, mapped bool) *star {
 	t.Helper()
+	return newStarWrapped(t, ports, clk, cfg, giveUp, ids, mapped, nil)
+}
+
+// newStarWrapped is newStarIDs whose engine i runs wrap(i, module) instead
+// of the module, if wrap is set (forge_test.go's hosts that lose control
+// messages).
+func newStarWrapped(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config, giveUp time.Duration, ids []nicfw.HostID, mapped bool,
+	wrap func(i int, m *Module) nicfw.Module) *star {
+	t.Helper()
 	if tt, ok := t.(*testing.T); ok {
 		testenv.NoMemfdLeaks(tt, "xam-endpoint")
 	}
@@ -80,11 +89,15 @@ func newStarIDs(t testing.TB, ports []afxdp.Link, clk *clock.Manual, cfg Config,
 		c := cfg
 		c.Trace = func(link nicfw.HostID, holds bool) { s.trace(self, link, holds) }
 		m := New(c)
+		var mod nicfw.Module = m
+		if wrap != nil {
+			mod = wrap(i, m)
+		}
 		host := self
 		if mapped {
 			host = 0
 		}
-		e, err := nicfw.NewEngine(p, nicfw.EngineConfig{Host: host, Window: 8, Modules: []nicfw.Module{m},
+		e, err := nicfw.NewEngine(p, nicfw.EngineConfig{Host: host, Window: 8, Modules: []nicfw.Module{mod},
 			Transport: transport.Config{Clock: tclk, Channels: 16, RetransmitAfter: 2 * time.Millisecond, GiveUpAfter: giveUp}})
 		if err != nil {
 			t.Fatal(err)
@@ -257,7 +270,7 @@ func tokenBody(t *testing.T, s *star, per, limit int) {
 		if i < n-1 && st.GrantsRecv == 0 && nicfw.HostID(i+1) != 1 {
 			t.Errorf("host %d never had the token: %+v", i+1, st)
 		}
-		if st.Waiting != 0 || st.Bad != 0 {
+		if st.Waiting != 0 || st.Bad != 0 || st.Refused != 0 || st.Stale != 0 || st.Lost != 0 || st.Regenerated != 0 {
 			t.Errorf("host %d: %+v", i+1, st)
 		}
 	}
@@ -367,8 +380,9 @@ func FuzzControl(f *testing.F) {
 	f.Add([]byte{typeGrant, 0, 3, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 1, 1, 0, 2})
 	f.Add([]byte{typeGrant, 0, 3, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{typeQuery, 0, 3, 0, 2, 0, 1, 0, 1})
-	f.Add([]byte{typeAnswer, 0, 3, 0, 2, 0, 1, 0, 2, 0})
+	f.Add([]byte{typeAnswer, 0, 3, 0, 2, 0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 1})
 	f.Add([]byte{typeSuspect, 0, 3, 0, 0, 0, 0, 0, 2})
+	f.Add([]byte{typeRedirect, 0, 3, 0, 0, 0, 0, 0, 2})
 	f.Add([]byte{9})
 	s := newStar(f, 3, memlink.Options{}, Config{}) // building one costs far more than an input
 	s.unchecked = true

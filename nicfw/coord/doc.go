@@ -66,14 +66,18 @@
 //
 //   - UNI_REQ_LINK: a sender that wants the token asks the host it
 //     suspects holds it (the last it heard of);
-//   - BCAST_REQ_LINK: a sender that suspects nobody asks every host; a
-//     suspected holder that no longer holds forwards a UNI_REQ_LINK as a
-//     broadcast;
+//   - BCAST_REQ_LINK: a sender that suspects nobody asks every host, and
+//     so does one whose UNI_REQ_LINK went to a host that no longer holds
+//     the token: that host answers REDIRECT (DVCM's holder forwarded the
+//     request as a broadcast for its requester instead; here a request
+//     speaks only for its sender, see Checks);
 //   - GRANT_LINK: the holder passes the token on, to a requester, once it
 //     is not sending (at once if it is idle);
 //   - OWN_LINK_HINT: a holder that finishes with no request waiting tells
 //     every host that it holds the token, so that their next requests go
-//     to it alone.
+//     to it alone; a holder that receives a request it cannot serve at
+//     once (it is sending) tells the requester so, which tells the
+//     requester that the token lives.
 //
 // Every host registers every request it hears. To make the order fair and
 // the wait bounded, the token carries what the protocol needs to serve
@@ -97,13 +101,47 @@
 // messages, which the transport delivers exactly once: at every moment at
 // most one host holds it, none while it travels.
 //
-// A holder that dies takes its link's token with it. The engine tells the
-// module of every host it gives up on (the transport's GiveUpAfter); a
-// sender that waits for the token then has the link's coordinator, the
-// lowest live host id, recover it: a new generation of the token is
+// # Checks
+//
+// A control message is a claim by another host, and the module believes
+// it only as far as it can check it (coord.go's Control, speaks and
+// granted; each refusal is counted):
+//
+//   - it names a link of the host table other than this host's own, and
+//     comes from a member of that link: a host of the table other than
+//     the link's destination and this host (else Stats.Bad, Refused);
+//   - it speaks for its sender alone: the requester, holder or sender it
+//     names is the host it came from, so a request for the destination,
+//     for a host the table does not know, or for any other host is
+//     refused: a token granted to the destination or to no host would be
+//     lost (Refused);
+//   - it carries the link's current generation (recover.go): a request,
+//     REDIRECT or GRANT_LINK may also carry the next recovery's, which a
+//     holder raised to a QUERY this host has not received yet; anything
+//     else is stale, replayed or forged (Stale), and a token of the
+//     generation a recovery fenced off is dropped (Dropped);
+//   - a GRANT_LINK is taken only by a host that does not hold the token,
+//     waits for it, and is told it is served the very request it waits
+//     on: any other is a second token, or one it did not ask for (Bad,
+//     Refused). Two tokens that both circulate therefore end once they
+//     serve one request: the second comes to a host that is served.
+//
+// # Recovery
+//
+// A token can be gone: its holder died (the engine tells the module of
+// every host it gives up on: the transport's GiveUpAfter), or a GRANT_LINK
+// was lost, or refused by a check above. A sender that waits for the token
+// and learns of a death, or that has heard no sign of it for
+// Config.LostAfter (no grant, no OWN_LINK_HINT from its holder, no
+// recovery under way), has the link's coordinator, the lowest live host
+// id other than the link's, recover it: a new generation of the token is
 // proposed, every live host fences the link at it and answers whether it
-// holds the token, and if none does the coordinator makes it anew
-// (recover.go says why a token still travelling cannot make a second).
+// holds the token, and if none does the coordinator makes it anew, so
+// that a lost token comes back without a host dying (recover.go says why
+// a token still travelling cannot make a second).
+//
+// What an attacker on the segment can and cannot do to the coordination
+// is in docs/security.md ("Coordination").
 //
 // docs/wire.md has the control messages' layout.
 package coord
