@@ -32,9 +32,21 @@ type Peer struct {
 	// epoch is the peer's incarnation as its frames name it (0: not heard
 	// yet), prevEpoch the one before (epochs.go).
 	epoch, prevEpoch uint32
-	// confirmed: a frame from epoch has named this transport's epoch (the peer
-	// has heard this incarnation).
+	// confirmed: a frame from epoch has named dstIn (the peer has heard
+	// this incarnation).
 	confirmed bool
+	// dstIn is the destination epoch the peer's frames must carry: this
+	// transport's epoch at first, a fresh random number once renewed
+	// (epochs.go). dstHeard is the last one a frame of the peer named: a
+	// RESET naming it is still taken while the peer learns a renewed one.
+	// dstOut is the destination epoch this transport writes in its frames
+	// to the peer: the peer's epoch, or what the peer's last RESET asked
+	// for.
+	dstIn, dstHeard, dstOut uint32
+	// resetAt is when the last RESET went to the peer, and resetWant
+	// what it asked for: RESETs are rate-limited (reset, epochs.go).
+	resetAt   time.Time
+	resetWant uint32
 
 	unacked   int // send channels in use
 	activeIdx int // position in Transport.active, or -1
@@ -98,14 +110,18 @@ type recvChannel struct {
 	expect uint16 // sequence number of the next message to deliver
 }
 
-func newPeer(id HostID, mac net.HardwareAddr, channels, maxSDU int) *Peer {
+// newPeer returns a fresh row of the host table for id at mac: nothing
+// heard from it yet, its frames to name this transport by its epoch.
+func (t *Transport) newPeer(id HostID, mac net.HardwareAddr) *Peer {
+	channels := t.cfg.Channels
 	return &Peer{
 		id:        id,
+		dstIn:     t.epoch,
 		mac:       append(net.HardwareAddr(nil), mac...),
 		send:      make([]sendChannel, channels),
 		recv:      make([]recvChannel, channels),
 		activeIdx: -1,
-		reasm:     cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: maxSDU, MaxVCs: 4}),
+		reasm:     cells.NewReassembler(cells.ReassemblerConfig{MaxSDU: headerLen + ackEntryLen*t.maxAcks + t.maxPL, MaxVCs: 4}),
 		ackOn:     make([]bool, channels),
 		ackSeq:    make([]uint16, channels),
 		ackStamp:  make([]uint32, channels),

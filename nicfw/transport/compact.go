@@ -54,7 +54,7 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	c.stamp = t.nextStamp() & 0xffff
 	h := header(c.hdr[:])
 	h.setStamp(c.stamp)
-	h.setDst(p.epoch) // learnt since the last transmission, perhaps
+	h.setDst(p.dstOut) // learnt since the last transmission, perhaps
 
 	var ackSDU []byte
 	if n := min(len(p.ackList), t.ackCompactMax); n > 0 {
@@ -136,7 +136,7 @@ func decodeCompact(cell cells.Cell, vpi uint16, channels int, h header) (payload
 func (t *Transport) ackPDU(p *Peer, n int) []byte {
 	ch0 := int(p.ackList[0])
 	sdu := t.scratchSDU(headerLen + ackEntryLen*(n-1))
-	header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0, t.epoch, p.epoch)
+	header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0, t.epoch, p.dstOut)
 	header(sdu).setAcks(n - 1)
 	p.ackOn[ch0] = false
 	for j, ch := range p.ackList[1:n] {

@@ -24,13 +24,16 @@
 //   - receive channel table: the sequence number expected next, which
 //     suppresses duplicates.
 //
-// The receiver answers every DATA frame. A DATA frame carrying the expected
+// The receiver answers DATA frames. A DATA frame carrying the expected
 // sequence number is offered to the Deliver callback: if Deliver accepts it
 // the channel's expected number advances and an acknowledgement is owed; if
 // Deliver refuses it (the receive queue is full) a NACK goes back at once
-// and nothing advances. A DATA frame with any other sequence number is a
-// duplicate of one already delivered (a retransmission whose ACK was lost):
-// it is not delivered again, only acknowledged again. Acknowledgements
+// and nothing advances. A DATA frame with the number before it carries the
+// message delivered last (a retransmission whose ACK was lost): it is not
+// delivered again, only acknowledged again. Those two numbers are the
+// channel's receive window; a few behind it are late copies from the
+// network, dropped unanswered, and no other number can come from the peer
+// (see Forgery below). Acknowledgements
 // piggy-back (acks.go): the next DATA frame to the peer carries every one
 // owed to it, so in request/reply traffic a round trip is two frames; what
 // nothing carries by the end of the next Poll (and Config.AckDelay) leaves
@@ -40,7 +43,9 @@
 //
 // At the sender an ACK whose channel is in use with the same sequence number
 // frees the channel and tells the sender (Config.Acked, with the cookie
-// given to Send). A NACK counts only if its echoed stamp is that of
+// given to Send); one for the message before, or a few before, is a
+// duplicate, ignored, and one for any other number is forged. A NACK
+// counts only if its echoed stamp is that of
 // the channel's current transmission: a NACK for an earlier transmission is
 // stale (the message may since have been retransmitted and accepted) and is
 // ignored. A valid NACK schedules a retransmission after Config.NackDelay.
@@ -59,17 +64,59 @@
 //
 // Sequence numbers start at 0 on both sides, so a restart must be noticed
 // (epochs.go): every frame carries its sender's epoch, a random number
-// drawn when the transport starts, and the receiver's as the sender last
-// heard it. A new epoch from a peer resets the channels both ways and
-// returns the messages in flight to it (ErrRestarted); a DATA frame meant
-// for an earlier epoch of the receiver is dropped and answered with a
-// RESET frame, which tells its sender. A host that leaves the host table
-// and comes back (SetPeers: under the daemon's mapper, a host silent for
-// the mapper's DeadAfter) gets fresh channels too.
+// drawn when the transport starts, and a destination epoch that names the
+// receiver as the sender knows it: the receiver's epoch, or the random
+// number the receiver asked of it instead (a renewal, below). Both are
+// required: a frame whose destination epoch is not the one asked of its
+// sender is refused, and 0 is taken only in a peer's first frames, before
+// it has heard this incarnation (the first message to a host that has not
+// answered yet; delivered, as any, only with its channel's expected
+// sequence number). Refusing those too would hold every first message a
+// retransmission time and buy nothing: until a peer's first frame, anyone
+// may speak for it. A new epoch from a peer is believed only
+// if its frame names the challenge for it, which a RESET sent to the
+// peer's address tells; it then resets the channels both ways and returns
+// the messages in flight to it (ErrRestarted). A frame meant for an
+// earlier epoch of the receiver (or a destination epoch renewed since) is
+// dropped and answered with a RESET frame, which tells its sender what to
+// name. A host that leaves the host table and comes back (SetPeers: under
+// the daemon's mapper, a host silent for the mapper's DeadAfter) gets
+// fresh channels too.
 //
-// Stamps identify transmissions: a counter per Transport, so each
-// transmission has its own; a NACK counts if it echoes the current
-// transmission's.
+// Stamps identify transmissions: a counter per Transport from a random
+// start, so each transmission has its own; a NACK counts if it echoes the
+// current transmission's.
+//
+// # Forgery
+//
+// Frames are not authenticated here (the engine authenticates messages of
+// a virtual network with a key, package nicfw); what the transport checks
+// keeps a host on the segment from forging what it cannot see. Frames from
+// an address not in the host table are dropped. A host that sends frames
+// under a peer's address without knowing the epochs gets nothing through:
+// a made-up source epoch is a claim it cannot answer (the challenge goes
+// to the peer's address), and a destination epoch of 0 or a made-up one
+// is refused. One that has learnt both epochs (by taking the peer's
+// address on a bridge for a while, say) must still hit sequence numbers
+// it does not see: every number a frame carries (its DATA's, its
+// acknowledgements') is checked against its channel's window before any of
+// it takes effect (receive.go), and a number no peer can send shows the
+// frame forged: it is dropped whole (Stats.OutOfWindow, ForgedAcks), and
+// the receiver renews the destination epoch it asks of that peer, telling
+// the peer in a RESET sent to its address. So such a forger has one try
+// per destination epoch it learns: unless its first DATA or
+// acknowledgement number lies in the window (lateWindow+2 = 6 numbers of
+// 2^16; under 1e-4), it is found out, refused from then on, and no sweep
+// of sequence numbers walks a window forward. What the transport cannot
+// stop: a host that sees the frames as they pass (on the path, or holding
+// the peer's address) knows the current numbers and forges at will; before
+// a peer's first frame anyone may speak for it (first contact); and a host
+// that knows the destination epoch asked of a peer can send RESETs that
+// make this transport name the peer wrongly until the peer's next RESET
+// (a denial of service, as a flood is, never a forged delivery). Refusals
+// are counted in Stats (ZeroEpoch, StaleEpoch, Unconfirmed, OutOfWindow,
+// ForgedAcks, Late, Renewals), and RESETs to one peer are rate-limited, so
+// that a flood of forgeries is not answered with one.
 //
 // Batches: within a pass (BeginPass, EndPass: an engine's run) every
 // frame sent, DATA, retransmission, ACK or NACK, joins one batch that goes
@@ -94,7 +141,7 @@
 // circuit Config.VPI/VCI (default 0/32): a 20-byte transport header (type,
 // channel, sequence number, stamp, length, acknowledgement count, source
 // and destination epochs), the piggy-backed acknowledgements, and the
-// payload. A PDU spans as many frames as it needs; losing any of them
+// payload (a RESET's: the destination epoch to write from then on). A PDU spans as many frames as it needs; losing any of them
 // loses the message, which is then retransmitted whole. The tables, and
 // what a receiver drops and counts, are in docs/wire.md ("The firmware
 // transport"), the one place for them.

@@ -1,93 +1,187 @@
 package transport
 
+import (
+	"encoding/binary"
+	"math/rand/v2"
+)
+
 // Epochs, in the engine thread. Sequence numbers start at 0 when a
 // transport starts, so a peer that restarts must be noticed: otherwise the
 // survivor, expecting higher numbers, would take the newcomer's first
-// messages for duplicates (acknowledged, never delivered), and the
-// newcomer would take the survivor's for duplicates in turn.
+// messages for late copies (never delivered), and the newcomer would take
+// the survivor's for forgeries in turn.
 //
 // Each transport picks an epoch when it starts (Config.Epoch: a random
 // non-zero number), the name of this incarnation. Every frame carries its
-// sender's epoch (src) and the epoch the sender has heard from the
-// receiver (dst; 0 before it has heard any). The receiver of a frame from
-// peer p:
+// sender's epoch (src) and a destination epoch (dst), which names the
+// receiver as the sender knows it. What a transport asks of peer p as dst
+// is p's dstIn: its own epoch at first, a random number of its choosing
+// once renewed (below); RESET frames tell p what to write (their payload;
+// p keeps it as its dstOut). The receiver of a frame from p:
 //
-//   - src is p's current epoch: as usual.
-//   - no epoch of p is on record: p's first frame; its epoch is recorded,
-//     unconfirmed until a frame from it names this transport's epoch as
-//     dst (the peer has heard this incarnation).
-//   - src is p's previous epoch: a frame of the incarnation p replaced,
-//     late; dropped.
-//   - src is new and dst is this transport's epoch: p's (new) incarnation
-//     has heard this one (the handshake below), which a frame made up by a
-//     third party cannot show without knowing this epoch. If the epoch on
-//     record was confirmed, p restarted: p's receive channels expect 0
-//     again, the acknowledgements owed to it are forgotten, each message
-//     in flight to it is returned (Returned, ErrRestarted) and its channel
-//     starts again at 0. If it was not (a frame made up before the peer's
-//     first, say), the new epoch replaces it quietly: what is in flight
-//     goes on to the real peer.
-//   - src is new and dst is not this epoch: a claim, not yet believed
-//     (counted in Unconfirmed). Nothing changes, so one forged frame with a
-//     made-up epoch cannot cut a live peer off; a DATA frame is answered
-//     with a RESET frame (src: this epoch, dst: the claimed one). A peer
-//     that did restart learns this epoch from it and names it as dst in
-//     its next frame (its retransmission), which is then believed.
-//   - dst is neither 0 nor this transport's epoch: the frame was meant for
-//     an earlier incarnation of this transport; dropped, and a DATA frame
-//     is answered with a RESET frame (src: this epoch), from which its
-//     sender learns of the restart as above (the RESET's dst is its own
-//     epoch, so it believes it).
+//   - no epoch of p is on record: p's first frame (first contact); its
+//     epoch is recorded, unconfirmed until a frame from it names dstIn.
+//   - src is p's previous epoch: a late frame of the incarnation p
+//     replaced; dropped (StaleEpoch).
+//   - src is another new epoch: a claim that p restarted. It is believed
+//     only if dst is the challenge for src: a number computed from src and
+//     p's address under a key this transport drew when it started (AES),
+//     which nothing but a RESET of this transport, sent to p's address,
+//     tells. Any other claim is dropped (Unconfirmed) and changes nothing,
+//     so a frame made up by a third party cannot cut a live peer off or
+//     start its channels again, whatever epochs it knows; a DATA or RESET
+//     frame is answered with a RESET to the claimed epoch that carries the
+//     challenge. A peer that did restart names the challenge in its next
+//     frame (its retransmission), which is then believed, and the
+//     challenge becomes dstIn; a host that only sends frames under p's
+//     address never receives it. A believed epoch that replaces a
+//     confirmed one is a restart: p's receive channels expect 0 again, the
+//     acknowledgements owed to it are forgotten, each message in flight to
+//     it is returned (Returned, ErrRestarted) and its channel starts again
+//     at 0. One that replaces an unconfirmed record (made up before p's
+//     first frame, say) replaces it quietly: what is in flight goes on to
+//     the real peer.
+//   - src is p's epoch: dst must be dstIn. dst 0 is taken only from a peer
+//     not yet confirmed whose dstIn was never renewed: its first frames,
+//     sent before it heard this incarnation (ZeroEpoch counts the others).
+//     Any other dst names an earlier incarnation of this transport, or a
+//     dstIn renewed since (StaleEpoch); only a RESET naming the last dstIn
+//     p named (dstHeard) is still taken, so that two peers that both
+//     renewed learn each other's new ones. Each refused frame but a RESET
+//     is answered with a RESET that carries dstIn (a frame with dst 0: a
+//     DATA frame only), from which p learns what to name: after a restart
+//     of this transport, or a renewal.
+//
+// RESETs to a peer are rate-limited (reset): a flood of forged frames is
+// not answered with a flood.
 //
 // So after either side restarts, each message in flight between them is
 // either delivered to the new incarnation or returned to its sender, never
-// acknowledged and lost; the restart costs the restarted side one
-// retransmission time. A message in flight to a peer that restarts may
-// have been delivered to the old incarnation before it stopped; its return
-// (ErrRestarted) says so.
+// acknowledged and lost; the restart costs the restarted side a
+// retransmission time or two. A message in flight to a peer that restarts
+// may have been delivered to the old incarnation before it stopped; its
+// return (ErrRestarted) says so.
+//
+// Renewal. Epochs travel in every frame, so a host on the segment may
+// learn both of a pair's (by taking one's address on a bridge for a
+// while); its frames then pass these checks, and only the sequence numbers
+// stand between it and the channels. The receive path (receive.go) checks
+// each frame's sequence numbers against the channel windows before any of
+// it takes effect, and a frame that no peer can send (a DATA frame outside
+// the window, an acknowledgement of a message that is not in flight:
+// OutOfWindow, ForgedAcks) shows that someone else knows dstIn. dstIn is
+// then renewed (Renewals): a fresh random number, sent to p's address in a
+// RESET, asked of p from then on. Frames of p in flight that name the old
+// one are answered with the same RESET and cost p a retransmission; the
+// forger, which does not receive what is sent to p's address, is left
+// naming a number that is no longer taken.
 
-// checkEpochs applies the epochs of frame h from p, and reports whether
-// the frame is for this incarnation from p's current one.
+// checkEpochs applies the epochs of frame h from p (see above), and
+// reports whether the frame is for this incarnation from p's current one.
+// A frame it refuses may be answered with a RESET.
 func (t *Transport) checkEpochs(p *Peer, h header) bool {
-	src := h.src()
+	src, dst, typ := h.src(), h.dst(), h.typ()
 	if src != p.epoch {
-		switch old := p.epoch; {
-		case old == 0:
-			p.epoch, p.confirmed = src, false
+		switch {
+		case p.epoch == 0:
+			p.epoch, p.confirmed, p.dstOut = src, false, src
 		case src == p.prevEpoch:
 			t.stats.StaleEpoch++
 			return false
-		case h.dst() == t.epoch && !p.confirmed:
-			// The epoch on record never showed it had heard this
-			// transport: made up, or an incarnation that never got to.
-			// Nothing it sent was acknowledged by the real peer, so the
-			// messages in flight simply go on to the new epoch.
-			p.epoch = src
-			t.forgetReceived(p)
-		case h.dst() == t.epoch:
-			p.prevEpoch, p.epoch = old, src
-			t.restarted(p)
+		case dst != 0 && dst == t.challenge(p, src):
+			t.believe(p, src, dst)
 		default:
 			t.stats.Unconfirmed++
-			if h.typ() == typeData {
-				t.answer(p, typeReset, h)
-				t.stats.ResetsSent++
+			if typ == typeData || typ == typeReset {
+				t.reset(p, h, src, t.challenge(p, src))
 			}
 			return false
 		}
 	}
-	if h.dst() == t.epoch {
-		p.confirmed = true
-	}
-	if dst := h.dst(); dst != 0 && dst != t.epoch {
-		t.stats.StaleEpoch++
-		if h.typ() == typeData {
-			t.answer(p, typeReset, h)
-			t.stats.ResetsSent++
+	switch {
+	case dst == p.dstIn:
+		p.confirmed, p.dstHeard = true, dst
+		return true
+	case dst == 0:
+		if !p.confirmed && p.dstIn == t.epoch && typ != typeReset {
+			return true
+		}
+		t.stats.ZeroEpoch++
+		if typ == typeData {
+			t.reset(p, h, p.dstOut, p.dstIn)
 		}
 		return false
+	case typ == typeReset && dst == p.dstHeard:
+		return true
 	}
-	return true
+	t.stats.StaleEpoch++
+	if typ != typeReset {
+		t.reset(p, h, p.dstOut, p.dstIn)
+	}
+	return false
+}
+
+// challenge returns the destination epoch that a frame from p claiming
+// the new epoch src must carry to be believed: the first four bytes of
+// AES, under the transport's key, of p's address and src (never 0, nor
+// this transport's epoch).
+func (t *Transport) challenge(p *Peer, src uint32) uint32 {
+	b := &t.prfBuf
+	*b = [len(t.prfBuf)]byte{}
+	copy(b[:6], p.mac)
+	binary.BigEndian.PutUint32(b[6:], src)
+	t.prf.Encrypt(b[:], b[:])
+	c := binary.BigEndian.Uint32(b[:])
+	for c == 0 || c == t.epoch {
+		c++
+	}
+	return c
+}
+
+// believe takes src in as p's epoch: its frame named the challenge, which
+// becomes dstIn. A confirmed epoch it replaces was a restart.
+func (t *Transport) believe(p *Peer, src, challenge uint32) {
+	old, restart := p.epoch, p.confirmed
+	p.epoch, p.dstOut, p.dstIn = src, src, challenge
+	if !restart {
+		// The epoch on record never showed it had heard this transport:
+		// made up, or an incarnation that never got to. Nothing it sent
+		// was acknowledged by the real peer, so the messages in flight
+		// simply go on to the new epoch.
+		t.forgetReceived(p)
+		return
+	}
+	p.prevEpoch = old
+	t.restarted(p)
+}
+
+// renew gives p a fresh dstIn, after frame h, which named the current one,
+// turned out forged, and tells p in a RESET.
+func (t *Transport) renew(p *Peer, h header) {
+	old := p.dstIn
+	for p.dstIn == old || p.dstIn == 0 || p.dstIn == t.epoch {
+		p.dstIn = rand.Uint32()
+	}
+	t.stats.Renewals++
+	t.reset(p, h, p.dstOut, p.dstIn)
+}
+
+// reset queues a RESET to p in answer to frame h, from this epoch to
+// destination epoch dst, asking p to name this transport want from now
+// on. At most one goes to a peer per Config.ScanInterval, so that a flood
+// of forged frames does not make this transport flood the peer in turn,
+// and two hosts never keep answering each other's RESETs; one that asks
+// for a dstIn not asked for yet (a renewal) goes at once. Any RESET with
+// dstIn teaches p what to name, so a peer whose frames are refused learns
+// it within a scan interval, whatever else comes under its address.
+func (t *Transport) reset(p *Peer, h header, dst, want uint32) {
+	now := t.now()
+	if now.Sub(p.resetAt) < t.cfg.ScanInterval && (want != p.dstIn || want == p.resetWant) {
+		return
+	}
+	p.resetAt, p.resetWant = now, want
+	t.control(p, typeReset, h, dst, want)
+	t.stats.ResetsSent++
 }
 
 // forgetReceived resets the receive side of p's channels: they expect 0,

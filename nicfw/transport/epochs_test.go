@@ -201,6 +201,7 @@ func FuzzTransportSDU(f *testing.F) {
 	seed(typeAck, 0, 0, 1, 9, 0, 1, nil)
 	seed(typeNack, 1, 0, 1, 9, 0, 0, nil)
 	seed(typeReset, 0, 0, 1, 9, 7, 0, nil)
+	seed(typeReset, 0, 0, 1, 9, 7, 0, []byte{0, 0, 0, 5})
 	seed(typeData, 0, 0, 1, 0, 0, 0, payload(3, 50))
 	seed(9, 0, 0, 1, 9, 0, 0, nil)
 	f.Add([]byte{})

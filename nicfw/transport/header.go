@@ -12,10 +12,12 @@ import "encoding/binary"
 //	+------+------+---------+---------+--------+---------+-----------+-----------+------------+---------
 //
 // An acknowledgement entry is four bytes: channel, zero, sequence number
-// (big-endian).
+// (big-endian). A RESET frame's payload is four bytes: the destination
+// epoch its receiver is to write from now on (epochs.go).
 const (
 	headerLen   = 20
 	ackEntryLen = 4
+	resetLen    = 4
 
 	offType   = 0
 	offChan   = 1
@@ -32,9 +34,10 @@ const (
 	typeData uint8 = 1
 	typeAck  uint8 = 2
 	typeNack uint8 = 3
-	// typeReset answers a DATA frame addressed to an earlier incarnation
-	// of the receiver (its destination epoch is not the receiver's): the
-	// sender learns that its peer restarted (epochs.go).
+	// typeReset answers a frame whose destination epoch is not the one
+	// its receiver asks of the sender (an earlier incarnation's, or a
+	// destination epoch since renewed), and a claim of a new epoch: it
+	// carries the destination epoch to write from now on (epochs.go).
 	typeReset uint8 = 4
 )
 
@@ -84,7 +87,8 @@ func ackAt(b []byte, i int) (ch int, seq uint16) {
 // valid reports whether sdu holds a well-formed header for a transport
 // with the given number of channels, with exactly the announced
 // acknowledgements and payload behind it, every entry naming a channel in
-// range, and a source epoch (never 0).
+// range, and a source epoch (never 0); a RESET's payload is a destination
+// epoch (never 0).
 func valid(sdu []byte, channels int) bool {
 	if len(sdu) < headerLen {
 		return false
@@ -92,8 +96,12 @@ func valid(sdu []byte, channels int) bool {
 	h := header(sdu)
 	switch h.typ() {
 	case typeData:
-	case typeAck, typeNack, typeReset:
+	case typeAck, typeNack:
 		if h.length() != 0 {
+			return false
+		}
+	case typeReset:
+		if h.length() != resetLen || binary.BigEndian.Uint32(sdu[len(sdu)-resetLen:]) == 0 {
 			return false
 		}
 	default:

@@ -17,10 +17,12 @@ import (
 //     peer's reassembler (HEC, AAL5 length and CRC-32). A PDU may span
 //     frames; a frame flagged cells.FlagStart drops what the reassembler
 //     holds of an earlier PDU whose end was lost.
-//  3. The PDU's transport header is checked and dispatched: piggy-backed
-//     acknowledgements to the send channel table first, then DATA to the
-//     receive channel table and Deliver (an acknowledgement owed, acks.go,
-//     or a NACK queued in t.tx), ACK and NACK to the send channel table.
+//  3. The PDU's transport header is checked and dispatched: its epochs
+//     (epochs.go), then every sequence number it carries against the
+//     channel windows (below), then piggy-backed acknowledgements to the
+//     send channel table, DATA to the receive channel table and Deliver
+//     (an acknowledgement owed, acks.go, or a NACK queued in t.tx), ACK
+//     and NACK to the send channel table.
 //  4. The acknowledgements that are due (acks.go) join the NACKs, and all
 //     go to the link in one batch.
 //  5. The timer scan runs if its period has passed (timers.go).
@@ -190,10 +192,35 @@ func (t *Transport) onPDU(pdu cells.PDU, err error) {
 	t.dispatch(p, h, acks, pdu.SDU[headerLen+len(acks):])
 }
 
+// The windows. A channel is stop-and-wait: its sender sends message n+1
+// only once message n was acknowledged, so the receiver, expecting e, can
+// be sent e (new) or e-1 (a retransmission whose ACK was lost) and
+// nothing else; a copy of an earlier message arrives only late, from the
+// network, and up to lateWindow behind e-1 is taken for one. Likewise an
+// acknowledgement names the message a send channel has in flight, the one
+// before it (a duplicate), or up to lateWindow before that; a free channel
+// can be sent only the duplicates, never the number it sends next. dispatch
+// checks every sequence number a PDU carries against these windows before
+// any of it takes effect: one outside makes the whole PDU a forgery,
+// dropped and counted (OutOfWindow, ForgedAcks), and renews the peer's
+// destination epoch (epochs.go). So a forger that knows a pair's epochs
+// but not the channels' sequence numbers has one try: unless the number
+// it sends lies in the window (one chance in 2^16/(lateWindow+2)), it is
+// found out at once and left naming a destination epoch that is no
+// longer taken, and no sweep of sequence numbers moves a window.
+
+// lateWindow is how far behind a window a sequence number is still taken
+// for a late copy (dropped quietly) rather than a forgery.
+const lateWindow = 4
+
 // dispatch handles one checked transport PDU from p: its piggy-backed
 // acknowledgements (the entries in acks), then the frame itself.
 func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 	if !t.checkEpochs(p, h) {
+		return
+	}
+	if !t.inWindows(p, h, acks) {
+		t.renew(p, h)
 		return
 	}
 	for i := range h.acks() {
@@ -212,12 +239,17 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 			return
 		}
 		r := &p.recv[ch]
-		if h.seq() != r.expect {
-			// Stop-and-wait: the sender moves to expect+1 only after
-			// expect was delivered, so any other number is a message
-			// delivered already whose ACK was lost.
+		switch r.expect - h.seq() {
+		case 0:
+		case 1:
+			// The message delivered last, again: its ACK was lost.
 			t.stats.Duplicates++
 			t.queueAck(p, h)
+			return
+		default:
+			// A late copy of an earlier message, whose sender has its
+			// ACK already (inWindows took no other number).
+			t.stats.Late++
 			return
 		}
 		if !t.cfg.Deliver(p.id, ch, payload) {
@@ -234,7 +266,9 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 
 	case typeReset:
 		// checkEpochs has taken the peer's new epoch in, and returned what
-		// was in flight to its previous incarnation.
+		// was in flight to its previous incarnation; the payload says
+		// what to name the peer from now on.
+		p.dstOut = binary.BigEndian.Uint32(payload)
 
 	case typeNack:
 		c := &p.send[ch]
@@ -246,6 +280,40 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 		now := t.now()
 		c.heard, c.due, c.timed = now, now.Add(t.cfg.NackDelay), true
 	}
+}
+
+// inWindows reports whether every sequence number of the PDU with header
+// h and acknowledgement entries acks from p lies in its window (above),
+// counting the PDU as forged when one does not. A NACK is not checked: a
+// stale one is ignored anyway (dispatch).
+func (t *Transport) inWindows(p *Peer, h header, acks []byte) bool {
+	for i := range len(acks) / ackEntryLen {
+		if ch, seq := ackAt(acks, i); !ackInWindow(&p.send[ch], seq) {
+			t.stats.ForgedAcks++
+			return false
+		}
+	}
+	switch h.typ() {
+	case typeAck:
+		if !ackInWindow(&p.send[h.channel()], h.seq()) {
+			t.stats.ForgedAcks++
+			return false
+		}
+	case typeData:
+		if !t.cfg.Unreliable && p.recv[h.channel()].expect-h.seq() > lateWindow+1 {
+			t.stats.OutOfWindow++
+			return false
+		}
+	}
+	return true
+}
+
+// ackInWindow reports whether an acknowledgement of message seq may come
+// for send channel c: the message in flight, or one up to lateWindow+1
+// before it (before the one c sends next, when c is free).
+func ackInWindow(c *sendChannel, seq uint16) bool {
+	d := c.seq - seq
+	return d <= lateWindow+1 && (c.inUse || d > 0)
 }
 
 // acked handles the acknowledgement of message seq on channel ch to p.
@@ -263,19 +331,31 @@ func (t *Transport) acked(p *Peer, ch int, seq uint16) {
 	}
 }
 
-// answer queues an ACK, NACK or RESET to p for the DATA frame with header
-// h, echoing its channel, sequence number, stamp and source epoch.
+// answer queues an ACK or NACK to p for the DATA frame with header h,
+// echoing its channel, sequence number and stamp.
 func (t *Transport) answer(p *Peer, typ uint8, h header) {
-	// A frame yields at most one answer per PDU it carries: more than a
-	// batch's worth grows the buffers.
+	t.control(p, typ, h, p.dstOut, 0)
+}
+
+// control queues a frame of type typ to p in answer to frame h, echoing
+// its channel, sequence number and stamp, with destination epoch dst; a
+// RESET carries want.
+func (t *Transport) control(p *Peer, typ uint8, h header, dst, want uint32) {
+	// A PDU yields at most one answer: more than a batch's worth grows
+	// the buffers.
 	if len(t.tx) == len(t.ctl) {
-		t.ctl = append(t.ctl, make([]byte, frameLen(0)))
+		t.ctl = append(t.ctl, make([]byte, frameLen(resetLen)))
 	}
-	var sdu [headerLen]byte
-	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), 0, t.epoch, h.src())
+	var sdu [headerLen + resetLen]byte
+	n := 0
+	if typ == typeReset {
+		n = resetLen
+		binary.BigEndian.PutUint32(sdu[headerLen:], want)
+	}
+	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), n, t.epoch, dst)
 	f := t.ctl[len(t.tx)]
 	t.putHeaders(f, p, 1, cells.FlagStart)
-	t.seg.Put(f[len(t.eth):], sdu[:])
+	t.seg.Put(f[len(t.eth):], sdu[:headerLen+n])
 	t.tx = append(t.tx, f)
 }
 

@@ -168,7 +168,7 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 	sdu := c.buf[start:]
 	copy(sdu, h)
 	header(sdu).setAcks(n)
-	header(sdu).setDst(p.epoch) // learnt since the last transmission, perhaps
+	header(sdu).setDst(p.dstOut) // learnt since the last transmission, perhaps
 	if n > 0 {
 		t.takeAcks(p, sdu[headerLen:headerLen+ackEntryLen*n])
 		t.stats.AcksPiggybacked += uint64(n)

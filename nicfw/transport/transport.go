@@ -1,6 +1,9 @@
 package transport
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -136,19 +139,44 @@ type Stats struct {
 
 	Delivered  uint64 // messages accepted by Deliver
 	Refused    uint64 // messages refused by Deliver (NACKs sent)
-	Duplicates uint64 // DATA frames already delivered (ACKed again)
+	Duplicates uint64 // DATA frames of the message delivered last on their channel (its ACK was lost): ACKed again
 
 	NacksReceived uint64 // valid NACKs
 	StaleAcks     uint64 // ACKs for no message in flight (duplicates, late)
 	StaleNacks    uint64 // NACKs for another transmission, ignored
 
-	Restarts   uint64 // peers seen with a new epoch: restarted (epochs.go)
-	StaleEpoch uint64 // frames from a peer's previous incarnation, or to this one's, dropped
+	Restarts uint64 // peers seen with a new epoch: restarted (epochs.go)
+	// StaleEpoch counts frames dropped for their epochs: from a peer's
+	// previous incarnation, or naming a destination epoch other than the
+	// one asked of the peer (this transport's previous incarnation's, or
+	// one renewed since).
+	StaleEpoch uint64
 	// Unconfirmed counts frames that claimed a new epoch for their peer
-	// without showing they had heard this incarnation: dropped, the
+	// without answering this transport's challenge for it: dropped, the
 	// peer's record unchanged (epochs.go).
 	Unconfirmed uint64
-	ResetsSent  uint64 // RESET frames sent: DATA addressed to a previous incarnation of this transport
+	// ZeroEpoch counts frames with destination epoch 0 from a peer that
+	// has named this transport already, or whose destination epoch was
+	// renewed: refused (a peer's first frames alone may carry 0).
+	ZeroEpoch  uint64
+	ResetsSent uint64 // RESET frames sent (epochs.go)
+
+	// OutOfWindow counts DATA frames whose sequence number is neither the
+	// channel's expected one nor one behind it that a late copy could
+	// carry: no frame of the peer can, so the frame is forged. It is
+	// dropped whole, and the peer's destination epoch renewed.
+	OutOfWindow uint64
+	// ForgedAcks counts frames with an acknowledgement (header or entry)
+	// of a message that no send channel has in flight or had
+	// acknowledged lately: forged, dropped whole, and the peer's
+	// destination epoch renewed.
+	ForgedAcks uint64
+	// Late counts DATA frames behind the receive window: late copies of
+	// messages delivered and acknowledged already, dropped unanswered.
+	Late uint64
+	// Renewals counts the destination epochs renewed (a fresh random
+	// number asked of a peer) after a forged frame named the old one.
+	Renewals uint64
 
 	Scans      uint64 // timer scans run
 	ScanVisits uint64 // peers visited by them
@@ -203,6 +231,12 @@ type Transport struct {
 	last      *Peer // the source of the last frame received
 	rxPeer    *Peer // the source of the frame being received (onPDU)
 	bad       bool  // the frame being received held a bad PDU or cell
+
+	// prf computes the challenge a peer's new epoch must answer
+	// (challenge, epochs.go): AES under a key drawn at New, prfBuf its
+	// block.
+	prf    cipher.Block
+	prfBuf [aes.BlockSize]byte
 
 	uc      sendChannel // the frames of unreliable sends
 	scratch []byte      // an SDU with acknowledgements, being built
@@ -279,7 +313,17 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if oneFrame < ackEntryLen {
 		return nil, fmt.Errorf("%w: link MTU %d carries no transport frame", ErrConfig, link.MTU())
 	}
+	var key [16]byte
+	if _, err := crand.Read(key[:]); err != nil {
+		return nil, fmt.Errorf("nicfw: transport: challenge key: %w", err)
+	}
+	prf, err := aes.NewCipher(key[:])
+	if err != nil {
+		return nil, fmt.Errorf("nicfw: transport: challenge key: %w", err)
+	}
 	t := &Transport{
+		prf:       prf,
+		lastStamp: rand.Uint32(), // stamps a forger cannot count from 0
 		link:      link,
 		cfg:       cfg,
 		clk:       cfg.Clock,
@@ -310,7 +354,7 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	batch := max(link.BatchSize(), 1)
 	t.rx = make([][]byte, batch)
 	t.ctl = make([][]byte, batch)
-	ctlLen := frameLen(0)
+	ctlLen := frameLen(resetLen)
 	for i := range t.ctl {
 		t.ctl[i] = make([]byte, ctlLen)
 	}
@@ -334,7 +378,7 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 	if _, ok := t.byMAC[key]; ok {
 		return fmt.Errorf("%w: address %v is in the table already", ErrConfig, mac)
 	}
-	p := newPeer(id, mac, t.cfg.Channels, headerLen+ackEntryLen*t.maxAcks+t.maxPL)
+	p := t.newPeer(id, mac)
 	if int(id) >= len(t.peers) {
 		t.peers = append(t.peers, make([]*Peer, int(id)+1-len(t.peers))...)
 	}
@@ -375,7 +419,7 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 		}
 		p := t.byMAC[key]
 		if p == nil {
-			p = newPeer(id, mac, t.cfg.Channels, headerLen+ackEntryLen*t.maxAcks+t.maxPL)
+			p = t.newPeer(id, mac)
 		}
 		p.id = id
 		peers[id], byMAC[key] = p, p

@@ -40,6 +40,9 @@ type returnedMsg struct {
 type pair struct {
 	clk  *clock.Manual
 	a, b *end
+	// between, if set, runs once per round of transfer, after the sends
+	// and before the polls.
+	between func()
 }
 
 // newPair connects two transports over a memlink pair, A (host 1) and B
@@ -176,6 +179,9 @@ func (p *pair) transfer(tb testing.TB, count int, maxLen int, step time.Duration
 		}
 		if done {
 			return
+		}
+		if p.between != nil {
+			p.between()
 		}
 		if !p.poll(tb) && p.clk != nil {
 			p.clk.Advance(step)
