@@ -256,3 +256,41 @@ func TestGRIMOpenWait(t *testing.T) {
 		}
 	}
 }
+
+// TestGRIMReplyTimerStartsWhenSent: a request queued behind one to a dead
+// host is not timed while it waits. The dead host's request, sent at once,
+// comes back once: ReasonNoReply after the 2 s reply timeout (the
+// transport's give-up, 3 s, comes later and is only counted); the other,
+// queued behind it for 3 s, longer than the reply timeout, is handled and
+// answered once, never returned.
+func TestGRIMReplyTimerStartsWhenSent(t *testing.T) {
+	hosts := cluster(t, xdptest.Hub(t, 3, memlink.Options{Seed: 37}),
+		clusterConfig{channels: 1, window: 1, deployed: true, replyTimeout: 2 * time.Second})
+	var mu sync.Mutex
+	var got []Returned
+	handled := 0
+	if err := hosts[1].ep.Handle(16, func(*Token, [ShortArgs]uint32, []byte) { mu.Lock(); handled++; mu.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	hosts[0].ep.OnReturn(func(r Returned) { mu.Lock(); got = append(got, r); mu.Unlock() })
+	hosts[0].start()
+	hosts[1].start() // host 3 never runs: a dead host
+	var err error
+	hosts[0].do(func(ep *Endpoint) { err = errors.Join(ep.ch(0).Short(2, 16, 1), ep.ch(0).Short(1, 16, 2)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Stats
+	settle(t, hosts[0], "both requests answered or returned, the give-up counted", func(ep *Endpoint) bool {
+		st = ep.Stats()
+		return ep.ch(0).Pending() == 0 && st.LateReplies == 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].Reason != ReasonNoReply || got[0].Peer != 2 || handled != 1 {
+		t.Errorf("returned %v, %d handled: want the dead host's request back once, the other handled", got, handled)
+	}
+	if st.Unanswered != 1 || st.Returned != 1 {
+		t.Errorf("%+v", st)
+	}
+}

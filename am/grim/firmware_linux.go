@@ -19,6 +19,15 @@ import (
 // run on threads of their own. Poll then only runs handlers. The daemon's
 // refusals are typed as Dial's in package amii. Close closes the channels
 // and the connection.
+//
+// cfg.Tag is the virtual network of every channel, on every host, and the
+// daemon guards it as amii.Dial says: the first endpoint of a tag on a
+// daemon makes its user the network's creator there, and other users open
+// its endpoints only with the creator's grant (`xam fw grant`), or as
+// members of the creator's groups. DefaultTag, like any tag below 2^32,
+// is weak (daemon.WeakTag): only root and the daemon's user may make a
+// network with it. Other users give every host of the job the same tag
+// drawn at random (daemon.NewTag) in cfg.Tag.
 func Dial(socket string, cfg Config) (*Endpoint, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -46,7 +55,13 @@ func Dial(socket string, cfg Config) (*Endpoint, error) {
 		conn.Close()
 		return nil, err
 	}
-	ep.block = func(timeout time.Duration) error { return daemon.BlockAny(eps, timeout) }
+	ep.block = func(timeout time.Duration) error {
+		err := daemon.BlockAny(eps, timeout)
+		if errors.Is(err, daemon.ErrClosed) && ep.gone == nil {
+			ep.gone = fmt.Errorf("%w: the daemon at %s stopped: %w", ErrClosed, socket, err)
+		}
+		return err
+	}
 	closeChannels := ep.closeAll
 	ep.closeAll = func() error { return errors.Join(closeChannels(), conn.Close()) }
 	return ep, nil

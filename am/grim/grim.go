@@ -155,11 +155,17 @@ type Config struct {
 	// a channel, the registry's answer); default 10 s.
 	GiveUp time.Duration
 	// ReplyTimeout is how long a request waits for its reply (or a
-	// memory message for its completion): past it, the request is
-	// presumed lost (its receiver took it and then closed or died) and
-	// comes back to the error handler with ReasonNoReply. Default
-	// DefaultReplyTimeout; negative: never. A reply that comes later still
-	// runs its handler (Stats.LateReplies).
+	// memory message for its completion) once the engine has sent it:
+	// past it, the request is presumed lost (its receiver took it and then
+	// closed or died) and comes back to the error handler with
+	// ReasonNoReply. A request still queued (behind others to a dead host,
+	// say) is not timed. Keep it above the transport's give-up time (the
+	// default is twice the default one), so that a request to a host that
+	// does not answer comes back ReasonUnreachable instead. Default
+	// DefaultReplyTimeout; negative: never. A reply that comes later
+	// still runs its handler, and a return that comes later is only
+	// counted (Stats.LateReplies): a request is handed to the error
+	// handler at most once.
 	ReplyTimeout time.Duration
 	// Bind binds registry names to the peers (indices in Peers) that alone
 	// may register them: a key ending in "." binds every name it starts
@@ -178,8 +184,7 @@ type Config struct {
 }
 
 // DefaultReplyTimeout is Config.ReplyTimeout's default: twice the
-// transport's default give-up time, so that a request its transport
-// gives up on is returned as unreachable first.
+// transport's default give-up time.
 const DefaultReplyTimeout = 2 * transport.DefaultGiveUpAfter
 
 // Segment is the first segment of a cut-through message: the bytes
@@ -227,7 +232,11 @@ func (t *Token) Reply(h HandlerID, args ...uint32) error {
 		return err
 	}
 	t.replied = true
-	return t.ch.send(endpoint.ReplySend, &d)
+	if err := t.ch.send(endpoint.ReplySend, &d); err != nil {
+		return err
+	}
+	t.ep.stats.Replies++
+	return nil
 }
 
 // Channel is an outbound logical channel: an engine endpoint of its own
@@ -263,7 +272,11 @@ type pendingRequest struct {
 	length  uint32
 	at      uint32 // a memory message's offset
 	write   bool
-	seen    time.Time
+	// seq is its index in the request send queue; seen when the reply
+	// timer first saw it sent (the queue's done count past seq), zero
+	// before.
+	seq  uint32
+	seen time.Time
 }
 
 // flushReplies sends the replies deferred while the reply queue was full,
@@ -306,6 +319,7 @@ type Endpoint struct {
 	stats                 Stats
 	onReturn              func(Returned)
 	closed                bool
+	gone                  error     // firmware mode: the daemon stopped (ErrClosed wrapped)
 	polls                 uint64    // Polls run, for the reply timer's period
 	handlerCap            HandlerID // the engine accepts requests for ids below it
 }
@@ -313,12 +327,12 @@ type Endpoint struct {
 // Stats counts what an endpoint did.
 type Stats struct {
 	Shorts, Bulks, Writes uint64 // messages sent
-	Replies               uint64
+	Replies               uint64 // replies sent: by handlers (Token.Reply) and by the layer for them
 	Handled               uint64 // handlers run
 	Completed             uint64 // memory messages completed
 	Returned              uint64 // messages returned (to OnReturn, or dropped without one), ReasonNoReply included
 	Unanswered            uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
-	LateReplies           uint64 // replies that came for no request outstanding (after their ReplyTimeout)
+	LateReplies           uint64 // replies and returns that came for no request outstanding (after their ReplyTimeout)
 	Unknown               uint64 // requests for a handler not registered here (answered HandlerNoHandler)
 	Strangers             uint64 // messages from endpoints outside Config.Peers, dropped: no handler runs
 	Refused               uint64 // registry messages refused: a table or a synch answer not from the central endpoint, a generation that jumps
@@ -393,6 +407,8 @@ func (cfg *Config) fill() error {
 		return fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, cfg.Channels, MaxChannels)
 	case cfg.Weights != nil && len(cfg.Weights) != cfg.Channels:
 		return fmt.Errorf("%w: %d weights for %d channels", ErrConfig, len(cfg.Weights), cfg.Channels)
+	case slices.ContainsFunc(cfg.Weights, func(w int) bool { return w < 1 || w > nicfw.MaxWeight }):
+		return fmt.Errorf("%w: weights %v, want 1..%d", ErrConfig, cfg.Weights, nicfw.MaxWeight)
 	case cfg.PoolSize < MaxBulk || cfg.MemorySize < 0 || cfg.PayloadSize < MaxBulk+8:
 		return fmt.Errorf("%w: pool %d (want >= %d), memory %d, payload %d (want >= %d)", ErrConfig, cfg.PoolSize, MaxBulk, cfg.MemorySize, cfg.PayloadSize, MaxBulk+8)
 	case len(cfg.Peers)*MaxChannels > 1<<20:
@@ -504,15 +520,32 @@ func (ep *Endpoint) Close() error {
 	ep.closed = true
 	err := ep.closeAll()
 	ep.closeAll = nil
+	if ep.gone != nil {
+		return nil // the daemon stopped: its side is gone already
+	}
 	return err
 }
 
-// usable reports ErrClosed once the endpoint is closed.
+// usable reports ErrClosed once the endpoint is closed, or its daemon
+// stopped.
 func (ep *Endpoint) usable() error {
-	if ep.closed {
+	switch {
+	case ep.closed:
 		return ErrClosed
+	case ep.gone != nil:
+		return ep.gone
 	}
 	return nil
+}
+
+// alive, in firmware mode, looks (without sleeping) whether the daemon
+// has stopped, for the loops that wait for it: then they end with
+// ErrClosed rather than at their give-up time.
+func (ep *Endpoint) alive() error {
+	if ep.block != nil && ep.gone == nil {
+		ep.block(0) //nolint:errcheck // block notes a stopped daemon in ep.gone
+	}
+	return ep.usable()
 }
 
 // closeChannels closes the channels.
@@ -535,6 +568,8 @@ func (ep *Endpoint) Handle(id HandlerID, h Handler) error {
 		return fmt.Errorf("%w: handler %d is predefined", ErrConflict, id)
 	case h == nil:
 		return fmt.Errorf("%w: no handler", ErrConfig)
+	case ep.handlers[id] != nil:
+		return fmt.Errorf("%w: handler %d has a handler here already", ErrConflict, id)
 	}
 	ep.handlers[id] = h
 	ep.accept(id)
@@ -890,6 +925,9 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: channel %d full", ErrTimeout, c.n)
 		}
+		if err := c.ep.alive(); err != nil {
+			return err
+		}
 		c.ep.yield()
 	}
 }
@@ -917,7 +955,9 @@ func (ep *Endpoint) Wait(timeout time.Duration) (bool, error) {
 	}
 	var err error
 	if !ready {
-		err = ep.block(timeout)
+		if err = ep.block(timeout); ep.gone != nil {
+			err = ep.gone
+		}
 		for _, c := range ep.chans {
 			ready = ready || c.view.Ready()&(endpoint.EventRequest|endpoint.EventReply) != 0
 		}
@@ -1125,9 +1165,7 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		case HandlerMemory, HandlerNoHandler:
 			r = h
 		}
-		if tok.Reply(r) == nil {
-			ep.stats.Replies++
-		}
+		tok.Reply(r) //nolint:errcheck // counted by Reply; a lost one times the requester out
 	}
 	ep.depth--
 }
@@ -1144,6 +1182,8 @@ func (c *Channel) sentRequest(d *endpoint.Descriptor) {
 			r.write, r.at = true, d.RemoteOffset
 		}
 	}
+	put, _ := c.view.Progress(endpoint.RequestSend)
+	r.seq = put - 1
 	c.pending = append(c.pending, r)
 }
 
@@ -1187,11 +1227,14 @@ func (ep *Endpoint) returned(c *Channel, d *endpoint.Descriptor, reason endpoint
 		}
 	}
 	if request {
-		if p, ok := c.answered(d.Dest, &r); ok {
-			r.seen = p.seen
-			if p.write {
-				c.writes--
-			}
+		p, ok := c.answered(d.Dest, &r)
+		if !ok {
+			ep.stats.LateReplies++ // handed over already (ReplyTimeout)
+			return
+		}
+		r.seen = p.seen
+		if p.write {
+			c.writes--
 		}
 	}
 	ep.giveBack(c, r, reason, request)
@@ -1221,10 +1264,13 @@ func (ep *Endpoint) expiring(now time.Time) bool {
 		return false
 	}
 	for _, c := range ep.chans {
+		done := c.view.Done()
 		for i := range c.pending {
 			p := &c.pending[i]
 			if p.seen.IsZero() {
-				p.seen = now
+				if int32(done-p.seq) > 0 {
+					p.seen = now // sent: its reply may come from now on
+				}
 			} else if now.Sub(p.seen) > ep.cfg.ReplyTimeout {
 				ep.polls = replyCheckPolls - 1 // the next Poll looks
 				return true
@@ -1235,17 +1281,19 @@ func (ep *Endpoint) expiring(now time.Time) bool {
 }
 
 // expire returns, to the error handler, the requests whose answer has not
-// come within ReplyTimeout of the reply timer's first seeing them, and
-// returns how many.
+// come within ReplyTimeout of the reply timer's first seeing them sent (a
+// request still queued, behind others to a dead host say, is not timed),
+// and returns how many.
 func (ep *Endpoint) expire(now time.Time) int {
 	n := 0
 	for _, c := range ep.chans {
+		done := c.view.Done()
 		for i := 0; i < len(c.pending); {
 			p := &c.pending[i]
-			if p.seen.IsZero() {
-				p.seen = now
+			if p.seen.IsZero() && int32(done-p.seq) > 0 {
+				p.seen = now // sent: its reply may come from now on
 			}
-			if now.Sub(p.seen) <= ep.cfg.ReplyTimeout {
+			if p.seen.IsZero() || now.Sub(p.seen) <= ep.cfg.ReplyTimeout {
 				i++
 				continue
 			}
@@ -1286,6 +1334,9 @@ func (ep *Endpoint) runUntil(done func() bool, what func() string) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: %s", ErrTimeout, what())
+		}
+		if err := ep.alive(); err != nil {
+			return err
 		}
 		ep.yield()
 	}

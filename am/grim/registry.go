@@ -184,6 +184,9 @@ func (ep *Endpoint) Register(name string, id HandlerID, h Handler) error {
 			return fmt.Errorf("%w: handler %d is %q here already", ErrConflict, id, other)
 		}
 	}
+	if ep.handlers[id] != nil {
+		return fmt.Errorf("%w: handler %d has a handler here already (Handle)", ErrConflict, id)
+	}
 	if e, ok := ep.table[name]; ok && e.ID != id {
 		return fmt.Errorf("%w: %q is handler %d in the cluster", ErrConflict, name, e.ID)
 	}
