@@ -8,15 +8,19 @@
 //
 // # Scheduling and residency
 //
-// A Scheduler (sched.go) chooses the endpoint to send from next: weighted
-// round robin over the resident endpoints with sends pending, skipping
-// empty ones and loitering up to a given number of sends on a busy one;
-// an endpoint's weight is VNet.Weight. A Residency (residency.go) keeps
-// the books of the R frames; the engine moves the state
-// (engine_residency.go): only resident endpoints are scheduled and have
-// their translation table in a frame, and the others ring a doorbell in
-// their shared header that faults them in, evicting the least recently
-// used endpoint without outstanding messages.
+// A Scheduler (sched.go) chooses the endpoint to send from next: a
+// two-level weighted round robin over the resident endpoints with sends
+// pending, across owners first (VNet.Owner: the uid in firmware mode),
+// each taking turns of up to Loiter sends however many endpoints it has,
+// then across the owner's endpoints by their weights (VNet.Weight),
+// skipping empty ones; a decision costs the same however many endpoints
+// are idle. A Residency (residency.go) keeps the books of the R frames;
+// the engine moves the state (engine_residency.go): only resident
+// endpoints are scheduled and have their translation table in a frame,
+// and the others ring a doorbell in their shared header that faults them
+// in, evicting the least recently used endpoint without outstanding
+// messages. Faults are bounded per owner: one at its share of the frames
+// (R over the owners with work) evicts its own endpoints, not others'.
 //
 // # Engine
 //

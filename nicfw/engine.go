@@ -58,6 +58,13 @@ type VNet struct {
 	// endpoints have work: the scheduler's weighted round robin lets it
 	// send up to Weight messages per round (1..MaxWeight; default 1).
 	Weight int
+	// Owner is the local user the endpoint belongs to: the uid of the
+	// application that opened it, in firmware mode (the daemon sets it);
+	// 0 inline. The engine shares its sends, then its frames, among the
+	// owners with work first and among an owner's endpoints second
+	// (sched.go, residency.go), so that one user's many endpoints cannot
+	// crowd out another user's few.
+	Owner uint32
 	// Ordered delivers the endpoint's messages to each host in the order
 	// it sent them, whatever the window: a message leaves only once the
 	// endpoint's last message to the same host is acknowledged (messages
@@ -525,6 +532,7 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 	}
 	e.eps[id] = s
 	e.live++
+	e.res.SetOwner(int(id), vnet.Owner)
 	e.evict(s) // it starts out of the fast tables: its first send rings its doorbell
 	return nil
 }
