@@ -12,28 +12,50 @@ import (
 // firmware daemon listening on socket (`xam fw`), whose engine runs on
 // cores of its own. The endpoint is used as in inline mode, but Poll only
 // runs handlers (the daemon's engine moves the messages by itself) and
-// waiting sleeps on the endpoint's notification instead of spinning. The
-// daemon's refusals are typed (daemon.ErrPermission, daemon.ErrQuota,
-// nicfw.ErrConfig, nicfw.ErrEndpointInUse). Close closes the endpoint and
-// the connection.
+// waiting sleeps on the endpoint's notification instead of spinning. Close
+// closes the endpoint and the connection.
+//
+// vn.Tag names the virtual network, which the daemon guards: its first
+// endpoint on a daemon makes its creator that endpoint's user, and later
+// ones are opened only for the creator's uid and groups and whom it granted
+// (daemon.Conn.Grant, `xam fw grant`). A user other than root may make a
+// network only with a tag that is not weak (daemon.WeakTag): a job draws
+// one (daemon.NewTag) and gives it to all its hosts; vn.Tag 0 has the
+// daemon draw a new network's tag (DialNew returns it). The daemon's
+// refusals are typed (daemon.ErrPermission, daemon.ErrWeakTag,
+// daemon.ErrQuota, nicfw.ErrConfig, nicfw.ErrEndpointInUse).
 func Dial(socket string, vn VNet, cfg Config) (*Endpoint, error) {
+	a, _, err := dial(socket, vn, cfg)
+	return a, err
+}
+
+// DialNew is Dial on a new virtual network, whose tag the daemon draws at
+// random (vn.Tag is ignored): it returns the endpoint and the tag, for the
+// job's other endpoints (Dial with it on the other hosts; on this one after
+// a grant, if they are another user's).
+func DialNew(socket string, vn VNet, cfg Config) (*Endpoint, uint64, error) {
+	vn.Tag = 0
+	return dial(socket, vn, cfg)
+}
+
+func dial(socket string, vn VNet, cfg Config) (*Endpoint, uint64, error) {
 	c, err := daemon.Dial(socket)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	ep, err := c.Open(daemon.OpenRequest{Endpoint: vn.ID, Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight,
 		QueueEntries: cfg.QueueEntries, StagingSize: cfg.StagingSize})
 	if err != nil {
 		c.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	a, err := newEndpoint(ep.View, nil, ep.Block, cfg)
 	if err != nil {
 		ep.Close()
 		c.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	a.name = Name{Host: ep.Host, Endpoint: ep.ID}
 	a.closer = func() error { return errors.Join(ep.Close(), c.Close()) }
-	return a, nil
+	return a, ep.Tag, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"os/user"
 	"strconv"
 	"strings"
 	"syscall"
@@ -85,7 +86,10 @@ func runFw(e *env, args []string) error {
 	if len(args) > 0 && args[0] == "stats" {
 		return runFwStats(e, args[1:])
 	}
-	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n       [--module coord [--coord-threshold B] [--coord-early B] [--coord-link-rate RATE --coord-port-buffer B]]\n       xam fw stats [--socket PATH] [--json]")
+	if len(args) > 0 && args[0] == "grant" {
+		return runFwGrant(e, args[1:])
+	}
+	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n       [--module coord [--coord-threshold B] [--coord-early B] [--coord-link-rate RATE --coord-port-buffer B]]\n       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]")
 	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
 	ns := fs.String("netns", "", "the named network namespace the device is in")
 	id := fs.Int("id", -1, "this host's id in the host table (0..65535, as the mapper numbers them)")
@@ -107,6 +111,7 @@ func runFw(e *env, args []string) error {
 	verbose := fs.Bool("v", false, "log connections, endpoints and host tables")
 	maxEndpoints := fs.Int("max-endpoints", daemon.DefaultMaxPerUser, "endpoints one user (uid) may have open")
 	maxConns := fs.Int("max-conns", daemon.DefaultMaxConnsPerUser, "connections one user may have open")
+	maxConnsTotal := fs.Int("max-conns-total", daemon.DefaultMaxConns, "connections all users together may have open")
 	userMemory := fs.String("user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
 	modules := fs.String("module", "", "extension modules to load, comma-separated: coord (sender coordination)")
 	coordThreshold := fs.Int("coord-threshold", coord.DefaultThreshold, "coord: messages of at most this many bytes are not coordinated")
@@ -160,6 +165,8 @@ func runFw(e *env, args []string) error {
 		return usageError("--max-endpoints %d: want at least 1", *maxEndpoints)
 	case *maxConns < 1:
 		return usageError("--max-conns %d: want at least 1", *maxConns)
+	case *maxConnsTotal < 1:
+		return usageError("--max-conns-total %d: want at least 1", *maxConnsTotal)
 	}
 	mods, err := fwModules(*modules, given, coordFlags{threshold: *coordThreshold, early: *coordEarly, rate: *coordRate, buffer: *coordBuffer})
 	if err != nil {
@@ -200,7 +207,7 @@ func runFw(e *env, args []string) error {
 		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window, Modules: mods,
 			Transport: transport.Config{Channels: *channels, GiveUpAfter: *giveUp, RetransmitAfter: *retransmit}},
 		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
-		MaxPerUser: *maxEndpoints, MaxConnsPerUser: *maxConns, UserMemory: int64(memQuota),
+		MaxPerUser: *maxEndpoints, MaxConnsPerUser: *maxConns, MaxConns: *maxConnsTotal, UserMemory: int64(memQuota),
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 	}
 	if *useMap {
@@ -378,16 +385,33 @@ func runFwStats(e *env, args []string) error {
 	for _, h := range s.Hosts {
 		fmt.Fprintf(w, "  %d  %s\n", h.ID, h.MAC)
 	}
-	fmt.Fprintf(w, "endpoints: %d open, %d connections, %d opens refused\n", s.Endpoints, s.Connections, s.Refused)
+	fmt.Fprintf(w, "endpoints: %d open, %d connections, %d requests refused\n", s.Endpoints, s.Connections, s.Refused)
 	for _, ep := range s.List {
 		q := ep.Queues
-		fmt.Fprintf(w, "  %d  tag %#x, %d table entries: %d taken, %d put, %d put into a full queue\n",
-			ep.ID, ep.Tag, ep.Table, q.Taken, q.Put, q.PutFull)
+		tag := "tag hidden" // another user's: the daemon shows it only to its owner and root
+		if ep.Tag != 0 {
+			tag = fmt.Sprintf("tag %#x", ep.Tag)
+		}
+		fmt.Fprintf(w, "  %d  %s, %d table entries: %d taken, %d put, %d put into a full queue\n",
+			ep.ID, tag, ep.Table, q.Taken, q.Put, q.PutFull)
 		for r, n := range q.Refused {
 			if n > 0 {
 				fmt.Fprintf(w, "      %d descriptors refused: %s\n", n, strings.TrimPrefix(endpoint.Refusal(r).Error(), "nicfw: descriptor refused: "))
 			}
 		}
+	}
+	if len(s.Networks) > 0 {
+		fmt.Fprintln(w, "virtual networks (yours, or all for root):")
+	}
+	for _, n := range s.Networks {
+		fmt.Fprintf(w, "  tag %#x: %d endpoints, made by uid %d; open to its groups %v", n.Tag, n.Endpoints, n.Creator, n.Groups)
+		if len(n.UIDs) > 0 {
+			fmt.Fprintf(w, ", uids %v", n.UIDs)
+		}
+		if len(n.GIDs) > 0 {
+			fmt.Fprintf(w, ", gids %v", n.GIDs)
+		}
+		fmt.Fprintln(w)
 	}
 	en, tr := s.Engine, s.Transport
 	fmt.Fprintf(w, "engine: %+v\n", en)
@@ -405,4 +429,70 @@ func runFwStats(e *env, args []string) error {
 	}
 	fmt.Fprintf(w, "engine slept %d times\n", s.Sleeps)
 	return nil
+}
+
+// runFwGrant lets a user or a group open endpoints of a virtual network
+// the caller made on a running daemon (or, with --revoke, no longer).
+func runFwGrant(e *env, args []string) error {
+	fs := newFlags(e, "fw grant", "fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]")
+	socket := fs.String("socket", "/run/xam/fw.sock", "the daemon's unix socket")
+	tagFlag := fs.String("tag", "", "the virtual network's tag (0x... or decimal), one you made on this daemon")
+	uidFlag := fs.String("uid", "", "the user to let in: a uid or a user name")
+	gidFlag := fs.String("gid", "", "the group to let in: a gid or a group name")
+	revoke := fs.Bool("revoke", false, "take the grant back (endpoints already open stay open)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	tag, err := strconv.ParseUint(*tagFlag, 0, 64)
+	if err != nil || tag == 0 {
+		return usageError("--tag %q: want a virtual network's tag, e.g. 0x8f3a...", *tagFlag)
+	}
+	if (*uidFlag == "") == (*gidFlag == "") {
+		return usageError("give --uid or --gid (one of them)")
+	}
+	req := daemon.GrantRequest{Tag: tag, Revoke: *revoke}
+	if *uidFlag != "" {
+		id, err := lookupID(*uidFlag, func(n string) (string, error) {
+			u, err := user.Lookup(n)
+			if err != nil {
+				return "", err
+			}
+			return u.Uid, nil
+		})
+		if err != nil {
+			return usageError("--uid %q: %v", *uidFlag, err)
+		}
+		req.UID = &id
+	} else {
+		id, err := lookupID(*gidFlag, func(n string) (string, error) {
+			g, err := user.LookupGroup(n)
+			if err != nil {
+				return "", err
+			}
+			return g.Gid, nil
+		})
+		if err != nil {
+			return usageError("--gid %q: %v", *gidFlag, err)
+		}
+		req.GID = &id
+	}
+	c, err := daemon.Dial(*socket)
+	if err != nil {
+		return fmt.Errorf("%w (is `xam fw` running with --socket %s?)", err, *socket)
+	}
+	defer c.Close()
+	return c.Grant(req)
+}
+
+// lookupID returns s as a number, or the id that lookup finds for the name s.
+func lookupID(s string, lookup func(string) (string, error)) (uint32, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	id, err := lookup(s)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(id, 10, 32)
+	return uint32(n), err
 }

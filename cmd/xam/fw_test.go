@@ -84,3 +84,15 @@ func TestFwCoordUsage(t *testing.T) {
 		t.Errorf("--retransmit 50ms refused: %s", errs)
 	}
 }
+
+// TestFwMaxConnsTotal: `xam fw --max-conns-total` bounds the connections of
+// all users together; a bound below 1 is a usage error.
+func TestFwMaxConnsTotal(t *testing.T) {
+	code, out, errs := xam(t, nil, "fw", "--dev", "x", "--map", "--max-conns-total", "0")
+	if code != 2 || out != "" || !strings.Contains(errs, "--max-conns-total 0: want at least 1") {
+		t.Errorf("--max-conns-total 0: exit %d, %q %q", code, out, errs)
+	}
+	if _, out, _ := xam(t, nil, "fw", "-h"); !strings.Contains(out, "-max-conns-total") || !strings.Contains(out, "xam fw grant --tag T") {
+		t.Errorf("fw -h:\n%s", out)
+	}
+}

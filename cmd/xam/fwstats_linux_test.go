@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
@@ -264,5 +267,165 @@ func TestFwCoordDaemon(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("xam fw after SIGTERM: %v, want exit 0", err)
+	}
+}
+
+// TestFwGrant: `xam fw grant` lets another user into a virtual network its
+// creator (root here) made, and `--revoke` takes it back; run by that other
+// user (uid 65534), `xam fw stats` shows root's endpoint but not its tag,
+// and `xam fw grant` on root's network is refused. Before, every user read
+// every tag in `xam fw stats`, and there was nothing to grant: any user
+// opened any tag.
+func TestFwGrant(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	dir := t.TempDir()
+	for d := dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := filepath.Join(dir, "fw.sock")
+	d, err := daemon.New(la, daemon.Config{Engine: nicfw.EngineConfig{Host: 1},
+		Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemontest.Run(t, d)
+	c, err := daemon.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ep, err := c.Open(daemon.OpenRequest{Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	tag := fmt.Sprintf("%#x", ep.Tag)
+
+	bin := filepath.Join(dir, "xam.test")
+	exe, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nobody := func(args ...string) (int, string) {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "XAM_TEST_AS_XAM=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), string(out)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	code, out := nobody("fw", "stats", "--socket", sock)
+	t.Logf("xam fw stats as uid 65534:\n%s", out)
+	if code != 0 || strings.Contains(out, tag) || !strings.Contains(out, fmt.Sprintf("%d  tag hidden", ep.ID)) {
+		t.Errorf("fw stats as uid 65534: exit %d:\n%s", code, out)
+	}
+	if code, out := nobody("fw", "grant", "--socket", sock, "--tag", tag, "--uid", "65534"); code != 1 || !strings.Contains(out, "permission denied") {
+		t.Errorf("fw grant on root's network as uid 65534: exit %d: %s", code, out)
+	}
+
+	if code, _, errs := xam(t, nil, "fw", "grant", "--socket", sock, "--tag", tag, "--uid", "65534"); code != 0 {
+		t.Fatalf("fw grant: exit %d: %s", code, errs)
+	}
+	if code, _, errs := xam(t, nil, "fw", "grant", "--socket", sock, "--tag", tag, "--gid", "65533"); code != 0 {
+		t.Fatalf("fw grant --gid: exit %d: %s", code, errs)
+	}
+	code, out, errs := xam(t, nil, "fw", "stats", "--socket", sock)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d  tag %s", ep.ID, tag)) ||
+		!strings.Contains(out, fmt.Sprintf("tag %s: 1 endpoints, made by uid 0; open to its groups [0], uids [65534], gids [65533]", tag)) {
+		t.Errorf("fw stats after the grants: exit %d: %s %s", code, out, errs)
+	}
+	if code, _, errs := xam(t, nil, "fw", "grant", "--socket", sock, "--tag", tag, "--uid", "65534", "--revoke"); code != 0 {
+		t.Fatalf("fw grant --revoke: exit %d: %s", code, errs)
+	}
+	if _, out, _ := xam(t, nil, "fw", "stats", "--socket", sock); strings.Contains(out, "uids [65534]") {
+		t.Errorf("fw stats after the revoke:\n%s", out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--tag", tag}, 2, "give --uid or --gid"},
+		{[]string{"--tag", "x", "--uid", "1"}, 2, `--tag "x"`},
+		{[]string{"--tag", tag, "--uid", "1", "--gid", "1"}, 2, "give --uid or --gid"},
+		{[]string{"--tag", "0x9e3779b97f4a7c15", "--uid", "1"}, 1, "no such virtual network"},
+	} {
+		args := append([]string{"fw", "grant", "--socket", sock}, tc.args...)
+		if code, _, errs := xam(t, nil, args...); code != tc.code || !strings.Contains(errs, tc.want) {
+			t.Errorf("xam %v: exit %d, %q; want %d and %q", args, code, errs, tc.code, tc.want)
+		}
+	}
+}
+
+// TestFwNewNetworkAMII: an AM-II application asks one daemon for a new
+// virtual network (amii.DialNew: tag 0 in the open request), gets the tag
+// the daemon drew, and its peer joins the network on the other host with
+// that tag (amii.Dial); requests and replies flow between them.
+func TestFwNewNetworkAMII(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	socks := daemontest.Start(t, []afxdp.Link{la, lb}, func(nicfw.HostID) nicfw.EngineConfig { return nicfw.EngineConfig{} })
+	server, tag, err := amii.DialNew(socks[1], amii.VNet{ID: 20, Table: []amii.Name{{Host: 1, Endpoint: 21}}}, amii.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	if tag == 0 || daemon.WeakTag(tag) {
+		t.Fatalf("a new network's tag %#x", tag)
+	}
+	client, err := amii.Dial(socks[0], amii.VNet{ID: 21, Tag: tag, Table: []amii.Name{{Host: 2, Endpoint: 20}}}, amii.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var got atomic.Uint64
+	reply := client.Register(func(_ *amii.Token, args []uint64) { got.Add(args[0]) })
+	echo := server.Register(func(tok *amii.Token, args []uint64) {
+		if err := tok.Reply(reply, args[0]+1); err != nil {
+			t.Error(err)
+		}
+	})
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			server.Wait(10 * time.Millisecond)
+			server.Poll()
+		}
+	}()
+	for i := range uint64(50) {
+		if err := client.Request(0, echo, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = client.Drain(10 * time.Second)
+	stop.Store(true)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(50*49/2 + 50); got.Load() != want {
+		t.Errorf("replies sum to %d, want %d", got.Load(), want)
 	}
 }

@@ -33,7 +33,9 @@ const FirstUserEndpoint = 16
 const (
 	DefaultMaxPerUser      = 64
 	DefaultMaxConnsPerUser = 64
-	DefaultUserMemory      = 1 << 30
+	// DefaultMaxConns bounds the connections of all users together.
+	DefaultMaxConns   = 1024
+	DefaultUserMemory = 1 << 30
 	// DefaultCallTimeout bounds a client's call to the daemon (Dial, Open,
 	// Stats, Close): a daemon that does not answer within it is an error,
 	// never a hang.
@@ -68,6 +70,11 @@ type Config struct {
 	// MaxConnsPerUser bounds the connections one user has open (default
 	// DefaultMaxConnsPerUser).
 	MaxConnsPerUser int
+	// MaxConns bounds the connections open at once, all users together
+	// (default DefaultMaxConns). A connection past either bound is refused
+	// in the accepting goroutine, without a goroutine or a buffer of its
+	// own.
+	MaxConns int
 	// UserMemory bounds the bytes of endpoint memory one user's endpoints
 	// take, together (default DefaultUserMemory). An endpoint of the
 	// default size takes a little over 1 MiB (EndpointMemorySize).
@@ -82,8 +89,15 @@ type OpenRequest struct {
 	// Endpoint is the id wanted; 0 lets the daemon choose one at or above
 	// FirstUserEndpoint.
 	Endpoint nicfw.EndpointID `json:"endpoint,omitempty"`
-	// Tag and Table are the endpoint's virtual network.
-	Tag   uint64       `json:"tag"`
+	// Tag is the endpoint's virtual network: 0 asks for a new one, whose
+	// tag the daemon draws at random (NewTag) and the reply carries
+	// (Endpoint.Tag); any other tag joins that network if the peer may
+	// (its creator's uid and groups, and those it granted: GrantRequest),
+	// or makes it with the peer as its creator if this daemon has no
+	// endpoint of it. Only root and the daemon's user may make a network
+	// with a weak tag (WeakTag; ErrWeakTag).
+	Tag uint64 `json:"tag"`
+	// Table is the endpoint's translation table.
 	Table []nicfw.Name `json:"table"`
 	// QueueEntries and StagingSize size the endpoint (0: defaults).
 	QueueEntries int `json:"queue_entries,omitempty"`
@@ -111,20 +125,30 @@ type Reply struct {
 	Code     string           `json:"code,omitempty"`
 	Host     nicfw.HostID     `json:"host"`
 	Endpoint nicfw.EndpointID `json:"endpoint,omitempty"`
+	// Tag is an opened endpoint's virtual network ("open").
+	Tag uint64 `json:"tag,omitempty"`
 	// Stats of the engine ("stats").
 	Stats *Stats `json:"stats,omitempty"`
 }
 
 // Stats is a snapshot of the daemon's counters.
 type Stats struct {
-	Endpoints   int                  `json:"endpoints"`
-	List        []nicfw.EndpointInfo `json:"endpoint_list"` // the open endpoints
-	Connections int                  `json:"connections"`
-	Refused     uint64               `json:"refused"` // open requests refused
-	Sleeps      uint64               `json:"sleeps"`  // times the engine slept
-	Engine      nicfw.EngineStats    `json:"engine"`
-	Transport   transport.Stats      `json:"transport"`
-	Residency   nicfw.ResidencyStats `json:"residency"`
+	Endpoints int `json:"endpoints"`
+	// List is the open endpoints. Through the socket, a user other than
+	// root and the daemon's sees the tag only of its own endpoints and of
+	// the networks it made: the others' are 0.
+	List []nicfw.EndpointInfo `json:"endpoint_list"`
+	// Networks are the virtual networks with endpoints here, with their
+	// creators and grants: all of them for root and the daemon's user
+	// (and Daemon.Stats), the peer's own for others.
+	Networks    []Network `json:"networks,omitempty"`
+	Connections int       `json:"connections"`
+	// Refused counts the open requests, grants and connections refused.
+	Refused   uint64               `json:"refused"`
+	Sleeps    uint64               `json:"sleeps"` // times the engine slept
+	Engine    nicfw.EngineStats    `json:"engine"`
+	Transport transport.Stats      `json:"transport"`
+	Residency nicfw.ResidencyStats `json:"residency"`
 	// Hosts is the host table, this host included; Epoch the mapper's
 	// version of it (0: static, or no table yet).
 	Hosts []Host `json:"hosts"`
@@ -164,8 +188,16 @@ var (
 	// path is something other than a socket; New leaves it alone.
 	ErrSocketInUse = errors.New("nicfw: daemon socket in use")
 	// ErrQuota: the request would take the user past one of its quotas
-	// (endpoints, connections, endpoint memory).
+	// (endpoints, connections, endpoint memory), or the daemon past its
+	// bound on connections.
 	ErrQuota = errors.New("nicfw: user quota exceeded")
+	// ErrWeakTag: a user other than root and the daemon's asked for a new
+	// virtual network with a weak tag (WeakTag). It is an ErrPermission.
+	ErrWeakTag = fmt.Errorf("%w: a weak tag", ErrPermission)
+	// ErrNoNetwork: a grant names a virtual network with no endpoint on
+	// this daemon (told to root and the daemon's user only; others get
+	// ErrPermission).
+	ErrNoNetwork = errors.New("nicfw: no such virtual network")
 )
 
 // errorCodes are the refusals that cross the daemon socket typed.
@@ -173,7 +205,8 @@ var errorCodes = []struct {
 	code string
 	err  error
 }{
-	{"permission", ErrPermission}, {"quota", ErrQuota}, {"in_use", nicfw.ErrEndpointInUse},
+	{"weak_tag", ErrWeakTag}, {"permission", ErrPermission}, {"quota", ErrQuota}, {"in_use", nicfw.ErrEndpointInUse},
+	{"no_network", ErrNoNetwork},
 	{"config", nicfw.ErrConfig}, {"closed", ErrClosed},
 }
 
@@ -218,8 +251,17 @@ type Daemon struct {
 	mu      sync.Mutex
 	conns   map[*daemonConn]struct{}
 	users   map[uint32]*userUse
+	nets    map[uint64]*network        // virtual networks with endpoints here, by tag
+	owners  map[nicfw.EndpointID]owner // who opened each endpoint
 	refused uint64
 	stopped bool
+	// refusedLogged and refusedQuiet limit the log of refused
+	// connections to one line a second under a flood.
+	refusedLogged time.Time
+	refusedQuiet  uint64
+
+	releases    sync.WaitGroup // goroutines releasing large endpoints
+	bigReleased atomic.Uint64  // large endpoints released off the engine's path
 
 	host atomic.Uint32 // this host's id, for the connections' replies
 
@@ -242,12 +284,15 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 	if cfg.MaxConnsPerUser == 0 {
 		cfg.MaxConnsPerUser = DefaultMaxConnsPerUser
 	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	if cfg.UserMemory == 0 {
 		cfg.UserMemory = DefaultUserMemory
 	}
-	if cfg.MaxPerUser < 0 || cfg.MaxConnsPerUser < 0 || cfg.UserMemory < 0 || cfg.Sleep < 0 {
-		return nil, fmt.Errorf("%w: MaxPerUser %d, MaxConnsPerUser %d, UserMemory %d, Sleep %v",
-			nicfw.ErrConfig, cfg.MaxPerUser, cfg.MaxConnsPerUser, cfg.UserMemory, cfg.Sleep)
+	if cfg.MaxPerUser < 0 || cfg.MaxConnsPerUser < 0 || cfg.MaxConns < 0 || cfg.UserMemory < 0 || cfg.Sleep < 0 {
+		return nil, fmt.Errorf("%w: MaxPerUser %d, MaxConnsPerUser %d, MaxConns %d, UserMemory %d, Sleep %v",
+			nicfw.ErrConfig, cfg.MaxPerUser, cfg.MaxConnsPerUser, cfg.MaxConns, cfg.UserMemory, cfg.Sleep)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -299,6 +344,8 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 		done:   make(chan struct{}),
 		conns:  make(map[*daemonConn]struct{}),
 		users:  make(map[uint32]*userUse),
+		nets:   make(map[uint64]*network),
+		owners: make(map[nicfw.EndpointID]owner),
 		notify: make(map[nicfw.EndpointID]int),
 		nextID: FirstUserEndpoint,
 		hosts:  hosts,
@@ -367,6 +414,7 @@ func (d *Daemon) closeAll() {
 		unix.Close(fd)
 	}
 	d.eng.Close()
+	d.releases.Wait() // the engine has let go of every memory
 	unix.Close(d.wake)
 }
 
@@ -617,7 +665,7 @@ func (d *Daemon) statsNow() Stats {
 	s := Stats{
 		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps,
 		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
-		Epoch: d.epoch, List: d.eng.EndpointList(),
+		Epoch: d.epoch, List: d.eng.EndpointList(), Networks: d.networksFor(&peer{privileged: true}),
 	}
 	for id, mac := range d.hosts {
 		s.Hosts = append(s.Hosts, Host{ID: id, MAC: mac.String()})
@@ -645,22 +693,29 @@ func (d *Daemon) statsNow() Stats {
 // test that holds it up to show the engine does not wait for it).
 var makeEndpointMemory = endpoint.NewMemory
 
-// open creates an endpoint for req: its memory and eventfd here, in the
-// connection's goroutine (making a large memory takes long, and the engine
-// must not wait for it), then the endpoint in the engine goroutine.
-// Permission and quotas are checked by the caller.
-func (d *Daemon) open(req OpenRequest) (id nicfw.EndpointID, mem *endpoint.Memory, notify int, err error) {
+// open creates an endpoint for req on virtual network tag: its memory and
+// eventfd here, in the connection's goroutine (making a large memory takes
+// long, and the engine must not wait for it), then the endpoint in the
+// engine goroutine. Permission and quotas are checked by the caller. For
+// a large endpoint it returns the daemon's hold on its memory
+// (bigMemory), for closeEndpoint.
+func (d *Daemon) open(req OpenRequest, tag uint64, size int64, uid uint32) (id nicfw.EndpointID, mem *endpoint.Memory, notify int, big *bigMemory, err error) {
 	if len(req.Table) == 0 {
-		return 0, nil, -1, fmt.Errorf("%w: an empty translation table", nicfw.ErrConfig)
+		return 0, nil, -1, nil, fmt.Errorf("%w: an empty translation table", nicfw.ErrConfig)
 	}
 	mem, err = makeEndpointMemory(endpoint.Config{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
 	if err != nil {
-		return 0, nil, -1, err
+		return 0, nil, -1, nil, err
+	}
+	if big, err = holdBig(mem, size); err != nil {
+		mem.Close()
+		return 0, nil, -1, nil, err
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		mem.Close()
-		return 0, nil, -1, fmt.Errorf("nicfw: endpoint eventfd: %w", err)
+		big.close()
+		return 0, nil, -1, nil, fmt.Errorf("nicfw: endpoint eventfd: %w", err)
 	}
 	// Whoever comes first owns mem and efd: the engine goroutine, which
 	// adds them (taken), or this one, once do has given up (abandoned).
@@ -688,7 +743,7 @@ func (d *Daemon) open(req OpenRequest) (id nicfw.EndpointID, mem *endpoint.Memor
 			id = d.nextID
 			d.nextID++
 		}
-		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: req.Tag, Table: req.Table, Weight: req.Weight, Ordered: req.Ordered}); err != nil {
+		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: tag, Table: req.Table, Weight: req.Weight, Ordered: req.Ordered, Owner: uid}); err != nil {
 			return
 		}
 		added = true
@@ -703,23 +758,44 @@ func (d *Daemon) open(req OpenRequest) (id nicfw.EndpointID, mem *endpoint.Memor
 	switch {
 	case mine:
 		mem.Close()
+		big.close()
 		unix.Close(efd)
-		return 0, nil, -1, derr
+		return 0, nil, -1, nil, derr
+	case derr != nil && added:
+		d.release(big) // the engine owns them, and is stopping: it lets go in closeAll
+		return 0, nil, -1, nil, derr
 	case derr != nil:
-		return 0, nil, -1, derr // the engine owns them, and is stopping
+		mem.Close()
+		big.close()
+		unix.Close(efd)
+		return 0, nil, -1, nil, derr
 	case !added:
 		mem.Close()
+		big.close()
 		unix.Close(efd)
-		return 0, nil, -1, err
+		return 0, nil, -1, nil, err
 	}
-	return id, mem, efd, nil
+	return id, mem, efd, big, nil
 }
 
-// closeEndpoint closes endpoint id in the engine goroutine.
-func (d *Daemon) closeEndpoint(id nicfw.EndpointID) error {
+// engineClosed is told, in the engine goroutine, how long the engine took
+// to close an endpoint (a variable for the test that checks that a large
+// endpoint's memory is released elsewhere).
+var engineClosed = func(time.Duration) {}
+
+// closeEndpoint closes endpoint id in the engine goroutine. The memory of
+// a large one (big not nil) is released off the engine's path
+// (release_linux.go).
+func (d *Daemon) closeEndpoint(id nicfw.EndpointID, big *bigMemory) error {
+	if big != nil {
+		big.dropPages()
+		defer d.release(big)
+	}
 	var err error
 	derr := d.do(func() {
+		t0 := time.Now()
 		err = d.eng.CloseEndpoint(id)
+		engineClosed(time.Since(t0))
 		if fd, ok := d.notify[id]; ok {
 			unix.Close(fd)
 			delete(d.notify, id)
@@ -748,26 +824,42 @@ func (d *Daemon) accept() {
 		pause = time.Millisecond
 		c, err := d.newConn(conn)
 		if err != nil {
-			d.log.Warn("connection refused", "err", err)
-			d.wg.Go(func() { d.refuseConn(conn, err) })
+			d.refuseConn(conn, err)
 			continue
 		}
 		d.wg.Go(c.serve)
 	}
 }
 
-// refuseConn answers a refused connection's first request with why, and
-// closes it, within a second. It reads that request before closing: a
-// socket closed with a request unread would reset the connection, and the
-// client would see the reset instead of the reason.
+// refuseConn answers a refused connection with why, and closes it, here in
+// the accepting goroutine: no goroutine, no buffer and no wait per refused
+// connection, so that a flood of them costs the daemon nothing that stays.
+// The reason is written before anything was asked (a new socket's buffer
+// is empty: the write does not block) and the client's first request, if
+// it is there, is read (truncated to a byte) so that the close does not
+// reset the connection. A client that sends later finds the reason
+// waiting (Conn's calls read it after the write or read fails).
 func (d *Daemon) refuseConn(conn *net.UnixConn, err error) {
 	d.mu.Lock()
 	d.refused++
+	now := time.Now()
+	logIt, quiet := now.Sub(d.refusedLogged) >= time.Second, d.refusedQuiet
+	if logIt {
+		d.refusedLogged, d.refusedQuiet = now, 0
+	} else {
+		d.refusedQuiet++
+	}
 	d.mu.Unlock()
-	b, _ := json.Marshal(Reply{Error: err.Error(), Code: codeOf(err)})
-	conn.SetDeadline(time.Now().Add(time.Second))
-	conn.Write(b)
-	var buf [maxControlMsg]byte
-	conn.Read(buf[:])
+	if logIt {
+		d.log.Warn("connection refused", "err", err, "refused and not logged since", quiet)
+	}
+	b, _ := json.Marshal(Reply{Error: err.Error(), Code: codeOf(err), Host: nicfw.HostID(d.host.Load())})
+	if raw, rerr := conn.SyscallConn(); rerr == nil {
+		raw.Control(func(fd uintptr) {
+			unix.Sendmsg(int(fd), b, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+			var one [1]byte
+			unix.Recvfrom(int(fd), one[:], unix.MSG_DONTWAIT)
+		})
+	}
 	conn.Close()
 }

@@ -355,7 +355,7 @@ func TestDaemonChild(t *testing.T) {
 	defer c.Close()
 	if os.Getenv("XAM_TEST_FW_BAD") != "" {
 		// The first endpoint is held for the in-use case.
-		held, err := c.Open(OpenRequest{Tag: 1, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
+		held, err := c.Open(OpenRequest{Tag: NewTag(), Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,12 +378,16 @@ func TestDaemonChild(t *testing.T) {
 		return
 	}
 	opened := 0
+	tag := uint64(1) // weak: root's alone
+	if os.Getuid() != 0 {
+		tag = NewTag()
+	}
 	for i := range n {
 		id := nicfw.EndpointID(0)
 		if ep != 0 {
 			id = nicfw.EndpointID(ep + i)
 		}
-		e, err := c.Open(OpenRequest{Endpoint: id, Tag: 1, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
+		e, err := c.Open(OpenRequest{Endpoint: id, Tag: tag, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
 		if err != nil {
 			fmt.Println("error:", err, "kind:", errorKind(err))
 			break

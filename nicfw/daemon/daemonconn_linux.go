@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,8 +21,23 @@ import (
 type daemonConn struct {
 	d    *Daemon
 	conn *net.UnixConn
-	cred *unix.Ucred
-	eps  map[nicfw.EndpointID]int64 // open endpoints and their memory's size
+	raw  syscall.RawConn
+	peer *peer
+	eps  map[nicfw.EndpointID]held // open endpoints
+}
+
+// held is an endpoint a connection holds.
+type held struct {
+	size int64      // its memory's size, for the user's quota
+	tag  uint64     // its virtual network
+	big  *bigMemory // the daemon's hold on a large one's memory
+}
+
+// owner is who opened an endpoint, for Stats.
+type owner struct {
+	conn *daemonConn
+	uid  uint32
+	tag  uint64
 }
 
 // use returns the user's entry, made if need be; d.mu is held.
@@ -35,8 +50,8 @@ func (d *Daemon) use(uid uint32) *userUse {
 	return u
 }
 
-// release gives back what a user held; d.mu is held.
-func (d *Daemon) release(uid uint32, conns, endpoints int, memory int64) {
+// releaseUse gives back what a user held; d.mu is held.
+func (d *Daemon) releaseUse(uid uint32, conns, endpoints int, memory int64) {
 	u := d.use(uid)
 	u.conns -= conns
 	u.endpoints -= endpoints
@@ -46,6 +61,9 @@ func (d *Daemon) release(uid uint32, conns, endpoints int, memory int64) {
 	}
 }
 
+// newConn admits a connection: it reads the peer's credentials and counts
+// the connection against the user's and the daemon's bounds. It runs in
+// the accepting goroutine; a connection it refuses has taken nothing.
 func (d *Daemon) newConn(conn *net.UnixConn) (*daemonConn, error) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
@@ -61,86 +79,109 @@ func (d *Daemon) newConn(conn *net.UnixConn) (*daemonConn, error) {
 	if cerr != nil {
 		return nil, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	c := &daemonConn{d: d, conn: conn, cred: cred, eps: make(map[nicfw.EndpointID]int64)}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopped {
-		return nil, ErrClosed
-	}
-	if u := d.use(cred.Uid); u.conns >= d.cfg.MaxConnsPerUser {
-		return nil, fmt.Errorf("%w: uid %d has %d connections open, the most allowed", ErrQuota, cred.Uid, u.conns)
-	} else {
+	switch u := d.use(cred.Uid); {
+	case d.stopped:
+		err = ErrClosed
+	case u.conns >= d.cfg.MaxConnsPerUser:
+		err = fmt.Errorf("%w: uid %d has %d connections open, the most allowed", ErrQuota, cred.Uid, u.conns)
+	case len(d.conns) >= d.cfg.MaxConns:
+		err = fmt.Errorf("%w: the daemon has %d connections open, the most allowed", ErrQuota, len(d.conns))
+	default:
 		u.conns++
 	}
+	if err != nil {
+		d.releaseUse(cred.Uid, 0, 0, 0) // forget a user that holds nothing
+		d.mu.Unlock()
+		return nil, err
+	}
+	c := &daemonConn{d: d, conn: conn, raw: raw, eps: make(map[nicfw.EndpointID]held)}
 	d.conns[c] = struct{}{}
+	d.mu.Unlock()
+	raw.Control(func(fd uintptr) { c.peer = peerOf(int(fd), cred) })
 	return c, nil
 }
 
 // privileged reports whether the peer is root or the daemon's user.
-func (c *daemonConn) privileged() bool {
-	return c.cred.Uid == 0 || int(c.cred.Uid) == os.Geteuid()
-}
+func (c *daemonConn) privileged() bool { return c.peer.privileged }
 
 // serve answers the connection's requests until it closes, then closes its
 // endpoints.
 func (c *daemonConn) serve() {
 	d := c.d
-	log := d.log.With("pid", c.cred.Pid, "uid", c.cred.Uid)
+	log := d.log.With("pid", c.peer.pid, "uid", c.peer.uid)
 	log.Info("application connected")
 	defer func() {
-		for id := range c.eps {
-			if err := d.closeEndpoint(id); err != nil && !errors.Is(err, ErrClosed) {
+		var memory int64
+		for id, h := range c.eps {
+			if err := d.closeEndpoint(id, h.big); err != nil && !errors.Is(err, ErrClosed) {
 				log.Warn("closing endpoint", "endpoint", id, "err", err)
 			}
-		}
-		var memory int64
-		for _, m := range c.eps {
-			memory += m
+			d.forget(c, id, h.tag)
+			memory += h.size
 		}
 		d.mu.Lock()
-		d.release(c.cred.Uid, 1, len(c.eps), memory)
+		d.releaseUse(c.peer.uid, 1, len(c.eps), memory)
 		delete(d.conns, c)
 		d.mu.Unlock()
 		c.conn.Close()
 		log.Info("application gone", "endpoints closed", len(c.eps))
 	}()
-	buf := make([]byte, maxControlMsg)
 	for {
-		n, err := c.conn.Read(buf)
-		if err != nil || n == 0 {
+		msg, err := c.request()
+		if err != nil {
 			return // closed, exited or died
 		}
 		var op struct {
 			Op string `json:"op"`
 		}
-		if err := json.Unmarshal(buf[:n], &op); err != nil {
+		if err := json.Unmarshal(msg, &op); err != nil {
 			c.reply(Reply{Error: fmt.Sprintf("bad request: %v", err)})
 			continue
 		}
 		switch op.Op {
 		case "open":
 			var req OpenRequest
-			if err := json.Unmarshal(buf[:n], &req); err != nil {
+			if err := json.Unmarshal(msg, &req); err != nil {
 				c.reply(Reply{Error: fmt.Sprintf("bad open request: %v", err)})
 				continue
 			}
 			c.open(req, log)
 		case "close":
 			var req CloseRequest
-			err := json.Unmarshal(buf[:n], &req)
-			size, ok := c.eps[req.Endpoint]
+			err := json.Unmarshal(msg, &req)
+			h, ok := c.eps[req.Endpoint]
 			if err != nil || !ok {
 				c.replyErr(Reply{}, fmt.Errorf("%w: close: endpoint %d is not this connection's", ErrPermission, req.Endpoint))
 				continue
 			}
-			err = d.closeEndpoint(req.Endpoint)
+			err = d.closeEndpoint(req.Endpoint, h.big)
 			delete(c.eps, req.Endpoint)
+			d.forget(c, req.Endpoint, h.tag)
 			d.mu.Lock()
-			d.release(c.cred.Uid, 0, 1, size)
+			d.releaseUse(c.peer.uid, 0, 1, h.size)
 			d.mu.Unlock()
 			c.replyErr(Reply{Endpoint: req.Endpoint}, err)
+		case "grant":
+			var req GrantRequest
+			if err := json.Unmarshal(msg, &req); err != nil {
+				c.reply(Reply{Error: fmt.Sprintf("bad grant request: %v", err)})
+				continue
+			}
+			err := d.grant(c.peer, req)
+			if err != nil {
+				d.mu.Lock()
+				d.refused++
+				d.mu.Unlock()
+			} else {
+				log.Info("grant", "tag", req.Tag, "uid", req.UID, "gid", req.GID, "revoke", req.Revoke)
+			}
+			c.replyErr(Reply{}, err)
 		case "stats":
 			s, err := d.Stats()
+			if err == nil {
+				d.redact(&s, c.peer)
+			}
 			c.replyErr(Reply{Stats: &s}, err)
 		default:
 			c.reply(Reply{Error: fmt.Sprintf("unknown request %q", op.Op)})
@@ -148,8 +189,52 @@ func (c *daemonConn) serve() {
 	}
 }
 
-// open handles an open request: it checks it whole, and the user's
-// quotas, before anything is made.
+// request waits for the connection's next request and returns it. An idle
+// connection holds no buffer: it waits for the request to be there, asks
+// its size (MSG_PEEK|MSG_TRUNC) and reads it into a buffer of that size.
+// A request larger than maxControlMsg is read and dropped, and answered
+// with an error.
+func (c *daemonConn) request() ([]byte, error) {
+	for {
+		var size int
+		var perr error
+		if err := c.raw.Read(func(fd uintptr) bool {
+			size, _, perr = unix.Recvfrom(int(fd), nil, unix.MSG_PEEK|unix.MSG_TRUNC|unix.MSG_DONTWAIT)
+			return perr != unix.EAGAIN
+		}); err != nil {
+			return nil, err
+		}
+		if perr != nil {
+			return nil, perr
+		}
+		if size == 0 {
+			return nil, errors.New("closed") // end of file (a request is never empty)
+		}
+		buf := make([]byte, min(size, maxControlMsg))
+		n, err := c.conn.Read(buf)
+		if err != nil {
+			return nil, err
+		}
+		if size <= maxControlMsg {
+			return buf[:n], nil
+		}
+		c.reply(Reply{Error: fmt.Sprintf("bad request: %d bytes, the most is %d", size, maxControlMsg)})
+	}
+}
+
+// forget removes endpoint id of c from the daemon's records: its owner and
+// its place in virtual network tag.
+func (d *Daemon) forget(c *daemonConn, id nicfw.EndpointID, tag uint64) {
+	d.mu.Lock()
+	if d.owners[id].conn == c {
+		delete(d.owners, id)
+	}
+	d.mu.Unlock()
+	d.leave(tag)
+}
+
+// open handles an open request: it checks it whole, the user's quotas and
+// its right to the virtual network, before anything is made.
 func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }) {
 	d := c.d
 	refuse := func(err error) {
@@ -159,7 +244,7 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		c.replyErr(Reply{}, err)
 	}
 	if req.Endpoint != 0 && req.Endpoint < FirstUserEndpoint && !c.privileged() {
-		refuse(fmt.Errorf("%w: endpoint %d is privileged (below %d): uid %d may not open it", ErrPermission, req.Endpoint, FirstUserEndpoint, c.cred.Uid))
+		refuse(fmt.Errorf("%w: endpoint %d is privileged (below %d): uid %d may not open it", ErrPermission, req.Endpoint, FirstUserEndpoint, c.peer.uid))
 		return
 	}
 	size, err := endpoint.MemorySize(endpoint.Config{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
@@ -170,14 +255,15 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		refuse(err)
 		return
 	}
+	uid := c.peer.uid
 	d.mu.Lock()
-	u := d.use(c.cred.Uid)
+	u := d.use(uid)
 	switch {
 	case u.endpoints >= d.cfg.MaxPerUser:
-		err = fmt.Errorf("%w: uid %d has %d endpoints open, the most allowed", ErrQuota, c.cred.Uid, u.endpoints)
+		err = fmt.Errorf("%w: uid %d has %d endpoints open, the most allowed", ErrQuota, uid, u.endpoints)
 	case u.memory+size > d.cfg.UserMemory:
 		err = fmt.Errorf("%w: an endpoint of %d bytes would take uid %d's endpoint memory to %d, past its %d (xam fw --user-memory)",
-			ErrQuota, size, c.cred.Uid, u.memory+size, d.cfg.UserMemory)
+			ErrQuota, size, uid, u.memory+size, d.cfg.UserMemory)
 	default:
 		u.endpoints++
 		u.memory += size
@@ -187,17 +273,29 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		refuse(err)
 		return
 	}
-	id, mem, notify, err := d.open(req)
+	tag, err := d.join(c.peer, req.Tag)
 	if err != nil {
 		d.mu.Lock()
-		d.release(c.cred.Uid, 0, 1, size)
+		d.releaseUse(uid, 0, 1, size)
 		d.mu.Unlock()
 		refuse(err)
 		return
 	}
-	c.eps[id] = size
-	log.Info("endpoint opened", "endpoint", id, "tag", req.Tag, "table", len(req.Table))
-	c.send(Reply{Endpoint: id}, mem.FD(), notify, d.wake)
+	id, mem, notify, big, err := d.open(req, tag, size, uid)
+	if err != nil {
+		d.leave(tag)
+		d.mu.Lock()
+		d.releaseUse(uid, 0, 1, size)
+		d.mu.Unlock()
+		refuse(err)
+		return
+	}
+	c.eps[id] = held{size: size, tag: tag, big: big}
+	d.mu.Lock()
+	d.owners[id] = owner{conn: c, uid: uid, tag: tag}
+	d.mu.Unlock()
+	log.Info("endpoint opened", "endpoint", id, "tag", tag, "table", len(req.Table))
+	c.send(Reply{Endpoint: id, Tag: tag}, mem.FD(), notify, d.wake)
 }
 
 func (c *daemonConn) replyErr(r Reply, err error) {
@@ -235,8 +333,12 @@ type Conn struct {
 // the descriptors of its notification and of the engine's wake-up.
 type Endpoint struct {
 	*endpoint.View
-	ID     nicfw.EndpointID
-	Host   nicfw.HostID
+	ID   nicfw.EndpointID
+	Host nicfw.HostID
+	// Tag is the endpoint's virtual network: the one asked for, or the
+	// one the daemon drew for an open with tag 0 (to give to the job's
+	// other hosts, and to grant on: Conn.Grant).
+	Tag    uint64
 	notify int
 	kick   int
 	conn   *Conn
@@ -274,13 +376,22 @@ func (c *Conn) roundTrip(req any) (Reply, []int, error) {
 		deadline = time.Now().Add(c.timeout)
 	}
 	c.conn.SetDeadline(deadline)
-	if _, err := c.conn.Write(b); err != nil {
-		return Reply{}, nil, fmt.Errorf("nicfw: daemon request: %w", err)
-	}
+	_, werr := c.conn.Write(b)
 	buf := make([]byte, maxControlMsg)
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := c.conn.ReadMsgUnix(buf, oob)
-	if err != nil {
+	if errors.Is(err, unix.ECONNRESET) {
+		// A daemon that refused the connection answered and closed it
+		// with the request unread: the reset comes first, the answer
+		// after it.
+		n, oobn, _, _, err = c.conn.ReadMsgUnix(buf, oob)
+	}
+	switch {
+	case werr != nil && (err != nil || n == 0):
+		// A daemon that refused the connection and closed it before the
+		// request came left its answer, if any, to read (read above).
+		return Reply{}, nil, fmt.Errorf("nicfw: daemon request: %w", werr)
+	case err != nil:
 		return Reply{}, nil, fmt.Errorf("nicfw: daemon reply: %w", err)
 	}
 	if n == 0 {
@@ -314,8 +425,8 @@ func (c *Conn) roundTrip(req any) (Reply, []int, error) {
 }
 
 // Error is a daemon's refusal as the client sees it: the daemon's
-// message, and its kind (ErrPermission, ErrQuota, ErrConfig,
-// ErrEndpointInUse, ErrClosed), which errors.Is matches.
+// message, and its kind (ErrPermission, ErrWeakTag, ErrQuota, ErrConfig,
+// ErrEndpointInUse, ErrNoNetwork, ErrClosed), which errors.Is matches.
 type Error struct {
 	Msg  string
 	Kind error // nil: none of the kinds
@@ -352,11 +463,22 @@ func (c *Conn) Open(req OpenRequest) (*Endpoint, error) {
 		closeFDs(fds[1:])
 		return nil, err
 	}
-	ep := &Endpoint{View: v, ID: r.Endpoint, Host: r.Host, notify: fds[1], kick: fds[2], conn: c}
+	ep := &Endpoint{View: v, ID: r.Endpoint, Host: r.Host, Tag: r.Tag, notify: fds[1], kick: fds[2], conn: c}
 	one := [8]byte{1}
 	kick := ep.kick
 	v.SetKick(func() { unix.Write(kick, one[:]) })
 	return ep, nil
+}
+
+// Grant lets a user or group open endpoints of a virtual network this
+// connection's user made on the daemon, or with Revoke no longer
+// (GrantRequest). The request's Op is set. Only the network's creator,
+// root and the daemon's user may grant: others get ErrPermission.
+func (c *Conn) Grant(req GrantRequest) error {
+	req.Op = "grant"
+	_, fds, err := c.roundTrip(req)
+	closeFDs(fds)
+	return err
 }
 
 // Stats asks the daemon for its counters.

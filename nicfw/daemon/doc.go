@@ -19,13 +19,27 @@
 // sleeping engine (endpoint.View.SetKick). Applications never see the
 // socket, the UMEM or other endpoints.
 //
-// Who may open what is decided by the peer's credentials (SO_PEERCRED),
-// read when the connection is accepted: endpoint ids below
+// Who may open what is decided by the peer's credentials (SO_PEERCRED and
+// SO_PEERGROUPS), read when the connection is accepted: endpoint ids below
 // FirstUserEndpoint are privileged (services such as a mapper) and only
-// root or the daemon's own user may open them. Every user (by uid) has
+// root or the daemon's own user may open them. A virtual network's tag is
+// a capability that the daemon also guards (vnet_linux.go): an open with
+// tag 0 makes a new network whose tag the daemon draws from crypto/rand
+// (NewTag) and the reply carries; the user who opens a tag's first
+// endpoint on the daemon is the network's creator there, and later opens
+// of the tag are granted only to the creator's uid, to members of its
+// groups, and to the uids and gids it granted (GrantRequest, Conn.Grant,
+// `xam fw grant`); others get ErrPermission. Only root and the daemon's
+// user may make a network with a weak tag (WeakTag; ErrWeakTag). Stats
+// through the socket shows a user the tags of its own endpoints and
+// networks only. Every user (by uid) has
 // quotas: at most Config.MaxPerUser endpoints open, MaxConnsPerUser
 // connections, and UserMemory bytes of endpoint memory; a request past one
-// is refused with ErrQuota, to that client only. An open request is checked
+// is refused with ErrQuota, to that client only. MaxConns bounds the
+// connections of all users together. A connection past a bound is refused
+// in the accepting goroutine (its reason written, the socket closed): a
+// flood of them costs no goroutine and no buffer, and an idle connection
+// holds no request buffer. An open request is checked
 // whole (QueueEntries a power of two in 2..16384, StagingSize in
 // MaxMedium..1 GiB, a table of 1..2^20 entries, a free id) before anything
 // is made, and its memory is made in the connection's goroutine, never in
@@ -36,7 +50,10 @@
 // connection: when the application closes it, exits or dies, the kernel
 // closes the socket and the daemon closes the connection's endpoints
 // (Engine.CloseEndpoint); messages still arriving for them are returned to
-// their senders as "endpoint closed". Nothing else is disturbed.
+// their senders as "endpoint closed". Nothing else is disturbed: the
+// memory of a large endpoint is released off the engine's path
+// (release_linux.go), its page tables dropped before the engine lets go of
+// it and its pages freed after, in threads of low priority.
 //
 // The host table is static (Config.Hosts) or the mapper's (Config.Map):
 // the daemon then loads the mapper into its engine as a module
