@@ -48,6 +48,7 @@ func runPing(e *env, args []string) error {
 	socket := fs.String("socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
 	peerHost := fs.Uint("peer-host", 0, "with --socket (required): the other side's host id, 0..65535, as `xam fw stats` lists it (the mapper numbers hosts from 0)")
 	epID := fs.Uint("endpoint", uint(daemon.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
+	tagFlag := fs.String("tag", "", "with --socket: the virtual network both sides open, a 64-bit number (0x...), or 'new' with --serve to draw one and print it; default a fixed tag that only root may use (users other than root need a tag of their own: daemon.WeakTag)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -117,10 +118,24 @@ func runPing(e *env, args []string) error {
 		case *loss > 0:
 			return usageError("--loss needs the lab built for the run (no --socket)")
 		}
+		tag := uint64(bench.DaemonTag)
+		switch {
+		case *tagFlag == "new" && !*serve:
+			return usageError("--tag new draws the serving side's tag: give --serve, and the drawn tag to the pinging side")
+		case *tagFlag == "new":
+			tag = daemon.NewTag()
+			fmt.Fprintf(e.stderr, "xam ping: serving on tag %#x: ping with --tag %#x\n", tag, tag)
+		case *tagFlag != "":
+			t, err := strconv.ParseUint(*tagFlag, 0, 64)
+			if err != nil || t == 0 {
+				return usageError("--tag %q: want a 64-bit number other than 0 (0x...), or new", *tagFlag)
+			}
+			tag = t
+		}
 		if err := checkPeerHost(*socket, nicfw.HostID(*peerHost)); err != nil {
 			return err
 		}
-		return pingDaemon(e, bench.DaemonEndpoint{Socket: *socket, Endpoint: nicfw.EndpointID(*epID), PeerHost: nicfw.HostID(*peerHost), Tag: bench.DaemonTag},
+		return pingDaemon(e, bench.DaemonEndpoint{Socket: *socket, Endpoint: nicfw.EndpointID(*epID), PeerHost: nicfw.HostID(*peerHost), Tag: tag},
 			*serve, cfg, *asJSON)
 	}
 	if *dev != "" {

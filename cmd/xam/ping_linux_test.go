@@ -154,6 +154,16 @@ func TestPingPeerHost(t *testing.T) {
 			t.Errorf("xam %v: exit %d, %s; want 2 naming --peer-host", args, code, errs)
 		}
 	}
+	// A tag: a number other than 0, or new when serving.
+	for _, args := range [][]string{
+		{"ping", "--api", "amii", "--socket", socks[other], "--peer-host", "0", "--tag", "new"},
+		{"ping", "--api", "amii", "--socket", socks[other], "--peer-host", "0", "--tag", "0"},
+		{"ping", "--api", "amii", "--socket", socks[other], "--peer-host", "0", "--tag", "green"},
+	} {
+		if code, _, errs := xam(t, nil, args...); code != 2 || !strings.Contains(errs, "--tag") {
+			t.Errorf("xam %v: exit %d, %s; want 2 naming --tag", args, code, errs)
+		}
+	}
 }
 
 // TestPingPeerHostStatic: with a static host table (hosts 1 and 2, as
