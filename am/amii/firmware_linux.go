@@ -44,7 +44,7 @@ func dial(socket string, vn VNet, cfg Config) (*Endpoint, uint64, error) {
 		return nil, 0, err
 	}
 	ep, err := c.Open(daemon.OpenRequest{Endpoint: vn.ID, Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight,
-		QueueEntries: cfg.QueueEntries, StagingSize: cfg.StagingSize})
+		QueueEntries: cfg.QueueEntries, StagingSize: cfg.StagingSize, Key: vn.Key})
 	if err != nil {
 		c.Close()
 		return nil, 0, err

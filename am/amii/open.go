@@ -63,7 +63,8 @@ type VNet struct {
 	Weight int
 	// Key, if set (16 or 32 bytes; nicfw.NewKey), authenticates the
 	// endpoint's messages between hosts (nicfw.VNet.Key): the same key on
-	// every endpoint of the virtual network. Inline mode only.
+	// every endpoint of the virtual network. With Dial, every endpoint of
+	// the network on the daemon must give the same key.
 	Key []byte
 }
 

@@ -40,7 +40,7 @@ func Dial(socket string, cfg Config) (*Endpoint, error) {
 	var eps []*daemon.Endpoint
 	err = ep.open(func(id nicfw.EndpointID, ec endpoint.Config, vn nicfw.VNet) (*endpoint.View, func() error, error) {
 		d, err := conn.Open(daemon.OpenRequest{Endpoint: id, Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight, Ordered: vn.Ordered,
-			QueueEntries: ec.QueueEntries, StagingSize: ec.StagingSize})
+			QueueEntries: ec.QueueEntries, StagingSize: ec.StagingSize, Key: vn.Key})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -151,6 +151,10 @@ type Config struct {
 	// Tag is the engine tag of the cluster's GRIM traffic (default
 	// DefaultTag).
 	Tag uint64
+	// Key, if set (16 or 32 bytes; nicfw.NewKey), authenticates every
+	// channel's messages between hosts (nicfw.VNet.Key): the same key on
+	// every endpoint of the cluster.
+	Key []byte
 	// GiveUp bounds how long a call waits for the engine (a free entry in
 	// a channel, the registry's answer); default 10 s.
 	GiveUp time.Duration
@@ -454,7 +458,7 @@ func (ep *Endpoint) open(open opener) error {
 			w = cfg.Weights[i]
 		}
 		v, closer, err := open(id, endpoint.Config{StagingSize: staging, TableSize: len(table)},
-			nicfw.VNet{Tag: cfg.Tag, Table: table, Weight: w, Ordered: true})
+			nicfw.VNet{Tag: cfg.Tag, Table: table, Weight: w, Ordered: true, Key: cfg.Key})
 		if err != nil {
 			ep.closeChannels()
 			return err

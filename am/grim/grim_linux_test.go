@@ -52,6 +52,8 @@ type clusterConfig struct {
 	replyTimeout time.Duration
 	// poolHold is the engines' EngineConfig.PoolHold (0: the default).
 	poolHold time.Duration
+	// key authenticates every endpoint's messages (Config.Key).
+	key []byte
 }
 
 // cluster makes hosts 1..n on links (one per host), each with a GRIM
@@ -71,7 +73,7 @@ func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 	var hosts []*host
 	for i, l := range links {
 		cfg := Config{Peers: peers, Self: i, Channels: cc.channels, CutThrough: cc.cutThrough && i%2 == 0, PoolSize: cc.pool,
-			ReplyTimeout: cc.replyTimeout}
+			ReplyTimeout: cc.replyTimeout, Key: cc.key}
 		if cc.firmware {
 			ep, err := Dial(sockets[i], cfg)
 			if err != nil {

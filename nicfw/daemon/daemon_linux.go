@@ -108,6 +108,12 @@ type OpenRequest struct {
 	// Ordered asks for the endpoint's messages to be delivered in the
 	// order sent (nicfw.VNet).
 	Ordered bool `json:"ordered,omitempty"`
+	// Key, if set (16 or 32 bytes; nicfw.NewKey), authenticates the
+	// network's messages between hosts (nicfw.VNet.Key). The network's
+	// first endpoint on this daemon sets it; every later open of the tag
+	// must give the same key (ErrPermission otherwise). Stats never show
+	// it.
+	Key []byte `json:"key,omitempty"`
 }
 
 // CloseRequest closes an endpoint of the connection.
@@ -743,7 +749,7 @@ func (d *Daemon) open(req OpenRequest, tag uint64, size int64, uid uint32) (id n
 			id = d.nextID
 			d.nextID++
 		}
-		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: tag, Table: req.Table, Weight: req.Weight, Ordered: req.Ordered, Owner: uid}); err != nil {
+		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: tag, Table: req.Table, Weight: req.Weight, Ordered: req.Ordered, Owner: uid, Key: req.Key}); err != nil {
 			return
 		}
 		added = true

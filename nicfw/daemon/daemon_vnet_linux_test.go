@@ -237,3 +237,40 @@ func TestDaemonTagChild(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonNetworkKey: a virtual network's first endpoint sets its key
+// (nicfw.VNet.Key); later opens of the tag must give the same key, else
+// ErrPermission (another key, none, or one for a network made without);
+// a key of a wrong length is ErrConfig.
+func TestDaemonNetworkKey(t *testing.T) {
+	_, path, _ := hostileDaemon(t, Config{})
+	key, err := nicfw.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := nicfw.NewKey()
+	a := dial(t, path, OpenRequest{Table: oneEntry, Key: key})
+	dial(t, path, OpenRequest{Tag: a.Tag, Table: oneEntry, Key: key})
+	plain := dial(t, path, OpenRequest{Table: oneEntry})
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct {
+		req  OpenRequest
+		want error
+	}{
+		{OpenRequest{Tag: a.Tag, Table: oneEntry, Key: other}, ErrPermission},
+		{OpenRequest{Tag: a.Tag, Table: oneEntry}, ErrPermission},
+		{OpenRequest{Tag: plain.Tag, Table: oneEntry, Key: key}, ErrPermission},
+		{OpenRequest{Table: oneEntry, Key: key[:5]}, nicfw.ErrConfig},
+	} {
+		if ep, err := c.Open(tc.req); !errors.Is(err, tc.want) {
+			if ep != nil {
+				ep.Close()
+			}
+			t.Errorf("open of tag %#x with a key of %d bytes: %v, want %v", tc.req.Tag, len(tc.req.Key), err, tc.want)
+		}
+	}
+}

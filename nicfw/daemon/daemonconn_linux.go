@@ -273,7 +273,7 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		refuse(err)
 		return
 	}
-	tag, err := d.join(c.peer, req.Tag)
+	tag, err := d.join(c.peer, req.Tag, req.Key)
 	if err != nil {
 		d.mu.Lock()
 		d.releaseUse(uid, 0, 1, size)

@@ -5,6 +5,7 @@ package daemon
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -90,6 +91,7 @@ type GrantRequest struct {
 
 // network is a virtual network that has endpoints on this daemon.
 type network struct {
+	key        []byte // VNet.Key: what every endpoint of it here gives
 	creator    uint32
 	groups     []uint32
 	uids, gids map[uint32]bool
@@ -121,7 +123,10 @@ func (n *network) allows(p *peer) bool {
 // join reserves an endpoint of virtual network tag for p: it makes the
 // network (drawing its tag if tag is 0) or checks that p may join it. It
 // returns the network's tag; leave gives the reservation back.
-func (d *Daemon) join(p *peer, tag uint64) (uint64, error) {
+func (d *Daemon) join(p *peer, tag uint64, key []byte) (uint64, error) {
+	if key != nil && len(key) != 16 && len(key) != 32 {
+		return 0, fmt.Errorf("%w: a key of %d bytes, want 16 or 32", nicfw.ErrConfig, len(key))
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if tag == 0 {
@@ -134,11 +139,13 @@ func (d *Daemon) join(p *peer, tag uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: tag %#x: uid %d may make a virtual network only with tag 0 (the daemon draws one) or a tag drawn at random (daemon.NewTag)",
 			ErrWeakTag, tag, p.uid)
 	case n == nil:
-		n = &network{creator: p.uid, groups: slices.Clone(p.groups)}
+		n = &network{creator: p.uid, groups: slices.Clone(p.groups), key: slices.Clone(key)}
 		d.nets[tag] = n
 	case !n.allows(p):
 		return 0, fmt.Errorf("%w: virtual network %#x is another user's: uid %d may open its endpoints only if its creator grants it (xam fw grant)",
 			ErrPermission, tag, p.uid)
+	case len(n.key) != len(key) || subtle.ConstantTimeCompare(n.key, key) != 1:
+		return 0, fmt.Errorf("%w: virtual network %#x: not its key", ErrPermission, tag)
 	}
 	n.endpoints++
 	return tag, nil
