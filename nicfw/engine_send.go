@@ -1,0 +1,465 @@
+package nicfw
+
+import (
+	"errors"
+
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
+)
+
+// The send path, in the engine thread (Poll's send phase):
+//
+//  1. The scheduler asks isPending about each resident endpoint: whether
+//     its next message (or bulk chunk) could leave now (canSend: a free
+//     channel, a frame to pin, the window, admission, modules' gates).
+//  2. sendFrom takes the next descriptor (take, begin; replies first),
+//     builds the engine message (message), seals it when the virtual
+//     network has a key (auth.go) and hands it to the transport, keeping
+//     a flight record (newFlight) so that it can still be returned.
+//  3. ack and land, the transport's Acked callback, free the record and
+//     the residency hold; a bulk message moves on to its next chunk
+//     (bulk.go) or finishes.
+
+// isPending is the scheduler's view of an endpoint.
+func (e *Engine) isPending(ep int) bool {
+	s := e.ep(EndpointID(ep))
+	if s == nil || s.closed || s.blocked == e.polls {
+		return false
+	}
+	switch s.state {
+	case slotPending:
+		if s.d.Class == endpoint.ClassBulk && s.flying >= e.cfg.Window {
+			return false // the window is full of its chunks
+		}
+		return e.canSend(s, s.d.Dest)
+	case slotEmpty:
+		if s.flying >= e.cfg.Window {
+			return false // the window is full: wait for acknowledgements
+		}
+		dest, ok := e.peek(s)
+		if ok && s.ordered && len(s.ordTo) > 0 && e.inFlightTo(s, dest) {
+			return false // ordered: the last message to that host is unacknowledged
+		}
+		return ok && e.canSend(s, dest)
+	}
+	return false
+}
+
+// inFlightTo reports whether ordered endpoint s has a message in flight to
+// the host of its table's index dest.
+func (e *Engine) inFlightTo(s *epState, dest uint32) bool {
+	if uint64(dest) >= uint64(len(s.table)) {
+		return false // Take refuses it
+	}
+	p := e.tr.Peer(s.table[dest].Host)
+	return p != nil && s.ordTo[p] > 0
+}
+
+// held reports whether s has a message in flight, pinning its frame.
+func (s *epState) held() bool { return s.flying > 0 }
+
+// canSend reports whether a message of s to index dest could leave now. The
+// scheduler is asked only about endpoints that can make progress: one it
+// chose in vain would be charged a send and the round robin would move past
+// it, so that under ErrBusy the endpoint after the last one tried would win
+// every time.
+func (e *Engine) canSend(s *epState, dest uint32) bool {
+	if uint64(dest) >= uint64(len(s.table)) {
+		return true // Take refuses it
+	}
+	h := s.table[dest].Host
+	if h == e.cfg.Host {
+		return true
+	}
+	if len(e.down) > 0 {
+		if _, down := e.down[h]; down {
+			return true // returned at once (or the mark expires and it is sent)
+		}
+	}
+	if e.gated() && s.state == slotPending && s.d.Class == endpoint.ClassBulk &&
+		!e.gateOpen(s.id, h, int(s.d.Length), int(s.d.Length-s.sent)) {
+		return false // a module holds it back (sendFrom asks about the others, once built)
+	}
+	p := e.tr.Peer(h)
+	if p != nil && p.Busy() {
+		return false // ErrBusy
+	}
+	if s.state == slotPending && e.admitWaits(s, p) {
+		return false // a pooled message waits for its admission (pool.go)
+	}
+	return s.held() || e.pinned < e.res.Frames()-1
+}
+
+// peek returns the destination index of the descriptor that take would
+// take next from s, without taking it: the head of the reply send queue,
+// else of the request send queue. The index is untrusted; Take checks it.
+// A corrupt ring peeks as pending, so that Take gets to count it.
+func (e *Engine) peek(s *epState) (uint32, bool) {
+	if dest, ok := s.mem.PeekDest(endpoint.ReplySend); ok {
+		return dest, true
+	}
+	return s.mem.PeekDest(endpoint.RequestSend)
+}
+
+// sendPhase makes up to SendBudget scheduling decisions.
+func (e *Engine) sendPhase() (int, error) {
+	work := 0
+	for range e.cfg.SendBudget {
+		id, ok := e.sched.Next(e.pending)
+		if !ok {
+			break
+		}
+		s := e.eps[id] // the scheduler holds open endpoints only
+		progressed, err := e.sendFrom(s)
+		if err != nil {
+			return work, err
+		}
+		if progressed {
+			work++
+		} else {
+			s.blocked = e.polls
+		}
+	}
+	return work, nil
+}
+
+// sendFrom moves endpoint s's next message (or bulk chunk) on; it reports
+// whether it did.
+func (e *Engine) sendFrom(s *epState) (bool, error) {
+	e.res.Touch(int(s.id)) // resident (scheduled): marks it used, never faults
+	if s.state == slotEmpty && !e.take(s) {
+		return false, nil
+	}
+	if s.d.Class == endpoint.ClassCommand {
+		e.command(s)
+		return true, nil
+	}
+	if s.d.Flags&endpoint.CutThrough != 0 && !e.cutThroughReady(s) {
+		return false, nil // cut-through: the application is writing the next bytes
+	}
+	m, reason := e.message(s)
+	if reason != 0 {
+		e.returnLocal(s, reason)
+		return true, nil
+	}
+	dst := s.table[s.d.Dest] // Take checked Dest against the table's size
+	if dst.Host == e.cfg.Host {
+		ok, reason := e.accept(e.cfg.Host, m, true, true) // this host's own: no envelope
+		switch {
+		case reason != 0:
+			e.returnLocal(s, reason)
+		case !ok:
+			return false, nil
+		default:
+			e.stats.Sent++
+			s.sends++
+			e.advance(s)
+		}
+		return true, nil
+	}
+	if len(e.down) > 0 {
+		if until, ok := e.down[dst.Host]; ok {
+			if e.clk.Now().Before(until) {
+				e.returnLocal(s, endpoint.ReasonUnreachable)
+				return true, nil
+			}
+			delete(e.down, dst.Host)
+		}
+	}
+	// One frame stays unpinned, so that a delivery to a non-resident
+	// endpoint can always load it: otherwise two hosts whose frames are all
+	// pinned by messages to each other would NACK each other forever.
+	if !s.held() && e.pinned >= e.res.Frames()-1 {
+		return false, nil
+	}
+	if e.mods != nil && !e.gateAllows(s, m, dst.Host) {
+		return false, nil // held back: the slot keeps the message
+	}
+	p := e.tr.Peer(dst.Host)
+	if e.admitWaits(s, p) {
+		return false, nil // a pooled message waits for its admission (pool.go)
+	}
+	if s.d.Class == endpoint.ClassBulk && !s.bulkSame(p) {
+		e.returnLocal(s, endpoint.ReasonRestarted) // its receiver restarted: what it stored is gone
+		return true, nil
+	}
+	if s.aead != nil {
+		m = e.seal(s.aead, dst.Host, m) // auth.go
+	}
+	cookie := e.newFlight(s, p)
+	err := e.tr.SendTo(p, m, cookie)
+	if err != nil {
+		e.freeFlight(cookie)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, transport.ErrBusy):
+		e.stats.Busy++
+		return false, nil
+	case errors.Is(err, transport.ErrUnknownHost):
+		e.returnLocal(s, endpoint.ReasonNoHost)
+		return true, nil
+	case errors.Is(err, transport.ErrTooLarge):
+		e.returnLocal(s, endpoint.ReasonTooLarge) // message checked against MaxPayload: not reached
+		return true, nil
+	default:
+		return false, err
+	}
+	e.stats.Sent++
+	s.sends++
+	if e.mods != nil {
+		e.gateLeft(s, dst.Host)
+	}
+	if err := e.res.Hold(int(s.id)); err != nil {
+		panic(err) // touched above, and nothing evicts in between
+	}
+	if !s.held() {
+		e.pinned++
+	}
+	s.flying++
+	if s.ordered {
+		s.ordTo[p]++
+	}
+	if s.d.Class == endpoint.ClassBulk {
+		if s.pooledBulk() && s.admit == admitNone {
+			e.setAdmit(s, admitProbing, p) // its first chunk travels alone
+		}
+		s.chunksOut++
+		s.sent += s.chunk
+		s.started = true
+		e.bulkNext(s)
+	} else {
+		e.vacate(s) // the message left: the slot takes the next
+	}
+	return true, nil
+}
+
+// cutThroughReady reports whether the next chunk of s's cut-through
+// message may leave: a whole chunk (or the rest of the message) is
+// published, or some bytes are and the application published nothing
+// more since the engine last looked (it writes slowly: send what there
+// is). A fast writer's message thus leaves in whole chunks, a slow one's
+// as it is written, and never a byte that is not published.
+func (e *Engine) cutThroughReady(s *epState) bool {
+	last := s.published
+	pub := s.mem.Published(&s.d)
+	s.published = pub // what message sends from
+	if pub <= s.sent {
+		return false
+	}
+	return pub-s.sent >= min(chunkRoom(e.room(s), s.d.NArgs), s.d.Length-s.sent) || pub == last
+}
+
+// newFlight records the message in s's slot as in flight to p and returns
+// its cookie; the record is reused once the message is acknowledged or
+// returned (freeFlight).
+func (e *Engine) newFlight(s *epState, p *transport.Peer) uint64 {
+	var i uint32
+	if n := len(e.freeFl); n > 0 {
+		i, e.freeFl = e.freeFl[n-1], e.freeFl[:n-1]
+	} else {
+		i = uint32(len(e.flights))
+		e.flights = append(e.flights, flight{})
+	}
+	e.flights[i] = flight{s: s, d: s.d, q: s.q, peer: p, chunk: s.d.Class == endpoint.ClassBulk, id: s.bulkID}
+	return uint64(i) + 1
+}
+
+// flightOf returns the record of the message sent with cookie, or nil for
+// a return message (cookie 0) or a cookie that names no message in flight.
+func (e *Engine) flightOf(cookie uint64) *flight {
+	if cookie == 0 || cookie > uint64(len(e.flights)) {
+		return nil
+	}
+	if f := &e.flights[cookie-1]; f.s != nil {
+		return f
+	}
+	return nil
+}
+
+// freeFlight frees the record of cookie.
+func (e *Engine) freeFlight(cookie uint64) {
+	f := &e.flights[cookie-1]
+	f.s, f.peer = nil, nil // free; the rest is overwritten when it is reused
+	e.freeFl = append(e.freeFl, uint32(cookie-1))
+}
+
+// take takes s's next valid descriptor, replies before requests, into its
+// slot. Refused descriptors are counted by Take and dropped.
+func (e *Engine) take(s *epState) bool {
+	for _, q := range [...]endpoint.Queue{endpoint.ReplySend, endpoint.RequestSend} {
+		for {
+			ok, err := s.mem.Next(q, &s.d)
+			if ok && err == nil {
+				// The entry goes back once begin has copied what the
+				// application may reuse from then on.
+				e.begin(s, q)
+				s.mem.Commit(q)
+				return true
+			}
+			if err == nil || errors.Is(err, endpoint.RefusedRing) || !errors.Is(err, endpoint.ErrRefused) {
+				break // empty, corrupt ring, or closed
+			}
+		}
+	}
+	return false
+}
+
+// begin puts the message just taken from send queue q into s's slot. A
+// medium message is built at once, copying its bytes out of the staging
+// area: from now on the application may change them.
+func (e *Engine) begin(s *epState, q endpoint.Queue) {
+	s.q, s.state = q, slotPending
+	s.abort, s.started, s.sent, s.chunk, s.chunksOut, s.bulkPeer, s.published = false, false, 0, 0, 0, nil, 0
+	d := &s.d
+	switch d.Class {
+	case endpoint.ClassMedium:
+		if s.out == nil {
+			s.out = make([]byte, msgMediumMax)
+		}
+		m := e.header(s)
+		m.offset, m.length = d.Offset, d.Length
+		m.data = s.mem.Staging()[d.Offset : d.Offset+d.Length] // Take checked the range
+		s.outLen = encodeMsg(s.out, &m)
+	case endpoint.ClassBulk:
+		s.bulkID++
+	}
+}
+
+// vacate empties s's slot: the engine is done with its message, counted
+// if it came from the request send queue (endpoint.Memory.CountDone).
+func (e *Engine) vacate(s *epState) {
+	e.setAdmit(s, admitNone, nil)
+	if s.state != slotEmpty && s.q == endpoint.RequestSend {
+		s.mem.CountDone()
+	}
+	s.state = slotEmpty
+}
+
+// header returns the message header of the message in s's slot.
+func (e *Engine) header(s *epState) msg {
+	d := &s.d
+	return msg{
+		kind: s.q, class: d.Class, nargs: d.NArgs, dst: s.table[d.Dest].Endpoint, src: s.id,
+		handler: d.Handler, index: d.Dest, tag: s.tag, args: d.Args,
+	}
+}
+
+// message returns the engine message to send for s's slot: a short message
+// built in e.buf, a medium message as begin built it, the next chunk of a
+// bulk message built in e.buf from the staging area (of a cut-through
+// message, of the bytes its application has published so far). A message larger than
+// the transport carries is to be returned with ReasonTooLarge.
+func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
+	d := &s.d
+	switch d.Class {
+	case endpoint.ClassMedium:
+		if s.outLen > e.room(s) {
+			return nil, endpoint.ReasonTooLarge
+		}
+		return s.out[:s.outLen], 0
+	case endpoint.ClassBulk:
+		room := chunkRoom(e.room(s), d.NArgs)
+		if room == 0 {
+			return nil, endpoint.ReasonTooLarge
+		}
+		s.chunk = min(room, d.Length-s.sent)
+		if d.Flags&endpoint.CutThrough != 0 {
+			s.chunk = min(room, s.published-s.sent) // cutThroughReady read it: not 0
+		}
+		m := e.header(s)
+		m.offset, m.length, m.remote, m.id, m.chunk = d.Offset, d.Length, d.RemoteOffset, s.bulkID, s.sent
+		from := d.Offset + s.sent // Take checked Offset+Length against the staging area
+		m.data = s.mem.Staging()[from : from+s.chunk]
+		return e.buf[:encodeMsg(e.buf, &m)], 0
+	}
+	m := e.header(s)
+	return e.buf[:encodeMsg(e.buf, &m)], 0
+}
+
+// room returns the largest message s may send: the transport's largest
+// payload, less an envelope's bytes with a key.
+func (e *Engine) room(s *epState) int {
+	if s.aead != nil {
+		return e.maxPL - authOverhead
+	}
+	return e.maxPL
+}
+
+// advance moves s on after its message (or bulk chunk) was delivered on
+// this host: to the next chunk, or done.
+func (e *Engine) advance(s *epState) {
+	if s.d.Class == endpoint.ClassBulk && !s.abort && !s.closed {
+		s.sent += s.chunk
+		s.started = true
+		if s.sent < s.d.Length {
+			s.state = slotPending
+			return
+		}
+	}
+	e.finish(s)
+}
+
+// finish empties s's slot; a closed endpoint's memory is closed then.
+func (e *Engine) finish(s *epState) {
+	e.vacate(s)
+	if s.closed && s.flying == 0 {
+		if err := e.release(s); err != nil && e.closeErr == nil {
+			e.closeErr = err
+		}
+	}
+}
+
+// ack is the transport's Acked callback: the message sent with cookie
+// was delivered. Its sender is released; a bulk chunk moves its message on
+// to the next chunk.
+func (e *Engine) ack(dst HostID, cookie uint64) {
+	if cookie&controlCookie != 0 {
+		e.controlDone(dst, true)
+		return
+	}
+	f := e.flightOf(cookie)
+	if f == nil {
+		return // a return message
+	}
+	s, chunk, p := f.s, f.chunk && e.isCurrentChunk(f), f.peer
+	e.freeFlight(cookie)
+	e.stats.Acked++
+	e.acked++
+	if chunk {
+		s.chunksOut--
+		if s.admit == admitProbing {
+			e.setAdmit(s, admitted, p) // the receiver found it a block
+		}
+	}
+	e.land(s, p)
+	if chunk {
+		if !s.bulkSame(p) {
+			e.returnLocal(s, endpoint.ReasonRestarted) // acknowledged by another incarnation than the first chunks
+			return
+		}
+		e.bulkNext(s)
+	}
+}
+
+// land releases the residency hold of a message of s to p that left
+// flight (acknowledged or returned). The memory of a closed endpoint goes
+// when its last message in flight does and its slot is empty.
+func (e *Engine) land(s *epState, p *transport.Peer) {
+	if err := e.res.Release(int(s.id)); err != nil {
+		panic(err) // pinned endpoints are never evicted
+	}
+	if s.ordered {
+		if s.ordTo[p]--; s.ordTo[p] <= 0 {
+			delete(s.ordTo, p)
+		}
+	}
+	if s.flying--; s.flying == 0 {
+		e.pinned--
+		if s.closed && s.state == slotEmpty {
+			if err := e.release(s); err != nil && e.closeErr == nil {
+				e.closeErr = err
+			}
+		}
+	}
+}
