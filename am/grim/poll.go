@@ -1,0 +1,285 @@
+package grim
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/xam-project/xam/nicfw/endpoint"
+)
+
+// Running an endpoint: Poll runs the engine (inline) and then the
+// handlers of what arrived on every channel; Wait waits for the next
+// message; the layer answers a request its handler did not.
+
+// Wait waits until a message has arrived on one of the endpoint's
+// channels or timeout passes, and reports whether one may have (a true
+// may be spurious: Poll and wait again). In firmware mode it sleeps on the
+// daemon's notifications, leaving the core to the engine and other
+// endpoints; in inline mode nothing moves unless the engine runs, so it
+// runs the engine (and the reply timer) until a message is there, yielding
+// the processor between runs. It may not be called from a handler.
+func (ep *Endpoint) Wait(timeout time.Duration) (bool, error) {
+	if err := ep.usable(); err != nil {
+		return false, err
+	}
+	if ep.depth > 0 {
+		return false, fmt.Errorf("%w: a handler may not wait", ErrDiscipline)
+	}
+	if ep.block == nil {
+		return ep.waitInline(timeout)
+	}
+	ready := false
+	for _, c := range ep.chans {
+		ready = ready || c.view.Arm(endpoint.EventRequest|endpoint.EventReply) != 0
+	}
+	var err error
+	if !ready {
+		if err = ep.block(timeout); ep.gone != nil {
+			err = ep.gone
+		}
+		for _, c := range ep.chans {
+			ready = ready || c.view.Ready()&(endpoint.EventRequest|endpoint.EventReply) != 0
+		}
+	}
+	for _, c := range ep.chans {
+		c.view.Arm(0)
+	}
+	return ready, err
+}
+
+// waitInline is Wait in inline mode: the engine runs until a receive
+// queue holds a message, the reply timer expires a request (its error
+// handler is then due), or timeout passes.
+func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	for n := 0; ; n++ {
+		if ep.ready() {
+			return true, nil
+		}
+		if _, err := ep.eng.Poll(); err != nil {
+			return false, err
+		}
+		if ep.ready() {
+			return true, nil
+		}
+		if n%64 == 63 {
+			if ep.expiring(time.Now()) {
+				return true, nil
+			}
+			if time.Now().After(deadline) {
+				return false, nil
+			}
+		}
+		runtime.Gosched()
+	}
+}
+
+// yield, in a wait, lets the firmware's engine thread run where it shares
+// the application's core.
+func (ep *Endpoint) yield() {
+	if ep.eng == nil {
+		runtime.Gosched()
+	}
+}
+
+// ready reports whether a receive queue of a channel holds a message.
+func (ep *Endpoint) ready() bool {
+	for _, c := range ep.chans {
+		if c.view.Ready() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// A channel's send and receive queues.
+var (
+	sendQueues    = [...]endpoint.Queue{endpoint.RequestSend, endpoint.ReplySend}
+	receiveQueues = [...]endpoint.Queue{endpoint.RequestReceive, endpoint.ReplyReceive}
+)
+
+// replyCheckPolls is how often (in Polls) the reply timer looks at the
+// requests outstanding.
+const replyCheckPolls = 64
+
+// Poll runs the engine once and then the handlers of what arrived on
+// every channel (and the error handler for what came back, or went
+// unanswered past Config.ReplyTimeout), and returns how many ran.
+func (ep *Endpoint) Poll() (int, error) {
+	if err := ep.usable(); err != nil {
+		return 0, err
+	}
+	if ep.depth > 0 {
+		return 0, ErrDiscipline
+	}
+	if ep.eng != nil {
+		if _, err := ep.eng.Poll(); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	for _, c := range ep.chans {
+		if err := c.flushReplies(); err != nil {
+			return 0, err
+		}
+		for _, q := range receiveQueues {
+			k, err := ep.dispatch(c, q)
+			n += k
+			if err != nil {
+				return n, err
+			}
+		}
+	}
+	if ep.polls++; ep.polls%replyCheckPolls == 0 && ep.cfg.ReplyTimeout > 0 {
+		n += ep.expire(time.Now())
+	}
+	return n, ep.pushTable()
+}
+
+// dispatch runs the handlers of what receive queue q of c holds.
+func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
+	n := 0
+	for {
+		var d endpoint.Descriptor
+		ok, err := c.view.Peek(q, &d)
+		if err != nil || !ok {
+			return n, err
+		}
+		if reason, from, returned := d.ReturnInfo(); returned {
+			ep.returned(c, &d, reason, from == endpoint.RequestSend)
+			n++
+		} else {
+			var data []byte
+			if d.Class == endpoint.ClassBulk {
+				if data, err = c.view.Data(&d); err != nil {
+					return n, err
+				}
+			}
+			ep.run(c, q, &d, data)
+			n++
+		}
+		if err := c.view.Release(q); err != nil {
+			return n, err
+		}
+	}
+}
+
+// run runs the handler d names, and answers a request its handler did not.
+func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, data []byte) {
+	var args [ShortArgs]uint32
+	for i := range args {
+		args[i] = uint32(d.Args[i])
+	}
+	h := HandlerID(d.Handler)
+	if d.Dest == endpoint.NoIndex {
+		// Not one of Config.Peers (its tag let it reach the engine
+		// endpoint): no handler runs for it, nothing answers it.
+		ep.stats.Strangers++
+		return
+	}
+	var req pendingRequest
+	answered := false
+	if q == endpoint.ReplyReceive {
+		if req, answered = c.answered(d.Dest, nil); !answered {
+			ep.stats.LateReplies++
+		} else if req.write {
+			c.writes--
+		}
+		if h == HandlerNoHandler {
+			if answered {
+				ep.giveBack(c, req, endpoint.ReasonNoHandler, true)
+			}
+			return
+		}
+	}
+	// Handlers do not nest (Poll refuses to run inside one), so one Token
+	// serves every message.
+	tok := &ep.tok
+	*tok = Token{ep: ep, ch: c, src: d.Dest, request: q == endpoint.RequestReceive}
+	ep.depth++
+	switch h {
+	case HandlerRegister:
+		switch {
+		case !tok.request && d.Dest/MaxChannels != 0:
+			ep.stats.Refused++ // only the central endpoint answers a synch
+		case !tok.request:
+			ep.synchAnswered(args)
+		case ep.registry != nil:
+			ep.registry.merge(ep, tok, data)
+		default:
+			ep.stats.Refused++ // a registration for an endpoint that keeps no registry
+		}
+	case HandlerTable:
+		if d.Dest/MaxChannels != 0 {
+			ep.stats.Refused++ // only the central endpoint sends tables
+			break
+		}
+		ep.tableArrived(args, data)
+	case HandlerMemory:
+		if !tok.request {
+			if answered && req.write {
+				ep.stats.Completed++
+			}
+			tok.replied = true
+		}
+	case HandlerNull, HandlerNoHandler:
+	default:
+		if f := ep.handlers[h]; f != nil {
+			f(tok, args, data)
+			ep.stats.Handled++
+		} else if tok.request {
+			ep.stats.Unknown++
+			h = HandlerNoHandler // answered so: the requester's error handler hears of it
+		}
+	}
+	if tok.request && !tok.replied && d.Dest != endpoint.NoIndex {
+		// Memory messages' completions, and the null reply that keeps
+		// request/reply: HandlerMemory answers HandlerMemory, a request
+		// for a handler not registered here HandlerNoHandler. Still at
+		// handler depth: a full reply queue does not run the engine (and
+		// this message's handler again) from here, the reply waits for
+		// the next Poll.
+		r := HandlerNull
+		switch h {
+		case HandlerMemory, HandlerNoHandler:
+			r = h
+		}
+		tok.Reply(r) //nolint:errcheck // counted by Reply; a lost one times the requester out
+	}
+	ep.depth--
+}
+
+// WaitWrites runs the engine until every memory message of every channel
+// is complete.
+func (ep *Endpoint) WaitWrites() error {
+	return ep.runUntil(func() bool { return !slices.ContainsFunc(ep.chans, func(c *Channel) bool { return c.writes > 0 }) },
+		func() string { return "memory messages not completed" })
+}
+
+// runUntil runs the engine and the handlers until done holds, for at most
+// Config.GiveUp (then ErrTimeout, with what). A handler must not run the
+// engine: from one it is ErrBusy unless done already holds.
+func (ep *Endpoint) runUntil(done func() bool, what func() string) error {
+	if err := ep.usable(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(ep.cfg.GiveUp)
+	for !done() {
+		if ep.depth > 0 {
+			return ErrBusy
+		}
+		if _, err := ep.Poll(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s", ErrTimeout, what())
+		}
+		if err := ep.alive(); err != nil {
+			return err
+		}
+		ep.yield()
+	}
+	return nil
+}

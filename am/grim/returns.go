@@ -1,0 +1,225 @@
+package grim
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/xam-project/xam/nicfw/endpoint"
+)
+
+// Return to sender and the reply timeout: each request a channel sends
+// is recorded (pendingRequest) until its reply, its return or its reply
+// timeout, and a message that comes back goes to the error handler
+// (OnReturn) once, with its identity and the reason.
+
+// Reason is why a message came back to its sender (Returned.Reason).
+type Reason = endpoint.Reason
+
+// The reasons of return to sender (docs/wire.md), and ReasonNoReply for a
+// request whose reply did not come within Config.ReplyTimeout.
+const (
+	ReasonBadTag      = endpoint.ReasonBadTag
+	ReasonNoEndpoint  = endpoint.ReasonNoEndpoint
+	ReasonUnreachable = endpoint.ReasonUnreachable
+	ReasonNoHost      = endpoint.ReasonNoHost
+	ReasonTooLarge    = endpoint.ReasonTooLarge
+	ReasonClosed      = endpoint.ReasonClosed
+	ReasonRange       = endpoint.ReasonRange
+	ReasonIncomplete  = endpoint.ReasonIncomplete
+	ReasonRestarted   = endpoint.ReasonRestarted
+	ReasonNoHandler   = endpoint.ReasonNoHandler
+	ReasonNoReply     = endpoint.ReasonNoReply
+)
+
+// Returned is a message that came back to its sender undelivered, or a
+// request whose reply did not come (ReasonNoReply): what the error handler
+// (Endpoint.OnReturn) gets. Args and the other fields identify the
+// message as it was sent.
+type Returned struct {
+	Reason  Reason
+	Request bool // a request (Short, Bulk, Write); else a reply
+	Peer    int  // the peer it was sent to (index in Config.Peers)
+	Channel int  // the channel it was sent on
+	Handler HandlerID
+	Args    [ShortArgs]uint32
+	// Length is a bulk or memory message's length (0: a short message);
+	// Write marks a memory message, At its offset.
+	Length int
+	Write  bool
+	At     uint32
+}
+
+// String describes r for logs: "bulk request to peer 2 (channel 1),
+// handler 40, 49152 bytes: no such handler".
+func (r Returned) String() string {
+	kind := "short"
+	switch {
+	case r.Write:
+		kind = fmt.Sprintf("memory message of %d bytes at %d,", r.Length, r.At)
+	case r.Length > 0:
+		kind = fmt.Sprintf("bulk message of %d bytes,", r.Length)
+	}
+	dir := "request"
+	if !r.Request {
+		dir = "reply"
+	}
+	return fmt.Sprintf("%s %s to peer %d (channel %d), handler %d: %v", kind, dir, r.Peer, r.Channel, r.Handler, r.Reason)
+}
+
+// pendingRequest is a request sent on a channel and not yet answered:
+// what identifies it, and when the reply timer first saw it (zero: not
+// yet).
+type pendingRequest struct {
+	dest    uint32 // engine table index
+	handler HandlerID
+	args    [ShortArgs]uint32
+	length  uint32
+	at      uint32 // a memory message's offset
+	write   bool
+	// seq is its index in the request send queue; seen when the reply
+	// timer first saw it sent (the queue's done count past seq), zero
+	// before.
+	seq  uint32
+	seen time.Time
+}
+
+// sentRequest records request d, just queued on c, as outstanding.
+func (c *Channel) sentRequest(d *endpoint.Descriptor) {
+	r := pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler)}
+	for i := range r.args {
+		r.args[i] = uint32(d.Args[i])
+	}
+	if d.Class == endpoint.ClassBulk {
+		r.length = d.Length
+		if r.handler == HandlerMemory {
+			r.write, r.at = true, d.RemoteOffset
+		}
+	}
+	put, _ := c.view.Progress(endpoint.RequestSend)
+	r.seq = put - 1
+	c.pending = append(c.pending, r)
+}
+
+// answered removes the record of the request that an answer from dest
+// ends (a reply: the oldest to dest; a return, like: the one it names,
+// else the oldest to dest), and returns it.
+func (c *Channel) answered(dest uint32, like *pendingRequest) (pendingRequest, bool) {
+	at := -1
+	for i := range c.pending {
+		p := &c.pending[i]
+		if p.dest != dest && dest != endpoint.NoIndex {
+			continue
+		}
+		if at < 0 {
+			at = i
+		}
+		if like == nil || p.handler == like.handler && p.args == like.args && p.length == like.length {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return pendingRequest{}, false
+	}
+	r := c.pending[at]
+	c.pending = slices.Delete(c.pending, at, at+1)
+	return r, true
+}
+
+// returned hands the message d describes, which came back to c with
+// reason, to the error handler.
+func (ep *Endpoint) returned(c *Channel, d *endpoint.Descriptor, reason endpoint.Reason, request bool) {
+	r := pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler)}
+	for i := range r.args {
+		r.args[i] = uint32(d.Args[i])
+	}
+	if d.Class&^endpoint.ClassReturned == endpoint.ClassBulk {
+		r.length = d.Length
+		if r.handler == HandlerMemory {
+			r.write, r.at = true, d.RemoteOffset
+		}
+	}
+	if request {
+		p, ok := c.answered(d.Dest, &r)
+		if !ok {
+			ep.stats.LateReplies++ // handed over already (ReplyTimeout)
+			return
+		}
+		r.seen = p.seen
+		if p.write {
+			c.writes--
+		}
+	}
+	ep.giveBack(c, r, reason, request)
+}
+
+// giveBack counts r, a message of c that came back with reason, and hands
+// it to the error handler if there is one.
+func (ep *Endpoint) giveBack(c *Channel, r pendingRequest, reason endpoint.Reason, request bool) {
+	ep.stats.Returned++
+	if ep.onReturn == nil {
+		return
+	}
+	ret := Returned{Reason: reason, Request: request, Peer: int(r.dest) / MaxChannels, Channel: c.n,
+		Handler: r.handler, Args: r.args, Length: int(r.length), Write: r.write, At: r.at}
+	if r.dest == endpoint.NoIndex {
+		ret.Peer = -1
+	}
+	ep.depth++
+	ep.onReturn(ret)
+	ep.depth--
+}
+
+// expiring reports whether a request has waited past Config.ReplyTimeout
+// (the next Poll's reply timer returns it).
+func (ep *Endpoint) expiring(now time.Time) bool {
+	if ep.cfg.ReplyTimeout <= 0 {
+		return false
+	}
+	for _, c := range ep.chans {
+		done := c.view.Done()
+		for i := range c.pending {
+			p := &c.pending[i]
+			if p.seen.IsZero() {
+				if int32(done-p.seq) > 0 {
+					p.seen = now // sent: its reply may come from now on
+				}
+			} else if now.Sub(p.seen) > ep.cfg.ReplyTimeout {
+				ep.polls = replyCheckPolls - 1 // the next Poll looks
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// expire returns, to the error handler, the requests whose answer has not
+// come within ReplyTimeout of the reply timer's first seeing them sent (a
+// request still queued, behind others to a dead host say, is not timed),
+// and returns how many.
+func (ep *Endpoint) expire(now time.Time) int {
+	n := 0
+	for _, c := range ep.chans {
+		done := c.view.Done()
+		for i := 0; i < len(c.pending); {
+			p := &c.pending[i]
+			if p.seen.IsZero() && int32(done-p.seq) > 0 {
+				p.seen = now // sent: its reply may come from now on
+			}
+			if p.seen.IsZero() || now.Sub(p.seen) <= ep.cfg.ReplyTimeout {
+				i++
+				continue
+			}
+			r := *p
+			c.pending = slices.Delete(c.pending, i, i+1)
+			if r.write {
+				c.writes--
+			}
+			ep.stats.Unanswered++
+			ep.giveBack(c, r, endpoint.ReasonNoReply, true)
+			n++
+		}
+	}
+	return n
+}
