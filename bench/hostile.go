@@ -40,6 +40,14 @@ import (
 //     memory than the quota), more connections than its quota, and
 //     garbage descriptors through an endpoint of its own; then closes its
 //     connection with its endpoints open, as a killed process does.
+//   - pool: streams of one GRIM endpoint hold another host's receive pool
+//     (hostilepool.go).
+//   - other user: uid 65534, holding the pings' tag, opens endpoints of
+//     their network, reads stats, grants itself the network and floods
+//     both daemons with connections (hostile_user.go).
+//   - on-path forger: a host that learnt both transports' epochs forges
+//     DATA and ACKs sweeping sequence numbers, frames with destination
+//     epoch 0 and restart claims (hostile_forger.go).
 //
 // Each scenario reports what was sent and what was refused and counted,
 // and whether the pings' requests were each handled exactly once, none
@@ -48,7 +56,9 @@ import (
 // HostileConfig configures the suite. Zero fields take defaults.
 type HostileConfig struct {
 	Pings int // AM-II round trips per scenario (default 2000)
-	Flood int // forged frames of the wire scenario (default 100000)
+	// Flood is the forged frames of the wire and on-path forger scenarios
+	// (default 100000); the other user dials Flood/20 connections.
+	Flood int
 }
 
 // HostileRow is one scenario's outcome.
@@ -102,7 +112,19 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(_ int, _ *RawEndpoint, c *daemon.Config) error {
+	// The other user reaches the daemons' sockets, and runs its copy of
+	// this executable, from dir.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The transports' epochs, which the on-path forger knows as if it had
+	// read them off the wire.
+	var epochs [2]uint32
+	for i := range epochs {
+		epochs[i] = rand.Uint32() | 1
+	}
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(i int, _ *RawEndpoint, c *daemon.Config) error {
+		c.Engine.Transport.Epoch = epochs[i]
 		c.Engine.Transport.RetransmitAfter = time.Millisecond
 		c.Sleep, c.MaxConnsPerUser, c.UserMemory = 20*time.Microsecond, 16, 256<<20
 		c.Engine.PoolHold = 200 * time.Millisecond // the pool scenario's stalled blocks come back within the run
@@ -114,7 +136,13 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 	}
 	defer closeHosts()
 	res := &HostileResult{}
-	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileWire, hostileLocal, hostilePool} {
+	forger := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+		return hostileForger(ha, hb, a, b, cfg, epochs)
+	}
+	user := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+		return hostileOtherUser(ha, hb, a, b, cfg, dir)
+	}
+	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileWire, hostileLocal, hostilePool, user, forger} {
 		row, err := sc(hosts[0], hosts[1], a, b, cfg)
 		if err != nil {
 			return res, err
@@ -128,6 +156,17 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 // runs, and reports how many were made and whether each request was
 // handled exactly once with nothing returned.
 func pingDuring(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool) error) (int, bool, string, error) {
+	return pingWhile(ha, hb, n, func(stop *atomic.Bool, start func()) error {
+		start()
+		return attack(stop)
+	})
+}
+
+// pingWhile is pingDuring for an attack that takes a while to get going:
+// the pings' endpoints are open (the virtual network exists on both
+// daemons) when attack is called, and the pings start once it calls start
+// (or returns). stop is set when the pings are done.
+func pingWhile(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool, start func()) error) (int, bool, string, error) {
 	d := DaemonEndpoint{Socket: hb.sock, Endpoint: daemon.FirstUserEndpoint + 1, PeerHost: amiiHostA, Tag: amiiTag}
 	server, err := d.open()
 	if err != nil {
@@ -140,9 +179,17 @@ func pingDuring(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool) erro
 	var wg sync.WaitGroup
 	var serveErr, attackErr error
 	wg.Go(func() { serveErr = serveAMII(server, &stop) })
-	var attackStop atomic.Bool
-	wg.Go(func() { attackErr = attack(&attackStop) })
 	client, err := DaemonEndpoint{Socket: ha.sock, Endpoint: daemon.FirstUserEndpoint + 1, PeerHost: amiiHostB, Tag: amiiTag}.open()
+	var attackStop atomic.Bool
+	started := make(chan struct{})
+	start := sync.OnceFunc(func() { close(started) })
+	if err == nil {
+		wg.Go(func() {
+			defer start()
+			attackErr = attack(&attackStop, start)
+		})
+		<-started
+	}
 	var r *AMIIResult
 	if err == nil {
 		r, err = pingAMII(client, PingConfig{Count: n, NoWarmup: true, Timeout: time.Second}, 1)

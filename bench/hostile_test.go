@@ -9,7 +9,8 @@ import (
 
 // TestHostile runs the hostile suite's short form (the one CI runs) on a
 // veth pair: in each scenario every ping is handled exactly once, and the
-// attacks were refused and counted.
+// attacks were refused and counted. The other user's attacker is this
+// binary run again as uid 65534 (TestMain hands it to HostileChild).
 func TestHostile(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)
@@ -17,7 +18,7 @@ func TestHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Rows) != 3 {
+	if len(r.Rows) != 5 {
 		t.Fatalf("%d scenarios: %+v", len(r.Rows), r.Rows)
 	}
 	for _, row := range r.Rows {
@@ -35,6 +36,18 @@ func TestHostile(t *testing.T) {
 	}
 	if pool := r.Rows[2].Counted; pool["refused: the sender's share"]+pool["stalled blocks taken back"] == 0 {
 		t.Errorf("pool: the held pool was neither bounded nor taken back: %v", pool)
+	}
+	if user := r.Rows[3].Counted; user["opens refused: permission"] == 0 || user["grants refused: permission"] == 0 ||
+		user["connections refused: quota"] == 0 || user["root's tags and networks shown"] != 0 ||
+		user["refused by the daemons"] != user["opens refused: permission"]+user["grants refused: permission"]+user["connections refused: quota"] {
+		t.Errorf("other user: %v", user)
+	}
+	// The forger's first DATA or ACK with both epochs right falls out of
+	// the window (it would fall in with probability 6/2^16) and renews the
+	// epoch B asks of A; its later ones are stale.
+	if forger := r.Rows[4].Counted; forger["out of window"]+forger["forged ACKs"] == 0 || forger["renewals"] == 0 ||
+		forger["destination 0"] == 0 || forger["unconfirmed claims"] == 0 || forger["stale epochs"] == 0 || forger["restarts believed"] != 0 {
+		t.Errorf("on-path forger: %v", forger)
 	}
 	var md strings.Builder
 	if err := r.Markdown(&md); err != nil || !strings.Contains(md.String(), "| wire |") {

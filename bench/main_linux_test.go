@@ -7,5 +7,10 @@ import (
 )
 
 // TestMain fails the run if the tests leave sockets, eventfds, BPF objects,
-// ring or UMEM mappings open, or memory locked, behind.
-func TestMain(m *testing.M) { testenv.MainWithLeakCheck(m) }
+// ring or UMEM mappings open, or memory locked, behind. Run again by
+// TestHostile as the other user's attacker, the binary attacks and exits
+// instead (HostileChild).
+func TestMain(m *testing.M) {
+	HostileChild()
+	testenv.MainWithLeakCheck(m)
+}

@@ -68,7 +68,7 @@ func runBench(e *env, args []string) error {
 		bulk:       fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, AM-II Stores, TCP stream, UDP blast)"),
 		mode:       fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native"),
 		clients:    fs.Int("clients", 7, "logp: the most clients of the contention experiment"),
-		flood:      fs.Int("flood", 100_000, "hostile: forged frames of the wire scenario (pings: --count/10)"),
+		flood:      fs.Int("flood", 100_000, "hostile: forged frames of the wire and on-path scenarios, and a twentieth as many connections of the other user (pings: --count/10)"),
 		asJSON:     fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark; with all, the report) instead of Markdown"),
 		out:        fs.String("out", "", "write plots into this directory (all: the report too; default xam-report)"),
 		quick:      fs.Bool("quick", false, "all: fewer iterations, the same experiments (a few minutes)"),

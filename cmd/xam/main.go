@@ -27,6 +27,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/xam-project/xam/bench"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -77,6 +79,10 @@ func usageError(format string, args ...any) error {
 }
 
 func main() {
+	// `xam bench hostile` runs xam again as another user, with
+	// XAM_HOSTILE_ATTACKER set, to attack the daemons: that process runs
+	// the attack and exits here. Without the variable this returns at once.
+	bench.HostileChild()
 	os.Exit(run(&env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
 }
 
