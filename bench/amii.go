@@ -62,25 +62,34 @@ func (h *amiiHost) close() error {
 	return errors.Join(errs...)
 }
 
+// amiiKeys are the keys of an AM-II pair (nil: none): the virtual
+// network's, which authenticates each message (nicfw.VNet.Key), and the
+// engines' transport's, which authenticates each frame
+// (transport.Config.Key).
+type amiiKeys struct {
+	vnet, transport []byte
+}
+
 // openAMII builds host id at p, whose peer is host peerID at peer: its
 // AF_XDP socket on queue, an inline engine with window (and a channel per
-// message in flight) and an AM-II endpoint with acfg.
-func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config, key []byte) (*amiiHost, error) {
+// message in flight) and an AM-II endpoint with acfg, with keys.
+func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config, keys amiiKeys) (*amiiHost, error) {
 	ec := nicfw.EngineConfig{Host: id, Window: window}
 	if window > 1 {
 		ec.Transport.Channels = max(window, transport.DefaultChannels) // a channel per message in flight
 	}
+	ec.Transport.Key = keys.transport
 	table := []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}
-	return openAMIIHost(p, ec, map[nicfw.HostID]Place{peerID: peer}, mode, queue, table, acfg, key)
+	return openAMIIHost(p, ec, map[nicfw.HostID]Place{peerID: peer}, mode, queue, table, acfg, keys.vnet)
 }
 
 // openAMIIPair builds hosts A (at a, with ca) and B (at b, with cb) with
 // openAMII; on an error nothing is left open.
-func openAMIIPair(a, b Place, mode loader.Mode, queue, window int, ca, cb amii.Config, key []byte) (ha, hb *amiiHost, err error) {
-	if ha, err = openAMII(a, amiiHostA, b, amiiHostB, mode, queue, window, ca, key); err != nil {
+func openAMIIPair(a, b Place, mode loader.Mode, queue, window int, ca, cb amii.Config, keys amiiKeys) (ha, hb *amiiHost, err error) {
+	if ha, err = openAMII(a, amiiHostA, b, amiiHostB, mode, queue, window, ca, keys); err != nil {
 		return nil, nil, fmt.Errorf("AM-II host A: %w", err)
 	}
-	if hb, err = openAMII(b, amiiHostB, a, amiiHostA, mode, queue, window, cb, key); err != nil {
+	if hb, err = openAMII(b, amiiHostB, a, amiiHostA, mode, queue, window, cb, keys); err != nil {
 		ha.close()
 		return nil, nil, fmt.Errorf("AM-II host B: %w", err)
 	}
@@ -125,6 +134,12 @@ func openAMIIHost(p Place, ec nicfw.EngineConfig, peers map[nicfw.HostID]Place, 
 // hosts' XDP programs drop that fraction of xam frames; the engines'
 // transports recover them.
 func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
+	return amiiPingKeyed(a, b, cfg, loss, nil)
+}
+
+// amiiPingKeyed is AMIIPing, the engines' transports authenticating
+// every frame with transportKey if it is set (transport.Config.Key).
+func amiiPingKeyed(a, b Place, cfg PingConfig, loss float64, transportKey []byte) (*AMIIResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -132,7 +147,7 @@ func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
-	ha, hb, err := openAMIIPair(a, b, cfg.Mode, cfg.Queue, 1, amii.Config{}, amii.Config{}, cfg.Key)
+	ha, hb, err := openAMIIPair(a, b, cfg.Mode, cfg.Queue, 1, amii.Config{}, amii.Config{}, amiiKeys{vnet: cfg.Key, transport: transportKey})
 	if err != nil {
 		return nil, err
 	}

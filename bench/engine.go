@@ -54,6 +54,11 @@ type EngineResult struct {
 	// measured in this run (nicfw.VNet.Key).
 	AuthRateRatio float64 `json:"auth_rate_ratio,omitempty"`
 	AuthPingRatio float64 `json:"auth_ping_ratio,omitempty"`
+	// TransportAuthRateRatio and TransportAuthPingRatio are the same
+	// ratios with the frames authenticated instead, by the engines'
+	// transport (transport.Config.Key, nicfw.EngineConfig.Transport.Key).
+	TransportAuthRateRatio float64 `json:"transport_auth_rate_ratio,omitempty"`
+	TransportAuthPingRatio float64 `json:"transport_auth_ping_ratio,omitempty"`
 	// Interrupted: the run was stopped (EngineConfig.Stop) before its end.
 	Interrupted bool `json:"interrupted,omitempty"`
 }
@@ -125,23 +130,37 @@ func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg En
 		}
 		rate(r)
 	}
-	// Authenticated (nicfw.VNet.Key), beside the same stream without:
-	// AuthRatio is to the row before.
+	// Authenticated, beside the same stream without: each message
+	// (nicfw.VNet.Key), then each frame (the transport's key, one for
+	// both hosts). The ratios are to the plain row of the same window.
 	key, err := nicfw.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	ar, err := amiiRate(a, b, n, 2, authWindow, true, cfg.Mode, key)
+	tkey, err := nicfw.NewKey()
 	if err != nil {
-		return nil, fmt.Errorf("AM-II rate, authenticated: %w", err)
+		return nil, err
 	}
-	plain := ar.API
-	ar.API += ", authenticated"
-	rate(ar)
-	for _, r := range res.Rates {
-		if r.API == plain {
-			res.AuthRateRatio = ar.PerSec / r.PerSec
+	for _, k := range []struct {
+		keys  amiiKeys
+		name  string
+		ratio *float64
+	}{
+		{amiiKeys{vnet: key}, "authenticated", &res.AuthRateRatio},
+		{amiiKeys{transport: tkey}, "transport key", &res.TransportAuthRateRatio},
+	} {
+		ar, err := amiiRate(a, b, n, 2, authWindow, true, cfg.Mode, k.keys)
+		if err != nil {
+			return nil, fmt.Errorf("AM-II rate, %s: %w", k.name, err)
 		}
+		plain := ar.API
+		ar.API += ", " + k.name
+		for _, r := range res.Rates {
+			if r.API == plain {
+				*k.ratio = ar.PerSec / r.PerSec
+			}
+		}
+		rate(ar)
 	}
 
 	if !step("round trips") {
@@ -171,6 +190,13 @@ func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg En
 				return nil, err
 			}
 			return &r.PingResult, nil
+		}},
+		Pinger{"amii inline, transport key", func(c PingConfig) (*PingResult, error) {
+			r, err := amiiPingKeyed(a, b, c, 0, tkey)
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
 		}})
 	if err != nil {
 		return nil, err
@@ -187,6 +213,7 @@ func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg En
 	}
 	p50, p99 := us(&fw.PingResult)
 	res.AuthPingRatio = res.Pings[3].P50 / res.Pings[2].P50
+	res.TransportAuthPingRatio = res.Pings[4].P50 / res.Pings[2].P50
 	res.Pings = append(res.Pings, EnginePing{Name: "amii firmware", P50: p50, P99: p99, Ratio: p50 / res.Pings[2].P50})
 
 	if !step("bulk goodput") {
@@ -232,7 +259,7 @@ func (r *EngineResult) Markdown(w io.Writer) error {
 		b.WriteString("\n## Round trips, 32-byte messages (µs)\n\n| path | p50 | p99 | p50 ratio |\n|---|---|---|---|\n")
 		for i, p := range r.Pings {
 			of := "x SSAM"
-			if i == 4 {
+			if i == len(r.Pings)-1 && p.Name == "amii firmware" {
 				of = "x AM-II inline"
 			}
 			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f %s |\n", p.Name, p.P50, p.P99, p.Ratio, of)
@@ -240,7 +267,10 @@ func (r *EngineResult) Markdown(w io.Writer) error {
 		if r.AuthPingRatio > 0 {
 			fmt.Fprintf(&b, "\nAuthenticated (AES-GMAC envelopes, nicfw.VNet.Key) over plain AM-II: round trip p50 %.3fx, message rate %.3fx.\n", r.AuthPingRatio, r.AuthRateRatio)
 		}
-		b.WriteString("\nraw, SSAM, AM-II inline and AM-II inline authenticated alternate (ten rounds); AM-II firmware mode runs both hosts' engines in one thread (daemon.RunGroup), the applications waiting adaptively.\n")
+		if r.TransportAuthPingRatio > 0 {
+			fmt.Fprintf(&b, "\nAuthenticated frames (AES-GMAC trailer cells, the transport's key) over plain AM-II: round trip p50 %.3fx, message rate %.3fx.\n", r.TransportAuthPingRatio, r.TransportAuthRateRatio)
+		}
+		b.WriteString("\nraw, SSAM, AM-II inline, AM-II inline authenticated and AM-II inline with the transport's key alternate (ten rounds); AM-II firmware mode runs both hosts' engines in one thread (daemon.RunGroup), the applications waiting adaptively.\n")
 	}
 	if len(r.Bulk) > 0 {
 		fmt.Fprintf(&b, "\n## Bulk goodput, one sender (link MTU %d)\n\n| path | message | MB/s | x TCP |\n|---|---|---|---|\n", r.BulkMTU)

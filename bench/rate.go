@@ -169,16 +169,17 @@ func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg ssam.Config) (*Rate
 // (amii.Config.Coalesce): an engine run then sends them all, packed into
 // frames. It returns the message rate and the frames a's engine sent.
 func AMIIRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode) (*RateResult, error) {
-	return amiiRate(a, b, n, nargs, window, coalesce, mode, nil)
+	return amiiRate(a, b, n, nargs, window, coalesce, mode, amiiKeys{})
 }
 
-// amiiRate is AMIIRate, the messages authenticated with key if it is set.
-func amiiRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode, key []byte) (*RateResult, error) {
+// amiiRate is AMIIRate with keys: the messages authenticated with the
+// virtual network's if it is set, the frames with the transport's.
+func amiiRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode, keys amiiKeys) (*RateResult, error) {
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d arguments", amii.MaxArgs)
 	}
 	entries := max(window, endpoint.DefaultQueueEntries) // room for the window in every queue
-	ha, hb, err := openAMIIPair(a, b, mode, 0, window, amii.Config{Credits: window, Coalesce: coalesce, QueueEntries: entries}, amii.Config{Credits: window, QueueEntries: entries}, key)
+	ha, hb, err := openAMIIPair(a, b, mode, 0, window, amii.Config{Credits: window, Coalesce: coalesce, QueueEntries: entries}, amii.Config{Credits: window, QueueEntries: entries}, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +260,7 @@ var BulkMTU = afxdp.MaxMTU(4096, 0)
 func AMIIBulk(a, b Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
 	// Room for window messages of msg bytes each, at both ends.
 	acfg := amii.Config{Credits: window, StagingSize: 2 * window * msg, MediumSlots: -1}
-	ha, hb, err := openAMIIPair(a, b, mode, 0, window, acfg, acfg, nil)
+	ha, hb, err := openAMIIPair(a, b, mode, 0, window, acfg, acfg, amiiKeys{})
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +307,7 @@ func AMIIMedium(a, b Place, n, size, window int, mode loader.Mode) (*RateResult,
 	}
 	entries := max(window, endpoint.DefaultQueueEntries)
 	acfg := amii.Config{Credits: window, QueueEntries: entries, MediumSlots: window, StagingSize: max(endpoint.DefaultStagingSize, 2*window*endpoint.MaxMedium)}
-	ha, hb, err := openAMIIPair(a, b, mode, 0, window, acfg, acfg, nil)
+	ha, hb, err := openAMIIPair(a, b, mode, 0, window, acfg, acfg, amiiKeys{})
 	if err != nil {
 		return nil, err
 	}

@@ -502,13 +502,17 @@ func TestBenchEngine(t *testing.T) {
 			BulkMTU       int     `json:"bulk_mtu"`
 			AuthRateRatio float64 `json:"auth_rate_ratio"`
 			AuthPingRatio float64 `json:"auth_ping_ratio"`
+
+			TransportAuthRateRatio float64 `json:"transport_auth_rate_ratio"`
+			TransportAuthPingRatio float64 `json:"transport_auth_ping_ratio"`
 		} `json:"engine"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	r := doc.Engine
-	if len(r.Rates) != 6 || len(r.Pings) != 5 || len(r.Bulk) != 4 || r.BulkMTU < 3000 || r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 {
+	if len(r.Rates) != 7 || len(r.Pings) != 6 || len(r.Bulk) != 4 || r.BulkMTU < 3000 || r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 ||
+		r.TransportAuthRateRatio <= 0 || r.TransportAuthPingRatio <= 0 {
 		t.Fatalf("rows: %d rates, %d pings, %d bulk, MTU %d\n%s", len(r.Rates), len(r.Pings), len(r.Bulk), r.BulkMTU, out)
 	}
 	if r.Rates[0].Ratio != 1 || r.Pings[1].Ratio != 1 || r.Bulk[1].Ratio != 1 {

@@ -80,9 +80,9 @@ func (t *Transport) flushAcks(force bool) {
 			continue
 		}
 		n := min(len(p.ackList), t.ackOneMax)
-		fl := frameLen(ackEntryLen * (n - 1))
+		fl := frameLen(ackEntryLen*(n-1)) + t.trail
 		if cap(p.ackFrame) < fl {
-			p.ackFrame = make([]byte, frameLen(ackEntryLen*(t.ackOneMax-1)))
+			p.ackFrame = make([]byte, frameLen(ackEntryLen*(t.ackOneMax-1))+t.trail)
 		}
 		f := p.ackFrame[:fl]
 		sdu := t.ackPDU(p, n) // may move another peer into place i, visited already

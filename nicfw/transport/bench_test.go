@@ -18,13 +18,25 @@ func BenchmarkTransfer(b *testing.B) {
 	for _, loss := range []float64{0, 0.1} {
 		for _, size := range []int{64, 1024} {
 			b.Run(fmt.Sprintf("loss=%v/size=%d", loss, size), func(b *testing.B) {
-				benchTransfer(b, loss, size)
+				benchTransfer(b, loss, size, nil)
 			})
 		}
 	}
 }
 
-func benchTransfer(b *testing.B, loss float64, size int) {
+// BenchmarkTransferKeyed is BenchmarkTransfer with every frame
+// authenticated (Config.Key).
+func BenchmarkTransferKeyed(b *testing.B) {
+	for _, loss := range []float64{0, 0.1} {
+		for _, size := range []int{64, 1024} {
+			b.Run(fmt.Sprintf("loss=%v/size=%d", loss, size), func(b *testing.B) {
+				benchTransfer(b, loss, size, testKey)
+			})
+		}
+	}
+}
+
+func benchTransfer(b *testing.B, loss float64, size int, key []byte) {
 	la, lb, err := memlink.NewPair(memlink.Options{Loss: loss, Seed: 1})
 	if err != nil {
 		b.Fatal(err)
@@ -33,7 +45,7 @@ func benchTransfer(b *testing.B, loss float64, size int) {
 	defer lb.Close()
 	clk := clock.NewManual(time.Unix(1, 0))
 	const ra = time.Millisecond
-	cfg := Config{Channels: 8, RetransmitAfter: ra, ScanInterval: ra, Clock: clk}
+	cfg := Config{Channels: 8, RetransmitAfter: ra, ScanInterval: ra, Clock: clk, Key: key}
 	delivered := 0
 	cfg.Deliver = func(HostID, int, []byte) bool { delivered++; return true }
 	a, err := New(la, cfg)

@@ -32,6 +32,11 @@ type Peer struct {
 	// epoch is the peer's incarnation as its frames name it (0: not heard
 	// yet), prevEpoch the one before (epochs.go).
 	epoch, prevEpoch uint32
+	// believed counts the epochs of the peer believed on a challenge,
+	// under Config.Key: the challenge depends on it, so that a frame
+	// replayed from an incarnation believed before does not answer it
+	// again (auth.go).
+	believed uint32
 	// confirmed: a frame from epoch has named dstIn (the peer has heard
 	// this incarnation).
 	confirmed bool
@@ -146,6 +151,9 @@ func (t *Transport) occupy(p *Peer, c *sendChannel) {
 func (t *Transport) release(p *Peer, c *sendChannel) {
 	c.inUse = false
 	c.seq++
+	if c.seq == 0 && t.aead != nil {
+		t.renewWrapped(p)
+	}
 	c.retries = 0
 	p.unacked--
 	if p.unacked == 0 {

@@ -65,7 +65,7 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	if ackSDU != nil {
 		ackCells = cells.CellCount(len(ackSDU))
 	}
-	total := len(t.eth) + (ackCells+1)*cells.CellSize
+	total := len(t.eth) + (ackCells+1)*cells.CellSize + t.trail
 	if cap(c.frameBuf) < total {
 		c.frameBuf = make([]byte, total, max(total, 2*cap(c.frameBuf)))
 	}

@@ -89,9 +89,10 @@
 //
 // # Forgery
 //
-// Frames are not authenticated here (the engine authenticates messages of
-// a virtual network with a key, package nicfw); what the transport checks
-// keeps a host on the segment from forging what it cannot see. Frames from
+// Without a key (Config.Key, below) frames are not authenticated here
+// (the engine authenticates messages of a virtual network with a key,
+// package nicfw); what the transport checks keeps a host on the segment
+// from forging what it cannot see. Frames from
 // an address not in the host table are dropped. A host that sends frames
 // under a peer's address without knowing the epochs gets nothing through:
 // a made-up source epoch is a claim it cannot answer (the challenge goes
@@ -118,6 +119,43 @@
 // ForgedAcks, Late, Renewals), and RESETs to one peer are rate-limited, so
 // that a flood of forgeries is not answered with one.
 //
+// # Authentication
+//
+// With Config.Key (one key for the host table: a job's or a cluster's)
+// every frame the transport sends ends in a trailer, a counter and an
+// AES-GMAC tag over the whole frame (auth.go, docs/wire.md "Authenticated
+// frames"), and a frame whose trailer does not check is dropped before
+// any of it takes effect (Stats.AuthFailed). A host without the key then
+// forges nothing, whatever epochs and sequence numbers it has seen: the
+// Forgery paragraphs above are for unkeyed transports.
+//
+// Replays need no window of their own: a copy of a frame sent before
+// checks, but the transport takes a frame only as what it is, so the copy
+// is a duplicate, and duplicates the network makes anyway are handled.
+// A DATA frame replayed carries a sequence number behind its channel's
+// receive window, or the one before it: it is dropped (late), or
+// acknowledged again and not delivered (a duplicate). An ACK names a
+// message acknowledged already (stale, ignored); a NACK echoes the stamp
+// of an earlier transmission (stale) or, until the next retransmission,
+// the current one, which only puts that retransmission off by NackDelay
+// (what a host on the path may do by holding frames anyway). A RESET
+// replayed names a destination epoch: one renewed since is refused, and
+// one still current makes this transport name the peer what the peer
+// asked for then; if the peer has renewed since, its next frames say so
+// in a RESET (epochs.go), and nothing was delivered or acknowledged. A
+// frame of a peer's previous incarnation is stale (StaleEpoch), and one
+// of an older incarnation claims a new epoch and must answer the
+// challenge, which under a key also counts the epochs believed for the
+// peer, so a claim believed before does not answer it again. Two things
+// would let numbers come round again, and a keyed transport closes both:
+// a channel's sequence numbers wrap after 2^16 messages, so when one of
+// a peer's channels wraps, send or receive, the destination epoch asked
+// of the peer is renewed (epochs.go) and frames recorded before name one
+// that is no longer taken; and a keyed transport takes no destination
+// epoch 0 (a peer's first frames name this incarnation only after a
+// RESET tells it, a retransmission time once per peer), so after a
+// restart a recorded first frame is not taken either.
+//
 // Batches: within a pass (BeginPass, EndPass: an engine's run) every
 // frame sent, DATA, retransmission, ACK or NACK, joins one batch that goes
 // to the link in one Send when the pass ends, or before the pass receives
@@ -142,7 +180,8 @@
 // channel, sequence number, stamp, length, acknowledgement count, source
 // and destination epochs), the piggy-backed acknowledgements, and the
 // payload (a RESET's: the destination epoch to write from then on). A PDU spans as many frames as it needs; losing any of them
-// loses the message, which is then retransmitted whole. The tables, and
+// loses the message, which is then retransmitted whole. With Config.Key
+// every frame ends in a trailer cell (auth.go). The tables, and
 // what a receiver drops and counts, are in docs/wire.md ("The firmware
 // transport"), the one place for them.
 package transport

@@ -103,7 +103,7 @@ func (t *Transport) checkEpochs(p *Peer, h header) bool {
 		p.confirmed, p.dstHeard = true, dst
 		return true
 	case dst == 0:
-		if !p.confirmed && p.dstIn == t.epoch && typ != typeReset {
+		if !p.confirmed && p.dstIn == t.epoch && typ != typeReset && t.aead == nil {
 			return true
 		}
 		t.stats.ZeroEpoch++
@@ -130,6 +130,7 @@ func (t *Transport) challenge(p *Peer, src uint32) uint32 {
 	*b = [len(t.prfBuf)]byte{}
 	copy(b[:6], p.mac)
 	binary.BigEndian.PutUint32(b[6:], src)
+	binary.BigEndian.PutUint32(b[10:], p.believed)
 	t.prf.Encrypt(b[:], b[:])
 	c := binary.BigEndian.Uint32(b[:])
 	for c == 0 || c == t.epoch {
@@ -143,6 +144,9 @@ func (t *Transport) challenge(p *Peer, src uint32) uint32 {
 func (t *Transport) believe(p *Peer, src, challenge uint32) {
 	old, restart := p.epoch, p.confirmed
 	p.epoch, p.dstOut, p.dstIn = src, src, challenge
+	if t.aead != nil {
+		p.believed++ // no replayed frame answers this challenge again (auth.go)
+	}
 	if !restart {
 		// The epoch on record never showed it had heard this transport:
 		// made up, or an incarnation that never got to. Nothing it sent

@@ -146,9 +146,20 @@ func (t *Transport) receive(f []byte) {
 		t.stats.UnknownSource++
 		return
 	}
+	// Nothing of a frame counts before its trailer checks (auth.go).
+	if t.aead != nil && !t.open(f) {
+		t.stats.AuthFailed++
+		return
+	}
 	cs, fh, err := cells.Unpack(f, t.cfg.EtherType)
 	if err != nil {
 		t.stats.BadFrames++
+		return
+	}
+	if last := len(cs) - cells.CellSize; t.aead != nil {
+		cs = cs[:last] // the trailer
+	} else if binary.BigEndian.Uint32(cs[last:]) == t.trailerWord {
+		t.stats.AuthFailed++ // a keyed host's frame
 		return
 	}
 	if fh.Flags()&cells.FlagStart != 0 && p.reasm.Discard(t.vc) {
@@ -258,6 +269,9 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 			return
 		}
 		r.expect++
+		if r.expect == 0 && t.aead != nil {
+			t.renew(p, h) // the numbers come round again (auth.go)
+		}
 		t.stats.Delivered++
 		t.queueAck(p, h)
 
@@ -344,7 +358,7 @@ func (t *Transport) control(p *Peer, typ uint8, h header, dst, want uint32) {
 	// A PDU yields at most one answer: more than a batch's worth grows
 	// the buffers.
 	if len(t.tx) == len(t.ctl) {
-		t.ctl = append(t.ctl, make([]byte, frameLen(resetLen)))
+		t.ctl = append(t.ctl, make([]byte, frameLen(resetLen)+t.trail))
 	}
 	var sdu [headerLen + resetLen]byte
 	n := 0

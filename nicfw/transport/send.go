@@ -176,7 +176,7 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 
 	ncells := cells.CellCount(len(sdu))
 	nframes := (ncells + t.perFrame - 1) / t.perFrame
-	total := nframes*len(t.eth) + ncells*cells.CellSize
+	total := nframes*(len(t.eth)+t.trail) + ncells*cells.CellSize
 	if cap(c.frameBuf) < total {
 		c.frameBuf = make([]byte, total, max(total, 2*cap(c.frameBuf)))
 	}
@@ -200,7 +200,7 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 		flags := cells.FlagStart
 		for len(cs) > 0 {
 			k := min(len(cs)/cells.CellSize, t.perFrame)
-			fl := len(t.eth) + k*cells.CellSize
+			fl := len(t.eth) + k*cells.CellSize + t.trail
 			f := buf[:fl:fl]
 			buf = buf[fl:]
 			t.putHeaders(f, p, k, flags)
@@ -222,6 +222,7 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 // receiving does, and the batch goes before that.
 func (t *Transport) output(frames [][]byte) error {
 	if t.pass == 0 {
+		t.seal(frames)
 		_, err := t.link.Send(frames)
 		return err
 	}
@@ -249,6 +250,7 @@ func (t *Transport) flushOut() error {
 		return nil
 	}
 	send := t.pack()
+	t.seal(send)
 	t.stats.Batches++
 	t.stats.BatchFrames += uint64(len(send))
 	_, err := t.link.Send(send)
@@ -292,7 +294,7 @@ func (t *Transport) pack() [][]byte {
 			t.sendList = append(t.sendList, f)
 			continue
 		}
-		n := (len(f) - hdr) / cells.CellSize
+		n := (len(f) - hdr - t.trail) / cells.CellSize
 		if open >= 0 && t.packs[open].cells+n > t.perFrame {
 			t.packs[open].open = false
 			open = -1
@@ -306,10 +308,10 @@ func (t *Transport) pack() [][]byte {
 		}
 		pk := &t.packs[open]
 		if pk.pdus == 1 {
-			pk.buf = append(t.packBuf(open)[:0], pk.first...)
+			pk.buf = append(t.packBuf(open)[:0], pk.first[:len(pk.first)-t.trail]...)
 		}
 		if pk.pdus > 0 {
-			pk.buf = append(pk.buf, f[hdr:]...)
+			pk.buf = append(pk.buf, f[hdr:len(f)-t.trail]...)
 		}
 		pk.cells += n
 		pk.pdus++
@@ -321,6 +323,9 @@ func (t *Transport) pack() [][]byte {
 		}
 		p.buf[afxdp.EthernetHeaderLen+1] = cells.FlagStart
 		binary.BigEndian.PutUint16(p.buf[afxdp.EthernetHeaderLen+2:], uint16(p.cells))
+		if t.trail > 0 {
+			p.buf = append(p.buf, make([]byte, t.trail)...) // room for the trailer (seal)
+		}
 		t.stats.Packed += uint64(p.pdus)
 		t.sendList[p.at] = p.buf
 	}
@@ -342,7 +347,7 @@ type packFrame struct {
 // pass to pass.
 func (t *Transport) packBuf(i int) []byte {
 	for len(t.packBufs) <= i {
-		t.packBufs = append(t.packBufs, make([]byte, 0, cells.FrameLen(t.perFrame)))
+		t.packBufs = append(t.packBufs, make([]byte, 0, cells.FrameLen(t.perFrame)+t.trail))
 	}
 	return t.packBufs[i]
 }

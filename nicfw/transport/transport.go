@@ -105,6 +105,15 @@ type Config struct {
 	// default a random non-zero number). Tests that restart a transport
 	// set it to tell incarnations apart on purpose.
 	Epoch uint32
+	// Key, when set (16 or 32 bytes: AES-128 or AES-256), authenticates
+	// every frame: the sender seals each with a trailer cell (a counter
+	// and an AES-GMAC tag, auth.go) and the receiver drops a frame whose trailer
+	// does not check (Stats.AuthFailed) before any of it takes effect. It
+	// is one key for the transport's whole host table (a job's or a
+	// cluster's), the same on every host: a keyed and an unkeyed host do
+	// not talk. Frames carry a cell fewer, so that the trailer keeps them
+	// within the MTU.
+	Key []byte
 	// EtherType of the frames (default cells.EtherType, 0x88B5).
 	EtherType uint16
 	// VPI and VCI of the circuit the transport's PDUs travel on (default
@@ -191,6 +200,10 @@ type Stats struct {
 	NotForUs      uint64 // frames addressed to another MAC
 	UnknownSource uint64 // frames from a MAC not in the host table
 	BadFrames     uint64 // frames that failed framing, cell, AAL5 or header checks
+	// AuthFailed counts frames dropped for authentication (auth.go):
+	// without a valid trailer under Config.Key, or, without a key, with a
+	// trailer (a keyed host's).
+	AuthFailed uint64
 }
 
 // Transport is the reliable transport of one host on one link. See the
@@ -237,6 +250,17 @@ type Transport struct {
 	// block.
 	prf    cipher.Block
 	prfBuf [aes.BlockSize]byte
+
+	// Frame authentication under Config.Key (auth.go); aead nil without.
+	aead   cipher.AEAD
+	trail  int            // bytes of trailer per frame: trailerLen with a key, else 0
+	sealed uint64         // the counter of the last frame sealed
+	nonce  [nonceLen]byte // this host's address, then the counter (seal)
+	rnonce [nonceLen]byte // the same for the frame being received (open)
+	// trailerHdr is the ATM header of trailer cells, trailerWord its
+	// first four bytes, as receive tells them (auth.go).
+	trailerHdr  [cells.HeaderSize]byte
+	trailerWord uint32
 
 	uc      sendChannel // the frames of unreliable sends
 	scratch []byte      // an SDU with acknowledgements, being built
@@ -308,7 +332,20 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if cfg.VCI == math.MaxUint16 {
 		return nil, fmt.Errorf("%w: VCI %d leaves no VCI+1 for compact cells", ErrConfig, cfg.VCI)
 	}
+	var aead cipher.AEAD
+	trail := 0
+	if cfg.Key != nil {
+		var err error
+		if aead, err = newFrameAEAD(cfg.Key); err != nil {
+			return nil, err
+		}
+		cfg.Key = append([]byte(nil), cfg.Key...)
+		trail = trailerLen
+	}
 	perFrame := cells.CellsPerFrame(link.MTU())
+	if trail > 0 {
+		perFrame-- // the trailer cell's room (auth.go)
+	}
 	oneFrame := perFrame*cells.PayloadSize - cells.TrailerSize - headerLen // an ACK's room for entries
 	if oneFrame < ackEntryLen {
 		return nil, fmt.Errorf("%w: link MTU %d carries no transport frame", ErrConfig, link.MTU())
@@ -322,6 +359,9 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("nicfw: transport: challenge key: %w", err)
 	}
 	t := &Transport{
+		aead:      aead,
+		trail:     trail,
+		sealed:    rand.Uint64(), // a fresh start per transport (auth.go)
 		prf:       prf,
 		lastStamp: rand.Uint32(), // stamps a forger cannot count from 0
 		link:      link,
@@ -346,15 +386,21 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	}
 	copy(t.compactHdr[:], hdr)
 	t.compactKey = binary.BigEndian.Uint32(hdr) >> 4
+	if err := hdr.Encode(cells.UNI, cells.Fields{VPI: cfg.VPI, VCI: cfg.VCI, PTI: trailerPTI}); err != nil {
+		return nil, fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI, err)
+	}
+	copy(t.trailerHdr[:], hdr)
+	t.trailerWord = binary.BigEndian.Uint32(hdr)
 	_, t.sysClock = cfg.Clock.(clock.System)
 	copy(t.mac[:], link.HardwareAddr())
 	copy(t.eth[6:12], t.mac[:])
+	copy(t.nonce[:6], t.mac[:])
 	t.eth[12], t.eth[13] = byte(cfg.EtherType>>8), byte(cfg.EtherType)
 	t.eth[14] = cells.FrameVersion
 	batch := max(link.BatchSize(), 1)
 	t.rx = make([][]byte, batch)
 	t.ctl = make([][]byte, batch)
-	ctlLen := frameLen(resetLen)
+	ctlLen := frameLen(resetLen) + trail
 	for i := range t.ctl {
 		t.ctl[i] = make([]byte, ctlLen)
 	}
