@@ -12,10 +12,11 @@ import (
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
-// Modules: the engine as DVCM's "active backplane". A Module is chosen
-// when the engine starts (EngineConfig.Modules) and extends it through
-// the capabilities it implements, found by type assertion as afxdp.Link's
-// are:
+// Modules: the engine as DVCM's "active backplane" (docs/modules.md
+// writes one, step by step; examples/counter is the smallest). A Module
+// is chosen when the engine starts (EngineConfig.Modules) and extends it
+// through the capabilities it implements, found by type assertion as
+// afxdp.Link's are:
 //
 //   - Commander: operations an application issues through its own
 //     endpoint, as descriptors of class endpoint.ClassCommand in its

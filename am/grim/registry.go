@@ -325,7 +325,10 @@ func (ep *Endpoint) pushTable() error {
 		if p == ep.cfg.Self {
 			continue
 		}
-		if err := ep.chans[0].Bulk(p, HandlerTable, b, ep.registry.gen); err != nil {
+		// From the last channel: channel 0 carries the endpoint's
+		// replies, which the engine takes first, so that under a steady
+		// stream of requests a push from it could wait for good.
+		if err := ep.chans[len(ep.chans)-1].Bulk(p, HandlerTable, b, ep.registry.gen); err != nil {
 			return err
 		}
 	}

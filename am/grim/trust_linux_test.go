@@ -5,6 +5,7 @@ package grim
 import (
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,5 +147,37 @@ func TestGRIMTableGenerations(t *testing.T) {
 	}
 	if ep.stats.Refused != 3 {
 		t.Errorf("%d tables refused, want 3", ep.stats.Refused)
+	}
+}
+
+// TestGRIMSynchUnderLoad: inline, a member synchs while another keeps the
+// central endpoint answering a stream of requests. The central's replies
+// leave from its channel 0, which the engine serves replies first; its
+// table pushes leave from its last channel, so the synch still completes.
+func TestGRIMSynchUnderLoad(t *testing.T) {
+	hosts := cluster(t, xdptest.Hub(t, 3, memlink.Options{Seed: 43}), clusterConfig{channels: 2, window: 1})
+	for _, h := range hosts {
+		h.start()
+	}
+	var stop atomic.Bool
+	flood := make(chan error, 1)
+	go func() {
+		var err error
+		hosts[1].do(func(ep *Endpoint) {
+			for n := 0; !stop.Load() && err == nil; n++ {
+				err = ep.ch(n % 2).Short(0, HandlerNull)
+			}
+		})
+		flood <- err
+	}()
+	var err error
+	hosts[2].do(func(ep *Endpoint) {
+		if err = ep.Register("late", 30, func(*Token, [ShortArgs]uint32, []byte) {}); err == nil {
+			err = ep.Synch()
+		}
+	})
+	stop.Store(true)
+	if err := errors.Join(err, <-flood); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -147,7 +147,7 @@ var sublayer = map[string]map[string]int{
 		"nicfw/daemon/daemontest": 4, // running daemons, for tests
 	},
 	"am": {
-		"am/ssam": 0, "am/amii": 0, "am/internal": 0, "am/grim": 0,
+		"am/ssam": 0, "am/amii": 0, "am/grim": 0,
 		"am": 1, "am/grim/storage": 1,
 	},
 }
