@@ -165,7 +165,7 @@ func TestGRIMSynchUnderLoad(t *testing.T) {
 		var err error
 		hosts[1].do(func(ep *Endpoint) {
 			for n := 0; !stop.Load() && err == nil; n++ {
-				err = ep.ch(n % 2).Short(0, HandlerNull)
+				err = ep.ch(n%2).Short(0, HandlerNull)
 			}
 		})
 		flood <- err
