@@ -216,16 +216,11 @@ func hostileWire(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRo
 	if err != nil {
 		return row, err
 	}
-	var fd int
-	if err := b.Do(func() (err error) {
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-		return err
-	}); err != nil {
+	fd, to, err := injector(b, a.MAC)
+	if err != nil {
 		return row, err
 	}
 	defer unix.Close(fd)
-	to := &unix.SockaddrLinklayer{Ifindex: b.Ifindex, Halen: 6}
-	copy(to.Addr[:], a.MAC)
 	before, err := ha.d.Stats()
 	if err != nil {
 		return row, err
@@ -256,11 +251,32 @@ func hostileWire(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRo
 		"stale epochs":       t1.StaleEpoch - t0.StaleEpoch,
 		"restarts believed":  t1.Restarts - t0.Restarts,
 	}
+	row.noRestart(t0, t1)
+	return row, nil
+}
+
+// injector opens a raw socket at p that sends frames to the MAC dst, as a
+// host on the segment would.
+func injector(p Place, dst net.HardwareAddr) (int, *unix.SockaddrLinklayer, error) {
+	var fd int
+	if err := p.Do(func() (err error) {
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		return err
+	}); err != nil {
+		return -1, nil, err
+	}
+	to := &unix.SockaddrLinklayer{Ifindex: p.Ifindex, Halen: 6}
+	copy(to.Addr[:], dst)
+	return fd, to, nil
+}
+
+// noRestart fails the row if the target's transport believed a forged
+// restart between t0 and t1.
+func (row *HostileRow) noRestart(t0, t1 transport.Stats) {
 	if t1.Restarts != t0.Restarts {
 		row.ExactlyOnce = false
 		row.Note += "; a forged restart was believed"
 	}
-	return row, nil
 }
 
 // forgedFrames makes the wire scenario's frames for dst, from src (its

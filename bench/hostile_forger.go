@@ -160,16 +160,11 @@ func (f *onPathForger) newEpoch() uint32 {
 // epochs[0] and epochs[1] the transports' epochs of A and B.
 func hostileForger(ha, hb *firmwareHost, a, b Place, cfg HostileConfig, epochs [2]uint32) (HostileRow, error) {
 	row := HostileRow{Scenario: "on-path forger", Attack: "both epochs known: DATA and ACKs sweeping sequence numbers, destination epoch 0, restart claims"}
-	var fd int
-	if err := a.Do(func() (err error) {
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-		return err
-	}); err != nil {
+	fd, to, err := injector(a, b.MAC)
+	if err != nil {
 		return row, err
 	}
 	defer unix.Close(fd)
-	to := &unix.SockaddrLinklayer{Ifindex: a.Ifindex, Halen: 6}
-	copy(to.Addr[:], b.MAC)
 	before, err := hb.d.Stats()
 	if err != nil {
 		return row, err
@@ -212,9 +207,6 @@ func hostileForger(ha, hb *firmwareHost, a, b Place, cfg HostileConfig, epochs [
 		"renewals":           t1.Renewals - t0.Renewals,
 		"restarts believed":  t1.Restarts - t0.Restarts,
 	}
-	if t1.Restarts != t0.Restarts {
-		row.ExactlyOnce = false
-		row.Note += "; a forged restart was believed"
-	}
+	row.noRestart(t0, t1)
 	return row, nil
 }

@@ -44,9 +44,8 @@ const (
 	authHeaderLen = 1 + 4 + 8 // kind, epoch, counter
 	authTagLen    = 16        // the GMAC tag
 	authOverhead  = authHeaderLen + authTagLen
-	authWindow    = 1024                // counters remembered behind the highest, per sender
-	authWords     = authWindow / 64     // the window's bitmap
-	_             = uint(authWords - 1) // authWindow is a multiple of 64
+	authWindow    = 1024            // counters remembered behind the highest, per sender
+	authWords     = authWindow / 64 // the window's bitmap
 )
 
 // newAEAD returns the GMAC of key, or an error for a key that is not 16
@@ -75,11 +74,10 @@ func NewKey() ([]byte, error) {
 // the buffers envelopes are built and checked in, and per sending host
 // the counters seen.
 type authState struct {
-	next   uint64
-	buf    []byte // an envelope being sent
-	nonce  [12]byte
-	seen   map[HostID]*replayWindow
-	opened []byte // scratch for Open's (empty) plaintext
+	next  uint64
+	buf   []byte // an envelope being sent
+	nonce [12]byte
+	seen  map[HostID]*replayWindow
 }
 
 // replayWindow is the counters seen from one sending host's incarnation:
@@ -140,7 +138,7 @@ func envelope(p []byte) (m []byte, ok bool) {
 func (e *Engine) open(aead cipher.AEAD, src HostID, peer *transport.Peer, p []byte) (ctr uint64, ok bool) {
 	ctr = binary.BigEndian.Uint64(p[5:])
 	n := len(p) - authTagLen
-	if _, err := aead.Open(e.auth.opened[:0], e.auth.setNonce(src, e.cfg.Host, ctr), p[n:], p[:n]); err != nil {
+	if _, err := aead.Open(nil, e.auth.setNonce(src, e.cfg.Host, ctr), p[n:], p[:n]); err != nil {
 		e.stats.AuthFailed++
 		return 0, false
 	}
