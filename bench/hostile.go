@@ -27,7 +27,8 @@ import (
 // The hostile suite: what anyone on the segment and any local user can do
 // to xam's firmware mode, with real traffic running, and what xam refused
 // and counted. Two firmware daemons on a lab's two hosts, AM-II pings from
-// host A to an echo on host B throughout; meanwhile
+// host A to an echo on host B throughout: first alone (the baseline row),
+// then while
 //
 //   - wire: host B's side of the link sends A a flood of forged frames as
 //     fast as it can (HostileConfig.Flood of them): cells opening PDUs on
@@ -45,6 +46,8 @@ import (
 //   - other user: uid 65534, holding the pings' tag, opens endpoints of
 //     their network, reads stats, grants itself the network and floods
 //     both daemons with connections (hostile_user.go).
+//   - share: uid 65534 keeps the send queues of as many endpoints as its
+//     quota allows full, on a network of its own (hostile_share.go).
 //   - on-path forger: a host that learnt both transports' epochs forges
 //     DATA and ACKs sweeping sequence numbers, frames with destination
 //     epoch 0 and restart claims (hostile_forger.go).
@@ -72,6 +75,23 @@ type HostileRow struct {
 	// echo, none lost, none returned.
 	ExactlyOnce bool   `json:"exactly_once"`
 	Note        string `json:"note,omitempty"`
+	// RTT is the pings' round trips during the scenario.
+	RTT RTT `json:"rtt_ns"`
+}
+
+// pinged is what the pings of a scenario came to.
+type pinged struct {
+	done int
+	once bool
+	note string
+	rtt  RTT
+}
+
+// set records p in the row.
+func (row *HostileRow) set(p pinged) {
+	row.Pings, row.ExactlyOnce, row.RTT = p.done, p.once, p.rtt
+	row.Note = strings.TrimPrefix(row.Note+"; "+p.note, "; ")
+	row.Note = strings.TrimSuffix(row.Note, "; ")
 }
 
 // HostileResult is the suite's outcome (the JSON of `xam bench hostile`).
@@ -83,7 +103,7 @@ type HostileResult struct {
 func (r *HostileResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("## Hostile input and faults (firmware mode, AM-II pings running)\n\n")
-	b.WriteString("| scenario | attack | sent | refused and counted | pings | exactly once |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | attack | sent | refused and counted | pings | round trip p50 / p99 | exactly once |\n|---|---|---|---|---|---|---|\n")
 	for _, row := range r.Rows {
 		var counted []string
 		for _, k := range slices.Sorted(maps.Keys(row.Counted)) {
@@ -93,7 +113,8 @@ func (r *HostileResult) Markdown(w io.Writer) error {
 		if !row.ExactlyOnce {
 			once = "**no**: " + row.Note
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %d | %s |\n", row.Scenario, row.Attack, row.Sent, strings.Join(counted, ", "), row.Pings, once)
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %d | %s / %s | %s |\n", row.Scenario, row.Attack, row.Sent, strings.Join(counted, ", "), row.Pings,
+			time.Duration(row.RTT.P50), time.Duration(row.RTT.P99), once)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -139,10 +160,16 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 	forger := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
 		return hostileForger(ha, hb, a, b, cfg, epochs)
 	}
+	if err := copyAttacker(dir); err != nil {
+		return nil, err
+	}
 	user := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
 		return hostileOtherUser(ha, hb, a, b, cfg, dir)
 	}
-	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileWire, hostileLocal, hostilePool, user, forger} {
+	share := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+		return hostileShare(ha, hb, a, b, cfg, dir)
+	}
+	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileBaseline, hostileWire, hostileLocal, hostilePool, user, share, forger} {
 		row, err := sc(hosts[0], hosts[1], a, b, cfg)
 		if err != nil {
 			return res, err
@@ -155,7 +182,7 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 // pingDuring runs the AM-II pings from A's daemon to B's echo while attack
 // runs, and reports how many were made and whether each request was
 // handled exactly once with nothing returned.
-func pingDuring(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool) error) (int, bool, string, error) {
+func pingDuring(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool) error) (pinged, error) {
 	return pingWhile(ha, hb, n, func(stop *atomic.Bool, start func()) error {
 		start()
 		return attack(stop)
@@ -166,11 +193,11 @@ func pingDuring(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool) erro
 // the pings' endpoints are open (the virtual network exists on both
 // daemons) when attack is called, and the pings start once it calls start
 // (or returns). stop is set when the pings are done.
-func pingWhile(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool, start func()) error) (int, bool, string, error) {
+func pingWhile(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool, start func()) error) (pinged, error) {
 	d := DaemonEndpoint{Socket: hb.sock, Endpoint: daemon.FirstUserEndpoint + 1, PeerHost: amiiHostA, Tag: amiiTag}
 	server, err := d.open()
 	if err != nil {
-		return 0, false, "", err
+		return pinged{}, err
 	}
 	defer server.Close()
 	var counts EchoCounts
@@ -199,14 +226,14 @@ func pingWhile(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool, start
 	stop.Store(true)
 	wg.Wait()
 	if err := errors.Join(err, serveErr, *echoErr, attackErr); err != nil {
-		return 0, false, "", err
+		return pinged{}, err
 	}
 	once := r.Lost == 0 && counts.Delivered() == n && counts.Duplicates() == 0 && client.Stats().Returned == 0
 	note := ""
 	if !once {
 		note = fmt.Sprintf("%d lost, %d handled, %d duplicates, %d returned", r.Lost, counts.Delivered(), counts.Duplicates(), client.Stats().Returned)
 	}
-	return r.Done, once, note, nil
+	return pinged{done: r.Done, once: once, note: note, rtt: r.RTT}, nil
 }
 
 // hostileWire floods A with forged frames from B's side of the link.
@@ -226,7 +253,7 @@ func hostileWire(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRo
 		return row, err
 	}
 	sent := 0
-	pings, once, note, err := pingDuring(ha, hb, cfg.Pings, func(stop *atomic.Bool) error {
+	pings, err := pingDuring(ha, hb, cfg.Pings, func(stop *atomic.Bool) error {
 		for sent < cfg.Flood && !stop.Load() {
 			if err := unix.Sendto(fd, frames[sent%len(frames)], 0, to); err != nil && !errors.Is(err, unix.ENOBUFS) {
 				return err
@@ -243,7 +270,8 @@ func hostileWire(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRo
 		return row, err
 	}
 	t0, t1 := before.Transport, after.Transport
-	row.Sent, row.Pings, row.ExactlyOnce, row.Note = sent, pings, once, note
+	row.Sent = sent
+	row.set(pings)
 	row.Counted = map[string]uint64{
 		"unconfirmed epochs": t1.Unconfirmed - t0.Unconfirmed,
 		"bad frames":         t1.BadFrames - t0.BadFrames,
@@ -356,7 +384,7 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 	kinds := map[string]uint64{}
 	sent := 0
 	var garbage, refused uint64
-	pings, once, note, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error {
+	pings, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error {
 		c, err := daemon.Dial(ha.sock)
 		if err != nil {
 			return err
@@ -458,7 +486,8 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 			break
 		}
 	}
-	row.Sent, row.Pings, row.ExactlyOnce, row.Note = sent, pings, once, note
+	row.Sent = sent
+	row.set(pings)
 	row.Counted = kinds
 	row.Counted["refused by the daemon"] = after.Refused - before.Refused
 	row.Counted["garbage descriptors refused"] = refused

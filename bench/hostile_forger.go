@@ -172,7 +172,7 @@ func hostileForger(ha, hb *firmwareHost, a, b Place, cfg HostileConfig, epochs [
 	f := newOnPathForger(b.MAC, a.MAC, epochs[1], epochs[0], rand.Uint64())
 	sent := 0
 	var buf []byte
-	pings, once, note, err := pingWhile(ha, hb, cfg.Pings, func(stop *atomic.Bool, start func()) error {
+	pings, err := pingWhile(ha, hb, cfg.Pings, func(stop *atomic.Bool, start func()) error {
 		for sent < cfg.Flood && !stop.Load() {
 			frame, err := f.frame(buf[:0])
 			if err != nil {
@@ -197,7 +197,8 @@ func hostileForger(ha, hb *firmwareHost, a, b Place, cfg HostileConfig, epochs [
 		return row, err
 	}
 	t0, t1 := before.Transport, after.Transport
-	row.Sent, row.Pings, row.ExactlyOnce, row.Note = sent, pings, once, note
+	row.Sent = sent
+	row.set(pings)
 	row.Counted = map[string]uint64{
 		"out of window":      t1.OutOfWindow - t0.OutOfWindow,
 		"forged ACKs":        t1.ForgedAcks - t0.ForgedAcks,

@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xam-project/xam/internal/netnstest"
 )
@@ -18,15 +19,17 @@ func TestHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Rows) != 5 {
-		t.Fatalf("%d scenarios: %+v", len(r.Rows), r.Rows)
-	}
+	rows := map[string]HostileRow{}
 	for _, row := range r.Rows {
-		if !row.ExactlyOnce || row.Pings != 300 || row.Sent == 0 {
+		rows[row.Scenario] = row
+		if !row.ExactlyOnce || row.Pings != 300 || (row.Sent == 0) != (row.Scenario == "none (baseline)") {
 			t.Errorf("%s: %+v", row.Scenario, row)
 		}
 	}
-	wire, local := r.Rows[0].Counted, r.Rows[1].Counted
+	if len(rows) != 7 {
+		t.Fatalf("%d scenarios: %+v", len(r.Rows), r.Rows)
+	}
+	wire, local := rows["wire"].Counted, rows["local"].Counted
 	if wire["unconfirmed epochs"] == 0 || wire["unknown sources"] == 0 || wire["restarts believed"] != 0 {
 		t.Errorf("wire: %v", wire)
 	}
@@ -34,10 +37,10 @@ func TestHostile(t *testing.T) {
 		local["connections refused: quota"] == 0 || local["garbage descriptors refused"] == 0 || local["endpoints left open"] != 0 {
 		t.Errorf("local: %v", local)
 	}
-	if pool := r.Rows[2].Counted; pool["refused: the sender's share"]+pool["stalled blocks taken back"] == 0 {
+	if pool := rows["pool"].Counted; pool["refused: the sender's share"]+pool["stalled blocks taken back"] == 0 {
 		t.Errorf("pool: the held pool was neither bounded nor taken back: %v", pool)
 	}
-	if user := r.Rows[3].Counted; user["opens refused: permission"] == 0 || user["grants refused: permission"] == 0 ||
+	if user := rows["other user"].Counted; user["opens refused: permission"] == 0 || user["grants refused: permission"] == 0 ||
 		user["connections refused: quota"] == 0 || user["root's tags and networks shown"] != 0 ||
 		user["refused by the daemons"] != user["opens refused: permission"]+user["grants refused: permission"]+user["connections refused: quota"] {
 		t.Errorf("other user: %v", user)
@@ -45,9 +48,20 @@ func TestHostile(t *testing.T) {
 	// The forger's first DATA or ACK with both epochs right falls out of
 	// the window (it would fall in with probability 6/2^16) and renews the
 	// epoch B asks of A; its later ones are stale.
-	if forger := r.Rows[4].Counted; forger["out of window"]+forger["forged ACKs"] == 0 || forger["renewals"] == 0 ||
+	if forger := rows["on-path forger"].Counted; forger["out of window"]+forger["forged ACKs"] == 0 || forger["renewals"] == 0 ||
 		forger["destination 0"] == 0 || forger["unconfirmed claims"] == 0 || forger["stale epochs"] == 0 || forger["restarts believed"] != 0 {
 		t.Errorf("on-path forger: %v", forger)
+	}
+	// Root's round trips beside the other user's flood: before the
+	// engine shared among users first they took 1.19 s (p99 967 ms,
+	// against a p50 of 218 µs alone). On two CPUs both engines then spin
+	// at full load beside the pings' threads, so what is left is mostly
+	// the kernel's sharing of the CPUs (nicfw's TestEngineOwnerShare
+	// counts the engine's share in engine runs); the bound is a fifth of
+	// that p99.
+	base, share := rows["none (baseline)"], rows["share"]
+	if share.Counted["its requests delivered"] == 0 || share.RTT.P99 > int64(200*time.Millisecond) {
+		t.Errorf("share: round trip p99 %v beside the flood, %v alone: %v", time.Duration(share.RTT.P99), time.Duration(base.RTT.P99), share.Counted)
 	}
 	var md strings.Builder
 	if err := r.Markdown(&md); err != nil || !strings.Contains(md.String(), "| wire |") {

@@ -44,6 +44,9 @@ type attackerOrders struct {
 	Targets []attackerTarget `json:"targets"`
 	Tag     uint64           `json:"tag"`   // root's virtual network
 	Conns   int              `json:"conns"` // connections to dial, all daemons together
+	// Share, if set, makes it the share scenario's flooder instead
+	// (hostile_share.go).
+	Share *shareOrders `json:"share,omitempty"`
 }
 
 // attackerTarget is a daemon to attack, and the host its endpoints' tables
@@ -86,7 +89,13 @@ func HostileChild() {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", hostileAttackerEnv, err)
 		os.Exit(2)
 	}
-	t, err := attack(o, os.Stdout)
+	var t any
+	var err error
+	if o.Share != nil {
+		t, err = flood(*o.Share, os.Stdin, os.Stdout)
+	} else {
+		t, err = attack(o, os.Stdout)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "attacker: %v\n", err)
 		os.Exit(1)
@@ -189,23 +198,25 @@ func attack(o attackerOrders, out io.Writer) (*attackerTally, error) {
 	return t, nil
 }
 
-// hostileOtherUser runs the attacker as uid 65534 (a copy of this
-// executable in dir, which that user may run) against both daemons while
-// root's pings run.
-func hostileOtherUser(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir string) (HostileRow, error) {
-	row := HostileRow{Scenario: "other user", Attack: "uid 65534 with the pings' tag: opens, stats, self-grants, a connection flood"}
+// copyAttacker puts a copy of this executable in dir, which the other user
+// may run, as the attacker of the other-user and share scenarios.
+func copyAttacker(dir string) error {
 	self, err := os.Executable()
 	if err != nil {
-		return row, err
+		return err
 	}
 	exe, err := os.ReadFile(self)
 	if err != nil {
-		return row, err
+		return err
 	}
+	return os.WriteFile(filepath.Join(dir, "attacker"), exe, 0o755)
+}
+
+// hostileOtherUser runs the attacker as uid 65534 (copyAttacker's copy of
+// this executable in dir) against both daemons while root's pings run.
+func hostileOtherUser(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir string) (HostileRow, error) {
+	row := HostileRow{Scenario: "other user", Attack: "uid 65534 with the pings' tag: opens, stats, self-grants, a connection flood"}
 	bin := filepath.Join(dir, "attacker")
-	if err := os.WriteFile(bin, exe, 0o755); err != nil {
-		return row, err
-	}
 	orders, err := json.Marshal(attackerOrders{Targets: []attackerTarget{{ha.sock, amiiHostB}, {hb.sock, amiiHostA}}, Tag: amiiTag, Conns: max(cfg.Flood/20, 100)})
 	if err != nil {
 		return row, err
@@ -217,7 +228,7 @@ func hostileOtherUser(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir s
 		}
 	}
 	var t attackerTally
-	pings, once, note, err := pingWhile(ha, hb, cfg.Pings, func(_ *atomic.Bool, start func()) error {
+	pings, err := pingWhile(ha, hb, cfg.Pings, func(_ *atomic.Bool, start func()) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin)
@@ -268,7 +279,7 @@ func hostileOtherUser(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir s
 		refused += after.Refused - before[i].Refused
 	}
 	row.Sent = t.Opens + t.StatsReads + t.Grants + t.Conns
-	row.Pings, row.ExactlyOnce, row.Note = pings, once, note
+	row.set(pings)
 	row.Counted = map[string]uint64{
 		"opens refused: permission":      uint64(t.OpensRefused),
 		"grants refused: permission":     uint64(t.GrantsRefused),

@@ -77,7 +77,7 @@ func hostilePool(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig) (HostileRo
 
 	handled := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
 	sent := 0
-	pings, once, note, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error {
+	pings, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error {
 		var streams []*grim.Stream
 		for i := range grim.MaxChannels {
 			ch, err := attacker.Channel(i)
@@ -131,7 +131,7 @@ func hostilePool(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig) (HostileRo
 		return row, err
 	}
 	e0, e1 := before.Engine, after.Engine
-	row.Sent, row.Pings = sent, pings
+	row.Sent = sent
 	row.Counted = map[string]uint64{
 		"pool full (NACK)":             e1.PoolFull - e0.PoolFull,
 		"refused: the sender's share":  e1.PoolShare - e0.PoolShare,
@@ -140,7 +140,7 @@ func hostilePool(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig) (HostileRo
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	row.ExactlyOnce, row.Note = once, note
+	row.set(pings)
 	for k, n := range got {
 		if n != 1 {
 			row.ExactlyOnce = false
