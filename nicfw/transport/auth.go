@@ -26,13 +26,17 @@ import (
 // The counter starts at a random number when the transport starts and
 // grows by one for every frame sealed, so no two frames of a transport
 // share one. The tag is AES-GMAC (GCM with no plaintext) under the key,
-// with nonce the sender's MAC address and the counter (14 bytes), over
-// every byte of the frame before it, from the Ethernet header to the
-// counter. The nonce names the sender by its address rather than its
-// host id: a host's own id is not in its host table, its address is in
-// every frame, and the random start keeps a restarted transport from
-// using its counters again (two incarnations that send n frames each
-// share a counter with odds of about 2n/2^64).
+// with nonce the last four bytes of the sender's MAC address and the
+// counter (12 bytes, GCM's own nonce size, whose counter block needs no
+// hashing: about 20 ns less a frame than 14 bytes), over every byte of the
+// frame before it, from the Ethernet header to the counter. The nonce
+// names the sender by its address rather than its host id: a host's own
+// id is not in its host table, its address is in every frame. Two
+// senders share a nonce only if their addresses end alike and their
+// counters meet: the random start keeps a restarted transport, or a host
+// whose address ends as another's, from using the same counters again
+// (two that send n frames each share a counter with odds of about
+// 2n/2^64).
 //
 // seal writes the trailer of each frame just before the link takes it
 // (output, flushOut): a retransmission is sealed again with a fresh
@@ -47,7 +51,8 @@ const (
 	tagLen      = 16
 	trailerLen  = cells.CellSize
 	trailerPTI  = 0b101
-	nonceLen    = 6 + counterLen
+	nonceLen    = macTail + counterLen
+	macTail     = 4 // the bytes of the sender's MAC address in the nonce
 	frameHeader = afxdp.EthernetHeaderLen + cells.FrameHeaderSize
 )
 
@@ -60,7 +65,7 @@ func newFrameAEAD(key []byte) (cipher.AEAD, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: transport key: %w", ErrConfig, err)
 	}
-	aead, err := cipher.NewGCMWithNonceSize(block, nonceLen)
+	aead, err := cipher.NewGCM(block) // nonceLen, the standard size
 	if err != nil {
 		return nil, fmt.Errorf("%w: transport key: %w", ErrConfig, err)
 	}
@@ -81,7 +86,7 @@ func (t *Transport) seal(frames [][]byte) {
 		n := len(f) - tagLen
 		t.sealed++
 		binary.BigEndian.PutUint64(f[n-counterLen:n], t.sealed)
-		binary.BigEndian.PutUint64(t.nonce[6:], t.sealed)
+		binary.BigEndian.PutUint64(t.nonce[macTail:], t.sealed)
 		t.aead.Seal(f[n:n], t.nonce[:], nil, f[:n])
 	}
 }
@@ -92,8 +97,8 @@ func (t *Transport) open(f []byte) bool {
 		return false
 	}
 	n := len(f) - tagLen
-	copy(t.rnonce[:6], f[6:12])
-	copy(t.rnonce[6:], f[n-counterLen:n])
+	copy(t.rnonce[:macTail], f[12-macTail:12])
+	copy(t.rnonce[macTail:], f[n-counterLen:n])
 	_, err := t.aead.Open(nil, t.rnonce[:], f[n:], f[:n])
 	return err == nil
 }

@@ -255,7 +255,7 @@ type Transport struct {
 	aead   cipher.AEAD
 	trail  int            // bytes of trailer per frame: trailerLen with a key, else 0
 	sealed uint64         // the counter of the last frame sealed
-	nonce  [nonceLen]byte // this host's address, then the counter (seal)
+	nonce  [nonceLen]byte // the end of this host's address, then the counter (seal)
 	rnonce [nonceLen]byte // the same for the frame being received (open)
 	// trailerHdr is the ATM header of trailer cells, trailerWord its
 	// first four bytes, as receive tells them (auth.go).
@@ -394,7 +394,7 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	_, t.sysClock = cfg.Clock.(clock.System)
 	copy(t.mac[:], link.HardwareAddr())
 	copy(t.eth[6:12], t.mac[:])
-	copy(t.nonce[:6], t.mac[:])
+	copy(t.nonce[:macTail], t.mac[6-macTail:])
 	t.eth[12], t.eth[13] = byte(cfg.EtherType>>8), byte(cfg.EtherType)
 	t.eth[14] = cells.FrameVersion
 	batch := max(link.BatchSize(), 1)
