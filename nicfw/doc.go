@@ -51,8 +51,12 @@
 // touched in the Residency before its message is taken, held while the
 // message is in flight and released on its ACK (the transport's Acked callback)
 // or its return; one frame is always left unpinned, so a delivery to a
-// non-resident endpoint can load it (R is at least 2). Deliveries touch the
-// destination too; its receive queue full means a NACK.
+// non-resident endpoint can load it (R is at least 2), and with several
+// owners each pins at most its share of the frames, leaving one that every
+// other owner with an endpoint open may pin (mayPin): one user's messages
+// held up by a slow receiver cannot keep another user's from leaving.
+// Deliveries touch the destination too; its receive queue full means a
+// NACK.
 //
 // Message classes. A short message carries its arguments only. A medium
 // message (up to MaxMedium bytes) is built when its descriptor is taken:

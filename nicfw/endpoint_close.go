@@ -40,6 +40,10 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 	}
 	s.closed = true
 	e.live--
+	if s.owner.open--; s.owner.open == 0 {
+		e.owned--
+		e.forgetOwner(s.owner)
+	}
 	e.sched.Remove(int(id))
 	if !s.resident {
 		e.unlistEvicted(s)
@@ -59,6 +63,13 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 		return nil // released when the last is acknowledged or returned (land)
 	}
 	return e.release(s)
+}
+
+// forgetOwner forgets o once it has no endpoint open and none pinned.
+func (e *Engine) forgetOwner(o *ownerCount) {
+	if o.open == 0 && o.pinned == 0 && e.owners[o.id] == o {
+		delete(e.owners, o.id)
+	}
 }
 
 // release closes the memory of closed endpoint s, whose slot is empty. If

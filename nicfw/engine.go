@@ -257,6 +257,10 @@ type epState struct {
 	// bulk message keeps the slot until its last chunk is acknowledged.
 	flying int
 
+	// owner is what the engine counts of the endpoint's owner
+	// (VNet.Owner): its endpoints open and pinned (Engine.owners).
+	owner *ownerCount
+
 	// closed: CloseEndpoint was called. The state stays in Engine.eps as a
 	// tombstone (arrivals are returned with ReasonClosed) until the id is
 	// reused; its memory is closed once its slot is empty.
@@ -326,7 +330,12 @@ type Engine struct {
 	eps   []*epState // by id: open endpoints and tombstones (nil: none)
 	live  int        // open endpoints
 
-	pinned     int      // endpoints with a message in flight (residency Hold per message)
+	pinned int // endpoints with a message in flight (residency Hold per message)
+	// owners counts, by owner, the endpoints open and pinned: an owner
+	// may pin no more than its share of the frames (mayPin). owned is the
+	// owners with endpoints open.
+	owners     map[uint32]*ownerCount
+	owned      int
 	flights    []flight // by cookie-1: messages in flight, and free records
 	freeFl     []uint32 // indices of free records in flights
 	acked      int      // acknowledgements taken in since the start of this Poll
@@ -382,6 +391,7 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		down:   make(map[HostID]time.Time),
 		bulkRx: make(map[Name]*bulkRx),
 		admits: make(map[*transport.Peer]*admission),
+		owners: make(map[uint32]*ownerCount),
 	}
 	var err error
 	if e.sched, err = NewScheduler(cfg.Loiter); err != nil {
@@ -532,9 +542,24 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 	}
 	e.eps[id] = s
 	e.live++
+	s.owner = e.owners[vnet.Owner]
+	if s.owner == nil {
+		s.owner = &ownerCount{id: vnet.Owner}
+		e.owners[vnet.Owner] = s.owner
+	}
+	if s.owner.open++; s.owner.open == 1 {
+		e.owned++
+	}
 	e.res.SetOwner(int(id), vnet.Owner)
 	e.evict(s) // it starts out of the fast tables: its first send rings its doorbell
 	return nil
+}
+
+// ownerCount is what the engine counts of an owner (VNet.Owner).
+type ownerCount struct {
+	id     uint32
+	open   int // endpoints open
+	pinned int // endpoints with a message in flight
 }
 
 // Close closes every endpoint's memory. The engine is not usable after.

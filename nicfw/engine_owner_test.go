@@ -127,3 +127,76 @@ func ownerShareRun(t *testing.T, flooders, runs int) (ownerShareResult, *engNet)
 	}
 	return res, n
 }
+
+// TestEnginePinShare: on host A (8 frames), owner 1's twelve endpoints
+// each send a request to host B, which does not answer (its engine is not
+// polled), so each that sends pins its frame until it is acknowledged.
+// Owner 2's one endpoint, open throughout, sends after them: it still
+// gets its request out, because owner 1 pins at most its share of the
+// frames and leaves one that owner 2 may pin (mayPin). Before, owner 1
+// pinned 7 (every frame but the one kept for deliveries) and owner 2's
+// request waited until owner 1's were acknowledged or given up on. Once
+// B answers, every request arrives.
+func TestEnginePinShare(t *testing.T) {
+	const frames, flooders = 8, 12
+	n := newEngNet(t, memlink.Options{}, EngineConfig{Resident: frames})
+	const sink, server, client = 1, 2, 100
+	k := n.b.endpoint(t, sink, endpoint.Config{QueueEntries: 64}, VNet{Tag: tagRed, Table: []Name{{hostA, 10}}, Owner: 1})
+	s := n.b.endpoint(t, server, endpoint.Config{}, VNet{Tag: tagBlue, Table: []Name{{hostA, client}}, Owner: 2})
+	c := n.a.endpoint(t, client, endpoint.Config{}, VNet{Tag: tagBlue, Table: []Name{{hostB, server}}, Owner: 2})
+	var flood []*endpoint.View
+	for i := range flooders {
+		v := n.a.endpoint(t, EndpointID(10+i), endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, sink}}, Owner: 1})
+		mustSend(t, v, endpoint.RequestSend, short(0, 1, uint64(i)))
+		flood = append(flood, v)
+	}
+	pollA := func() {
+		for range 50 {
+			if _, err := n.a.eng.Poll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pollA()
+	sent := n.a.eng.Stats().Sent
+	if want := uint64(frames - 2); sent != want {
+		t.Fatalf("owner 1's requests sent with B silent: %d, want %d (its share: all frames but the one for deliveries and owner 2's)", sent, want)
+	}
+	mustSend(t, c, endpoint.RequestSend, short(0, 1, 99))
+	pollA()
+	if _, taken := c.Progress(endpoint.RequestSend); taken != 1 {
+		t.Fatalf("owner 2's request not taken beside owner 1's %d pinned frames (engine %+v, residency %+v)", sent, n.a.eng.Stats(), n.a.eng.ResidencyStats())
+	}
+	// B answers: everything arrives.
+	got := map[uint64]bool{}
+	var d endpoint.Descriptor
+	for range 10000 {
+		if n.poll(t) == 0 {
+			n.clk.Advance(engStep)
+		}
+		for {
+			ok, err := k.Receive(endpoint.RequestReceive, &d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got[d.Args[0]] = true
+		}
+		for {
+			ok, err := s.Receive(endpoint.RequestReceive, &d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got[d.Args[0]] = true
+		}
+		if len(got) == flooders+1 {
+			return
+		}
+	}
+	t.Fatalf("%d of %d requests arrived", len(got), flooders+1)
+}

@@ -159,11 +159,12 @@ func (e *Engine) hasWork(ep int) bool {
 
 // mayYield reports whether resident endpoint ep may give its frame to an
 // endpoint whose doorbell rang: it has nothing to send, or sent since it
-// was loaded.
+// was loaded, or could not send now if it had its turn (its owner pins
+// its share of the frames already: mayPin).
 func (e *Engine) mayYield(ep int) bool {
 	s := e.ep(EndpointID(ep))
 	if s == nil || s.closed || s.sends > 0 {
 		return true
 	}
-	return s.state == slotEmpty && !s.mem.Pending()
+	return s.state == slotEmpty && !s.mem.Pending() || !s.held() && !e.mayPin(s)
 }

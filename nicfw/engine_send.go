@@ -87,7 +87,30 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 	if s.state == slotPending && e.admitWaits(s, p) {
 		return false // a pooled message waits for its admission (pool.go)
 	}
-	return s.held() || e.pinned < e.res.Frames()-1
+	return s.held() || e.mayPin(s)
+}
+
+// mayPin reports whether s, which has no message in flight, may pin its
+// frame with one. One frame stays unpinned, so that a delivery to a
+// non-resident endpoint can always load it: otherwise two hosts whose
+// frames are all pinned by messages to each other would NACK each other
+// forever. An owner pins at most its share of the frames while other
+// owners have work (Residency.Share), and never the frame that each other
+// owner with an endpoint open may always pin, so that one user's messages
+// waiting on a slow receiver (a full pool, a host that went away) cannot
+// pin every frame, before or after another user starts, and hold that
+// user's endpoints back from sending.
+func (e *Engine) mayPin(s *epState) bool {
+	// With one owner, every frame but the one for deliveries (kept
+	// inlinable: the send path asks for each message).
+	return e.pinned < e.res.Frames()-1 && (e.owned <= 1 || e.withinShare(s))
+}
+
+// withinShare reports whether s's owner pins less than its share of the
+// frames (mayPin), among several owners.
+func (e *Engine) withinShare(s *epState) bool {
+	limit := min(e.res.Share(s.owner.id), e.res.Frames()-e.owned)
+	return s.owner.pinned < max(limit, 1)
 }
 
 // peek returns the destination index of the descriptor that take would
@@ -166,10 +189,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 			delete(e.down, dst.Host)
 		}
 	}
-	// One frame stays unpinned, so that a delivery to a non-resident
-	// endpoint can always load it: otherwise two hosts whose frames are all
-	// pinned by messages to each other would NACK each other forever.
-	if !s.held() && e.pinned >= e.res.Frames()-1 {
+	if !s.held() && !e.mayPin(s) {
 		return false, nil
 	}
 	if e.mods != nil && !e.gateAllows(s, m, dst.Host) {
@@ -215,6 +235,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	}
 	if !s.held() {
 		e.pinned++
+		s.owner.pinned++
 	}
 	s.flying++
 	if s.ordered {
@@ -456,6 +477,9 @@ func (e *Engine) land(s *epState, p *transport.Peer) {
 	}
 	if s.flying--; s.flying == 0 {
 		e.pinned--
+		if s.owner.pinned--; s.owner.pinned == 0 {
+			e.forgetOwner(s.owner)
+		}
 		if s.closed && s.state == slotEmpty {
 			if err := e.release(s); err != nil && e.closeErr == nil {
 				e.closeErr = err
