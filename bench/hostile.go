@@ -48,6 +48,9 @@ import (
 //     both daemons with connections (hostile_user.go).
 //   - share: uid 65534 keeps the send queues of as many endpoints as its
 //     quota allows full, on a network of its own (hostile_share.go).
+//   - registry: uid 65534, granted root's GRIM network but not one of its
+//     members, forges registry tables and registrations and writes and
+//     reads at root's block store (hostile_registry.go).
 //   - on-path forger: a host that learnt both transports' epochs forges
 //     DATA and ACKs sweeping sequence numbers, frames with destination
 //     epoch 0 and restart claims (hostile_forger.go).
@@ -169,7 +172,10 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 	share := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
 		return hostileShare(ha, hb, a, b, cfg, dir)
 	}
-	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileBaseline, hostileWire, hostileLocal, hostilePool, user, share, forger} {
+	registry := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+		return hostileRegistry(ha, hb, a, b, cfg, dir)
+	}
+	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileBaseline, hostileWire, hostileLocal, hostilePool, user, share, registry, forger} {
 		row, err := sc(hosts[0], hosts[1], a, b, cfg)
 		if err != nil {
 			return res, err

@@ -1,17 +1,11 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
-	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/xam-project/xam/nicfw"
@@ -149,47 +143,13 @@ func hostileShare(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir strin
 	}
 	var t floodTally
 	pings, err := pingWhile(ha, hb, cfg.Pings, func(stop *atomic.Bool, start func()) error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, filepath.Join(dir, "attacker"))
-		cmd.Dir = dir
-		cmd.Env = append(cmd.Environ(), hostileAttackerEnv+"="+string(orders))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackerUID, Gid: attackerUID, Groups: []uint32{}}}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("the flooder as uid %d: %w", attackerUID, err)
-		}
-		sc := bufio.NewScanner(stdout)
-		var last string
-		for sc.Scan() {
-			if last = sc.Text(); last == "attacking" {
-				break
+		return runAttacker(dir, orders, &t, func() error {
+			start()
+			for !stop.Load() {
+				time.Sleep(time.Millisecond)
 			}
-		}
-		start()
-		for !stop.Load() && last == "attacking" {
-			time.Sleep(time.Millisecond)
-		}
-		stdin.Close()
-		for sc.Scan() {
-			last = sc.Text()
-		}
-		if err := cmd.Wait(); err != nil {
-			return fmt.Errorf("the flooder: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
-		}
-		if err := json.Unmarshal([]byte(last), &t); err != nil {
-			return fmt.Errorf("the flooder's tally %q: %w", last, err)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return row, err

@@ -26,7 +26,7 @@ func TestHostile(t *testing.T) {
 			t.Errorf("%s: %+v", row.Scenario, row)
 		}
 	}
-	if len(rows) != 7 {
+	if len(rows) != 8 {
 		t.Fatalf("%d scenarios: %+v", len(r.Rows), r.Rows)
 	}
 	wire, local := rows["wire"].Counted, rows["local"].Counted
@@ -62,6 +62,9 @@ func TestHostile(t *testing.T) {
 	base, share := rows["none (baseline)"], rows["share"]
 	if share.Counted["its requests delivered"] == 0 || share.RTT.P99 > int64(200*time.Millisecond) {
 		t.Errorf("share: round trip p99 %v beside the flood, %v alone: %v", time.Duration(share.RTT.P99), time.Duration(base.RTT.P99), share.Counted)
+	}
+	if reg := rows["registry"].Counted; reg["strangers' messages dropped"] == 0 || reg["root's reads and writes"] == 0 {
+		t.Errorf("registry: %v", reg)
 	}
 	var md strings.Builder
 	if err := r.Markdown(&md); err != nil || !strings.Contains(md.String(), "| wire |") {

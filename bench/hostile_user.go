@@ -44,9 +44,11 @@ type attackerOrders struct {
 	Targets []attackerTarget `json:"targets"`
 	Tag     uint64           `json:"tag"`   // root's virtual network
 	Conns   int              `json:"conns"` // connections to dial, all daemons together
-	// Share, if set, makes it the share scenario's flooder instead
-	// (hostile_share.go).
-	Share *shareOrders `json:"share,omitempty"`
+	// Share or Registry, if set, makes it the share scenario's flooder
+	// (hostile_share.go) or the registry scenario's stranger
+	// (hostile_registry.go) instead.
+	Share    *shareOrders    `json:"share,omitempty"`
+	Registry *registryOrders `json:"registry,omitempty"`
 }
 
 // attackerTarget is a daemon to attack, and the host its endpoints' tables
@@ -91,9 +93,12 @@ func HostileChild() {
 	}
 	var t any
 	var err error
-	if o.Share != nil {
+	switch {
+	case o.Share != nil:
 		t, err = flood(*o.Share, os.Stdin, os.Stdout)
-	} else {
+	case o.Registry != nil:
+		t, err = attackRegistry(*o.Registry, os.Stdin, os.Stdout)
+	default:
 		t, err = attack(o, os.Stdout)
 	}
 	if err != nil {

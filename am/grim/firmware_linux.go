@@ -28,6 +28,14 @@ import (
 // is weak (daemon.WeakTag): only root and the daemon's user may make a
 // network with it. Other users give every host of the job the same tag
 // drawn at random (daemon.NewTag) in cfg.Tag.
+//
+// The endpoint reserves on the daemon the MaxChannels ids from its own
+// (Peers[Self].Endpoint; daemon.OpenRequest.Reserve), every one of which
+// its peers' tables name as one of its channels: no other endpoint of the
+// host may take one, so that nobody let into the network can open an id
+// of the range it does not use and speak as it. GRIM endpoints of one
+// host are therefore MaxChannels ids apart at least (ErrEndpointInUse
+// otherwise).
 func Dial(socket string, cfg Config) (*Endpoint, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -38,9 +46,17 @@ func Dial(socket string, cfg Config) (*Endpoint, error) {
 	}
 	ep := newEndpoint(cfg)
 	var eps []*daemon.Endpoint
+	first := cfg.Peers[cfg.Self].Endpoint
 	err = ep.open(func(id nicfw.EndpointID, ec endpoint.Config, vn nicfw.VNet) (*endpoint.View, func() error, error) {
-		d, err := conn.Open(daemon.OpenRequest{Endpoint: id, Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight, Ordered: vn.Ordered,
-			QueueEntries: ec.QueueEntries, StagingSize: ec.StagingSize, Key: vn.Key})
+		req := daemon.OpenRequest{Endpoint: id, Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight, Ordered: vn.Ordered,
+			QueueEntries: ec.QueueEntries, StagingSize: ec.StagingSize, Key: vn.Key}
+		if id == first {
+			// Every id of the endpoint's range, which the peers' tables
+			// name as its channels: nobody else may take one it does not
+			// use and speak as it.
+			req.Reserve = MaxChannels
+		}
+		d, err := conn.Open(req)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -238,3 +238,79 @@ func TestDaemonBigOpenDoesNotStall(t *testing.T) {
 	}
 	ep.Close()
 }
+
+// TestDaemonReserve: an open with Reserve holds the ids after its
+// endpoint for its connection (as a GRIM endpoint holds its range of
+// channel ids): another connection cannot open one, nor reserve over
+// one, the daemon chooses none of them, and the connection itself opens
+// them; they are free again once the endpoint closes. Before, another
+// user let into a GRIM network opened an unused channel id of a member
+// (its peers' tables name every id of the range as that member's) and
+// its messages ran the member's handlers as the member's.
+func TestDaemonReserve(t *testing.T) {
+	_, path, _ := hostileDaemon(t, Config{})
+	owner, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	other, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	first, err := owner.Open(OpenRequest{Endpoint: 100, Reserve: 16, Table: oneEntry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what string
+		req  OpenRequest
+		want error
+	}{
+		{"an id of the range", OpenRequest{Endpoint: 103, Table: oneEntry}, nicfw.ErrEndpointInUse},
+		{"the range's last id", OpenRequest{Endpoint: 115, Table: oneEntry}, nicfw.ErrEndpointInUse},
+		{"a range over it", OpenRequest{Endpoint: 90, Reserve: 16, Table: oneEntry}, nicfw.ErrEndpointInUse},
+		{"a reserve past the most", OpenRequest{Endpoint: 200, Reserve: MaxReserve + 1, Table: oneEntry}, nicfw.ErrConfig},
+		{"a reserve with no endpoint", OpenRequest{Reserve: 4, Table: oneEntry}, nicfw.ErrConfig},
+		{"a reserve past the last id", OpenRequest{Endpoint: 65530, Reserve: 16, Table: oneEntry}, nicfw.ErrConfig},
+	} {
+		if ep, err := other.Open(tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, %v; want %v", tc.what, ep, err, tc.want)
+		}
+	}
+	if ep, err := other.Open(OpenRequest{Endpoint: 116, Table: oneEntry}); err != nil {
+		t.Errorf("the id after the range: %v", err)
+	} else {
+		ep.Close()
+	}
+	// The daemon chooses no reserved id.
+	low, err := owner.Open(OpenRequest{Endpoint: FirstUserEndpoint, Reserve: 8, Table: oneEntry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer low.Close()
+	for range 4 {
+		ep, err := other.Open(OpenRequest{Table: oneEntry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ep.ID < FirstUserEndpoint+8 || ep.ID >= 100 && ep.ID < 116 {
+			t.Errorf("the daemon chose reserved id %d", ep.ID)
+		}
+		defer ep.Close()
+	}
+	second, err := owner.Open(OpenRequest{Endpoint: 101, Table: oneEntry})
+	if err != nil {
+		t.Fatalf("the reserving connection's own id: %v", err)
+	}
+	second.Close()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := other.Open(OpenRequest{Endpoint: 103, Table: oneEntry})
+	if err != nil {
+		t.Fatalf("an id of the range once its endpoint closed: %v", err)
+	}
+	ep.Close()
+}

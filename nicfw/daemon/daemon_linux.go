@@ -114,7 +114,19 @@ type OpenRequest struct {
 	// must give the same key (ErrPermission otherwise). Stats never show
 	// it.
 	Key []byte `json:"key,omitempty"`
+	// Reserve, with Endpoint, also reserves the ids after it, up to
+	// Endpoint+Reserve-1 (at most MaxReserve), for this connection: no
+	// other connection may open them (ErrEndpointInUse) until this
+	// endpoint closes, and the daemon chooses none of them. A GRIM
+	// endpoint reserves its range of channel ids, each of which its
+	// peers' tables name as one of its channels: another user let into
+	// the network (a grant) cannot take an unused one and speak as it.
+	// The open is refused if another connection holds one of them.
+	Reserve int `json:"reserve,omitempty"`
 }
+
+// MaxReserve bounds OpenRequest.Reserve.
+const MaxReserve = 256
 
 // CloseRequest closes an endpoint of the connection.
 type CloseRequest struct {
@@ -254,13 +266,18 @@ type Daemon struct {
 	work chan func()
 	done chan struct{} // closed when the engine loop has stopped
 
-	mu      sync.Mutex
-	conns   map[*daemonConn]struct{}
-	users   map[uint32]*userUse
-	nets    map[uint64]*network        // virtual networks with endpoints here, by tag
-	owners  map[nicfw.EndpointID]owner // who opened each endpoint
-	refused uint64
-	stopped bool
+	mu     sync.Mutex
+	conns  map[*daemonConn]struct{}
+	users  map[uint32]*userUse
+	nets   map[uint64]*network        // virtual networks with endpoints here, by tag
+	owners map[nicfw.EndpointID]owner // who opened each endpoint
+	// reserved holds the ids reserved by opens (OpenRequest.Reserve), by
+	// the connection that holds them; resMu guards it (taken inside mu,
+	// and alone by the engine goroutine when it chooses an id).
+	resMu    sync.Mutex
+	reserved map[nicfw.EndpointID]*daemonConn
+	refused  uint64
+	stopped  bool
 	// refusedLogged and refusedQuiet limit the log of refused
 	// connections to one line a second under a flood.
 	refusedLogged time.Time
@@ -346,16 +363,17 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 	}
 	*d = Daemon{
 		cfg: cfg, log: cfg.Log, eng: eng, link: link, wake: wake,
-		work:   make(chan func(), 64),
-		done:   make(chan struct{}),
-		conns:  make(map[*daemonConn]struct{}),
-		users:  make(map[uint32]*userUse),
-		nets:   make(map[uint64]*network),
-		owners: make(map[nicfw.EndpointID]owner),
-		notify: make(map[nicfw.EndpointID]int),
-		nextID: FirstUserEndpoint,
-		hosts:  hosts,
-		mapper: d.mapper,
+		work:     make(chan func(), 64),
+		done:     make(chan struct{}),
+		conns:    make(map[*daemonConn]struct{}),
+		users:    make(map[uint32]*userUse),
+		nets:     make(map[uint64]*network),
+		owners:   make(map[nicfw.EndpointID]owner),
+		notify:   make(map[nicfw.EndpointID]int),
+		reserved: make(map[nicfw.EndpointID]*daemonConn),
+		nextID:   FirstUserEndpoint,
+		hosts:    hosts,
+		mapper:   d.mapper,
 	}
 	d.host.Store(uint32(cfg.Engine.Host))
 	if cfg.Socket != "" {
@@ -741,7 +759,7 @@ func (d *Daemon) open(req OpenRequest, tag uint64, size int64, uid uint32) (id n
 				if d.nextID < FirstUserEndpoint {
 					d.nextID = FirstUserEndpoint
 				}
-				if !d.eng.HasEndpoint(d.nextID) {
+				if !d.eng.HasEndpoint(d.nextID) && !d.isReserved(d.nextID) {
 					break
 				}
 				d.nextID++
@@ -808,6 +826,55 @@ func (d *Daemon) closeEndpoint(id nicfw.EndpointID, big *bigMemory) error {
 		}
 	})
 	return errors.Join(err, derr)
+}
+
+// isReserved reports whether id is reserved by an open (OpenRequest.Reserve).
+func (d *Daemon) isReserved(id nicfw.EndpointID) bool {
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
+	return d.reserved[id] != nil
+}
+
+// reserve checks that connection c may open req's endpoint and, with
+// req.Reserve, reserves the ids after it for c; it returns the ids it
+// reserved (none that c held already). d.mu is held.
+func (d *Daemon) reserve(c *daemonConn, req OpenRequest) ([]nicfw.EndpointID, error) {
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
+	if r := d.reserved[req.Endpoint]; req.Endpoint != 0 && r != nil && r != c {
+		return nil, fmt.Errorf("%w: endpoint %d is reserved by another connection", nicfw.ErrEndpointInUse, req.Endpoint)
+	}
+	var ids []nicfw.EndpointID
+	for i := 1; i < req.Reserve; i++ {
+		id := req.Endpoint + nicfw.EndpointID(i)
+		r := d.reserved[id]
+		o, open := d.owners[id]
+		if r != nil && r != c || open && o.conn != c {
+			return nil, fmt.Errorf("%w: endpoint %d, in the range %d..%d to reserve, is another connection's",
+				nicfw.ErrEndpointInUse, id, req.Endpoint, int(req.Endpoint)+req.Reserve-1)
+		}
+		if r == nil {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		d.reserved[id] = c
+	}
+	return ids, nil
+}
+
+// unreserve releases ids, reserved by c.
+func (d *Daemon) unreserve(c *daemonConn, ids []nicfw.EndpointID) {
+	if len(ids) == 0 {
+		return
+	}
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
+	for _, id := range ids {
+		if d.reserved[id] == c {
+			delete(d.reserved, id)
+		}
+	}
 }
 
 // accept serves the socket.

@@ -29,9 +29,10 @@ type daemonConn struct {
 
 // held is an endpoint a connection holds.
 type held struct {
-	size int64      // its memory's size, for the user's quota
-	tag  uint64     // its virtual network
-	big  *bigMemory // the daemon's hold on a large one's memory
+	size     int64              // its memory's size, for the user's quota
+	tag      uint64             // its virtual network
+	big      *bigMemory         // the daemon's hold on a large one's memory
+	reserved []nicfw.EndpointID // the ids its open reserved (OpenRequest.Reserve)
 }
 
 // owner is who opened an endpoint, for Stats.
@@ -119,6 +120,7 @@ func (c *daemonConn) serve() {
 				log.Warn("closing endpoint", "endpoint", id, "err", err)
 			}
 			d.forget(c, id, h.tag)
+			d.unreserve(c, h.reserved)
 			memory += h.size
 		}
 		d.mu.Lock()
@@ -159,6 +161,7 @@ func (c *daemonConn) serve() {
 			err = d.closeEndpoint(req.Endpoint, h.big)
 			delete(c.eps, req.Endpoint)
 			d.forget(c, req.Endpoint, h.tag)
+			d.unreserve(c, h.reserved)
 			d.mu.Lock()
 			d.releaseUse(c.peer.uid, 0, 1, h.size)
 			d.mu.Unlock()
@@ -249,8 +252,14 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		return
 	}
 	size, err := endpoint.MemorySize(endpoint.Config{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
-	if err == nil && len(req.Table) == 0 {
+	switch {
+	case err != nil:
+	case len(req.Table) == 0:
 		err = fmt.Errorf("%w: an empty translation table", nicfw.ErrConfig)
+	case req.Reserve < 0 || req.Reserve > MaxReserve || req.Reserve > 0 && req.Endpoint == 0 ||
+		int(req.Endpoint)+req.Reserve-1 > int(^nicfw.EndpointID(0)):
+		err = fmt.Errorf("%w: reserve %d ids from endpoint %d (at most %d, from an endpoint given, up to %d)",
+			nicfw.ErrConfig, req.Reserve, req.Endpoint, MaxReserve, ^nicfw.EndpointID(0))
 	}
 	if err != nil {
 		refuse(err)
@@ -275,6 +284,15 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		return
 	}
 	tag, err := d.join(c.peer, req.Tag, req.Key)
+	var reserved []nicfw.EndpointID
+	if err == nil {
+		d.mu.Lock()
+		reserved, err = d.reserve(c, req)
+		d.mu.Unlock()
+		if err != nil {
+			d.leave(tag)
+		}
+	}
 	if err != nil {
 		d.mu.Lock()
 		d.releaseUse(uid, 0, 1, size)
@@ -284,6 +302,7 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 	}
 	id, mem, notify, big, err := d.open(req, tag, size, uid)
 	if err != nil {
+		d.unreserve(c, reserved)
 		d.leave(tag)
 		d.mu.Lock()
 		d.releaseUse(uid, 0, 1, size)
@@ -291,7 +310,7 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		refuse(err)
 		return
 	}
-	c.eps[id] = held{size: size, tag: tag, big: big}
+	c.eps[id] = held{size: size, tag: tag, big: big, reserved: reserved}
 	d.mu.Lock()
 	d.owners[id] = owner{conn: c, uid: uid, tag: tag}
 	d.mu.Unlock()
