@@ -1,19 +1,13 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
-	"time"
 
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
@@ -221,7 +215,6 @@ func copyAttacker(dir string) error {
 // this executable in dir) against both daemons while root's pings run.
 func hostileOtherUser(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir string) (HostileRow, error) {
 	row := HostileRow{Scenario: "other user", Attack: "uid 65534 with the pings' tag: opens, stats, self-grants, a connection flood"}
-	bin := filepath.Join(dir, "attacker")
 	orders, err := json.Marshal(attackerOrders{Targets: []attackerTarget{{ha.sock, amiiHostB}, {hb.sock, amiiHostA}}, Tag: amiiTag, Conns: max(cfg.Flood/20, 100)})
 	if err != nil {
 		return row, err
@@ -234,43 +227,8 @@ func hostileOtherUser(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir s
 	}
 	var t attackerTally
 	pings, err := pingWhile(ha, hb, cfg.Pings, func(_ *atomic.Bool, start func()) error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), hostileAttackerEnv+"="+string(orders))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackerUID, Gid: attackerUID, Groups: []uint32{}}}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("the attacker as uid %d: %w", attackerUID, err)
-		}
-		lines := make(chan string)
-		go func() {
-			defer close(lines)
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-		}()
-		var last string
-		for l := range lines {
-			if l == "attacking" {
-				start()
-			}
-			last = l
-		}
-		if err := cmd.Wait(); err != nil {
-			return fmt.Errorf("the attacker: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
-		}
-		if err := json.Unmarshal([]byte(last), &t); err != nil {
-			return fmt.Errorf("the attacker's tally %q: %w", last, err)
-		}
-		return nil
+		// The pings start after its first round; it ends by itself.
+		return runAttacker(dir, orders, &t, func() error { start(); return nil })
 	})
 	if err != nil {
 		return row, err
