@@ -174,25 +174,17 @@ func TestEnginePinShare(t *testing.T) {
 		if n.poll(t) == 0 {
 			n.clk.Advance(engStep)
 		}
-		for {
-			ok, err := k.Receive(endpoint.RequestReceive, &d)
-			if err != nil {
-				t.Fatal(err)
+		for _, v := range []*endpoint.View{k, s} {
+			for {
+				ok, err := v.Receive(endpoint.RequestReceive, &d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+				got[d.Args[0]] = true
 			}
-			if !ok {
-				break
-			}
-			got[d.Args[0]] = true
-		}
-		for {
-			ok, err := s.Receive(endpoint.RequestReceive, &d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			got[d.Args[0]] = true
 		}
 		if len(got) == flooders+1 {
 			return
