@@ -51,6 +51,9 @@ import (
 //   - registry: uid 65534, granted root's GRIM network but not one of its
 //     members, forges registry tables and registrations and writes and
 //     reads at root's block store (hostile_registry.go).
+//   - coordination: on a pair of daemons of its own, both with the
+//     coordination module, host B's module sends A forged control
+//     messages while A streams Stores to B (hostile_coord.go).
 //   - on-path forger: a host that learnt both transports' epochs forges
 //     DATA and ACKs sweeping sequence numbers, frames with destination
 //     epoch 0 and restart claims (hostile_forger.go).
@@ -158,7 +161,8 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer closeHosts()
+	closeOnce := sync.OnceFunc(closeHosts)
+	defer closeOnce()
 	res := &HostileResult{}
 	forger := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
 		return hostileForger(ha, hb, a, b, cfg, epochs)
@@ -182,6 +186,14 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 		}
 		res.Rows = append(res.Rows, row)
 	}
+	// The coordination scenario needs the module on both daemons: a pair
+	// of its own.
+	closeOnce()
+	row, err := hostileCoord(a, b, cfg)
+	if err != nil {
+		return res, err
+	}
+	res.Rows = append(res.Rows, row)
 	return res, nil
 }
 

@@ -26,7 +26,7 @@ func TestHostile(t *testing.T) {
 			t.Errorf("%s: %+v", row.Scenario, row)
 		}
 	}
-	if len(rows) != 8 {
+	if len(rows) != 9 {
 		t.Fatalf("%d scenarios: %+v", len(r.Rows), r.Rows)
 	}
 	wire, local := rows["wire"].Counted, rows["local"].Counted
@@ -65,6 +65,9 @@ func TestHostile(t *testing.T) {
 	}
 	if reg := rows["registry"].Counted; reg["strangers' messages dropped"] == 0 || reg["root's reads and writes"] == 0 {
 		t.Errorf("registry: %v", reg)
+	}
+	if co := rows["coordination"].Counted; co["refused by A's module (bad, refused, stale)"] == 0 || co["tokens taken for lost"] != 0 || co["Stores delivered"] != 200 {
+		t.Errorf("coordination: %v", co)
 	}
 	var md strings.Builder
 	if err := r.Markdown(&md); err != nil || !strings.Contains(md.String(), "| wire |") {

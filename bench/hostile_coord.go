@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/coord"
+	"github.com/xam-project/xam/nicfw/daemon"
+)
+
+// The coordination scenario: both daemons run the coordination module
+// (xam fw --module coord), and host B's lies. While A streams 16 KB Stores
+// to B (coordinated: above the module's threshold) and the pings run, B's
+// module sends A control messages a member host could send, made from
+// docs/wire.md ("Sender coordination"), as a compromised host would:
+// requests for B's link naming B itself as the requester (before, A
+// passed the token to B, whose module dropped it, and the token was lost
+// for good: both senders stalled), a GRANT_LINK for the token A holds
+// (before, two holders), a REDIRECT and a recovery's QUERY from the
+// link's destination, messages for A's own link and for a link the table
+// does not know, and ones that do not parse. Every one must be refused
+// and counted by A's module (bad, refused, stale), the token never taken
+// for lost, and every Store delivered once.
+
+// coordForger is host B's coordination module: the real one, which also
+// sends A forged control messages on each of its ticks while on is set.
+type coordForger struct {
+	*coord.Module
+	bp     *nicfw.Backplane
+	victim nicfw.HostID
+	on     atomic.Bool
+	sent   atomic.Uint64
+	seq    uint32
+}
+
+// Init keeps the module's handle on the engine.
+func (f *coordForger) Init(bp *nicfw.Backplane) error {
+	f.bp = bp
+	return f.Module.Init(bp)
+}
+
+// Tick sends a round of forgeries, then runs the real module's tick, and
+// asks to tick again within a millisecond while on.
+func (f *coordForger) Tick(now time.Time) time.Time {
+	next := f.Module.Tick(now)
+	if !f.on.Load() {
+		return next
+	}
+	for _, body := range f.forgeries() {
+		if f.bp.SendControl(f.victim, body) == nil {
+			f.sent.Add(1)
+		}
+	}
+	if soon := now.Add(time.Millisecond); next.IsZero() || soon.Before(next) {
+		next = soon
+	}
+	return next
+}
+
+// Control messages (docs/wire.md, "Sender coordination").
+const (
+	coordGrant    = 1
+	coordUniReq   = 2
+	coordBcastReq = 3
+	coordHint     = 4
+	coordQuery    = 5
+	coordRedirect = 8
+)
+
+// forgeries is one round of forged control messages from B (the link's
+// destination) about B's link, and about links A must not take from B.
+func (f *coordForger) forgeries() [][]byte {
+	self, link := uint16(amiiHostB), uint16(amiiHostB)
+	head := func(typ uint8, link uint16, gen uint32) []byte {
+		b := binary.BigEndian.AppendUint16([]byte{typ}, link)
+		return binary.BigEndian.AppendUint32(b, gen)
+	}
+	req := func(typ uint8, link uint16, requester uint16) []byte {
+		f.seq++
+		b := binary.BigEndian.AppendUint16(head(typ, link, 0), requester)
+		return binary.BigEndian.AppendUint32(b, f.seq)
+	}
+	sender := func(typ uint8, gen uint32) []byte {
+		return binary.BigEndian.AppendUint16(head(typ, link, gen), self)
+	}
+	grant := append(head(coordGrant, link, 0), 1)
+	grant = binary.BigEndian.AppendUint16(grant, uint16(amiiHostA))
+	grant = binary.BigEndian.AppendUint32(grant, f.seq)
+	grant = append(grant, 0)
+	return [][]byte{
+		req(coordUniReq, link, self),              // the destination as requester
+		req(coordBcastReq, link, self),            // the same, broadcast
+		req(coordBcastReq, link, 999),             // a requester the table does not know
+		grant,                                     // a token from the link's destination
+		sender(coordRedirect, 0),                  // the destination says the token moved
+		sender(coordQuery, 1<<16|uint32(self)),    // a recovery proposed by the destination
+		sender(coordHint, 0x0005_0002),            // a holder's hint of a made-up generation
+		req(coordUniReq, uint16(amiiHostA), self), // A's own link
+		req(coordUniReq, 77, self),                // a link the table does not know
+		{99, 0, 2, 0, 0, 0, 0},                    // a type that does not exist
+		head(coordGrant, link, 0)[:5],             // cut short
+	}
+}
+
+// coordCounters returns what A's coordination module refused, and the
+// tokens it took for lost, from its daemon's stats.
+func coordCounters(s daemon.Stats) (refused, lost uint64) {
+	for _, m := range s.Modules {
+		if m.Name != "coord" {
+			continue
+		}
+		for _, c := range m.Counters {
+			switch c.Name {
+			case "bad", "refused", "stale", "dropped":
+				refused += uint64(c.Value)
+			case "lost", "regenerated":
+				lost += uint64(c.Value)
+			}
+		}
+	}
+	return refused, lost
+}
+
+// coordStores is the Stores A sends B in the coordination scenario, each
+// coordStoreSize bytes.
+const (
+	coordStores    = 200
+	coordStoreSize = 16 << 10
+	coordWindow    = 4
+	coordEndpoint  = 40
+)
+
+// hostileCoord runs the coordination scenario on a pair of daemons of its
+// own (with the module), between a and b.
+func hostileCoord(a, b Place, cfg HostileConfig) (HostileRow, error) {
+	row := HostileRow{Scenario: "coordination", Attack: "a member host's module: requests naming the link's destination, its grants, REDIRECT, QUERY, other links, garbage"}
+	dir, err := os.MkdirTemp("", "xam-hostile-coord-")
+	if err != nil {
+		return row, err
+	}
+	defer os.RemoveAll(dir)
+	forger := &coordForger{Module: coord.New(coord.Config{}), victim: amiiHostA}
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(i int, _ *RawEndpoint, c *daemon.Config) error {
+		c.Sleep = 20 * time.Microsecond
+		if i == 0 {
+			c.Engine.Modules = []nicfw.Module{coord.New(coord.Config{})}
+		} else {
+			c.Engine.Modules = []nicfw.Module{forger}
+		}
+		return nil
+	})
+	if err != nil {
+		return row, err
+	}
+	defer closeHosts()
+	ha, hb := hosts[0], hosts[1]
+	server, err := amii.Dial(hb.sock, amii.VNet{ID: coordEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: amiiHostA, Endpoint: coordEndpoint}}},
+		amii.Config{StagingSize: 2 * coordWindow * coordStoreSize, MediumSlots: -1})
+	if err != nil {
+		return row, err
+	}
+	defer server.Close()
+	var mu sync.Mutex
+	got := map[uint64]int{}
+	if err := server.HandleMedium(1, func(_ *amii.Token, args []uint64, data []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(args) > 0 && len(data) == coordStoreSize {
+			got[args[0]]++
+		}
+	}); err != nil {
+		return row, err
+	}
+	var stopServer atomic.Bool
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Go(func() { serveErr = serveAMII(server, &stopServer) })
+	defer func() { stopServer.Store(true); wg.Wait() }()
+	client, err := amii.Dial(ha.sock, amii.VNet{ID: coordEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: amiiHostB, Endpoint: coordEndpoint}}},
+		amii.Config{Credits: coordWindow, StagingSize: 2 * coordWindow * coordStoreSize, MediumSlots: -1})
+	if err != nil {
+		return row, err
+	}
+	defer client.Close()
+	before, err := ha.d.Stats()
+	if err != nil {
+		return row, err
+	}
+	delivered := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
+	pings, err := pingDuring(ha, hb, cfg.Pings, func(stop *atomic.Bool) error {
+		forger.on.Store(true)
+		defer forger.on.Store(false)
+		deadline := time.Now().Add(time.Minute)
+		for k := 0; delivered() < coordStores; {
+			for k < coordStores && client.Outstanding() < coordWindow {
+				slot := uint32(k%(2*coordWindow)) * coordStoreSize
+				if err := client.Store(amii.Bulk{Dest: 0, Local: slot, Remote: slot, Length: coordStoreSize, Handler: 1, Args: []uint64{uint64(k)}}); err != nil {
+					return err
+				}
+				k++
+			}
+			if _, err := client.Poll(); err != nil {
+				return err
+			}
+			if _, err := client.Wait(time.Millisecond); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d Stores delivered after a minute", delivered(), coordStores)
+			}
+		}
+		for !stop.Load() && forger.sent.Load() == 0 {
+			time.Sleep(time.Millisecond) // at least one round of forgeries
+		}
+		return nil
+	})
+	if err != nil {
+		return row, errors.Join(err, serveErr)
+	}
+	// Every forgery reaches A (the transport is reliable): wait for A's
+	// module to have counted them all.
+	sent := forger.sent.Load()
+	r0, l0 := coordCounters(before)
+	var refused, lost uint64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		after, err := ha.d.Stats()
+		if err != nil {
+			return row, err
+		}
+		r1, l1 := coordCounters(after)
+		refused, lost = r1-r0, l1-l0
+		if refused >= sent || time.Now().After(deadline) {
+			break
+		}
+	}
+	row.Sent = int(sent)
+	row.set(pings)
+	row.Counted = map[string]uint64{
+		"refused by A's module (bad, refused, stale)": refused,
+		"tokens taken for lost":                       lost,
+		"Stores delivered":                            uint64(delivered()),
+	}
+	var bad []string
+	if refused != sent || sent == 0 {
+		bad = append(bad, fmt.Sprintf("%d forged, %d refused", sent, refused))
+	}
+	if lost != 0 {
+		bad = append(bad, fmt.Sprintf("%d tokens taken for lost", lost))
+	}
+	mu.Lock()
+	for k, n := range got {
+		if n != 1 {
+			bad = append(bad, fmt.Sprintf("Store %d delivered %d times", k, n))
+		}
+	}
+	mu.Unlock()
+	if len(bad) > 0 {
+		row.ExactlyOnce = false
+		row.Note += fmt.Sprintf("; %q", bad)
+	}
+	return row, nil
+}
