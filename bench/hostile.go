@@ -39,8 +39,9 @@ import (
 //   - local: a local user sends A's daemon the open requests it cannot
 //     grant (bad sizes, an empty table, a held or privileged id, more
 //     memory than the quota), more connections than its quota, and
-//     garbage descriptors through an endpoint of its own; then closes its
-//     connection with its endpoints open, as a killed process does.
+//     garbage descriptors through an endpoint of its own, opens a 128 MB
+//     endpoint and touches every page; then closes its connection with
+//     its endpoints open, as a killed process does.
 //   - pool: streams of one GRIM endpoint hold another host's receive pool
 //     (hostilepool.go).
 //   - other user: uid 65534, holding the pings' tag, opens endpoints of
@@ -125,6 +126,9 @@ func (r *HostileResult) Markdown(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// hostileBig is the staging area of the local scenario's large endpoint.
+const hostileBig = 128 << 20
 
 // RunHostile runs the suite between a and b (two lab hosts).
 func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
@@ -394,7 +398,7 @@ func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
 
 // hostileLocal is a local user's attack on A's daemon.
 func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
-	row := HostileRow{Scenario: "local", Attack: "bad opens, a connection flood, garbage descriptors, endpoints left open by a closed connection"}
+	row := HostileRow{Scenario: "local", Attack: "bad opens, a connection flood, garbage descriptors, a 128 MB endpoint, endpoints left open by a closed connection"}
 	before, err := ha.d.Stats()
 	if err != nil {
 		return row, err
@@ -484,23 +488,35 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 				break
 			}
 		}
-		// Gone with its endpoint open, as a killed process is; then this
-		// process lets go of its side of the endpoint (its request to
-		// close finds the connection closed).
+		// A large endpoint, its every page touched: its memory goes off
+		// the engine's path when it closes, and the pings do not wait
+		// for it.
+		big, err := c.Open(daemon.OpenRequest{StagingSize: hostileBig, Table: table})
+		if err != nil {
+			return err
+		}
+		st := big.Staging()
+		for i := 0; i < len(st); i += os.Getpagesize() {
+			st[i] = 1
+		}
+		// Gone with its endpoints open, as a killed process is; then
+		// this process lets go of its side of them (their requests to
+		// close find the connection closed).
 		err = c.Close()
 		held.Close()
+		big.Close()
 		return err
 	})
 	if err != nil {
 		return row, err
 	}
-	// The closed connection's endpoint goes with it.
+	// The closed connection's endpoints go with it.
 	var after daemon.Stats
 	for bound := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		if after, err = ha.d.Stats(); err != nil {
 			return row, err
 		}
-		if after.Endpoints == 0 || time.Now().After(bound) {
+		if after.Endpoints == 0 && after.BigReleased > before.BigReleased || time.Now().After(bound) {
 			break
 		}
 	}
@@ -510,7 +526,8 @@ func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileR
 	row.Counted["refused by the daemon"] = after.Refused - before.Refused
 	row.Counted["garbage descriptors refused"] = refused
 	row.Counted["endpoints left open"] = uint64(after.Endpoints)
-	if refused != garbage || after.Endpoints != 0 {
+	row.Counted["large endpoints released off the engine"] = after.BigReleased - before.BigReleased
+	if refused != garbage || after.Endpoints != 0 || after.BigReleased == before.BigReleased {
 		row.ExactlyOnce = false
 		row.Note += fmt.Sprintf("; %d of %d garbage descriptors refused, %d endpoints left", refused, garbage, after.Endpoints)
 	}

@@ -34,7 +34,8 @@ func TestHostile(t *testing.T) {
 		t.Errorf("wire: %v", wire)
 	}
 	if local["opens refused: config"] != 5 || local["opens refused: in use"] != 1 || local["opens refused: quota"] != 1 ||
-		local["connections refused: quota"] == 0 || local["garbage descriptors refused"] == 0 || local["endpoints left open"] != 0 {
+		local["connections refused: quota"] == 0 || local["garbage descriptors refused"] == 0 || local["endpoints left open"] != 0 ||
+		local["large endpoints released off the engine"] != 1 {
 		t.Errorf("local: %v", local)
 	}
 	if pool := rows["pool"].Counted; pool["refused: the sender's share"]+pool["stalled blocks taken back"] == 0 {

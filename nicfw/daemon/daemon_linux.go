@@ -164,6 +164,9 @@ type Stats struct {
 	// Refused counts the open requests, grants and connections refused.
 	Refused   uint64               `json:"refused"`
 	Sleeps    uint64               `json:"sleeps"` // times the engine slept
+	// BigReleased counts the large endpoints (16 MB and up) whose memory
+	// was released off the engine's path once they closed.
+	BigReleased uint64 `json:"big_released"`
 	Engine    nicfw.EngineStats    `json:"engine"`
 	Transport transport.Stats      `json:"transport"`
 	Residency nicfw.ResidencyStats `json:"residency"`
@@ -687,7 +690,7 @@ func (d *Daemon) statsNow() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := Stats{
-		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps,
+		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps, BigReleased: d.bigReleased.Load(),
 		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
 		Epoch: d.epoch, List: d.eng.EndpointList(), Networks: d.networksFor(&peer{privileged: true}),
 	}
