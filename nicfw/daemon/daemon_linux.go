@@ -162,14 +162,14 @@ type Stats struct {
 	Networks    []Network `json:"networks,omitempty"`
 	Connections int       `json:"connections"`
 	// Refused counts the open requests, grants and connections refused.
-	Refused   uint64               `json:"refused"`
-	Sleeps    uint64               `json:"sleeps"` // times the engine slept
+	Refused uint64 `json:"refused"`
+	Sleeps  uint64 `json:"sleeps"` // times the engine slept
 	// BigReleased counts the large endpoints (16 MB and up) whose memory
 	// was released off the engine's path once they closed.
-	BigReleased uint64 `json:"big_released"`
-	Engine    nicfw.EngineStats    `json:"engine"`
-	Transport transport.Stats      `json:"transport"`
-	Residency nicfw.ResidencyStats `json:"residency"`
+	BigReleased uint64               `json:"big_released"`
+	Engine      nicfw.EngineStats    `json:"engine"`
+	Transport   transport.Stats      `json:"transport"`
+	Residency   nicfw.ResidencyStats `json:"residency"`
 	// Hosts is the host table, this host included; Epoch the mapper's
 	// version of it (0: static, or no table yet).
 	Hosts []Host `json:"hosts"`
