@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
@@ -43,7 +44,7 @@ type AMIIResult struct {
 // amiiHost is one host of the ping: its AF_XDP endpoint, engine and AM-II
 // endpoint. Everything but Close belongs to the host's goroutine.
 type amiiHost struct {
-	raw *RawEndpoint
+	raw *datapath.Endpoint
 	eng *nicfw.Engine
 	am  *amii.Endpoint
 }
@@ -73,19 +74,19 @@ type amiiKeys struct {
 // openAMII builds host id at p, whose peer is host peerID at peer: its
 // AF_XDP socket on queue, an inline engine with window (and a channel per
 // message in flight) and an AM-II endpoint with acfg, with keys.
-func openAMII(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config, keys amiiKeys) (*amiiHost, error) {
+func openAMII(p datapath.Place, id nicfw.HostID, peer datapath.Place, peerID nicfw.HostID, mode loader.Mode, queue, window int, acfg amii.Config, keys amiiKeys) (*amiiHost, error) {
 	ec := nicfw.EngineConfig{Host: id, Window: window}
 	if window > 1 {
 		ec.Transport.Channels = max(window, transport.DefaultChannels) // a channel per message in flight
 	}
 	ec.Transport.Key = keys.transport
 	table := []amii.Name{{Host: peerID, Endpoint: amiiEndpoint}}
-	return openAMIIHost(p, ec, map[nicfw.HostID]Place{peerID: peer}, mode, queue, table, acfg, keys.vnet)
+	return openAMIIHost(p, ec, map[nicfw.HostID]datapath.Place{peerID: peer}, mode, queue, table, acfg, keys.vnet)
 }
 
 // openAMIIPair builds hosts A (at a, with ca) and B (at b, with cb) with
 // openAMII; on an error nothing is left open.
-func openAMIIPair(a, b Place, mode loader.Mode, queue, window int, ca, cb amii.Config, keys amiiKeys) (ha, hb *amiiHost, err error) {
+func openAMIIPair(a, b datapath.Place, mode loader.Mode, queue, window int, ca, cb amii.Config, keys amiiKeys) (ha, hb *amiiHost, err error) {
 	if ha, err = openAMII(a, amiiHostA, b, amiiHostB, mode, queue, window, ca, keys); err != nil {
 		return nil, nil, fmt.Errorf("AM-II host A: %w", err)
 	}
@@ -99,7 +100,7 @@ func openAMIIPair(a, b Place, mode loader.Mode, queue, window int, ca, cb amii.C
 // openAMIIHost builds a host at p: its AF_XDP socket on queue, an inline
 // engine with ec that knows peers, and an AM-II endpoint with table and
 // acfg.
-func openAMIIHost(p Place, ec nicfw.EngineConfig, peers map[nicfw.HostID]Place, mode loader.Mode, queue int,
+func openAMIIHost(p datapath.Place, ec nicfw.EngineConfig, peers map[nicfw.HostID]datapath.Place, mode loader.Mode, queue int,
 	table []amii.Name, acfg amii.Config, key []byte) (_ *amiiHost, err error) {
 	h := &amiiHost{}
 	defer func() {
@@ -107,7 +108,7 @@ func openAMIIHost(p Place, ec nicfw.EngineConfig, peers map[nicfw.HostID]Place, 
 			h.close()
 		}
 	}()
-	if h.raw, err = OpenRaw(p, mode, queue); err != nil {
+	if h.raw, err = datapath.Open(p, mode, queue); err != nil {
 		return nil, err
 	}
 	if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
@@ -133,13 +134,13 @@ func openAMIIHost(p Place, ec nicfw.EngineConfig, peers map[nicfw.HostID]Place, 
 // first word carries the message's number. loss, when above 0, makes both
 // hosts' XDP programs drop that fraction of xam frames; the engines'
 // transports recover them.
-func AMIIPing(a, b Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
+func AMIIPing(a, b datapath.Place, cfg PingConfig, loss float64) (*AMIIResult, error) {
 	return amiiPingKeyed(a, b, cfg, loss, nil)
 }
 
 // amiiPingKeyed is AMIIPing, the engines' transports authenticating
 // every frame with transportKey if it is set (transport.Config.Key).
-func amiiPingKeyed(a, b Place, cfg PingConfig, loss float64, transportKey []byte) (*AMIIResult, error) {
+func amiiPingKeyed(a, b datapath.Place, cfg PingConfig, loss float64, transportKey []byte) (*AMIIResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -223,7 +224,7 @@ type FirmwareLayout struct {
 // messages (the engines notify them through eventfds), so on a machine
 // with fewer cores than engines and applications the engines keep the
 // processors. loss is as for AMIIPing.
-func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, fw FirmwareLayout) (*AMIIResult, error) {
+func AMIIFirmwarePing(a, b datapath.Place, cfg PingConfig, loss float64, fw FirmwareLayout) (*AMIIResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -236,7 +237,7 @@ func AMIIFirmwarePing(a, b Place, cfg PingConfig, loss float64, fw FirmwareLayou
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, fw.Threads != 2, func(i int, raw *RawEndpoint, c *daemon.Config) error {
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, fw.Threads != 2, func(i int, raw *datapath.Endpoint, c *daemon.Config) error {
 		c.Cores, c.Sleep = fw.Cores[i], fw.Sleep
 		if loss > 0 {
 			return raw.Prog.SetFaults(loader.Faults{DropRate: loss})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 )
 
@@ -57,7 +58,7 @@ var (
 // of arguments, window 32, coalesced), medium requests (256 B..8 KB,
 // window 16) and bulk Stores (8..64 KB, window 16), with raw AF_XDP frames
 // and kernel TCP (64 KB writes) beside them.
-func RunAMIIBandwidth(a, b Place, aAddr, bAddr netip.Addr, cfg AMIIBandwidthConfig) (*AMIIBandwidth, error) {
+func RunAMIIBandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg AMIIBandwidthConfig) (*AMIIBandwidth, error) {
 	if cfg.Messages == 0 {
 		cfg.Messages = 200_000
 	}

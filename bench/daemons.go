@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
@@ -15,7 +16,7 @@ import (
 // firmwareHost is one host's firmware daemon, run in this process on the
 // host's AF_XDP socket.
 type firmwareHost struct {
-	raw  *RawEndpoint
+	raw  *datapath.Endpoint
 	d    *daemon.Daemon
 	sock string
 	stop func() // stops the daemon and waits for it
@@ -29,8 +30,8 @@ type firmwareHost struct {
 // processor with two ports; otherwise each has its own. The returned
 // function stops both and closes their data paths; on an error, nothing is
 // left running.
-func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int, shared bool,
-	adjust func(i int, raw *RawEndpoint, c *daemon.Config) error) ([2]*firmwareHost, func(), error) {
+func startFirmwareHosts(a, b datapath.Place, dir string, mode loader.Mode, queue int, shared bool,
+	adjust func(i int, raw *datapath.Endpoint, c *daemon.Config) error) ([2]*firmwareHost, func(), error) {
 	var hosts [2]*firmwareHost
 	closeAll := func() {
 		for _, h := range hosts {
@@ -43,10 +44,10 @@ func startFirmwareHosts(a, b Place, dir string, mode loader.Mode, queue int, sha
 			h.raw.Close()
 		}
 	}
-	places := [2]Place{a, b}
+	places := [2]datapath.Place{a, b}
 	ids := [2]nicfw.HostID{amiiHostA, amiiHostB}
 	for i, p := range places {
-		raw, err := OpenRaw(p, mode, queue)
+		raw, err := datapath.Open(p, mode, queue)
 		if err != nil {
 			closeAll()
 			return hosts, nil, err

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/loader"
 )
@@ -21,19 +22,19 @@ import (
 func TestDataPathCountsAgree(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)
-	ea, err := OpenRaw(a, loader.ModeAuto, 0)
+	ea, err := datapath.Open(a, loader.ModeAuto, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ea.Close() })
-	eb, err := OpenRaw(b, loader.ModeAuto, 0)
+	eb, err := datapath.Open(b, loader.ModeAuto, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eb.Close() })
 
 	const n = 3000
-	send := func(from, to *RawEndpoint, seenAtTo map[uint64]bool) {
+	send := func(from, to *datapath.Endpoint, seenAtTo map[uint64]bool) {
 		batch := make([][]byte, 0, 64)
 		for i := range n {
 			f, err := rawFrame(to.MAC, from.MAC, 1+i%1344)
@@ -74,7 +75,7 @@ func TestDataPathCountsAgree(t *testing.T) {
 	}
 	for _, side := range []struct {
 		name string
-		e    *RawEndpoint
+		e    *datapath.Endpoint
 		bad  uint64 // malformed frames received
 		tx   uint64 // frames sent
 	}{{"A", ea, 0, n + 1}, {"B", eb, 1, n}} {
@@ -101,7 +102,7 @@ func TestDataPathCountsAgree(t *testing.T) {
 
 // drain receives what is waiting at e, checks each frame's length and
 // records its sequence number.
-func drain(t *testing.T, e *RawEndpoint, seen map[uint64]bool) {
+func drain(t *testing.T, e *datapath.Endpoint, seen map[uint64]bool) {
 	t.Helper()
 	bufs := make([][]byte, e.Sock.BatchSize())
 	for {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xam-project/xam/am/ssam"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 )
@@ -112,7 +113,7 @@ var engineRates = []struct {
 // RunEngine measures the rates and round trips between a and b, then the
 // bulk goodputs between bulkA and bulkB (addresses bulkAddrA and
 // bulkAddrB for TCP), two hosts on a link of MTU BulkMTU.
-func RunEngine(a, b, bulkA, bulkB Place, bulkAddrA, bulkAddrB netip.Addr, cfg EngineConfig) (*EngineResult, error) {
+func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Addr, cfg EngineConfig) (*EngineResult, error) {
 	if cfg.Count == 0 {
 		cfg.Count = 20000
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/am/grim/storage"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
@@ -61,7 +62,7 @@ type grimSetup struct {
 type grimPair struct {
 	a, b    *grim.Endpoint
 	peers   []nicfw.Name
-	raws    [2]*RawEndpoint
+	raws    [2]*datapath.Endpoint
 	engs    [2]*nicfw.Engine
 	fw      [2]*firmwareHost
 	dir     string
@@ -106,7 +107,7 @@ func (p *grimPair) retransmits() uint64 {
 }
 
 // openGRIM builds GRIM endpoints on a (peer 0) and b (peer 1) as s says.
-func openGRIM(a, b Place, mode loader.Mode, queue int, s grimSetup) (_ *grimPair, err error) {
+func openGRIM(a, b datapath.Place, mode loader.Mode, queue int, s grimSetup) (_ *grimPair, err error) {
 	if s.window == 0 {
 		s.window = 1
 	}
@@ -135,7 +136,7 @@ func openGRIM(a, b Place, mode loader.Mode, queue int, s grimSetup) (_ *grimPair
 		if p.dir, err = os.MkdirTemp("", "xam-grim-"); err != nil {
 			return nil, err
 		}
-		hosts, stop, err := startFirmwareHosts(a, b, p.dir, mode, queue, s.fw.Threads != 2, func(i int, raw *RawEndpoint, c *daemon.Config) error {
+		hosts, stop, err := startFirmwareHosts(a, b, p.dir, mode, queue, s.fw.Threads != 2, func(i int, raw *datapath.Endpoint, c *daemon.Config) error {
 			c.Cores, c.Sleep = s.fw.Cores[i], s.fw.Sleep
 			c.Engine.Window, c.Engine.Transport = ec.Window, ec.Transport
 			if s.loss > 0 {
@@ -160,10 +161,10 @@ func openGRIM(a, b Place, mode loader.Mode, queue int, s grimSetup) (_ *grimPair
 	if s.storage {
 		return nil, errors.New("bench: the storage endpoint needs firmware mode (it shares host B's engine)")
 	}
-	places := [2]Place{a, b}
+	places := [2]datapath.Place{a, b}
 	ids := [2]nicfw.HostID{amiiHostA, amiiHostB}
 	for i := range 2 {
-		if p.raws[i], err = OpenRaw(places[i], mode, queue); err != nil {
+		if p.raws[i], err = datapath.Open(places[i], mode, queue); err != nil {
 			return nil, err
 		}
 		if s.loss > 0 {
@@ -233,13 +234,13 @@ func serveGRIM(ep *grim.Endpoint, poll func() (int, error)) func() error {
 // goroutine runs its engine; in firmware mode (fw) each host runs an engine
 // daemon and the endpoints dial it. loss makes both XDP programs drop that
 // fraction of xam frames.
-func GRIMPing(a, b Place, cfg PingConfig, loss float64, firmware bool, fw FirmwareLayout) (*GRIMResult, error) {
+func GRIMPing(a, b datapath.Place, cfg PingConfig, loss float64, firmware bool, fw FirmwareLayout) (*GRIMResult, error) {
 	return grimPing(a, b, cfg, grimSetup{firmware: firmware, fw: fw, loss: loss})
 }
 
 // grimPing is GRIMPing on hosts built as s says, the pings spread over
 // A's s.channels channels.
-func grimPing(a, b Place, cfg PingConfig, s grimSetup) (*GRIMResult, error) {
+func grimPing(a, b datapath.Place, cfg PingConfig, s grimSetup) (*GRIMResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/am/grim/storage"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"gonum.org/v1/plot/plotter"
@@ -108,7 +109,7 @@ const grimBulkWindow = 16
 
 // RunGRIM measures GRIM between a and b (addresses aAddr and bAddr for
 // kernel TCP).
-func RunGRIM(a, b Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRIMBench, error) {
+func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRIMBench, error) {
 	if cfg.Count == 0 {
 		cfg.Count = 5000
 	}
@@ -249,13 +250,13 @@ func RunGRIM(a, b Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRIMBench, e
 
 // grimChannelPing is GRIMPing inline with n channels per endpoint, the
 // pings spread over A's channels.
-func grimChannelPing(a, b Place, cfg PingConfig, n int) (*GRIMResult, error) {
+func grimChannelPing(a, b datapath.Place, cfg PingConfig, n int) (*GRIMResult, error) {
 	return grimPing(a, b, cfg, grimSetup{channels: n})
 }
 
 // grimGaps sends bursts of short messages from A to B's echo handler and
 // times each from its first send to its last answer.
-func grimGaps(a, b Place, mode loader.Mode) ([]GRIMGap, error) {
+func grimGaps(a, b datapath.Place, mode loader.Mode) ([]GRIMGap, error) {
 	p, err := openGRIM(a, b, mode, 0, grimSetup{})
 	if err != nil {
 		return nil, err
@@ -303,7 +304,7 @@ func grimGaps(a, b Place, mode loader.Mode) ([]GRIMGap, error) {
 // (the median is reported).
 const grimBandwidthRuns = 3
 
-func grimBandwidthMedian(a, b Place, mode loader.Mode, size int, total int64, cutThrough bool, pool int) (float64, error) {
+func grimBandwidthMedian(a, b datapath.Place, mode loader.Mode, size int, total int64, cutThrough bool, pool int) (float64, error) {
 	var runs []float64
 	for range grimBandwidthRuns {
 		mb, err := grimBandwidth(a, b, mode, size, total, cutThrough, pool)
@@ -322,7 +323,7 @@ func grimBandwidthMedian(a, b Place, mode loader.Mode, size int, total int64, cu
 // The engines run in firmware mode, one thread for both hosts (an NI
 // processor of their own, as in the paper, where cut-through lets the NI
 // send while the host still writes).
-func grimBandwidth(a, b Place, mode loader.Mode, size int, total int64, cutThrough bool, pool int) (float64, error) {
+func grimBandwidth(a, b datapath.Place, mode loader.Mode, size int, total int64, cutThrough bool, pool int) (float64, error) {
 	p, err := openGRIM(a, b, mode, 0, grimSetup{firmware: true, fw: FirmwareLayout{Threads: 1}, window: grimBulkWindow, cutThrough: cutThrough, pool: pool})
 	if err != nil {
 		return 0, err
@@ -363,7 +364,7 @@ func grimBandwidth(a, b Place, mode loader.Mode, size int, total int64, cutThrou
 // grimStoragePing runs, in firmware mode with a storage endpoint on host
 // B beside B's application, A's short round trips to B's application and
 // A's reads of one 512-byte block from B's storage endpoint.
-func grimStoragePing(a, b Place, pc PingConfig) ([]EnginePing, error) {
+func grimStoragePing(a, b datapath.Place, pc PingConfig) ([]EnginePing, error) {
 	if err := pc.fill(); err != nil {
 		return nil, err
 	}
@@ -444,7 +445,7 @@ func grimStoragePing(a, b Place, pc PingConfig) ([]EnginePing, error) {
 
 // grimInjection times Channel.Short calls on an inline endpoint: the
 // calls alone, with the engine run (untimed) whenever the ring is full.
-func grimInjection(a, b Place, mode loader.Mode, calls int) (Cost, error) {
+func grimInjection(a, b datapath.Place, mode loader.Mode, calls int) (Cost, error) {
 	p, err := openGRIM(a, b, mode, 0, grimSetup{})
 	if err != nil {
 		return Cost{}, err
@@ -485,7 +486,7 @@ func grimInjection(a, b Place, mode loader.Mode, calls int) (Cost, error) {
 // grimMemory finds the smallest receive pool at which one sender's 48 KB
 // bulk messages reach 90% of the bandwidth of the largest pool, and puts
 // it beside AM-II's and SSAM's preallocated memory per peer.
-func grimMemory(a, b Place, cfg GRIMConfig, ssamMem Memory) ([]GRIMMemory, error) {
+func grimMemory(a, b datapath.Place, cfg GRIMConfig, ssamMem Memory) ([]GRIMMemory, error) {
 	var rates []float64
 	for _, pool := range grimPools {
 		mb, err := grimBandwidthMedian(a, b, cfg.Mode, grim.MaxBulk, cfg.Bulk, true, pool)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -131,7 +132,7 @@ func (r *HostileResult) Markdown(w io.Writer) error {
 const hostileBig = 128 << 20
 
 // RunHostile runs the suite between a and b (two lab hosts).
-func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
+func RunHostile(a, b datapath.Place, cfg HostileConfig) (*HostileResult, error) {
 	if cfg.Pings == 0 {
 		cfg.Pings = 2000
 	}
@@ -154,7 +155,7 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 	for i := range epochs {
 		epochs[i] = rand.Uint32() | 1
 	}
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(i int, _ *RawEndpoint, c *daemon.Config) error {
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(i int, _ *datapath.Endpoint, c *daemon.Config) error {
 		c.Engine.Transport.Epoch = epochs[i]
 		c.Engine.Transport.RetransmitAfter = time.Millisecond
 		c.Sleep, c.MaxConnsPerUser, c.UserMemory = 20*time.Microsecond, 16, 256<<20
@@ -168,22 +169,22 @@ func RunHostile(a, b Place, cfg HostileConfig) (*HostileResult, error) {
 	closeOnce := sync.OnceFunc(closeHosts)
 	defer closeOnce()
 	res := &HostileResult{}
-	forger := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+	forger := func(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 		return hostileForger(ha, hb, a, b, cfg, epochs)
 	}
 	if err := copyAttacker(dir); err != nil {
 		return nil, err
 	}
-	user := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+	user := func(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 		return hostileOtherUser(ha, hb, a, b, cfg, dir)
 	}
-	share := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+	share := func(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 		return hostileShare(ha, hb, a, b, cfg, dir)
 	}
-	registry := func(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+	registry := func(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 		return hostileRegistry(ha, hb, a, b, cfg, dir)
 	}
-	for _, sc := range []func(*firmwareHost, *firmwareHost, Place, Place, HostileConfig) (HostileRow, error){hostileBaseline, hostileWire, hostileLocal, hostilePool, user, share, registry, forger} {
+	for _, sc := range []func(*firmwareHost, *firmwareHost, datapath.Place, datapath.Place, HostileConfig) (HostileRow, error){hostileBaseline, hostileWire, hostileLocal, hostilePool, user, share, registry, forger} {
 		row, err := sc(hosts[0], hosts[1], a, b, cfg)
 		if err != nil {
 			return res, err
@@ -259,7 +260,7 @@ func pingWhile(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool, start
 }
 
 // hostileWire floods A with forged frames from B's side of the link.
-func hostileWire(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+func hostileWire(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 	row := HostileRow{Scenario: "wire", Attack: "forged circuits, epochs, ACKs, RESETs, random cells, a stranger's frames"}
 	frames, err := forgedFrames(a.MAC, b.MAC, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
@@ -307,7 +308,7 @@ func hostileWire(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRo
 
 // injector opens a raw socket at p that sends frames to the MAC dst, as a
 // host on the segment would.
-func injector(p Place, dst net.HardwareAddr) (int, *unix.SockaddrLinklayer, error) {
+func injector(p datapath.Place, dst net.HardwareAddr) (int, *unix.SockaddrLinklayer, error) {
 	var fd int
 	if err := p.Do(func() (err error) {
 		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
@@ -397,7 +398,7 @@ func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
 }
 
 // hostileLocal is a local user's attack on A's daemon.
-func hostileLocal(ha, hb *firmwareHost, a, b Place, cfg HostileConfig) (HostileRow, error) {
+func hostileLocal(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 	row := HostileRow{Scenario: "local", Attack: "bad opens, a connection flood, garbage descriptors, a 128 MB endpoint, endpoints left open by a closed connection"}
 	before, err := ha.d.Stats()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/coord"
 	"github.com/xam-project/xam/nicfw/daemon"
@@ -139,7 +140,7 @@ const (
 
 // hostileCoord runs the coordination scenario on a pair of daemons of its
 // own (with the module), between a and b.
-func hostileCoord(a, b Place, cfg HostileConfig) (HostileRow, error) {
+func hostileCoord(a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 	row := HostileRow{Scenario: "coordination", Attack: "a member host's module: requests naming the link's destination, its grants, REDIRECT, QUERY, other links, garbage"}
 	dir, err := os.MkdirTemp("", "xam-hostile-coord-")
 	if err != nil {
@@ -147,7 +148,7 @@ func hostileCoord(a, b Place, cfg HostileConfig) (HostileRow, error) {
 	}
 	defer os.RemoveAll(dir)
 	forger := &coordForger{Module: coord.New(coord.Config{}), victim: amiiHostA}
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(i int, _ *RawEndpoint, c *daemon.Config) error {
+	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, 0, 0, false, func(i int, _ *datapath.Endpoint, c *daemon.Config) error {
 		c.Sleep = 20 * time.Microsecond
 		if i == 0 {
 			c.Engine.Modules = []nicfw.Module{coord.New(coord.Config{})}

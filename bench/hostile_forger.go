@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
@@ -158,7 +159,7 @@ func (f *onPathForger) newEpoch() uint32 {
 
 // hostileForger runs the on-path forger from A's side of the link, with
 // epochs[0] and epochs[1] the transports' epochs of A and B.
-func hostileForger(ha, hb *firmwareHost, a, b Place, cfg HostileConfig, epochs [2]uint32) (HostileRow, error) {
+func hostileForger(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig, epochs [2]uint32) (HostileRow, error) {
 	row := HostileRow{Scenario: "on-path forger", Attack: "both epochs known: DATA and ACKs sweeping sequence numbers, destination epoch 0, restart claims"}
 	fd, to, err := injector(a, b.MAC)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/am/grim/storage"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
 )
@@ -162,7 +163,7 @@ func blockPattern(k int) []byte {
 
 // hostileRegistry runs the registry scenario; the attacker's executable is
 // in dir (copyAttacker).
-func hostileRegistry(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir string) (HostileRow, error) {
+func hostileRegistry(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig, dir string) (HostileRow, error) {
 	row := HostileRow{Scenario: "registry", Attack: "uid 65534, granted the network, not a member: forged tables and registrations, writes over block 0, reads past the end"}
 	tag := daemon.NewTag()
 	members := []nicfw.Name{{Host: amiiHostA, Endpoint: registryCentral}, {Host: amiiHostB, Endpoint: registryStore}}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -119,7 +120,7 @@ func flood(o shareOrders, in io.Reader, out io.Writer) (*floodTally, error) {
 
 // hostileBaseline is the pings alone, the reference for the other rows'
 // round trips.
-func hostileBaseline(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig) (HostileRow, error) {
+func hostileBaseline(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig) (HostileRow, error) {
 	row := HostileRow{Scenario: "none (baseline)", Attack: "the pings alone", ExactlyOnce: true}
 	pings, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error { return nil })
 	if err != nil {
@@ -131,7 +132,7 @@ func hostileBaseline(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig) (Hosti
 
 // hostileShare runs the share scenario; the attacker's executable is in
 // dir (hostileOtherUser put it there).
-func hostileShare(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir string) (HostileRow, error) {
+func hostileShare(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig, dir string) (HostileRow, error) {
 	row := HostileRow{Scenario: "share", Attack: fmt.Sprintf("uid 65534: %d endpoints of the greatest weight, every send queue kept full", shareEndpoints)}
 	orders, err := json.Marshal(attackerOrders{Share: &shareOrders{Senders: ha.sock, Sink: hb.sock, SinkHost: amiiHostB, SenderHost: amiiHostA, Endpoints: shareEndpoints}})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
 )
@@ -213,7 +214,7 @@ func copyAttacker(dir string) error {
 
 // hostileOtherUser runs the attacker as uid 65534 (copyAttacker's copy of
 // this executable in dir) against both daemons while root's pings run.
-func hostileOtherUser(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig, dir string) (HostileRow, error) {
+func hostileOtherUser(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig, dir string) (HostileRow, error) {
 	row := HostileRow{Scenario: "other user", Attack: "uid 65534 with the pings' tag: opens, stats, self-grants, a connection flood"}
 	orders, err := json.Marshal(attackerOrders{Targets: []attackerTarget{{ha.sock, amiiHostB}, {hb.sock, amiiHostA}}, Tag: amiiTag, Conns: max(cfg.Flood/20, 100)})
 	if err != nil {

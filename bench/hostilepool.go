@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/grim"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
 )
 
@@ -29,7 +30,7 @@ const (
 // one of those must arrive once, intact: the attacker's share of the pool
 // is bounded while the sender waits, and its stalled blocks are taken
 // back after the engine's PoolHold.
-func hostilePool(ha, hb *firmwareHost, _, _ Place, cfg HostileConfig) (HostileRow, error) {
+func hostilePool(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig) (HostileRow, error) {
 	row := HostileRow{Scenario: "pool", Attack: "16 cut-through streams that publish 32 bytes and stop, into one GRIM pool"}
 	before, err := ha.d.Stats()
 	if err != nil {

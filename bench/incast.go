@@ -16,6 +16,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/coord"
@@ -95,7 +96,7 @@ var incastConfigs = []string{"off", "on", "on+etr"}
 // (addrs: the hosts' addresses, receiver's included). The hosts are to be
 // joined by a switch whose ports are shaped, so that the switch, not the
 // processors, is the bottleneck.
-func RunIncast(senders []Place, receiver Place, addrs []netip.Addr, rxAddr netip.Addr, cfg IncastConfig) (*IncastResult, error) {
+func RunIncast(senders []datapath.Place, receiver datapath.Place, addrs []netip.Addr, rxAddr netip.Addr, cfg IncastConfig) (*IncastResult, error) {
 	if len(cfg.Senders) == 0 {
 		cfg.Senders = []int{1, 2, 3}
 	}
@@ -160,7 +161,7 @@ func RunIncast(senders []Place, receiver Place, addrs []netip.Addr, rxAddr netip
 // incastPoint measures configuration c with n senders and messages of
 // size bytes cfg.Runs times and returns the run of median goodput, with
 // the spread of all.
-func incastPoint(senders []Place, addrs []netip.Addr, rx Place, rxAddr netip.Addr, c string, n, size int, cfg IncastConfig) (*IncastPoint, error) {
+func incastPoint(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place, rxAddr netip.Addr, c string, n, size int, cfg IncastConfig) (*IncastPoint, error) {
 	each := max(int64(size), cfg.Bytes/int64(n))
 	var runs []*IncastPoint
 	for range cfg.Runs {
@@ -217,9 +218,9 @@ func ratios(points []IncastPoint) {
 // "off") and an AM-II endpoint with window credits whose staging area
 // holds 2*window messages of size bytes; the receiver, last, names every
 // sender. Close the hosts with closeAll, also on error.
-func openIncast(senders []Place, rx Place, config string, size, window int, cfg IncastConfig) ([]*amiiHost, []*coord.Module, error) {
+func openIncast(senders []datapath.Place, rx datapath.Place, config string, size, window int, cfg IncastConfig) ([]*amiiHost, []*coord.Module, error) {
 	n := len(senders)
-	all := append(append([]Place(nil), senders...), rx)
+	all := append(append([]datapath.Place(nil), senders...), rx)
 	var mods []*coord.Module
 	hosts := make([]*amiiHost, 0, len(all))
 	rxID := nicfw.HostID(len(all))
@@ -239,7 +240,7 @@ func openIncast(senders []Place, rx Place, config string, size, window int, cfg 
 			mods = append(mods, m)
 			ec.Modules = []nicfw.Module{m}
 		}
-		peers := make(map[nicfw.HostID]Place)
+		peers := make(map[nicfw.HostID]datapath.Place)
 		for j, q := range all {
 			if j != i {
 				peers[nicfw.HostID(j+1)] = q
@@ -274,7 +275,7 @@ func closeAll(hosts []*amiiHost) {
 // the coordination module unless config is "off") and an AM-II endpoint
 // storing each bytes in messages of size bytes into the receiver's, all senders driven
 // by one goroutine, the receiver by another.
-func incastAMII(senders []Place, rx Place, config string, size int, each int64, cfg IncastConfig) (*IncastPoint, error) {
+func incastAMII(senders []datapath.Place, rx datapath.Place, config string, size int, each int64, cfg IncastConfig) (*IncastPoint, error) {
 	n := len(senders)
 	const window = 8
 	hosts, mods, err := openIncast(senders, rx, config, size, window, cfg)
@@ -339,7 +340,7 @@ func incastAMII(senders []Place, rx Place, config string, size int, each int64, 
 
 // incastTCP runs one kernel TCP measurement: each sender a stream of
 // bytes in writes of size bytes to the receiver, all at once.
-func incastTCP(senders []Place, addrs []netip.Addr, rx Place, rxAddr netip.Addr, size int, each int64) (*IncastPoint, error) {
+func incastTCP(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place, rxAddr netip.Addr, size int, each int64) (*IncastPoint, error) {
 	var ln net.Listener
 	if err := rx.Do(func() (err error) {
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(rxAddr, 0).String())
@@ -455,7 +456,7 @@ type IncastLatency struct {
 // sender holding the token already; and with the two senders taking turns,
 // so that the token moves to each message's sender first (a request and a
 // grant between their engines).
-func RunIncastLatency(senders []Place, rx Place, size, count int, cfg IncastConfig) ([]IncastLatency, error) {
+func RunIncastLatency(senders []datapath.Place, rx datapath.Place, size, count int, cfg IncastConfig) ([]IncastLatency, error) {
 	if len(senders) < 2 {
 		return nil, fmt.Errorf("bench: incast latency needs two senders, not %d", len(senders))
 	}
@@ -473,7 +474,7 @@ func RunIncastLatency(senders []Place, rx Place, size, count int, cfg IncastConf
 	return out, nil
 }
 
-func incastLatency(senders []Place, rx Place, config string, turns bool, size, count int, cfg IncastConfig) (float64, error) {
+func incastLatency(senders []datapath.Place, rx datapath.Place, config string, turns bool, size, count int, cfg IncastConfig) (float64, error) {
 	hosts, _, err := openIncast(senders, rx, config, size, 1, cfg)
 	defer closeAll(hosts)
 	if err != nil {

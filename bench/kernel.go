@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 )
 
 // The kernel's own paths, measured beside the raw AF_XDP ping-pong: UDP
@@ -21,7 +22,7 @@ import (
 
 // UDPPing runs a ping-pong of size-byte datagrams (at least 8) from a to b
 // over kernel UDP sockets, b echoing with blocking reads.
-func UDPPing(a, b Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, error) {
+func UDPPing(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func outgoing(from unix.Sockaddr) bool {
 // PacketPing runs the ping-pong of raw xam frames from a to b through
 // AF_PACKET sockets, one system call per frame each way. No XDP program may
 // be attached for xam's EtherType while it runs.
-func PacketPing(a, b Place, cfg PingConfig) (*PingResult, error) {
+func PacketPing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}

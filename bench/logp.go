@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -129,7 +130,7 @@ var logpConfigs = []struct {
 
 // RunLogP runs the LogP measurement between a (sender, client) and b
 // (receiver, server).
-func RunLogP(a, b Place, cfg LogPConfig) (*LogPResult, error) {
+func RunLogP(a, b datapath.Place, cfg LogPConfig) (*LogPResult, error) {
 	if cfg.Count == 0 {
 		cfg.Count = 20000
 	}
@@ -175,7 +176,7 @@ func RunLogP(a, b Place, cfg LogPConfig) (*LogPResult, error) {
 
 // logpHost is one host of the measurement: its engine and AM-II endpoints.
 type logpHost struct {
-	raw *RawEndpoint
+	raw *datapath.Endpoint
 	eng *nicfw.Engine
 	ams []*amii.Endpoint
 	// onPoll, if set, is called before each run of the engine by the
@@ -199,14 +200,14 @@ func (h *logpHost) close() error {
 
 // openLogPHost builds host id at p with endpoints 1..n, each with the
 // translation table table(i), on an engine configured by ecfg.
-func openLogPHost(p Place, id nicfw.HostID, peer Place, peerID nicfw.HostID, cfg LogPConfig, ecfg nicfw.EngineConfig, n int, table func(i int) []nicfw.Name, coalesce bool) (h *logpHost, err error) {
+func openLogPHost(p datapath.Place, id nicfw.HostID, peer datapath.Place, peerID nicfw.HostID, cfg LogPConfig, ecfg nicfw.EngineConfig, n int, table func(i int) []nicfw.Name, coalesce bool) (h *logpHost, err error) {
 	h = &logpHost{}
 	defer func() {
 		if err != nil {
 			h.close()
 		}
 	}()
-	if h.raw, err = OpenRaw(p, cfg.Mode, cfg.Queue); err != nil {
+	if h.raw, err = datapath.Open(p, cfg.Mode, cfg.Queue); err != nil {
 		return nil, err
 	}
 	ecfg.Host = id
@@ -273,7 +274,7 @@ const (
 	logpNull = 1
 )
 
-func logpRow(pa, pb Place, cfg LogPConfig, ecfg nicfw.EngineConfig, coalesce bool) (*LogPRow, error) {
+func logpRow(pa, pb datapath.Place, cfg LogPConfig, ecfg nicfw.EngineConfig, coalesce bool) (*LogPRow, error) {
 	one := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostB, Endpoint: 1}} }
 	back := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostA, Endpoint: 1}} }
 	ha, err := openLogPHost(pa, amiiHostA, pb, amiiHostB, cfg, ecfg, 1, one, coalesce)
@@ -388,7 +389,7 @@ func logpClient(a *amii.Endpoint, cfg LogPConfig, answered *int, measure *atomic
 }
 
 // contention runs n clients on a against one server endpoint on b.
-func contention(pa, pb Place, cfg LogPConfig, n int, coalesce bool) (*ContentionRow, error) {
+func contention(pa, pb datapath.Place, cfg LogPConfig, n int, coalesce bool) (*ContentionRow, error) {
 	toServer := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostB, Endpoint: 1}} }
 	clients := make([]nicfw.Name, n)
 	for i := range clients {

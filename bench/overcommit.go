@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
@@ -64,7 +65,7 @@ type OvercommitResult struct {
 
 // RunOvercommit measures the server's message rate at each factor between
 // a (clients) and b (servers).
-func RunOvercommit(a, b Place, cfg OvercommitConfig) (*OvercommitResult, error) {
+func RunOvercommit(a, b datapath.Place, cfg OvercommitConfig) (*OvercommitResult, error) {
 	if cfg.Resident == 0 {
 		cfg.Resident = 4
 	}
@@ -108,7 +109,7 @@ func RunOvercommit(a, b Place, cfg OvercommitConfig) (*OvercommitResult, error) 
 const overcommitSleep = 50 * time.Microsecond
 
 // overcommit measures n virtual networks for cfg.Duration.
-func overcommit(a, b Place, n int, cfg OvercommitConfig) (*OvercommitRow, error) {
+func overcommit(a, b datapath.Place, n int, cfg OvercommitConfig) (*OvercommitRow, error) {
 	dir, err := os.MkdirTemp("", "xam-overcommit")
 	if err != nil {
 		return nil, err
@@ -116,7 +117,7 @@ func overcommit(a, b Place, n int, cfg OvercommitConfig) (*OvercommitRow, error)
 	defer os.RemoveAll(dir)
 	// One engine thread for both hosts (a NIC processor with two ports)
 	// that sleeps when idle: the threads blocked in Wait need the CPUs.
-	hosts, closeAll, err := startFirmwareHosts(a, b, dir, cfg.Mode, 0, true, func(i int, _ *RawEndpoint, c *daemon.Config) error {
+	hosts, closeAll, err := startFirmwareHosts(a, b, dir, cfg.Mode, 0, true, func(i int, _ *datapath.Endpoint, c *daemon.Config) error {
 		c.Engine.Resident, c.Sleep = cfg.Resident, overcommitSleep
 		if i == 0 {
 			c.Engine.Resident = n + 2 // the clients' host is not overcommitted

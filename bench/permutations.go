@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -80,7 +81,7 @@ var permutationPatterns = []struct {
 
 // RunPermutations runs the three patterns among hosts (an even number, at
 // least 4).
-func RunPermutations(hosts []Place, cfg PermutationsConfig) (*PermutationsResult, error) {
+func RunPermutations(hosts []datapath.Place, cfg PermutationsConfig) (*PermutationsResult, error) {
 	n := len(hosts)
 	if n < 4 || n%2 != 0 {
 		return nil, fmt.Errorf("bench: permutations need an even number of hosts, at least 4, not %d", n)
@@ -160,7 +161,7 @@ func (h *permHost) poll() error {
 
 // permutation measures one pattern: dst(i) is the host i sends to (-1:
 // none), src(i) the one it receives from.
-func permutation(places []Place, name string, dst, src func(i, n int) int, cfg PermutationsConfig) (*Permutation, error) {
+func permutation(places []datapath.Place, name string, dst, src func(i, n int) int, cfg PermutationsConfig) (*Permutation, error) {
 	n := len(places)
 	hosts := make([]*permHost, n)
 	defer func() {
@@ -177,7 +178,7 @@ func permutation(places []Place, name string, dst, src func(i, n int) int, cfg P
 		hosts[i] = &permHost{dst: dst(i, n)}
 		ec := nicfw.EngineConfig{Host: id(i), Window: cfg.Window}
 		ec.Transport.Channels = max(2*cfg.Window, transport.DefaultChannels)
-		peers := map[nicfw.HostID]Place{}
+		peers := map[nicfw.HostID]datapath.Place{}
 		var table []amii.Name
 		for _, j := range []int{dst(i, n), src(i, n)} {
 			if j >= 0 {

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
 )
 
 // starLab builds a lab of n hosts joined by a switch for the test, and
 // removes it when the test ends.
-func starLab(t *testing.T, n int) []Place {
+func starLab(t *testing.T, n int) []datapath.Place {
 	t.Helper()
 	testenv.RequirePrivileged(t)
 	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("bp%d", os.Getpid()), Hosts: n, Switch: true})
@@ -25,9 +26,9 @@ func starLab(t *testing.T, n int) []Place {
 			t.Error(err)
 		}
 	})
-	var places []Place
+	var places []datapath.Place
 	for _, h := range l.Hosts {
-		places = append(places, Place{Ifindex: h.Index, MAC: h.MAC, Do: h.Do})
+		places = append(places, datapath.OnHost(h))
 	}
 	return places
 }
@@ -65,7 +66,7 @@ func TestPermutations(t *testing.T) {
 // TestPermutationsHosts refuses an odd or too small lab.
 func TestPermutationsHosts(t *testing.T) {
 	for _, n := range []int{2, 5} {
-		if _, err := RunPermutations(make([]Place, n), PermutationsConfig{}); err == nil {
+		if _, err := RunPermutations(make([]datapath.Place, n), PermutationsConfig{}); err == nil {
 			t.Errorf("%d hosts: no error", n)
 		}
 	}

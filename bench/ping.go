@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/vishvananda/netlink"
 
-	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 )
 
@@ -208,79 +207,6 @@ func (r *PingResult) finish() {
 	}
 }
 
-// Place is where an endpoint lives: a device, its MAC, and how to run code
-// in its network namespace.
-type Place struct {
-	Ifindex int
-	MAC     net.HardwareAddr
-	Do      func(func() error) error
-}
-
-// Here returns the Place of device ifindex in the caller's namespace.
-func Here(ifindex int, mac net.HardwareAddr) Place {
-	return Place{Ifindex: ifindex, MAC: mac, Do: func(f func() error) error { return f() }}
-}
-
-// RawEndpoint is an AF_XDP socket on a device queue with xam's XDP program
-// steering xam frames to it.
-type RawEndpoint struct {
-	MAC  net.HardwareAddr
-	Prog *loader.Program
-	Att  *loader.Attachment
-	Sock *afxdp.Socket
-}
-
-// OpenRaw loads and attaches the XDP program on the device and opens an
-// AF_XDP socket on queue.
-func OpenRaw(p Place, mode loader.Mode, queue int) (*RawEndpoint, error) {
-	return openRaw(p, mode, queue, loader.Config{DstMAC: p.MAC})
-}
-
-// openRaw is OpenRaw with the program's configuration; with Admission on,
-// the VCIs in admit (on VPI 0) are admitted.
-func openRaw(p Place, mode loader.Mode, queue int, cfg loader.Config, admit ...uint16) (*RawEndpoint, error) {
-	e := &RawEndpoint{MAC: p.MAC}
-	err := p.Do(func() (err error) {
-		if e.Prog, err = loader.Load(cfg); err != nil {
-			return err
-		}
-		for _, vci := range admit {
-			if err := e.Prog.Admit(0, vci); err != nil {
-				return err
-			}
-		}
-		if e.Att, err = e.Prog.Attach(p.Ifindex, mode); err != nil {
-			return err
-		}
-		opts := afxdp.Options{Queue: queue}
-		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil && link.Attrs().MTU+cells.EthernetHeaderSize > 2048-256 {
-			opts.FrameSize = 4096 // 2 KB chunks hold frames of up to 1792 bytes
-		}
-		if e.Sock, err = afxdp.Open(p.Ifindex, opts); err != nil {
-			return err
-		}
-		return e.Prog.Register(queue, e.Sock.FD())
-	})
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	return e, nil
-}
-
-// Close closes the socket and detaches and unloads the program.
-func (e *RawEndpoint) Close() error {
-	var errs []error
-	if e.Sock != nil {
-		errs = append(errs, e.Sock.Close())
-		e.Sock.Recv(nil) // gives back lent frames, which keep the UMEM mapped until then
-	}
-	if e.Prog != nil {
-		errs = append(errs, e.Prog.Close()) // also detaches e.Att
-	}
-	return errors.Join(errs...)
-}
-
 // rawFrame builds a valid xam frame from src to dst carrying size bytes in
 // the payloads of max(1, ceil(size/48)) cells on VC 0/32; the first eight
 // payload bytes carry the sequence number.
@@ -304,34 +230,9 @@ func rawFrame(dst, src net.HardwareAddr, size int) ([]byte, error) {
 // seqOffset is where the sequence number sits: the first cell's payload.
 const seqOffset = cells.EthernetHeaderSize + cells.FrameHeaderSize + cells.HeaderSize
 
-// Echo answers every xam frame the endpoint receives with the same frame,
-// addresses swapped, until stop is set. It spins on the ring.
-func (e *RawEndpoint) Echo(stop *atomic.Bool) error {
-	bufs := make([][]byte, e.Sock.BatchSize())
-	for !stop.Load() {
-		n, err := e.Sock.Recv(bufs)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			continue
-		}
-		for _, f := range bufs[:n] {
-			var mac [6]byte
-			copy(mac[:], f[0:6])
-			copy(f[0:6], f[6:12])
-			copy(f[6:12], mac[:])
-		}
-		if _, err := e.Sock.Send(bufs[:n]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Ping runs the ping-pong from e to the endpoint with MAC peer, which must
-// echo (Echo).
-func (e *RawEndpoint) Ping(peer net.HardwareAddr, cfg PingConfig) (*PingResult, error) {
+// RawPingFrom runs the ping-pong from e to the endpoint with MAC peer,
+// which must echo (datapath.Endpoint.Echo).
+func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*PingResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -382,16 +283,16 @@ func (e *RawEndpoint) Ping(peer net.HardwareAddr, cfg PingConfig) (*PingResult, 
 
 // RawPing runs the raw AF_XDP ping-pong between two places (two lab
 // hosts): b echoes, a pings.
-func RawPing(a, b Place, cfg PingConfig) (*PingResult, error) {
+func RawPing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	ea, err := OpenRaw(a, cfg.Mode, cfg.Queue)
+	ea, err := datapath.Open(a, cfg.Mode, cfg.Queue)
 	if err != nil {
 		return nil, fmt.Errorf("raw endpoint A: %w", err)
 	}
 	defer ea.Close()
-	eb, err := OpenRaw(b, cfg.Mode, cfg.Queue)
+	eb, err := datapath.Open(b, cfg.Mode, cfg.Queue)
 	if err != nil {
 		return nil, fmt.Errorf("raw endpoint B: %w", err)
 	}
@@ -400,7 +301,7 @@ func RawPing(a, b Place, cfg PingConfig) (*PingResult, error) {
 	var wg sync.WaitGroup
 	var echoErr error
 	wg.Go(func() { echoErr = eb.Echo(&stop) })
-	r, err := ea.Ping(b.MAC, cfg)
+	r, err := RawPingFrom(ea, b.MAC, cfg)
 	stop.Store(true)
 	wg.Wait()
 	return r, errors.Join(err, echoErr)

@@ -8,13 +8,17 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/ssam"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 
 	"github.com/xam-project/xam/internal/netnstest"
 )
 
-func places(p *netnstest.Pair) (a, b Place) {
-	return Place{Ifindex: p.A.Index, MAC: p.A.MAC, Do: p.A.Do}, Place{Ifindex: p.B.Index, MAC: p.B.MAC, Do: p.B.Do}
+func places(p *netnstest.Pair) (a, b datapath.Place) {
+	at := func(h *netnstest.Host) datapath.Place {
+		return datapath.Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do}
+	}
+	return at(p.A), at(p.B)
 }
 
 func checkResult(t *testing.T, r *PingResult, err error, count int) {
@@ -195,17 +199,17 @@ func BenchmarkShortMessageRate(b *testing.B) {
 func BenchmarkRawProgram(b *testing.B) {
 	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
 	pa, pb := places(p)
-	full := func(p Place) loader.Config { return loader.Config{DstMAC: p.MAC} }
-	bare := func(Place) loader.Config { return loader.Config{SkipFrameCheck: true} }
-	for i, cfg := range []func(Place) loader.Config{full, bare, full, bare} {
+	full := func(p datapath.Place) loader.Config { return loader.Config{DstMAC: p.MAC} }
+	bare := func(datapath.Place) loader.Config { return loader.Config{SkipFrameCheck: true} }
+	for i, cfg := range []func(datapath.Place) loader.Config{full, bare, full, bare} {
 		name := []string{"xam-program", "steering-only"}[i%2]
 		b.Run(name, func(b *testing.B) {
-			ea, err := openRaw(pa, loader.ModeAuto, 0, cfg(pa))
+			ea, err := datapath.OpenConfig(pa, loader.ModeAuto, 0, cfg(pa))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer ea.Close()
-			eb, err := openRaw(pb, loader.ModeAuto, 0, cfg(pb))
+			eb, err := datapath.OpenConfig(pb, loader.ModeAuto, 0, cfg(pb))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -213,7 +217,7 @@ func BenchmarkRawProgram(b *testing.B) {
 			var stop atomic.Bool
 			var wg sync.WaitGroup
 			wg.Go(func() { eb.Echo(&stop) })
-			r, err := ea.Ping(pb.MAC, PingConfig{Count: b.N})
+			r, err := RawPingFrom(ea, pb.MAC, PingConfig{Count: b.N})
 			stop.Store(true)
 			wg.Wait()
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
@@ -28,7 +29,7 @@ type RateResult struct {
 // RawFrameRate sends n minimal xam frames (one cell each) from a to b in
 // batches through AF_XDP and counts them at b: the raw frame rate the
 // short-message rate is compared with.
-func RawFrameRate(a, b Place, n, batch int, mode loader.Mode) (*RateResult, error) {
+func RawFrameRate(a, b datapath.Place, n, batch int, mode loader.Mode) (*RateResult, error) {
 	return rawStream(a, b, n, batch, 16, mode)
 }
 
@@ -36,7 +37,7 @@ func RawFrameRate(a, b Place, n, batch int, mode loader.Mode) (*RateResult, erro
 // allows, in batches through AF_XDP, and counts the cells' payload bytes
 // arriving at b: what the data path carries with no protocol on it, the
 // ceiling of the bulk goodputs.
-func RawBulk(a, b Place, total int64, mode loader.Mode) (*BulkResult, error) {
+func RawBulk(a, b datapath.Place, total int64, mode loader.Mode) (*BulkResult, error) {
 	var mtu int
 	if err := a.Do(func() error {
 		ifi, err := net.InterfaceByIndex(a.Ifindex) // in a's namespace
@@ -60,13 +61,13 @@ func RawBulk(a, b Place, total int64, mode loader.Mode) (*BulkResult, error) {
 
 // rawStream sends n xam frames of size bytes of cell payload from a to b
 // in batches and counts those that arrive.
-func rawStream(a, b Place, n, batch, size int, mode loader.Mode) (*RateResult, error) {
-	ea, err := OpenRaw(a, mode, 0)
+func rawStream(a, b datapath.Place, n, batch, size int, mode loader.Mode) (*RateResult, error) {
+	ea, err := datapath.Open(a, mode, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer ea.Close()
-	eb, err := OpenRaw(b, mode, 0)
+	eb, err := datapath.Open(b, mode, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +128,7 @@ func rawStream(a, b Place, n, batch, size int, mode loader.Mode) (*RateResult, e
 // to b, whose handler takes them without replying (each is acknowledged
 // explicitly), and returns the message rate: reliable, in order, exactly
 // once. cfg.Batch packs messages into frames.
-func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg ssam.Config) (*RateResult, error) {
+func SSAMRate(a, b datapath.Place, n, size int, mode loader.Mode, cfg ssam.Config) (*RateResult, error) {
 	if size > ssam.MaxShort {
 		return nil, fmt.Errorf("bench: %d-byte messages are not single-cell", size)
 	}
@@ -157,7 +158,7 @@ func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg ssam.Config) (*Rate
 		api = fmt.Sprintf("ssam batch %d", ea.AM.Config().Batch)
 	}
 	return &RateResult{API: api, Messages: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
-		Frames: ea.Dev.Stats().FramesSent}, nil
+		Frames: ea.AM.Device().Stats().FramesSent}, nil
 }
 
 // AMIIRate streams n short requests of nargs arguments from an AM-II
@@ -168,13 +169,13 @@ func SSAMRate(a, b Place, n, size int, mode loader.Mode, cfg ssam.Config) (*Rate
 // requests only queue until it polls or runs out of credits
 // (amii.Config.Coalesce): an engine run then sends them all, packed into
 // frames. It returns the message rate and the frames a's engine sent.
-func AMIIRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode) (*RateResult, error) {
+func AMIIRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mode loader.Mode) (*RateResult, error) {
 	return amiiRate(a, b, n, nargs, window, coalesce, mode, amiiKeys{})
 }
 
 // amiiRate is AMIIRate with keys: the messages authenticated with the
 // virtual network's if it is set, the frames with the transport's.
-func amiiRate(a, b Place, n, nargs, window int, coalesce bool, mode loader.Mode, keys amiiKeys) (*RateResult, error) {
+func amiiRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mode loader.Mode, keys amiiKeys) (*RateResult, error) {
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d arguments", amii.MaxArgs)
 	}
@@ -257,7 +258,7 @@ var BulkMTU = afxdp.MaxMTU(4096, 0)
 // outstanding; b's handler counts the stored bytes. Each Store travels in
 // chunks of the transport's largest payload, up to window of them in
 // flight at once after the first.
-func AMIIBulk(a, b Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
+func AMIIBulk(a, b datapath.Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
 	// Room for window messages of msg bytes each, at both ends.
 	acfg := amii.Config{Credits: window, StagingSize: 2 * window * msg, MediumSlots: -1}
 	ha, hb, err := openAMIIPair(a, b, mode, 0, window, acfg, acfg, amiiKeys{})
@@ -301,7 +302,7 @@ func AMIIBulk(a, b Place, total int64, msg, window int, mode loader.Mode) (*Bulk
 // AMIIMedium streams n medium requests of size bytes from a to b with up
 // to window outstanding (credits, medium slots, the engine's window); b's
 // handler counts them without replying. It returns the message rate.
-func AMIIMedium(a, b Place, n, size, window int, mode loader.Mode) (*RateResult, error) {
+func AMIIMedium(a, b datapath.Place, n, size, window int, mode loader.Mode) (*RateResult, error) {
 	if size < 1 || size > endpoint.MaxMedium {
 		return nil, fmt.Errorf("bench: an AM-II medium message carries 1..%d bytes, not %d", endpoint.MaxMedium, size)
 	}

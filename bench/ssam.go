@@ -10,43 +10,33 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/ssam"
-	"github.com/xam-project/xam/driver"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 )
 
 // SSAMVCI is the VCI of the SSAM connection between two ping hosts (its
-// bulk VC is SSAMVCI+1).
-const SSAMVCI = 32
+// bulk VC is SSAMVCI+1): ssam.Open's.
+const SSAMVCI = ssam.VCI
 
 // SSAMEndpoint is an SSAM endpoint over AF_XDP with one connection to a
 // peer: xam's XDP program admitting only the connection's VCIs (SSAM's
-// kernel VCI table), an AF_XDP socket, the SSAM device and the endpoint.
+// kernel VCI table), an AF_XDP socket, and the endpoint with its device
+// (ssam.Open).
 type SSAMEndpoint struct {
-	Raw *RawEndpoint
-	Dev *driver.Device
+	Raw *datapath.Endpoint
 	AM  *ssam.Endpoint
 }
 
-// OpenSSAM builds an SSAM endpoint at p with one connection to peer.
-func OpenSSAM(p Place, peer net.HardwareAddr, mode loader.Mode, cfg ssam.Config) (*SSAMEndpoint, error) {
-	c, err := cfg.Filled()
-	if err != nil {
-		return nil, err
-	}
-	raw, err := openRaw(p, mode, 0, loader.Config{DstMAC: p.MAC, Admission: true}, SSAMVCI, SSAMVCI+1)
+// OpenSSAM opens an SSAM endpoint at p with one connection to the host
+// with MAC peer.
+func OpenSSAM(p datapath.Place, peer net.HardwareAddr, mode loader.Mode, cfg ssam.Config) (*SSAMEndpoint, error) {
+	raw, err := datapath.OpenConfig(p, mode, 0, loader.Config{DstMAC: p.MAC, Admission: true}, SSAMVCI, SSAMVCI+1)
 	if err != nil {
 		return nil, err
 	}
 	e := &SSAMEndpoint{Raw: raw}
-	e.Dev, err = driver.Open(e.Raw.Sock, driver.Config{
-		Conns:     []driver.ConnSpec{{Peer: peer, SendVCI: SSAMVCI, RecvVCI: SSAMVCI}},
-		SendSlots: ssam.SendSlots(c.Window, c.MaxMessage),
-	})
-	if err == nil {
-		e.AM, err = ssam.New(e.Dev, cfg)
-	}
-	if err != nil {
-		e.Close()
+	if e.AM, err = ssam.Open(raw.Sock, peer, cfg); err != nil {
+		raw.Close()
 		return nil, err
 	}
 	return e, nil
@@ -55,8 +45,8 @@ func OpenSSAM(p Place, peer net.HardwareAddr, mode loader.Mode, cfg ssam.Config)
 // Close tears the endpoint down.
 func (e *SSAMEndpoint) Close() error {
 	var errs []error
-	if e.Dev != nil {
-		errs = append(errs, e.Dev.Close())
+	if e.AM != nil {
+		errs = append(errs, e.AM.Close())
 	}
 	if e.Raw != nil {
 		errs = append(errs, e.Raw.Close())
@@ -261,7 +251,7 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 // SSAMPing runs the SSAM ping-pong from a to b on one machine (two lab
 // hosts), b echoing. loss, when above 0, makes both hosts' XDP programs
 // drop that fraction of xam frames.
-func SSAMPing(a, b Place, cfg PingConfig, loss float64, amc ssam.Config) (*SSAMResult, error) {
+func SSAMPing(a, b datapath.Place, cfg PingConfig, loss float64, amc ssam.Config) (*SSAMResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -317,7 +307,7 @@ type BulkResult struct {
 // takes the data and sends no reply, so each request is acknowledged
 // explicitly. The rate counts data bytes, from the first request until the
 // last is acknowledged.
-func SSAMBulk(a, b Place, total int64, msg int, mode loader.Mode, amc ssam.Config) (*BulkResult, error) {
+func SSAMBulk(a, b datapath.Place, total int64, msg int, mode loader.Mode, amc ssam.Config) (*BulkResult, error) {
 	if msg < 1 || msg > ssam.MaxBulk {
 		return nil, fmt.Errorf("bench: bulk message of %d bytes out of range [1, %d]", msg, ssam.MaxBulk)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/driver"
 	"github.com/xam-project/xam/loader"
 )
@@ -213,7 +214,7 @@ func (t *SSAMTables) Histogram(path string) *hdrhistogram.Histogram { return t.h
 // RunSSAMTables measures SSAM's tables between a and b, whose IPv4
 // addresses are aAddr and bAddr. No XDP program may be attached to either
 // device when it starts.
-func RunSSAMTables(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig) (*SSAMTables, error) {
+func RunSSAMTables(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig) (*SSAMTables, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -502,7 +503,7 @@ func trapCosts(tx, rx *driver.Device, arr arrivals, ops int, syscalls bool) ([]C
 
 // xdpTraps measures part 1 on the SSAM devices of two SSAM endpoints at
 // their defaults, and what those devices pin.
-func xdpTraps(a, b Place, cfg SSAMTablesConfig) ([]Cost, Memory, error) {
+func xdpTraps(a, b datapath.Place, cfg SSAMTablesConfig) ([]Cost, Memory, error) {
 	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, ssam.Config{})
 	if err != nil {
 		return nil, Memory{}, fmt.Errorf("SSAM endpoint A: %w", err)
@@ -518,7 +519,7 @@ func xdpTraps(a, b Place, cfg SSAMTablesConfig) ([]Cost, Memory, error) {
 		return nil, Memory{}, fmt.Errorf("pinned memory: %w", err)
 	}
 	costs := []Cost{nullSyscall(max(10*cfg.Count, 100000))}
-	more, err := trapCosts(ea.Dev, eb.Dev, xdpArrivals{ea.Dev: ea.Raw.Prog, eb.Dev: eb.Raw.Prog}, cfg.Count, false)
+	more, err := trapCosts(ea.AM.Device(), eb.AM.Device(), xdpArrivals{ea.AM.Device(): ea.Raw.Prog, eb.AM.Device(): eb.Raw.Prog}, cfg.Count, false)
 	if err != nil {
 		return nil, Memory{}, err
 	}
@@ -532,9 +533,9 @@ func pinned(e *SSAMEndpoint) (Memory, error) {
 	c := e.AM.Config()
 	m := Memory{
 		Window: c.Window, MaxMessage: c.MaxMessage,
-		SendSlots:   len(e.Dev.SendArea(0)) / cells.PayloadSize,
+		SendSlots:   len(e.AM.Device().SendArea(0)) / cells.PayloadSize,
 		RecvSlots:   driver.DefaultRecvSlots, // OpenSSAM's
-		PinnedBytes: e.Dev.PinnedBytes(),
+		PinnedBytes: e.AM.Device().PinnedBytes(),
 	}
 	la, lb, err := memlink.NewPair(memlink.Options{MTU: e.Raw.Sock.MTU()})
 	if err != nil {
@@ -564,10 +565,10 @@ func pinned(e *SSAMEndpoint) (Memory, error) {
 
 // packetTraps measures part 2: devices opened with driver.OpenPacket, as
 // the AF_XDP ones are configured.
-func packetTraps(a, b Place, cfg SSAMTablesConfig) ([]Cost, error) {
+func packetTraps(a, b datapath.Place, cfg SSAMTablesConfig) ([]Cost, error) {
 	slots := ssam.SendSlots(8, 8192) // OpenSSAM's default window and message size
 	var devs [2]*driver.Device
-	for i, s := range []struct{ here, peer Place }{{a, b}, {b, a}} {
+	for i, s := range []struct{ here, peer datapath.Place }{{a, b}, {b, a}} {
 		err := s.here.Do(func() (err error) {
 			devs[i], err = driver.OpenPacket(s.here.Ifindex, driver.Config{
 				Conns:     []driver.ConnSpec{{Peer: s.peer.MAC, SendVCI: SSAMVCI, RecvVCI: SSAMVCI}},
@@ -596,7 +597,7 @@ const amWindow = ssam.MaxWindow
 // it sends nothing (b acks explicitly); it replies inside a clock bracket
 // (which times Token.Reply alone, and, by difference, the rest of b's
 // poll). The retransmission timeout is a second, so nothing is resent.
-func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) {
+func amCosts(a, b datapath.Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) {
 	amc := ssam.Config{Window: amWindow, Timeout: time.Second}
 	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, amc)
 	if err != nil {
@@ -634,7 +635,7 @@ func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) 
 	if err := syncSSAM(ea, eb); err != nil {
 		return nil, 0, 0, err
 	}
-	arr := xdpArrivals{ea.Dev: ea.Raw.Prog, eb.Dev: eb.Raw.Prog}
+	arr := xdpArrivals{ea.AM.Device(): ea.Raw.Prog, eb.AM.Device(): eb.Raw.Prog}
 	msg := make([]byte, ssamMessage)
 	const W = amWindow
 	// poll polls e until done, failing after 2 s.
@@ -659,7 +660,7 @@ func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) 
 	}
 	var send, handle, back [3]time.Duration // by kind of round
 	round := func(kind int, h uint32) error {
-		mb, err := arr.mark(eb.Dev)
+		mb, err := arr.mark(eb.AM.Device())
 		if err != nil {
 			return err
 		}
@@ -670,10 +671,10 @@ func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) 
 			}
 		}
 		send[kind] += time.Since(start)
-		if err := arr.wait(eb.Dev, mb, W); err != nil {
+		if err := arr.wait(eb.AM.Device(), mb, W); err != nil {
 			return err
 		}
-		ma, err := arr.mark(ea.Dev)
+		ma, err := arr.mark(ea.AM.Device())
 		if err != nil {
 			return err
 		}
@@ -682,7 +683,7 @@ func amCosts(a, b Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) 
 			return err
 		}
 		handle[kind] += time.Since(start)
-		if err := arr.wait(ea.Dev, ma, W); err != nil {
+		if err := arr.wait(ea.AM.Device(), ma, W); err != nil {
 			return err
 		}
 		start = time.Now()
@@ -747,7 +748,7 @@ func clockBracket(n int) float64 {
 }
 
 // roundTrips measures part 4's round trips.
-func (t *SSAMTables) roundTrips(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, step func(string) bool) error {
+func (t *SSAMTables) roundTrips(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, step func(string) bool) error {
 	pc := PingConfig{Count: cfg.Count, Size: ssamMessage, Mode: cfg.Mode}
 	paths := []struct {
 		path, what string
@@ -801,7 +802,7 @@ func ratio(a, b int64) float64 {
 }
 
 // bandwidth measures part 4's bandwidth.
-func (t *SSAMTables) bandwidth(a, b Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, step func(string) bool) error {
+func (t *SSAMTables) bandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, step func(string) bool) error {
 	if !step("SSAM bulk write") {
 		return nil
 	}
@@ -846,7 +847,7 @@ const (
 
 // tcpPair connects a to a listener at bAddr:port in b's namespace and
 // returns both ends, with TCP_NODELAY.
-func tcpPair(a, b Place, bAddr netip.Addr, port int) (ca, cb *net.TCPConn, err error) {
+func tcpPair(a, b datapath.Place, bAddr netip.Addr, port int) (ca, cb *net.TCPConn, err error) {
 	var ln *net.TCPListener
 	if err := b.Do(func() (err error) {
 		ln, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: bAddr.AsSlice(), Port: port})
@@ -890,7 +891,7 @@ func tcpPair(a, b Place, bAddr netip.Addr, port int) (ca, cb *net.TCPConn, err e
 // TCPPing runs a ping-pong of size-byte messages (at least 8) from a to b
 // over a kernel TCP connection with TCP_NODELAY, b echoing each message
 // with blocking reads, as UDPPing does with datagrams.
-func TCPPing(a, b Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, error) {
+func TCPPing(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -949,7 +950,7 @@ func TCPPing(a, b Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, 
 // TCPStream sends total bytes from a to b over a kernel TCP connection in
 // writes of msg bytes; the rate counts from the first write until b has
 // read the last byte.
-func TCPStream(a, b Place, aAddr, bAddr netip.Addr, total int64, msg int) (*BulkResult, error) {
+func TCPStream(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int) (*BulkResult, error) {
 	if msg < 1 || total < 1 {
 		return nil, fmt.Errorf("bench: TCP stream of %d bytes in %d-byte writes", total, msg)
 	}
@@ -1015,7 +1016,7 @@ const udpRcvBuf = 4 << 20
 // bytes received over the time from the first send to the last arrival.
 // The receiver stops when every datagram has arrived, or 200 ms after the
 // last one did.
-func UDPBlast(a, b Place, aAddr, bAddr netip.Addr, total int64, msg int) (*BlastResult, error) {
+func UDPBlast(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int) (*BlastResult, error) {
 	if msg < 1 || msg > maxDatagram || total < 1 {
 		return nil, fmt.Errorf("bench: UDP blast of %d bytes in %d-byte datagrams", total, msg)
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/xam-project/xam/datapath"
 )
 
 // UCX active messages over TCP are a peer of AM-II's figures: the
@@ -56,7 +58,7 @@ func (u *UCXResult) Peer() Peer {
 // RunUCX runs ucx_perftest's test (ucp_am_lat or ucp_am_bw) from a to b
 // (address bAddr): iters messages of size bytes. A missing tool is not an
 // error: the result says so.
-func RunUCX(a, b Place, bAddr netip.Addr, test string, size, iters int) (*UCXResult, error) {
+func RunUCX(a, b datapath.Place, bAddr netip.Addr, test string, size, iters int) (*UCXResult, error) {
 	res := &UCXResult{Test: test, Size: size, Iters: iters}
 	tool, err := exec.LookPath(UCXPerftest)
 	if err != nil {

@@ -13,6 +13,12 @@
 // polls, and Poll runs handlers for what has arrived. An SSAM endpoint is
 // driven by one goroutine.
 //
+// Opening: Open makes an endpoint on an AF_XDP link with one connection
+// to a peer on VCI (and the device under it), as amii.Open and grim.Open
+// make theirs; New makes one on a device the caller opened (driver.Open:
+// several connections, other VCs). Close closes the endpoint, and the
+// device if Open made it.
+//
 // Every request and answer carries a tag of its requester's session, so
 // cells that a forger sends from the peer's MAC on the connection's
 // circuits without knowing the session (random cells, made-up messages

@@ -8,7 +8,6 @@ import (
 
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/am/ssam"
-	"github.com/xam-project/xam/driver"
 )
 
 // node is one side of a two-node cluster for the examples: an SSAM
@@ -26,15 +25,7 @@ func twoNodes() (a, b *node) {
 	}
 	cfg := ssam.Config{MaxMessage: 8192}
 	open := func(l *memlink.Link, peer []byte) *node {
-		d, err := driver.Open(l, driver.Config{
-			Conns:     []driver.ConnSpec{{Peer: peer, SendVCI: 32, RecvVCI: 32}},
-			SendSlots: ssam.SendSlots(8, cfg.MaxMessage),
-			NoLock:    true,
-		})
-		if err != nil {
-			log.Fatal(err)
-		}
-		s, err := ssam.New(d, cfg)
+		s, err := ssam.Open(l, peer, cfg) // connection 0 to peer, on ssam.VCI
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -67,6 +58,8 @@ func pollOnce(a, b *node) {
 // only when it needs the values (here, after issuing all the reads).
 func Example_readDouble() {
 	a, b := twoNodes()
+	defer a.Close()
+	defer b.Close()
 	for i := range b.memory {
 		b.memory[i] = math.Sqrt(float64(i))
 	}
@@ -109,6 +102,8 @@ func Example_readDouble() {
 // explicitly and the writer knows the store is done when its window drains.
 func Example_remoteStore() {
 	a, b := twoNodes()
+	defer a.Close()
+	defer b.Close()
 	storeH := b.Register(func(t *ssam.Token, data []byte) {
 		b.memory[binary.BigEndian.Uint32(data)] = math.Float64frombits(binary.BigEndian.Uint64(data[4:]))
 	})
@@ -129,6 +124,8 @@ func Example_remoteStore() {
 // the application straight into the endpoint's next send buffer.
 func Example_bulkWrite() {
 	a, b := twoNodes()
+	defer a.Close()
+	defer b.Close()
 	const n = 100_000
 	received := make([]byte, 0, n)
 	appendH := b.Register(func(t *ssam.Token, data []byte) { received = append(received, data...) })

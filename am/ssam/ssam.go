@@ -405,6 +405,8 @@ type Endpoint struct {
 	tag      uint32 // sessionTag(session), carried by its requests
 	onReject func(conn int, seq uint8)
 	stats    Stats
+	ownDev   bool // Open made dev: Close closes it
+	closed   bool
 }
 
 // New returns an endpoint on dev. The device's send areas must hold

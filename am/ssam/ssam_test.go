@@ -500,3 +500,44 @@ func TestNoHandlerRejected(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenClose: Open makes the device and the endpoint on a link, and
+// Close closes both, once; an endpoint made by New leaves its device to
+// the caller.
+func TestOpenClose(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	a, err := Open(la, lb.HardwareAddr(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(lb, la.HardwareAddr(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	h := b.Register(func(tk *Token, data []byte) { got++ })
+	if err := a.Request(0, h, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	for range 1000 {
+		if got > 0 {
+			break
+		}
+		a.Poll()
+		b.Poll()
+	}
+	if got != 1 {
+		t.Fatalf("the request ran its handler %d times", got)
+	}
+	if err := errors.Join(a.Close(), b.Close(), a.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Device().Send(0, 0, 0); err == nil {
+		t.Error("the device of a closed endpoint that Open made still sends")
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
@@ -235,12 +236,12 @@ const benchGrace = 30 * time.Second
 
 // withLab builds a two-host lab for benchmark what, runs f on it and
 // removes it afterwards (also on failure, and on an interrupt).
-func withLab(br *benchRun, what string, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
+func withLab(br *benchRun, what string, f func(l *lab.Lab, pa, pb datapath.Place) error) (err error) {
 	return withLabConfig(br, what, lab.Config{Name: fmt.Sprintf("bench%d", os.Getpid())}, f)
 }
 
 // withLabConfig is withLab on a lab built with cfg.
-func withLabConfig(br *benchRun, what string, cfg lab.Config, f func(l *lab.Lab, pa, pb bench.Place) error) (err error) {
+func withLabConfig(br *benchRun, what string, cfg lab.Config, f func(l *lab.Lab, pa, pb datapath.Place) error) (err error) {
 	name := cfg.Name
 	l, err := lab.Up(cfg)
 	if err != nil {
@@ -253,15 +254,15 @@ func withLabConfig(br *benchRun, what string, cfg lab.Config, f func(l *lab.Lab,
 		}
 	}()
 	a, b := l.Hosts[0], l.Hosts[1]
-	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
-	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
+	pa := datapath.OnHost(a)
+	pb := datapath.OnHost(b)
 	br.say("xam bench %s: lab %s: %s %v (%v) <-> %s %v (%v)", what, name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
 	return f(l, pa, pb)
 }
 
 // benchHostile runs the hostile suite, and prints its table unless asJSON.
 func benchHostile(br *benchRun, cfg bench.HostileConfig, asJSON bool) (r *bench.HostileResult, err error) {
-	err = withLab(br, "hostile", func(_ *lab.Lab, pa, pb bench.Place) error {
+	err = withLab(br, "hostile", func(_ *lab.Lab, pa, pb datapath.Place) error {
 		if r, err = bench.RunHostile(pa, pb, cfg); err != nil || asJSON {
 			return err
 		}
@@ -314,11 +315,11 @@ func incastFlags(senders, sizes, rate, buffer string) (incastBench, error) {
 func benchIncast(br *benchRun, c incastBench, asJSON bool, out string) (r *bench.IncastResult, err error) {
 	hosts := slices.Max(c.Senders) + 1
 	cfg := lab.Config{Name: fmt.Sprintf("incast%d", os.Getpid()), Hosts: hosts, Switch: true, PortRate: c.rate, PortBuffer: c.buffer}
-	err = withLabConfig(br, "incast", cfg, func(l *lab.Lab, _, _ bench.Place) error {
-		var places []bench.Place
+	err = withLabConfig(br, "incast", cfg, func(l *lab.Lab, _, _ datapath.Place) error {
+		var places []datapath.Place
 		var addrs []netip.Addr
 		for _, h := range l.Hosts {
-			places = append(places, bench.Place{Ifindex: h.Index, MAC: h.MAC, Do: h.Do})
+			places = append(places, datapath.OnHost(h))
 			addrs = append(addrs, h.Addr.Addr())
 		}
 		rx := hosts - 1
@@ -346,9 +347,9 @@ func benchIncast(br *benchRun, c incastBench, asJSON bool, out string) (r *bench
 // unless asJSON.
 func benchEngine(br *benchRun, cfg bench.EngineConfig, asJSON bool) (r *bench.EngineResult, err error) {
 	cfg.Progress = br.progress
-	err = withLab(br, "engine", func(_ *lab.Lab, pa, pb bench.Place) error {
+	err = withLab(br, "engine", func(_ *lab.Lab, pa, pb datapath.Place) error {
 		bcfg := lab.Config{Name: fmt.Sprintf("bulk%d", os.Getpid()), MTU: bench.BulkMTU}
-		return withLabConfig(br, "engine (bulk)", bcfg, func(bl *lab.Lab, ba, bb bench.Place) error {
+		return withLabConfig(br, "engine (bulk)", bcfg, func(bl *lab.Lab, ba, bb datapath.Place) error {
 			r, err = bench.RunEngine(pa, pb, ba, bb, bl.Hosts[0].Addr.Addr(), bl.Hosts[1].Addr.Addr(), cfg)
 			if err != nil || asJSON {
 				return err
@@ -365,7 +366,7 @@ func benchEngine(br *benchRun, cfg bench.EngineConfig, asJSON bool) (r *bench.En
 func benchAMII(br *benchRun, cfg bench.AMIIBandwidthConfig, asJSON bool, out string) (r *bench.AMIIBandwidth, err error) {
 	cfg.Progress = br.progress
 	lc := lab.Config{Name: fmt.Sprintf("amii%d", os.Getpid()), MTU: bench.BulkMTU}
-	err = withLabConfig(br, "amii", lc, func(l *lab.Lab, pa, pb bench.Place) error {
+	err = withLabConfig(br, "amii", lc, func(l *lab.Lab, pa, pb datapath.Place) error {
 		if r, err = bench.RunAMIIBandwidth(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil {
 			return err
 		}
@@ -380,7 +381,7 @@ func benchAMII(br *benchRun, cfg bench.AMIIBandwidthConfig, asJSON bool, out str
 
 // runUCX runs a UCX peer; a failure is the peer's note, not the
 // experiment's.
-func runUCX(a, b bench.Place, bAddr netip.Addr, test string, size, iters int) *bench.UCXResult {
+func runUCX(a, b datapath.Place, bAddr netip.Addr, test string, size, iters int) *bench.UCXResult {
 	u, err := bench.RunUCX(a, b, bAddr, test, size, iters)
 	if err != nil {
 		return &bench.UCXResult{Test: test, Size: size, Iters: iters, Missing: "failed: " + err.Error()}
@@ -407,10 +408,10 @@ func report(br *benchRun, what string, r interface {
 func benchPermutations(br *benchRun, cfg bench.PermutationsConfig, asJSON bool, out string) (r *bench.PermutationsResult, err error) {
 	cfg.Progress = br.progress
 	lc := lab.Config{Name: fmt.Sprintf("perm%d", os.Getpid()), Hosts: 8, Switch: true}
-	err = withLabConfig(br, "permutations", lc, func(l *lab.Lab, _, _ bench.Place) error {
-		var places []bench.Place
+	err = withLabConfig(br, "permutations", lc, func(l *lab.Lab, _, _ datapath.Place) error {
+		var places []datapath.Place
 		for _, h := range l.Hosts {
-			places = append(places, bench.Place{Ifindex: h.Index, MAC: h.MAC, Do: h.Do})
+			places = append(places, datapath.OnHost(h))
 		}
 		if r, err = bench.RunPermutations(places, cfg); err != nil {
 			return err
@@ -423,7 +424,7 @@ func benchPermutations(br *benchRun, cfg bench.PermutationsConfig, asJSON bool, 
 // benchOvercommit runs AM-II's overcommit experiment on a two-host lab.
 func benchOvercommit(br *benchRun, cfg bench.OvercommitConfig, asJSON bool, out string) (r *bench.OvercommitResult, err error) {
 	cfg.Progress = br.progress
-	err = withLab(br, "overcommit", func(_ *lab.Lab, pa, pb bench.Place) error {
+	err = withLab(br, "overcommit", func(_ *lab.Lab, pa, pb datapath.Place) error {
 		if r, err = bench.RunOvercommit(pa, pb, cfg); err != nil {
 			return err
 		}
@@ -436,7 +437,7 @@ func benchOvercommit(br *benchRun, cfg bench.OvercommitConfig, asJSON bool, out 
 // them as Markdown unless asJSON; with out, it draws the plots there.
 func benchGRIM(br *benchRun, cfg bench.GRIMConfig, asJSON bool, out string) (r *bench.GRIMBench, err error) {
 	cfg.Progress = br.progress
-	err = withLab(br, "grim", func(l *lab.Lab, pa, pb bench.Place) error {
+	err = withLab(br, "grim", func(l *lab.Lab, pa, pb datapath.Place) error {
 		if r, err = bench.RunGRIM(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil {
 			return err
 		}
@@ -449,7 +450,7 @@ func benchGRIM(br *benchRun, cfg bench.GRIMConfig, asJSON bool, out string) (r *
 // with UCX's round trip beside them, and prints them as Markdown unless
 // asJSON; with out, it draws the contention plot there.
 func benchLogP(br *benchRun, cfg bench.LogPConfig, asJSON bool, out string) (r *bench.LogPResult, err error) {
-	err = withLab(br, "logp", func(l *lab.Lab, pa, pb bench.Place) error {
+	err = withLab(br, "logp", func(l *lab.Lab, pa, pb datapath.Place) error {
 		if r, err = bench.RunLogP(pa, pb, cfg); err != nil {
 			return err
 		}
@@ -465,7 +466,7 @@ func benchLogP(br *benchRun, cfg bench.LogPConfig, asJSON bool, out string) (r *
 // benchSSAM measures SSAM's tables on a two-host lab built for the run, and
 // prints them as Markdown unless asJSON.
 func benchSSAM(br *benchRun, cfg bench.SSAMTablesConfig, asJSON bool, out string) (t *bench.SSAMTables, err error) {
-	err = withLab(br, "ssam", func(l *lab.Lab, pa, pb bench.Place) error {
+	err = withLab(br, "ssam", func(l *lab.Lab, pa, pb datapath.Place) error {
 		a, b := l.Hosts[0], l.Hosts[1]
 		cfg.Progress = br.progress
 		if t, err = bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg); err != nil {

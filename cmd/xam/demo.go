@@ -7,6 +7,7 @@ import (
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
@@ -42,8 +43,8 @@ func runDemo(e *env, args []string) error {
 	in.onExit(l.Down)
 	defer l.Down()
 	a, b := l.Hosts[0], l.Hosts[1]
-	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
-	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
+	pa := datapath.OnHost(a)
+	pb := datapath.OnHost(b)
 	fmt.Fprintf(w, "lab: %s %v (%v) <-> %s %v (%v)\n\n", a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
 
 	cfg := bench.PingConfig{Count: *count, Size: 32, Stop: in.flag()}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/testenv"
 )
 
@@ -57,8 +58,8 @@ func TestWiresharkDissector(t *testing.T) {
 			}
 		})
 	})
-	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
-	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
+	pa := datapath.OnHost(a)
+	pb := datapath.OnHost(b)
 	cfg := bench.PingConfig{Count: 50, NoWarmup: true}
 	if _, err := bench.SSAMPing(pa, pb, cfg, 0, ssam.Config{}); err != nil {
 		t.Fatal(err)

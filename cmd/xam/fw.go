@@ -17,7 +17,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
@@ -191,7 +191,7 @@ func runFw(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	raw, err := bench.OpenRaw(here, mode, *queue)
+	raw, err := datapath.Open(here, mode, *queue)
 	if err != nil {
 		return err
 	}
@@ -325,25 +325,25 @@ func describeModule(m nicfw.Module) string {
 }
 
 // devicePlace finds device dev, in namespace ns if given.
-func devicePlace(dev, ns string) (bench.Place, error) {
+func devicePlace(dev, ns string) (datapath.Place, error) {
 	if ns == "" {
 		link, err := netlink.LinkByName(dev)
 		if err != nil {
-			return bench.Place{}, fmt.Errorf("device %s: %w", dev, err)
+			return datapath.Place{}, fmt.Errorf("device %s: %w", dev, err)
 		}
-		return bench.Here(link.Attrs().Index, link.Attrs().HardwareAddr), nil
+		return datapath.Here(link.Attrs().Index, link.Attrs().HardwareAddr), nil
 	}
 	n, err := lab.OpenNamespace(ns)
 	if err != nil {
-		return bench.Place{}, err
+		return datapath.Place{}, err
 	}
 	var link netlink.Link
 	if err := n.Do(func() (err error) { link, err = netlink.LinkByName(dev); return err }); err != nil {
 		n.Close()
-		return bench.Place{}, fmt.Errorf("device %s in %s: %w", dev, ns, err)
+		return datapath.Place{}, fmt.Errorf("device %s in %s: %w", dev, ns, err)
 	}
 	// The namespace stays open for the life of the command.
-	return bench.Place{Ifindex: link.Attrs().Index, MAC: link.Attrs().HardwareAddr, Do: n.Do}, nil
+	return datapath.Place{Ifindex: link.Attrs().Index, MAC: link.Attrs().HardwareAddr, Do: n.Do}, nil
 }
 
 func dirOf(path string) string {

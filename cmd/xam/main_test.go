@@ -16,6 +16,7 @@ import (
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
@@ -306,7 +307,7 @@ func TestPingDevice(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Down() })
 	a, b := l.Hosts[0], l.Hosts[1]
-	echo, err := bench.OpenRaw(bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}, loader.ModeAuto, 0)
+	echo, err := datapath.Open(datapath.OnHost(b), loader.ModeAuto, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -658,7 +659,7 @@ func TestPingSSAMDevice(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Down() })
 	a, b := l.Hosts[0], l.Hosts[1]
-	server, err := bench.OpenSSAM(bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}, a.MAC, loader.ModeAuto, ssam.Config{})
+	server, err := bench.OpenSSAM(datapath.OnHost(b), a.MAC, loader.ModeAuto, ssam.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -713,8 +714,8 @@ func TestCapture(t *testing.T) {
 		code, _, errs = xam(t, nil, "capture", "--dev", "p1", "--netns", l.Switch.NS, "--out", path, "--duration", "3s", "--count", "40")
 	}()
 	time.Sleep(200 * time.Millisecond) // the capture socket is open
-	pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
-	pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
+	pa := datapath.OnHost(a)
+	pb := datapath.OnHost(b)
 	if _, err := bench.SSAMBulk(pa, pb, 200_000, 4000, loader.ModeAuto, ssam.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -755,12 +756,12 @@ func TestStat(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Down() })
 	a, b := l.Hosts[0], l.Hosts[1]
-	ea, err := bench.OpenRaw(bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}, loader.ModeAuto, 0)
+	ea, err := datapath.Open(datapath.OnHost(a), loader.ModeAuto, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ea.Close()
-	eb, err := bench.OpenRaw(bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}, loader.ModeAuto, 0)
+	eb, err := datapath.Open(datapath.OnHost(b), loader.ModeAuto, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -768,7 +769,7 @@ func TestStat(t *testing.T) {
 	var stop atomic.Bool
 	done := make(chan error, 1)
 	go func() { done <- eb.Echo(&stop) }()
-	_, err = ea.Ping(b.MAC, bench.PingConfig{Count: 100})
+	_, err = bench.RawPingFrom(ea, b.MAC, bench.PingConfig{Count: 100})
 	stop.Store(true)
 	if err := errors.Join(err, <-done); err != nil {
 		t.Fatal(err)

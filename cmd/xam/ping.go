@@ -15,6 +15,7 @@ import (
 	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
@@ -176,11 +177,11 @@ func runPing(e *env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("device %s: %w", *dev, err)
 		}
-		here := bench.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
+		here := datapath.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
 		if *api == "ssam" {
 			return pingSSAMDevice(e, here, mac, *serve, *dev, cfg, run, *asJSON, in)
 		}
-		ep, err := bench.OpenRaw(here, cfg.Mode, cfg.Queue)
+		ep, err := datapath.Open(here, cfg.Mode, cfg.Queue)
 		if err != nil {
 			return err
 		}
@@ -188,7 +189,7 @@ func runPing(e *env, args []string) error {
 		if *serve {
 			return serveRaw(e, ep, *dev, in)
 		}
-		pr, err := ep.Ping(mac, cfg)
+		pr, err := bench.RawPingFrom(ep, mac, cfg)
 		if err != nil {
 			return err
 		}
@@ -202,8 +203,8 @@ func runPing(e *env, args []string) error {
 		in.onExit(l.Down)
 		defer l.Down()
 		a, b := l.Hosts[0], l.Hosts[1]
-		pa := bench.Place{Ifindex: a.Index, MAC: a.MAC, Do: a.Do}
-		pb := bench.Place{Ifindex: b.Index, MAC: b.MAC, Do: b.Do}
+		pa := datapath.OnHost(a)
+		pb := datapath.OnHost(b)
 		if r, err = pingLab(*api, *engineMode, pa, pb, a, b, cfg, *loss, bench.FirmwareLayout{Threads: *fwThreads, Sleep: *fwSleep}); err != nil {
 			return err
 		}
@@ -229,7 +230,7 @@ func runPing(e *env, args []string) error {
 }
 
 // pingLab runs the ping of api on a lab's two hosts.
-func pingLab(api, engineMode string, pa, pb bench.Place, a, b *lab.Host, cfg bench.PingConfig, loss float64, fw bench.FirmwareLayout) (any, error) {
+func pingLab(api, engineMode string, pa, pb datapath.Place, a, b *lab.Host, cfg bench.PingConfig, loss float64, fw bench.FirmwareLayout) (any, error) {
 	switch api {
 	case "raw":
 		return bench.RawPing(pa, pb, cfg)
@@ -304,14 +305,14 @@ func printPing(e *env, r *bench.PingResult) {
 }
 
 // serveRaw echoes raw pings until SIGINT or SIGTERM.
-func serveRaw(e *env, ep *bench.RawEndpoint, dev string, in *interrupts) error {
+func serveRaw(e *env, ep *datapath.Endpoint, dev string, in *interrupts) error {
 	fmt.Fprintf(e.stderr, "xam ping: echoing raw pings on %s (%v); interrupt to stop\n", dev, ep.MAC)
 	return ep.Echo(in.flag())
 }
 
 // pingSSAMDevice runs the SSAM ping over a device with a peer (real NICs):
 // serving the echo until interrupted, or pinging.
-func pingSSAMDevice(e *env, here bench.Place, peer net.HardwareAddr, serve bool, dev string, cfg bench.PingConfig, run bench.RunConfig, asJSON bool, in *interrupts) error {
+func pingSSAMDevice(e *env, here datapath.Place, peer net.HardwareAddr, serve bool, dev string, cfg bench.PingConfig, run bench.RunConfig, asJSON bool, in *interrupts) error {
 	ep, err := bench.OpenSSAM(here, peer, cfg.Mode, ssam.Config{MaxMessage: max(8192, cfg.Size)})
 	if err != nil {
 		return err

@@ -30,8 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
@@ -63,59 +63,27 @@ const (
 	replyGot   = 1
 )
 
-// dataPath is one host's AF_XDP socket with xam's XDP program in front.
-type dataPath struct {
-	prog *loader.Program
-	sock *afxdp.Socket
-}
-
 // openDataPath attaches xam's program to the host's eth0, opens an AF_XDP
 // socket on queue 0 and registers it, in the host's namespace.
-func openDataPath(h *lab.Host) (*dataPath, error) {
-	d := &dataPath{}
-	err := h.Do(func() (err error) {
-		if d.prog, err = loader.Load(loader.Config{DstMAC: h.MAC}); err != nil {
-			return err
-		}
-		if _, err = d.prog.Attach(h.Index, loader.ModeAuto); err != nil {
-			return err
-		}
-		if d.sock, err = afxdp.Open(h.Index, afxdp.Options{}); err != nil {
-			return err
-		}
-		return d.prog.Register(0, d.sock.FD())
-	})
-	if err != nil {
-		d.close()
-		return nil, err
-	}
-	return d, nil
-}
-
-func (d *dataPath) close() {
-	if d.sock != nil {
-		d.sock.Close()
-	}
-	if d.prog != nil {
-		d.prog.Close()
-	}
+func openDataPath(h *lab.Host) (*datapath.Endpoint, error) {
+	return datapath.Open(datapath.OnHost(h), loader.ModeAuto, 0)
 }
 
 // endpointOn opens host self's AM-II endpoint, whose translation table's
 // one entry is the other host's endpoint: inline, on an engine this
 // process drives; or through a daemon serving socket dir/fwN.sock. It
 // returns the endpoint and what closes everything.
-func endpointOn(mode string, d *dataPath, self, peer amii.HostID, peerMAC net.HardwareAddr, dir string) (*amii.Endpoint, func(), error) {
+func endpointOn(mode string, d *datapath.Endpoint, self, peer amii.HostID, peerMAC net.HardwareAddr, dir string) (*amii.Endpoint, func(), error) {
 	vn := amii.VNet{ID: epID, Tag: tag, Table: []amii.Name{{Host: peer, Endpoint: epID}}}
 	if mode == "inline" {
-		a, err := amii.Open(d.sock, amii.Inline{Host: self, Hosts: map[amii.HostID]net.HardwareAddr{peer: peerMAC}}, vn, amii.Config{})
+		a, err := amii.Open(d.Sock, amii.Inline{Host: self, Hosts: map[amii.HostID]net.HardwareAddr{peer: peerMAC}}, vn, amii.Config{})
 		if err != nil {
 			return nil, nil, err
 		}
 		return a, func() { a.Close() }, nil
 	}
-	socket := filepath.Join(dir, fmt.Sprintf("fw%d.sock", self))
-	fw, err := daemon.New(d.sock, daemon.Config{Engine: nicfw.EngineConfig{Host: self},
+	socket := filepath.Join(dir, fmt.Sprintf("fw%d.Sock", self))
+	fw, err := daemon.New(d.Sock, daemon.Config{Engine: nicfw.EngineConfig{Host: self},
 		Hosts: map[nicfw.HostID]net.HardwareAddr{peer: peerMAC}, Socket: socket, Sleep: 50 * time.Microsecond})
 	if err != nil {
 		return nil, nil, err
@@ -160,12 +128,12 @@ func run(mode string, n int) error {
 	if err != nil {
 		return err
 	}
-	defer d0.close()
+	defer d0.Close()
 	d1, err := openDataPath(h1)
 	if err != nil {
 		return err
 	}
-	defer d1.close()
+	defer d1.Close()
 	client, closeClient, err := endpointOn(mode, d0, 1, 2, h1.MAC, dir)
 	if err != nil {
 		return err

@@ -10,15 +10,17 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log"
 	"math"
+	"net"
 	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/xam-project/xam/am/ssam"
-	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
@@ -30,17 +32,9 @@ func main() {
 	}
 	defer l.Down()
 	h0, h1 := l.Hosts[0], l.Hosts[1]
-	p0 := bench.Place{Ifindex: h0.Index, MAC: h0.MAC, Do: h0.Do}
-	p1 := bench.Place{Ifindex: h1.Index, MAC: h1.MAC, Do: h1.Do}
-	reader, err := bench.OpenSSAM(p0, h1.MAC, loader.ModeAuto, ssam.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
+	reader := openSSAM(h0, h1.MAC)
 	defer reader.Close()
-	owner, err := bench.OpenSSAM(p1, h0.MAC, loader.ModeAuto, ssam.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
+	owner := openSSAM(h1, h0.MAC)
 	defer owner.Close()
 
 	// The owner's memory and handlers; it polls in its own goroutine.
@@ -49,13 +43,13 @@ func main() {
 		memory[i] = math.Sqrt(float64(i))
 	}
 	var storeReply uint32
-	readH := owner.AM.Register(func(t *ssam.Token, data []byte) {
+	readH := owner.Register(func(t *ssam.Token, data []byte) {
 		var reply [12]byte
 		copy(reply[:4], data[4:8]) // the reader's slot
 		binary.BigEndian.PutUint64(reply[4:], math.Float64bits(memory[binary.BigEndian.Uint32(data)]))
 		t.Reply(storeReply, reply[:])
 	})
-	writeH := owner.AM.Register(func(t *ssam.Token, data []byte) {
+	writeH := owner.Register(func(t *ssam.Token, data []byte) {
 		memory[binary.BigEndian.Uint32(data)] = math.Float64frombits(binary.BigEndian.Uint64(data[4:]))
 	})
 	var stop atomic.Bool
@@ -63,7 +57,7 @@ func main() {
 	go func() {
 		defer close(done)
 		for !stop.Load() {
-			owner.AM.Poll()
+			owner.Poll()
 		}
 	}()
 	defer func() { stop.Store(true); <-done }()
@@ -71,7 +65,7 @@ func main() {
 	// The reader: readDouble with an outstanding-reads counter.
 	var results [8]float64
 	outstanding := 0
-	storeReply = reader.AM.Register(func(t *ssam.Token, data []byte) {
+	storeReply = reader.Register(func(t *ssam.Token, data []byte) {
 		results[binary.BigEndian.Uint32(data)] = math.Float64frombits(binary.BigEndian.Uint64(data[4:]))
 		outstanding--
 	})
@@ -80,7 +74,7 @@ func main() {
 		binary.BigEndian.PutUint32(req[:], index)
 		binary.BigEndian.PutUint32(req[4:], slot)
 		outstanding++
-		if err := reader.AM.Request(0, readH, req[:]); err != nil {
+		if err := reader.Request(0, readH, req[:]); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -89,7 +83,7 @@ func main() {
 		readDouble(slot*slot, slot)
 	}
 	for outstanding > 0 { // sync: wait for the reads only now
-		reader.AM.Poll()
+		reader.Poll()
 	}
 	fmt.Printf("read 8 remote words split-phase in %v: %.3f\n", time.Since(start), results)
 
@@ -100,13 +94,38 @@ func main() {
 		var req [12]byte
 		binary.BigEndian.PutUint32(req[:], uint32(i%len(memory)))
 		binary.BigEndian.PutUint64(req[4:], math.Float64bits(-1))
-		if err := reader.AM.Request(0, writeH, req[:]); err != nil {
+		if err := reader.Request(0, writeH, req[:]); err != nil {
 			log.Fatal(err)
 		}
 	}
-	if err := reader.AM.Drain(10 * time.Second); err != nil {
+	if err := reader.Drain(10 * time.Second); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("%d remote stores in %v (%.2f µs each, window %d)\n", stores, time.Since(start),
-		float64(time.Since(start).Microseconds())/stores, reader.AM.Config().Window)
+		float64(time.Since(start).Microseconds())/stores, reader.Config().Window)
 }
+
+// openSSAM opens the data path on host h, admitting SSAM's VCs, and an
+// SSAM endpoint with one connection to peer; it exits on an error.
+func openSSAM(h *lab.Host, peer net.HardwareAddr) *endpoint {
+	p := datapath.OnHost(h)
+	raw, err := datapath.OpenConfig(p, loader.ModeAuto, 0, loader.Config{DstMAC: p.MAC, Admission: true}, ssam.VCI, ssam.VCI+1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	am, err := ssam.Open(raw.Sock, peer, ssam.Config{})
+	if err != nil {
+		raw.Close()
+		log.Fatal(err)
+	}
+	return &endpoint{Endpoint: am, raw: raw}
+}
+
+// endpoint is an SSAM endpoint and its data path.
+type endpoint struct {
+	*ssam.Endpoint
+	raw *datapath.Endpoint
+}
+
+// Close closes the endpoint, then its data path.
+func (e *endpoint) Close() error { return errors.Join(e.Endpoint.Close(), e.raw.Close()) }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,10 +84,35 @@ func TestGofmt(t *testing.T) {
 var layer = map[string]int{
 	"internal": 0, "lab": 0,
 	"loader": 1, "afxdp": 1, "cells": 1,
-	"driver": 2, "nicfw": 2,
-	"am":    3,
-	"bench": 4,
-	"cmd":   5, "examples": 5,
+	"datapath": 2,
+	"driver":   3, "nicfw": 3,
+	"am":    4,
+	"bench": 5,
+	"cmd":   6, "examples": 6,
+}
+
+// TestBenchImporters: the benchmarks are not a library. Outside bench
+// only cmd/xam (its bench and ping commands, and the hook that runs the
+// hostile suite's other user) imports it; the daemon, the examples and
+// the tests' hubs open devices with package datapath.
+func TestBenchImporters(t *testing.T) {
+	fset := token.NewFileSet()
+	r := root(t)
+	for _, path := range goFiles(t) {
+		rel, _ := filepath.Rel(r, path)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		if dir == "bench" || strings.HasPrefix(dir, "bench/") || dir == "cmd/xam" {
+			continue
+		}
+		deps, err := moduleImports(fset, path)
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			continue
+		}
+		if slices.Contains(deps, "bench") {
+			t.Errorf("%s imports bench: open devices with datapath, and leave measuring to cmd/xam", rel)
+		}
+	}
 }
 
 func TestImportsPointDown(t *testing.T) {

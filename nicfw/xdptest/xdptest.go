@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
@@ -20,35 +21,15 @@ import (
 // is closed in tb's cleanup; a failure ends the test.
 func Open(tb testing.TB, do func(func() error) error, ifindex int, mac net.HardwareAddr, drop float64, seed uint64) (*loader.Program, *afxdp.Socket) {
 	tb.Helper()
-	var prog *loader.Program
-	var sock *afxdp.Socket
-	err := do(func() (err error) {
-		if prog, err = loader.Load(loader.Config{DstMAC: mac}); err != nil {
-			return err
-		}
-		if _, err = prog.Attach(ifindex, loader.ModeAuto); err != nil {
-			return err
-		}
-		if sock, err = afxdp.Open(ifindex, afxdp.Options{}); err != nil {
-			return err
-		}
-		return prog.Register(0, sock.FD())
-	})
-	if prog != nil {
-		tb.Cleanup(func() { prog.Close() })
-	}
-	if sock != nil {
-		// Registered after prog's, so it runs first: the socket goes
-		// before the program.
-		tb.Cleanup(func() { sock.Close(); sock.Recv(nil) })
-	}
+	e, err := datapath.Open(datapath.Place{Ifindex: ifindex, MAC: mac, Do: do}, loader.ModeAuto, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := prog.SetFaults(loader.Faults{DropRate: drop, Seed: seed}); err != nil {
+	tb.Cleanup(func() { e.Close() })
+	if err := e.Prog.SetFaults(loader.Faults{DropRate: drop, Seed: seed}); err != nil {
 		tb.Fatal(err)
 	}
-	return prog, sock
+	return e.Prog, e.Sock
 }
 
 // OpenHost is Open on h's veth end.

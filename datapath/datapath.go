@@ -1,0 +1,120 @@
+package datapath
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/lab"
+	"github.com/xam-project/xam/loader"
+)
+
+// Place is where an endpoint lives: a device, its MAC, the host's IPv4
+// address (the zero Addr if it has none) and how to run code in its
+// network namespace.
+type Place struct {
+	Ifindex int
+	MAC     net.HardwareAddr
+	Addr    netip.Addr
+	Do      func(func() error) error
+}
+
+// Here returns the Place of device ifindex in the caller's namespace.
+func Here(ifindex int, mac net.HardwareAddr) Place {
+	return Place{Ifindex: ifindex, MAC: mac, Do: func(f func() error) error { return f() }}
+}
+
+// OnHost returns the Place of a lab host's interface, in its namespace.
+func OnHost(h *lab.Host) Place {
+	return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do}
+}
+
+// Endpoint is an AF_XDP socket on a device queue with xam's XDP program
+// steering xam frames to it.
+type Endpoint struct {
+	MAC  net.HardwareAddr
+	Prog *loader.Program
+	Att  *loader.Attachment
+	Sock *afxdp.Socket
+}
+
+// Open loads and attaches the XDP program on the device at p and opens an
+// AF_XDP socket on queue.
+func Open(p Place, mode loader.Mode, queue int) (*Endpoint, error) {
+	return OpenConfig(p, mode, queue, loader.Config{DstMAC: p.MAC})
+}
+
+// OpenConfig is Open with the program's configuration; with
+// cfg.Admission, the VCIs in admit (on VPI 0) are admitted.
+func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit ...uint16) (*Endpoint, error) {
+	e := &Endpoint{MAC: p.MAC}
+	err := p.Do(func() (err error) {
+		if e.Prog, err = loader.Load(cfg); err != nil {
+			return err
+		}
+		for _, vci := range admit {
+			if err := e.Prog.Admit(0, vci); err != nil {
+				return err
+			}
+		}
+		if e.Att, err = e.Prog.Attach(p.Ifindex, mode); err != nil {
+			return err
+		}
+		opts := afxdp.Options{Queue: queue}
+		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil && link.Attrs().MTU+cells.EthernetHeaderSize > 2048-256 {
+			opts.FrameSize = 4096 // 2 KB chunks hold frames of up to 1792 bytes
+		}
+		if e.Sock, err = afxdp.Open(p.Ifindex, opts); err != nil {
+			return err
+		}
+		return e.Prog.Register(queue, e.Sock.FD())
+	})
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close closes the socket and detaches and unloads the program.
+func (e *Endpoint) Close() error {
+	var errs []error
+	if e.Sock != nil {
+		errs = append(errs, e.Sock.Close())
+		e.Sock.Recv(nil) // gives back lent frames, which keep the UMEM mapped until then
+	}
+	if e.Prog != nil {
+		errs = append(errs, e.Prog.Close()) // also detaches e.Att
+	}
+	return errors.Join(errs...)
+}
+
+// Echo answers every xam frame the endpoint receives with the same frame,
+// addresses swapped, until stop is set. It spins on the ring.
+func (e *Endpoint) Echo(stop *atomic.Bool) error {
+	bufs := make([][]byte, e.Sock.BatchSize())
+	for !stop.Load() {
+		n, err := e.Sock.Recv(bufs)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			continue
+		}
+		for _, f := range bufs[:n] {
+			var mac [6]byte
+			copy(mac[:], f[0:6])
+			copy(f[0:6], f[6:12])
+			copy(f[6:12], mac[:])
+		}
+		if _, err := e.Sock.Send(bufs[:n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package datapath
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/loader"
+)
+
+// TestOpenEcho: the data path opened on both ends of a veth pair carries
+// xam frames: B echoes (Endpoint.Echo) what A sends, and A gets each back
+// with the addresses swapped. Closing both leaves nothing behind
+// (TestMain's leak check).
+func TestOpenEcho(t *testing.T) {
+	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	at := func(h *netnstest.Host) Place {
+		return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do}
+	}
+	a, err := Open(at(p.A), loader.ModeAuto, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(at(p.B), loader.ModeAuto, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var echoErr error
+	wg.Go(func() { echoErr = b.Echo(&stop) })
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+		if echoErr != nil {
+			t.Error(echoErr)
+		}
+	}()
+	c := make(cells.Cell, cells.CellSize)
+	if err := c.Encode(cells.UNI, cells.Fields{VCI: 32, PTI: cells.PTIEndOfMessage}); err != nil {
+		t.Fatal(err)
+	}
+	copy(c[cells.HeaderSize:], "xam datapath")
+	f := cells.Framer{Dst: p.B.MAC, Src: p.A.MAC, MTU: 1500}
+	frame, err := f.Append(nil, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([][]byte, a.Sock.BatchSize())
+	for i := range 10 {
+		if _, err := a.Sock.Send([][]byte{frame}); err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		for deadline := time.Now().Add(10 * time.Second); got == nil; {
+			n, err := a.Sock.Recv(bufs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				got = bufs[0]
+			} else if time.Now().After(deadline) {
+				t.Fatalf("frame %d: no echo in 10 s", i)
+			}
+		}
+		if !bytes.Equal(got[0:6], p.A.MAC) || !bytes.Equal(got[6:12], p.B.MAC) || !bytes.Equal(got[12:], frame[12:]) {
+			t.Fatalf("frame %d echoed as % x", i, got)
+		}
+	}
+}
