@@ -53,14 +53,15 @@ type EngineConfig struct {
 // measured in one run on one link, and each ratio is to a row of the same
 // table.
 type EngineResult struct {
-	// Rates: raw one-cell frames, SSAM's batched single-cell messages and
-	// AM-II's streams of two-argument requests (coalesced, windows 8, 32
-	// and 128); Ratio is to the raw frame rate.
+	// Rates: raw one-cell frames (afxdp's socket, then asavie/xdp's, the
+	// Go-library peer), SSAM's batched single-cell messages and AM-II's
+	// streams of two-argument requests (coalesced, windows 8, 32 and 128);
+	// Ratio is to the raw frame rate.
 	Rates []EngineRate `json:"rates"`
-	// Pings: raw, SSAM and AM-II (inline engines) in alternation
-	// (Compare), then AM-II in firmware mode (one engine thread for both
-	// hosts); Ratio is the p50 over SSAM's, and for firmware mode over
-	// inline AM-II's.
+	// Pings: raw, SSAM, AM-II (inline engines) and raw on asavie/xdp's
+	// socket in alternation (Compare), then AM-II in firmware mode (one
+	// engine thread for both hosts); Ratio is the p50 over SSAM's, and for
+	// firmware mode over inline AM-II's.
 	Pings []EnginePing `json:"pings"`
 	// Bulk: raw AF_XDP frames of the bulk link's MTU, kernel TCP, SSAM's 8
 	// KB messages and AM-II's 64 KB Stores; on a link of MTU BulkMTU.
@@ -138,6 +139,12 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 	}
 	rate(raw)
 	res.Rates[0].PerFrame = 1 // a message per frame by construction (Frames counts those sent, some of which a full ring drops)
+	ar, err := AsavieFrameRate(a, b, n, 64, cfg.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("asavie/xdp frame rate: %w", err)
+	}
+	rate(ar)
+	res.Rates[1].PerFrame = 1
 	sr, err := SSAMRate(a, b, n, 16, cfg.Mode, ssam.Config{Window: 63, Batch: 28})
 	if err != nil {
 		return nil, fmt.Errorf("SSAM rate: %w", err)
@@ -235,7 +242,8 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 				return nil, err
 			}
 			return &r.PingResult, nil
-		}})
+		}},
+		Pinger{"raw, asavie/xdp", func(c PingConfig) (*PingResult, error) { return AsaviePing(a, b, c) }})
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +316,7 @@ func (r *EngineResult) Markdown(w io.Writer) error {
 		if r.TransportAuthPingRatio > 0 {
 			fmt.Fprintf(&b, "\nAuthenticated frames (AES-GMAC trailer cells, the transport's key) over plain AM-II: round trip p50 %.3fx, message rate %.3fx (the median of %d alternating rounds).\n", r.TransportAuthPingRatio, r.TransportAuthRateRatio, authRounds)
 		}
-		b.WriteString("\nraw, SSAM, AM-II inline, AM-II inline authenticated and AM-II inline with the transport's key alternate (ten rounds); AM-II firmware mode runs both hosts' engines in one thread (daemon.RunGroup), the applications waiting adaptively.\n")
+		b.WriteString("\nraw, SSAM, AM-II inline, AM-II inline authenticated, AM-II inline with the transport's key and raw on asavie/xdp's socket alternate (ten rounds); asavie/xdp is the Go AF_XDP library a user would otherwise pick, behind xam's XDP program; AM-II firmware mode runs both hosts' engines in one thread (daemon.RunGroup), the applications waiting adaptively.\n")
 	}
 	if len(r.Bulk) > 0 {
 		fmt.Fprintf(&b, "\n## Bulk goodput, one sender (link MTU %d)\n\n| path | message | MB/s | x TCP |\n|---|---|---|---|\n", r.BulkMTU)

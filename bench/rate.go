@@ -80,14 +80,35 @@ func rawStream(a, b datapath.Place, n, batch, size int, mode loader.Mode) (*Rate
 	for i := range frames {
 		frames[i] = frame
 	}
+	wait := countFrames(eb)
+	start := time.Now()
+	for sent := 0; sent < n; sent += batch {
+		if _, err := ea.Sock.Send(frames[:min(batch, n-sent)]); err != nil {
+			wait(0, start)
+			return nil, err
+		}
+	}
+	got, elapsed, err := wait(n, start)
+	if err != nil {
+		return nil, err
+	}
+	return &RateResult{API: "raw frames", Messages: got, Seconds: elapsed.Seconds(),
+		PerSec: float64(got) / elapsed.Seconds(), Frames: uint64(n)}, nil
+}
+
+// countFrames counts the frames e receives, in a goroutine of its own,
+// until the returned wait is called. wait waits for n of them, or for a
+// quiet 100 ms (frames the receiver's full ring dropped never come), and
+// returns how many came and how long after start the last did.
+func countFrames(e *datapath.Endpoint) (wait func(n int, start time.Time) (int, time.Duration, error)) {
 	var got atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var rxErr error
 	wg.Go(func() {
-		bufs := make([][]byte, eb.Sock.BatchSize())
+		bufs := make([][]byte, e.Sock.BatchSize())
 		for !stop.Load() {
-			k, err := eb.Sock.Recv(bufs)
+			k, err := e.Sock.Recv(bufs)
 			if err != nil {
 				rxErr = err
 				return
@@ -95,33 +116,21 @@ func rawStream(a, b datapath.Place, n, batch, size int, mode loader.Mode) (*Rate
 			got.Add(int64(k))
 		}
 	})
-	start := time.Now()
-	for sent := 0; sent < n; sent += batch {
-		if _, err := ea.Sock.Send(frames[:min(batch, n-sent)]); err != nil {
-			stop.Store(true)
-			wg.Wait()
-			return nil, err
+	return func(n int, start time.Time) (int, time.Duration, error) {
+		last, lastChange := got.Load(), time.Now()
+		for got.Load() < int64(n) && time.Since(lastChange) < 100*time.Millisecond {
+			if g := got.Load(); g != last {
+				last, lastChange = g, time.Now()
+			}
 		}
-	}
-	// Wait for the last frames (those the receiver's ring dropped never
-	// come: give up after a quiet 100 ms).
-	last, lastChange := got.Load(), time.Now()
-	for got.Load() < int64(n) && time.Since(lastChange) < 100*time.Millisecond {
-		if g := got.Load(); g != last {
-			last, lastChange = g, time.Now()
+		elapsed := time.Since(start)
+		if got.Load() < int64(n) {
+			elapsed = lastChange.Sub(start)
 		}
+		stop.Store(true)
+		wg.Wait()
+		return int(got.Load()), elapsed, rxErr
 	}
-	elapsed := time.Since(start)
-	if got.Load() < int64(n) {
-		elapsed = lastChange.Sub(start)
-	}
-	stop.Store(true)
-	wg.Wait()
-	if rxErr != nil {
-		return nil, rxErr
-	}
-	return &RateResult{API: "raw frames", Messages: int(got.Load()), Seconds: elapsed.Seconds(),
-		PerSec: float64(got.Load()) / elapsed.Seconds(), Frames: uint64(n)}, nil
 }
 
 // SSAMRate sends n single-cell requests of size bytes (at most 40) from a

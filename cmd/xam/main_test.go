@@ -512,7 +512,7 @@ func TestBenchEngine(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	r := doc.Engine
-	if len(r.Rates) != 7 || len(r.Pings) != 6 || len(r.Bulk) != 4 || r.BulkMTU < 3000 || r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 ||
+	if len(r.Rates) != 8 || len(r.Pings) != 7 || len(r.Bulk) != 4 || r.BulkMTU < 3000 || r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 ||
 		r.TransportAuthRateRatio <= 0 || r.TransportAuthPingRatio <= 0 {
 		t.Fatalf("rows: %d rates, %d pings, %d bulk, MTU %d\n%s", len(r.Rates), len(r.Pings), len(r.Bulk), r.BulkMTU, out)
 	}

@@ -6,7 +6,6 @@
 package pins
 
 import (
-	_ "github.com/asavie/xdp"
 	_ "github.com/cilium/ebpf"
 	_ "github.com/google/gopacket/layers"
 	_ "github.com/google/gopacket/pcapgo"
