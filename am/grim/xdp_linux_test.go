@@ -10,14 +10,15 @@ import (
 
 // TestGRIMOverAFXDP is TestGRIM's body over real AF_XDP sockets on a
 // four-host star (a bridge namespace between the hosts), xam's XDP
-// program dropping 10% of the frames at every host, every message
+// program dropping 10% of the frames at every host and the bridge
+// delivering 5% of every host's twice (loader.Duplicator), every message
 // authenticated (Config.Key).
 func TestGRIMOverAFXDP(t *testing.T) {
 	key, err := nicfw.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	grimBody(t, xdptest.Star(t, "grim", 4, 0.10), clusterConfig{cutThrough: true, key: key})
+	grimBody(t, xdptest.StarFaults(t, "grim", 4, xdptest.Faults{Drop: 0.10, Dup: 0.05}), clusterConfig{cutThrough: true, key: key})
 }
 
 // TestGRIMFirmwareAuthenticated is the body in firmware mode with every

@@ -44,8 +44,23 @@ func OpenHost(t *testing.T, h *netnstest.Host, drop float64, seed uint64) (*load
 // program dropping the fraction drop of the frames (seeded per host).
 func Star(tb testing.TB, name string, n int, drop float64) []afxdp.Link {
 	tb.Helper()
+	return StarFaults(tb, name, n, Faults{Drop: drop})
+}
+
+// Faults are what a star lab does to xam's frames: each host's XDP
+// program drops the fraction Drop of those it receives, and the bridge
+// delivers the fraction Dup of those each host sends twice (a tcx
+// duplicator on the switch's port from the host: loader.Duplicator).
+type Faults struct {
+	Drop, Dup float64
+}
+
+// StarFaults is Star with the faults f. With duplication the lab always
+// has a switch, two hosts too.
+func StarFaults(tb testing.TB, name string, n int, f Faults) []afxdp.Link {
+	tb.Helper()
 	testenv.RequirePrivileged(tb)
-	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("%s%d", name, os.Getpid()), Hosts: n})
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("%s%d", name, os.Getpid()), Hosts: n, Switch: f.Dup > 0})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -54,9 +69,37 @@ func Star(tb testing.TB, name string, n int, drop float64) []afxdp.Link {
 			tb.Errorf("lab down: %v", err)
 		}
 	})
+	if f.Dup > 0 {
+		for i, port := range l.Switch.Ports {
+			err := l.Switch.Do(func() error {
+				link, err := l.Switch.Netlink.LinkByName(port)
+				if err != nil {
+					return err
+				}
+				d, err := loader.AttachDuplicator(link.Attrs().Index, loader.Duplicate{Rate: f.Dup, Seed: uint64(100 + i)})
+				if err != nil {
+					return err
+				}
+				tb.Cleanup(func() {
+					// The faults were made: a port that saw traffic
+					// duplicated some of it.
+					if c, err := d.Counters(); err == nil && c.Seen >= 200 && c.Duplicated == 0 {
+						tb.Errorf("the duplicator on %s saw %d frames and duplicated none", port, c.Seen)
+					} else if err == nil {
+						tb.Logf("the duplicator on %s: %d of %d frames sent twice", port, c.Duplicated, c.Seen)
+					}
+					d.Close()
+				})
+				return nil
+			})
+			if err != nil {
+				tb.Fatalf("duplicator on %s: %v", port, err)
+			}
+		}
+	}
 	var links []afxdp.Link
 	for i, h := range l.Hosts {
-		_, sock := Open(tb, h.Do, h.Index, h.MAC, drop, uint64(i+1))
+		_, sock := Open(tb, h.Do, h.Index, h.MAC, f.Drop, uint64(i+1))
 		links = append(links, sock)
 	}
 	return links
