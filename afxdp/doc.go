@@ -84,11 +84,13 @@
 // pkg/xdp: the shared producer and consumer indices are read and written
 // only with sync/atomic, each side keeps cached copies and touches the shared
 // index only when the cached one says full or empty. github.com/asavie/xdp's
-// Socket is not used: it reads the indices with plain loads, does not unmap
-// its rings on Close (so the socket, which the mappings keep alive, never
-// releases its queue), panics on some errors, and has no need_wakeup,
-// XDP_OPTIONS, busy-poll or TX-budget support. Its Program must never be
-// used (it steals all traffic of the queue; see shared/notes/afxdp.md).
+// Socket, the Go library this package outgrew, serves only as the
+// benchmarks' peer (bench/asavie.go): it reads the indices with plain
+// loads, does not unmap its rings on Close (so the socket, which the
+// mappings keep alive, never releases its queue), panics on some errors,
+// and has no need_wakeup, XDP_OPTIONS, busy-poll or TX-budget support. Its
+// Program must never be used: it redirects every frame of the queue to the
+// socket, so the host's own traffic on that queue never reaches the kernel.
 //
 // # Kernel features and what Open does with them
 //
