@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/loader"
@@ -270,8 +268,8 @@ func newBenchProgress(w io.Writer, exps []allExperiment, quick, quiet bool) *ben
 		}
 	}
 	if f, ok := w.(*os.File); ok {
-		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-		p.tty = err == nil
+		fi, err := f.Stat()
+		p.tty = err == nil && fi.Mode()&os.ModeCharDevice != 0
 	}
 	return p
 }

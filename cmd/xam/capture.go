@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,9 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/lab"
 )
 
@@ -109,25 +107,11 @@ const (
 	maxCaptureBuffer     = 1 << 30
 )
 
-// capturer reads xam's frames from an AF_PACKET socket on one device.
-//
-// What it sees: frames that pass the kernel's stack on that device. In a
-// lab, a port of the switch namespace sees both directions; on a host whose
-// XDP program redirects xam frames to AF_XDP, the kernel never sees them.
-//
-// What it misses, it counts: a socket filter (classic BPF) keeps only xam's
-// EtherType, so that the kernel's count of frames dropped for a full
-// receive buffer (PACKET_STATISTICS) counts xam frames only; that count is
-// read as the capture goes (reading it resets it) and reported as missed.
-//
-// Time stamps: the kernel's receive time stamp of each frame
-// (SO_TIMESTAMPING), the NIC's raw hardware stamp where the driver gives
-// one, otherwise the software stamp taken when the frame entered the
-// stack; never the time the capture read it.
+// capturer reads xam's frames from a tap (netdev.Tap: an AF_PACKET socket
+// that keeps xam's EtherType) on one device, with the kernel's time stamps,
+// and counts what the kernel dropped for a full receive buffer as missed.
 type capturer struct {
-	fd     int
-	buf    []byte
-	oob    []byte
+	tap    *netdev.Tap
 	frames atomic.Int64 // frames recorded, for a reader in another goroutine
 	missed atomic.Int64
 	st     captureStats
@@ -135,66 +119,17 @@ type capturer struct {
 
 type captureStats struct{ frames, cells, pdus, bad, missed int }
 
-// openCapture opens the capture socket on dev with a receive buffer of
+// openCapture opens the capture's tap on dev with a receive buffer of
 // buffer bytes.
 func openCapture(dev string, buffer int) (*capturer, error) {
-	idx, err := ifindex(dev)
+	tap, err := netdev.OpenTap(dev, cells.EtherType, buffer)
 	if err != nil {
 		return nil, err
 	}
-	all := uint16(unix.ETH_P_ALL)
-	proto := all<<8 | all>>8 // network order
-	// A socket for all protocols: one for xam's EtherType alone would miss
-	// frames a bridge port forwards and sends, which the kernel hands only
-	// to all-protocol taps. The filter below keeps xam's.
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
-	if err != nil {
-		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
-	}
-	c := &capturer{fd: fd, buf: make([]byte, 65536), oob: make([]byte, 256)}
-	fail := func(what string, err error) (*capturer, error) {
-		unix.Close(fd)
-		return nil, fmt.Errorf("capture socket on %s: %s: %w", dev, what, err)
-	}
-	filter := []unix.SockFilter{
-		{Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 12},
-		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: uint32(cells.EtherType)},
-		{Code: unix.BPF_RET | unix.BPF_K, K: 0xffff},
-		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
-	}
-	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
-		return fail("filter", err)
-	}
-	// FORCE goes past net.core.rmem_max (root or CAP_NET_ADMIN, which an
-	// AF_PACKET socket needs anyway); the kernel doubles the value.
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, buffer/2); err != nil {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, buffer/2); err != nil {
-			return fail("receive buffer", err)
-		}
-	}
-	stamps := unix.SOF_TIMESTAMPING_RX_SOFTWARE | unix.SOF_TIMESTAMPING_SOFTWARE |
-		unix.SOF_TIMESTAMPING_RX_HARDWARE | unix.SOF_TIMESTAMPING_RAW_HARDWARE
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING, stamps); err != nil {
-		return fail("time stamps", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: idx}); err != nil {
-		return fail("bind", err)
-	}
-	// Frames that arrived between socket and bind, of any protocol, were
-	// counted before the capture began: start from zero.
-	if _, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err != nil {
-		return fail("statistics", err)
-	}
-	// A short receive timeout, so that the capture stops on time.
-	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return fail("timeout", err)
-	}
-	return c, nil
+	return &capturer{tap: tap}, nil
 }
 
-func (c *capturer) close() error { return unix.Close(c.fd) }
+func (c *capturer) close() error { return c.tap.Close() }
 
 // stats returns the counts so far; missed is up to date after run returns.
 func (c *capturer) stats() captureStats { return c.st }
@@ -206,40 +141,13 @@ func (c *capturer) recorded() (frames, missed int64) { return c.frames.Load(), c
 // collectMissed adds the kernel's count of dropped frames since the last
 // call.
 func (c *capturer) collectMissed() error {
-	ts, err := unix.GetsockoptTpacketStats(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
+	n, err := c.tap.Dropped()
 	if err != nil {
-		return fmt.Errorf("capture statistics: %w", err)
+		return err
 	}
-	c.st.missed += int(ts.Drops)
+	c.st.missed += n
 	c.missed.Store(int64(c.st.missed))
 	return nil
-}
-
-// stamp returns the kernel's time stamp of the frame whose control
-// messages are oob.
-func stamp(oob []byte) time.Time {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return time.Now()
-	}
-	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_TIMESTAMPING || len(m.Data) < 3*16 {
-			continue
-		}
-		// struct scm_timestamping: software, (legacy), raw hardware.
-		ts := func(i int) time.Time {
-			sec := int64(binary.NativeEndian.Uint64(m.Data[16*i:]))
-			nsec := int64(binary.NativeEndian.Uint64(m.Data[16*i+8:]))
-			return time.Unix(sec, nsec)
-		}
-		if hw := ts(2); hw.Unix() != 0 {
-			return hw
-		}
-		if sw := ts(0); sw.Unix() != 0 {
-			return sw
-		}
-	}
-	return time.Now()
 }
 
 // captureSink is where a capture's frames go: a file of one format.
@@ -296,18 +204,6 @@ func (s etherSink) frame(ts time.Time, frame, body []byte, dir cells.Direction, 
 
 func (s etherSink) close(missed int) error { return s.fw.Close(time.Now(), uint64(missed)) }
 
-// direction tells from an AF_PACKET source address which way a frame went.
-func direction(from unix.Sockaddr) cells.Direction {
-	ll, ok := from.(*unix.SockaddrLinklayer)
-	switch {
-	case !ok:
-		return cells.DirectionUnknown
-	case ll.Pkttype == unix.PACKET_OUTGOING:
-		return cells.DirectionOutbound
-	}
-	return cells.DirectionInbound
-}
-
 // run records frames into sink until count frames are recorded (0: no
 // limit) or done reports true.
 func (c *capturer) run(sink captureSink, count int, done func() bool) error {
@@ -320,18 +216,17 @@ func (c *capturer) run(sink captureSink, count int, done func() bool) error {
 				return err
 			}
 		}
-		n, oobn, _, from, err := unix.Recvmsg(c.fd, c.buf, c.oob, 0)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+		buf, ts, outgoing, ok, err := c.tap.Read()
+		if err != nil {
+			return err
+		}
+		if !ok {
 			if err := c.collectMissed(); err != nil {
 				return err
 			}
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("recvmsg: %w", err)
-		}
-		buf := c.buf[:n]
-		if n < cells.EthernetHeaderSize || uint16(buf[12])<<8|uint16(buf[13]) != cells.EtherType {
+		if len(buf) < cells.EthernetHeaderSize || uint16(buf[12])<<8|uint16(buf[13]) != cells.EtherType {
 			continue // not xam's (the filter keeps only xam's)
 		}
 		body, _, err := cells.Unpack(buf, 0)
@@ -341,25 +236,13 @@ func (c *capturer) run(sink captureSink, count int, done func() bool) error {
 		}
 		st.frames++
 		c.frames.Store(int64(st.frames))
-		if err := sink.frame(stamp(c.oob[:oobn]), buf, body, direction(from), st); err != nil {
+		dir := cells.DirectionInbound
+		if outgoing {
+			dir = cells.DirectionOutbound
+		}
+		if err := sink.frame(ts, buf, body, dir, st); err != nil {
 			return err
 		}
 	}
 	return c.collectMissed()
-}
-
-func ifindex(dev string) (int, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(dev)
-	if err != nil {
-		return 0, fmt.Errorf("device %q: %w", dev, err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
-		return 0, fmt.Errorf("device %s: %w", dev, err)
-	}
-	return int(ifr.Uint32()), nil
 }
