@@ -105,28 +105,21 @@ func (e *Engine) accept(src HostID, p []byte, canReturn, authed bool) (ok bool, 
 			return true, 0
 		}
 	}
-	switch {
-	case reason != 0:
-	case rx != nil && rx.expired:
-		reason = endpoint.ReasonIncomplete // its block was taken back (pool.go)
-	case s == nil:
-		reason = endpoint.ReasonNoEndpoint
-	case s.closed:
-		reason = endpoint.ReasonClosed
-	case s.tag != m.tag && !e.cfg.Unprotected:
-		reason = endpoint.ReasonBadTag
-	case m.class == endpoint.ClassBulk && m.remote != endpoint.PoolOffset && uint64(m.remote)+uint64(m.length) > s.mem.StoreRegion():
-		reason = endpoint.ReasonRange
-	case m.kind == endpoint.RequestSend && !s.mem.AcceptsHandler(m.handler):
-		reason = endpoint.ReasonNoHandler
-	case m.class == endpoint.ClassBulk && m.remote == endpoint.PoolOffset && rx.put:
-		e.stats.ChunksDropped++ // a chunk of a message stored whole already
-		return true, 0
-	case m.class == endpoint.ClassBulk && m.remote == endpoint.PoolOffset && !rx.pooled:
-		var ok bool
-		if ok, reason = e.poolAlloc(s, rx, m.length, src); !ok && reason == 0 {
-			e.stats.PoolFull++
-			return false, 0
+	if reason == 0 {
+		reason = e.refusal(s, &m, rx)
+	}
+	if reason == 0 && m.class == endpoint.ClassBulk && m.remote == endpoint.PoolOffset {
+		// A message for the receive pool (pool.go): its first chunk to
+		// arrive finds it a block.
+		if rx.put {
+			e.stats.ChunksDropped++ // a chunk of a message stored whole already
+			return true, 0
+		}
+		if !rx.pooled {
+			if ok, reason = e.poolAlloc(s, rx, m.length, src); !ok && reason == 0 {
+				e.stats.PoolFull++
+				return false, 0
+			}
 		}
 	}
 	if reason != 0 {
@@ -140,9 +133,40 @@ func (e *Engine) accept(src HostID, p []byte, canReturn, authed bool) (ok bool, 
 		}
 		return true, reason
 	}
+	return e.store(src, s, &m, rx), 0
+}
+
+// refusal returns why message m, not a return, may not go to endpoint s
+// (nil: there is none), or 0 if it may: the checks of the endpoint, its
+// virtual network's tag, a bulk message's range in the store region and a
+// request's handler, in that order; the first that fails gives the
+// reason. rx is a bulk message's record (nil for the others).
+func (e *Engine) refusal(s *epState, m *msg, rx *bulkRx) endpoint.Reason {
+	switch {
+	case rx != nil && rx.expired:
+		return endpoint.ReasonIncomplete // its block was taken back (pool.go)
+	case s == nil:
+		return endpoint.ReasonNoEndpoint
+	case s.closed:
+		return endpoint.ReasonClosed
+	case s.tag != m.tag && !e.cfg.Unprotected:
+		return endpoint.ReasonBadTag
+	case m.class == endpoint.ClassBulk && m.remote != endpoint.PoolOffset && uint64(m.remote)+uint64(m.length) > s.mem.StoreRegion():
+		return endpoint.ReasonRange
+	case m.kind == endpoint.RequestSend && !s.mem.AcceptsHandler(m.handler):
+		return endpoint.ReasonNoHandler
+	}
+	return 0
+}
+
+// store puts message m from host src, checked (accept), into its receive
+// queue at endpoint s: a short message's descriptor, a medium message's
+// with its bytes, a bulk chunk's bytes into the staging area and, with its
+// last chunk, the message's descriptor. false refuses it for now (NACK).
+func (e *Engine) store(src HostID, s *epState, m *msg, rx *bulkRx) bool {
 	if !e.touch(s) {
 		e.stats.NotResident++
-		return false, 0
+		return false
 	}
 	d := endpoint.Descriptor{Class: m.class, NArgs: m.nargs, Handler: m.handler, Dest: endpoint.NoIndex, Tag: m.tag, Args: m.args}
 	if i, ok := s.rev[Name{src, m.src}]; ok {
@@ -157,31 +181,9 @@ func (e *Engine) accept(src HostID, p []byte, canReturn, authed bool) (ok bool, 
 	case endpoint.ClassMedium:
 		err = s.mem.PutData(q, &d, m.data)
 	case endpoint.ClassBulk:
-		// The range was checked above, in 64 bits: remote+length is inside
-		// the store region (so the staging area), and chunk+len(data) at
-		// most length.
-		at := m.remote
-		if rx.pooled {
-			at = s.pool.base(rx.block) // the pool lies inside the staging area (Pool)
-		}
-		copy(s.mem.Staging()[at+m.chunk:], m.data)
-		if got := uint64(rx.got) + uint64(len(m.data)); got < uint64(m.length) {
-			rx.got = uint32(got)
-			e.stats.Chunks++
-			return true, 0
-		}
-		// The last chunk to arrive: the message is complete. Refused
-		// (queue full), it comes again and is stored again, which changes
-		// nothing.
-		d.Offset, d.Length = at, m.length
-		if rx.pooled {
-			d.RemoteOffset = endpoint.PoolOffset
-			rx.block.q, rx.block.pos = q, s.mem.Produced(q)
-		}
-		if err = s.mem.Put(q, &d); err == nil && rx.pooled {
-			rx.put = true
-			s.pool.held = append(s.pool.held, rx.block)
-			s.pool.arrived(rx)
+		var whole bool
+		if whole, err = e.storeChunk(s, m, rx, q, &d); !whole {
+			return true
 		}
 	default:
 		err = s.mem.Put(q, &d)
@@ -190,19 +192,53 @@ func (e *Engine) accept(src HostID, p []byte, canReturn, authed bool) (ok bool, 
 	case err == nil:
 	case errors.Is(err, endpoint.ErrQueueFull):
 		e.stats.QueueFull++
-		return false, 0
+		return false
 	default:
 		// A corrupt consumer index: NACKing would keep the sender retrying
 		// forever, so the message is dropped; the application hurt only
 		// itself.
 		e.stats.Dropped++
-		return true, 0
+		return true
 	}
 	if rx != nil {
 		rx.got = m.length
 	}
 	e.stats.Delivered++
-	return true, 0
+	return true
+}
+
+// storeChunk copies bulk chunk m into s's staging area, where its message
+// goes (rx: its record): at the offset the sender chose, or in its block
+// of the receive pool. whole false: more of the message is to come (the
+// chunk is counted); true: it was the last to arrive, and the message's
+// descriptor d is put into queue q, with err the outcome.
+func (e *Engine) storeChunk(s *epState, m *msg, rx *bulkRx, q endpoint.Queue, d *endpoint.Descriptor) (whole bool, err error) {
+	// The range was checked by refusal, in 64 bits: remote+length is
+	// inside the store region (so the staging area), and chunk+len(data)
+	// at most length.
+	at := m.remote
+	if rx.pooled {
+		at = s.pool.base(rx.block) // the pool lies inside the staging area (Pool)
+	}
+	copy(s.mem.Staging()[at+m.chunk:], m.data)
+	if got := uint64(rx.got) + uint64(len(m.data)); got < uint64(m.length) {
+		rx.got = uint32(got)
+		e.stats.Chunks++
+		return false, nil
+	}
+	// The last chunk to arrive: the message is complete. Refused (queue
+	// full), it comes again and is stored again, which changes nothing.
+	d.Offset, d.Length = at, m.length
+	if rx.pooled {
+		d.RemoteOffset = endpoint.PoolOffset
+		rx.block.q, rx.block.pos = q, s.mem.Produced(q)
+	}
+	if err = s.mem.Put(q, d); err == nil && rx.pooled {
+		rx.put = true
+		s.pool.held = append(s.pool.held, rx.block)
+		s.pool.arrived(rx)
+	}
+	return true, err
 }
 
 // acceptReturn puts the return message m, for endpoint s, into s's reply

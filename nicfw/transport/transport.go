@@ -281,49 +281,9 @@ type Transport struct {
 // New returns a Transport on link. The transport does not own the link:
 // closing it is the caller's business.
 func New(link afxdp.Link, cfg Config) (*Transport, error) {
-	if cfg.Channels == 0 {
-		cfg.Channels = DefaultChannels
-	}
-	if cfg.RetransmitAfter == 0 {
-		cfg.RetransmitAfter = DefaultRetransmitAfter
-	}
-	if cfg.NackDelay == 0 {
-		cfg.NackDelay = cfg.RetransmitAfter
-	}
-	if cfg.GiveUpAfter == 0 {
-		cfg.GiveUpAfter = DefaultGiveUpAfter
-	}
-	if cfg.ScanInterval == 0 {
-		cfg.ScanInterval = cfg.RetransmitAfter / 4
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System{}
-	}
-	if cfg.EtherType == 0 {
-		cfg.EtherType = cells.EtherType
-	}
-	if cfg.VPI == 0 && cfg.VCI == 0 {
-		cfg.VCI = DefaultVCI
-	}
-	if cfg.MaxPayload == 0 {
-		cfg.MaxPayload = DefaultMaxPayload
-	}
-	for cfg.Epoch == 0 {
-		cfg.Epoch = rand.Uint32()
-	}
-	switch {
-	case link == nil:
-		return nil, fmt.Errorf("%w: no link", ErrConfig)
-	case cfg.Channels < 1 || cfg.Channels > MaxChannels:
-		return nil, fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, cfg.Channels, MaxChannels)
-	case cfg.RetransmitAfter < 0 || cfg.NackDelay < 0 || cfg.GiveUpAfter < 0 || cfg.ScanInterval < 0:
-		return nil, fmt.Errorf("%w: negative duration", ErrConfig)
-	case cfg.MaxPayload < 1 || cfg.MaxPayload > cells.MaxSDU-headerLen-ackEntryLen*cfg.Channels:
-		return nil, fmt.Errorf("%w: MaxPayload %d, want 1..%d", ErrConfig, cfg.MaxPayload, cells.MaxSDU-headerLen-ackEntryLen*cfg.Channels)
-	case cfg.Deliver == nil:
-		return nil, fmt.Errorf("%w: no Deliver callback", ErrConfig)
-	case len(link.HardwareAddr()) != 6:
-		return nil, fmt.Errorf("%w: link address %v is not a MAC", ErrConfig, link.HardwareAddr())
+	cfg = cfg.withDefaults()
+	if err := cfg.check(link); err != nil {
+		return nil, err
 	}
 	seg, err := cells.NewSegmenter(cells.SAR{VPI: cfg.VPI, VCI: cfg.VCI})
 	if err != nil {
@@ -350,13 +310,9 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if oneFrame < ackEntryLen {
 		return nil, fmt.Errorf("%w: link MTU %d carries no transport frame", ErrConfig, link.MTU())
 	}
-	var key [16]byte
-	if _, err := crand.Read(key[:]); err != nil {
-		return nil, fmt.Errorf("nicfw: transport: challenge key: %w", err)
-	}
-	prf, err := aes.NewCipher(key[:])
+	prf, err := newChallengePRF()
 	if err != nil {
-		return nil, fmt.Errorf("nicfw: transport: challenge key: %w", err)
+		return nil, err
 	}
 	t := &Transport{
 		aead:      aead,
@@ -380,32 +336,122 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if room := (perFrame-1)*cells.PayloadSize - cells.TrailerSize - headerLen; room >= 0 {
 		t.ackCompactMax = min(room/ackEntryLen+1, cfg.Channels)
 	}
+	if err := t.makeHeaders(); err != nil {
+		return nil, err
+	}
+	t.makeBuffers(max(link.BatchSize(), 1))
+	return t, nil
+}
+
+// withDefaults returns c with its zero fields set to their defaults, and
+// an epoch drawn at random if it has none.
+func (c Config) withDefaults() Config {
+	if c.Channels == 0 {
+		c.Channels = DefaultChannels
+	}
+	if c.RetransmitAfter == 0 {
+		c.RetransmitAfter = DefaultRetransmitAfter
+	}
+	if c.NackDelay == 0 {
+		c.NackDelay = c.RetransmitAfter
+	}
+	if c.GiveUpAfter == 0 {
+		c.GiveUpAfter = DefaultGiveUpAfter
+	}
+	if c.ScanInterval == 0 {
+		c.ScanInterval = c.RetransmitAfter / 4
+	}
+	if c.Clock == nil {
+		c.Clock = clock.System{}
+	}
+	if c.EtherType == 0 {
+		c.EtherType = cells.EtherType
+	}
+	if c.VPI == 0 && c.VCI == 0 {
+		c.VCI = DefaultVCI
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	for c.Epoch == 0 {
+		c.Epoch = rand.Uint32()
+	}
+	return c
+}
+
+// check refuses a configuration, defaults filled in, that New cannot run
+// on link, with an ErrConfig. What only building the transport tells (the
+// circuit, the key, the room in a frame) New checks as it builds.
+func (c Config) check(link afxdp.Link) error {
+	switch {
+	case link == nil:
+		return fmt.Errorf("%w: no link", ErrConfig)
+	case c.Channels < 1 || c.Channels > MaxChannels:
+		return fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, c.Channels, MaxChannels)
+	case c.RetransmitAfter < 0 || c.NackDelay < 0 || c.GiveUpAfter < 0 || c.ScanInterval < 0:
+		return fmt.Errorf("%w: negative duration", ErrConfig)
+	case c.MaxPayload < 1 || c.MaxPayload > cells.MaxSDU-headerLen-ackEntryLen*c.Channels:
+		return fmt.Errorf("%w: MaxPayload %d, want 1..%d", ErrConfig, c.MaxPayload, cells.MaxSDU-headerLen-ackEntryLen*c.Channels)
+	case c.Deliver == nil:
+		return fmt.Errorf("%w: no Deliver callback", ErrConfig)
+	case len(link.HardwareAddr()) != 6:
+		return fmt.Errorf("%w: link address %v is not a MAC", ErrConfig, link.HardwareAddr())
+	}
+	return nil
+}
+
+// newChallengePRF returns the block cipher under which the transport
+// computes the challenges a peer's new epoch must answer (challenge,
+// epochs.go), under a key drawn here that never leaves the transport.
+func newChallengePRF() (cipher.Block, error) {
+	var key [16]byte
+	if _, err := crand.Read(key[:]); err != nil {
+		return nil, fmt.Errorf("nicfw: transport: challenge key: %w", err)
+	}
+	prf, err := aes.NewCipher(key[:])
+	if err != nil {
+		return nil, fmt.Errorf("nicfw: transport: challenge key: %w", err)
+	}
+	return prf, nil
+}
+
+// makeHeaders makes the headers the transport stamps on what it sends,
+// and receive compares with what comes: the ATM headers of compact cells
+// (compact.go) and trailer cells (auth.go), the Ethernet and frame header
+// template, and the start of the nonce.
+func (t *Transport) makeHeaders() error {
+	cfg := &t.cfg
 	hdr := cells.Cell(make([]byte, cells.CellSize))
 	if err := hdr.Encode(cells.UNI, cells.Fields{VPI: cfg.VPI, VCI: cfg.VCI + 1, PTI: cells.PTIEndOfMessage}); err != nil {
-		return nil, fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI+1, err)
+		return fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI+1, err)
 	}
 	copy(t.compactHdr[:], hdr)
 	t.compactKey = binary.BigEndian.Uint32(hdr) >> 4
 	if err := hdr.Encode(cells.UNI, cells.Fields{VPI: cfg.VPI, VCI: cfg.VCI, PTI: trailerPTI}); err != nil {
-		return nil, fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI, err)
+		return fmt.Errorf("%w: circuit %d/%d: %w", ErrConfig, cfg.VPI, cfg.VCI, err)
 	}
 	copy(t.trailerHdr[:], hdr)
 	t.trailerWord = binary.BigEndian.Uint32(hdr)
 	_, t.sysClock = cfg.Clock.(clock.System)
-	copy(t.mac[:], link.HardwareAddr())
+	copy(t.mac[:], t.link.HardwareAddr())
 	copy(t.eth[6:12], t.mac[:])
 	copy(t.nonce[:macTail], t.mac[6-macTail:])
 	t.eth[12], t.eth[13] = byte(cfg.EtherType>>8), byte(cfg.EtherType)
 	t.eth[14] = cells.FrameVersion
-	batch := max(link.BatchSize(), 1)
+	return nil
+}
+
+// makeBuffers makes the batches of batch frames that Poll receives and
+// the control frames (ACK, NACK, RESET) it sends, so that neither
+// allocates.
+func (t *Transport) makeBuffers(batch int) {
 	t.rx = make([][]byte, batch)
 	t.ctl = make([][]byte, batch)
-	ctlLen := frameLen(resetLen) + trail
+	ctlLen := frameLen(resetLen) + t.trail
 	for i := range t.ctl {
 		t.ctl[i] = make([]byte, ctlLen)
 	}
 	t.tx = make([][]byte, 0, batch)
-	return t, nil
 }
 
 // frameLen is the length of a frame that carries a PDU of n bytes whole.

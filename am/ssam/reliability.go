@@ -1,0 +1,158 @@
+package ssam
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/xam-project/xam/driver"
+)
+
+// Reliability, as SSAM did it. Each side may have up to W requests
+// outstanding per connection (W <= 63). The responder delivers requests in
+// order (go-back-N: it drops a request that is not the next one), answers
+// each with the reply its handler sent or, when the handler sent none, an
+// explicit ack, and keeps that answer in one of W reply buffers. A duplicate
+// request (one it has already delivered) means the answer was lost: it
+// sends the saved answer again and does not run the handler. The requester
+// keeps each request in one of W request buffers until its answer arrives,
+// accepts answers in order only (a later answer, or one already handled,
+// is dropped), and when the oldest request has waited longer than the
+// timeout it sends every outstanding request again. Hence the 2W buffers
+// per connection, preallocated in the device's pinned send area.
+
+// outstanding is a request in the window.
+type outstanding struct {
+	off    int  // first send slot
+	slots  int  // send slots it occupies (cells)
+	bulk   bool // sent on the bulk VC
+	sentAt time.Time
+}
+
+// saved is an answer kept for duplicate requests.
+type saved struct {
+	valid bool
+	seq   uint8
+	off   int
+	slots int
+	bulk  bool
+}
+
+// timerPolls is how often Poll looks at the retransmission timers: every
+// so many calls, because reading the clock costs more than an empty poll.
+// A request's timer starts when the timers first see it, so a timeout is
+// late by at most timerPolls polls.
+const timerPolls = 16
+
+// timers retransmits, on every connection whose oldest request has waited
+// longer than the timeout, all its outstanding requests; and sends again
+// the syncs that have waited as long.
+func (s *Endpoint) timers() error {
+	var now time.Time
+	for c := range s.conns {
+		cn := &s.conns[c]
+		if cn.syncing {
+			if now.IsZero() {
+				now = s.cfg.Clock.Now()
+			}
+			if cn.syncAt.IsZero() {
+				cn.syncAt = now
+			} else if now.Sub(cn.syncAt) > s.cfg.Timeout {
+				cn.syncAt = now
+				if err := s.sendSync(c, cn.base, syncAsk, s.session); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if cn.next == cn.base {
+			continue
+		}
+		if now.IsZero() {
+			now = s.cfg.Clock.Now()
+		}
+		for seq := cn.base; seq != cn.next; seq = (seq + 1) & seqMask {
+			if o := &cn.window[s.buf(seq)]; o.sentAt.IsZero() {
+				o.sentAt = now
+			}
+		}
+		if now.Sub(cn.window[s.buf(cn.base)].sentAt) <= s.cfg.Timeout {
+			continue
+		}
+		if !cn.answered {
+			// The responder may not follow this session yet: a made-up
+			// sync may have taken its place as announced (Sessions).
+			if err := s.sendSync(c, cn.base, syncAsk, s.session); err != nil {
+				return err
+			}
+		}
+		if err := s.sendOutstanding(c, now, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendOutstanding sends every outstanding request of connection c (go back
+// N), single-cell requests in runs of consecutive slots, one trap per run;
+// their timers start at now (zero: when the timers next see them). retrans
+// counts them as retransmissions.
+func (s *Endpoint) sendOutstanding(c int, now time.Time, retrans bool) error {
+	cn := &s.conns[c]
+	run, runFrom := 0, 0
+	for seq := cn.base; ; seq = (seq + 1) & seqMask {
+		var o *outstanding
+		if seq != cn.next {
+			o = &cn.window[s.buf(seq)]
+		}
+		if run > 0 && (o == nil || o.bulk || s.buf(seq) == 0) {
+			if err := s.dev.SendBatch(c, runFrom, run, driver.EOM); err != nil {
+				return err
+			}
+			run = 0
+		}
+		if o == nil {
+			return nil
+		}
+		o.sentAt = now
+		if retrans {
+			s.stats.Retransmits++
+		}
+		if o.bulk {
+			if err := s.transmit(c, o.off, o.slots, true); err != nil {
+				return err
+			}
+			continue
+		}
+		if run == 0 {
+			runFrom = o.off
+		}
+		run++
+	}
+}
+
+// Outstanding returns the number of unanswered requests on connection c.
+func (s *Endpoint) Outstanding(c int) int {
+	cn := &s.conns[c]
+	return int((cn.next - cn.base) & seqMask)
+}
+
+// Drain polls until every request on every connection has been answered, or
+// until timeout.
+func (s *Endpoint) Drain(timeout time.Duration) error {
+	start := s.cfg.Clock.Now()
+	for {
+		busy := false
+		for c := range s.conns {
+			busy = busy || s.Outstanding(c) > 0
+		}
+		if !busy {
+			return nil
+		}
+		if s.cfg.Clock.Now().Sub(start) > timeout {
+			return fmt.Errorf("%w: requests still unanswered after %v", ErrTimeout, timeout)
+		}
+		if _, err := s.Poll(); err != nil {
+			return err
+		}
+	}
+}
