@@ -122,11 +122,74 @@ func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRI
 	res := &GRIMBench{Window: grimBulkWindow}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	pc := PingConfig{Count: cfg.Count, Size: 16, Mode: cfg.Mode}
-	us := func(r *PingResult) (float64, float64) { return float64(r.RTT.P50) / 1e3, float64(r.RTT.P99) / 1e3 }
+	var err error
 
 	if !step("round trips beside the peers") {
 		return res, nil
 	}
+	if res.Peers, err = grimPeers(a, b, aAddr, bAddr, pc); err != nil {
+		return nil, err
+	}
+
+	if !step("latency against the number of logical channels") {
+		return res, nil
+	}
+	if res.Channels, err = grimChannels(a, b, pc); err != nil {
+		return nil, err
+	}
+
+	if !step("gap against burst size") {
+		return res, nil
+	}
+	if res.Gap, err = grimGaps(a, b, cfg.Mode); err != nil {
+		return nil, fmt.Errorf("gap: %w", err)
+	}
+
+	if !step("bandwidth, cut-through and store-and-forward, and kernel TCP") {
+		return res, nil
+	}
+	if res.Bandwidth, err = grimBandwidthTable(a, b, cfg); err != nil {
+		return nil, err
+	}
+	if res.TCP48K, err = TCPStream(a, b, aAddr, bAddr, cfg.Bulk, grim.MaxBulk); err != nil {
+		return nil, fmt.Errorf("kernel TCP: %w", err)
+	}
+
+	if !step("host to host and host to storage endpoint (firmware mode)") {
+		return res, nil
+	}
+	if res.Storage, err = grimStoragePing(a, b, pc); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+
+	if !step("injection overhead beside SSAM's send trap") {
+		return res, nil
+	}
+	var ssamMem Memory
+	if res.Injection, ssamMem, err = grimInjectionCosts(a, b, cfg); err != nil {
+		return nil, err
+	}
+
+	if !step("receive memory per peer at full bandwidth") {
+		return res, nil
+	}
+	if res.Memory, err = grimMemory(a, b, cfg, ssamMem); err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
+	}
+	return res, nil
+}
+
+// grimMicros returns r's median and 99th percentile round trips in
+// microseconds.
+func grimMicros(r *PingResult) (p50, p99 float64) {
+	return float64(r.RTT.P50) / 1e3, float64(r.RTT.P99) / 1e3
+}
+
+// grimPeers measures GRIMBench.Peers: GRIM inline, raw AF_XDP, AM-II
+// inline and kernel TCP compared in interleaved rounds, then GRIM in
+// firmware mode (one engine thread) on its own; each ratio is over GRIM
+// inline's median.
+func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig) ([]EnginePing, error) {
 	grimInline := func(c PingConfig) (*PingResult, error) {
 		r, err := GRIMPing(a, b, c, 0, false, FirmwareLayout{})
 		if err != nil {
@@ -148,24 +211,27 @@ func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRI
 	if err != nil {
 		return nil, err
 	}
-	base, _ := us(cmp.Paths[0].PingResult)
+	var rows []EnginePing
+	base, _ := grimMicros(cmp.Paths[0].PingResult)
 	for _, p := range cmp.Paths {
-		p50, p99 := us(p.PingResult)
-		res.Peers = append(res.Peers, EnginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / base})
+		p50, p99 := grimMicros(p.PingResult)
+		rows = append(rows, EnginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / base})
 	}
 	fw, err := GRIMPing(a, b, pc, 0, true, FirmwareLayout{Threads: 1})
 	if err != nil {
 		return nil, fmt.Errorf("GRIM firmware mode: %w", err)
 	}
-	p50, p99 := us(&fw.PingResult)
-	res.Peers = append(res.Peers, EnginePing{Name: "grim firmware", P50: p50, P99: p99, Ratio: p50 / base})
+	p50, p99 := grimMicros(&fw.PingResult)
+	return append(rows, EnginePing{Name: "grim firmware", P50: p50, P99: p99, Ratio: p50 / base}), nil
+}
 
-	if !step("latency against the number of logical channels") {
-		return res, nil
-	}
-	var chPaths []Pinger
+// grimChannels measures GRIMBench.Channels: GRIM inline round trips with
+// each of grimChannelCounts, compared in interleaved rounds, each row's
+// ratio over the first's.
+func grimChannels(a, b datapath.Place, pc PingConfig) ([]GRIMChannels, error) {
+	var paths []Pinger
 	for _, n := range grimChannelCounts {
-		chPaths = append(chPaths, Pinger{fmt.Sprintf("%d channels", n), func(c PingConfig) (*PingResult, error) {
+		paths = append(paths, Pinger{fmt.Sprintf("%d channels", n), func(c PingConfig) (*PingResult, error) {
 			r, err := grimChannelPing(a, b, c, n)
 			if err != nil {
 				return nil, fmt.Errorf("%d channels: %w", n, err)
@@ -173,29 +239,27 @@ func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRI
 			return &r.PingResult, nil
 		}})
 	}
-	chCmp, err := Compare(pc, 5, chPaths...)
+	cmp, err := Compare(pc, 5, paths...)
 	if err != nil {
 		return nil, err
 	}
-	for i, p := range chCmp.Paths {
-		p50, p99 := us(p.PingResult)
+	var rows []GRIMChannels
+	for i, p := range cmp.Paths {
+		p50, p99 := grimMicros(p.PingResult)
 		row := GRIMChannels{Channels: grimChannelCounts[i], P50: p50, P99: p99, Ratio: 1}
 		if i > 0 {
-			row.Ratio = p50 / res.Channels[0].P50
+			row.Ratio = p50 / rows[0].P50
 		}
-		res.Channels = append(res.Channels, row)
+		rows = append(rows, row)
 	}
+	return rows, nil
+}
 
-	if !step("gap against burst size") {
-		return res, nil
-	}
-	if res.Gap, err = grimGaps(a, b, cfg.Mode); err != nil {
-		return nil, fmt.Errorf("gap: %w", err)
-	}
-
-	if !step("bandwidth, cut-through and store-and-forward, and kernel TCP") {
-		return res, nil
-	}
+// grimBandwidthTable measures GRIMBench.Bandwidth: for each of grimSizes,
+// the median bandwidth cut-through and store-and-forward, and the ratio of
+// the two.
+func grimBandwidthTable(a, b datapath.Place, cfg GRIMConfig) ([]GRIMBandwidth, error) {
+	var rows []GRIMBandwidth
 	for _, size := range grimSizes {
 		row := GRIMBandwidth{Size: size}
 		for _, ct := range []bool{true, false} {
@@ -210,42 +274,29 @@ func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRI
 			}
 		}
 		row.Ratio = row.CutThrough / row.StoreForward
-		res.Bandwidth = append(res.Bandwidth, row)
+		rows = append(rows, row)
 	}
-	if res.TCP48K, err = TCPStream(a, b, aAddr, bAddr, cfg.Bulk, grim.MaxBulk); err != nil {
-		return nil, fmt.Errorf("kernel TCP: %w", err)
-	}
+	return rows, nil
+}
 
-	if !step("host to host and host to storage endpoint (firmware mode)") {
-		return res, nil
-	}
-	if res.Storage, err = grimStoragePing(a, b, pc); err != nil {
-		return nil, fmt.Errorf("storage: %w", err)
-	}
-
-	if !step("injection overhead beside SSAM's send trap") {
-		return res, nil
-	}
+// grimInjectionCosts measures GRIMBench.Injection: the cost of a
+// Channel.Short call beside SSAM's send trap, measured as part 1 of SSAM's
+// tables does. It returns as well what the SSAM devices pin, which
+// GRIMBench.Memory sets beside GRIM's receive memory.
+func grimInjectionCosts(a, b datapath.Place, cfg GRIMConfig) ([]Cost, Memory, error) {
 	traps, ssamMem, err := xdpTraps(a, b, SSAMTablesConfig{Count: cfg.Count, Bulk: 1, BulkMessage: 8192, Mode: cfg.Mode})
 	if err != nil {
-		return nil, fmt.Errorf("SSAM traps: %w", err)
+		return nil, Memory{}, fmt.Errorf("SSAM traps: %w", err)
 	}
 	inj, err := grimInjection(a, b, cfg.Mode, 50*cfg.Count)
 	if err != nil {
-		return nil, fmt.Errorf("injection: %w", err)
+		return nil, Memory{}, fmt.Errorf("injection: %w", err)
 	}
-	res.Injection = append(res.Injection, inj)
+	costs := []Cost{inj}
 	if i := slices.IndexFunc(traps, func(c Cost) bool { return c.Op == "send" }); i >= 0 {
-		res.Injection = append(res.Injection, traps[i])
+		costs = append(costs, traps[i])
 	}
-
-	if !step("receive memory per peer at full bandwidth") {
-		return res, nil
-	}
-	if res.Memory, err = grimMemory(a, b, cfg, ssamMem); err != nil {
-		return nil, fmt.Errorf("memory: %w", err)
-	}
-	return res, nil
+	return costs, ssamMem, nil
 }
 
 // grimChannelPing is GRIMPing inline with n channels per endpoint, the

@@ -404,133 +404,182 @@ func hostileLocal(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) 
 	if err != nil {
 		return row, err
 	}
-	kinds := map[string]uint64{}
-	sent := 0
-	var garbage, refused uint64
-	pings, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error {
-		c, err := daemon.Dial(ha.sock)
-		if err != nil {
-			return err
-		}
-		table := []nicfw.Name{{Host: amiiHostB, Endpoint: 1}}
-		held, err := c.Open(daemon.OpenRequest{Table: table})
-		if err != nil {
-			c.Close()
-			return err
-		}
-		for _, req := range []daemon.OpenRequest{
-			{QueueEntries: 3, Table: table}, {QueueEntries: 1 << 20, Table: table},
-			{StagingSize: 100, Table: table}, {StagingSize: 2 << 30, Table: table},
-			{}, {Endpoint: held.ID, Table: table}, {StagingSize: 1 << 30, Table: table},
-		} {
-			sent++
-			_, err := c.Open(req)
-			switch {
-			case errors.Is(err, daemon.ErrQuota):
-				kinds["opens refused: quota"]++
-			case errors.Is(err, nicfw.ErrEndpointInUse):
-				kinds["opens refused: in use"]++
-			case errors.Is(err, nicfw.ErrConfig):
-				kinds["opens refused: config"]++
-			case err == nil:
-				return fmt.Errorf("bench: the daemon granted a bad open %+v", req)
-			default:
-				return err
-			}
-		}
-		// More connections than the quota (16 here).
-		var conns []*daemon.Conn
-		for range 24 {
-			sent++
-			cc, err := daemon.Dial(ha.sock)
-			if err != nil {
-				return err
-			}
-			conns = append(conns, cc)
-			if _, err := cc.Stats(); errors.Is(err, daemon.ErrQuota) {
-				kinds["connections refused: quota"]++
-			}
-		}
-		for _, cc := range conns {
-			cc.Close()
-		}
-		// Garbage descriptors.
-		rng := rand.New(rand.NewPCG(3, 4))
-		for range 1000 {
-			// Never a real message: the table has one entry.
-			d := endpoint.Descriptor{Class: endpoint.Class(rng.IntN(5)), NArgs: uint8(rng.IntN(12)), Dest: 1 + rng.Uint32()%4,
-				Offset: rng.Uint32(), Length: rng.Uint32() % 100000, Handler: rng.Uint32()}
-			if err := held.Send(endpoint.RequestSend, &d); err == nil {
-				sent++
-				garbage++
-			}
-			for range 100 {
-				if _, taken := held.Progress(endpoint.RequestSend); taken == uint32(garbage) {
-					break
-				}
-				time.Sleep(10 * time.Microsecond)
-			}
-		}
-		// The engine refuses them all, counting each by reason.
-		for bound := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			s, err := c.Stats()
-			if err != nil {
-				return err
-			}
-			refused = 0
-			for _, ep := range s.List {
-				if ep.ID == held.ID {
-					for _, n := range ep.Queues.Refused {
-						refused += n
-					}
-				}
-			}
-			if refused >= garbage || time.Now().After(bound) {
-				break
-			}
-		}
-		// A large endpoint, its every page touched: its memory goes off
-		// the engine's path when it closes, and the pings do not wait
-		// for it.
-		big, err := c.Open(daemon.OpenRequest{StagingSize: hostileBig, Table: table})
-		if err != nil {
-			return err
-		}
-		st := big.Staging()
-		for i := 0; i < len(st); i += os.Getpagesize() {
-			st[i] = 1
-		}
-		// Gone with its endpoints open, as a killed process is; then
-		// this process lets go of its side of them (their requests to
-		// close find the connection closed).
-		err = c.Close()
-		held.Close()
-		big.Close()
-		return err
-	})
+	la := &localAttack{kinds: map[string]uint64{}}
+	pings, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error { return la.run(ha.sock) })
 	if err != nil {
 		return row, err
 	}
-	// The closed connection's endpoints go with it.
-	var after daemon.Stats
-	for bound := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if after, err = ha.d.Stats(); err != nil {
-			return row, err
-		}
-		if after.Endpoints == 0 && after.BigReleased > before.BigReleased || time.Now().After(bound) {
-			break
-		}
+	after, err := localAftermath(ha, before)
+	if err != nil {
+		return row, err
 	}
-	row.Sent = sent
+	row.Sent = la.sent
 	row.set(pings)
-	row.Counted = kinds
+	row.Counted = la.kinds
 	row.Counted["refused by the daemon"] = after.Refused - before.Refused
-	row.Counted["garbage descriptors refused"] = refused
+	row.Counted["garbage descriptors refused"] = la.refused
 	row.Counted["endpoints left open"] = uint64(after.Endpoints)
 	row.Counted["large endpoints released off the engine"] = after.BigReleased - before.BigReleased
-	if refused != garbage || after.Endpoints != 0 || after.BigReleased == before.BigReleased {
+	if la.refused != la.garbage || after.Endpoints != 0 || after.BigReleased == before.BigReleased {
 		row.ExactlyOnce = false
-		row.Note += fmt.Sprintf("; %d of %d garbage descriptors refused, %d endpoints left", refused, garbage, after.Endpoints)
+		row.Note += fmt.Sprintf("; %d of %d garbage descriptors refused, %d endpoints left", la.refused, la.garbage, after.Endpoints)
 	}
 	return row, nil
+}
+
+// localAttack is what the local user of hostileLocal sent, and what the
+// daemon refused.
+type localAttack struct {
+	kinds   map[string]uint64 // refusals by kind
+	sent    int               // requests, connections and descriptors sent
+	garbage uint64            // garbage descriptors the endpoint's queue took
+	refused uint64            // of those, the ones the engine refused
+}
+
+// run is the local user's attack on the daemon at sock, made while the
+// pings run: from a connection that holds one endpoint, bad opens, a flood
+// of connections, garbage descriptors and a large endpoint; then the
+// connection closes with its endpoints open.
+func (la *localAttack) run(sock string) error {
+	c, err := daemon.Dial(sock)
+	if err != nil {
+		return err
+	}
+	table := []nicfw.Name{{Host: amiiHostB, Endpoint: 1}}
+	held, err := c.Open(daemon.OpenRequest{Table: table})
+	if err != nil {
+		c.Close()
+		return err
+	}
+	if err := la.badOpens(c, held, table); err != nil {
+		return err
+	}
+	if err := la.connFlood(sock); err != nil {
+		return err
+	}
+	if err := la.garbageDescriptors(c, held); err != nil {
+		return err
+	}
+	// A large endpoint, its every page touched: its memory goes off
+	// the engine's path when it closes, and the pings do not wait
+	// for it.
+	big, err := c.Open(daemon.OpenRequest{StagingSize: hostileBig, Table: table})
+	if err != nil {
+		return err
+	}
+	st := big.Staging()
+	for i := 0; i < len(st); i += os.Getpagesize() {
+		st[i] = 1
+	}
+	// Gone with its endpoints open, as a killed process is; then
+	// this process lets go of its side of them (their requests to
+	// close find the connection closed).
+	err = c.Close()
+	held.Close()
+	big.Close()
+	return err
+}
+
+// badOpens sends c's daemon the open requests it cannot grant: queues too
+// short and too long, staging areas too small and too large, an empty
+// table, the id held already, more memory than the quota. Each must be
+// refused, and is counted by its error.
+func (la *localAttack) badOpens(c *daemon.Conn, held *daemon.Endpoint, table []nicfw.Name) error {
+	for _, req := range []daemon.OpenRequest{
+		{QueueEntries: 3, Table: table}, {QueueEntries: 1 << 20, Table: table},
+		{StagingSize: 100, Table: table}, {StagingSize: 2 << 30, Table: table},
+		{}, {Endpoint: held.ID, Table: table}, {StagingSize: 1 << 30, Table: table},
+	} {
+		la.sent++
+		_, err := c.Open(req)
+		switch {
+		case errors.Is(err, daemon.ErrQuota):
+			la.kinds["opens refused: quota"]++
+		case errors.Is(err, nicfw.ErrEndpointInUse):
+			la.kinds["opens refused: in use"]++
+		case errors.Is(err, nicfw.ErrConfig):
+			la.kinds["opens refused: config"]++
+		case err == nil:
+			return fmt.Errorf("bench: the daemon granted a bad open %+v", req)
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// connFlood dials the daemon at sock more times than the quota (16 here)
+// allows, counting the connections refused, and closes them all.
+func (la *localAttack) connFlood(sock string) error {
+	var conns []*daemon.Conn
+	for range 24 {
+		la.sent++
+		cc, err := daemon.Dial(sock)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, cc)
+		if _, err := cc.Stats(); errors.Is(err, daemon.ErrQuota) {
+			la.kinds["connections refused: quota"]++
+		}
+	}
+	for _, cc := range conns {
+		cc.Close()
+	}
+	return nil
+}
+
+// garbageDescriptors posts random descriptors on held's request queue, one
+// at a time, each taken by the engine before the next, then waits (up to
+// 10 s) for the engine to have refused them all, as c's stats count.
+func (la *localAttack) garbageDescriptors(c *daemon.Conn, held *daemon.Endpoint) error {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 1000 {
+		// Never a real message: the table has one entry.
+		d := endpoint.Descriptor{Class: endpoint.Class(rng.IntN(5)), NArgs: uint8(rng.IntN(12)), Dest: 1 + rng.Uint32()%4,
+			Offset: rng.Uint32(), Length: rng.Uint32() % 100000, Handler: rng.Uint32()}
+		if err := held.Send(endpoint.RequestSend, &d); err == nil {
+			la.sent++
+			la.garbage++
+		}
+		for range 100 {
+			if _, taken := held.Progress(endpoint.RequestSend); taken == uint32(la.garbage) {
+				break
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+	// The engine refuses them all, counting each by reason.
+	for bound := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s, err := c.Stats()
+		if err != nil {
+			return err
+		}
+		la.refused = 0
+		for _, ep := range s.List {
+			if ep.ID == held.ID {
+				for _, n := range ep.Queues.Refused {
+					la.refused += n
+				}
+			}
+		}
+		if la.refused >= la.garbage || time.Now().After(bound) {
+			return nil
+		}
+	}
+}
+
+// localAftermath waits (up to 10 s) for the endpoints of the local user's
+// closed connection to have gone with it, the large one released off the
+// engine's path since before, and returns A's daemon's stats then.
+func localAftermath(ha *firmwareHost, before daemon.Stats) (daemon.Stats, error) {
+	for bound := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		after, err := ha.d.Stats()
+		if err != nil {
+			return after, err
+		}
+		if after.Endpoints == 0 && after.BigReleased > before.BigReleased || time.Now().After(bound) {
+			return after, nil
+		}
+	}
 }

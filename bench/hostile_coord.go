@@ -162,28 +162,11 @@ func hostileCoord(a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 	}
 	defer closeHosts()
 	ha, hb := hosts[0], hosts[1]
-	server, err := amii.Dial(hb.sock, amii.VNet{ID: coordEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: amiiHostA, Endpoint: coordEndpoint}}},
-		amii.Config{StagingSize: 2 * coordWindow * coordStoreSize, MediumSlots: -1})
+	sink, err := openCoordSink(hb)
 	if err != nil {
 		return row, err
 	}
-	defer server.Close()
-	var mu sync.Mutex
-	got := map[uint64]int{}
-	if err := server.HandleMedium(1, func(_ *amii.Token, args []uint64, data []byte) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(args) > 0 && len(data) == coordStoreSize {
-			got[args[0]]++
-		}
-	}); err != nil {
-		return row, err
-	}
-	var stopServer atomic.Bool
-	var wg sync.WaitGroup
-	var serveErr error
-	wg.Go(func() { serveErr = serveAMII(server, &stopServer) })
-	defer func() { stopServer.Store(true); wg.Wait() }()
+	defer sink.close()
 	client, err := amii.Dial(ha.sock, amii.VNet{ID: coordEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: amiiHostB, Endpoint: coordEndpoint}}},
 		amii.Config{Credits: coordWindow, StagingSize: 2 * coordWindow * coordStoreSize, MediumSlots: -1})
 	if err != nil {
@@ -194,59 +177,23 @@ func hostileCoord(a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 	if err != nil {
 		return row, err
 	}
-	delivered := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
 	pings, err := pingDuring(ha, hb, cfg.Pings, func(stop *atomic.Bool) error {
-		forger.on.Store(true)
-		defer forger.on.Store(false)
-		deadline := time.Now().Add(time.Minute)
-		for k := 0; delivered() < coordStores; {
-			for k < coordStores && client.Outstanding() < coordWindow {
-				slot := uint32(k%(2*coordWindow)) * coordStoreSize
-				if err := client.Store(amii.Bulk{Dest: 0, Local: slot, Remote: slot, Length: coordStoreSize, Handler: 1, Args: []uint64{uint64(k)}}); err != nil {
-					return err
-				}
-				k++
-			}
-			if _, err := client.Poll(); err != nil {
-				return err
-			}
-			if _, err := client.Wait(time.Millisecond); err != nil {
-				return err
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d of %d Stores delivered after a minute", delivered(), coordStores)
-			}
-		}
-		for !stop.Load() && forger.sent.Load() == 0 {
-			time.Sleep(time.Millisecond) // at least one round of forgeries
-		}
-		return nil
+		return coordStream(client, sink, forger, stop)
 	})
 	if err != nil {
-		return row, errors.Join(err, serveErr)
+		return row, errors.Join(err, sink.close())
 	}
-	// Every forgery reaches A (the transport is reliable): wait for A's
-	// module to have counted them all.
 	sent := forger.sent.Load()
-	r0, l0 := coordCounters(before)
-	var refused, lost uint64
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		after, err := ha.d.Stats()
-		if err != nil {
-			return row, err
-		}
-		r1, l1 := coordCounters(after)
-		refused, lost = r1-r0, l1-l0
-		if refused >= sent || time.Now().After(deadline) {
-			break
-		}
+	refused, lost, err := coordRefusals(ha, before, sent)
+	if err != nil {
+		return row, err
 	}
 	row.Sent = int(sent)
 	row.set(pings)
 	row.Counted = map[string]uint64{
 		"refused by A's module (bad, refused, stale)": refused,
 		"tokens taken for lost":                       lost,
-		"Stores delivered":                            uint64(delivered()),
+		"Stores delivered":                            uint64(sink.delivered()),
 	}
 	var bad []string
 	if refused != sent || sent == 0 {
@@ -255,16 +202,124 @@ func hostileCoord(a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
 	if lost != 0 {
 		bad = append(bad, fmt.Sprintf("%d tokens taken for lost", lost))
 	}
-	mu.Lock()
-	for k, n := range got {
-		if n != 1 {
-			bad = append(bad, fmt.Sprintf("Store %d delivered %d times", k, n))
-		}
-	}
-	mu.Unlock()
+	bad = append(bad, sink.duplicates()...)
 	if len(bad) > 0 {
 		row.ExactlyOnce = false
 		row.Note += fmt.Sprintf("; %q", bad)
 	}
 	return row, nil
+}
+
+// coordSink is host B's endpoint of the coordination scenario, served by
+// a goroutine of its own, and the Stores it has handled, by number.
+type coordSink struct {
+	server   *amii.Endpoint
+	mu       sync.Mutex
+	got      map[uint64]int // times each Store was handled
+	stop     atomic.Bool
+	wg       sync.WaitGroup
+	serveErr error
+}
+
+// openCoordSink opens the sink on hb's daemon and starts serving it.
+func openCoordSink(hb *firmwareHost) (*coordSink, error) {
+	server, err := amii.Dial(hb.sock, amii.VNet{ID: coordEndpoint, Tag: amiiTag, Table: []amii.Name{{Host: amiiHostA, Endpoint: coordEndpoint}}},
+		amii.Config{StagingSize: 2 * coordWindow * coordStoreSize, MediumSlots: -1})
+	if err != nil {
+		return nil, err
+	}
+	s := &coordSink{server: server, got: map[uint64]int{}}
+	if err := server.HandleMedium(1, func(_ *amii.Token, args []uint64, data []byte) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(args) > 0 && len(data) == coordStoreSize {
+			s.got[args[0]]++
+		}
+	}); err != nil {
+		server.Close()
+		return nil, err
+	}
+	s.wg.Go(func() { s.serveErr = serveAMII(server, &s.stop) })
+	return s, nil
+}
+
+// close stops serving the sink, closes its endpoint and returns what
+// ended its serving, if anything did; a second call does nothing.
+func (s *coordSink) close() error {
+	if s.stop.Swap(true) {
+		return nil
+	}
+	s.wg.Wait()
+	s.server.Close()
+	return s.serveErr
+}
+
+// delivered is the Stores the sink has handled, each counted once.
+func (s *coordSink) delivered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
+// duplicates describes each Store the sink handled more than once.
+func (s *coordSink) duplicates() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var bad []string
+	for k, n := range s.got {
+		if n != 1 {
+			bad = append(bad, fmt.Sprintf("Store %d delivered %d times", k, n))
+		}
+	}
+	return bad
+}
+
+// coordStream is the scenario's attack, made while the pings run: with
+// B's forger on, client streams coordStores Stores to the sink, at most
+// coordWindow in flight, until the sink has had them all, and then waits
+// for at least one round of forgeries.
+func coordStream(client *amii.Endpoint, sink *coordSink, forger *coordForger, stop *atomic.Bool) error {
+	forger.on.Store(true)
+	defer forger.on.Store(false)
+	deadline := time.Now().Add(time.Minute)
+	for k := 0; sink.delivered() < coordStores; {
+		for k < coordStores && client.Outstanding() < coordWindow {
+			slot := uint32(k%(2*coordWindow)) * coordStoreSize
+			if err := client.Store(amii.Bulk{Dest: 0, Local: slot, Remote: slot, Length: coordStoreSize, Handler: 1, Args: []uint64{uint64(k)}}); err != nil {
+				return err
+			}
+			k++
+		}
+		if _, err := client.Poll(); err != nil {
+			return err
+		}
+		if _, err := client.Wait(time.Millisecond); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d Stores delivered after a minute", sink.delivered(), coordStores)
+		}
+	}
+	for !stop.Load() && forger.sent.Load() == 0 {
+		time.Sleep(time.Millisecond) // at least one round of forgeries
+	}
+	return nil
+}
+
+// coordRefusals returns what A's module refused and took for lost since
+// before. Every forgery reaches A (the transport is reliable), so it waits
+// (up to 10 s) for the module to have counted all sent of them.
+func coordRefusals(ha *firmwareHost, before daemon.Stats, sent uint64) (refused, lost uint64, err error) {
+	r0, l0 := coordCounters(before)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		after, err := ha.d.Stats()
+		if err != nil {
+			return 0, 0, err
+		}
+		r1, l1 := coordCounters(after)
+		refused, lost = r1-r0, l1-l0
+		if refused >= sent || time.Now().After(deadline) {
+			return refused, lost, nil
+		}
+	}
 }

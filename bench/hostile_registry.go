@@ -167,70 +167,14 @@ func hostileRegistry(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfi
 	row := HostileRow{Scenario: "registry", Attack: "uid 65534, granted the network, not a member: forged tables and registrations, writes over block 0, reads past the end"}
 	tag := daemon.NewTag()
 	members := []nicfw.Name{{Host: amiiHostA, Endpoint: registryCentral}, {Host: amiiHostB, Endpoint: registryStore}}
-	gcfg := func(self int) grim.Config {
-		return grim.Config{Tag: tag, Peers: members, Self: self, Bind: map[string]int{"storage.": 1}, GiveUp: time.Minute}
-	}
-	central, err := grim.Dial(ha.sock, gcfg(0))
-	if err != nil {
+	rc := &registryCluster{}
+	defer rc.close()
+	if err := rc.open(ha, hb, tag, members, dir); err != nil {
 		return row, err
-	}
-	defer central.Close()
-	dev, err := grim.Dial(hb.sock, gcfg(1))
-	if err != nil {
-		return row, err
-	}
-	defer dev.Close()
-	f, err := os.CreateTemp(dir, "store-")
-	if err != nil {
-		return row, err
-	}
-	defer f.Close()
-	ready := make(chan error, 1)
-	var store *storage.Store
-	go func() {
-		var err error
-		store, err = storage.New(dev, f, storage.Config{BlockSize: registryBlockSize, Blocks: registryBlocks})
-		ready <- err
-	}()
-	for synched := false; !synched; { // the central runs while the store synchs
-		select {
-		case err := <-ready:
-			if err != nil {
-				return row, err
-			}
-			synched = true
-		default:
-			if _, err := central.Poll(); err != nil {
-				return row, err
-			}
-		}
-	}
-	stopStore := serveGRIM(dev, store.Poll)
-	defer stopStore()
-	if err := central.Synch(); err != nil {
-		return row, err
-	}
-	client, err := storage.Open(central, "storage", grim.FirstUserHandler, registryBlockSize, 10*time.Second)
-	if err != nil {
-		return row, err
-	}
-	for k := range registryBlocks {
-		if err := client.Write(k, blockPattern(k)); err != nil {
-			return row, err
-		}
 	}
 	// Root lets uid 65534 into its network on both daemons.
-	uid := uint32(attackerUID)
-	for _, sock := range []string{ha.sock, hb.sock} {
-		c, err := daemon.Dial(sock)
-		if err != nil {
-			return row, err
-		}
-		err = c.Grant(daemon.GrantRequest{Tag: tag, UID: &uid})
-		c.Close()
-		if err != nil {
-			return row, err
-		}
+	if err := grantAttacker(tag, ha.sock, hb.sock); err != nil {
+		return row, err
 	}
 	orders, err := json.Marshal(attackerOrders{Registry: &registryOrders{Socket: ha.sock, Tag: tag, Members: members,
 		Squat: nicfw.Name{Host: amiiHostA, Endpoint: registrySquat}, Self: nicfw.Name{Host: amiiHostA, Endpoint: registryStranger}}})
@@ -238,48 +182,162 @@ func hostileRegistry(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfi
 		return row, err
 	}
 	var t registryTally
-	ops, wrong := 0, 0
 	pings, err := pingWhile(ha, hb, cfg.Pings, func(stop *atomic.Bool, start func()) error {
 		return runAttacker(dir, orders, &t, func() error {
 			start()
-			// Root's reads and writes go on throughout.
-			buf := make([]byte, registryBlockSize)
-			for k := 0; !stop.Load(); k = (k + 1) % registryBlocks {
-				if err := client.Read(k, buf); err != nil {
-					return fmt.Errorf("root's read of block %d: %w", k, err)
-				}
-				if !bytes.Equal(buf, blockPattern(k)) {
-					wrong++
-				}
-				if err := client.Write(k, blockPattern(k)); err != nil {
-					return fmt.Errorf("root's write of block %d: %w", k, err)
-				}
-				ops += 2
-			}
-			return nil
+			return rc.readWrite(stop)
 		})
 	})
 	if err != nil {
 		return row, err
 	}
-	cs, ds, ss := central.Stats(), dev.Stats(), store.Stats()
 	row.Sent = t.Tables + t.Registrations + t.Writes + t.Reads
 	row.set(pings)
+	rc.judge(&row, t)
+	return row, nil
+}
+
+// registryCluster is root's GRIM cluster of the registry scenario: the
+// registry's central endpoint on A, the block store's endpoint on B, the
+// store and its file, and the central's client of the store; and what
+// root's reads and writes came to while the attacker ran.
+type registryCluster struct {
+	central, dev *grim.Endpoint
+	f            *os.File
+	store        *storage.Store
+	stopStore    func() error
+	client       *storage.Client
+	ops, wrong   int // root's reads and writes, and its reads that returned other bytes
+}
+
+// open opens the cluster on A's and B's daemons, members its members (the
+// central first), and writes every block through the client.
+func (rc *registryCluster) open(ha, hb *firmwareHost, tag uint64, members []nicfw.Name, dir string) error {
+	gcfg := func(self int) grim.Config {
+		return grim.Config{Tag: tag, Peers: members, Self: self, Bind: map[string]int{"storage.": 1}, GiveUp: time.Minute}
+	}
+	central, err := grim.Dial(ha.sock, gcfg(0))
+	if err != nil {
+		return err
+	}
+	rc.central = central
+	dev, err := grim.Dial(hb.sock, gcfg(1))
+	if err != nil {
+		return err
+	}
+	rc.dev = dev
+	f, err := os.CreateTemp(dir, "store-")
+	if err != nil {
+		return err
+	}
+	rc.f = f
+	if err := rc.startStore(); err != nil {
+		return err
+	}
+	if err := central.Synch(); err != nil {
+		return err
+	}
+	if rc.client, err = storage.Open(central, "storage", grim.FirstUserHandler, registryBlockSize, 10*time.Second); err != nil {
+		return err
+	}
+	for k := range registryBlocks {
+		if err := rc.client.Write(k, blockPattern(k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startStore makes the block store on B's endpoint, polling the central
+// while the store synchs with it, and serves the store.
+func (rc *registryCluster) startStore() error {
+	ready := make(chan error, 1)
+	var store *storage.Store
+	go func() {
+		var err error
+		store, err = storage.New(rc.dev, rc.f, storage.Config{BlockSize: registryBlockSize, Blocks: registryBlocks})
+		ready <- err
+	}()
+	for synched := false; !synched; { // the central runs while the store synchs
+		select {
+		case err := <-ready:
+			if err != nil {
+				return err
+			}
+			synched = true
+		default:
+			if _, err := rc.central.Poll(); err != nil {
+				return err
+			}
+		}
+	}
+	rc.store = store
+	rc.stopStore = serveGRIM(rc.dev, store.Poll)
+	return nil
+}
+
+// close stops and closes what open started, the last first.
+func (rc *registryCluster) close() {
+	if rc.stopStore != nil {
+		rc.stopStore()
+	}
+	if rc.f != nil {
+		rc.f.Close()
+	}
+	if rc.dev != nil {
+		rc.dev.Close()
+	}
+	if rc.central != nil {
+		rc.central.Close()
+	}
+}
+
+// readWrite is root's reads and writes, which go on throughout the
+// attack, until stop: each block read and checked, then written again.
+func (rc *registryCluster) readWrite(stop *atomic.Bool) error {
+	buf := make([]byte, registryBlockSize)
+	for k := 0; !stop.Load(); k = (k + 1) % registryBlocks {
+		if err := rc.client.Read(k, buf); err != nil {
+			return fmt.Errorf("root's read of block %d: %w", k, err)
+		}
+		if !bytes.Equal(buf, blockPattern(k)) {
+			rc.wrong++
+		}
+		if err := rc.client.Write(k, blockPattern(k)); err != nil {
+			return fmt.Errorf("root's write of block %d: %w", k, err)
+		}
+		rc.ops += 2
+	}
+	return nil
+}
+
+// judge fills in row's counters from the cluster's stats and the
+// attacker's tally t, and fails it if the attacker got anywhere: its squat
+// was let in, root read other bytes, the names moved from the store, or
+// nothing of the attacker's arrived (so nothing was tested).
+func (rc *registryCluster) judge(row *HostileRow, t registryTally) {
+	// The store's goroutine owns its endpoint until it stops: stop it
+	// before reading its counters (close's stop is then a no-op).
+	if err := rc.stopStore(); err != nil {
+		row.ExactlyOnce = false
+		row.Note += fmt.Sprintf("; the store stopped: %v", err)
+	}
+	cs, ds, ss := rc.central.Stats(), rc.dev.Stats(), rc.store.Stats()
 	row.Counted = map[string]uint64{
 		"strangers' messages dropped":     cs.Strangers + ds.Strangers,
 		"tables refused":                  cs.Refused + ds.Refused + cs.BadTables + ds.BadTables,
 		"reads the store left unanswered": ss.Unanswered,
-		"root's reads and writes":         uint64(ops),
+		"root's reads and writes":         uint64(rc.ops),
 		"a member's channel id refused":   b2u(t.SquatRefused),
 	}
 	var bad []string
 	if !t.SquatRefused {
 		bad = append(bad, "it opened an unused channel id of the central's")
 	}
-	if wrong > 0 {
-		bad = append(bad, fmt.Sprintf("%d of root's reads returned other bytes", wrong))
+	if rc.wrong > 0 {
+		bad = append(bad, fmt.Sprintf("%d of root's reads returned other bytes", rc.wrong))
 	}
-	for _, ep := range []*grim.Endpoint{central, dev} {
+	for _, ep := range []*grim.Endpoint{rc.central, rc.dev} {
 		if peer, _, err := ep.Owner("storage.read"); err != nil || peer != 1 {
 			bad = append(bad, fmt.Sprintf("storage.read at peer %d (%v)", peer, err))
 		}
@@ -291,7 +349,23 @@ func hostileRegistry(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfi
 		row.ExactlyOnce = false
 		row.Note += fmt.Sprintf("; %q", bad)
 	}
-	return row, nil
+}
+
+// grantAttacker grants uid 65534 the network tag on the daemons at socks.
+func grantAttacker(tag uint64, socks ...string) error {
+	uid := uint32(attackerUID)
+	for _, sock := range socks {
+		c, err := daemon.Dial(sock)
+		if err != nil {
+			return err
+		}
+		err = c.Grant(daemon.GrantRequest{Tag: tag, UID: &uid})
+		c.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runAttacker runs the attacker (copyAttacker's copy in dir) as uid 65534

@@ -36,94 +36,12 @@ func hostilePool(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig) (
 	if err != nil {
 		return row, err
 	}
-	peers := []nicfw.Name{{Host: amiiHostA, Endpoint: poolSinkID}, {Host: amiiHostB, Endpoint: poolAttackerID}, {Host: amiiHostB, Endpoint: poolSenderID}}
-	dial := func(sock string, self, channels int) (*grim.Endpoint, error) {
-		return grim.Dial(sock, grim.Config{Peers: peers, Self: self, Channels: channels, GiveUp: time.Minute})
-	}
-	sink, err := dial(ha.sock, 0, 1)
-	if err != nil {
+	ps := &poolScenario{got: map[uint32]int{}}
+	defer ps.close()
+	if err := ps.open(ha, hb); err != nil {
 		return row, err
 	}
-	defer sink.Close()
-	attacker, err := dial(hb.sock, 1, grim.MaxChannels)
-	if err != nil {
-		return row, err
-	}
-	defer attacker.Close()
-	sender, err := dial(hb.sock, 2, 1)
-	if err != nil {
-		return row, err
-	}
-	defer sender.Close()
-
-	var mu sync.Mutex
-	got := map[uint32]int{}
-	bad := 0
-	if err := sink.Handle(poolHandler, func(t *grim.Token, args [grim.ShortArgs]uint32, data []byte) {
-		if peer, _ := t.Source(); peer != 2 {
-			return // the attacker's, if its streams ever end
-		}
-		mu.Lock()
-		got[args[0]]++
-		if !bytes.Equal(data, poolPattern(args[0])) {
-			bad++
-		}
-		mu.Unlock()
-	}); err != nil {
-		return row, err
-	}
-	var stopSink atomic.Bool
-	sinkDone := serveGRIMUntil(sink, &stopSink)
-	defer func() { stopSink.Store(true); sinkDone() }()
-
-	handled := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
-	sent := 0
-	pings, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error {
-		var streams []*grim.Stream
-		for i := range grim.MaxChannels {
-			ch, err := attacker.Channel(i)
-			if err != nil {
-				return err
-			}
-			st, err := ch.Stream(0, poolHandler, grim.MaxBulk, uint32(i))
-			if err != nil {
-				return err
-			}
-			if _, err := st.Write(make([]byte, grim.Segment)); err != nil {
-				return err
-			}
-			streams = append(streams, st)
-			sent++
-		}
-		ch, err := sender.Channel(0)
-		if err != nil {
-			return err
-		}
-		for k := range uint32(poolMessages) {
-			if err := ch.Bulk(0, poolHandler, poolPattern(k), k); err != nil {
-				return fmt.Errorf("the sender's message %d: %w", k, err)
-			}
-		}
-		for deadline := time.Now().Add(time.Minute); handled() < poolMessages; {
-			if _, err := sender.Poll(); err != nil {
-				return err
-			}
-			if _, err := sender.Wait(time.Millisecond); err != nil {
-				return err
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d of %d bulk messages past the held pool after a minute", handled(), poolMessages)
-			}
-		}
-		// The streams go on: each arrives, or comes back incomplete.
-		var errs []error
-		for _, st := range streams {
-			if _, err := st.Write(make([]byte, grim.MaxBulk-grim.Segment)); err != nil && !errors.Is(err, grim.ErrTimeout) {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(errs...)
-	})
+	pings, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error { return ps.attack() })
 	if err != nil {
 		return row, err
 	}
@@ -132,27 +50,174 @@ func hostilePool(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig) (
 		return row, err
 	}
 	e0, e1 := before.Engine, after.Engine
-	row.Sent = sent
+	row.Sent = ps.sent
 	row.Counted = map[string]uint64{
 		"pool full (NACK)":             e1.PoolFull - e0.PoolFull,
 		"refused: the sender's share":  e1.PoolShare - e0.PoolShare,
 		"stalled blocks taken back":    e1.PoolExpired - e0.PoolExpired,
-		"bulk messages past the flood": uint64(handled()),
+		"bulk messages past the flood": uint64(ps.handled()),
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	row.set(pings)
-	for k, n := range got {
+	ps.judge(&row)
+	return row, nil
+}
+
+// poolScenario is the pool scenario's endpoints, what the attacker sent,
+// and what the sink handled of the sender's messages.
+type poolScenario struct {
+	sink, attacker, sender *grim.Endpoint
+	stopSink               atomic.Bool
+	sinkDone               func() // waits for the sink's goroutine to end
+	sent                   int    // the attacker's streams
+
+	mu  sync.Mutex
+	got map[uint32]int // times each of the sender's messages was handled
+	bad int            // the sender's messages handled with other bytes
+}
+
+// open dials the sink on ha's daemon, the attacker (every channel) and the
+// sender on hb's, and serves the sink in a goroutine of its own.
+func (ps *poolScenario) open(ha, hb *firmwareHost) error {
+	peers := []nicfw.Name{{Host: amiiHostA, Endpoint: poolSinkID}, {Host: amiiHostB, Endpoint: poolAttackerID}, {Host: amiiHostB, Endpoint: poolSenderID}}
+	dial := func(sock string, self, channels int) (*grim.Endpoint, error) {
+		return grim.Dial(sock, grim.Config{Peers: peers, Self: self, Channels: channels, GiveUp: time.Minute})
+	}
+	var err error
+	if ps.sink, err = dial(ha.sock, 0, 1); err != nil {
+		ps.sink = nil
+		return err
+	}
+	if ps.attacker, err = dial(hb.sock, 1, grim.MaxChannels); err != nil {
+		ps.attacker = nil
+		return err
+	}
+	if ps.sender, err = dial(hb.sock, 2, 1); err != nil {
+		ps.sender = nil
+		return err
+	}
+	if err := ps.sink.Handle(poolHandler, func(t *grim.Token, args [grim.ShortArgs]uint32, data []byte) {
+		if peer, _ := t.Source(); peer != 2 {
+			return // the attacker's, if its streams ever end
+		}
+		ps.mu.Lock()
+		ps.got[args[0]]++
+		if !bytes.Equal(data, poolPattern(args[0])) {
+			ps.bad++
+		}
+		ps.mu.Unlock()
+	}); err != nil {
+		return err
+	}
+	ps.sinkDone = serveGRIMUntil(ps.sink, &ps.stopSink)
+	return nil
+}
+
+// close stops the sink's goroutine and closes what open opened, the last
+// first.
+func (ps *poolScenario) close() {
+	if ps.sinkDone != nil {
+		ps.stopSink.Store(true)
+		ps.sinkDone()
+	}
+	for _, ep := range []*grim.Endpoint{ps.sender, ps.attacker, ps.sink} {
+		if ep != nil {
+			ep.Close()
+		}
+	}
+}
+
+// handled is the sender's messages the sink has handled, each counted
+// once.
+func (ps *poolScenario) handled() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return len(ps.got)
+}
+
+// attack is the scenario's attack, made while the pings run: the attacker
+// holds the pool with its stalled streams while the sender's messages must
+// get past them, then the streams go on: each arrives, or comes back
+// incomplete.
+func (ps *poolScenario) attack() error {
+	streams, err := ps.holdPool()
+	if err != nil {
+		return err
+	}
+	if err := ps.sendPast(); err != nil {
+		return err
+	}
+	var errs []error
+	for _, st := range streams {
+		if _, err := st.Write(make([]byte, grim.MaxBulk-grim.Segment)); err != nil && !errors.Is(err, grim.ErrTimeout) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// holdPool opens a cut-through stream of grim.MaxBulk bytes to the sink
+// on each of the attacker's channels, and writes one segment of each.
+func (ps *poolScenario) holdPool() ([]*grim.Stream, error) {
+	var streams []*grim.Stream
+	for i := range grim.MaxChannels {
+		ch, err := ps.attacker.Channel(i)
+		if err != nil {
+			return nil, err
+		}
+		st, err := ch.Stream(0, poolHandler, grim.MaxBulk, uint32(i))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := st.Write(make([]byte, grim.Segment)); err != nil {
+			return nil, err
+		}
+		streams = append(streams, st)
+		ps.sent++
+	}
+	return streams, nil
+}
+
+// sendPast sends the sender's poolMessages bulk messages to the sink, and
+// waits (up to a minute) until the sink has handled them all.
+func (ps *poolScenario) sendPast() error {
+	ch, err := ps.sender.Channel(0)
+	if err != nil {
+		return err
+	}
+	for k := range uint32(poolMessages) {
+		if err := ch.Bulk(0, poolHandler, poolPattern(k), k); err != nil {
+			return fmt.Errorf("the sender's message %d: %w", k, err)
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); ps.handled() < poolMessages; {
+		if _, err := ps.sender.Poll(); err != nil {
+			return err
+		}
+		if _, err := ps.sender.Wait(time.Millisecond); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d bulk messages past the held pool after a minute", ps.handled(), poolMessages)
+		}
+	}
+	return nil
+}
+
+// judge fails row unless the sink handled each of the sender's messages
+// exactly once, with its bytes.
+func (ps *poolScenario) judge(row *HostileRow) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for k, n := range ps.got {
 		if n != 1 {
 			row.ExactlyOnce = false
 			row.Note += fmt.Sprintf("; bulk message %d handled %d times", k, n)
 		}
 	}
-	if bad > 0 || len(got) != poolMessages {
+	if ps.bad > 0 || len(ps.got) != poolMessages {
 		row.ExactlyOnce = false
-		row.Note += fmt.Sprintf("; %d of %d bulk messages, %d with other bytes", len(got), poolMessages, bad)
+		row.Note += fmt.Sprintf("; %d of %d bulk messages, %d with other bytes", len(ps.got), poolMessages, ps.bad)
 	}
-	return row, nil
 }
 
 // poolPattern is the bytes of the pool scenario's bulk message k.

@@ -128,10 +128,6 @@ func overcommit(a, b datapath.Place, n int, cfg OvercommitConfig) (*OvercommitRo
 		return nil, err
 	}
 	defer closeAll()
-	acfg := amii.Config{Spin: -1, QueueEntries: 16, StagingSize: 8192, MediumSlots: -1}
-	vnet := func(i int, peer nicfw.HostID) amii.VNet {
-		return amii.VNet{ID: nicfw.EndpointID(i + 1), Tag: amiiTag + uint64(i), Table: []amii.Name{{Host: peer, Endpoint: nicfw.EndpointID(i + 1)}}}
-	}
 	clients, servers := make([]*amii.Endpoint, n), make([]*amii.Endpoint, n)
 	defer func() {
 		for _, e := range append(clients, servers...) {
@@ -140,83 +136,16 @@ func overcommit(a, b datapath.Place, n int, cfg OvercommitConfig) (*OvercommitRo
 			}
 		}
 	}()
-	for i := range n {
-		if servers[i], err = amii.Dial(hosts[1].sock, vnet(i, amiiHostA), acfg); err != nil {
-			return nil, fmt.Errorf("server endpoint %d: %w", i+1, err)
-		}
-		if clients[i], err = amii.Dial(hosts[0].sock, vnet(i, amiiHostB), acfg); err != nil {
-			return nil, fmt.Errorf("client endpoint %d: %w", i+1, err)
-		}
+	if err := dialVNets(hosts, clients, servers); err != nil {
+		return nil, err
 	}
 	before, err := hosts[1].d.Stats()
 	if err != nil {
 		return nil, err
 	}
-	var stop, measuring atomic.Bool
-	errs := make([]error, 2*n)
-	counts := make([]int, n)
-	var wg sync.WaitGroup
-	for i, s := range servers {
-		var handlerErr error
-		if err := s.Handle(1, func(t *amii.Token, args []uint64) {
-			if err := t.Reply(2, args...); err != nil && handlerErr == nil {
-				handlerErr = err
-			}
-		}); err != nil {
-			return nil, err
-		}
-		wg.Go(func() {
-			for !stop.Load() && handlerErr == nil {
-				if _, err := s.Wait(50 * time.Millisecond); err != nil {
-					errs[i] = err
-					return
-				}
-				if _, err := s.Poll(); err != nil {
-					errs[i] = err
-					return
-				}
-			}
-			errs[i] = handlerErr
-		})
-	}
-	for i, c := range clients {
-		if err := c.Handle(2, func(*amii.Token, []uint64) {
-			if measuring.Load() {
-				counts[i]++
-			}
-		}); err != nil {
-			return nil, err
-		}
-		wg.Go(func() {
-			for !stop.Load() {
-				if c.Outstanding() == 0 {
-					if err := c.Request(0, 1, uint64(i)); err != nil {
-						errs[n+i] = err
-						return
-					}
-				}
-				if _, err := c.Wait(50 * time.Millisecond); err != nil {
-					errs[n+i] = err
-					return
-				}
-				if _, err := c.Poll(); err != nil {
-					errs[n+i] = err
-					return
-				}
-			}
-		})
-	}
-	// Let every virtual network make its first round trip (its endpoints'
-	// first faults), then measure.
-	time.Sleep(cfg.Duration / 4)
-	measuring.Store(true)
-	start := time.Now()
-	time.Sleep(cfg.Duration)
-	measuring.Store(false)
-	elapsed := time.Since(start)
-	stop.Store(true)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	load := &overcommitLoad{errs: make([]error, 2*n), counts: make([]int, n)}
+	elapsed, err := load.run(clients, servers, cfg.Duration)
+	if err != nil {
 		return nil, err
 	}
 	after, err := hosts[1].d.Stats()
@@ -226,11 +155,126 @@ func overcommit(a, b datapath.Place, n int, cfg OvercommitConfig) (*OvercommitRo
 	row := &OvercommitRow{Endpoints: n,
 		Faults: after.Residency.Faults - before.Residency.Faults, NACKs: after.Engine.NotResident - before.Engine.NotResident}
 	rates := make([]float64, n)
-	for i, c := range counts {
+	for i, c := range load.counts {
 		rates[i] = float64(c) / elapsed.Seconds()
 	}
 	row.PerClient, row.MinClient, row.MaxClient, row.Rate = spread(rates)
 	return row, nil
+}
+
+// dialVNets opens the virtual networks' endpoints, one per element of
+// clients and servers: virtual network i (endpoint i+1 on both hosts) has
+// its server on host B and its client on host A. What it opened is left in
+// the slices, for the caller to close.
+func dialVNets(hosts [2]*firmwareHost, clients, servers []*amii.Endpoint) error {
+	acfg := amii.Config{Spin: -1, QueueEntries: 16, StagingSize: 8192, MediumSlots: -1}
+	vnet := func(i int, peer nicfw.HostID) amii.VNet {
+		return amii.VNet{ID: nicfw.EndpointID(i + 1), Tag: amiiTag + uint64(i), Table: []amii.Name{{Host: peer, Endpoint: nicfw.EndpointID(i + 1)}}}
+	}
+	var err error
+	for i := range servers {
+		if servers[i], err = amii.Dial(hosts[1].sock, vnet(i, amiiHostA), acfg); err != nil {
+			return fmt.Errorf("server endpoint %d: %w", i+1, err)
+		}
+		if clients[i], err = amii.Dial(hosts[0].sock, vnet(i, amiiHostB), acfg); err != nil {
+			return fmt.Errorf("client endpoint %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// overcommitLoad is the traffic of one point: a goroutine for each
+// endpoint, blocking in Wait, and what they count and fail with.
+type overcommitLoad struct {
+	stop      atomic.Bool // the goroutines are to return
+	measuring atomic.Bool // the clients count their replies
+	errs      []error     // each server's, then each client's
+	counts    []int       // replies each client had while measuring
+	wg        sync.WaitGroup
+}
+
+// run starts the servers and clients, lets every virtual network make its
+// first round trip (its endpoints' first faults), counts the replies for
+// d, and stops them all. It returns the time the counting took.
+func (l *overcommitLoad) run(clients, servers []*amii.Endpoint, d time.Duration) (time.Duration, error) {
+	for i, s := range servers {
+		if err := l.serve(i, s); err != nil {
+			return 0, err
+		}
+	}
+	for i, c := range clients {
+		if err := l.request(i, c); err != nil {
+			return 0, err
+		}
+	}
+	time.Sleep(d / 4)
+	l.measuring.Store(true)
+	start := time.Now()
+	time.Sleep(d)
+	l.measuring.Store(false)
+	elapsed := time.Since(start)
+	l.stop.Store(true)
+	l.wg.Wait()
+	return elapsed, errors.Join(l.errs...)
+}
+
+// serve starts server endpoint i's goroutine: it waits for requests and
+// answers each with a reply of the same arguments.
+func (l *overcommitLoad) serve(i int, s *amii.Endpoint) error {
+	var handlerErr error
+	if err := s.Handle(1, func(t *amii.Token, args []uint64) {
+		if err := t.Reply(2, args...); err != nil && handlerErr == nil {
+			handlerErr = err
+		}
+	}); err != nil {
+		return err
+	}
+	l.wg.Go(func() {
+		for !l.stop.Load() && handlerErr == nil {
+			if _, err := s.Wait(50 * time.Millisecond); err != nil {
+				l.errs[i] = err
+				return
+			}
+			if _, err := s.Poll(); err != nil {
+				l.errs[i] = err
+				return
+			}
+		}
+		l.errs[i] = handlerErr
+	})
+	return nil
+}
+
+// request starts client endpoint i's goroutine: one request in flight at
+// a time, its replies counted while measuring.
+func (l *overcommitLoad) request(i int, c *amii.Endpoint) error {
+	n := len(l.counts)
+	if err := c.Handle(2, func(*amii.Token, []uint64) {
+		if l.measuring.Load() {
+			l.counts[i]++
+		}
+	}); err != nil {
+		return err
+	}
+	l.wg.Go(func() {
+		for !l.stop.Load() {
+			if c.Outstanding() == 0 {
+				if err := c.Request(0, 1, uint64(i)); err != nil {
+					l.errs[n+i] = err
+					return
+				}
+			}
+			if _, err := c.Wait(50 * time.Millisecond); err != nil {
+				l.errs[n+i] = err
+				return
+			}
+			if _, err := c.Poll(); err != nil {
+				l.errs[n+i] = err
+				return
+			}
+		}
+	})
+	return nil
 }
 
 // Markdown writes the overcommit table.

@@ -164,13 +164,47 @@ func (h *permHost) poll() error {
 func permutation(places []datapath.Place, name string, dst, src func(i, n int) int, cfg PermutationsConfig) (*Permutation, error) {
 	n := len(places)
 	hosts := make([]*permHost, n)
-	defer func() {
-		for _, h := range hosts {
-			if h != nil && h.h != nil {
-				h.h.close()
-			}
+	defer closePermHosts(hosts)
+	if err := openPermHosts(hosts, places, dst, src, cfg); err != nil {
+		return nil, err
+	}
+	elapsed, err := permBandwidth(hosts, cfg)
+	if err != nil {
+		return nil, err
+	}
+	row := &Permutation{Pattern: name}
+	var rates []float64 // MB/s each receiving host received
+	for i, h := range hosts {
+		if src(i, n) >= 0 {
+			rates = append(rates, float64(h.received.Load())/elapsed.Seconds()/1e6)
 		}
-	}()
+	}
+	row.PerHost, row.MinHost, row.MaxHost, row.Aggregate = spread(rates)
+	if err := permRoundTrips(hosts, cfg); err != nil {
+		return nil, err
+	}
+	row.RTT = permMeanRTT(hosts)
+	return row, nil
+}
+
+// closePermHosts closes the hosts of a permutation that were opened; it
+// runs however far openPermHosts got.
+func closePermHosts(hosts []*permHost) {
+	for _, h := range hosts {
+		if h != nil && h.h != nil {
+			h.h.close()
+		}
+	}
+}
+
+// openPermHosts fills hosts with one AM-II host for each place that sends
+// or receives in the pattern, each on an inline engine that knows only its
+// partners, with handler 1 counting medium bytes received and handler 2
+// replying to a round trip on 3. A host of the one-pair run that neither
+// sends nor receives gets a permHost without an AM-II host, and stays
+// idle.
+func openPermHosts(hosts []*permHost, places []datapath.Place, dst, src func(i, n int) int, cfg PermutationsConfig) error {
+	n := len(places)
 	acfg := amii.Config{Credits: cfg.Window, QueueEntries: max(cfg.Window, endpoint.DefaultQueueEntries), MediumSlots: cfg.Window,
 		StagingSize: max(endpoint.DefaultStagingSize, 2*cfg.Window*endpoint.MaxMedium)}
 	id := func(i int) nicfw.HostID { return nicfw.HostID(i + 1) }
@@ -191,62 +225,72 @@ func permutation(places []datapath.Place, name string, dst, src func(i, n int) i
 		}
 		h, err := openAMIIHost(p, ec, peers, cfg.Mode, 0, table, acfg, nil)
 		if err != nil {
-			return nil, fmt.Errorf("host %d: %w", i, err)
+			return fmt.Errorf("host %d: %w", i, err)
 		}
 		hosts[i].h = h
 		ph := hosts[i]
 		if err := h.am.HandleMedium(1, func(_ *amii.Token, _ []uint64, data []byte) { ph.received.Add(int64(len(data))) }); err != nil {
-			return nil, err
+			return err
 		}
 		if err := h.am.Handle(2, func(t *amii.Token, args []uint64) {
 			if err := t.Reply(3, args...); err != nil && ph.err == nil {
 				ph.err = err
 			}
 		}); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	data := make([]byte, cfg.Size)
-	// Phase 1, bandwidth: each host streams to its partner until the
-	// deadline, then drains, and keeps polling (serving its source) until
-	// every host has drained.
-	var drained atomic.Int32
+	return nil
+}
+
+// runPermPhase runs phase on every active host at once, each in a
+// goroutine of its own. A host that is done keeps polling (serving the
+// hosts that send to it) until every host is done, so no host's partner
+// stops answering under it. It returns the hosts' errors, each naming its
+// host.
+func runPermPhase(hosts []*permHost, phase func(h *permHost) error) error {
 	active := 0
 	for _, h := range hosts {
 		if h.h != nil {
 			active++
 		}
 	}
-	run := func(phase func(h *permHost) error) error {
-		drained.Store(0)
-		var wg sync.WaitGroup
-		for _, h := range hosts {
-			if h.h == nil {
-				continue
-			}
-			wg.Go(func() {
-				err := phase(h)
-				drained.Add(1)
-				for err == nil && int(drained.Load()) < active {
-					err = h.poll()
-				}
-				if err != nil && h.err == nil {
-					h.err = err
-				}
-			})
+	var drained atomic.Int32
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		if h.h == nil {
+			continue
 		}
-		wg.Wait()
-		var errs []error
-		for i, h := range hosts {
-			if h.err != nil {
-				errs = append(errs, fmt.Errorf("host %d: %w", i, h.err))
+		wg.Go(func() {
+			err := phase(h)
+			drained.Add(1)
+			for err == nil && int(drained.Load()) < active {
+				err = h.poll()
 			}
-		}
-		return errors.Join(errs...)
+			if err != nil && h.err == nil {
+				h.err = err
+			}
+		})
 	}
+	wg.Wait()
+	var errs []error
+	for i, h := range hosts {
+		if h.err != nil {
+			errs = append(errs, fmt.Errorf("host %d: %w", i, h.err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// permBandwidth is phase 1, bandwidth: each host streams medium messages
+// to its partner, cfg.Window in flight, until cfg.Duration has passed,
+// then drains. It returns the time from the start until every host had
+// drained, what the hosts' received bytes are divided by.
+func permBandwidth(hosts []*permHost, cfg PermutationsConfig) (time.Duration, error) {
+	data := make([]byte, cfg.Size)
 	start := time.Now()
 	end := start.Add(cfg.Duration)
-	err := run(func(h *permHost) error {
+	err := runPermPhase(hosts, func(h *permHost) error {
 		a := h.h.am
 		for h.dst >= 0 && time.Now().Before(end) {
 			for a.Outstanding() < cfg.Window {
@@ -260,21 +304,14 @@ func permutation(places []datapath.Place, name string, dst, src func(i, n int) i
 		}
 		return a.Drain(30 * time.Second)
 	})
-	elapsed := time.Since(start)
-	if err != nil {
-		return nil, err
-	}
-	row := &Permutation{Pattern: name}
-	var rates []float64 // MB/s each receiving host received
-	for i, h := range hosts {
-		if src(i, n) >= 0 {
-			rates = append(rates, float64(h.received.Load())/elapsed.Seconds()/1e6)
-		}
-	}
-	row.PerHost, row.MinHost, row.MaxHost, row.Aggregate = spread(rates)
-	// Phase 2, round trips: one one-word request at a time to the partner.
-	start = time.Now()
-	err = run(func(h *permHost) error {
+	return time.Since(start), err
+}
+
+// permRoundTrips is phase 2, round trips: each host that sends makes
+// cfg.RTTs one-word requests to its partner, one at a time, and adds up
+// the time each took to its reply.
+func permRoundTrips(hosts []*permHost, cfg PermutationsConfig) error {
+	return runPermPhase(hosts, func(h *permHost) error {
 		a := h.h.am
 		if h.dst < 0 {
 			return nil
@@ -305,9 +342,11 @@ func permutation(places []datapath.Place, name string, dst, src func(i, n int) i
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
+}
+
+// permMeanRTT returns the mean round trip in µs over every reply the
+// sending hosts received (0 if none).
+func permMeanRTT(hosts []*permHost) float64 {
 	var sum time.Duration
 	count := 0
 	for _, h := range hosts {
@@ -316,10 +355,10 @@ func permutation(places []datapath.Place, name string, dst, src func(i, n int) i
 			count += h.replies
 		}
 	}
-	if count > 0 {
-		row.RTT = durUS(sum / time.Duration(count))
+	if count == 0 {
+		return 0
 	}
-	return row, nil
+	return durUS(sum / time.Duration(count))
 }
 
 // spread returns the mean, least, most and sum of xs (zeros when empty).
