@@ -4,16 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asavie/xdp"
-	"golang.org/x/sys/unix"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 )
@@ -44,7 +42,17 @@ func openAsavie(p datapath.Place, mode loader.Mode) (*asavieSocket, error) {
 		if _, err = s.prog.Attach(p.Ifindex, mode); err != nil {
 			return err
 		}
-		if s.xsk, err = xdp.NewSocket(p.Ifindex, 0, nil); err != nil {
+		// A socket closed just before (the previous path's) leaves the
+		// queue within a few milliseconds: asavie's NewSocket does not
+		// wait for it, as afxdp.Open does.
+		for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(5 * time.Millisecond) {
+			s.xsk, err = xdp.NewSocket(p.Ifindex, 0, nil)
+			// (It formats its errors with %v: only the text says EBUSY.)
+			if err == nil || !strings.Contains(err.Error(), "resource busy") || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
 			return err
 		}
 		return s.prog.Register(0, s.xsk.FD())
@@ -59,7 +67,7 @@ func openAsavie(p datapath.Place, mode loader.Mode) (*asavieSocket, error) {
 
 func (s *asavieSocket) close() {
 	if s.xsk != nil {
-		unmapRings(s.xsk.FD())
+		afxdp.UnmapForeign(s.xsk.FD()) // its Close leaves them mapped, the queue bound
 		s.xsk.Close()
 	}
 	if s.prog != nil {
@@ -185,32 +193,4 @@ func AsavieFrameRate(a, b datapath.Place, n, batch int, mode loader.Mode) (*Rate
 	}
 	return &RateResult{API: "raw frames, asavie/xdp", Messages: got, Seconds: elapsed.Seconds(),
 		PerSec: float64(got) / elapsed.Seconds(), Frames: uint64(n)}, nil
-}
-
-// unmapRings unmaps the mappings of socket fd (its four rings): asavie/xdp
-// v0.3.3's Close closes the socket and forgets the rings without
-// unmapping them, and a mapping holds the socket, which then stays bound
-// to the device's queue (EBUSY for the next socket there) until the
-// process exits.
-func unmapRings(fd int) {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return
-	}
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		return
-	}
-	for line := range strings.Lines(string(maps)) {
-		f := strings.Fields(line)
-		if len(f) < 5 || f[4] != strconv.FormatUint(st.Ino, 10) {
-			continue
-		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if ok && err1 == nil && err2 == nil {
-			unix.Syscall(unix.SYS_MUNMAP, uintptr(start), uintptr(end-start), 0)
-		}
-	}
 }

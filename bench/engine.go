@@ -126,59 +126,101 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 	}
 	res := &EngineResult{BulkMTU: BulkMTU}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
-	n := 50 * cfg.Count
 	if !step("message rates") {
 		return res, nil
 	}
+	keys, err := newEngineKeys()
+	if err != nil {
+		return nil, err
+	}
+	if err := res.measureRates(a, b, cfg, keys); err != nil {
+		return nil, err
+	}
+	if !step("round trips") {
+		return res, nil
+	}
+	if err := res.measurePings(a, b, cfg, keys); err != nil {
+		return nil, err
+	}
+	if !step("bulk goodput") {
+		return res, nil
+	}
+	if err := res.measureBulk(bulkA, bulkB, bulkAddrA, bulkAddrB, cfg); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// engineKeys are the keys of the authenticated paths: a virtual
+// network's (each message) and the transports' (each frame).
+type engineKeys struct{ vnet, transport []byte }
+
+func newEngineKeys() (engineKeys, error) {
+	vnet, err := nicfw.NewKey()
+	if err != nil {
+		return engineKeys{}, err
+	}
+	transport, err := nicfw.NewKey()
+	return engineKeys{vnet, transport}, err
+}
+
+// addRate appends r to the rates, its ratio to the raw frame rate (the
+// first row, or r itself).
+func (res *EngineResult) addRate(r *RateResult) {
+	raw := r.PerSec
+	if len(res.Rates) > 0 {
+		raw = res.Rates[0].PerSec
+	}
+	res.Rates = append(res.Rates, EngineRate{RateResult: r, PerFrame: float64(r.Messages) / float64(max(r.Frames, 1)), Ratio: r.PerSec / raw})
+}
+
+// measureRates measures the message rates: raw frames on both sockets,
+// SSAM's, AM-II's windows, then the authenticated streams.
+func (res *EngineResult) measureRates(a, b datapath.Place, cfg EngineConfig, keys engineKeys) error {
+	n := 50 * cfg.Count
 	raw, err := RawFrameRate(a, b, n, 64, cfg.Mode)
 	if err != nil {
-		return nil, fmt.Errorf("raw frame rate: %w", err)
+		return fmt.Errorf("raw frame rate: %w", err)
 	}
-	rate := func(r *RateResult) {
-		res.Rates = append(res.Rates, EngineRate{RateResult: r, PerFrame: float64(r.Messages) / float64(max(r.Frames, 1)), Ratio: r.PerSec / raw.PerSec})
-	}
-	rate(raw)
+	res.addRate(raw)
 	res.Rates[0].PerFrame = 1 // a message per frame by construction (Frames counts those sent, some of which a full ring drops)
 	ar, err := AsavieFrameRate(a, b, n, 64, cfg.Mode)
 	if err != nil {
-		return nil, fmt.Errorf("asavie/xdp frame rate: %w", err)
+		return fmt.Errorf("asavie/xdp frame rate: %w", err)
 	}
-	rate(ar)
+	res.addRate(ar)
 	res.Rates[1].PerFrame = 1
 	sr, err := SSAMRate(a, b, n, 16, cfg.Mode, ssam.Config{Window: 63, Batch: 28})
 	if err != nil {
-		return nil, fmt.Errorf("SSAM rate: %w", err)
+		return fmt.Errorf("SSAM rate: %w", err)
 	}
-	rate(sr)
+	res.addRate(sr)
 	for _, c := range engineRates {
 		r, err := AMIIRate(a, b, n, 2, c.window, c.coalesce, cfg.Mode)
 		if err != nil {
-			return nil, fmt.Errorf("AM-II rate, window %d: %w", c.window, err)
+			return fmt.Errorf("AM-II rate, window %d: %w", c.window, err)
 		}
-		rate(r)
+		res.addRate(r)
 	}
-	// Authenticated, beside the same stream without, in authRounds
-	// rounds that alternate the three (the order turning each round), so
-	// that a shared machine's drift falls on all alike: each message
-	// (nicfw.VNet.Key), then each frame (the transport's key, one for
-	// both hosts). A ratio is the median of its rounds' ratios to the
-	// plain stream of the same round; a row sums its rounds.
-	key, err := nicfw.NewKey()
-	if err != nil {
-		return nil, err
-	}
-	tkey, err := nicfw.NewKey()
-	if err != nil {
-		return nil, err
-	}
+	return res.measureAuthRates(a, b, n, cfg, keys)
+}
+
+// measureAuthRates measures the authenticated streams beside the same
+// stream without, in authRounds rounds that alternate the three (the
+// order turning each round), so that a shared machine's drift falls on
+// all alike: each message (nicfw.VNet.Key), then each frame (the
+// transport's key, one for both hosts). A ratio is the median of its
+// rounds' ratios to the plain stream of the same round; a row sums its
+// rounds.
+func (res *EngineResult) measureAuthRates(a, b datapath.Place, n int, cfg EngineConfig, keys engineKeys) error {
 	streams := []struct {
 		keys  amiiKeys
 		name  string
 		ratio *float64
 	}{
 		{amiiKeys{}, "", nil},
-		{amiiKeys{vnet: key}, "authenticated", &res.AuthRateRatio},
-		{amiiKeys{transport: tkey}, "transport key", &res.TransportAuthRateRatio},
+		{amiiKeys{vnet: keys.vnet}, "authenticated", &res.AuthRateRatio},
+		{amiiKeys{transport: keys.transport}, "transport key", &res.TransportAuthRateRatio},
 	}
 	sums := make([]RateResult, len(streams))
 	ratios := make([][]float64, len(streams))
@@ -188,7 +230,7 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 			i := (j + round) % len(streams)
 			r, err := amiiRate(a, b, max(n/authRounds, 1000), 2, authWindow, true, cfg.Mode, streams[i].keys)
 			if err != nil {
-				return nil, fmt.Errorf("AM-II rate, %s: %w", cmp.Or(streams[i].name, "plain"), err)
+				return fmt.Errorf("AM-II rate, %s: %w", cmp.Or(streams[i].name, "plain"), err)
 			}
 			rs[i] = r
 		}
@@ -205,13 +247,25 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 		r.API += ", " + k.name
 		r.PerSec = float64(r.Messages) / r.Seconds
 		*k.ratio = medianOf(ratios[i+1])
-		rate(r)
+		res.addRate(r)
 	}
+	return nil
+}
 
-	if !step("round trips") {
-		return res, nil
-	}
+// measurePings measures the round trips: raw, SSAM, AM-II inline (plain
+// and authenticated both ways) and raw on asavie/xdp in alternation, then
+// AM-II in firmware mode.
+func (res *EngineResult) measurePings(a, b datapath.Place, cfg EngineConfig, keys engineKeys) error {
 	pc := PingConfig{Count: cfg.Count, Size: 32, Mode: cfg.Mode}
+	ping := func(f func(PingConfig) (*AMIIResult, error)) func(PingConfig) (*PingResult, error) {
+		return func(c PingConfig) (*PingResult, error) {
+			r, err := f(c)
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
+		}
+	}
 	cmpd, err := Compare(pc, 10,
 		Pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
 		Pinger{"ssam", func(c PingConfig) (*PingResult, error) {
@@ -221,31 +275,15 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 			}
 			return &r.PingResult, nil
 		}},
-		Pinger{"amii inline", func(c PingConfig) (*PingResult, error) {
-			r, err := AMIIPing(a, b, c, 0)
-			if err != nil {
-				return nil, err
-			}
-			return &r.PingResult, nil
-		}},
-		Pinger{"amii inline, authenticated", func(c PingConfig) (*PingResult, error) {
-			c.Key = key
-			r, err := AMIIPing(a, b, c, 0)
-			if err != nil {
-				return nil, err
-			}
-			return &r.PingResult, nil
-		}},
-		Pinger{"amii inline, transport key", func(c PingConfig) (*PingResult, error) {
-			r, err := amiiPingKeyed(a, b, c, 0, tkey)
-			if err != nil {
-				return nil, err
-			}
-			return &r.PingResult, nil
-		}},
+		Pinger{"amii inline", ping(func(c PingConfig) (*AMIIResult, error) { return AMIIPing(a, b, c, 0) })},
+		Pinger{"amii inline, authenticated", ping(func(c PingConfig) (*AMIIResult, error) {
+			c.Key = keys.vnet
+			return AMIIPing(a, b, c, 0)
+		})},
+		Pinger{"amii inline, transport key", ping(func(c PingConfig) (*AMIIResult, error) { return amiiPingKeyed(a, b, c, 0, keys.transport) })},
 		Pinger{"raw, asavie/xdp", func(c PingConfig) (*PingResult, error) { return AsaviePing(a, b, c) }})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	us := func(r *PingResult) (float64, float64) { return float64(r.RTT.P50) / 1e3, float64(r.RTT.P99) / 1e3 }
 	ssamP50, _ := us(cmpd.Paths[1].PingResult)
@@ -255,16 +293,18 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 	}
 	fw, err := AMIIFirmwarePing(a, b, pc, 0, FirmwareLayout{Threads: 1})
 	if err != nil {
-		return nil, fmt.Errorf("AM-II firmware mode: %w", err)
+		return fmt.Errorf("AM-II firmware mode: %w", err)
 	}
 	p50, p99 := us(&fw.PingResult)
 	res.AuthPingRatio = res.Pings[3].P50 / res.Pings[2].P50
 	res.TransportAuthPingRatio = res.Pings[4].P50 / res.Pings[2].P50
 	res.Pings = append(res.Pings, EnginePing{Name: "amii firmware", P50: p50, P99: p99, Ratio: p50 / res.Pings[2].P50})
+	return nil
+}
 
-	if !step("bulk goodput") {
-		return res, nil
-	}
+// measureBulk measures bulk goodput on the bulk lab: raw frames, TCP,
+// SSAM and AM-II, each as a ratio to TCP.
+func (res *EngineResult) measureBulk(bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Addr, cfg EngineConfig) error {
 	type bulkRun struct {
 		name string
 		run  func() (*BulkResult, error)
@@ -280,14 +320,14 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 	} {
 		br, err := r.run()
 		if err != nil {
-			return nil, fmt.Errorf("%s bulk: %w", r.name, err)
+			return fmt.Errorf("%s bulk: %w", r.name, err)
 		}
 		rows = append(rows, br)
 	}
 	for _, r := range rows {
 		res.Bulk = append(res.Bulk, EngineBulk{BulkResult: r, Ratio: r.MBPerSec / rows[1].MBPerSec})
 	}
-	return res, nil
+	return nil
 }
 
 // Markdown writes the result as three tables.

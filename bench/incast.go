@@ -79,7 +79,11 @@ type IncastPoint struct {
 
 // IncastResult is what RunIncast measured.
 type IncastResult struct {
-	Points []IncastPoint `json:"points"`
+	// PortRate and PortBuffer are the switch ports' shaping, when the
+	// caller says (bits per second, bytes queued).
+	PortRate   uint64        `json:"port_rate_bps,omitempty"`
+	PortBuffer int           `json:"port_buffer_bytes,omitempty"`
+	Points     []IncastPoint `json:"points"`
 	// Latency: what coordination costs a message without contention (two
 	// senders, the largest size).
 	Latency     []IncastLatency `json:"latency,omitempty"`
@@ -399,6 +403,9 @@ func incastTCP(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place, 
 func (r *IncastResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("## Incast: n senders stream messages to one receiver through the switch\n\n")
+	if r.PortRate > 0 {
+		fmt.Fprintf(&b, "Switch ports shaped to %d bit/s, %d bytes of buffer each.\n\n", r.PortRate, r.PortBuffer)
+	}
 	if r.Interrupted {
 		b.WriteString("**Interrupted**: the table holds what was measured before the run was stopped.\n\n")
 	}

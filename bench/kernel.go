@@ -10,10 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/netdev"
 )
 
 // The kernel's own paths, measured beside the raw AF_XDP ping-pong: UDP
@@ -87,30 +86,6 @@ func UDPPing(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*Pin
 	return r, nil
 }
 
-// packetSocket opens an AF_PACKET socket for xam's EtherType bound to the
-// device.
-func packetSocket(ifindex int) (int, error) {
-	proto := htons(cells.EtherType)
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
-	if err != nil {
-		return -1, fmt.Errorf("AF_PACKET socket: %w", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifindex}); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("binding AF_PACKET socket to ifindex %d: %w", ifindex, err)
-	}
-	return fd, nil
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-// outgoing reports whether a packet socket's recvfrom address marks a frame
-// the host itself sent.
-func outgoing(from unix.Sockaddr) bool {
-	ll, ok := from.(*unix.SockaddrLinklayer)
-	return ok && ll.Pkttype == unix.PACKET_OUTGOING
-}
-
 // PacketPing runs the ping-pong of raw xam frames from a to b through
 // AF_PACKET sockets, one system call per frame each way. No XDP program may
 // be attached for xam's EtherType while it runs.
@@ -122,51 +97,46 @@ func PacketPing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	var fa, fb int
-	if err := a.Do(func() (err error) { fa, err = packetSocket(a.Ifindex); return err }); err != nil {
+	var fa, fb *netdev.Packet
+	if err := a.Do(func() (err error) { fa, err = netdev.OpenPacket(a.Ifindex, cells.EtherType); return err }); err != nil {
 		return nil, err
 	}
-	defer unix.Close(fa)
-	if err := b.Do(func() (err error) { fb, err = packetSocket(b.Ifindex); return err }); err != nil {
+	defer fa.Close()
+	if err := b.Do(func() (err error) { fb, err = netdev.OpenPacket(b.Ifindex, cells.EtherType); return err }); err != nil {
 		return nil, err
 	}
-	// The echo: a blocking recvfrom and a sendto per frame, until told to
+	// The echo: a blocking receive and a send per frame, until told to
 	// stop (it wakes every 50 ms to look).
-	poll := unix.NsecToTimeval(int64(50 * time.Millisecond))
-	if err := unix.SetsockoptTimeval(fb, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &poll); err != nil {
-		unix.Close(fb)
+	if err := fb.SetTimeout(50 * time.Millisecond); err != nil {
+		fb.Close()
 		return nil, err
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		buf := make([]byte, 65536)
-		to := &unix.SockaddrLinklayer{Protocol: htons(cells.EtherType), Ifindex: b.Ifindex}
 		for !stop.Load() {
-			n, from, err := unix.Recvfrom(fb, buf, 0)
-			if err != nil || n < cells.EthernetHeaderSize || outgoing(from) {
+			n, out, ok, err := fb.Recv(buf)
+			if err != nil || !ok || out || n < cells.EthernetHeaderSize {
 				continue // timeouts, and the socket's view of its own echoes
 			}
 			var mac [6]byte
 			copy(mac[:], buf[0:6])
 			copy(buf[0:6], buf[6:12])
 			copy(buf[6:12], mac[:])
-			unix.Sendto(fb, buf[:n], 0, to)
+			fb.Send(buf[:n])
 		}
 	})
 	defer func() {
 		stop.Store(true)
 		wg.Wait()
-		unix.Close(fb)
+		fb.Close()
 	}()
-
-	tv := unix.NsecToTimeval(int64(cfg.Timeout))
-	if err := unix.SetsockoptTimeval(fa, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+	if err := fa.SetTimeout(cfg.Timeout); err != nil {
 		return nil, err
 	}
 	r := cfg.newResult("packet", cfg.Size)
 	r.FrameBytes = len(frame)
-	to := &unix.SockaddrLinklayer{Protocol: htons(cells.EtherType), Ifindex: a.Ifindex}
 	buf := make([]byte, 65536)
 	for i := range cfg.Warmup + cfg.Count {
 		if r.stop(&cfg) {
@@ -175,23 +145,17 @@ func PacketPing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
 		seq := uint64(i)
 		binary.BigEndian.PutUint64(frame[seqOffset:], seq)
 		start := time.Now()
-		if err := unix.Sendto(fa, frame, 0, to); err != nil {
-			return nil, fmt.Errorf("AF_PACKET sendto: %w", err)
+		if err := fa.Send(frame); err != nil {
+			return nil, err
 		}
 		got := false
-		for !got {
-			n, from, err := unix.Recvfrom(fa, buf, 0)
-			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) && time.Since(start) > cfg.Timeout {
-				break
-			}
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
+		for !got && time.Since(start) <= cfg.Timeout {
+			n, out, ok, err := fa.Recv(buf)
 			if err != nil {
-				return nil, fmt.Errorf("AF_PACKET recvfrom: %w", err)
+				return nil, err
 			}
 			// The socket also sees its own transmissions.
-			got = !outgoing(from) && n >= seqOffset+8 && binary.BigEndian.Uint64(buf[seqOffset:]) == seq
+			got = ok && !out && n >= seqOffset+8 && binary.BigEndian.Uint64(buf[seqOffset:]) == seq
 		}
 		r.record(i >= cfg.Warmup, got, time.Since(start))
 	}

@@ -434,35 +434,8 @@ func CheckReport(dir string) error {
 	return errors.Join(errs...)
 }
 
-// experiments holds what the report says of each experiment: its title,
-// what its paper measured, and what differs today.
-var experiments = map[string]Experiment{
-	"ssam": {Title: "Cost tables, round trip and bulk bandwidth",
-		Measured: "the costs of the kernel traps (write a cell, read cells, write-then-read) beside the read/write system-call path, the costs of the Active Messages layer (send request, handle request, reply, ack), about 20 µs application-to-application round trips for small messages and about 5.5 MB/s bulk, between two SPARCstations with no switch.",
-		Differs:  "the trap is AF_XDP's sendto/recvfrom on a veth in copy mode (generic XDP): a send runs the peer's XDP and receive copy inside the same system call, so send costs hold what was wire time on the ATM card, and the wire is memory, so bandwidth is bounded by copies and CPUs, not by a 140 Mbit/s fiber."},
-	"logp": {Title: "LogP, the cost of reliability and protection, n clients to one server",
-		Measured: "the LogP parameters (Os, Or, g, L, RTT) of short messages, the increments of reliability and of protection over a baseline, and 1..7 clients against one server endpoint (aggregate and per-client rate, round trip growing by g per client); 42 µs round trip.",
-		Differs:  "the firmware is a Go engine on a host CPU (here inline, in the application's thread), not a LANai; on veth the sender's sendto runs the receiver's kernel path, so L cannot be separated from Os (it is reported inside Os), and the clients share the machine's CPUs with the server."},
-	"amii": {Title: "Bandwidth against message size",
-		Measured: "node-to-node bandwidth against message size (short, medium and bulk messages), 31 MB/s peak over the SBus and Myrinet.",
-		Differs:  "xam's frames are at most a 4 KB UMEM chunk (MTU 3826) that the kernel copies on veth, while kernel TCP moves 64 KB GSO segments with no per-frame cost: TCP is the ceiling on this machine, not a like-for-like peer; UCX runs its active messages over the same TCP."},
-	"permutations": {Title: "Permutations on eight hosts",
-		Measured: "circular shift, neighbour exchange and bisection exchange among the hosts of a cluster (average and aggregate bandwidth with medium messages, round trip with one-word messages): bandwidth near the peak for the first two, the bisection pattern limited by the network's bisection cables.",
-		Differs:  "the eight hosts are network namespaces on one machine joined by a Linux bridge: there is no bisection to saturate, and every host shares the machine's CPUs, so the aggregate is bounded by the CPUs, not by the links."},
-	"overcommit": {Title: "Overcommitted endpoint frames",
-		Measured: "many virtual networks, each a client endpoint and a server endpoint of its own, the server's NIC holding a few endpoint frames and faulting the rest in and out on demand, one server thread per endpoint blocking on its semaphore: the server's message rate degrades gracefully as the frames are overcommitted (8x and more).",
-		Differs:  "the frames are the engine's resident set (R), and loading an endpoint maps host memory the daemon shares rather than copying it over the SBus, so a fault costs microseconds; server threads block on the daemon's eventfds."},
-	"incast": {Title: "Incast: sender coordination with a token per link",
-		Measured: "two and three senders to one receiver through an ATM switch: without coordination goodput collapses to nearly zero above about 600-byte messages; with a token per link, loss under 0.1% and a large fraction of the link; Early Token Release brings two senders close to one.",
-		Differs:  "the switch is a Linux bridge whose ports are shaped by tbf (rate and buffer) in place of the ATM switch's port rate and cell buffers; the coordination module runs in the engine, as DVCM's ran on the NIC's coprocessor; kernel TCP's congestion control is the peer."},
-	"grim": {Title: "Latency, injection, channels, gap, cut-through and a storage endpoint",
-		Measured: "13 µs host-to-host round trip, about 1 µs injection, latency nearly flat for a few logical channels, a gap negligible for bursts under 200 messages and 20 µs past 1,000, 106 MB/s cut-through vs 74 MB/s store-and-forward, 21 µs to a remote I2O storage card.",
-		Differs:  "the storage endpoint is a thread serving a file, not an i960 card; the copy into the payload region runs at memory speed, far faster than the send path, so cut-through has little to overlap here; firmware mode shares two CPUs between the engines and the applications."},
-}
-
 // NewExperiment returns experiment name with what the report says of it.
 func NewExperiment(name string) *Experiment {
-	e := experiments[name]
-	e.Name, e.Status = name, "not run"
-	return &e
+	sp, _ := SpecOf(name)
+	return &Experiment{Name: name, Status: "not run", Title: sp.Title, Measured: sp.Measured, Differs: sp.Differs}
 }

@@ -50,7 +50,11 @@ func TestReportStructure(t *testing.T) {
 			}
 		}
 	}
-	for name := range experiments {
+	for _, sp := range Specs() {
+		if sp.Paper == nil {
+			continue
+		}
+		name := sp.Name
 		found := false
 		for _, s := range r.Sections {
 			for _, e := range s.Experiments {

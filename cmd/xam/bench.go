@@ -4,27 +4,28 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/xam-project/xam/bench"
-	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
 
-// benchmarks are the names `xam bench` knows; "all" runs the papers'
-// experiments (benchmarks less engine and hostile) into a report.
-var benchmarks = []string{"ssam", "logp", "amii", "permutations", "overcommit", "engine", "incast", "grim", "hostile"}
+// benchNames are the experiments `xam bench` knows (bench.Specs); "all"
+// runs those of the papers (the specs with a paper) into a report.
+func benchNames() []string {
+	var names []string
+	for _, sp := range bench.Specs() {
+		names = append(names, sp.Name)
+	}
+	return names
+}
 
-const benchUsage = "bench ssam|logp|amii|permutations|overcommit|engine|incast|grim|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // benchRun is what the benchmarks of one command share: the signals that
 // stop them, and where they say what they do.
@@ -56,7 +57,7 @@ type benchFlags struct {
 	set                         map[string]bool // the flags given
 }
 
-// runBench runs the named benchmarks, each on a lab of its own, or with
+// runBench runs the named benchmarks, each on labs of its own, or with
 // "all" the papers' experiments into a report.
 func runBench(e *env, args []string) error {
 	var names []string
@@ -85,62 +86,15 @@ func runBench(e *env, args []string) error {
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	names = append(names, fs.Args()...)
-	if len(names) == 0 {
-		return usageError("name a benchmark: %s or all", strings.Join(benchmarks, ", "))
-	}
-	for _, n := range names {
-		if n == "all" {
-			if len(names) > 1 {
-				return usageError("all runs every experiment: name no other benchmark beside it")
-			}
-			continue
-		}
-		if !slices.Contains(benchmarks, n) {
-			return usageError("unknown benchmark %q (have: %s, all)", n, strings.Join(benchmarks, ", "))
-		}
+	if err := checkBenchNames(names); err != nil {
+		return err
 	}
 	if names[0] == "all" {
 		return runBenchAll(e, f)
 	}
-	if *f.quick {
-		return usageError("--quick: only with all")
-	}
-	if *f.count < 1 {
-		return usageError("--count %d: want at least 1", *f.count)
-	}
-	if *f.bulk < 1 {
-		return usageError("--bulk %d: want at least 1 byte", *f.bulk)
-	}
-	if *f.clients < 1 || *f.clients > 64 {
-		return usageError("--clients %d: want 1..64", *f.clients)
-	}
-	if *f.flood < 1 {
-		return usageError("--flood %d: want at least 1", *f.flood)
-	}
-	icfg, err := incastFlags(*f.senders, *f.sizes, *f.portRate, *f.portBuffer)
+	p, err := f.params(names)
 	if err != nil {
 		return err
-	}
-	if f.set["bulk"] {
-		icfg.Bytes = *f.bulk // all senders' together, per measurement
-	}
-	if *f.runs < 1 || *f.runs > 100 {
-		return usageError("--runs %d: want 1..100", *f.runs)
-	}
-	icfg.Runs = *f.runs
-	m, err := loader.ParseMode(*f.mode)
-	if err != nil {
-		return usageError("--mode: %v", err)
-	}
-	plots := false
-	for _, n := range names {
-		plots = plots || (n != "engine" && n != "hostile")
-		if n == "logp" && *f.count < 100 {
-			return usageError("--count %d: logp needs at least 100", *f.count)
-		}
-	}
-	if *f.out != "" && !plots {
-		return usageError("--out: engine and hostile draw no plots")
 	}
 	if err := needPrivileges("xam bench"); err != nil {
 		return err
@@ -157,50 +111,25 @@ func runBench(e *env, args []string) error {
 	in.grace = benchGrace
 	defer in.release()
 	br := newBenchRun(e, in)
-	count, bulk, asJSON, out := *f.count, *f.bulk, *f.asJSON, *f.out
+	p.Stop, p.Progress = in.flag(), br.progress
 	results := map[string]any{}
 	for _, n := range names {
 		if in.interrupted() {
 			break
 		}
-		var r any
-		var err error
-		switch n {
-		case "ssam":
-			r, err = benchSSAM(br, bench.SSAMTablesConfig{Count: count, Bulk: bulk, Mode: m, Stop: in.flag()}, asJSON, out)
-		case "logp":
-			r, err = benchLogP(br, bench.LogPConfig{Count: count, Clients: *f.clients, Mode: m, Stop: in.flag()}, asJSON, out)
-		case "incast":
-			icfg.Mode, icfg.Stop = m, in.flag()
-			r, err = benchIncast(br, icfg, asJSON, out)
-		case "engine":
-			r, err = benchEngine(br, bench.EngineConfig{Count: count, Bulk: bulk, Mode: m, Stop: in.flag()}, asJSON)
-		case "amii":
-			ac := bench.AMIIBandwidthConfig{Messages: 10 * count, Mode: m, Stop: in.flag()}
-			if f.set["bulk"] {
-				ac.Bulk = bulk
+		sp, _ := bench.SpecOf(n)
+		r, err := runSpec(br, sp, p)
+		if r != nil {
+			results[n] = r
+			if perr := showResult(br, sp, r, *f.asJSON, *f.out); err == nil {
+				err = perr
 			}
-			r, err = benchAMII(br, ac, asJSON, out)
-		case "permutations":
-			pc := bench.PermutationsConfig{RTTs: min(count, 5000), Mode: m, Stop: in.flag()}
-			r, err = benchPermutations(br, pc, asJSON, out)
-		case "overcommit":
-			r, err = benchOvercommit(br, bench.OvercommitConfig{Mode: m, Stop: in.flag()}, asJSON, out)
-		case "grim":
-			gc := bench.GRIMConfig{Count: min(count, 5000), Mode: m, Stop: in.flag()}
-			if f.set["bulk"] {
-				gc.Bulk = bulk
-			}
-			r, err = benchGRIM(br, gc, asJSON, out)
-		case "hostile":
-			r, err = benchHostile(br, bench.HostileConfig{Pings: max(count/10, 100), Flood: *f.flood}, asJSON)
 		}
 		if err != nil {
 			return err
 		}
-		results[n] = r
 	}
-	if asJSON {
+	if *f.asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(results); err != nil {
@@ -213,75 +142,123 @@ func runBench(e *env, args []string) error {
 	return nil
 }
 
-// plotInto draws r's plots into out, if set, and says so.
-func plotInto(br *benchRun, what string, r interface {
-	Plot(string) ([]string, error)
-}, out string) error {
-	if out == "" {
-		return nil
+// checkBenchNames checks the names given to `xam bench`.
+func checkBenchNames(names []string) error {
+	known := benchNames()
+	if len(names) == 0 {
+		return usageError("name a benchmark: %s or all", strings.Join(known, ", "))
 	}
-	paths, err := r.Plot(out)
-	if err != nil {
-		return err
-	}
-	if len(paths) > 0 { // none when nothing was measured to draw
-		br.say("xam bench %s: wrote %s", what, strings.Join(paths, ", "))
+	for _, n := range names {
+		if n == "all" {
+			if len(names) > 1 {
+				return usageError("all runs every experiment: name no other benchmark beside it")
+			}
+			continue
+		}
+		if !slices.Contains(known, n) {
+			return usageError("unknown benchmark %q (have: %s, all)", n, strings.Join(known, ", "))
+		}
 	}
 	return nil
+}
+
+// params checks the flags of a run of the named benchmarks (not all) and
+// returns the experiments' parameters.
+func (f benchFlags) params(names []string) (bench.Params, error) {
+	var p bench.Params
+	switch {
+	case *f.quick:
+		return p, usageError("--quick: only with all")
+	case *f.count < 1:
+		return p, usageError("--count %d: want at least 1", *f.count)
+	case *f.bulk < 1:
+		return p, usageError("--bulk %d: want at least 1 byte", *f.bulk)
+	case *f.clients < 1 || *f.clients > 64:
+		return p, usageError("--clients %d: want 1..64", *f.clients)
+	case *f.flood < 1:
+		return p, usageError("--flood %d: want at least 1", *f.flood)
+	case *f.runs < 1 || *f.runs > 100:
+		return p, usageError("--runs %d: want 1..100", *f.runs)
+	}
+	ip, err := incastFlags(*f.senders, *f.sizes, *f.portRate, *f.portBuffer)
+	if err != nil {
+		return p, err
+	}
+	ip.Runs = *f.runs
+	m, err := loader.ParseMode(*f.mode)
+	if err != nil {
+		return p, usageError("--mode: %v", err)
+	}
+	plots := false
+	for _, n := range names {
+		sp, _ := bench.SpecOf(n)
+		plots = plots || sp.Plots
+		if n == "logp" && *f.count < 100 {
+			return p, usageError("--count %d: logp needs at least 100", *f.count)
+		}
+	}
+	if *f.out != "" && !plots {
+		return p, usageError("--out: engine and hostile draw no plots")
+	}
+	p = bench.Params{RunOptions: bench.RunOptions{Mode: m}, Count: *f.count, Clients: *f.clients, Flood: *f.flood, Incast: ip}
+	if f.set["bulk"] {
+		p.Bulk = *f.bulk // else each experiment's own default
+	}
+	return p, nil
+}
+
+// runSpec runs experiment sp on labs built for it and removed after it
+// (also on failure, and on an interrupt).
+func runSpec(br *benchRun, sp bench.Spec, p bench.Params) (bench.Result, error) {
+	var labs []*lab.Lab
+	defer func() {
+		for _, l := range slices.Backward(labs) {
+			if err := l.Down(); err != nil {
+				br.say("xam bench %s: removing lab %s: %v", sp.Name, l.Name, err)
+			}
+		}
+	}()
+	for _, cfg := range sp.Labs(p) {
+		cfg.Name = fmt.Sprintf("%s%d", cfg.Name, os.Getpid())
+		l, err := lab.Up(cfg)
+		if err != nil {
+			return nil, err
+		}
+		br.in.onExit(l.Down)
+		labs = append(labs, l)
+		a, b := l.Hosts[0], l.Hosts[1]
+		br.say("xam bench %s: lab %s: %s %v (%v) <-> %s %v (%v)", sp.Name, cfg.Name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
+	}
+	return sp.Run(labs, p)
+}
+
+// showResult draws r's plots into out (if set) and prints its tables
+// unless asJSON.
+func showResult(br *benchRun, sp bench.Spec, r bench.Result, asJSON bool, out string) error {
+	if pl, ok := r.(interface {
+		Plot(string) ([]string, error)
+	}); ok && out != "" {
+		paths, err := pl.Plot(out)
+		if err != nil {
+			return err
+		}
+		if len(paths) > 0 { // none when nothing was measured to draw
+			br.say("xam bench %s: wrote %s", sp.Name, strings.Join(paths, ", "))
+		}
+	}
+	if asJSON {
+		return nil
+	}
+	return r.Markdown(br.e.stdout)
 }
 
 // benchGrace is how long a benchmark has, after a signal, to end the
 // measurement in progress, print and remove its lab.
 const benchGrace = 30 * time.Second
 
-// withLab builds a two-host lab for benchmark what, runs f on it and
-// removes it afterwards (also on failure, and on an interrupt).
-func withLab(br *benchRun, what string, f func(l *lab.Lab, pa, pb datapath.Place) error) (err error) {
-	return withLabConfig(br, what, lab.Config{Name: fmt.Sprintf("bench%d", os.Getpid())}, f)
-}
-
-// withLabConfig is withLab on a lab built with cfg.
-func withLabConfig(br *benchRun, what string, cfg lab.Config, f func(l *lab.Lab, pa, pb datapath.Place) error) (err error) {
-	name := cfg.Name
-	l, err := lab.Up(cfg)
-	if err != nil {
-		return err
-	}
-	br.in.onExit(l.Down)
-	defer func() {
-		if derr := l.Down(); derr != nil && err == nil {
-			err = fmt.Errorf("removing lab %s: %w", name, derr)
-		}
-	}()
-	a, b := l.Hosts[0], l.Hosts[1]
-	pa := datapath.OnHost(a)
-	pb := datapath.OnHost(b)
-	br.say("xam bench %s: lab %s: %s %v (%v) <-> %s %v (%v)", what, name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
-	return f(l, pa, pb)
-}
-
-// benchHostile runs the hostile suite, and prints its table unless asJSON.
-func benchHostile(br *benchRun, cfg bench.HostileConfig, asJSON bool) (r *bench.HostileResult, err error) {
-	err = withLab(br, "hostile", func(_ *lab.Lab, pa, pb datapath.Place) error {
-		if r, err = bench.RunHostile(pa, pb, cfg); err != nil || asJSON {
-			return err
-		}
-		return r.Markdown(br.e.stdout)
-	})
-	return r, err
-}
-
-// incastBench is the incast benchmark's configuration from the command
-// line: the experiment's, and the switch's port rate and buffer.
-type incastBench struct {
-	bench.IncastConfig
-	rate   uint64
-	buffer uint32
-}
-
 // incastFlags parses the incast flags.
-func incastFlags(senders, sizes, rate, buffer string) (incastBench, error) {
-	var c incastBench
+func incastFlags(senders, sizes, rate, buffer string) (bench.IncastParams, error) {
+	var c bench.IncastParams
 	for part := range strings.SplitSeq(senders, ",") {
 		n, err := strconv.Atoi(part)
 		if err != nil || n < 1 || n > 15 {
@@ -304,180 +281,6 @@ func incastFlags(senders, sizes, rate, buffer string) (incastBench, error) {
 	if err != nil || b < 4<<10 || b > 64<<20 {
 		return c, usageError("--port-buffer %q: want 4k..64m bytes", buffer)
 	}
-	c.rate, c.buffer = r, uint32(b)
-	c.LinkRate, c.PortBuffer = r, int(b)
+	c.PortRate, c.PortBuffer = r, int(b)
 	return c, nil
-}
-
-// benchIncast runs the incast experiment on a star lab built for it (the
-// most senders plus a receiver, joined by a switch whose ports are
-// shaped), prints its table unless asJSON, and plots it into out if set.
-func benchIncast(br *benchRun, c incastBench, asJSON bool, out string) (r *bench.IncastResult, err error) {
-	hosts := slices.Max(c.Senders) + 1
-	cfg := lab.Config{Name: fmt.Sprintf("incast%d", os.Getpid()), Hosts: hosts, Switch: true, PortRate: c.rate, PortBuffer: c.buffer}
-	err = withLabConfig(br, "incast", cfg, func(l *lab.Lab, _, _ datapath.Place) error {
-		var places []datapath.Place
-		var addrs []netip.Addr
-		for _, h := range l.Hosts {
-			places = append(places, datapath.OnHost(h))
-			addrs = append(addrs, h.Addr.Addr())
-		}
-		rx := hosts - 1
-		ic := c.IncastConfig
-		ic.Progress = br.progress
-		ic.Drops = func() (uint64, error) { return l.Switch.PortDrops(rx) }
-		if r, err = bench.RunIncast(places[:rx], places[rx], addrs[:rx], addrs[rx], ic); err != nil {
-			return err
-		}
-		if err := plotInto(br, "incast", r, out); err != nil {
-			return err
-		}
-		if asJSON {
-			return nil
-		}
-		fmt.Fprintf(br.e.stdout, "Switch ports shaped to %d bit/s, %d bytes of buffer each.\n\n", c.rate, c.buffer)
-		return r.Markdown(br.e.stdout)
-	})
-	return r, err
-}
-
-// benchEngine measures the firmware engine's rates, round trips and bulk
-// goodput beside their peers, on two labs: one of the default MTU, and
-// one of bench.BulkMTU for the bulk runs; it prints the tables as Markdown
-// unless asJSON.
-func benchEngine(br *benchRun, cfg bench.EngineConfig, asJSON bool) (r *bench.EngineResult, err error) {
-	cfg.Progress = br.progress
-	err = withLab(br, "engine", func(_ *lab.Lab, pa, pb datapath.Place) error {
-		bcfg := lab.Config{Name: fmt.Sprintf("bulk%d", os.Getpid()), MTU: bench.BulkMTU}
-		return withLabConfig(br, "engine (bulk)", bcfg, func(bl *lab.Lab, ba, bb datapath.Place) error {
-			r, err = bench.RunEngine(pa, pb, ba, bb, bl.Hosts[0].Addr.Addr(), bl.Hosts[1].Addr.Addr(), cfg)
-			if err != nil || asJSON {
-				return err
-			}
-			return r.Markdown(br.e.stdout)
-		})
-	})
-	return r, err
-}
-
-// benchAMII measures AM-II's bandwidth against message size on a lab of
-// MTU bench.BulkMTU, with UCX beside it, and prints it as Markdown unless
-// asJSON; with out, it draws the plot there.
-func benchAMII(br *benchRun, cfg bench.AMIIBandwidthConfig, asJSON bool, out string) (r *bench.AMIIBandwidth, err error) {
-	cfg.Progress = br.progress
-	lc := lab.Config{Name: fmt.Sprintf("amii%d", os.Getpid()), MTU: bench.BulkMTU}
-	err = withLabConfig(br, "amii", lc, func(l *lab.Lab, pa, pb datapath.Place) error {
-		if r, err = bench.RunAMIIBandwidth(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil {
-			return err
-		}
-		if !r.Interrupted {
-			br.progress("UCX active messages over TCP (ucx_perftest -t ucp_am_bw)")
-			r.UCX = runUCX(pa, pb, l.Hosts[1].Addr.Addr(), "ucp_am_bw", 64<<10, max(int(cfg.Bulk>>16), 100))
-		}
-		return report(br, "amii", r, asJSON, out)
-	})
-	return r, err
-}
-
-// runUCX runs a UCX peer; a failure is the peer's note, not the
-// experiment's.
-func runUCX(a, b datapath.Place, bAddr netip.Addr, test string, size, iters int) *bench.UCXResult {
-	u, err := bench.RunUCX(a, b, bAddr, test, size, iters)
-	if err != nil {
-		return &bench.UCXResult{Test: test, Size: size, Iters: iters, Missing: "failed: " + err.Error()}
-	}
-	return u
-}
-
-// report draws r's plots into out (if set) and prints its tables unless
-// asJSON.
-func report(br *benchRun, what string, r interface {
-	Plot(string) ([]string, error)
-	Markdown(io.Writer) error
-}, asJSON bool, out string) error {
-	if err := plotInto(br, what, r, out); err != nil {
-		return err
-	}
-	if asJSON {
-		return nil
-	}
-	return r.Markdown(br.e.stdout)
-}
-
-// benchPermutations runs AM-II's permutations on an 8-host star lab.
-func benchPermutations(br *benchRun, cfg bench.PermutationsConfig, asJSON bool, out string) (r *bench.PermutationsResult, err error) {
-	cfg.Progress = br.progress
-	lc := lab.Config{Name: fmt.Sprintf("perm%d", os.Getpid()), Hosts: 8, Switch: true}
-	err = withLabConfig(br, "permutations", lc, func(l *lab.Lab, _, _ datapath.Place) error {
-		var places []datapath.Place
-		for _, h := range l.Hosts {
-			places = append(places, datapath.OnHost(h))
-		}
-		if r, err = bench.RunPermutations(places, cfg); err != nil {
-			return err
-		}
-		return report(br, "permutations", r, asJSON, out)
-	})
-	return r, err
-}
-
-// benchOvercommit runs AM-II's overcommit experiment on a two-host lab.
-func benchOvercommit(br *benchRun, cfg bench.OvercommitConfig, asJSON bool, out string) (r *bench.OvercommitResult, err error) {
-	cfg.Progress = br.progress
-	err = withLab(br, "overcommit", func(_ *lab.Lab, pa, pb datapath.Place) error {
-		if r, err = bench.RunOvercommit(pa, pb, cfg); err != nil {
-			return err
-		}
-		return report(br, "overcommit", r, asJSON, out)
-	})
-	return r, err
-}
-
-// benchGRIM measures GRIM's figures beside its peers on a lab and prints
-// them as Markdown unless asJSON; with out, it draws the plots there.
-func benchGRIM(br *benchRun, cfg bench.GRIMConfig, asJSON bool, out string) (r *bench.GRIMBench, err error) {
-	cfg.Progress = br.progress
-	err = withLab(br, "grim", func(l *lab.Lab, pa, pb datapath.Place) error {
-		if r, err = bench.RunGRIM(pa, pb, l.Hosts[0].Addr.Addr(), l.Hosts[1].Addr.Addr(), cfg); err != nil {
-			return err
-		}
-		return report(br, "grim", r, asJSON, out)
-	})
-	return r, err
-}
-
-// benchLogP measures AM-II's LogP table and the contention experiment,
-// with UCX's round trip beside them, and prints them as Markdown unless
-// asJSON; with out, it draws the contention plot there.
-func benchLogP(br *benchRun, cfg bench.LogPConfig, asJSON bool, out string) (r *bench.LogPResult, err error) {
-	err = withLab(br, "logp", func(l *lab.Lab, pa, pb datapath.Place) error {
-		if r, err = bench.RunLogP(pa, pb, cfg); err != nil {
-			return err
-		}
-		if !r.Interrupted {
-			br.progress("UCX active messages over TCP (ucx_perftest -t ucp_am_lat)")
-			r.UCX = runUCX(pa, pb, l.Hosts[1].Addr.Addr(), "ucp_am_lat", 8, max(cfg.Count, 1000))
-		}
-		return report(br, "logp", r, asJSON, out)
-	})
-	return r, err
-}
-
-// benchSSAM measures SSAM's tables on a two-host lab built for the run, and
-// prints them as Markdown unless asJSON.
-func benchSSAM(br *benchRun, cfg bench.SSAMTablesConfig, asJSON bool, out string) (t *bench.SSAMTables, err error) {
-	err = withLab(br, "ssam", func(l *lab.Lab, pa, pb datapath.Place) error {
-		a, b := l.Hosts[0], l.Hosts[1]
-		cfg.Progress = br.progress
-		if t, err = bench.RunSSAMTables(pa, pb, a.Addr.Addr(), b.Addr.Addr(), cfg); err != nil {
-			return err
-		}
-		t.Setup = bench.Setup{
-			Kernel: netdev.Probe().Kernel,
-			CPUs:   runtime.NumCPU(),
-			Lab:    "a 2-host veth lab (network namespaces " + a.NS + ", " + b.NS + ")",
-		}
-		return report(br, "ssam", t, asJSON, out)
-	})
-	return t, err
 }

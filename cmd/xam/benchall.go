@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,80 +20,16 @@ import (
 // defaultReportDir is where `xam bench all` writes without --out.
 const defaultReportDir = "xam-report"
 
-// reported is what every experiment of the report returns.
-type reported interface {
-	Figures() []bench.Figure
-	Markdown(io.Writer) error
-	Plot(dir string) ([]string, error)
-}
-
-// allExperiment is one experiment of `xam bench all`: its paper, how long
-// it takes (quick and full, for the estimate of the time left), and how
-// it runs.
-type allExperiment struct {
-	name    string
-	paper   bench.Section
-	seconds [2]float64 // quick, full
-	run     func(br *benchRun, quick bool) (reported, error)
-}
-
-// allExperiments are the papers' experiments, in the report's order.
-func allExperiments(mode loader.Mode) []allExperiment {
-	pick := func(quick bool, q, full int) int {
-		if quick {
-			return q
+// reportSpecs are the experiments of the report: those with a paper, in
+// the table's order.
+func reportSpecs() []bench.Spec {
+	var specs []bench.Spec
+	for _, sp := range bench.Specs() {
+		if sp.Paper != nil {
+			specs = append(specs, sp)
 		}
-		return full
 	}
-	return []allExperiment{
-		{"ssam", bench.PaperSSAMSection, [2]float64{2, 6}, func(br *benchRun, quick bool) (reported, error) {
-			return reportedOf(benchSSAM(br, bench.SSAMTablesConfig{Count: pick(quick, 2000, 20000), Bulk: int64(pick(quick, 4<<20, 64<<20)), Mode: mode, Stop: br.in.flag()}, true, ""))
-		}},
-		{"logp", bench.PaperAMII, [2]float64{2, 6}, func(br *benchRun, quick bool) (reported, error) {
-			return reportedOf(benchLogP(br, bench.LogPConfig{Count: pick(quick, 2000, 20000), Clients: 7, Mode: mode, Stop: br.in.flag()}, true, ""))
-		}},
-		{"amii", bench.PaperAMII, [2]float64{1, 3}, func(br *benchRun, quick bool) (reported, error) {
-			return reportedOf(benchAMII(br, bench.AMIIBandwidthConfig{Messages: pick(quick, 20000, 200000), Bulk: int64(pick(quick, 4<<20, 32<<20)), Mode: mode, Stop: br.in.flag()}, true, ""))
-		}},
-		{"permutations", bench.PaperAMII, [2]float64{5, 14}, func(br *benchRun, quick bool) (reported, error) {
-			cfg := bench.PermutationsConfig{Duration: time.Duration(pick(quick, 1, 3)) * time.Second, RTTs: pick(quick, 500, 5000), Mode: mode, Stop: br.in.flag()}
-			return reportedOf(benchPermutations(br, cfg, true, ""))
-		}},
-		{"overcommit", bench.PaperAMII, [2]float64{6, 16}, func(br *benchRun, quick bool) (reported, error) {
-			cfg := bench.OvercommitConfig{Duration: time.Duration(pick(quick, 1, 3)) * time.Second, Mode: mode, Stop: br.in.flag()}
-			return reportedOf(benchOvercommit(br, cfg, true, ""))
-		}},
-		{"incast", bench.PaperDVCM, [2]float64{12, 195}, func(br *benchRun, quick bool) (reported, error) {
-			sizes, runs := "1k,4k,8k,16k", 3
-			if quick {
-				sizes, runs = "1k,16k", 1
-			}
-			c, err := incastFlags("1,2,3,7", sizes, "100mbit", "16k")
-			if err != nil {
-				return nil, err
-			}
-			c.Runs, c.Mode, c.Stop = runs, mode, br.in.flag()
-			if quick {
-				c.Bytes = 2 << 20
-			}
-			return reportedOf(benchIncast(br, c, true, ""))
-		}},
-		{"grim", bench.PaperGRIM, [2]float64{8, 30}, func(br *benchRun, quick bool) (reported, error) {
-			return reportedOf(benchGRIM(br, bench.GRIMConfig{Count: pick(quick, 500, 5000), Bulk: int64(pick(quick, 2<<20, 16<<20)), Mode: mode, Stop: br.in.flag()}, true, ""))
-		}},
-	}
-}
-
-// reportedOf returns r as reported: a nil interface, not a nil pointer in
-// one, when the experiment measured nothing.
-func reportedOf[R any, P interface {
-	*R
-	reported
-}](r P, err error) (reported, error) {
-	if r == nil {
-		return nil, err
-	}
-	return r, err
+	return specs
 }
 
 // runBenchAll runs every experiment of the four papers, each on labs of
@@ -113,10 +50,7 @@ func runBenchAll(e *env, f benchFlags) error {
 	if err != nil {
 		return usageError("--mode: %v", err)
 	}
-	dir := *f.out
-	if dir == "" {
-		dir = defaultReportDir
-	}
+	dir := cmp.Or(*f.out, defaultReportDir)
 	if err := needPrivileges("xam bench"); err != nil {
 		return err
 	}
@@ -127,26 +61,8 @@ func runBenchAll(e *env, f benchFlags) error {
 	in := watchInterrupts(e, "the report of what was measured follows once the measurement in progress ends")
 	in.grace = benchGrace
 	defer in.release()
-	cmd := "xam bench all"
-	if quick {
-		cmd += " --quick"
-	}
-	rep := &bench.Report{Command: cmd, Started: time.Now(), Quick: quick, Setup: bench.Setup{
-		Kernel: netdev.Probe().Kernel, CPUs: runtime.NumCPU(),
-		Lab: "veth labs in network namespaces (two hosts; eight through a Linux bridge for permutations and incast)",
-	}}
-	exps := allExperiments(m)
-	sections := map[string]*bench.Section{}
-	entries := make([]*bench.Experiment, len(exps))
-	for i, x := range exps {
-		s := sections[x.paper.Paper]
-		if s == nil {
-			s = bench.NewSection(x.paper)
-			sections[x.paper.Paper] = s
-			rep.Sections = append(rep.Sections, s)
-		}
-		entries[i] = s.Add(bench.NewExperiment(x.name))
-	}
+	specs := reportSpecs()
+	rep, entries := newReport(specs, quick)
 	// The report is written once: at the end, or by the signal watcher if
 	// the run does not end within the grace time.
 	var mu sync.Mutex
@@ -163,37 +79,18 @@ func runBenchAll(e *env, f benchFlags) error {
 		return writeErr
 	}
 	in.onExit(write)
-	pl := newBenchProgress(e.stderr, exps, quick, *f.asJSON)
+	pl := newBenchProgress(e.stderr, specs, quick, *f.asJSON)
 	br := newBenchRun(e, in)
 	br.say = func(string, ...any) {}
-	for i, x := range exps {
+	for i, sp := range specs {
 		if in.interrupted() {
 			break
 		}
 		pl.start(i)
-		br.progress = pl.what
 		t0 := time.Now()
-		r, err := x.run(br, quick)
+		r, err := runSpec(br, sp, bench.Params{RunOptions: bench.RunOptions{Mode: m, Progress: pl.what, Stop: in.flag()}, Quick: quick})
 		mu.Lock()
-		ex := entries[i]
-		if r != nil {
-			ex.Result = r
-			ex.Figures = r.Figures()
-			var md strings.Builder
-			if merr := r.Markdown(&md); merr == nil {
-				ex.Details = md.String()
-			}
-			if err == nil {
-				paths, perr := r.Plot(dir)
-				for _, p := range paths {
-					ex.Plots = append(ex.Plots, filepath.Base(p))
-				}
-				if perr != nil && !in.interrupted() { // an interrupted run may lack what a plot needs
-					err = fmt.Errorf("plotting: %w", perr)
-				}
-			}
-		}
-		ex.Finish(time.Since(t0), in.interrupted(), err)
+		record(entries[i], r, err, dir, time.Since(t0), in.interrupted())
 		mu.Unlock()
 		pl.done(i, time.Since(t0))
 	}
@@ -201,7 +98,61 @@ func runBenchAll(e *env, f benchFlags) error {
 	if err := write(); err != nil {
 		return err
 	}
-	if *f.asJSON {
+	return finishReport(e, rep, written, dir, *f.asJSON, in.interrupted())
+}
+
+// newReport returns the report of specs, every experiment not run yet,
+// and its entries in specs' order.
+func newReport(specs []bench.Spec, quick bool) (*bench.Report, []*bench.Experiment) {
+	cmd := "xam bench all"
+	if quick {
+		cmd += " --quick"
+	}
+	rep := &bench.Report{Command: cmd, Started: time.Now(), Quick: quick, Setup: bench.Setup{
+		Kernel: netdev.Probe().Kernel, CPUs: runtime.NumCPU(),
+		Lab: "veth labs in network namespaces (two hosts; eight through a Linux bridge for permutations and incast)",
+	}}
+	sections := map[string]*bench.Section{}
+	entries := make([]*bench.Experiment, len(specs))
+	for i, sp := range specs {
+		s := sections[sp.Paper.Paper]
+		if s == nil {
+			s = bench.NewSection(*sp.Paper)
+			sections[sp.Paper.Paper] = s
+			rep.Sections = append(rep.Sections, s)
+		}
+		entries[i] = s.Add(bench.NewExperiment(sp.Name))
+	}
+	return rep, entries
+}
+
+// record puts what an experiment's run returned into its entry: its
+// result, figures, tables and plots (drawn into dir), and its status.
+func record(ex *bench.Experiment, res bench.Result, err error, dir string, took time.Duration, interrupted bool) {
+	if r, ok := res.(bench.Reported); ok {
+		ex.Result = r
+		ex.Figures = r.Figures()
+		var md strings.Builder
+		if merr := r.Markdown(&md); merr == nil {
+			ex.Details = md.String()
+		}
+		if err == nil {
+			paths, perr := r.Plot(dir)
+			for _, p := range paths {
+				ex.Plots = append(ex.Plots, filepath.Base(p))
+			}
+			if perr != nil && !interrupted { // an interrupted run may lack what a plot needs
+				err = fmt.Errorf("plotting: %w", perr)
+			}
+		}
+	}
+	ex.Finish(took, interrupted, err)
+}
+
+// finishReport prints the report (asJSON) or where it went, and returns
+// what the exit status says: interrupted, failed experiments, or nil.
+func finishReport(e *env, rep *bench.Report, written []string, dir string, asJSON, interrupted bool) error {
+	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
@@ -211,7 +162,7 @@ func runBenchAll(e *env, f benchFlags) error {
 		fmt.Fprintf(e.stdout, "xam bench all: wrote %s and %d plots in %s (%s)\n", strings.Join(written, ", "), countPlots(rep), dir,
 			time.Since(rep.Started).Round(time.Second))
 	}
-	if in.interrupted() {
+	if interrupted {
 		return fmt.Errorf("%w: the report holds what was measured", errInterrupted)
 	}
 	if rep.Failed > 0 {
@@ -248,7 +199,7 @@ type benchProgress struct {
 	w       io.Writer
 	tty     bool
 	quiet   bool
-	exps    []allExperiment
+	specs   []bench.Spec
 	est     []float64
 	began   time.Time
 	cur     int
@@ -258,13 +209,13 @@ type benchProgress struct {
 	mu      sync.Mutex
 }
 
-func newBenchProgress(w io.Writer, exps []allExperiment, quick, quiet bool) *benchProgress {
-	p := &benchProgress{w: w, quiet: quiet, exps: exps, began: time.Now()}
-	for _, x := range exps {
+func newBenchProgress(w io.Writer, specs []bench.Spec, quick, quiet bool) *benchProgress {
+	p := &benchProgress{w: w, quiet: quiet, specs: specs, began: time.Now()}
+	for _, sp := range specs {
 		if quick {
-			p.est = append(p.est, x.seconds[0])
+			p.est = append(p.est, sp.Seconds[0])
 		} else {
-			p.est = append(p.est, x.seconds[1])
+			p.est = append(p.est, sp.Seconds[1])
 		}
 	}
 	if f, ok := w.(*os.File); ok {
@@ -308,7 +259,7 @@ func (p *benchProgress) what(what string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	line := fmt.Sprintf("xam bench all: %d/%d %s: %s · %s elapsed · about %s left", p.cur+1, len(p.exps), p.exps[p.cur].name, what,
+	line := fmt.Sprintf("xam bench all: %d/%d %s: %s · %s elapsed · about %s left", p.cur+1, len(p.specs), p.specs[p.cur].Name, what,
 		time.Since(p.began).Round(time.Second), (time.Duration(p.left()) * time.Second).Round(time.Second))
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)

@@ -12,7 +12,7 @@
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --stale | --all
 //	xam lab list [--json]
-//	xam bench ssam|logp|amii|permutations|overcommit|engine|incast|grim|hostile [--count N] [--bulk BYTES] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--json] [--out DIR]
+//	xam bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--count N] [--bulk BYTES] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--json] [--out DIR]
 //	xam bench all [--quick] [--json] [--out DIR]
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
 //	xam cells reassemble [--hex] [--erf FILE]

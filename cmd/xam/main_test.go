@@ -598,7 +598,7 @@ func TestBenchUsage(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"bench"}, "name a benchmark: ssam, logp, amii, permutations, overcommit, engine, incast, grim, hostile or all"},
+		{[]string{"bench"}, "name a benchmark: ssam, logp, amii, permutations, overcommit, incast, grim, engine, hostile or all"},
 		{[]string{"bench", "--json"}, "name a benchmark"},
 		{[]string{"bench", "nonesuch"}, `unknown benchmark "nonesuch"`},
 		{[]string{"bench", "ssam", "--count", "0"}, "--count 0: want at least 1"},
@@ -621,7 +621,7 @@ func TestBenchUsage(t *testing.T) {
 			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errs, tc.stderr)
 		}
 	}
-	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|amii|permutations|overcommit|engine|incast|grim|hostile|all") {
+	if code, out, _ := xam(t, nil, "bench", "ssam", "-h"); code != 0 || !strings.Contains(out, "usage: xam bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all") {
 		t.Errorf("bench -h: exit %d, %q", code, out)
 	}
 	// A bad flag is one line, not the usage around the error twice.
