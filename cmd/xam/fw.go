@@ -21,7 +21,7 @@ import (
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
-	"github.com/xam-project/xam/nicfw/coord"
+	_ "github.com/xam-project/xam/nicfw/coord" // a built-in module: registers --module coord and its flags
 	"github.com/xam-project/xam/nicfw/daemon"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/mapper"
@@ -82,6 +82,44 @@ func parseCores(s string) ([]int, error) {
 	return cores, nil
 }
 
+// fwConfig is `xam fw`'s command line: the daemon's settings as given,
+// then (resolve) as the daemon takes them.
+type fwConfig struct {
+	dev, ns       string // the device, and the network namespace it is in
+	id            int
+	hosts         hostFlags
+	coreList      string
+	socket        string
+	sleep         time.Duration
+	resident      int
+	channels      int
+	window        int
+	giveUp        time.Duration
+	retransmit    time.Duration
+	xdpMode       string
+	queue         int
+	useMap        bool
+	follow        bool
+	probe         time.Duration
+	verbose       bool
+	maxEndpoints  int
+	maxConns      int
+	maxConnsTotal int
+	userMemory    string
+	modules       string          // --module, comma-separated
+	moduleFlags   *moduleFlags    // the registered modules and their flags
+	given         map[string]bool // the names of the flags set on the command line
+
+	// What resolve makes of the flags.
+	mods     []fwModule
+	memQuota uint64
+	cores    []int
+	mode     loader.Mode
+}
+
+// runFw runs `xam fw`: the firmware daemon, or its stats and grant
+// subcommands. The daemon's flags are parsed and checked, modules and all,
+// before it needs privileges or its device.
 func runFw(e *env, args []string) error {
 	if len(args) > 0 && args[0] == "stats" {
 		return runFwStats(e, args[1:])
@@ -89,144 +127,189 @@ func runFw(e *env, args []string) error {
 	if len(args) > 0 && args[0] == "grant" {
 		return runFwGrant(e, args[1:])
 	}
-	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n       [--module coord [--coord-threshold B] [--coord-early B] [--coord-link-rate RATE --coord-port-buffer B]]\n       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]")
-	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
-	ns := fs.String("netns", "", "the named network namespace the device is in")
-	id := fs.Int("id", -1, "this host's id in the host table (0..65535, as the mapper numbers them)")
-	hosts := hostFlags{}
-	fs.Var(hosts, "host", "a peer host: ID=MAC (repeat for each peer)")
-	coreList := fs.String("cores", "", "CPUs the engine thread runs on, e.g. 2 or 2,3 or 2-3 (default: any)")
-	socket := fs.String("socket", "/run/xam/fw.sock", "the unix socket applications connect to")
-	sleep := fs.Duration("sleep", 0, "sleep on an eventfd after this long without work (0: busy-poll)")
-	resident := fs.Int("resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
-	channels := fs.Int("channels", transport.DefaultChannels, "logical channels per peer host (C)")
-	window := fs.Int("window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
-	giveUp := fs.Duration("give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
-	retransmit := fs.Duration("retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
-	xdpMode := fs.String("xdp-mode", "auto", "XDP attach mode: auto, generic or native")
-	queue := fs.Int("queue", 0, "the device queue to own")
-	useMap := fs.Bool("map", false, "find the hosts with the mapper protocol instead of --id and --host")
-	follow := fs.Bool("map-follow", false, "with --map: never lead (adopt the leader's tables only)")
-	probe := fs.Duration("probe", time.Second, "with --map: the mapper's probe interval")
-	verbose := fs.Bool("v", false, "log connections, endpoints and host tables")
-	maxEndpoints := fs.Int("max-endpoints", daemon.DefaultMaxPerUser, "endpoints one user (uid) may have open")
-	maxConns := fs.Int("max-conns", daemon.DefaultMaxConnsPerUser, "connections one user may have open")
-	maxConnsTotal := fs.Int("max-conns-total", daemon.DefaultMaxConns, "connections all users together may have open")
-	userMemory := fs.String("user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
-	modules := fs.String("module", "", "extension modules to load, comma-separated: coord (sender coordination)")
-	coordThreshold := fs.Int("coord-threshold", coord.DefaultThreshold, "coord: messages of at most this many bytes are not coordinated")
-	coordEarly := fs.Int("coord-early", 0, "coord: pass the token on when this many bytes of the message are left (Early Token Release)")
-	coordRate := fs.String("coord-link-rate", "", "coord: the switch ports' rate, e.g. 100mbit or 1gbit: a holder keeps the token until its message has crossed the port at that rate")
-	coordBuffer := fs.String("coord-port-buffer", "", "coord: the bytes a switch port queues, e.g. 16k: with --coord-link-rate, the holder paces its message to three quarters of it")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	switch {
-	case *dev == "":
-		return usageError("--dev is required")
-	case *useMap && len(hosts) > 0:
-		return usageError("--map finds the hosts: no --host")
-	case *useMap && given["id"]:
-		return usageError("--map assigns this host's id: no --id")
-	case *useMap && *probe <= 0:
-		return usageError("--probe must be positive")
-	case !*useMap && *follow:
-		return usageError("--map-follow needs --map")
-	case *useMap:
-	case *id < 0 || *id > 65535:
-		return usageError("--id N (0..65535) is required, or --map")
-	case len(hosts) == 0:
-		return usageError("give the peers with --host ID=MAC, or --map")
-	}
-	if *useMap {
-		*id = 0 // the mapper assigns it
-	}
-	if _, self := hosts[nicfw.HostID(*id)]; self {
-		return usageError("--host %d is this host (--id)", *id)
-	}
-	switch {
-	case *resident < 1:
-		return usageError("--resident %d: want at least 1", *resident)
-	case *channels < 1 || *channels > 255:
-		return usageError("--channels %d: want 1..255", *channels)
-	case *window < 1:
-		return usageError("--window %d: want at least 1", *window)
-	case *giveUp <= 0:
-		return usageError("--give-up %v: want a positive duration", *giveUp)
-	case *retransmit <= 0 || *retransmit >= *giveUp:
-		return usageError("--retransmit %v: want a positive duration below --give-up (%v)", *retransmit, *giveUp)
-	case *sleep < 0:
-		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", *sleep)
-	case *queue < 0:
-		return usageError("--queue %d: want 0 or more", *queue)
-	case *maxEndpoints < 1:
-		return usageError("--max-endpoints %d: want at least 1", *maxEndpoints)
-	case *maxConns < 1:
-		return usageError("--max-conns %d: want at least 1", *maxConns)
-	case *maxConnsTotal < 1:
-		return usageError("--max-conns-total %d: want at least 1", *maxConnsTotal)
-	}
-	mods, err := fwModules(*modules, given, coordFlags{threshold: *coordThreshold, early: *coordEarly, rate: *coordRate, buffer: *coordBuffer})
+	c, err := parseFw(e, args)
 	if err != nil {
 		return err
 	}
-	memQuota, err := parseSize(*userMemory)
-	if err != nil || memQuota < 1<<20 || memQuota > 1<<40 {
-		return usageError("--user-memory %q: want a size from 1m to 1024g", *userMemory)
+	if err := c.checkHosts(); err != nil {
+		return err
 	}
-	cores, err := parseCores(*coreList)
-	if err != nil {
-		return usageError("--cores: %v", err)
+	if err := c.checkLimits(); err != nil {
+		return err
 	}
-	mode, err := loader.ParseMode(*xdpMode)
-	if err != nil {
-		return usageError("--xdp-mode: %v", err)
+	if err := c.resolve(); err != nil {
+		return err
 	}
 	if err := needPrivileges("xam fw"); err != nil {
 		return err
 	}
-	here, err := devicePlace(*dev, *ns)
+	return serveFw(e, c)
+}
+
+// fwUsage is `xam fw`'s usage. The line of the modules comes from the
+// registry (nicfw.RegisterModule), as their flags do.
+func fwUsage(kinds []nicfw.ModuleKind) string {
+	return "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n" +
+		moduleUsage(kinds) +
+		"       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]"
+}
+
+// parseFw parses `xam fw`'s command line, the registered modules' flags
+// included.
+func parseFw(e *env, args []string) (*fwConfig, error) {
+	c := &fwConfig{hosts: hostFlags{}, given: map[string]bool{}}
+	kinds := nicfw.ModuleKinds()
+	fs := newFlags(e, "fw", fwUsage(kinds))
+	fs.StringVar(&c.dev, "dev", "", "the device whose AF_XDP queue the engine owns")
+	fs.StringVar(&c.ns, "netns", "", "the named network namespace the device is in")
+	fs.IntVar(&c.id, "id", -1, "this host's id in the host table (0..65535, as the mapper numbers them)")
+	fs.Var(c.hosts, "host", "a peer host: ID=MAC (repeat for each peer)")
+	fs.StringVar(&c.coreList, "cores", "", "CPUs the engine thread runs on, e.g. 2 or 2,3 or 2-3 (default: any)")
+	fs.StringVar(&c.socket, "socket", "/run/xam/fw.sock", "the unix socket applications connect to")
+	fs.DurationVar(&c.sleep, "sleep", 0, "sleep on an eventfd after this long without work (0: busy-poll)")
+	fs.IntVar(&c.resident, "resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
+	fs.IntVar(&c.channels, "channels", transport.DefaultChannels, "logical channels per peer host (C)")
+	fs.IntVar(&c.window, "window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
+	fs.DurationVar(&c.giveUp, "give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
+	fs.DurationVar(&c.retransmit, "retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
+	fs.StringVar(&c.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
+	fs.IntVar(&c.queue, "queue", 0, "the device queue to own")
+	fs.BoolVar(&c.useMap, "map", false, "find the hosts with the mapper protocol instead of --id and --host")
+	fs.BoolVar(&c.follow, "map-follow", false, "with --map: never lead (adopt the leader's tables only)")
+	fs.DurationVar(&c.probe, "probe", time.Second, "with --map: the mapper's probe interval")
+	fs.BoolVar(&c.verbose, "v", false, "log connections, endpoints and host tables")
+	fs.IntVar(&c.maxEndpoints, "max-endpoints", daemon.DefaultMaxPerUser, "endpoints one user (uid) may have open")
+	fs.IntVar(&c.maxConns, "max-conns", daemon.DefaultMaxConnsPerUser, "connections one user may have open")
+	fs.IntVar(&c.maxConnsTotal, "max-conns-total", daemon.DefaultMaxConns, "connections all users together may have open")
+	fs.StringVar(&c.userMemory, "user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
+	fs.StringVar(&c.modules, "module", "", moduleHelp(kinds))
+	c.moduleFlags = declareModules(fs, kinds)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	fs.Visit(func(f *flag.Flag) { c.given[f.Name] = true })
+	return c, nil
+}
+
+// checkHosts checks how the daemon is told its hosts: given (--id and
+// --host) or found by the mapper (--map), never both.
+func (c *fwConfig) checkHosts() error {
+	switch {
+	case c.dev == "":
+		return usageError("--dev is required")
+	case c.useMap && len(c.hosts) > 0:
+		return usageError("--map finds the hosts: no --host")
+	case c.useMap && c.given["id"]:
+		return usageError("--map assigns this host's id: no --id")
+	case c.useMap && c.probe <= 0:
+		return usageError("--probe must be positive")
+	case !c.useMap && c.follow:
+		return usageError("--map-follow needs --map")
+	case c.useMap:
+	case c.id < 0 || c.id > 65535:
+		return usageError("--id N (0..65535) is required, or --map")
+	case len(c.hosts) == 0:
+		return usageError("give the peers with --host ID=MAC, or --map")
+	}
+	if c.useMap {
+		c.id = 0 // the mapper assigns it
+	}
+	if _, self := c.hosts[nicfw.HostID(c.id)]; self {
+		return usageError("--host %d is this host (--id)", c.id)
+	}
+	return nil
+}
+
+// checkLimits checks the engine's and the daemon's sizes, counts and
+// times.
+func (c *fwConfig) checkLimits() error {
+	switch {
+	case c.resident < 1:
+		return usageError("--resident %d: want at least 1", c.resident)
+	case c.channels < 1 || c.channels > 255:
+		return usageError("--channels %d: want 1..255", c.channels)
+	case c.window < 1:
+		return usageError("--window %d: want at least 1", c.window)
+	case c.giveUp <= 0:
+		return usageError("--give-up %v: want a positive duration", c.giveUp)
+	case c.retransmit <= 0 || c.retransmit >= c.giveUp:
+		return usageError("--retransmit %v: want a positive duration below --give-up (%v)", c.retransmit, c.giveUp)
+	case c.sleep < 0:
+		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", c.sleep)
+	case c.queue < 0:
+		return usageError("--queue %d: want 0 or more", c.queue)
+	case c.maxEndpoints < 1:
+		return usageError("--max-endpoints %d: want at least 1", c.maxEndpoints)
+	case c.maxConns < 1:
+		return usageError("--max-conns %d: want at least 1", c.maxConns)
+	case c.maxConnsTotal < 1:
+		return usageError("--max-conns-total %d: want at least 1", c.maxConnsTotal)
+	}
+	return nil
+}
+
+// resolve builds the modules and reads the flags that need parsing: the
+// memory quota, the cores and the XDP mode. Like the checks, it runs
+// before the daemon needs its device or privileges.
+func (c *fwConfig) resolve() error {
+	var err error
+	if c.mods, err = c.moduleFlags.load(c.modules); err != nil {
+		return err
+	}
+	c.memQuota, err = parseSize(c.userMemory)
+	if err != nil || c.memQuota < 1<<20 || c.memQuota > 1<<40 {
+		return usageError("--user-memory %q: want a size from 1m to 1024g", c.userMemory)
+	}
+	if c.cores, err = parseCores(c.coreList); err != nil {
+		return usageError("--cores: %v", err)
+	}
+	if c.mode, err = loader.ParseMode(c.xdpMode); err != nil {
+		return usageError("--xdp-mode: %v", err)
+	}
+	return nil
+}
+
+// daemonConfig returns the daemon's configuration, its log on e's stderr.
+func (c *fwConfig) daemonConfig(e *env) daemon.Config {
+	level := slog.LevelWarn
+	if c.verbose {
+		level = slog.LevelInfo
+	}
+	cfg := daemon.Config{
+		Engine: nicfw.EngineConfig{Host: nicfw.HostID(c.id), Resident: c.resident, Window: c.window, Modules: engineModules(c.mods),
+			Transport: transport.Config{Channels: c.channels, GiveUpAfter: c.giveUp, RetransmitAfter: c.retransmit}},
+		Hosts: c.hosts, Socket: c.socket, Cores: c.cores, Sleep: c.sleep,
+		MaxPerUser: c.maxEndpoints, MaxConnsPerUser: c.maxConns, MaxConns: c.maxConnsTotal, UserMemory: int64(c.memQuota),
+		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
+	}
+	if c.useMap {
+		cfg.Map = &mapper.Config{ProbeInterval: c.probe, Queue: c.queue, Privileged: !c.follow}
+	}
+	return cfg
+}
+
+// serveFw opens the device and runs the daemon until SIGINT or SIGTERM,
+// which end it without an error.
+func serveFw(e *env, c *fwConfig) error {
+	here, err := devicePlace(c.dev, c.ns)
 	if err != nil {
 		return err
 	}
-	raw, err := datapath.Open(here, mode, *queue)
+	raw, err := datapath.Open(here, c.mode, c.queue)
 	if err != nil {
 		return err
 	}
 	defer raw.Close()
-	if err := os.MkdirAll(dirOf(*socket), 0o755); err != nil {
+	if err := os.MkdirAll(dirOf(c.socket), 0o755); err != nil {
 		return err
 	}
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelInfo
-	}
-	cfg := daemon.Config{
-		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window, Modules: mods,
-			Transport: transport.Config{Channels: *channels, GiveUpAfter: *giveUp, RetransmitAfter: *retransmit}},
-		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
-		MaxPerUser: *maxEndpoints, MaxConnsPerUser: *maxConns, MaxConns: *maxConnsTotal, UserMemory: int64(memQuota),
-		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
-	}
-	if *useMap {
-		cfg.Map = &mapper.Config{ProbeInterval: *probe, Queue: *queue, Privileged: !*follow}
-	}
-	d, err := daemon.New(raw.Sock, cfg)
+	d, err := daemon.New(raw.Sock, c.daemonConfig(e))
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *useMap {
-		fmt.Fprintf(e.stderr, "xam fw: mapper on %s (%s), socket %s, cores %v\n", *dev, here.MAC, *socket, cores)
-	} else {
-		fmt.Fprintf(e.stderr, "xam fw: host %d on %s (%s), socket %s, cores %v\n", *id, *dev, here.MAC, *socket, cores)
-	}
-	for _, m := range mods {
-		fmt.Fprintf(e.stderr, "xam fw: module %s\n", describeModule(m))
-	}
+	c.announce(e, here.MAC)
 	err = d.Run(ctx)
 	if ctx.Err() != nil {
 		return nil
@@ -234,94 +317,17 @@ func runFw(e *env, args []string) error {
 	return err
 }
 
-// coordFlags are the coordination module's flags of `xam fw`, as given.
-type coordFlags struct {
-	threshold, early int
-	rate, buffer     string // --coord-link-rate, --coord-port-buffer
-}
-
-// fwModules returns the modules that --module names (comma-separated),
-// configured by their flags; given holds the names of the flags set on
-// the command line, so that a module's flag without its module is an
-// error rather than ignored.
-func fwModules(names string, given map[string]bool, cf coordFlags) ([]nicfw.Module, error) {
-	var mods []nicfw.Module
-	loaded := map[string]bool{}
-	for name := range strings.SplitSeq(names, ",") {
-		switch {
-		case name == "":
-			continue
-		case loaded[name]:
-			return nil, usageError("--module %s given twice", name)
-		case name != "coord":
-			return nil, usageError("--module %q: unknown module (have: coord)", name)
-		}
-		loaded[name] = true
-		cfg, err := cf.config(given)
-		if err != nil {
-			return nil, err
-		}
-		mods = append(mods, coord.New(cfg))
+// announce says on stderr what the daemon serves, and what each module is
+// set to do.
+func (c *fwConfig) announce(e *env, mac net.HardwareAddr) {
+	if c.useMap {
+		fmt.Fprintf(e.stderr, "xam fw: mapper on %s (%s), socket %s, cores %v\n", c.dev, mac, c.socket, c.cores)
+	} else {
+		fmt.Fprintf(e.stderr, "xam fw: host %d on %s (%s), socket %s, cores %v\n", c.id, c.dev, mac, c.socket, c.cores)
 	}
-	for _, f := range []string{"coord-threshold", "coord-early", "coord-link-rate", "coord-port-buffer"} {
-		if given[f] && !loaded["coord"] {
-			return nil, usageError("--%s needs --module coord", f)
-		}
+	for _, m := range c.mods {
+		fmt.Fprintf(e.stderr, "xam fw: module %s\n", m.describe())
 	}
-	return mods, nil
-}
-
-// config checks the coordination module's flags and returns its
-// configuration.
-func (cf coordFlags) config(given map[string]bool) (coord.Config, error) {
-	cfg := coord.Config{Threshold: cf.threshold, EarlyRelease: cf.early}
-	if cf.early < 0 {
-		return cfg, usageError("--coord-early %d: want 0 or more bytes", cf.early)
-	}
-	if given["coord-link-rate"] {
-		r, err := parseRate(cf.rate)
-		if err != nil {
-			return cfg, usageError("--coord-link-rate: %v", err)
-		}
-		cfg.LinkRate = r
-	}
-	if given["coord-port-buffer"] {
-		b, err := parseSize(cf.buffer)
-		if err != nil || b < 1<<10 || b > 1<<30 {
-			return cfg, usageError("--coord-port-buffer %q: want a size from 1k to 1g, e.g. 16k", cf.buffer)
-		}
-		if cfg.LinkRate == 0 {
-			return cfg, usageError("--coord-port-buffer needs --coord-link-rate: the port's queue is estimated from the rate it drains at")
-		}
-		cfg.PortBuffer = int(b)
-	}
-	return cfg, nil
-}
-
-// describeModule says what module m is set to do, for the daemon's first
-// lines.
-func describeModule(m nicfw.Module) string {
-	c, ok := m.(*coord.Module)
-	if !ok {
-		return m.Name()
-	}
-	cfg := c.Config()
-	s := fmt.Sprintf("coord: messages above %d bytes wait for the token", cfg.Threshold)
-	if cfg.Threshold < 0 {
-		s = "coord: every message waits for the token"
-	}
-	if cfg.EarlyRelease > 0 {
-		s += fmt.Sprintf(", released with %d bytes left", cfg.EarlyRelease)
-	}
-	switch {
-	case cfg.PortBuffer > 0:
-		s += fmt.Sprintf("; paced to %d bit/s and a %d-byte port buffer", cfg.LinkRate, cfg.PortBuffer)
-	case cfg.LinkRate > 0:
-		s += fmt.Sprintf("; held until the message crossed a %d bit/s port, not paced (no --coord-port-buffer)", cfg.LinkRate)
-	default:
-		s += "; not paced (no --coord-link-rate, --coord-port-buffer)"
-	}
-	return s
 }
 
 // devicePlace finds device dev, in namespace ns if given.

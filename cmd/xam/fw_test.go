@@ -1,10 +1,12 @@
 package main
 
 import (
+	"flag"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/coord"
 )
 
@@ -13,17 +15,28 @@ import (
 // pacing (the ports' rate and buffer). Before, the module could not pace
 // in firmware mode: there were no flags for LinkRate and PortBuffer.
 func TestFwCoordFlags(t *testing.T) {
-	given := map[string]bool{"coord-threshold": true, "coord-early": true, "coord-link-rate": true, "coord-port-buffer": true}
-	mods, err := fwModules("coord", given, coordFlags{threshold: 2048, early: 3000, rate: "100mbit", buffer: "16k"})
-	if err != nil {
-		t.Fatal(err)
+	// load parses args with the registered modules' flags and loads the
+	// modules that names lists.
+	load := func(names string, args ...string) []fwModule {
+		t.Helper()
+		fs := flag.NewFlagSet("fw", flag.ContinueOnError)
+		mf := declareModules(fs, nicfw.ModuleKinds())
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		mods, err := mf.load(names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mods
 	}
+	mods := load("coord", "--coord-threshold", "2048", "--coord-early", "3000", "--coord-link-rate", "100mbit", "--coord-port-buffer", "16k")
 	if len(mods) != 1 {
 		t.Fatalf("%d modules, want 1", len(mods))
 	}
-	m, ok := mods[0].(*coord.Module)
+	m, ok := mods[0].mod.(*coord.Module)
 	if !ok {
-		t.Fatalf("module %T, want *coord.Module", mods[0])
+		t.Fatalf("module %T, want *coord.Module", mods[0].mod)
 	}
 	got := m.Config()
 	want := coord.Config{Threshold: 2048, EarlyRelease: 3000, LinkRate: 100_000_000, PortBuffer: 16 << 10, Retry: coord.DefaultRetry}
@@ -31,23 +44,20 @@ func TestFwCoordFlags(t *testing.T) {
 		got.PortBuffer != want.PortBuffer || got.Retry != want.Retry {
 		t.Errorf("the module's configuration is %+v, want %+v", got, want)
 	}
-	if !strings.Contains(describeModule(m), "paced to 100000000 bit/s and a 16384-byte port buffer") {
-		t.Errorf("the daemon would say %q", describeModule(m))
+	if d := mods[0].describe(); !strings.Contains(d, "paced to 100000000 bit/s and a 16384-byte port buffer") {
+		t.Errorf("the daemon would say %q", d)
 	}
 
 	// Without the pacing flags the module does not pace, and says so.
-	mods, err = fwModules("coord", map[string]bool{}, coordFlags{threshold: coord.DefaultThreshold})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := mods[0].(*coord.Module).Config(); c.LinkRate != 0 || c.PortBuffer != 0 {
+	mods = load("coord")
+	if c := mods[0].mod.(*coord.Module).Config(); c.Threshold != coord.DefaultThreshold || c.LinkRate != 0 || c.PortBuffer != 0 {
 		t.Errorf("no pacing flags, yet %+v", c)
 	}
-	if d := describeModule(mods[0]); !strings.Contains(d, "not paced") {
+	if d := mods[0].describe(); !strings.Contains(d, "not paced") {
 		t.Errorf("the daemon would say %q", d)
 	}
-	if mods, err := fwModules("", map[string]bool{}, coordFlags{}); err != nil || len(mods) != 0 {
-		t.Errorf("no --module: %v, %v", mods, err)
+	if mods := load(""); len(mods) != 0 {
+		t.Errorf("no --module: %v", mods)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -28,203 +29,302 @@ const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|fir
 // refused by the path itself, with the MTU in its error.
 const maxPingSize = 65535
 
+// pingOptions is `xam ping`'s command line.
+type pingOptions struct {
+	fs         *flag.FlagSet    // to tell a flag given from its default (seen)
+	cfg        bench.PingConfig // --count, --size, --timeout, --queue; the XDP mode and warm-up once checked
+	api        string
+	engineMode string // --mode: inline or firmware
+	xdpMode    string
+	loss       float64
+	fwSleep    time.Duration
+	fwThreads  int
+	warmup     int
+	dev        string
+	peer       string
+	serve      bool
+	asJSON     bool
+	socket     string
+	peerHost   uint
+	endpoint   uint
+	tag        string
+}
+
+// runPing runs `xam ping`: through a running firmware daemon (--socket),
+// over a device (--dev), or in a lab of two hosts built for the run. Its
+// flags are checked before it needs privileges.
 func runPing(e *env, args []string) error {
-	fs := newFlags(e, "ping", pingUsage)
-	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), grim (GRIM on the firmware engine: short messages up to 16 bytes, bulk above; see --mode), udp (kernel UDP), packet (AF_PACKET)")
-	loss := fs.Float64("loss", 0, "with --api ssam, amii or grim: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
-	fwSleep := fs.Duration("fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
-	fwThreads := fs.Int("fw-threads", 1, "with --mode firmware: engine threads for the lab's two hosts: 1 (one thread runs both engines, as one NIC processor with two ports) or 2 (one each)")
-	engineMode := fs.String("mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
-	var cfg bench.PingConfig
-	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips (at least 1)")
-	warmup := fs.Int("warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
-	fs.IntVar(&cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; grim: default 16, a short message, and bulk above)", maxPingSize))
-	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost (positive)")
-	mode := fs.String("xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
-	fs.IntVar(&cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
-	dev := fs.String("dev", "", "ping over this device instead of a lab built for the run")
-	peer := fs.String("peer", "", "with --dev: the MAC address of the peer, which runs `xam ping --dev IF --serve`")
-	serve := fs.Bool("serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
-	asJSON := fs.Bool("json", false, "print the result as one JSON document, and no progress")
-	socket := fs.String("socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
-	peerHost := fs.Uint("peer-host", 0, "with --socket (required): the other side's host id, 0..65535, as `xam fw stats` lists it (the mapper numbers hosts from 0)")
-	epID := fs.Uint("endpoint", uint(daemon.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
-	tagFlag := fs.String("tag", "", "with --socket: the virtual network both sides open, a 64-bit number (0x...), or 'new' with --serve to draw one and print it; default a fixed tag that only root may use (users other than root need a tag of their own: daemon.WeakTag)")
-	if err := parseFlags(fs, args); err != nil {
+	o, err := parsePing(e, args)
+	if err != nil {
 		return err
 	}
-	var err error
-	if cfg.Mode, err = loader.ParseMode(*mode); err != nil {
-		return usageError("--xdp-mode: %v", err)
+	if err := o.check(); err != nil {
+		return err
 	}
-	if *api == "grim" && !seen(fs, "size") {
-		cfg.Size = 4 * grim.ShortArgs // a short message
+	if o.socket != "" {
+		return o.throughDaemon(e)
 	}
-	switch *api {
-	case "raw", "ssam", "amii", "grim", "udp", "packet":
-	default:
-		return usageError("--api %q: want raw, ssam, amii, grim, udp or packet", *api)
-	}
-	switch {
-	case cfg.Count < 1:
-		return usageError("--count %d: want at least 1", cfg.Count)
-	case *warmup < -1:
-		return usageError("--warmup %d: want 0 or more", *warmup)
-	case cfg.Size < 1 || cfg.Size > maxPingSize:
-		return usageError("--size %d: want 1..%d bytes", cfg.Size, maxPingSize)
-	case cfg.Timeout <= 0:
-		return usageError("--timeout %v: want a positive duration, e.g. 1s", cfg.Timeout)
-	case cfg.Queue < 0:
-		return usageError("--queue %d: want 0 or more", cfg.Queue)
-	case *fwSleep < 0:
-		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", *fwSleep)
-	case *fwThreads != 1 && *fwThreads != 2:
-		return usageError("--fw-threads %d: want 1 or 2", *fwThreads)
-	case *api == "grim" && cfg.Size > grim.MaxBulk:
-		return usageError("--size %d: a GRIM message carries at most %d bytes", cfg.Size, grim.MaxBulk)
-	case *loss != 0 && *api != "ssam" && *api != "amii" && *api != "grim":
-		return usageError("--loss works with --api ssam, amii or grim only (the reliable paths); --api %s has no retransmission", *api)
-	case *loss < 0 || *loss >= 1:
-		return usageError("--loss %v: want a fraction in [0, 1)", *loss)
-	case *engineMode != "inline" && *engineMode != "firmware":
-		return usageError("--mode %q: want inline or firmware", *engineMode)
-	case *engineMode == "firmware" && *api != "amii" && *api != "grim":
-		return usageError("--mode firmware works with --api amii or grim only")
-	}
-	switch *warmup {
-	case -1: // the default: bench's
-	case 0:
-		cfg.NoWarmup = true
-	default:
-		cfg.Warmup = *warmup
-	}
-	run := bench.RunConfig{Device: *dev, Peer: *peer, InjectedLoss: *loss}
-	if *api == "amii" || *api == "grim" {
-		run.EngineMode = *engineMode
-		if *engineMode == "firmware" {
-			run.FWSleepNS = int64(*fwSleep)
-			run.FWThreads = *fwThreads
-		}
-	}
-	if *socket != "" {
-		switch {
-		case *api != "amii":
-			return usageError("--socket works with --api amii (the daemons run AM-II's engine)")
-		case *dev != "" || *peer != "":
-			return usageError("--socket reaches the daemon, which owns the device: no --dev or --peer")
-		case !seen(fs, "peer-host") || *peerHost > 65535:
-			return usageError("--peer-host N (0..65535) is required with --socket: the other side's host id, as `xam fw stats` lists it")
-		case *epID < uint(daemon.FirstUserEndpoint) || *epID > 65535:
-			return usageError("--endpoint %d: want %d..65535", *epID, daemon.FirstUserEndpoint)
-		case *loss > 0:
-			return usageError("--loss needs the lab built for the run (no --socket)")
-		}
-		tag := uint64(bench.DaemonTag)
-		switch {
-		case *tagFlag == "new" && !*serve:
-			return usageError("--tag new draws the serving side's tag: give --serve, and the drawn tag to the pinging side")
-		case *tagFlag == "new":
-			tag = daemon.NewTag()
-			fmt.Fprintf(e.stderr, "xam ping: serving on tag %#x: ping with --tag %#x\n", tag, tag)
-		case *tagFlag != "":
-			t, err := strconv.ParseUint(*tagFlag, 0, 64)
-			if err != nil || t == 0 {
-				return usageError("--tag %q: want a 64-bit number other than 0 (0x...), or new", *tagFlag)
-			}
-			tag = t
-		}
-		if err := checkPeerHost(*socket, nicfw.HostID(*peerHost)); err != nil {
-			return err
-		}
-		return pingDaemon(e, bench.DaemonEndpoint{Socket: *socket, Endpoint: nicfw.EndpointID(*epID), PeerHost: nicfw.HostID(*peerHost), Tag: tag},
-			*serve, cfg, *asJSON)
-	}
-	if *dev != "" {
-		if *api != "raw" && *api != "ssam" {
-			return usageError("--dev works with --api raw or ssam")
-		}
-		switch {
-		case *api == "raw" && *serve == (*peer != ""):
-			return usageError("with --dev give either --peer MAC or --serve")
-		case *api == "ssam" && *peer == "":
-			return usageError("with --dev --api ssam give --peer MAC (and --serve on the responding host): an SSAM connection is bound to its peer")
-		case *loss > 0:
-			return usageError("--loss needs the lab built for the run (no --dev)")
-		}
-	} else if *serve || *peer != "" {
-		return usageError("--peer and --serve need --dev")
+	if err := o.checkDevice(); err != nil {
+		return err
 	}
 	var mac net.HardwareAddr
-	if *peer != "" {
-		if mac, err = net.ParseMAC(*peer); err != nil {
-			return usageError("--peer %q: %v", *peer, err)
+	if o.peer != "" {
+		if mac, err = net.ParseMAC(o.peer); err != nil {
+			return usageError("--peer %q: %v", o.peer, err)
 		}
 	}
 	if err := needPrivileges("xam ping"); err != nil {
 		return err
 	}
+	return o.measure(e, mac)
+}
 
+// parsePing parses `xam ping`'s command line.
+func parsePing(e *env, args []string) (*pingOptions, error) {
+	o := &pingOptions{fs: newFlags(e, "ping", pingUsage)}
+	fs := o.fs
+	fs.StringVar(&o.api, "api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), grim (GRIM on the firmware engine: short messages up to 16 bytes, bulk above; see --mode), udp (kernel UDP), packet (AF_PACKET)")
+	fs.Float64Var(&o.loss, "loss", 0, "with --api ssam, amii or grim: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
+	fs.DurationVar(&o.fwSleep, "fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
+	fs.IntVar(&o.fwThreads, "fw-threads", 1, "with --mode firmware: engine threads for the lab's two hosts: 1 (one thread runs both engines, as one NIC processor with two ports) or 2 (one each)")
+	fs.StringVar(&o.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
+	fs.IntVar(&o.cfg.Count, "count", 10000, "measured round trips (at least 1)")
+	fs.IntVar(&o.warmup, "warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
+	fs.IntVar(&o.cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; grim: default 16, a short message, and bulk above)", maxPingSize))
+	fs.DurationVar(&o.cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost (positive)")
+	fs.StringVar(&o.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
+	fs.IntVar(&o.cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
+	fs.StringVar(&o.dev, "dev", "", "ping over this device instead of a lab built for the run")
+	fs.StringVar(&o.peer, "peer", "", "with --dev: the MAC address of the peer, which runs `xam ping --dev IF --serve`")
+	fs.BoolVar(&o.serve, "serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
+	fs.BoolVar(&o.asJSON, "json", false, "print the result as one JSON document, and no progress")
+	fs.StringVar(&o.socket, "socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
+	fs.UintVar(&o.peerHost, "peer-host", 0, "with --socket (required): the other side's host id, 0..65535, as `xam fw stats` lists it (the mapper numbers hosts from 0)")
+	fs.UintVar(&o.endpoint, "endpoint", uint(daemon.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
+	fs.StringVar(&o.tag, "tag", "", "with --socket: the virtual network both sides open, a 64-bit number (0x...), or 'new' with --serve to draw one and print it; default a fixed tag that only root may use (users other than root need a tag of their own: daemon.WeakTag)")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// check refuses what no ping can run with, whatever it runs over, and
+// completes the ping's configuration: its XDP mode, GRIM's default size
+// and the warm-up.
+func (o *pingOptions) check() error {
+	var err error
+	if o.cfg.Mode, err = loader.ParseMode(o.xdpMode); err != nil {
+		return usageError("--xdp-mode: %v", err)
+	}
+	if o.api == "grim" && !seen(o.fs, "size") {
+		o.cfg.Size = 4 * grim.ShortArgs // a short message
+	}
+	switch o.api {
+	case "raw", "ssam", "amii", "grim", "udp", "packet":
+	default:
+		return usageError("--api %q: want raw, ssam, amii, grim, udp or packet", o.api)
+	}
+	switch {
+	case o.cfg.Count < 1:
+		return usageError("--count %d: want at least 1", o.cfg.Count)
+	case o.warmup < -1:
+		return usageError("--warmup %d: want 0 or more", o.warmup)
+	case o.cfg.Size < 1 || o.cfg.Size > maxPingSize:
+		return usageError("--size %d: want 1..%d bytes", o.cfg.Size, maxPingSize)
+	case o.cfg.Timeout <= 0:
+		return usageError("--timeout %v: want a positive duration, e.g. 1s", o.cfg.Timeout)
+	case o.cfg.Queue < 0:
+		return usageError("--queue %d: want 0 or more", o.cfg.Queue)
+	case o.fwSleep < 0:
+		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", o.fwSleep)
+	case o.fwThreads != 1 && o.fwThreads != 2:
+		return usageError("--fw-threads %d: want 1 or 2", o.fwThreads)
+	case o.api == "grim" && o.cfg.Size > grim.MaxBulk:
+		return usageError("--size %d: a GRIM message carries at most %d bytes", o.cfg.Size, grim.MaxBulk)
+	case o.loss != 0 && o.api != "ssam" && o.api != "amii" && o.api != "grim":
+		return usageError("--loss works with --api ssam, amii or grim only (the reliable paths); --api %s has no retransmission", o.api)
+	case o.loss < 0 || o.loss >= 1:
+		return usageError("--loss %v: want a fraction in [0, 1)", o.loss)
+	case o.engineMode != "inline" && o.engineMode != "firmware":
+		return usageError("--mode %q: want inline or firmware", o.engineMode)
+	case o.engineMode == "firmware" && o.api != "amii" && o.api != "grim":
+		return usageError("--mode firmware works with --api amii or grim only")
+	}
+	switch o.warmup {
+	case -1: // the default: bench's
+	case 0:
+		o.cfg.NoWarmup = true
+	default:
+		o.cfg.Warmup = o.warmup
+	}
+	return nil
+}
+
+// runConfig returns how the ping ran, as its result records it.
+func (o *pingOptions) runConfig() bench.RunConfig {
+	run := bench.RunConfig{Device: o.dev, Peer: o.peer, InjectedLoss: o.loss}
+	if o.api == "amii" || o.api == "grim" {
+		run.EngineMode = o.engineMode
+		if o.engineMode == "firmware" {
+			run.FWSleepNS = int64(o.fwSleep)
+			run.FWThreads = o.fwThreads
+		}
+	}
+	return run
+}
+
+// throughDaemon pings, or serves pings, through the running firmware
+// daemon at --socket, once the options and the peer host are checked.
+func (o *pingOptions) throughDaemon(e *env) error {
+	switch {
+	case o.api != "amii":
+		return usageError("--socket works with --api amii (the daemons run AM-II's engine)")
+	case o.dev != "" || o.peer != "":
+		return usageError("--socket reaches the daemon, which owns the device: no --dev or --peer")
+	case !seen(o.fs, "peer-host") || o.peerHost > 65535:
+		return usageError("--peer-host N (0..65535) is required with --socket: the other side's host id, as `xam fw stats` lists it")
+	case o.endpoint < uint(daemon.FirstUserEndpoint) || o.endpoint > 65535:
+		return usageError("--endpoint %d: want %d..65535", o.endpoint, daemon.FirstUserEndpoint)
+	case o.loss > 0:
+		return usageError("--loss needs the lab built for the run (no --socket)")
+	}
+	tag, err := o.daemonTag(e)
+	if err != nil {
+		return err
+	}
+	if err := checkPeerHost(o.socket, nicfw.HostID(o.peerHost)); err != nil {
+		return err
+	}
+	return pingDaemon(e, bench.DaemonEndpoint{Socket: o.socket, Endpoint: nicfw.EndpointID(o.endpoint), PeerHost: nicfw.HostID(o.peerHost), Tag: tag},
+		o.serve, o.cfg, o.asJSON)
+}
+
+// daemonTag returns the virtual network that --tag names: a fixed tag by
+// default, or one drawn for a serving side (--tag new), which it prints
+// for the pinging side to give.
+func (o *pingOptions) daemonTag(e *env) (uint64, error) {
+	switch {
+	case o.tag == "new" && !o.serve:
+		return 0, usageError("--tag new draws the serving side's tag: give --serve, and the drawn tag to the pinging side")
+	case o.tag == "new":
+		tag := daemon.NewTag()
+		fmt.Fprintf(e.stderr, "xam ping: serving on tag %#x: ping with --tag %#x\n", tag, tag)
+		return tag, nil
+	case o.tag != "":
+		t, err := strconv.ParseUint(o.tag, 0, 64)
+		if err != nil || t == 0 {
+			return 0, usageError("--tag %q: want a 64-bit number other than 0 (0x...), or new", o.tag)
+		}
+		return t, nil
+	}
+	return uint64(bench.DaemonTag), nil
+}
+
+// checkDevice checks the options of a ping over a device (--dev), and
+// that a ping in a lab has none.
+func (o *pingOptions) checkDevice() error {
+	if o.dev == "" {
+		if o.serve || o.peer != "" {
+			return usageError("--peer and --serve need --dev")
+		}
+		return nil
+	}
+	if o.api != "raw" && o.api != "ssam" {
+		return usageError("--dev works with --api raw or ssam")
+	}
+	switch {
+	case o.api == "raw" && o.serve == (o.peer != ""):
+		return usageError("with --dev give either --peer MAC or --serve")
+	case o.api == "ssam" && o.peer == "":
+		return usageError("with --dev --api ssam give --peer MAC (and --serve on the responding host): an SSAM connection is bound to its peer")
+	case o.loss > 0:
+		return usageError("--loss needs the lab built for the run (no --dev)")
+	}
+	return nil
+}
+
+// measure runs the ping, over the device with peer mac or in a lab built
+// for the run, and prints its result; an interrupt stops it, and what was
+// measured until then is printed.
+func (o *pingOptions) measure(e *env, mac net.HardwareAddr) error {
+	run := o.runConfig()
 	in := watchInterrupts(e, "what was measured follows")
 	defer in.release()
-	cfg.Stop = in.flag()
-	if !*asJSON {
-		cfg.Progress = progressLine(e)
+	o.cfg.Stop = in.flag()
+	if !o.asJSON {
+		o.cfg.Progress = progressLine(e)
 	}
+	if o.dev != "" {
+		return o.onDevice(e, mac, run, in)
+	}
+	return o.inLab(e, run, in)
+}
 
-	var r any
-	if *dev != "" {
-		link, err := netlink.LinkByName(*dev)
-		if err != nil {
-			return fmt.Errorf("device %s: %w", *dev, err)
-		}
-		here := datapath.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
-		if *api == "ssam" {
-			return pingSSAMDevice(e, here, mac, *serve, *dev, cfg, run, *asJSON, in)
-		}
-		ep, err := datapath.Open(here, cfg.Mode, cfg.Queue)
-		if err != nil {
-			return err
-		}
-		defer ep.Close()
-		if *serve {
-			return serveRaw(e, ep, *dev, in)
-		}
-		pr, err := bench.RawPingFrom(ep, mac, cfg)
-		if err != nil {
-			return err
-		}
-		pr.Config.Device, pr.Config.Peer = run.Device, run.Peer
-		r = pr
-	} else {
-		l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid())})
-		if err != nil {
-			return err
-		}
-		in.onExit(l.Down)
-		defer l.Down()
-		a, b := l.Hosts[0], l.Hosts[1]
-		pa := datapath.OnHost(a)
-		pb := datapath.OnHost(b)
-		if r, err = pingLab(*api, *engineMode, pa, pb, a, b, cfg, *loss, bench.FirmwareLayout{Threads: *fwThreads, Sleep: *fwSleep}); err != nil {
-			return err
-		}
+// onDevice pings the peer with MAC mac over the device, or serves pings on
+// it.
+func (o *pingOptions) onDevice(e *env, mac net.HardwareAddr, run bench.RunConfig, in *interrupts) error {
+	link, err := netlink.LinkByName(o.dev)
+	if err != nil {
+		return fmt.Errorf("device %s: %w", o.dev, err)
 	}
+	here := datapath.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
+	if o.api == "ssam" {
+		return pingSSAMDevice(e, here, mac, o.serve, o.dev, o.cfg, run, o.asJSON, in)
+	}
+	ep, err := datapath.Open(here, o.cfg.Mode, o.cfg.Queue)
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	if o.serve {
+		return serveRaw(e, ep, o.dev, in)
+	}
+	pr, err := bench.RawPingFrom(ep, mac, o.cfg)
+	if err != nil {
+		return err
+	}
+	pr.Config.Device, pr.Config.Peer = run.Device, run.Peer
+	return reportPing(e, pr, run, o.asJSON)
+}
+
+// inLab pings between the two hosts of a lab built for the run, removed
+// when the ping ends or is interrupted.
+func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid())})
+	if err != nil {
+		return err
+	}
+	in.onExit(l.Down)
+	defer l.Down()
+	a, b := l.Hosts[0], l.Hosts[1]
+	pa := datapath.OnHost(a)
+	pb := datapath.OnHost(b)
+	r, err := pingLab(o.api, o.engineMode, pa, pb, a, b, o.cfg, o.loss, bench.FirmwareLayout{Threads: o.fwThreads, Sleep: o.fwSleep})
+	if err != nil {
+		return err
+	}
+	return reportPing(e, r, run, o.asJSON)
+}
+
+// reportPing prints result r of a ping that ran as run says, as JSON or
+// as text, and returns the error the command ends with (pingOutcome).
+func reportPing(e *env, r any, run bench.RunConfig, asJSON bool) error {
 	pr := pingResult(r)
 	pr.Config.InjectedLoss, pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWThreads = run.InjectedLoss, run.EngineMode, run.FWSleepNS, run.FWThreads
-	if *asJSON {
+	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err
 		}
-	} else {
-		printPing(e, pr)
-		switch r := r.(type) {
-		case *bench.SSAMResult:
-			fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
-		case *bench.AMIIResult:
-			fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
-		case *bench.GRIMResult:
-			fmt.Fprintf(e.stdout, "%s messages: sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Message, r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
-		}
+		return pingOutcome(pr)
+	}
+	printPing(e, pr)
+	switch r := r.(type) {
+	case *bench.SSAMResult:
+		fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+	case *bench.AMIIResult:
+		fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+	case *bench.GRIMResult:
+		fmt.Fprintf(e.stdout, "%s messages: sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Message, r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
 	}
 	return pingOutcome(pr)
 }
