@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
@@ -267,17 +268,17 @@ func incastFlags(senders, sizes, rate, buffer string) (bench.IncastParams, error
 		c.Senders = append(c.Senders, n)
 	}
 	for part := range strings.SplitSeq(sizes, ",") {
-		n, err := parseSize(part)
+		n, err := units.ParseSize(part)
 		if err != nil || n < 1 || n > 256<<10 {
 			return c, usageError("--sizes %q: want sizes 1..256k, e.g. 1k,4k,64k", sizes)
 		}
 		c.Sizes = append(c.Sizes, int(n))
 	}
-	r, err := parseRate(rate)
+	r, err := units.ParseRate(rate)
 	if err != nil || r < 1_000_000 || r > 100_000_000_000 {
 		return c, usageError("--port-rate %q: want 1m..100g bits per second", rate)
 	}
-	b, err := parseSize(buffer)
+	b, err := units.ParseSize(buffer)
 	if err != nil || b < 4<<10 || b > 64<<20 {
 		return c, usageError("--port-buffer %q: want 4k..64m bytes", buffer)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
@@ -256,7 +257,7 @@ func (c *fwConfig) resolve() error {
 	if c.mods, err = c.moduleFlags.load(c.modules); err != nil {
 		return err
 	}
-	c.memQuota, err = parseSize(c.userMemory)
+	c.memQuota, err = units.ParseSize(c.userMemory)
 	if err != nil || c.memQuota < 1<<20 || c.memQuota > 1<<40 {
 		return usageError("--user-memory %q: want a size from 1m to 1024g", c.userMemory)
 	}

@@ -3,9 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
+	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
 )
 
@@ -44,12 +44,12 @@ func runLabUp(e *env, args []string) error {
 	}
 	var err error
 	if *rate != "" {
-		if cfg.PortRate, err = parseRate(*rate); err != nil {
+		if cfg.PortRate, err = units.ParseRate(*rate); err != nil {
 			return usageError("--port-rate: %v", err)
 		}
 	}
 	if *buffer != "" {
-		b, err := parseSize(*buffer)
+		b, err := units.ParseSize(*buffer)
 		if err != nil || b > 1<<30 {
 			return usageError("--port-buffer %q: want a size such as 64k", *buffer)
 		}
@@ -156,44 +156,4 @@ func runLabDown(e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "no lab to remove")
 	}
 	return err
-}
-
-// parseRate parses a rate in bits per second with an optional k/m/g
-// suffix (powers of 1000, as tc reads rates) and an optional "bit", "bps"
-// or "b/s" unit: 100mbit, 1g, 2500000.
-func parseRate(s string) (uint64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	for _, unit := range []string{"bit", "bps", "b/s"} {
-		t = strings.TrimSuffix(t, unit)
-	}
-	v, err := parseScaled(t, 1000)
-	if err != nil || v == 0 {
-		return 0, fmt.Errorf("%q: want a rate such as 100mbit or 1gbit", s)
-	}
-	return v, nil
-}
-
-// parseSize parses a byte count with an optional k/m/g suffix (powers of
-// 1024, as tc reads sizes).
-func parseSize(s string) (uint64, error) {
-	return parseScaled(strings.ToLower(strings.TrimSpace(s)), 1024)
-}
-
-func parseScaled(t string, base uint64) (uint64, error) {
-	mult := uint64(1)
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'k':
-			mult, t = base, t[:len(t)-1]
-		case 'm':
-			mult, t = base*base, t[:len(t)-1]
-		case 'g':
-			mult, t = base*base*base, t[:len(t)-1]
-		}
-	}
-	v, err := strconv.ParseUint(t, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a number with an optional k, m or g", t)
-	}
-	return v * mult, nil
 }

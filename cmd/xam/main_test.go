@@ -18,6 +18,7 @@ import (
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
@@ -218,13 +219,13 @@ func TestLabUsage(t *testing.T) {
 		t.Errorf("lab -h: exit %d, %q", code, out)
 	}
 	for s, want := range map[string]uint64{"100mbit": 100_000_000, "1gbit": 1_000_000_000, "2500": 2500, "10kbps": 10_000} {
-		if got, err := parseRate(s); err != nil || got != want {
-			t.Errorf("parseRate(%q) = %d, %v; want %d", s, got, err, want)
+		if got, err := units.ParseRate(s); err != nil || got != want {
+			t.Errorf("units.ParseRate(%q) = %d, %v; want %d", s, got, err, want)
 		}
 	}
 	for s, want := range map[string]uint64{"64k": 65536, "1m": 1 << 20, "1500": 1500} {
-		if got, err := parseSize(s); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
+		if got, err := units.ParseSize(s); err != nil || got != want {
+			t.Errorf("units.ParseSize(%q) = %d, %v; want %d", s, got, err, want)
 		}
 	}
 }

@@ -4,9 +4,8 @@ import (
 	"errors"
 	cmdflag "flag" // named apart from this package's flag (a control message's boolean)
 	"fmt"
-	"strconv"
-	"strings"
 
+	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/nicfw"
 )
 
@@ -50,14 +49,14 @@ func flagConfig(given map[string]bool, threshold, early int, rate, buffer string
 		return cfg, fmt.Errorf("--coord-early %d: want 0 or more bytes", early)
 	}
 	if given["coord-link-rate"] {
-		r, err := parseRate(rate)
+		r, err := units.ParseRate(rate)
 		if err != nil {
 			return cfg, fmt.Errorf("--coord-link-rate: %v", err)
 		}
 		cfg.LinkRate = r
 	}
 	if given["coord-port-buffer"] {
-		b, err := parseSize(buffer)
+		b, err := units.ParseSize(buffer)
 		if err != nil || b < 1<<10 || b > 1<<30 {
 			return cfg, fmt.Errorf("--coord-port-buffer %q: want a size from 1k to 1g, e.g. 16k", buffer)
 		}
@@ -93,48 +92,4 @@ func describe(m nicfw.Module) string {
 		s += "; not paced (no --coord-link-rate, --coord-port-buffer)"
 	}
 	return s
-}
-
-// parseRate parses a rate in bits per second with an optional k/m/g
-// suffix (powers of 1000, as tc reads rates) and an optional "bit", "bps"
-// or "b/s" unit: 100mbit, 1g, 2500000. It reads rates as xam's other
-// flags do (cmd/xam's parseRate), which the module's package cannot
-// import: packages import only downward.
-func parseRate(s string) (uint64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	for _, unit := range []string{"bit", "bps", "b/s"} {
-		t = strings.TrimSuffix(t, unit)
-	}
-	v, err := parseScaled(t, 1000)
-	if err != nil || v == 0 {
-		return 0, fmt.Errorf("%q: want a rate such as 100mbit or 1gbit", s)
-	}
-	return v, nil
-}
-
-// parseSize parses a byte count with an optional k/m/g suffix (powers of
-// 1024, as tc reads sizes).
-func parseSize(s string) (uint64, error) {
-	return parseScaled(strings.ToLower(strings.TrimSpace(s)), 1024)
-}
-
-// parseScaled parses a number with an optional k, m or g suffix, the
-// powers of base.
-func parseScaled(t string, base uint64) (uint64, error) {
-	mult := uint64(1)
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'k':
-			mult, t = base, t[:len(t)-1]
-		case 'm':
-			mult, t = base*base, t[:len(t)-1]
-		case 'g':
-			mult, t = base*base*base, t[:len(t)-1]
-		}
-	}
-	v, err := strconv.ParseUint(t, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a number with an optional k, m or g", t)
-	}
-	return v * mult, nil
 }
