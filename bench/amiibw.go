@@ -5,39 +5,33 @@ import (
 	"io"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 
 	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/loader"
 )
 
-// AMIIBandwidthConfig configures RunAMIIBandwidth.
-type AMIIBandwidthConfig struct {
-	Messages int         // messages per short and medium point (default 200000)
-	Bulk     int64       // bytes per bulk point and peer (default 32 MiB)
-	Mode     loader.Mode // XDP attach mode
-	// Progress, if set, is told what is measured next.
-	Progress func(what string)
-	// Stop, when set, ends the run before its next measurement.
-	Stop *atomic.Bool
+// amiiBandwidthConfig configures runAMIIBandwidth.
+type amiiBandwidthConfig struct {
+	Messages   int   // messages per short and medium point (default 200000)
+	Bulk       int64 // bytes per bulk point and peer (default 32 MiB)
+	RunOptions       // the XDP attach mode, where progress goes, what stops the run
 }
 
-// AMIIBandwidth is AM-II's bandwidth against message size (the paper's
+// amiiBandwidthResult is AM-II's bandwidth against message size (the paper's
 // figure: 31 MB/s node to node on Myrinet), each class of message at its
 // sizes, beside raw AF_XDP frames and kernel TCP on the same link, in one
 // run.
-type AMIIBandwidth struct {
-	Rows        []AMIIBandwidthRow `json:"rows"`
+type amiiBandwidthResult struct {
+	Rows        []amiiBandwidthRow `json:"rows"`
 	Raw         *BulkResult        `json:"raw"`
 	TCP         *BulkResult        `json:"tcp"`
-	UCX         *UCXResult         `json:"ucx,omitempty"` // ucx_perftest ucp_am_bw, 64 KB, on the same lab
+	UCX         *ucxResult         `json:"ucx,omitempty"` // ucx_perftest ucp_am_bw, 64 KB, on the same lab
 	Interrupted bool               `json:"interrupted,omitempty"`
 }
 
-// AMIIBandwidthRow is one point: class (short, medium, bulk), bytes per
+// amiiBandwidthRow is one point: class (short, medium, bulk), bytes per
 // message (a short message's arguments), messages per second, MB/s of
 // payload, and the ratio to kernel TCP's goodput.
-type AMIIBandwidthRow struct {
+type amiiBandwidthRow struct {
 	Class   string  `json:"class"`
 	Size    int     `json:"size"`
 	PerSec  float64 `json:"messages_per_s"`
@@ -46,19 +40,19 @@ type AMIIBandwidthRow struct {
 	Setting string  `json:"setting"`
 }
 
-// The points of RunAMIIBandwidth.
+// The points of runAMIIBandwidth.
 var (
 	amiiShortArgs   = []int{1, 2, 4, 8}
 	amiiMediumSizes = []int{256, 1024, 4096, 8192}
 	amiiBulkSizes   = []int{8 << 10, 16 << 10, 64 << 10}
 )
 
-// RunAMIIBandwidth measures AM-II's bandwidth against message size between
+// runAMIIBandwidth measures AM-II's bandwidth against message size between
 // a and b (addresses aAddr and bAddr for TCP): short requests (8..64 bytes
 // of arguments, window 32, coalesced), medium requests (256 B..8 KB,
 // window 16) and bulk Stores (8..64 KB, window 16), with raw AF_XDP frames
 // and kernel TCP (64 KB writes) beside them.
-func RunAMIIBandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg AMIIBandwidthConfig) (*AMIIBandwidth, error) {
+func runAMIIBandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg amiiBandwidthConfig) (*amiiBandwidthResult, error) {
 	if cfg.Messages == 0 {
 		cfg.Messages = 200_000
 	}
@@ -68,28 +62,28 @@ func RunAMIIBandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg AMIIBand
 	if cfg.Messages < 1 || cfg.Bulk < 64<<10 {
 		return nil, fmt.Errorf("bench: amii bandwidth: messages %d (at least 1), bulk %d (at least 64 KB)", cfg.Messages, cfg.Bulk)
 	}
-	res := &AMIIBandwidth{}
+	res := &amiiBandwidthResult{}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	var err error
 	if !step("the peers: raw AF_XDP frames and kernel TCP") {
 		return res, nil
 	}
-	if res.Raw, err = RawBulk(a, b, cfg.Bulk, cfg.Mode); err != nil {
+	if res.Raw, err = rawBulk(a, b, cfg.Bulk, cfg.Mode); err != nil {
 		return nil, fmt.Errorf("raw: %w", err)
 	}
-	if res.TCP, err = TCPStream(a, b, aAddr, bAddr, cfg.Bulk, 64<<10); err != nil {
+	if res.TCP, err = tcpStream(a, b, aAddr, bAddr, cfg.Bulk, 64<<10); err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
 	add := func(class string, size int, perSec float64, setting string) {
 		mb := perSec * float64(size) / 1e6
-		res.Rows = append(res.Rows, AMIIBandwidthRow{Class: class, Size: size, PerSec: perSec, MBPerS: mb,
+		res.Rows = append(res.Rows, amiiBandwidthRow{Class: class, Size: size, PerSec: perSec, MBPerS: mb,
 			VsTCP: mb / res.TCP.MBPerSec, Setting: setting})
 	}
 	if !step("short messages") {
 		return res, nil
 	}
 	for _, n := range amiiShortArgs {
-		r, err := AMIIRate(a, b, cfg.Messages, n, 32, true, cfg.Mode)
+		r, err := amiiPlainRate(a, b, cfg.Messages, n, 32, true, cfg.Mode)
 		if err != nil {
 			return nil, fmt.Errorf("short, %d arguments: %w", n, err)
 		}
@@ -99,7 +93,7 @@ func RunAMIIBandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg AMIIBand
 		return res, nil
 	}
 	for _, size := range amiiMediumSizes {
-		r, err := AMIIMedium(a, b, cfg.Messages/4, size, 16, cfg.Mode)
+		r, err := amiiMedium(a, b, cfg.Messages/4, size, 16, cfg.Mode)
 		if err != nil {
 			return nil, fmt.Errorf("medium, %d bytes: %w", size, err)
 		}
@@ -109,7 +103,7 @@ func RunAMIIBandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg AMIIBand
 		return res, nil
 	}
 	for _, size := range amiiBulkSizes {
-		r, err := AMIIBulk(a, b, cfg.Bulk, size, 16, cfg.Mode)
+		r, err := amiiBulk(a, b, cfg.Bulk, size, 16, cfg.Mode)
 		if err != nil {
 			return nil, fmt.Errorf("bulk, %d bytes: %w", size, err)
 		}
@@ -119,7 +113,7 @@ func RunAMIIBandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg AMIIBand
 }
 
 // Markdown writes the table.
-func (r *AMIIBandwidth) Markdown(w io.Writer) error {
+func (r *amiiBandwidthResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("## AM-II bandwidth against message size (paper: 31 MB/s node to node, Myrinet)\n\n")
 	if r.Interrupted {

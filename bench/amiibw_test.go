@@ -11,7 +11,7 @@ import (
 func TestAMIIBandwidth(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)
-	r, err := RunAMIIBandwidth(a, b, p.A.Addr.Addr(), p.B.Addr.Addr(), AMIIBandwidthConfig{Messages: 2000, Bulk: 1 << 20})
+	r, err := runAMIIBandwidth(a, b, p.A.Addr.Addr(), p.B.Addr.Addr(), amiiBandwidthConfig{Messages: 2000, Bulk: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

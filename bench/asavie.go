@@ -20,7 +20,7 @@ import (
 // user would otherwise pick, which xam's own afxdp outgrew (batching,
 // need_wakeup, lent frames, busy polling, statistics, shared UMEM). Its
 // socket sends and receives the same frames as afxdp's in RawPing and
-// RawFrameRate, behind xam's XDP program (the library's own program takes
+// rawFrameRate, behind xam's XDP program (the library's own program takes
 // every frame of the queue, which would break the host's traffic), so
 // the two differ only in the socket's library.
 
@@ -90,9 +90,9 @@ func (s *asavieSocket) send(frame []byte) bool {
 	return s.xsk.Transmit([]xdp.Desc{d}) == 1
 }
 
-// AsaviePing is RawPing with asavie/xdp's socket at a in place of afxdp's;
+// asaviePing is RawPing with asavie/xdp's socket at a in place of afxdp's;
 // b echoes with afxdp.
-func AsaviePing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
+func asaviePing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -158,9 +158,9 @@ func asaviePingLoop(s *asavieSocket, a, b datapath.Place, cfg PingConfig) (*Ping
 	return r, nil
 }
 
-// AsavieFrameRate is RawFrameRate with asavie/xdp's socket sending at a
+// asavieFrameRate is rawFrameRate with asavie/xdp's socket sending at a
 // (one Transmit, one sendto, per batch); b counts with afxdp.
-func AsavieFrameRate(a, b datapath.Place, n, batch int, mode loader.Mode) (*RateResult, error) {
+func asavieFrameRate(a, b datapath.Place, n, batch int, mode loader.Mode) (*rateResult, error) {
 	sa, err := openAsavie(a, mode)
 	if err != nil {
 		return nil, err
@@ -191,6 +191,6 @@ func AsavieFrameRate(a, b datapath.Place, n, batch int, mode loader.Mode) (*Rate
 	if err != nil {
 		return nil, err
 	}
-	return &RateResult{API: "raw frames, asavie/xdp", Messages: got, Seconds: elapsed.Seconds(),
+	return &rateResult{API: "raw frames, asavie/xdp", Messages: got, Seconds: elapsed.Seconds(),
 		PerSec: float64(got) / elapsed.Seconds(), Frames: uint64(n)}, nil
 }

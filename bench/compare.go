@@ -6,36 +6,36 @@ import (
 	"sync/atomic"
 )
 
-// Pinger runs one ping-pong of a path (RawPing, AMIIPing and the others,
+// pinger runs one ping-pong of a path (RawPing, AMIIPing and the others,
 // bound to their places).
-type Pinger struct {
+type pinger struct {
 	Name string
 	Ping func(PingConfig) (*PingResult, error)
 }
 
-// Comparison is the outcome of Compare: each path's merged result, in the
+// comparison is the outcome of Compare: each path's merged result, in the
 // order given.
-type Comparison struct {
+type comparison struct {
 	Rounds int        `json:"rounds"`
-	Paths  []Compared `json:"paths"`
+	Paths  []compared `json:"paths"`
 }
 
-// Compared is one path's result in a Comparison.
-type Compared struct {
+// compared is one path's result in a Comparison.
+type compared struct {
 	Name string `json:"name"`
 	*PingResult
 	// Ratio is the path's median round trip over the first path's.
 	Ratio float64 `json:"p50_ratio"`
 }
 
-// Compare measures the paths side by side: rounds rounds, each running
+// comparePaths measures the paths side by side: rounds rounds, each running
 // every path in turn for cfg.Count/rounds round trips (after a warm-up of
 // its own), their round trips merged per path. On a shared machine the
 // speed of the processors drifts over seconds; running the paths in
 // alternation, rather than one after the other, gives each the same mix
 // of fast and slow moments, so that their ratios hold still from one run
 // to the next even when the absolute times do not.
-func Compare(cfg PingConfig, rounds int, paths ...Pinger) (*Comparison, error) {
+func comparePaths(cfg PingConfig, rounds int, paths ...pinger) (*comparison, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func Compare(cfg PingConfig, rounds int, paths ...Pinger) (*Comparison, error) {
 	if rounds < 1 || rounds > cfg.Count {
 		return nil, fmt.Errorf("bench: %d rounds for %d round trips: want 1..%d", rounds, cfg.Count, cfg.Count)
 	}
-	c := &Comparison{Rounds: rounds, Paths: make([]Compared, len(paths))}
+	c := &comparison{Rounds: rounds, Paths: make([]compared, len(paths))}
 	for i := range rounds {
 		rc := cfg
 		// Spread cfg.Count over the rounds; each round warms up again,

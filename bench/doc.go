@@ -3,23 +3,27 @@
 // side in one run because absolute times drift on shared machines, and
 // reported as JSON, Markdown tables and plots.
 //
-// Each experiment is a Run function that measures on the places (lab
-// hosts) it is given and returns a result with its tables (Markdown), its
-// plots (Plot, PNG and SVG with gonum/plot) and the figures the paper
-// reported (Figures): SSAM's tables (RunSSAMTables), AM-II's LogP and
-// contention (RunLogP), bandwidth against message size (RunAMIIBandwidth),
-// permutations on eight hosts (RunPermutations) and overcommitted endpoint
-// frames (RunOvercommit), DVCM's incast (RunIncast) and GRIM's figures
-// (RunGRIM); UCX active messages over TCP (RunUCX, ucx_perftest) are a
-// peer of AM-II's. A Report gathers them, a Section per paper, each Figure
-// with the paper's value (or what the paper said in words), today's, and
-// today over each Peer of the same run; `xam bench all` builds the labs,
-// runs them and writes report.md and report.json (WriteFiles), which
-// CheckReport checks for structure.
+// The experiments are one table (experiments.go): each Spec names an
+// experiment, the paper it reproduces, what the report says of it, the
+// labs it needs, its time estimates and its run, which measures on the
+// labs' hosts and returns a Result with its tables (Markdown) and, for
+// the report's, its plots (Plot, PNG and SVG with gonum/plot) and the
+// figures the paper reported (Figures): SSAM's tables, AM-II's LogP and
+// contention, bandwidth against message size, permutations on eight hosts
+// and overcommitted endpoint frames, DVCM's incast and GRIM's figures, with
+// UCX active messages over TCP (ucx_perftest) as a peer of AM-II's; the
+// firmware engine's figures and the hostile suite beside them. Params
+// carry the command's parameters, RunOptions (mode, progress, stop) into
+// each run. A Report gathers the papers' results, a Section per paper,
+// each Figure with the paper's value (or what the paper said in words),
+// today's, and today over each Peer of the same run; `xam bench all`
+// builds the labs, runs them and writes report.md and report.json
+// (WriteFiles), which CheckReport checks for structure. Only cmd/xam
+// imports this package (internal/lint).
 //
 // Under them are the ping-pongs behind `xam ping`: raw xam frames over
-// AF_XDP sockets fed by xam's XDP program (RawPing, or RawEndpoint's Ping
-// and Echo across two machines), kernel UDP (UDPPing) and the same frames
+// AF_XDP sockets fed by xam's XDP program (RawPing, or RawPingFrom and
+// datapath.Endpoint.Echo across two machines), kernel UDP (UDPPing) and the same frames
 // through AF_PACKET sockets, one system call per frame (PacketPing). Round
 // trips are recorded in an HDR histogram (1 ns to 1 minute, 3 significant
 // digits). Each side spins: the pinger on its receive ring while it waits

@@ -7,19 +7,17 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 )
 
-// authWindow is the window of the authenticated AM-II stream RunEngine
+// authWindow is the window of the authenticated AM-II stream runEngine
 // measures beside the same stream without a key.
 const authWindow = 32
 
-// authRounds is the rounds in which RunEngine alternates the plain and the
+// authRounds is the rounds in which runEngine alternates the plain and the
 // authenticated streams.
 const authRounds = 5
 
@@ -36,37 +34,32 @@ func medianOf(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// EngineConfig configures RunEngine, the firmware engine's figures beside
+// engineConfig configures runEngine, the firmware engine's figures beside
 // their peers: message rates, round trips and bulk goodput.
-type EngineConfig struct {
-	Count int         // round trips per path (default 20000); messages per rate: 50 times as many
-	Bulk  int64       // bytes of each bulk run (default 64 MiB)
-	Mode  loader.Mode // XDP attach mode
-	// Progress, if set, is told what is measured next.
-	Progress func(what string)
-	// Stop, when set, ends the run before its next measurement: the result
-	// holds what was measured and is marked Interrupted.
-	Stop *atomic.Bool
+type engineConfig struct {
+	Count      int   // round trips per path (default 20000); messages per rate: 50 times as many
+	Bulk       int64 // bytes of each bulk run (default 64 MiB)
+	RunOptions       // the XDP attach mode, where progress goes, what stops the run
 }
 
-// EngineResult is what RunEngine measured. Each table's rows were
+// engineResult is what runEngine measured. Each table's rows were
 // measured in one run on one link, and each ratio is to a row of the same
 // table.
-type EngineResult struct {
+type engineResult struct {
 	// Rates: raw one-cell frames (afxdp's socket, then asavie/xdp's, the
 	// Go-library peer), SSAM's batched single-cell messages and AM-II's
 	// streams of two-argument requests (coalesced, windows 8, 32 and 128);
 	// Ratio is to the raw frame rate.
-	Rates []EngineRate `json:"rates"`
+	Rates []engineRate `json:"rates"`
 	// Pings: raw, SSAM, AM-II (inline engines) and raw on asavie/xdp's
 	// socket in alternation (Compare), then AM-II in firmware mode (one
 	// engine thread for both hosts); Ratio is the p50 over SSAM's, and for
 	// firmware mode over inline AM-II's.
-	Pings []EnginePing `json:"pings"`
+	Pings []enginePing `json:"pings"`
 	// Bulk: raw AF_XDP frames of the bulk link's MTU, kernel TCP, SSAM's 8
-	// KB messages and AM-II's 64 KB Stores; on a link of MTU BulkMTU.
+	// KB messages and AM-II's 64 KB Stores; on a link of MTU bulkMTU.
 	// Ratio is to TCP's goodput.
-	Bulk []EngineBulk `json:"bulk"`
+	Bulk []engineBulk `json:"bulk"`
 	// BulkMTU is the MTU of the bulk link.
 	BulkMTU int `json:"bulk_mtu"`
 	// AuthRateRatio and AuthPingRatio are the authenticated AM-II
@@ -84,37 +77,37 @@ type EngineResult struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 }
 
-// EngineRate is one row of EngineResult.Rates.
-type EngineRate struct {
-	*RateResult
+// engineRate is one row of engineResult.Rates.
+type engineRate struct {
+	*rateResult
 	PerFrame float64 `json:"messages_per_frame"`
 	Ratio    float64 `json:"ratio_to_raw"`
 }
 
-// EnginePing is one row of EngineResult.Pings, in microseconds.
-type EnginePing struct {
+// enginePing is one row of engineResult.Pings, in microseconds.
+type enginePing struct {
 	Name  string  `json:"name"`
 	P50   float64 `json:"p50_us"`
 	P99   float64 `json:"p99_us"`
 	Ratio float64 `json:"p50_ratio"`
 }
 
-// EngineBulk is one row of EngineResult.Bulk.
-type EngineBulk struct {
+// engineBulk is one row of engineResult.Bulk.
+type engineBulk struct {
 	*BulkResult
 	Ratio float64 `json:"ratio_to_tcp"`
 }
 
-// engineRates are the AM-II streams of RunEngine: window, coalesced.
+// engineRates are the AM-II streams of runEngine: window, coalesced.
 var engineRates = []struct {
 	window   int
 	coalesce bool
 }{{8, true}, {32, true}, {128, true}}
 
-// RunEngine measures the rates and round trips between a and b, then the
+// runEngine measures the rates and round trips between a and b, then the
 // bulk goodputs between bulkA and bulkB (addresses bulkAddrA and
-// bulkAddrB for TCP), two hosts on a link of MTU BulkMTU.
-func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Addr, cfg EngineConfig) (*EngineResult, error) {
+// bulkAddrB for TCP), two hosts on a link of MTU bulkMTU.
+func runEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Addr, cfg engineConfig) (*engineResult, error) {
 	if cfg.Count == 0 {
 		cfg.Count = 20000
 	}
@@ -124,7 +117,7 @@ func RunEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 	if cfg.Count < 10 || cfg.Bulk < 1 {
 		return nil, fmt.Errorf("bench: engine: count %d (at least 10), bulk %d (at least 1)", cfg.Count, cfg.Bulk)
 	}
-	res := &EngineResult{BulkMTU: BulkMTU}
+	res := &engineResult{BulkMTU: bulkMTU}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	if !step("message rates") {
 		return res, nil
@@ -166,37 +159,37 @@ func newEngineKeys() (engineKeys, error) {
 
 // addRate appends r to the rates, its ratio to the raw frame rate (the
 // first row, or r itself).
-func (res *EngineResult) addRate(r *RateResult) {
+func (res *engineResult) addRate(r *rateResult) {
 	raw := r.PerSec
 	if len(res.Rates) > 0 {
 		raw = res.Rates[0].PerSec
 	}
-	res.Rates = append(res.Rates, EngineRate{RateResult: r, PerFrame: float64(r.Messages) / float64(max(r.Frames, 1)), Ratio: r.PerSec / raw})
+	res.Rates = append(res.Rates, engineRate{rateResult: r, PerFrame: float64(r.Messages) / float64(max(r.Frames, 1)), Ratio: r.PerSec / raw})
 }
 
 // measureRates measures the message rates: raw frames on both sockets,
 // SSAM's, AM-II's windows, then the authenticated streams.
-func (res *EngineResult) measureRates(a, b datapath.Place, cfg EngineConfig, keys engineKeys) error {
+func (res *engineResult) measureRates(a, b datapath.Place, cfg engineConfig, keys engineKeys) error {
 	n := 50 * cfg.Count
-	raw, err := RawFrameRate(a, b, n, 64, cfg.Mode)
+	raw, err := rawFrameRate(a, b, n, 64, cfg.Mode)
 	if err != nil {
 		return fmt.Errorf("raw frame rate: %w", err)
 	}
 	res.addRate(raw)
 	res.Rates[0].PerFrame = 1 // a message per frame by construction (Frames counts those sent, some of which a full ring drops)
-	ar, err := AsavieFrameRate(a, b, n, 64, cfg.Mode)
+	ar, err := asavieFrameRate(a, b, n, 64, cfg.Mode)
 	if err != nil {
 		return fmt.Errorf("asavie/xdp frame rate: %w", err)
 	}
 	res.addRate(ar)
 	res.Rates[1].PerFrame = 1
-	sr, err := SSAMRate(a, b, n, 16, cfg.Mode, ssam.Config{Window: 63, Batch: 28})
+	sr, err := ssamRate(a, b, n, 16, cfg.Mode, ssam.Config{Window: 63, Batch: 28})
 	if err != nil {
 		return fmt.Errorf("SSAM rate: %w", err)
 	}
 	res.addRate(sr)
 	for _, c := range engineRates {
-		r, err := AMIIRate(a, b, n, 2, c.window, c.coalesce, cfg.Mode)
+		r, err := amiiPlainRate(a, b, n, 2, c.window, c.coalesce, cfg.Mode)
 		if err != nil {
 			return fmt.Errorf("AM-II rate, window %d: %w", c.window, err)
 		}
@@ -212,7 +205,7 @@ func (res *EngineResult) measureRates(a, b datapath.Place, cfg EngineConfig, key
 // transport's key, one for both hosts). A ratio is the median of its
 // rounds' ratios to the plain stream of the same round; a row sums its
 // rounds.
-func (res *EngineResult) measureAuthRates(a, b datapath.Place, n int, cfg EngineConfig, keys engineKeys) error {
+func (res *engineResult) measureAuthRates(a, b datapath.Place, n int, cfg engineConfig, keys engineKeys) error {
 	streams := []struct {
 		keys  amiiKeys
 		name  string
@@ -222,10 +215,10 @@ func (res *EngineResult) measureAuthRates(a, b datapath.Place, n int, cfg Engine
 		{amiiKeys{vnet: keys.vnet}, "authenticated", &res.AuthRateRatio},
 		{amiiKeys{transport: keys.transport}, "transport key", &res.TransportAuthRateRatio},
 	}
-	sums := make([]RateResult, len(streams))
+	sums := make([]rateResult, len(streams))
 	ratios := make([][]float64, len(streams))
 	for round := range authRounds {
-		rs := make([]*RateResult, len(streams))
+		rs := make([]*rateResult, len(streams))
 		for j := range streams {
 			i := (j + round) % len(streams)
 			r, err := amiiRate(a, b, max(n/authRounds, 1000), 2, authWindow, true, cfg.Mode, streams[i].keys)
@@ -255,7 +248,7 @@ func (res *EngineResult) measureAuthRates(a, b datapath.Place, n int, cfg Engine
 // measurePings measures the round trips: raw, SSAM, AM-II inline (plain
 // and authenticated both ways) and raw on asavie/xdp in alternation, then
 // AM-II in firmware mode.
-func (res *EngineResult) measurePings(a, b datapath.Place, cfg EngineConfig, keys engineKeys) error {
+func (res *engineResult) measurePings(a, b datapath.Place, cfg engineConfig, keys engineKeys) error {
 	pc := PingConfig{Count: cfg.Count, Size: 32, Mode: cfg.Mode}
 	ping := func(f func(PingConfig) (*AMIIResult, error)) func(PingConfig) (*PingResult, error) {
 		return func(c PingConfig) (*PingResult, error) {
@@ -266,22 +259,22 @@ func (res *EngineResult) measurePings(a, b datapath.Place, cfg EngineConfig, key
 			return &r.PingResult, nil
 		}
 	}
-	cmpd, err := Compare(pc, 10,
-		Pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
-		Pinger{"ssam", func(c PingConfig) (*PingResult, error) {
+	cmpd, err := comparePaths(pc, 10,
+		pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
+		pinger{"ssam", func(c PingConfig) (*PingResult, error) {
 			r, err := SSAMPing(a, b, c, 0, ssam.Config{})
 			if err != nil {
 				return nil, err
 			}
 			return &r.PingResult, nil
 		}},
-		Pinger{"amii inline", ping(func(c PingConfig) (*AMIIResult, error) { return AMIIPing(a, b, c, 0) })},
-		Pinger{"amii inline, authenticated", ping(func(c PingConfig) (*AMIIResult, error) {
+		pinger{"amii inline", ping(func(c PingConfig) (*AMIIResult, error) { return AMIIPing(a, b, c, 0) })},
+		pinger{"amii inline, authenticated", ping(func(c PingConfig) (*AMIIResult, error) {
 			c.Key = keys.vnet
 			return AMIIPing(a, b, c, 0)
 		})},
-		Pinger{"amii inline, transport key", ping(func(c PingConfig) (*AMIIResult, error) { return amiiPingKeyed(a, b, c, 0, keys.transport) })},
-		Pinger{"raw, asavie/xdp", func(c PingConfig) (*PingResult, error) { return AsaviePing(a, b, c) }})
+		pinger{"amii inline, transport key", ping(func(c PingConfig) (*AMIIResult, error) { return amiiPingKeyed(a, b, c, 0, keys.transport) })},
+		pinger{"raw, asavie/xdp", func(c PingConfig) (*PingResult, error) { return asaviePing(a, b, c) }})
 	if err != nil {
 		return err
 	}
@@ -289,7 +282,7 @@ func (res *EngineResult) measurePings(a, b datapath.Place, cfg EngineConfig, key
 	ssamP50, _ := us(cmpd.Paths[1].PingResult)
 	for _, p := range cmpd.Paths {
 		p50, p99 := us(p.PingResult)
-		res.Pings = append(res.Pings, EnginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / ssamP50})
+		res.Pings = append(res.Pings, enginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / ssamP50})
 	}
 	fw, err := AMIIFirmwarePing(a, b, pc, 0, FirmwareLayout{Threads: 1})
 	if err != nil {
@@ -298,25 +291,25 @@ func (res *EngineResult) measurePings(a, b datapath.Place, cfg EngineConfig, key
 	p50, p99 := us(&fw.PingResult)
 	res.AuthPingRatio = res.Pings[3].P50 / res.Pings[2].P50
 	res.TransportAuthPingRatio = res.Pings[4].P50 / res.Pings[2].P50
-	res.Pings = append(res.Pings, EnginePing{Name: "amii firmware", P50: p50, P99: p99, Ratio: p50 / res.Pings[2].P50})
+	res.Pings = append(res.Pings, enginePing{Name: "amii firmware", P50: p50, P99: p99, Ratio: p50 / res.Pings[2].P50})
 	return nil
 }
 
 // measureBulk measures bulk goodput on the bulk lab: raw frames, TCP,
 // SSAM and AM-II, each as a ratio to TCP.
-func (res *EngineResult) measureBulk(bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Addr, cfg EngineConfig) error {
+func (res *engineResult) measureBulk(bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Addr, cfg engineConfig) error {
 	type bulkRun struct {
 		name string
 		run  func() (*BulkResult, error)
 	}
 	var rows []*BulkResult
 	for _, r := range []bulkRun{
-		{"raw", func() (*BulkResult, error) { return RawBulk(bulkA, bulkB, cfg.Bulk, cfg.Mode) }},
+		{"raw", func() (*BulkResult, error) { return rawBulk(bulkA, bulkB, cfg.Bulk, cfg.Mode) }},
 		{"tcp", func() (*BulkResult, error) {
-			return TCPStream(bulkA, bulkB, bulkAddrA, bulkAddrB, cfg.Bulk, 64<<10)
+			return tcpStream(bulkA, bulkB, bulkAddrA, bulkAddrB, cfg.Bulk, 64<<10)
 		}},
 		{"ssam", func() (*BulkResult, error) { return SSAMBulk(bulkA, bulkB, cfg.Bulk, 8192, cfg.Mode, ssam.Config{}) }},
-		{"amii", func() (*BulkResult, error) { return AMIIBulk(bulkA, bulkB, cfg.Bulk, 64<<10, 16, cfg.Mode) }},
+		{"amii", func() (*BulkResult, error) { return amiiBulk(bulkA, bulkB, cfg.Bulk, 64<<10, 16, cfg.Mode) }},
 	} {
 		br, err := r.run()
 		if err != nil {
@@ -325,13 +318,13 @@ func (res *EngineResult) measureBulk(bulkA, bulkB datapath.Place, bulkAddrA, bul
 		rows = append(rows, br)
 	}
 	for _, r := range rows {
-		res.Bulk = append(res.Bulk, EngineBulk{BulkResult: r, Ratio: r.MBPerSec / rows[1].MBPerSec})
+		res.Bulk = append(res.Bulk, engineBulk{BulkResult: r, Ratio: r.MBPerSec / rows[1].MBPerSec})
 	}
 	return nil
 }
 
 // Markdown writes the result as three tables.
-func (r *EngineResult) Markdown(w io.Writer) error {
+func (r *engineResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("## Message rates, one sender (one-way, two-argument messages)\n\n")
 	if r.Interrupted {

@@ -148,7 +148,7 @@ func Specs() []Spec {
 			Title:    "Bandwidth against message size",
 			Measured: "node-to-node bandwidth against message size (short, medium and bulk messages), 31 MB/s peak over the SBus and Myrinet.",
 			Differs:  "xam's frames are at most a 4 KB UMEM chunk (MTU 3826) that the kernel copies on veth, while kernel TCP moves 64 KB GSO segments with no per-frame cost: TCP is the ceiling on this machine, not a like-for-like peer; UCX runs its active messages over the same TCP.",
-			Labs:     func(Params) []lab.Config { return []lab.Config{{Name: "amii", Hosts: 2, MTU: BulkMTU}} }, Run: runAMIISpec},
+			Labs:     func(Params) []lab.Config { return []lab.Config{{Name: "amii", Hosts: 2, MTU: bulkMTU}} }, Run: runAMIISpec},
 		{Name: "permutations", Paper: &PaperAMII, Seconds: [2]float64{5, 10}, Plots: true,
 			Title:    "Permutations on eight hosts",
 			Measured: "circular shift, neighbour exchange and bisection exchange among the hosts of a cluster (average and aggregate bandwidth with medium messages, round trip with one-word messages): bandwidth near the peak for the first two, the bisection pattern limited by the network's bisection cables.",
@@ -171,19 +171,18 @@ func Specs() []Spec {
 			Labs:     twoHosts, Run: runGRIMSpec},
 		{Name: "engine", Title: "The firmware engine beside its peers: message rates, round trips and bulk goodput",
 			Labs: func(Params) []lab.Config {
-				return []lab.Config{{Name: "bench", Hosts: 2}, {Name: "bulk", Hosts: 2, MTU: BulkMTU}}
+				return []lab.Config{{Name: "bench", Hosts: 2}, {Name: "bulk", Hosts: 2, MTU: bulkMTU}}
 			},
 			Run: func(labs []*lab.Lab, p Params) (Result, error) {
 				a, _ := hostsOf(labs[0])
 				b, addrs := hostsOf(labs[1])
-				return resultOf(RunEngine(a[0], a[1], b[0], b[1], addrs[0], addrs[1], EngineConfig{Count: p.count(), Bulk: p.Bulk,
-					Mode: p.Mode, Progress: p.Progress, Stop: p.Stop}))
+				return resultOf(runEngine(a[0], a[1], b[0], b[1], addrs[0], addrs[1], engineConfig{Count: p.count(), Bulk: p.Bulk, RunOptions: p.RunOptions}))
 			}},
 		{Name: "hostile", Title: "Hostile input and faults against firmware mode, traffic running",
 			Labs: twoHosts,
 			Run: func(labs []*lab.Lab, p Params) (Result, error) {
 				a, _ := hostsOf(labs[0])
-				return resultOf(RunHostile(a[0], a[1], HostileConfig{Pings: max(p.count()/10, 100), Flood: p.Flood}))
+				return resultOf(runHostile(a[0], a[1], hostileConfig{Pings: max(p.count()/10, 100), Flood: p.Flood}))
 			}},
 	}
 }
@@ -200,8 +199,8 @@ func SpecOf(name string) (Spec, bool) {
 
 func runSSAMSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(labs[0])
-	t, err := RunSSAMTables(pl[0], pl[1], addrs[0], addrs[1], SSAMTablesConfig{Count: pick(p, 2000, p.count()),
-		Bulk: pick(p, 4<<20, p.Bulk), Mode: p.Mode, Progress: p.Progress, Stop: p.Stop})
+	t, err := runSSAMTables(pl[0], pl[1], addrs[0], addrs[1], ssamTablesConfig{Count: pick(p, 2000, p.count()),
+		Bulk: pick(p, 4<<20, p.Bulk), RunOptions: p.RunOptions})
 	if t != nil {
 		h := labs[0].Hosts
 		t.Setup = Setup{Kernel: netdev.Probe().Kernel, CPUs: runtime.NumCPU(),
@@ -212,8 +211,8 @@ func runSSAMSpec(labs []*lab.Lab, p Params) (Result, error) {
 
 func runLogPSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(labs[0])
-	cfg := LogPConfig{Count: pick(p, 2000, p.count()), Clients: p.Clients, Mode: p.Mode, Stop: p.Stop}
-	r, err := RunLogP(pl[0], pl[1], cfg)
+	cfg := logpConfig{Count: pick(p, 2000, p.count()), Clients: p.Clients, RunOptions: p.RunOptions}
+	r, err := runLogP(pl[0], pl[1], cfg)
 	if err == nil && !r.Interrupted {
 		p.say("UCX active messages over TCP (ucx_perftest -t ucp_am_lat)")
 		r.UCX = ucxPeer(pl[0], pl[1], addrs[1], "ucp_am_lat", 8, max(cfg.Count, 1000))
@@ -223,9 +222,9 @@ func runLogPSpec(labs []*lab.Lab, p Params) (Result, error) {
 
 func runAMIISpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(labs[0])
-	cfg := AMIIBandwidthConfig{Messages: pick(p, 20000, 10*p.count()), Bulk: pick(p, 4<<20, p.Bulk),
-		Mode: p.Mode, Progress: p.Progress, Stop: p.Stop}
-	r, err := RunAMIIBandwidth(pl[0], pl[1], addrs[0], addrs[1], cfg)
+	cfg := amiiBandwidthConfig{Messages: pick(p, 20000, 10*p.count()), Bulk: pick(p, 4<<20, p.Bulk),
+		RunOptions: p.RunOptions}
+	r, err := runAMIIBandwidth(pl[0], pl[1], addrs[0], addrs[1], cfg)
 	if err == nil && !r.Interrupted {
 		p.say("UCX active messages over TCP (ucx_perftest -t ucp_am_bw)")
 		r.UCX = ucxPeer(pl[0], pl[1], addrs[1], "ucp_am_bw", 64<<10, max(int(cmp.Or(cfg.Bulk, 32<<20)>>16), 100))
@@ -235,20 +234,20 @@ func runAMIISpec(labs []*lab.Lab, p Params) (Result, error) {
 
 func runPermutationsSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, _ := hostsOf(labs[0])
-	return resultOf(RunPermutations(pl, PermutationsConfig{Duration: pick(p, time.Second, 0), RTTs: pick(p, 500, min(p.count(), 5000)),
-		Mode: p.Mode, Progress: p.Progress, Stop: p.Stop}))
+	return resultOf(runPermutations(pl, permutationsConfig{Duration: pick(p, time.Second, 0), RTTs: pick(p, 500, min(p.count(), 5000)),
+		RunOptions: p.RunOptions}))
 }
 
 func runOvercommitSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, _ := hostsOf(labs[0])
-	return resultOf(RunOvercommit(pl[0], pl[1], OvercommitConfig{Duration: pick(p, time.Second, 0),
-		Mode: p.Mode, Progress: p.Progress, Stop: p.Stop}))
+	return resultOf(runOvercommit(pl[0], pl[1], overcommitConfig{Duration: pick(p, time.Second, 0),
+		RunOptions: p.RunOptions}))
 }
 
 func runGRIMSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(labs[0])
-	return resultOf(RunGRIM(pl[0], pl[1], addrs[0], addrs[1], GRIMConfig{Count: pick(p, 500, min(p.count(), 5000)),
-		Bulk: pick(p, 2<<20, p.Bulk), Mode: p.Mode, Progress: p.Progress, Stop: p.Stop}))
+	return resultOf(runGRIM(pl[0], pl[1], addrs[0], addrs[1], grimConfig{Count: pick(p, 500, min(p.count(), 5000)),
+		Bulk: pick(p, 2<<20, p.Bulk), RunOptions: p.RunOptions}))
 }
 
 // incastParams returns p's incast points and switch, defaults filled in,
@@ -282,10 +281,10 @@ func runIncastSpec(labs []*lab.Lab, p Params) (Result, error) {
 	l := labs[0]
 	pl, addrs := hostsOf(l)
 	rx := len(pl) - 1
-	cfg := IncastConfig{Senders: ip.Senders, Sizes: ip.Sizes, Runs: ip.Runs, LinkRate: ip.PortRate, PortBuffer: ip.PortBuffer,
-		Bytes: pick(p, int64(2<<20), p.Bulk), Mode: p.Mode, Progress: p.Progress, Stop: p.Stop,
+	cfg := incastConfig{Senders: ip.Senders, Sizes: ip.Sizes, Runs: ip.Runs, LinkRate: ip.PortRate, PortBuffer: ip.PortBuffer,
+		Bytes: pick(p, int64(2<<20), p.Bulk), RunOptions: p.RunOptions,
 		Drops: func() (uint64, error) { return l.Switch.PortDrops(rx) }}
-	r, err := RunIncast(pl[:rx], pl[rx], addrs[:rx], addrs[rx], cfg)
+	r, err := runIncast(pl[:rx], pl[rx], addrs[:rx], addrs[rx], cfg)
 	if r != nil {
 		r.PortRate, r.PortBuffer = ip.PortRate, ip.PortBuffer
 	}
@@ -301,10 +300,10 @@ func (p Params) say(what string) {
 
 // ucxPeer runs a UCX peer; a failure is the peer's note, not the
 // experiment's.
-func ucxPeer(a, b datapath.Place, bAddr netip.Addr, test string, size, iters int) *UCXResult {
-	u, err := RunUCX(a, b, bAddr, test, size, iters)
+func ucxPeer(a, b datapath.Place, bAddr netip.Addr, test string, size, iters int) *ucxResult {
+	u, err := runUCX(a, b, bAddr, test, size, iters)
 	if err != nil {
-		return &UCXResult{Test: test, Size: size, Iters: iters, Missing: "failed: " + err.Error()}
+		return &ucxResult{Test: test, Size: size, Iters: iters, Missing: "failed: " + err.Error()}
 	}
 	return u
 }

@@ -35,7 +35,7 @@ func peersFrom(m map[string]float64, keyName ...string) []Peer {
 // Figures returns SSAM's figures: the round trip and bulk bandwidth of the
 // abstract beside raw AF_XDP and the kernel's paths, and the traps' costs
 // beside the system-call path's.
-func (t *SSAMTables) Figures() []Figure {
+func (t *ssamTablesResult) Figures() []Figure {
 	var figs []Figure
 	rtt := map[string]float64{}
 	for _, r := range t.RTT {
@@ -76,9 +76,9 @@ func (t *SSAMTables) Figures() []Figure {
 // (42 µs) and each parameter of the default configuration, with the
 // baseline's beside it (the incremental cost of reliability and
 // protection), and the contention experiment's slope.
-func (r *LogPResult) Figures() []Figure {
+func (r *logpResult) Figures() []Figure {
 	var figs []Figure
-	row := func(name string) *LogPRow {
+	row := func(name string) *logpRowResult {
 		for i := range r.Rows {
 			if r.Rows[i].Config == name {
 				return &r.Rows[i]
@@ -101,8 +101,8 @@ func (r *LogPResult) Figures() []Figure {
 		figs = append(figs, paperFig("round trip, short message (reliable, protected)", "µs", 42, def.RTT, peers...))
 		for _, p := range []struct {
 			name string
-			v    func(*LogPRow) float64
-		}{{"Os", func(x *LogPRow) float64 { return x.Os }}, {"Or", func(x *LogPRow) float64 { return x.Or }}, {"g", func(x *LogPRow) float64 { return x.G }}} {
+			v    func(*logpRowResult) float64
+		}{{"Os", func(x *logpRowResult) float64 { return x.Os }}, {"Or", func(x *logpRowResult) float64 { return x.Or }}, {"g", func(x *logpRowResult) float64 { return x.G }}} {
 			var peers []Peer
 			if base != nil {
 				peers = append(peers, peer("baseline", p.v(base)))
@@ -131,7 +131,7 @@ func (r *LogPResult) Figures() []Figure {
 
 // Figures returns AM-II's bandwidth figures: the best of each class
 // beside the paper's 31 MB/s and today's peers on the same link.
-func (r *AMIIBandwidth) Figures() []Figure {
+func (r *amiiBandwidthResult) Figures() []Figure {
 	var peers []Peer
 	if r.Raw != nil {
 		peers = append(peers, peer("raw AF_XDP frames", r.Raw.MBPerSec))
@@ -166,7 +166,7 @@ func (r *AMIIBandwidth) Figures() []Figure {
 // Figures returns the incast figures for the most senders at the largest
 // message size measured: each configuration's goodput as a share of one
 // sender's, coordination's beside no coordination's and kernel TCP's.
-func (r *IncastResult) Figures() []Figure {
+func (r *incastResult) Figures() []Figure {
 	most, size := 0, 0
 	for _, p := range r.Points {
 		most = max(most, p.Senders)
@@ -176,13 +176,13 @@ func (r *IncastResult) Figures() []Figure {
 			size = max(size, p.Size)
 		}
 	}
-	get := func(config string) (IncastPoint, bool) {
+	get := func(config string) (incastPointRow, bool) {
 		for _, p := range r.Points {
 			if p.Config == config && p.Senders == most && p.Size == size {
 				return p, true
 			}
 		}
-		return IncastPoint{}, false
+		return incastPointRow{}, false
 	}
 	var figs []Figure
 	on, okOn := get("on")
@@ -217,9 +217,9 @@ func (r *IncastResult) Figures() []Figure {
 }
 
 // Figures returns GRIM's figures beside the paper's.
-func (r *GRIMBench) Figures() []Figure {
+func (r *grimBenchResult) Figures() []Figure {
 	var figs []Figure
-	var inline *EnginePing
+	var inline *enginePing
 	var peers []Peer
 	for i, p := range r.Peers {
 		if p.Name == "grim inline" {
@@ -270,7 +270,7 @@ func (r *GRIMBench) Figures() []Figure {
 
 // Plot draws the contention experiment (aggregate and per-client message
 // rates against clients) into dir as logp-contention.png and .svg.
-func (r *LogPResult) Plot(dir string) ([]string, error) {
+func (r *logpResult) Plot(dir string) ([]string, error) {
 	var agg, per, co plotter.XYs
 	for _, c := range r.Contention {
 		x := float64(c.Clients)
@@ -286,7 +286,7 @@ func (r *LogPResult) Plot(dir string) ([]string, error) {
 
 // Plot draws bandwidth against message size, a line per class, with the
 // peers at their message sizes, into dir as amii-bandwidth.png and .svg.
-func (r *AMIIBandwidth) Plot(dir string) ([]string, error) {
+func (r *amiiBandwidthResult) Plot(dir string) ([]string, error) {
 	var lines []line
 	for _, class := range []string{"short", "medium", "bulk"} {
 		var xy plotter.XYs

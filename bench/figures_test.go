@@ -15,51 +15,51 @@ import (
 // computed from another figure's value shows.
 func sampleResults() map[string]interface{ Figures() []Figure } {
 	return map[string]interface{ Figures() []Figure }{
-		"ssam": &SSAMTables{
-			Paper: Paper{RTTMicros: 20, BulkMBPerSec: 5.5},
-			RTT: []RTTRow{{Path: "raw", RTT: RTT{P50: 4400}}, {Path: "ssam", RTT: RTT{P50: 4900}},
+		"ssam": &ssamTablesResult{
+			Paper: paperInfo{RTTMicros: 20, BulkMBPerSec: 5.5},
+			RTT: []rttRow{{Path: "raw", RTT: RTT{P50: 4400}}, {Path: "ssam", RTT: RTT{P50: 4900}},
 				{Path: "udp", RTT: RTT{P50: 15300}}, {Path: "tcp", RTT: RTT{P50: 17100}}, {Path: "packet", RTT: RTT{P50: 9200}}},
-			Bandwidth: []BandwidthRow{{Path: "ssam", MBPerSec: 310}, {Path: "tcp", MBPerSec: 2100}, {Path: "udp", MBPerSec: 820}},
-			Traps:     []Cost{{Op: "null_syscall", NsPerCall: 90}, {Op: "send", NsPerCall: 3300}, {Op: "recv1", NsPerCall: 110}, {Op: "recv16", NsPerCall: 470}},
-			Syscalls:  []Cost{{Op: "send", NsPerCall: 2700}, {Op: "recv1", NsPerCall: 950}},
-			AM:        []Cost{{Op: "request", NsPerCall: 3550}, {Op: "ack", NsPerCall: 3800}},
+			Bandwidth: []bandwidthRow{{Path: "ssam", MBPerSec: 310}, {Path: "tcp", MBPerSec: 2100}, {Path: "udp", MBPerSec: 820}},
+			Traps:     []costRow{{Op: "null_syscall", NsPerCall: 90}, {Op: "send", NsPerCall: 3300}, {Op: "recv1", NsPerCall: 110}, {Op: "recv16", NsPerCall: 470}},
+			Syscalls:  []costRow{{Op: "send", NsPerCall: 2700}, {Op: "recv1", NsPerCall: 950}},
+			AM:        []costRow{{Op: "request", NsPerCall: 3550}, {Op: "ack", NsPerCall: 3800}},
 		},
-		"logp": &LogPResult{
-			Rows: []LogPRow{{Config: "baseline", Os: 2.1, Or: 1.9, G: 2.4, RTT: 10.5}, {Config: "+reliability", Os: 2.6, Or: 2.2, G: 2.9, RTT: 12.2},
+		"logp": &logpResult{
+			Rows: []logpRowResult{{Config: "baseline", Os: 2.1, Or: 1.9, G: 2.4, RTT: 10.5}, {Config: "+reliability", Os: 2.6, Or: 2.2, G: 2.9, RTT: 12.2},
 				{Config: "+protection", Os: 2.8, Or: 2.3, G: 3.1, RTT: 13.7}, {Config: "+batching", Os: 2.8, Or: 2.3, G: 0.45, RTT: 13.9}},
-			Contention: []ContentionRow{{Clients: 1, Aggregate: 71000, RTT: 14}, {Clients: 7, Aggregate: 230000, RTT: 31}},
-			UCX:        &UCXResult{Test: "ucp_am_lat", Size: 8, RTT: 19.5},
+			Contention: []contentionRow{{Clients: 1, Aggregate: 71000, RTT: 14}, {Clients: 7, Aggregate: 230000, RTT: 31}},
+			UCX:        &ucxResult{Test: "ucp_am_lat", Size: 8, RTT: 19.5},
 		},
-		"amii": &AMIIBandwidth{
-			Rows: []AMIIBandwidthRow{{Class: "short", Size: 4, MBPerS: 61}, {Class: "short", Size: 8, MBPerS: 82.4},
+		"amii": &amiiBandwidthResult{
+			Rows: []amiiBandwidthRow{{Class: "short", Size: 4, MBPerS: 61}, {Class: "short", Size: 8, MBPerS: 82.4},
 				{Class: "medium", Size: 1024, MBPerS: 390}, {Class: "medium", Size: 8192, MBPerS: 640},
 				{Class: "bulk", Size: 16 << 10, MBPerS: 771}, {Class: "bulk", Size: 64 << 10, MBPerS: 702}},
 			Raw: &BulkResult{Message: 3826, MBPerSec: 1575},
 			TCP: &BulkResult{Message: 64 << 10, MBPerSec: 3120},
-			UCX: &UCXResult{Test: "ucp_am_bw", Size: 64 << 10, Missing: ucxNotInstalled},
+			UCX: &ucxResult{Test: "ucp_am_bw", Size: 64 << 10, Missing: ucxNotInstalled},
 		},
-		"permutations": &PermutationsResult{
-			Pair: &Permutation{Pattern: "one pair", PerHost: 520, RTT: 28},
-			Rows: []Permutation{{Pattern: "circular shift", PerHost: 410, RTT: 51}, {Pattern: "neighbour exchange", PerHost: 455, RTT: 46},
+		"permutations": &permutationsResult{
+			Pair: &permutationRow{Pattern: "one pair", PerHost: 520, RTT: 28},
+			Rows: []permutationRow{{Pattern: "circular shift", PerHost: 410, RTT: 51}, {Pattern: "neighbour exchange", PerHost: 455, RTT: 46},
 				{Pattern: "bisection", PerHost: 305, RTT: 63}},
 		},
-		"overcommit": &OvercommitResult{Rows: []OvercommitRow{{Factor: 1, Endpoints: 4, Rate: 101000}, {Factor: 4, Endpoints: 16, Rate: 83000}, {Factor: 8, Endpoints: 32, Rate: 61000}}},
-		"incast": &IncastResult{Points: []IncastPoint{
+		"overcommit": &overcommitResult{Rows: []overcommitRow{{Factor: 1, Endpoints: 4, Rate: 101000}, {Factor: 4, Endpoints: 16, Rate: 83000}, {Factor: 8, Endpoints: 32, Rate: 61000}}},
+		"incast": &incastResult{Points: []incastPointRow{
 			{Config: "on", Senders: 1, Size: 16384, Ratio: 1},
 			{Config: "on", Senders: 3, Size: 16384, Ratio: 0.936, Drops: 0},
 			{Config: "off", Senders: 3, Size: 16384, Ratio: 0.363, Drops: 517},
 			{Config: "on+etr", Senders: 3, Size: 16384, Ratio: 0.52},
 			{Config: "tcp", Senders: 3, Size: 16384, Ratio: 0.71},
 		}},
-		"grim": &GRIMBench{
-			Peers: []EnginePing{{Name: "grim inline", P50: 9.1}, {Name: "grim firmware", P50: 14.2}, {Name: "raw AF_XDP", P50: 5.3},
+		"grim": &grimBenchResult{
+			Peers: []enginePing{{Name: "grim inline", P50: 9.1}, {Name: "grim firmware", P50: 14.2}, {Name: "raw AF_XDP", P50: 5.3},
 				{Name: "AM-II inline", P50: 11.7}, {Name: "kernel TCP", P50: 25.6}},
-			Channels:  []GRIMChannels{{Channels: 1, P50: 9.1, Ratio: 1}, {Channels: 16, P50: 12.3, Ratio: 1.35}},
-			Gap:       []GRIMGap{{Burst: 100, Injected: 0.8, Answered: 4.1}, {Burst: 1000, Injected: 2.2, Answered: 6.3}, {Burst: 2000, Injected: 2.5, Answered: 6.9}},
-			Bandwidth: []GRIMBandwidth{{Size: 16 << 10, CutThrough: 250, StoreForward: 240}, {Size: 48 << 10, CutThrough: 330, StoreForward: 270}},
+			Channels:  []grimChannelsRow{{Channels: 1, P50: 9.1, Ratio: 1}, {Channels: 16, P50: 12.3, Ratio: 1.35}},
+			Gap:       []grimGap{{Burst: 100, Injected: 0.8, Answered: 4.1}, {Burst: 1000, Injected: 2.2, Answered: 6.3}, {Burst: 2000, Injected: 2.5, Answered: 6.9}},
+			Bandwidth: []grimBandwidthRow{{Size: 16 << 10, CutThrough: 250, StoreForward: 240}, {Size: 48 << 10, CutThrough: 330, StoreForward: 270}},
 			TCP48K:    &BulkResult{Message: 48 << 10, MBPerSec: 2050},
-			Storage:   []EnginePing{{Name: "host", P50: 21.5}, {Name: "storage", P50: 27.8}},
-			Injection: []Cost{{Op: "grim_short", NsPerCall: 420}, {Op: "send", NsPerCall: 3300}},
+			Storage:   []enginePing{{Name: "host", P50: 21.5}, {Name: "storage", P50: 27.8}},
+			Injection: []costRow{{Op: "grim_short", NsPerCall: 420}, {Op: "send", NsPerCall: 3300}},
 		},
 	}
 }

@@ -19,76 +19,72 @@ import (
 	"gonum.org/v1/plot/plotter"
 )
 
-// GRIMConfig configures RunGRIM, GRIM's figures beside the paper's and
+// grimConfig configures runGRIM, GRIM's figures beside the paper's and
 // today's peers.
-type GRIMConfig struct {
-	Count int         // round trips per latency point (default 5000)
-	Bulk  int64       // bytes per bandwidth point (default 16 MiB)
-	Mode  loader.Mode // XDP attach mode
-	// Progress, if set, is told what is measured next.
-	Progress func(what string)
-	// Stop, when set, ends the run before its next measurement.
-	Stop *atomic.Bool
+type grimConfig struct {
+	Count      int   // round trips per latency point (default 5000)
+	Bulk       int64 // bytes per bandwidth point (default 16 MiB)
+	RunOptions       // the XDP attach mode, where progress goes, what stops the run
 }
 
 // GRIMResult's tables. Each ratio is to a row of the same table, measured
 // in the same run.
-type GRIMBench struct {
+type grimBenchResult struct {
 	// Peers: round trips of a short message, GRIM (inline and firmware
 	// mode) beside raw AF_XDP, AM-II inline and kernel TCP; Ratio is p50
 	// over GRIM inline's.
-	Peers []EnginePing `json:"peers"`
+	Peers []enginePing `json:"peers"`
 	// Channels: GRIM inline round trips with each endpoint owning n
 	// logical channels, the pings spread over them; Ratio over 1 channel.
-	Channels []GRIMChannels `json:"channels"`
+	Channels []grimChannelsRow `json:"channels"`
 	// Gap: a burst of n short messages on one channel; microseconds per
 	// message from the first send to the last injected and to the last
 	// answered.
-	Gap []GRIMGap `json:"gap"`
+	Gap []grimGap `json:"gap"`
 	// Bandwidth: bulk messages of each size, cut-through and
 	// store-and-forward, beside kernel TCP writes of 48 KB.
-	Bandwidth []GRIMBandwidth `json:"bandwidth"`
-	TCP48K    *BulkResult     `json:"tcp_48k"`
+	Bandwidth []grimBandwidthRow `json:"bandwidth"`
+	TCP48K    *BulkResult        `json:"tcp_48k"`
 	// Storage: firmware mode, a short round trip to host B's application
 	// beside reading one block from the storage endpoint on host B.
-	Storage []EnginePing `json:"storage"`
+	Storage []enginePing `json:"storage"`
 	// Injection: the cost of one Channel.Short call (the descriptor
 	// written into the channel's ring) beside SSAM's send trap.
-	Injection []Cost `json:"injection"`
+	Injection []costRow `json:"injection"`
 	// Memory: receive memory per peer at full bandwidth.
-	Memory      []GRIMMemory `json:"memory"`
-	Window      int          `json:"bandwidth_window"`
-	Interrupted bool         `json:"interrupted,omitempty"`
+	Memory      []grimMemoryRow `json:"memory"`
+	Window      int             `json:"bandwidth_window"`
+	Interrupted bool            `json:"interrupted,omitempty"`
 }
 
-// GRIMChannels is a row of GRIMBench.Channels, in microseconds.
-type GRIMChannels struct {
+// grimChannelsRow is a row of grimBenchResult.Channels, in microseconds.
+type grimChannelsRow struct {
 	Channels int     `json:"channels"`
 	P50      float64 `json:"p50_us"`
 	P99      float64 `json:"p99_us"`
 	Ratio    float64 `json:"p50_ratio"`
 }
 
-// GRIMGap is a row of GRIMBench.Gap: microseconds per message until the
+// grimGap is a row of grimBenchResult.Gap: microseconds per message until the
 // last Short call returned (the sender's gap: the channel's ring absorbs
 // a burst, then the sender waits on the engine), and until the last
 // answer came back.
-type GRIMGap struct {
+type grimGap struct {
 	Burst    int     `json:"burst"`
 	Injected float64 `json:"injected_us_per_message"`
 	Answered float64 `json:"answered_us_per_message"`
 }
 
-// GRIMBandwidth is a row of GRIMBench.Bandwidth, in MB/s (10^6 bytes).
-type GRIMBandwidth struct {
+// grimBandwidthRow is a row of grimBenchResult.Bandwidth, in MB/s (10^6 bytes).
+type grimBandwidthRow struct {
 	Size         int     `json:"size"`
 	CutThrough   float64 `json:"cut_through_mb_s"`
 	StoreForward float64 `json:"store_and_forward_mb_s"`
 	Ratio        float64 `json:"cut_through_ratio"`
 }
 
-// GRIMMemory is a row of GRIMBench.Memory.
-type GRIMMemory struct {
+// grimMemoryRow is a row of grimBenchResult.Memory.
+type grimMemoryRow struct {
 	Scheme  string  `json:"scheme"`
 	Bytes   int     `json:"bytes"`    // per peer
 	MBPerS  float64 `json:"mb_per_s"` // the bandwidth it was measured at, if measured
@@ -107,9 +103,9 @@ var (
 // message's chunks in flight at once.
 const grimBulkWindow = 16
 
-// RunGRIM measures GRIM between a and b (addresses aAddr and bAddr for
+// runGRIM measures GRIM between a and b (addresses aAddr and bAddr for
 // kernel TCP).
-func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRIMBench, error) {
+func runGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg grimConfig) (*grimBenchResult, error) {
 	if cfg.Count == 0 {
 		cfg.Count = 5000
 	}
@@ -119,7 +115,7 @@ func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRI
 	if cfg.Count < 10 || cfg.Bulk < grim.MaxBulk {
 		return nil, fmt.Errorf("bench: grim: count %d (at least 10), bulk %d (at least %d)", cfg.Count, cfg.Bulk, grim.MaxBulk)
 	}
-	res := &GRIMBench{Window: grimBulkWindow}
+	res := &grimBenchResult{Window: grimBulkWindow}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	pc := PingConfig{Count: cfg.Count, Size: 16, Mode: cfg.Mode}
 	var err error
@@ -151,7 +147,7 @@ func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRI
 	if res.Bandwidth, err = grimBandwidthTable(a, b, cfg); err != nil {
 		return nil, err
 	}
-	if res.TCP48K, err = TCPStream(a, b, aAddr, bAddr, cfg.Bulk, grim.MaxBulk); err != nil {
+	if res.TCP48K, err = tcpStream(a, b, aAddr, bAddr, cfg.Bulk, grim.MaxBulk); err != nil {
 		return nil, fmt.Errorf("kernel TCP: %w", err)
 	}
 
@@ -165,7 +161,7 @@ func RunGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg GRIMConfig) (*GRI
 	if !step("injection overhead beside SSAM's send trap") {
 		return res, nil
 	}
-	var ssamMem Memory
+	var ssamMem ssamMemory
 	if res.Injection, ssamMem, err = grimInjectionCosts(a, b, cfg); err != nil {
 		return nil, err
 	}
@@ -185,11 +181,11 @@ func grimMicros(r *PingResult) (p50, p99 float64) {
 	return float64(r.RTT.P50) / 1e3, float64(r.RTT.P99) / 1e3
 }
 
-// grimPeers measures GRIMBench.Peers: GRIM inline, raw AF_XDP, AM-II
+// grimPeers measures grimBenchResult.Peers: GRIM inline, raw AF_XDP, AM-II
 // inline and kernel TCP compared in interleaved rounds, then GRIM in
 // firmware mode (one engine thread) on its own; each ratio is over GRIM
 // inline's median.
-func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig) ([]EnginePing, error) {
+func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig) ([]enginePing, error) {
 	grimInline := func(c PingConfig) (*PingResult, error) {
 		r, err := GRIMPing(a, b, c, 0, false, FirmwareLayout{})
 		if err != nil {
@@ -197,41 +193,41 @@ func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig) ([]E
 		}
 		return &r.PingResult, nil
 	}
-	cmp, err := Compare(pc, 10,
-		Pinger{"grim inline", grimInline},
-		Pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
-		Pinger{"amii inline", func(c PingConfig) (*PingResult, error) {
+	cmp, err := comparePaths(pc, 10,
+		pinger{"grim inline", grimInline},
+		pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
+		pinger{"amii inline", func(c PingConfig) (*PingResult, error) {
 			r, err := AMIIPing(a, b, c, 0)
 			if err != nil {
 				return nil, err
 			}
 			return &r.PingResult, nil
 		}},
-		Pinger{"kernel tcp", func(c PingConfig) (*PingResult, error) { return TCPPing(a, b, aAddr, bAddr, c) }})
+		pinger{"kernel tcp", func(c PingConfig) (*PingResult, error) { return tcpPing(a, b, aAddr, bAddr, c) }})
 	if err != nil {
 		return nil, err
 	}
-	var rows []EnginePing
+	var rows []enginePing
 	base, _ := grimMicros(cmp.Paths[0].PingResult)
 	for _, p := range cmp.Paths {
 		p50, p99 := grimMicros(p.PingResult)
-		rows = append(rows, EnginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / base})
+		rows = append(rows, enginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / base})
 	}
 	fw, err := GRIMPing(a, b, pc, 0, true, FirmwareLayout{Threads: 1})
 	if err != nil {
 		return nil, fmt.Errorf("GRIM firmware mode: %w", err)
 	}
 	p50, p99 := grimMicros(&fw.PingResult)
-	return append(rows, EnginePing{Name: "grim firmware", P50: p50, P99: p99, Ratio: p50 / base}), nil
+	return append(rows, enginePing{Name: "grim firmware", P50: p50, P99: p99, Ratio: p50 / base}), nil
 }
 
-// grimChannels measures GRIMBench.Channels: GRIM inline round trips with
+// grimChannels measures grimBenchResult.Channels: GRIM inline round trips with
 // each of grimChannelCounts, compared in interleaved rounds, each row's
 // ratio over the first's.
-func grimChannels(a, b datapath.Place, pc PingConfig) ([]GRIMChannels, error) {
-	var paths []Pinger
+func grimChannels(a, b datapath.Place, pc PingConfig) ([]grimChannelsRow, error) {
+	var paths []pinger
 	for _, n := range grimChannelCounts {
-		paths = append(paths, Pinger{fmt.Sprintf("%d channels", n), func(c PingConfig) (*PingResult, error) {
+		paths = append(paths, pinger{fmt.Sprintf("%d channels", n), func(c PingConfig) (*PingResult, error) {
 			r, err := grimChannelPing(a, b, c, n)
 			if err != nil {
 				return nil, fmt.Errorf("%d channels: %w", n, err)
@@ -239,14 +235,14 @@ func grimChannels(a, b datapath.Place, pc PingConfig) ([]GRIMChannels, error) {
 			return &r.PingResult, nil
 		}})
 	}
-	cmp, err := Compare(pc, 5, paths...)
+	cmp, err := comparePaths(pc, 5, paths...)
 	if err != nil {
 		return nil, err
 	}
-	var rows []GRIMChannels
+	var rows []grimChannelsRow
 	for i, p := range cmp.Paths {
 		p50, p99 := grimMicros(p.PingResult)
-		row := GRIMChannels{Channels: grimChannelCounts[i], P50: p50, P99: p99, Ratio: 1}
+		row := grimChannelsRow{Channels: grimChannelCounts[i], P50: p50, P99: p99, Ratio: 1}
 		if i > 0 {
 			row.Ratio = p50 / rows[0].P50
 		}
@@ -255,13 +251,13 @@ func grimChannels(a, b datapath.Place, pc PingConfig) ([]GRIMChannels, error) {
 	return rows, nil
 }
 
-// grimBandwidthTable measures GRIMBench.Bandwidth: for each of grimSizes,
+// grimBandwidthTable measures grimBenchResult.Bandwidth: for each of grimSizes,
 // the median bandwidth cut-through and store-and-forward, and the ratio of
 // the two.
-func grimBandwidthTable(a, b datapath.Place, cfg GRIMConfig) ([]GRIMBandwidth, error) {
-	var rows []GRIMBandwidth
+func grimBandwidthTable(a, b datapath.Place, cfg grimConfig) ([]grimBandwidthRow, error) {
+	var rows []grimBandwidthRow
 	for _, size := range grimSizes {
-		row := GRIMBandwidth{Size: size}
+		row := grimBandwidthRow{Size: size}
 		for _, ct := range []bool{true, false} {
 			mb, err := grimBandwidthMedian(a, b, cfg.Mode, size, cfg.Bulk, ct, 0)
 			if err != nil {
@@ -279,21 +275,21 @@ func grimBandwidthTable(a, b datapath.Place, cfg GRIMConfig) ([]GRIMBandwidth, e
 	return rows, nil
 }
 
-// grimInjectionCosts measures GRIMBench.Injection: the cost of a
+// grimInjectionCosts measures grimBenchResult.Injection: the cost of a
 // Channel.Short call beside SSAM's send trap, measured as part 1 of SSAM's
 // tables does. It returns as well what the SSAM devices pin, which
-// GRIMBench.Memory sets beside GRIM's receive memory.
-func grimInjectionCosts(a, b datapath.Place, cfg GRIMConfig) ([]Cost, Memory, error) {
-	traps, ssamMem, err := xdpTraps(a, b, SSAMTablesConfig{Count: cfg.Count, Bulk: 1, BulkMessage: 8192, Mode: cfg.Mode})
+// grimBenchResult.Memory sets beside GRIM's receive memory.
+func grimInjectionCosts(a, b datapath.Place, cfg grimConfig) ([]costRow, ssamMemory, error) {
+	traps, ssamMem, err := xdpTraps(a, b, ssamTablesConfig{Count: cfg.Count, Bulk: 1, BulkMessage: 8192, RunOptions: RunOptions{Mode: cfg.Mode}})
 	if err != nil {
-		return nil, Memory{}, fmt.Errorf("SSAM traps: %w", err)
+		return nil, ssamMemory{}, fmt.Errorf("SSAM traps: %w", err)
 	}
 	inj, err := grimInjection(a, b, cfg.Mode, 50*cfg.Count)
 	if err != nil {
-		return nil, Memory{}, fmt.Errorf("injection: %w", err)
+		return nil, ssamMemory{}, fmt.Errorf("injection: %w", err)
 	}
-	costs := []Cost{inj}
-	if i := slices.IndexFunc(traps, func(c Cost) bool { return c.Op == "send" }); i >= 0 {
+	costs := []costRow{inj}
+	if i := slices.IndexFunc(traps, func(c costRow) bool { return c.Op == "send" }); i >= 0 {
 		costs = append(costs, traps[i])
 	}
 	return costs, ssamMem, nil
@@ -307,7 +303,7 @@ func grimChannelPing(a, b datapath.Place, cfg PingConfig, n int) (*GRIMResult, e
 
 // grimGaps sends bursts of short messages from A to B's echo handler and
 // times each from its first send to its last answer.
-func grimGaps(a, b datapath.Place, mode loader.Mode) ([]GRIMGap, error) {
+func grimGaps(a, b datapath.Place, mode loader.Mode) ([]grimGap, error) {
 	p, err := openGRIM(a, b, mode, 0, grimSetup{})
 	if err != nil {
 		return nil, err
@@ -321,7 +317,7 @@ func grimGaps(a, b datapath.Place, mode loader.Mode) ([]GRIMGap, error) {
 	err = p.a.Handle(grimAnswer, func(*grim.Token, [grim.ShortArgs]uint32, []byte) { answered++ })
 	ch, cerr := p.a.Channel(0)
 	err = errors.Join(err, cerr)
-	var rows []GRIMGap
+	var rows []grimGap
 	for _, n := range grimBurstSizes {
 		if err != nil {
 			break
@@ -346,7 +342,7 @@ func grimGaps(a, b datapath.Place, mode loader.Mode) ([]GRIMGap, error) {
 			all = min(all, time.Since(start))
 		}
 		per := func(d time.Duration) float64 { return roundTo(float64(d.Nanoseconds())/float64(n)/1e3, 3) }
-		rows = append(rows, GRIMGap{Burst: n, Injected: per(inj), Answered: per(all)})
+		rows = append(rows, grimGap{Burst: n, Injected: per(inj), Answered: per(all)})
 	}
 	return rows, errors.Join(err, done())
 }
@@ -415,7 +411,7 @@ func grimBandwidth(a, b datapath.Place, mode loader.Mode, size int, total int64,
 // grimStoragePing runs, in firmware mode with a storage endpoint on host
 // B beside B's application, A's short round trips to B's application and
 // A's reads of one 512-byte block from B's storage endpoint.
-func grimStoragePing(a, b datapath.Place, pc PingConfig) ([]EnginePing, error) {
+func grimStoragePing(a, b datapath.Place, pc PingConfig) ([]enginePing, error) {
 	if err := pc.fill(); err != nil {
 		return nil, err
 	}
@@ -488,7 +484,7 @@ func grimStoragePing(a, b datapath.Place, pc PingConfig) ([]EnginePing, error) {
 	us := func(r *PingResult) (float64, float64) { return float64(r.RTT.P50) / 1e3, float64(r.RTT.P99) / 1e3 }
 	h50, h99 := us(&hh.PingResult)
 	s50, s99 := us(sr)
-	return []EnginePing{
+	return []enginePing{
 		{Name: "host A to host B's application (short request, short reply)", P50: h50, P99: h99, Ratio: 1},
 		{Name: "host A to host B's storage endpoint (read one 512-byte block)", P50: s50, P99: s99, Ratio: s50 / h50},
 	}, errors.Join(stopStore(), stopB())
@@ -496,16 +492,16 @@ func grimStoragePing(a, b datapath.Place, pc PingConfig) ([]EnginePing, error) {
 
 // grimInjection times Channel.Short calls on an inline endpoint: the
 // calls alone, with the engine run (untimed) whenever the ring is full.
-func grimInjection(a, b datapath.Place, mode loader.Mode, calls int) (Cost, error) {
+func grimInjection(a, b datapath.Place, mode loader.Mode, calls int) (costRow, error) {
 	p, err := openGRIM(a, b, mode, 0, grimSetup{})
 	if err != nil {
-		return Cost{}, err
+		return costRow{}, err
 	}
 	defer p.close()
 	done := serveGRIM(p.b, nil)
 	ch, err := p.a.Channel(0)
 	if err != nil {
-		return Cost{}, err
+		return costRow{}, err
 	}
 	room := endpoint.DefaultQueueEntries - 1
 	var total time.Duration
@@ -528,16 +524,16 @@ func grimInjection(a, b datapath.Place, mode loader.Mode, calls int) (Cost, erro
 		}
 	}
 	if err := errors.Join(err, done()); err != nil {
-		return Cost{}, err
+		return costRow{}, err
 	}
-	return Cost{Op: "grim_short", What: "GRIM Channel.Short: one descriptor into the channel's ring (no system call)", Calls: made,
+	return costRow{Op: "grim_short", What: "GRIM Channel.Short: one descriptor into the channel's ring (no system call)", Calls: made,
 		NsPerCall: roundTo(float64(total.Nanoseconds())/float64(made), 1)}, nil
 }
 
 // grimMemory finds the smallest receive pool at which one sender's 48 KB
 // bulk messages reach 90% of the bandwidth of the largest pool, and puts
 // it beside AM-II's and SSAM's preallocated memory per peer.
-func grimMemory(a, b datapath.Place, cfg GRIMConfig, ssamMem Memory) ([]GRIMMemory, error) {
+func grimMemory(a, b datapath.Place, cfg grimConfig, ssamMem ssamMemory) ([]grimMemoryRow, error) {
 	var rates []float64
 	for _, pool := range grimPools {
 		mb, err := grimBandwidthMedian(a, b, cfg.Mode, grim.MaxBulk, cfg.Bulk, true, pool)
@@ -548,25 +544,25 @@ func grimMemory(a, b datapath.Place, cfg GRIMConfig, ssamMem Memory) ([]GRIMMemo
 	}
 	best := slices.Max(rates)
 	i := slices.IndexFunc(rates, func(r float64) bool { return r >= 0.9*best })
-	var rows []GRIMMemory
+	var rows []grimMemoryRow
 	for j, pool := range grimPools {
 		c := ""
 		if j == i {
 			c = "the smallest pool at 90% of the best: what one sender at full bandwidth needs"
 		}
-		rows = append(rows, GRIMMemory{Scheme: fmt.Sprintf("grim pool %d KB, one sender", pool>>10), Bytes: pool, MBPerS: rates[j], Comment: c})
+		rows = append(rows, grimMemoryRow{Scheme: fmt.Sprintf("grim pool %d KB, one sender", pool>>10), Bytes: pool, MBPerS: rates[j], Comment: c})
 	}
 	need := grimPools[i]
 	rows = append(rows,
-		GRIMMemory{Scheme: "grim, per peer with 4 peers", Bytes: need / 4, Comment: "one pool shared by every sender: nothing reserved per peer"},
-		GRIMMemory{Scheme: "grim, per peer with 16 peers", Bytes: need / 16, Comment: ""},
-		GRIMMemory{Scheme: "am-ii bulk, per peer", Bytes: grimBulkWindow * 64 << 10, Comment: "the receiver exposes window x message per sender (AMIIBulk: 16 x 64 KB)"},
-		GRIMMemory{Scheme: "ssam, per peer", Bytes: ssamMem.PerPeerBytes, Comment: "send and receive slots of one more connection"})
+		grimMemoryRow{Scheme: "grim, per peer with 4 peers", Bytes: need / 4, Comment: "one pool shared by every sender: nothing reserved per peer"},
+		grimMemoryRow{Scheme: "grim, per peer with 16 peers", Bytes: need / 16, Comment: ""},
+		grimMemoryRow{Scheme: "am-ii bulk, per peer", Bytes: grimBulkWindow * 64 << 10, Comment: "the receiver exposes window x message per sender (AMIIBulk: 16 x 64 KB)"},
+		grimMemoryRow{Scheme: "ssam, per peer", Bytes: ssamMem.PerPeerBytes, Comment: "send and receive slots of one more connection"})
 	return rows, nil
 }
 
 // Markdown writes the tables.
-func (r *GRIMBench) Markdown(w io.Writer) error {
+func (r *grimBenchResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	if r.Interrupted {
 		b.WriteString("**Interrupted**: the tables hold what was measured before the run was stopped.\n\n")
@@ -614,7 +610,7 @@ func (r *GRIMBench) Markdown(w io.Writer) error {
 // Plot draws bandwidth against message size (cut-through,
 // store-and-forward, kernel TCP at 48 KB) and the gap against burst size
 // into dir, as PNG and SVG; it returns the files written.
-func (r *GRIMBench) Plot(dir string) (paths []string, err error) {
+func (r *grimBenchResult) Plot(dir string) (paths []string, err error) {
 	var ct, sf, tcp, gap, gapAll plotter.XYs
 	for _, b := range r.Bandwidth {
 		ct = append(ct, plotter.XY{X: float64(b.Size), Y: b.CutThrough})

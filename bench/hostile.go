@@ -32,7 +32,7 @@ import (
 // then while
 //
 //   - wire: host B's side of the link sends A a flood of forged frames as
-//     fast as it can (HostileConfig.Flood of them): cells opening PDUs on
+//     fast as it can (hostileConfig.Flood of them): cells opening PDUs on
 //     made-up circuits, transport ACK, DATA and RESET frames with made-up
 //     epochs, from B's MAC, random cells on the transport's circuit, and
 //     frames from a stranger's MAC. They are made from docs/wire.md, as an
@@ -64,16 +64,16 @@ import (
 // and whether the pings' requests were each handled exactly once, none
 // lost and none returned.
 
-// HostileConfig configures the suite. Zero fields take defaults.
-type HostileConfig struct {
+// hostileConfig configures the suite. Zero fields take defaults.
+type hostileConfig struct {
 	Pings int // AM-II round trips per scenario (default 2000)
 	// Flood is the forged frames of the wire and on-path forger scenarios
 	// (default 100000); the other user dials Flood/20 connections.
 	Flood int
 }
 
-// HostileRow is one scenario's outcome.
-type HostileRow struct {
+// hostileRow is one scenario's outcome.
+type hostileRow struct {
 	Scenario string            `json:"scenario"`
 	Attack   string            `json:"attack"`
 	Sent     int               `json:"sent"`    // hostile frames or requests sent
@@ -96,19 +96,19 @@ type pinged struct {
 }
 
 // set records p in the row.
-func (row *HostileRow) set(p pinged) {
+func (row *hostileRow) set(p pinged) {
 	row.Pings, row.ExactlyOnce, row.RTT = p.done, p.once, p.rtt
 	row.Note = strings.TrimPrefix(row.Note+"; "+p.note, "; ")
 	row.Note = strings.TrimSuffix(row.Note, "; ")
 }
 
-// HostileResult is the suite's outcome (the JSON of `xam bench hostile`).
-type HostileResult struct {
-	Rows []HostileRow `json:"rows"`
+// hostileResult is the suite's outcome (the JSON of `xam bench hostile`).
+type hostileResult struct {
+	Rows []hostileRow `json:"rows"`
 }
 
 // Markdown writes the suite's table.
-func (r *HostileResult) Markdown(w io.Writer) error {
+func (r *hostileResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("## Hostile input and faults (firmware mode, AM-II pings running)\n\n")
 	b.WriteString("| scenario | attack | sent | refused and counted | pings | round trip p50 / p99 | exactly once |\n|---|---|---|---|---|---|---|\n")
@@ -131,8 +131,8 @@ func (r *HostileResult) Markdown(w io.Writer) error {
 // hostileBig is the staging area of the local scenario's large endpoint.
 const hostileBig = 128 << 20
 
-// RunHostile runs the suite between a and b (two lab hosts).
-func RunHostile(a, b datapath.Place, cfg HostileConfig) (*HostileResult, error) {
+// runHostile runs the suite between a and b (two lab hosts).
+func runHostile(a, b datapath.Place, cfg hostileConfig) (*hostileResult, error) {
 	if cfg.Pings == 0 {
 		cfg.Pings = 2000
 	}
@@ -168,23 +168,23 @@ func RunHostile(a, b datapath.Place, cfg HostileConfig) (*HostileResult, error) 
 	}
 	closeOnce := sync.OnceFunc(closeHosts)
 	defer closeOnce()
-	res := &HostileResult{}
-	forger := func(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
+	res := &hostileResult{}
+	forger := func(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (hostileRow, error) {
 		return hostileForger(ha, hb, a, b, cfg, epochs)
 	}
 	if err := copyAttacker(dir); err != nil {
 		return nil, err
 	}
-	user := func(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
+	user := func(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (hostileRow, error) {
 		return hostileOtherUser(ha, hb, a, b, cfg, dir)
 	}
-	share := func(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
+	share := func(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (hostileRow, error) {
 		return hostileShare(ha, hb, a, b, cfg, dir)
 	}
-	registry := func(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
+	registry := func(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (hostileRow, error) {
 		return hostileRegistry(ha, hb, a, b, cfg, dir)
 	}
-	for _, sc := range []func(*firmwareHost, *firmwareHost, datapath.Place, datapath.Place, HostileConfig) (HostileRow, error){hostileBaseline, hostileWire, hostileLocal, hostilePool, user, share, registry, forger} {
+	for _, sc := range []func(*firmwareHost, *firmwareHost, datapath.Place, datapath.Place, hostileConfig) (hostileRow, error){hostileBaseline, hostileWire, hostileLocal, hostilePool, user, share, registry, forger} {
 		row, err := sc(hosts[0], hosts[1], a, b, cfg)
 		if err != nil {
 			return res, err
@@ -260,8 +260,8 @@ func pingWhile(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool, start
 }
 
 // hostileWire floods A with forged frames from B's side of the link.
-func hostileWire(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
-	row := HostileRow{Scenario: "wire", Attack: "forged circuits, epochs, ACKs, RESETs, random cells, a stranger's frames"}
+func hostileWire(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (hostileRow, error) {
+	row := hostileRow{Scenario: "wire", Attack: "forged circuits, epochs, ACKs, RESETs, random cells, a stranger's frames"}
 	frames, err := forgedFrames(a.MAC, b.MAC, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		return row, err
@@ -323,7 +323,7 @@ func injector(p datapath.Place, dst net.HardwareAddr) (int, *unix.SockaddrLinkla
 
 // noRestart fails the row if the target's transport believed a forged
 // restart between t0 and t1.
-func (row *HostileRow) noRestart(t0, t1 transport.Stats) {
+func (row *hostileRow) noRestart(t0, t1 transport.Stats) {
 	if t1.Restarts != t0.Restarts {
 		row.ExactlyOnce = false
 		row.Note += "; a forged restart was believed"
@@ -398,8 +398,8 @@ func forgedFrames(dst, src net.HardwareAddr, rng *rand.Rand) ([][]byte, error) {
 }
 
 // hostileLocal is a local user's attack on A's daemon.
-func hostileLocal(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
-	row := HostileRow{Scenario: "local", Attack: "bad opens, a connection flood, garbage descriptors, a 128 MB endpoint, endpoints left open by a closed connection"}
+func hostileLocal(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (hostileRow, error) {
+	row := hostileRow{Scenario: "local", Attack: "bad opens, a connection flood, garbage descriptors, a 128 MB endpoint, endpoints left open by a closed connection"}
 	before, err := ha.d.Stats()
 	if err != nil {
 		return row, err

@@ -140,8 +140,8 @@ const (
 
 // hostileCoord runs the coordination scenario on a pair of daemons of its
 // own (with the module), between a and b.
-func hostileCoord(a, b datapath.Place, cfg HostileConfig) (HostileRow, error) {
-	row := HostileRow{Scenario: "coordination", Attack: "a member host's module: requests naming the link's destination, its grants, REDIRECT, QUERY, other links, garbage"}
+func hostileCoord(a, b datapath.Place, cfg hostileConfig) (hostileRow, error) {
+	row := hostileRow{Scenario: "coordination", Attack: "a member host's module: requests naming the link's destination, its grants, REDIRECT, QUERY, other links, garbage"}
 	dir, err := os.MkdirTemp("", "xam-hostile-coord-")
 	if err != nil {
 		return row, err

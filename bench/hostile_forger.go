@@ -16,7 +16,7 @@ import (
 
 // The on-path forger: a host on the segment that learnt both transports'
 // epochs (as one does that takes a member's MAC on a bridge for a while;
-// here RunHostile sets the daemons' epochs and hands them over) sends B,
+// here runHostile sets the daemons' epochs and hands them over) sends B,
 // under A's address, frames full of forged transport PDUs while the pings
 // run: DATA with both epochs right sweeping the sequence numbers of every
 // channel (the pings' requests arrive on them), DATA with destination
@@ -159,8 +159,8 @@ func (f *onPathForger) newEpoch() uint32 {
 
 // hostileForger runs the on-path forger from A's side of the link, with
 // epochs[0] and epochs[1] the transports' epochs of A and B.
-func hostileForger(ha, hb *firmwareHost, a, b datapath.Place, cfg HostileConfig, epochs [2]uint32) (HostileRow, error) {
-	row := HostileRow{Scenario: "on-path forger", Attack: "both epochs known: DATA and ACKs sweeping sequence numbers, destination epoch 0, restart claims"}
+func hostileForger(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig, epochs [2]uint32) (hostileRow, error) {
+	row := hostileRow{Scenario: "on-path forger", Attack: "both epochs known: DATA and ACKs sweeping sequence numbers, destination epoch 0, restart claims"}
 	fd, to, err := injector(a, b.MAC)
 	if err != nil {
 		return row, err

@@ -163,8 +163,8 @@ func blockPattern(k int) []byte {
 
 // hostileRegistry runs the registry scenario; the attacker's executable is
 // in dir (copyAttacker).
-func hostileRegistry(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig, dir string) (HostileRow, error) {
-	row := HostileRow{Scenario: "registry", Attack: "uid 65534, granted the network, not a member: forged tables and registrations, writes over block 0, reads past the end"}
+func hostileRegistry(ha, hb *firmwareHost, _, _ datapath.Place, cfg hostileConfig, dir string) (hostileRow, error) {
+	row := hostileRow{Scenario: "registry", Attack: "uid 65534, granted the network, not a member: forged tables and registrations, writes over block 0, reads past the end"}
 	tag := daemon.NewTag()
 	members := []nicfw.Name{{Host: amiiHostA, Endpoint: registryCentral}, {Host: amiiHostB, Endpoint: registryStore}}
 	rc := &registryCluster{}
@@ -315,7 +315,7 @@ func (rc *registryCluster) readWrite(stop *atomic.Bool) error {
 // attacker's tally t, and fails it if the attacker got anywhere: its squat
 // was let in, root read other bytes, the names moved from the store, or
 // nothing of the attacker's arrived (so nothing was tested).
-func (rc *registryCluster) judge(row *HostileRow, t registryTally) {
+func (rc *registryCluster) judge(row *hostileRow, t registryTally) {
 	// The store's goroutine owns its endpoint until it stops: stop it
 	// before reading its counters (close's stop is then a no-op).
 	if err := rc.stopStore(); err != nil {

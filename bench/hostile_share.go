@@ -23,7 +23,7 @@ import (
 // a user's endpoints (nicfw's scheduler), and bounds each user's resident
 // endpoints, so the pings keep their pace beside the flood: the row
 // reports their round trips beside those of the baseline row, and
-// RunHostile checks the flood's p99 against the baseline's.
+// runHostile checks the flood's p99 against the baseline's.
 
 // shareOrders tells the attacker to flood.
 type shareOrders struct {
@@ -120,8 +120,8 @@ func flood(o shareOrders, in io.Reader, out io.Writer) (*floodTally, error) {
 
 // hostileBaseline is the pings alone, the reference for the other rows'
 // round trips.
-func hostileBaseline(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig) (HostileRow, error) {
-	row := HostileRow{Scenario: "none (baseline)", Attack: "the pings alone", ExactlyOnce: true}
+func hostileBaseline(ha, hb *firmwareHost, _, _ datapath.Place, cfg hostileConfig) (hostileRow, error) {
+	row := hostileRow{Scenario: "none (baseline)", Attack: "the pings alone", ExactlyOnce: true}
 	pings, err := pingDuring(ha, hb, cfg.Pings, func(*atomic.Bool) error { return nil })
 	if err != nil {
 		return row, err
@@ -132,8 +132,8 @@ func hostileBaseline(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfi
 
 // hostileShare runs the share scenario; the attacker's executable is in
 // dir (hostileOtherUser put it there).
-func hostileShare(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig, dir string) (HostileRow, error) {
-	row := HostileRow{Scenario: "share", Attack: fmt.Sprintf("uid 65534: %d endpoints of the greatest weight, every send queue kept full", shareEndpoints)}
+func hostileShare(ha, hb *firmwareHost, _, _ datapath.Place, cfg hostileConfig, dir string) (hostileRow, error) {
+	row := hostileRow{Scenario: "share", Attack: fmt.Sprintf("uid 65534: %d endpoints of the greatest weight, every send queue kept full", shareEndpoints)}
 	orders, err := json.Marshal(attackerOrders{Share: &shareOrders{Senders: ha.sock, Sink: hb.sock, SinkHost: amiiHostB, SenderHost: amiiHostA, Endpoints: shareEndpoints}})
 	if err != nil {
 		return row, err

@@ -15,11 +15,11 @@ import (
 func TestHostile(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)
-	r, err := RunHostile(a, b, HostileConfig{Pings: 300, Flood: 20000})
+	r, err := runHostile(a, b, hostileConfig{Pings: 300, Flood: 20000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := map[string]HostileRow{}
+	rows := map[string]hostileRow{}
 	for _, row := range r.Rows {
 		rows[row.Scenario] = row
 		if !row.ExactlyOnce || row.Pings != 300 || (row.Sent == 0) != (row.Scenario == "none (baseline)") {

@@ -21,7 +21,7 @@ import (
 // round after round, it opens an endpoint of the pings' network (it holds
 // the tag: it must be refused), reads `stats` (it must not see root's
 // tags or networks), grants itself the network (refused), and dials
-// connection after connection (HostileConfig.Flood/20 in all), holding
+// connection after connection (hostileConfig.Flood/20 in all), holding
 // those the daemon serves (its quota) and counting those refused. The
 // pings start after its first round. It reports its tallies as JSON on
 // stdout, and the daemons' `refused` must count every refusal.
@@ -72,9 +72,9 @@ type attackerTally struct {
 }
 
 // HostileChild runs the hostile suite's other-user attacker and exits, if
-// this process was started as one: RunHostile runs its own executable
+// this process was started as one: runHostile runs its own executable
 // again as uid 65534 with XAM_HOSTILE_ATTACKER set. Otherwise it returns
-// at once. A program that calls RunHostile calls HostileChild first thing
+// at once. A program that calls runHostile calls HostileChild first thing
 // in main (a test binary, in TestMain).
 func HostileChild() {
 	orders, ok := os.LookupEnv(hostileAttackerEnv)
@@ -214,8 +214,8 @@ func copyAttacker(dir string) error {
 
 // hostileOtherUser runs the attacker as uid 65534 (copyAttacker's copy of
 // this executable in dir) against both daemons while root's pings run.
-func hostileOtherUser(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig, dir string) (HostileRow, error) {
-	row := HostileRow{Scenario: "other user", Attack: "uid 65534 with the pings' tag: opens, stats, self-grants, a connection flood"}
+func hostileOtherUser(ha, hb *firmwareHost, _, _ datapath.Place, cfg hostileConfig, dir string) (hostileRow, error) {
+	row := hostileRow{Scenario: "other user", Attack: "uid 65534 with the pings' tag: opens, stats, self-grants, a connection flood"}
 	orders, err := json.Marshal(attackerOrders{Targets: []attackerTarget{{ha.sock, amiiHostB}, {hb.sock, amiiHostA}}, Tag: amiiTag, Conns: max(cfg.Flood/20, 100)})
 	if err != nil {
 		return row, err

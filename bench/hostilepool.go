@@ -30,8 +30,8 @@ const (
 // one of those must arrive once, intact: the attacker's share of the pool
 // is bounded while the sender waits, and its stalled blocks are taken
 // back after the engine's PoolHold.
-func hostilePool(ha, hb *firmwareHost, _, _ datapath.Place, cfg HostileConfig) (HostileRow, error) {
-	row := HostileRow{Scenario: "pool", Attack: "16 cut-through streams that publish 32 bytes and stop, into one GRIM pool"}
+func hostilePool(ha, hb *firmwareHost, _, _ datapath.Place, cfg hostileConfig) (hostileRow, error) {
+	row := hostileRow{Scenario: "pool", Attack: "16 cut-through streams that publish 32 bytes and stop, into one GRIM pool"}
 	before, err := ha.d.Stats()
 	if err != nil {
 		return row, err
@@ -205,7 +205,7 @@ func (ps *poolScenario) sendPast() error {
 
 // judge fails row unless the sink handled each of the sender's messages
 // exactly once, with its bytes.
-func (ps *poolScenario) judge(row *HostileRow) {
+func (ps *poolScenario) judge(row *hostileRow) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for k, n := range ps.got {

@@ -17,15 +17,14 @@ import (
 
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/coord"
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
-// IncastConfig configures RunIncast: DVCM's experiment, several senders
+// incastConfig configures runIncast: DVCM's experiment, several senders
 // streaming messages to one receiver through a switch.
-type IncastConfig struct {
+type incastConfig struct {
 	Senders []int // numbers of senders (default 1, 2, 3)
 	Sizes   []int // message sizes in bytes (default 1, 4, 16 and 64 KB)
 	// Bytes the senders send per measurement, together (default 8 MB):
@@ -46,19 +45,15 @@ type IncastConfig struct {
 	// module lets messages of up to PortBuffer/hosts bytes bypass it (one
 	// from every host fits). 0: the module's default threshold.
 	PortBuffer int
-	Mode       loader.Mode
+	RunOptions // the XDP attach mode, where progress goes, what stops the run
 	// Drops, if set, returns the frames the switch has dropped on its port
 	// toward the receiver so far (its tbf's counter).
 	Drops func() (uint64, error)
-	// Progress, if set, is told what is measured next.
-	Progress func(what string)
-	// Stop, when set, ends the run before its next measurement.
-	Stop *atomic.Bool
 }
 
-// IncastPoint is one measurement: a configuration, a number of senders and
+// incastPointRow is one measurement: a configuration, a number of senders and
 // a message size.
-type IncastPoint struct {
+type incastPointRow struct {
 	Config      string  `json:"config"` // off, on, on+etr, tcp
 	Senders     int     `json:"senders"`
 	Size        int     `json:"message_bytes"`
@@ -77,30 +72,30 @@ type IncastPoint struct {
 	MaxMbps float64 `json:"max_goodput_mbps"`
 }
 
-// IncastResult is what RunIncast measured.
-type IncastResult struct {
+// incastResult is what runIncast measured.
+type incastResult struct {
 	// PortRate and PortBuffer are the switch ports' shaping, when the
 	// caller says (bits per second, bytes queued).
-	PortRate   uint64        `json:"port_rate_bps,omitempty"`
-	PortBuffer int           `json:"port_buffer_bytes,omitempty"`
-	Points     []IncastPoint `json:"points"`
+	PortRate   uint64           `json:"port_rate_bps,omitempty"`
+	PortBuffer int              `json:"port_buffer_bytes,omitempty"`
+	Points     []incastPointRow `json:"points"`
 	// Latency: what coordination costs a message without contention (two
 	// senders, the largest size).
-	Latency     []IncastLatency `json:"latency,omitempty"`
-	Interrupted bool            `json:"interrupted,omitempty"`
+	Latency     []incastLatencyRow `json:"latency,omitempty"`
+	Interrupted bool               `json:"interrupted,omitempty"`
 }
 
 // incastConfigs are the AM-II configurations of the experiment.
 var incastConfigs = []string{"off", "on", "on+etr"}
 
-// RunIncast measures, for every number of senders and message size, the
+// runIncast measures, for every number of senders and message size, the
 // aggregate goodput of senders (the first hosts) streaming AM-II Stores to
 // receiver, with sender coordination off, on and on with Early Token
 // Release, and of as many kernel TCP streams between the same hosts
 // (addrs: the hosts' addresses, receiver's included). The hosts are to be
 // joined by a switch whose ports are shaped, so that the switch, not the
 // processors, is the bottleneck.
-func RunIncast(senders []datapath.Place, receiver datapath.Place, addrs []netip.Addr, rxAddr netip.Addr, cfg IncastConfig) (*IncastResult, error) {
+func runIncast(senders []datapath.Place, receiver datapath.Place, addrs []netip.Addr, rxAddr netip.Addr, cfg incastConfig) (*incastResult, error) {
 	if len(cfg.Senders) == 0 {
 		cfg.Senders = []int{1, 2, 3}
 	}
@@ -128,13 +123,13 @@ func RunIncast(senders []datapath.Place, receiver datapath.Place, addrs []netip.
 			return nil, fmt.Errorf("bench: incast: message size %d out of range [1, 256 KB]", s)
 		}
 	}
-	res := &IncastResult{}
+	res := &incastResult{}
 	if len(senders) >= 2 {
 		if cfg.Progress != nil {
 			cfg.Progress("the cost of coordination without contention")
 		}
 		var err error
-		if res.Latency, err = RunIncastLatency(senders[:2], receiver, slices.Max(cfg.Sizes), 200, cfg); err != nil {
+		if res.Latency, err = runIncastLatency(senders[:2], receiver, slices.Max(cfg.Sizes), 200, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -165,9 +160,9 @@ func RunIncast(senders []datapath.Place, receiver datapath.Place, addrs []netip.
 // incastPoint measures configuration c with n senders and messages of
 // size bytes cfg.Runs times and returns the run of median goodput, with
 // the spread of all.
-func incastPoint(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place, rxAddr netip.Addr, c string, n, size int, cfg IncastConfig) (*IncastPoint, error) {
+func incastPoint(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place, rxAddr netip.Addr, c string, n, size int, cfg incastConfig) (*incastPointRow, error) {
 	each := max(int64(size), cfg.Bytes/int64(n))
-	var runs []*IncastPoint
+	var runs []*incastPointRow
 	for range cfg.Runs {
 		var before uint64
 		if cfg.Drops != nil {
@@ -176,7 +171,7 @@ func incastPoint(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place
 				return nil, err
 			}
 		}
-		var p *IncastPoint
+		var p *incastPointRow
 		var err error
 		if c == "tcp" {
 			p, err = incastTCP(senders[:n], addrs[:n], rx, rxAddr, size, each)
@@ -195,7 +190,7 @@ func incastPoint(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place
 		}
 		runs = append(runs, p)
 	}
-	slices.SortFunc(runs, func(a, b *IncastPoint) int { return cmp.Compare(a.Mbps, b.Mbps) })
+	slices.SortFunc(runs, func(a, b *incastPointRow) int { return cmp.Compare(a.Mbps, b.Mbps) })
 	p := runs[len(runs)/2]
 	p.Runs, p.MinMbps, p.MaxMbps = len(runs), runs[0].Mbps, runs[len(runs)-1].Mbps
 	return p, nil
@@ -203,7 +198,7 @@ func incastPoint(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place
 
 // ratios sets the points' (one message size's) ratios to the best single
 // sender's goodput among them.
-func ratios(points []IncastPoint) {
+func ratios(points []incastPointRow) {
 	best := 0.0
 	for _, p := range points {
 		if p.Senders == 1 {
@@ -222,7 +217,7 @@ func ratios(points []IncastPoint) {
 // "off") and an AM-II endpoint with window credits whose staging area
 // holds 2*window messages of size bytes; the receiver, last, names every
 // sender. Close the hosts with closeAll, also on error.
-func openIncast(senders []datapath.Place, rx datapath.Place, config string, size, window int, cfg IncastConfig) ([]*amiiHost, []*coord.Module, error) {
+func openIncast(senders []datapath.Place, rx datapath.Place, config string, size, window int, cfg incastConfig) ([]*amiiHost, []*coord.Module, error) {
 	n := len(senders)
 	all := append(append([]datapath.Place(nil), senders...), rx)
 	var mods []*coord.Module
@@ -279,7 +274,7 @@ func closeAll(hosts []*amiiHost) {
 // the coordination module unless config is "off") and an AM-II endpoint
 // storing each bytes in messages of size bytes into the receiver's, all senders driven
 // by one goroutine, the receiver by another.
-func incastAMII(senders []datapath.Place, rx datapath.Place, config string, size int, each int64, cfg IncastConfig) (*IncastPoint, error) {
+func incastAMII(senders []datapath.Place, rx datapath.Place, config string, size int, each int64, cfg incastConfig) (*incastPointRow, error) {
 	n := len(senders)
 	const window = 8
 	hosts, mods, err := openIncast(senders, rx, config, size, window, cfg)
@@ -327,7 +322,7 @@ func incastAMII(senders []datapath.Place, rx datapath.Place, config string, size
 	if err := errors.Join(err, stop()); err != nil {
 		return nil, err
 	}
-	p := &IncastPoint{Config: config, Senders: n, Size: size, Messages: total, Seconds: elapsed.Seconds(),
+	p := &incastPointRow{Config: config, Senders: n, Size: size, Messages: total, Seconds: elapsed.Seconds(),
 		Mbps: float64(bytes.Load()) * 8 / elapsed.Seconds() / 1e6}
 	for _, h := range hosts[:n] {
 		p.Retransmits += h.eng.TransportStats().Retransmits
@@ -344,7 +339,7 @@ func incastAMII(senders []datapath.Place, rx datapath.Place, config string, size
 
 // incastTCP runs one kernel TCP measurement: each sender a stream of
 // bytes in writes of size bytes to the receiver, all at once.
-func incastTCP(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place, rxAddr netip.Addr, size int, each int64) (*IncastPoint, error) {
+func incastTCP(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place, rxAddr netip.Addr, size int, each int64) (*incastPointRow, error) {
 	var ln net.Listener
 	if err := rx.Do(func() (err error) {
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(rxAddr, 0).String())
@@ -395,12 +390,12 @@ func incastTCP(senders []datapath.Place, addrs []netip.Addr, rx datapath.Place, 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &IncastPoint{Config: "tcp", Senders: n, Size: size, Messages: int(int64(n) * each / int64(size)),
+	return &incastPointRow{Config: "tcp", Senders: n, Size: size, Messages: int(int64(n) * each / int64(size)),
 		Seconds: elapsed.Seconds(), Mbps: float64(received.Load()) * 8 / elapsed.Seconds() / 1e6}, nil
 }
 
 // Markdown writes the result as a table.
-func (r *IncastResult) Markdown(w io.Writer) error {
+func (r *incastResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("## Incast: n senders stream messages to one receiver through the switch\n\n")
 	if r.PortRate > 0 {
@@ -431,7 +426,7 @@ func (r *IncastResult) Markdown(w io.Writer) error {
 // Plot draws goodput against message size for the most senders measured,
 // a line per configuration, into dir/incast.png and dir/incast.svg, and
 // returns the paths.
-func (r *IncastResult) Plot(dir string) (paths []string, err error) {
+func (r *incastResult) Plot(dir string) (paths []string, err error) {
 	most := 0
 	for _, p := range r.Points {
 		most = max(most, p.Senders)
@@ -450,24 +445,24 @@ func (r *IncastResult) Plot(dir string) (paths []string, err error) {
 		"message size (bytes, log scale)", "aggregate goodput (Mbit/s)", true, lines)
 }
 
-// IncastLatency is the time one coordinated message takes without
+// incastLatencyRow is the time one coordinated message takes without
 // contention: a Store from its first send to its answer, one at a time.
-type IncastLatency struct {
+type incastLatencyRow struct {
 	Case string  `json:"case"` // off; on, token held; on, token moves
 	Size int     `json:"message_bytes"`
 	P50  float64 `json:"p50_us"`
 }
 
-// RunIncastLatency measures, between two senders and the receiver, count
+// runIncastLatency measures, between two senders and the receiver, count
 // Stores of size bytes one at a time: without coordination; with it, the
 // sender holding the token already; and with the two senders taking turns,
 // so that the token moves to each message's sender first (a request and a
 // grant between their engines).
-func RunIncastLatency(senders []datapath.Place, rx datapath.Place, size, count int, cfg IncastConfig) ([]IncastLatency, error) {
+func runIncastLatency(senders []datapath.Place, rx datapath.Place, size, count int, cfg incastConfig) ([]incastLatencyRow, error) {
 	if len(senders) < 2 {
 		return nil, fmt.Errorf("bench: incast latency needs two senders, not %d", len(senders))
 	}
-	var out []IncastLatency
+	var out []incastLatencyRow
 	for _, c := range []struct {
 		name, config string
 		turns        bool
@@ -476,12 +471,12 @@ func RunIncastLatency(senders []datapath.Place, rx datapath.Place, size, count i
 		if err != nil {
 			return nil, fmt.Errorf("incast latency, %s: %w", c.name, err)
 		}
-		out = append(out, IncastLatency{Case: c.name, Size: size, P50: p50})
+		out = append(out, incastLatencyRow{Case: c.name, Size: size, P50: p50})
 	}
 	return out, nil
 }
 
-func incastLatency(senders []datapath.Place, rx datapath.Place, config string, turns bool, size, count int, cfg IncastConfig) (float64, error) {
+func incastLatency(senders []datapath.Place, rx datapath.Place, config string, turns bool, size, count int, cfg incastConfig) (float64, error) {
 	hosts, _, err := openIncast(senders, rx, config, size, 1, cfg)
 	defer closeAll(hosts)
 	if err != nil {

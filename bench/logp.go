@@ -12,7 +12,6 @@ import (
 
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/transport"
 )
@@ -47,18 +46,15 @@ import (
 // and reports the aggregate and per-client message rates and the mean
 // round trip.
 
-// LogPConfig configures the LogP measurement. Zero fields take defaults.
-type LogPConfig struct {
-	Count   int         // messages per figure (default 20000)
-	Clients int         // most clients of the contention experiment (default 7)
-	Mode    loader.Mode // XDP attach mode
-	Queue   int         // device queue
-	// Stop, when set, ends the run before its next row: the result holds
-	// the rows measured and is marked Interrupted.
-	Stop *atomic.Bool
+// logpConfig configures the LogP measurement. Zero fields take defaults.
+type logpConfig struct {
+	Count      int // messages per figure (default 20000)
+	Clients    int // most clients of the contention experiment (default 7)
+	RunOptions     // the XDP attach mode, where progress goes, what stops the run
+	Queue      int // device queue
 }
 
-// LogPRow is one configuration's figures, in microseconds, to 0.01 µs.
+// logpRowResult is one configuration's figures, in microseconds, to 0.01 µs.
 //
 // What each means on this data path. Os is the sender's processor time
 // per message and Or the receiver's, g the gap between messages of one
@@ -68,7 +64,7 @@ type LogPConfig struct {
 // (the frame is delivered to the receiving socket inside the system call),
 // so Os holds what on a NIC is L, and L cannot be told apart from it. Then
 // L is nil (JSON null; "in Os" in the table), never a negative latency.
-type LogPRow struct {
+type logpRowResult struct {
 	Config string   `json:"config"`
 	Os     float64  `json:"os_us"`
 	Or     float64  `json:"or_us"`
@@ -78,7 +74,7 @@ type LogPRow struct {
 }
 
 // setL sets L from RTT, Os and Or, and rounds every figure to 0.01 µs.
-func (r *LogPRow) setL() {
+func (r *logpRowResult) setL() {
 	round := func(v float64) float64 { return math.Round(v*100) / 100 }
 	r.Os, r.Or, r.G, r.RTT = round(r.Os), round(r.Or), round(r.G), round(r.RTT)
 	r.L = nil
@@ -87,8 +83,8 @@ func (r *LogPRow) setL() {
 	}
 }
 
-// ContentionRow is one point of the contention experiment.
-type ContentionRow struct {
+// contentionRow is one point of the contention experiment.
+type contentionRow struct {
 	Clients   int     `json:"clients"`
 	Aggregate float64 `json:"aggregate_msgs_per_s"`
 	PerClient float64 `json:"per_client_msgs_per_s"`
@@ -101,16 +97,16 @@ type ContentionRow struct {
 	Coalesced float64 `json:"coalesced_msgs_per_s"`
 }
 
-// LogPResult is the outcome of RunLogP (the JSON of `xam bench logp`).
-type LogPResult struct {
+// logpResult is the outcome of runLogP (the JSON of `xam bench logp`).
+type logpResult struct {
 	Count      int             `json:"count"`
 	Credits    int             `json:"credits"`
-	Rows       []LogPRow       `json:"logp"`
-	Contention []ContentionRow `json:"contention"`
+	Rows       []logpRowResult `json:"logp"`
+	Contention []contentionRow `json:"contention"`
 	// UCX: ucx_perftest ucp_am_lat between the same hosts (set by the
 	// caller, which knows the hosts' addresses).
-	UCX *UCXResult `json:"ucx,omitempty"`
-	// Interrupted: the run was stopped (LogPConfig.Stop) before its end.
+	UCX *ucxResult `json:"ucx,omitempty"`
+	// Interrupted: the run was stopped (logpConfig.Stop) before its end.
 	Interrupted bool `json:"interrupted,omitempty"`
 }
 
@@ -128,9 +124,9 @@ var logpConfigs = []struct {
 	{"+batching", nicfw.EngineConfig{Window: amii.DefaultCredits}, true},
 }
 
-// RunLogP runs the LogP measurement between a (sender, client) and b
+// runLogP runs the LogP measurement between a (sender, client) and b
 // (receiver, server).
-func RunLogP(a, b datapath.Place, cfg LogPConfig) (*LogPResult, error) {
+func runLogP(a, b datapath.Place, cfg logpConfig) (*logpResult, error) {
 	if cfg.Count == 0 {
 		cfg.Count = 20000
 	}
@@ -140,7 +136,7 @@ func RunLogP(a, b datapath.Place, cfg LogPConfig) (*LogPResult, error) {
 	if cfg.Count < 100 || cfg.Clients < 1 || cfg.Clients > 64 {
 		return nil, fmt.Errorf("bench: LogP: count %d (at least 100), clients %d (1..64)", cfg.Count, cfg.Clients)
 	}
-	res := &LogPResult{Count: cfg.Count, Credits: amii.DefaultCredits}
+	res := &logpResult{Count: cfg.Count, Credits: amii.DefaultCredits}
 	stop := func() bool {
 		res.Interrupted = cfg.Stop != nil && cfg.Stop.Load()
 		return res.Interrupted
@@ -200,7 +196,7 @@ func (h *logpHost) close() error {
 
 // openLogPHost builds host id at p with endpoints 1..n, each with the
 // translation table table(i), on an engine configured by ecfg.
-func openLogPHost(p datapath.Place, id nicfw.HostID, peer datapath.Place, peerID nicfw.HostID, cfg LogPConfig, ecfg nicfw.EngineConfig, n int, table func(i int) []nicfw.Name, coalesce bool) (h *logpHost, err error) {
+func openLogPHost(p datapath.Place, id nicfw.HostID, peer datapath.Place, peerID nicfw.HostID, cfg logpConfig, ecfg nicfw.EngineConfig, n int, table func(i int) []nicfw.Name, coalesce bool) (h *logpHost, err error) {
 	h = &logpHost{}
 	defer func() {
 		if err != nil {
@@ -274,7 +270,7 @@ const (
 	logpNull = 1
 )
 
-func logpRow(pa, pb datapath.Place, cfg LogPConfig, ecfg nicfw.EngineConfig, coalesce bool) (*LogPRow, error) {
+func logpRow(pa, pb datapath.Place, cfg logpConfig, ecfg nicfw.EngineConfig, coalesce bool) (*logpRowResult, error) {
 	one := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostB, Endpoint: 1}} }
 	back := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostA, Endpoint: 1}} }
 	ha, err := openLogPHost(pa, amiiHostA, pb, amiiHostB, cfg, ecfg, 1, one, coalesce)
@@ -316,8 +312,8 @@ func logpRow(pa, pb datapath.Place, cfg LogPConfig, ecfg nicfw.EngineConfig, coa
 
 // logpClient is the sender's side: RTT, Os and g, with measure set while
 // the stream runs (the receiver takes Or then).
-func logpClient(a *amii.Endpoint, cfg LogPConfig, answered *int, measure *atomic.Bool) (*LogPRow, error) {
-	row := &LogPRow{}
+func logpClient(a *amii.Endpoint, cfg logpConfig, answered *int, measure *atomic.Bool) (*logpRowResult, error) {
+	row := &logpRowResult{}
 	limit := 5 * time.Second
 	wait := func(n int) error {
 		start := time.Now()
@@ -389,7 +385,7 @@ func logpClient(a *amii.Endpoint, cfg LogPConfig, answered *int, measure *atomic
 }
 
 // contention runs n clients on a against one server endpoint on b.
-func contention(pa, pb datapath.Place, cfg LogPConfig, n int, coalesce bool) (*ContentionRow, error) {
+func contention(pa, pb datapath.Place, cfg logpConfig, n int, coalesce bool) (*contentionRow, error) {
 	toServer := func(int) []nicfw.Name { return []nicfw.Name{{Host: amiiHostB, Endpoint: 1}} }
 	clients := make([]nicfw.Name, n)
 	for i := range clients {
@@ -484,7 +480,7 @@ func contention(pa, pb datapath.Place, cfg LogPConfig, n int, coalesce bool) (*C
 		total += d
 	}
 	agg := float64(total) / elapsed.Seconds()
-	return &ContentionRow{Clients: n, Aggregate: agg, PerClient: agg / float64(n), RTT: durUS(rttSum / time.Duration(total))}, nil
+	return &contentionRow{Clients: n, Aggregate: agg, PerClient: agg / float64(n), RTT: durUS(rttSum / time.Duration(total))}, nil
 }
 
 // median returns the median of ds.
@@ -501,7 +497,7 @@ func median(ds []time.Duration) time.Duration {
 
 // Markdown writes the LogP table with each configuration's increment over
 // the one before, and the contention table.
-func (r *LogPResult) Markdown(w io.Writer) error {
+func (r *logpResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## AM-II LogP, short messages (µs; medians of %d; K = %d credits)\n\n", r.Count, r.Credits)
 	if r.Interrupted {

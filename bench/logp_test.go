@@ -15,7 +15,7 @@ import (
 func TestLogP(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)
-	res, err := RunLogP(a, b, LogPConfig{Count: 300, Clients: 3})
+	res, err := runLogP(a, b, logpConfig{Count: 300, Clients: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
 	"gonum.org/v1/plot/plotter"
@@ -29,21 +28,17 @@ import (
 // hosts run firmware daemons, host A's with frames for all its clients, so
 // that only the server is overcommitted.
 
-// OvercommitConfig configures RunOvercommit. Zero fields take defaults.
-type OvercommitConfig struct {
-	Resident int           // R, host B's endpoint frames (default 4)
-	Factors  []int         // endpoints per frame (default 1, 2, 4, 8)
-	Duration time.Duration // of each point (default 2 s)
-	Mode     loader.Mode
-	// Progress, if set, is told what is measured next.
-	Progress func(what string)
-	// Stop, when set, ends the run before its next measurement.
-	Stop *atomic.Bool
+// overcommitConfig configures runOvercommit. Zero fields take defaults.
+type overcommitConfig struct {
+	Resident   int           // R, host B's endpoint frames (default 4)
+	Factors    []int         // endpoints per frame (default 1, 2, 4, 8)
+	Duration   time.Duration // of each point (default 2 s)
+	RunOptions               // the XDP attach mode, where progress goes, what stops the run
 }
 
-// OvercommitRow is one point: Endpoints = Factor x Resident virtual
+// overcommitRow is one point: Endpoints = Factor x Resident virtual
 // networks.
-type OvercommitRow struct {
+type overcommitRow struct {
 	Factor    int     `json:"factor"`
 	Endpoints int     `json:"endpoints"`
 	Rate      float64 `json:"server_msgs_per_s"`
@@ -55,17 +50,17 @@ type OvercommitRow struct {
 	NACKs     uint64  `json:"not_resident_nacks"` // deliveries refused: no frame free
 }
 
-// OvercommitResult is what RunOvercommit measured.
-type OvercommitResult struct {
+// overcommitResult is what runOvercommit measured.
+type overcommitResult struct {
 	Resident    int             `json:"resident_frames"`
 	Seconds     float64         `json:"seconds_per_point"`
-	Rows        []OvercommitRow `json:"rows"`
+	Rows        []overcommitRow `json:"rows"`
 	Interrupted bool            `json:"interrupted,omitempty"`
 }
 
-// RunOvercommit measures the server's message rate at each factor between
+// runOvercommit measures the server's message rate at each factor between
 // a (clients) and b (servers).
-func RunOvercommit(a, b datapath.Place, cfg OvercommitConfig) (*OvercommitResult, error) {
+func runOvercommit(a, b datapath.Place, cfg overcommitConfig) (*overcommitResult, error) {
 	if cfg.Resident == 0 {
 		cfg.Resident = 4
 	}
@@ -83,7 +78,7 @@ func RunOvercommit(a, b datapath.Place, cfg OvercommitConfig) (*OvercommitResult
 	if cfg.Resident < 2 || cfg.Duration <= 0 {
 		return nil, fmt.Errorf("bench: overcommit: %d frames (at least 2), duration %v", cfg.Resident, cfg.Duration)
 	}
-	res := &OvercommitResult{Resident: cfg.Resident, Seconds: cfg.Duration.Seconds()}
+	res := &overcommitResult{Resident: cfg.Resident, Seconds: cfg.Duration.Seconds()}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	for _, f := range cfg.Factors {
 		if !step(fmt.Sprintf("%dx: %d virtual networks on %d frames", f, f*cfg.Resident, cfg.Resident)) {
@@ -109,7 +104,7 @@ func RunOvercommit(a, b datapath.Place, cfg OvercommitConfig) (*OvercommitResult
 const overcommitSleep = 50 * time.Microsecond
 
 // overcommit measures n virtual networks for cfg.Duration.
-func overcommit(a, b datapath.Place, n int, cfg OvercommitConfig) (*OvercommitRow, error) {
+func overcommit(a, b datapath.Place, n int, cfg overcommitConfig) (*overcommitRow, error) {
 	dir, err := os.MkdirTemp("", "xam-overcommit")
 	if err != nil {
 		return nil, err
@@ -152,7 +147,7 @@ func overcommit(a, b datapath.Place, n int, cfg OvercommitConfig) (*OvercommitRo
 	if err != nil {
 		return nil, err
 	}
-	row := &OvercommitRow{Endpoints: n,
+	row := &overcommitRow{Endpoints: n,
 		Faults: after.Residency.Faults - before.Residency.Faults, NACKs: after.Engine.NotResident - before.Engine.NotResident}
 	rates := make([]float64, n)
 	for i, c := range load.counts {
@@ -278,7 +273,7 @@ func (l *overcommitLoad) request(i int, c *amii.Endpoint) error {
 }
 
 // Markdown writes the overcommit table.
-func (r *OvercommitResult) Markdown(w io.Writer) error {
+func (r *overcommitResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## AM-II overcommit: virtual networks on %d endpoint frames (%.1f s per point)\n\n", r.Resident, r.Seconds)
 	if r.Interrupted {
@@ -295,7 +290,7 @@ func (r *OvercommitResult) Markdown(w io.Writer) error {
 
 // Figures returns the overcommit figures: each factor's server rate
 // against 1x's.
-func (r *OvercommitResult) Figures() []Figure {
+func (r *overcommitResult) Figures() []Figure {
 	var figs []Figure
 	if len(r.Rows) == 0 {
 		return nil
@@ -310,7 +305,7 @@ func (r *OvercommitResult) Figures() []Figure {
 
 // Plot draws the server's and the average client's rates against the
 // overcommit factor into dir as overcommit.png and .svg.
-func (r *OvercommitResult) Plot(dir string) ([]string, error) {
+func (r *overcommitResult) Plot(dir string) ([]string, error) {
 	var srv, per plotter.XYs
 	for _, x := range r.Rows {
 		srv = append(srv, plotter.XY{X: float64(x.Factor), Y: x.Rate})

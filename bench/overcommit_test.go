@@ -14,7 +14,7 @@ import (
 func TestOvercommit(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)
-	r, err := RunOvercommit(a, b, OvercommitConfig{Resident: 2, Factors: []int{1, 4}, Duration: 400 * time.Millisecond})
+	r, err := runOvercommit(a, b, overcommitConfig{Resident: 2, Factors: []int{1, 4}, Duration: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -33,22 +32,18 @@ import (
 // a goroutine of its own; one pair alone, the others idle, is the
 // node-to-node reference ("near the peak" in the paper).
 
-// PermutationsConfig configures RunPermutations. Zero fields take
+// permutationsConfig configures runPermutations. Zero fields take
 // defaults.
-type PermutationsConfig struct {
-	Duration time.Duration // of each bandwidth phase (default 2 s)
-	RTTs     int           // round trips per host (default 2000)
-	Size     int           // bytes per medium message (default 4096)
-	Window   int           // messages in flight per host (default 8)
-	Mode     loader.Mode
-	// Progress, if set, is told what is measured next.
-	Progress func(what string)
-	// Stop, when set, ends the run before its next measurement.
-	Stop *atomic.Bool
+type permutationsConfig struct {
+	Duration   time.Duration // of each bandwidth phase (default 2 s)
+	RTTs       int           // round trips per host (default 2000)
+	Size       int           // bytes per medium message (default 4096)
+	Window     int           // messages in flight per host (default 8)
+	RunOptions               // the XDP attach mode, where progress goes, what stops the run
 }
 
-// Permutation is one pattern's figures.
-type Permutation struct {
+// permutationRow is one pattern's figures.
+type permutationRow struct {
 	Pattern   string  `json:"pattern"`
 	PerHost   float64 `json:"avg_mb_per_s"`       // mean over hosts of what each received
 	Aggregate float64 `json:"aggregate_mb_per_s"` // all hosts together
@@ -58,14 +53,14 @@ type Permutation struct {
 	VsPair    float64 `json:"avg_vs_one_pair"` // PerHost over one pair alone's
 }
 
-// PermutationsResult is what RunPermutations measured.
-type PermutationsResult struct {
-	Hosts       int           `json:"hosts"`
-	Size        int           `json:"message_bytes"`
-	Seconds     float64       `json:"seconds_per_pattern"`
-	Pair        *Permutation  `json:"one_pair"` // host 0 to host 1, the others idle
-	Rows        []Permutation `json:"permutations"`
-	Interrupted bool          `json:"interrupted,omitempty"`
+// permutationsResult is what runPermutations measured.
+type permutationsResult struct {
+	Hosts       int              `json:"hosts"`
+	Size        int              `json:"message_bytes"`
+	Seconds     float64          `json:"seconds_per_pattern"`
+	Pair        *permutationRow  `json:"one_pair"` // host 0 to host 1, the others idle
+	Rows        []permutationRow `json:"permutations"`
+	Interrupted bool             `json:"interrupted,omitempty"`
 }
 
 // permutationPatterns maps a pattern to host i's partner among n.
@@ -79,9 +74,9 @@ var permutationPatterns = []struct {
 	{"bisection", func(i, n int) int { return (i + n/2) % n }, func(i, n int) int { return (i + n/2) % n }},
 }
 
-// RunPermutations runs the three patterns among hosts (an even number, at
+// runPermutations runs the three patterns among hosts (an even number, at
 // least 4).
-func RunPermutations(hosts []datapath.Place, cfg PermutationsConfig) (*PermutationsResult, error) {
+func runPermutations(hosts []datapath.Place, cfg permutationsConfig) (*permutationsResult, error) {
 	n := len(hosts)
 	if n < 4 || n%2 != 0 {
 		return nil, fmt.Errorf("bench: permutations need an even number of hosts, at least 4, not %d", n)
@@ -101,7 +96,7 @@ func RunPermutations(hosts []datapath.Place, cfg PermutationsConfig) (*Permutati
 	if cfg.Size < 1 || cfg.Size > endpoint.MaxMedium || cfg.Window < 1 || cfg.RTTs < 1 || cfg.Duration <= 0 {
 		return nil, fmt.Errorf("bench: permutations: size %d (1..%d), window %d, round trips %d, duration %v", cfg.Size, endpoint.MaxMedium, cfg.Window, cfg.RTTs, cfg.Duration)
 	}
-	res := &PermutationsResult{Hosts: n, Size: cfg.Size, Seconds: cfg.Duration.Seconds()}
+	res := &permutationsResult{Hosts: n, Size: cfg.Size, Seconds: cfg.Duration.Seconds()}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	if !step("one pair alone") {
 		return res, nil
@@ -161,7 +156,7 @@ func (h *permHost) poll() error {
 
 // permutation measures one pattern: dst(i) is the host i sends to (-1:
 // none), src(i) the one it receives from.
-func permutation(places []datapath.Place, name string, dst, src func(i, n int) int, cfg PermutationsConfig) (*Permutation, error) {
+func permutation(places []datapath.Place, name string, dst, src func(i, n int) int, cfg permutationsConfig) (*permutationRow, error) {
 	n := len(places)
 	hosts := make([]*permHost, n)
 	defer closePermHosts(hosts)
@@ -172,7 +167,7 @@ func permutation(places []datapath.Place, name string, dst, src func(i, n int) i
 	if err != nil {
 		return nil, err
 	}
-	row := &Permutation{Pattern: name}
+	row := &permutationRow{Pattern: name}
 	var rates []float64 // MB/s each receiving host received
 	for i, h := range hosts {
 		if src(i, n) >= 0 {
@@ -203,7 +198,7 @@ func closePermHosts(hosts []*permHost) {
 // replying to a round trip on 3. A host of the one-pair run that neither
 // sends nor receives gets a permHost without an AM-II host, and stays
 // idle.
-func openPermHosts(hosts []*permHost, places []datapath.Place, dst, src func(i, n int) int, cfg PermutationsConfig) error {
+func openPermHosts(hosts []*permHost, places []datapath.Place, dst, src func(i, n int) int, cfg permutationsConfig) error {
 	n := len(places)
 	acfg := amii.Config{Credits: cfg.Window, QueueEntries: max(cfg.Window, endpoint.DefaultQueueEntries), MediumSlots: cfg.Window,
 		StagingSize: max(endpoint.DefaultStagingSize, 2*cfg.Window*endpoint.MaxMedium)}
@@ -286,7 +281,7 @@ func runPermPhase(hosts []*permHost, phase func(h *permHost) error) error {
 // to its partner, cfg.Window in flight, until cfg.Duration has passed,
 // then drains. It returns the time from the start until every host had
 // drained, what the hosts' received bytes are divided by.
-func permBandwidth(hosts []*permHost, cfg PermutationsConfig) (time.Duration, error) {
+func permBandwidth(hosts []*permHost, cfg permutationsConfig) (time.Duration, error) {
 	data := make([]byte, cfg.Size)
 	start := time.Now()
 	end := start.Add(cfg.Duration)
@@ -310,7 +305,7 @@ func permBandwidth(hosts []*permHost, cfg PermutationsConfig) (time.Duration, er
 // permRoundTrips is phase 2, round trips: each host that sends makes
 // cfg.RTTs one-word requests to its partner, one at a time, and adds up
 // the time each took to its reply.
-func permRoundTrips(hosts []*permHost, cfg PermutationsConfig) error {
+func permRoundTrips(hosts []*permHost, cfg permutationsConfig) error {
 	return runPermPhase(hosts, func(h *permHost) error {
 		a := h.h.am
 		if h.dst < 0 {
@@ -373,7 +368,7 @@ func spread(xs []float64) (mean, least, most, sum float64) {
 }
 
 // Markdown writes the permutations table.
-func (r *PermutationsResult) Markdown(w io.Writer) error {
+func (r *permutationsResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## AM-II permutations, %d hosts (medium messages of %d bytes for %.1f s; one-word round trips)\n\n", r.Hosts, r.Size, r.Seconds)
 	if r.Interrupted {
@@ -382,7 +377,7 @@ func (r *PermutationsResult) Markdown(w io.Writer) error {
 	b.WriteString("| pattern | avg MB/s per host | min | max | aggregate MB/s | avg RTT (µs) | avg / one pair |\n|---|--:|--:|--:|--:|--:|--:|\n")
 	rows := r.Rows
 	if r.Pair != nil {
-		rows = append([]Permutation{*r.Pair}, rows...)
+		rows = append([]permutationRow{*r.Pair}, rows...)
 	}
 	for _, x := range rows {
 		vs := ""
@@ -399,7 +394,7 @@ func (r *PermutationsResult) Markdown(w io.Writer) error {
 // Figures returns the permutations' figures: each pattern's per-host
 // bandwidth over one pair alone's (the paper: near the peak for circular
 // shift and neighbour exchange) and its round trip.
-func (r *PermutationsResult) Figures() []Figure {
+func (r *permutationsResult) Figures() []Figure {
 	var figs []Figure
 	for _, x := range r.Rows {
 		note := "near the peak"
@@ -418,7 +413,7 @@ func (r *PermutationsResult) Figures() []Figure {
 
 // Plot draws per-host and aggregate bandwidth of each pattern into dir as
 // permutations.png and .svg.
-func (r *PermutationsResult) Plot(dir string) ([]string, error) {
+func (r *permutationsResult) Plot(dir string) ([]string, error) {
 	var per, agg plotter.XYs
 	for i, x := range r.Rows {
 		per = append(per, plotter.XY{X: float64(i + 1), Y: x.PerHost})

@@ -37,7 +37,7 @@ func starLab(t *testing.T, n int) []datapath.Place {
 // moves data and completes its round trips in every pattern.
 func TestPermutations(t *testing.T) {
 	hosts := starLab(t, 4)
-	r, err := RunPermutations(hosts, PermutationsConfig{Duration: 300 * time.Millisecond, RTTs: 200, Size: 1024})
+	r, err := runPermutations(hosts, permutationsConfig{Duration: 300 * time.Millisecond, RTTs: 200, Size: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestPermutations(t *testing.T) {
 // TestPermutationsHosts refuses an odd or too small lab.
 func TestPermutationsHosts(t *testing.T) {
 	for _, n := range []int{2, 5} {
-		if _, err := RunPermutations(make([]datapath.Place, n), PermutationsConfig{}); err == nil {
+		if _, err := runPermutations(make([]datapath.Place, n), permutationsConfig{}); err == nil {
 			t.Errorf("%d hosts: no error", n)
 		}
 	}

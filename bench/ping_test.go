@@ -114,16 +114,16 @@ func BenchmarkPingPong(b *testing.B) {
 func BenchmarkPingCompare(b *testing.B) {
 	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
 	pa, pb := places(p)
-	c, err := Compare(PingConfig{Count: max(b.N, 10), Size: 32}, 10,
-		Pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(pa, pb, c) }},
-		Pinger{"ssam", func(c PingConfig) (*PingResult, error) {
+	c, err := comparePaths(PingConfig{Count: max(b.N, 10), Size: 32}, 10,
+		pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(pa, pb, c) }},
+		pinger{"ssam", func(c PingConfig) (*PingResult, error) {
 			r, err := SSAMPing(pa, pb, c, 0, ssam.Config{})
 			if err != nil {
 				return nil, err
 			}
 			return &r.PingResult, nil
 		}},
-		Pinger{"amii", func(c PingConfig) (*PingResult, error) {
+		pinger{"amii", func(c PingConfig) (*PingResult, error) {
 			r, err := AMIIPing(pa, pb, c, 0)
 			if err != nil {
 				return nil, err
@@ -151,7 +151,7 @@ func BenchmarkPingCompare(b *testing.B) {
 func BenchmarkShortMessageRate(b *testing.B) {
 	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
 	pa, pb := places(p)
-	report := func(b *testing.B, r *RateResult, err error) {
+	report := func(b *testing.B, r *rateResult, err error) {
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -159,15 +159,15 @@ func BenchmarkShortMessageRate(b *testing.B) {
 		b.ReportMetric(float64(r.Messages)/float64(max(r.Frames, 1)), "msgs/frame")
 	}
 	b.Run("raw-frames", func(b *testing.B) {
-		r, err := RawFrameRate(pa, pb, b.N, 64, loader.ModeAuto)
+		r, err := rawFrameRate(pa, pb, b.N, 64, loader.ModeAuto)
 		report(b, r, err)
 	})
 	b.Run("ssam", func(b *testing.B) {
-		r, err := SSAMRate(pa, pb, b.N, 16, loader.ModeAuto, ssam.Config{Window: 63})
+		r, err := ssamRate(pa, pb, b.N, 16, loader.ModeAuto, ssam.Config{Window: 63})
 		report(b, r, err)
 	})
 	b.Run("ssam-batched", func(b *testing.B) {
-		r, err := SSAMRate(pa, pb, b.N, 16, loader.ModeAuto, ssam.Config{Window: 63, Batch: 28})
+		r, err := ssamRate(pa, pb, b.N, 16, loader.ModeAuto, ssam.Config{Window: 63, Batch: 28})
 		report(b, r, err)
 	})
 	// AM-II: one endpoint streaming requests of two arguments (16 bytes,
@@ -175,19 +175,19 @@ func BenchmarkShortMessageRate(b *testing.B) {
 	// coalesced: the requests between two polls leave in one run, packed
 	// into frames; and coalesced with 32 outstanding (on 32 channels).
 	b.Run("amii", func(b *testing.B) {
-		r, err := AMIIRate(pa, pb, b.N, 2, 8, false, loader.ModeAuto)
+		r, err := amiiPlainRate(pa, pb, b.N, 2, 8, false, loader.ModeAuto)
 		report(b, r, err)
 	})
 	b.Run("amii-batched", func(b *testing.B) {
-		r, err := AMIIRate(pa, pb, b.N, 2, 8, true, loader.ModeAuto)
+		r, err := amiiPlainRate(pa, pb, b.N, 2, 8, true, loader.ModeAuto)
 		report(b, r, err)
 	})
 	b.Run("amii-batched-w32", func(b *testing.B) {
-		r, err := AMIIRate(pa, pb, b.N, 2, 32, true, loader.ModeAuto)
+		r, err := amiiPlainRate(pa, pb, b.N, 2, 32, true, loader.ModeAuto)
 		report(b, r, err)
 	})
 	b.Run("amii-batched-w128", func(b *testing.B) {
-		r, err := AMIIRate(pa, pb, b.N, 2, 128, true, loader.ModeAuto)
+		r, err := amiiPlainRate(pa, pb, b.N, 2, 128, true, loader.ModeAuto)
 		report(b, r, err)
 	})
 }
@@ -229,12 +229,12 @@ func BenchmarkRawProgram(b *testing.B) {
 	}
 }
 
-// BenchmarkBulk compares, in one run on one veth pair of MTU BulkMTU, what
+// BenchmarkBulk compares, in one run on one veth pair of MTU bulkMTU, what
 // raw AF_XDP frames of that MTU carry and kernel TCP's stream goodput with
 // SSAM's bulk writes (8 KB AAL5 messages) and AM-II's Stores of 64 KB; b.N
 // bytes of each (-benchtime Nx), at least 8 MB.
 func BenchmarkBulk(b *testing.B) {
-	p := netnstest.NewVethPair(b, netnstest.WithQueues(1), netnstest.WithMTU(BulkMTU))
+	p := netnstest.NewVethPair(b, netnstest.WithQueues(1), netnstest.WithMTU(bulkMTU))
 	pa, pb := places(p)
 	run := func(name string, f func(total int64) (*BulkResult, error)) {
 		b.Run(name, func(b *testing.B) {
@@ -246,15 +246,15 @@ func BenchmarkBulk(b *testing.B) {
 		})
 	}
 	run("raw", func(total int64) (*BulkResult, error) {
-		return RawBulk(pa, pb, total, loader.ModeAuto)
+		return rawBulk(pa, pb, total, loader.ModeAuto)
 	})
 	run("tcp", func(total int64) (*BulkResult, error) {
-		return TCPStream(pa, pb, p.A.Addr.Addr(), p.B.Addr.Addr(), total, 64<<10)
+		return tcpStream(pa, pb, p.A.Addr.Addr(), p.B.Addr.Addr(), total, 64<<10)
 	})
 	run("ssam-8k", func(total int64) (*BulkResult, error) {
 		return SSAMBulk(pa, pb, total, 8192, loader.ModeAuto, ssam.Config{})
 	})
 	run("amii-store-64k", func(total int64) (*BulkResult, error) {
-		return AMIIBulk(pa, pb, total, 64<<10, 16, loader.ModeAuto)
+		return amiiBulk(pa, pb, total, 64<<10, 16, loader.ModeAuto)
 	})
 }

@@ -13,15 +13,15 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// RTTSeries is one round-trip distribution to plot: nanoseconds, as the
+// rttSeries is one round-trip distribution to plot: nanoseconds, as the
 // ping-pongs record them.
-type RTTSeries struct {
+type rttSeries struct {
 	Name string
 	Hist *hdrhistogram.Histogram
 }
 
-// RTTMark is a vertical reference line, at Micros.
-type RTTMark struct {
+// rttMark is a vertical reference line, at Micros.
+type rttMark struct {
 	Name   string
 	Micros float64
 }
@@ -62,11 +62,11 @@ func cdf(h *hdrhistogram.Histogram) plotter.XYs {
 	return xy
 }
 
-// PlotRTT draws the cumulative distributions of the series' round trips,
+// plotRTT draws the cumulative distributions of the series' round trips,
 // microseconds on a log scale, with gonum/plot, and saves the plot to each
 // path; the extension picks the format (.png, .svg, .pdf, ...). Series
 // with no values are left out.
-func PlotRTT(title string, series []RTTSeries, marks []RTTMark, paths ...string) (err error) {
+func plotRTT(title string, series []rttSeries, marks []rttMark, paths ...string) (err error) {
 	defer func() {
 		if r := recover(); r != nil { // gonum/plot panics on some inputs
 			err = fmt.Errorf("bench: plotting round trips: %v", r)
@@ -133,13 +133,13 @@ func PlotRTT(title string, series []RTTSeries, marks []RTTMark, paths ...string)
 // TCP, with SSAM's 1994 round trip for reference, to dir/ssam-rtt.png and
 // dir/ssam-rtt.svg, and returns the paths: none, and no error, when no
 // round trip was measured (an interrupted run's).
-func (t *SSAMTables) Plot(dir string) ([]string, error) {
+func (t *ssamTablesResult) Plot(dir string) ([]string, error) {
 	names := map[string]string{"raw": "raw AF_XDP", "ssam": "SSAM", "udp": "kernel UDP", "tcp": "kernel TCP"}
-	var series []RTTSeries
+	var series []rttSeries
 	measured := false
 	for _, path := range []string{"raw", "ssam", "udp", "tcp"} {
 		h := t.hists[path]
-		series = append(series, RTTSeries{Name: names[path], Hist: h})
+		series = append(series, rttSeries{Name: names[path], Hist: h})
 		measured = measured || (h != nil && h.TotalCount() > 0)
 	}
 	if !measured {
@@ -150,8 +150,8 @@ func (t *SSAMTables) Plot(dir string) ([]string, error) {
 		size = t.RTT[0].Size
 	}
 	paths := []string{filepath.Join(dir, "ssam-rtt.png"), filepath.Join(dir, "ssam-rtt.svg")}
-	err := PlotRTT(fmt.Sprintf("Round trips of %d-byte messages on one lab (%d each)", size, t.Count),
-		series, []RTTMark{{Name: fmt.Sprintf("SSAM 1994 (~%g µs)", t.Paper.RTTMicros), Micros: t.Paper.RTTMicros}}, paths...)
+	err := plotRTT(fmt.Sprintf("Round trips of %d-byte messages on one lab (%d each)", size, t.Count),
+		series, []rttMark{{Name: fmt.Sprintf("SSAM 1994 (~%g µs)", t.Paper.RTTMicros), Micros: t.Paper.RTTMicros}}, paths...)
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
-// RateResult is a one-way message or frame rate.
-type RateResult struct {
+// rateResult is a one-way message or frame rate.
+type rateResult struct {
 	API      string  `json:"api"`
 	Messages int     `json:"messages"`
 	Seconds  float64 `json:"seconds"`
@@ -26,18 +26,18 @@ type RateResult struct {
 	Frames   uint64  `json:"frames,omitempty"` // frames the sender sent
 }
 
-// RawFrameRate sends n minimal xam frames (one cell each) from a to b in
+// rawFrameRate sends n minimal xam frames (one cell each) from a to b in
 // batches through AF_XDP and counts them at b: the raw frame rate the
 // short-message rate is compared with.
-func RawFrameRate(a, b datapath.Place, n, batch int, mode loader.Mode) (*RateResult, error) {
+func rawFrameRate(a, b datapath.Place, n, batch int, mode loader.Mode) (*rateResult, error) {
 	return rawStream(a, b, n, batch, 16, mode)
 }
 
-// RawBulk sends total bytes from a to b in xam frames as full as a's MTU
+// rawBulk sends total bytes from a to b in xam frames as full as a's MTU
 // allows, in batches through AF_XDP, and counts the cells' payload bytes
 // arriving at b: what the data path carries with no protocol on it, the
 // ceiling of the bulk goodputs.
-func RawBulk(a, b datapath.Place, total int64, mode loader.Mode) (*BulkResult, error) {
+func rawBulk(a, b datapath.Place, total int64, mode loader.Mode) (*BulkResult, error) {
 	var mtu int
 	if err := a.Do(func() error {
 		ifi, err := net.InterfaceByIndex(a.Ifindex) // in a's namespace
@@ -61,7 +61,7 @@ func RawBulk(a, b datapath.Place, total int64, mode loader.Mode) (*BulkResult, e
 
 // rawStream sends n xam frames of size bytes of cell payload from a to b
 // in batches and counts those that arrive.
-func rawStream(a, b datapath.Place, n, batch, size int, mode loader.Mode) (*RateResult, error) {
+func rawStream(a, b datapath.Place, n, batch, size int, mode loader.Mode) (*rateResult, error) {
 	ea, err := datapath.Open(a, mode, 0)
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func rawStream(a, b datapath.Place, n, batch, size int, mode loader.Mode) (*Rate
 	if err != nil {
 		return nil, err
 	}
-	return &RateResult{API: "raw frames", Messages: got, Seconds: elapsed.Seconds(),
+	return &rateResult{API: "raw frames", Messages: got, Seconds: elapsed.Seconds(),
 		PerSec: float64(got) / elapsed.Seconds(), Frames: uint64(n)}, nil
 }
 
@@ -133,11 +133,11 @@ func countFrames(e *datapath.Endpoint) (wait func(n int, start time.Time) (int, 
 	}
 }
 
-// SSAMRate sends n single-cell requests of size bytes (at most 40) from a
+// ssamRate sends n single-cell requests of size bytes (at most 40) from a
 // to b, whose handler takes them without replying (each is acknowledged
 // explicitly), and returns the message rate: reliable, in order, exactly
 // once. cfg.Batch packs messages into frames.
-func SSAMRate(a, b datapath.Place, n, size int, mode loader.Mode, cfg ssam.Config) (*RateResult, error) {
+func ssamRate(a, b datapath.Place, n, size int, mode loader.Mode, cfg ssam.Config) (*rateResult, error) {
 	if size > ssam.MaxShort {
 		return nil, fmt.Errorf("bench: %d-byte messages are not single-cell", size)
 	}
@@ -166,11 +166,11 @@ func SSAMRate(a, b datapath.Place, n, size int, mode loader.Mode, cfg ssam.Confi
 	if ea.AM.Config().Batch > 1 {
 		api = fmt.Sprintf("ssam batch %d", ea.AM.Config().Batch)
 	}
-	return &RateResult{API: api, Messages: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
+	return &rateResult{API: api, Messages: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
 		Frames: ea.AM.Device().Stats().FramesSent}, nil
 }
 
-// AMIIRate streams n short requests of nargs arguments from an AM-II
+// amiiPlainRate streams n short requests of nargs arguments from an AM-II
 // endpoint at a to one at b, in inline mode on an engine per host, with
 // window requests outstanding (the endpoint's credits and its engine's
 // window); b's handler takes them without replying (each gets the
@@ -178,13 +178,13 @@ func SSAMRate(a, b datapath.Place, n, size int, mode loader.Mode, cfg ssam.Confi
 // requests only queue until it polls or runs out of credits
 // (amii.Config.Coalesce): an engine run then sends them all, packed into
 // frames. It returns the message rate and the frames a's engine sent.
-func AMIIRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mode loader.Mode) (*RateResult, error) {
+func amiiPlainRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mode loader.Mode) (*rateResult, error) {
 	return amiiRate(a, b, n, nargs, window, coalesce, mode, amiiKeys{})
 }
 
-// amiiRate is AMIIRate with keys: the messages authenticated with the
+// amiiRate is amiiPlainRate with keys: the messages authenticated with the
 // virtual network's if it is set, the frames with the transport's.
-func amiiRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mode loader.Mode, keys amiiKeys) (*RateResult, error) {
+func amiiRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mode loader.Mode, keys amiiKeys) (*rateResult, error) {
 	if nargs > amii.MaxArgs {
 		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d arguments", amii.MaxArgs)
 	}
@@ -212,7 +212,7 @@ func amiiRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mode loa
 	if coalesce {
 		api += " coalesced"
 	}
-	return &RateResult{API: api, Messages: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
+	return &rateResult{API: api, Messages: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
 		Frames: ha.eng.TransportStats().BatchFrames}, nil
 }
 
@@ -255,19 +255,19 @@ func stream(n int, delivered *atomic.Int64, send, drain, serve, finish func() er
 	return elapsed, nil
 }
 
-// BulkMTU is the MTU of the links that the bulk benchmarks run on, kernel
+// bulkMTU is the MTU of the links that the bulk benchmarks run on, kernel
 // TCP's included: the largest whose frames an AF_XDP socket with 4 KB UMEM
 // chunks receives whole (veth carries any MTU; OpenRaw picks 4 KB chunks
 // for an MTU above what 2 KB chunks hold).
-var BulkMTU = afxdp.MaxMTU(4096, 0)
+var bulkMTU = afxdp.MaxMTU(4096, 0)
 
-// AMIIBulk writes total bytes from an AM-II endpoint at a to one at b as
+// amiiBulk writes total bytes from an AM-II endpoint at a to one at b as
 // Stores of msg bytes (at most the application's part of the staging
 // area), in inline mode on an engine per host, with up to window Stores
 // outstanding; b's handler counts the stored bytes. Each Store travels in
 // chunks of the transport's largest payload, up to window of them in
 // flight at once after the first.
-func AMIIBulk(a, b datapath.Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
+func amiiBulk(a, b datapath.Place, total int64, msg, window int, mode loader.Mode) (*BulkResult, error) {
 	// Room for window messages of msg bytes each, at both ends.
 	acfg := amii.Config{Credits: window, StagingSize: 2 * window * msg, MediumSlots: -1}
 	ha, hb, err := openAMIIPair(a, b, mode, 0, window, acfg, acfg, amiiKeys{})
@@ -308,10 +308,10 @@ func AMIIBulk(a, b datapath.Place, total int64, msg, window int, mode loader.Mod
 		MBPerSec: float64(total) / elapsed.Seconds() / 1e6}, nil
 }
 
-// AMIIMedium streams n medium requests of size bytes from a to b with up
+// amiiMedium streams n medium requests of size bytes from a to b with up
 // to window outstanding (credits, medium slots, the engine's window); b's
 // handler counts them without replying. It returns the message rate.
-func AMIIMedium(a, b datapath.Place, n, size, window int, mode loader.Mode) (*RateResult, error) {
+func amiiMedium(a, b datapath.Place, n, size, window int, mode loader.Mode) (*rateResult, error) {
 	if size < 1 || size > endpoint.MaxMedium {
 		return nil, fmt.Errorf("bench: an AM-II medium message carries 1..%d bytes, not %d", endpoint.MaxMedium, size)
 	}
@@ -340,6 +340,6 @@ func AMIIMedium(a, b datapath.Place, n, size, window int, mode loader.Mode) (*Ra
 	if err != nil {
 		return nil, err
 	}
-	return &RateResult{API: fmt.Sprintf("amii medium %d B, window %d", size, window), Messages: n, Seconds: elapsed.Seconds(),
+	return &rateResult{API: fmt.Sprintf("amii medium %d B, window %d", size, window), Messages: n, Seconds: elapsed.Seconds(),
 		PerSec: float64(n) / elapsed.Seconds(), Frames: ha.eng.TransportStats().BatchFrames}, nil
 }

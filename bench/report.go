@@ -175,7 +175,7 @@ func peer(name string, v float64) Peer { return Peer{Name: name, Value: v} }
 
 // The papers, in the order of the report.
 var (
-	PaperSSAMSection = Section{Paper: "SSAM", Source: PaperSSAM.Source, Hardware: PaperSSAM.Setup}
+	PaperSSAMSection = Section{Paper: "SSAM", Source: paperSSAM.Source, Hardware: paperSSAM.Setup}
 	PaperAMII        = Section{Paper: "AM-II",
 		Source:   "Chun, Mainwaring, Culler: Virtual Network Transport Protocols for Myrinet (1997)",
 		Hardware: "100+ Sun UltraSPARC workstations, Myrinet (LANai NICs with an embedded processor and SRAM on the SBus, link-level back-pressure, source-routed crossbar switches)"}

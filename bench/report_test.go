@@ -80,7 +80,7 @@ func sampleReport(t *testing.T, dir string) *Report {
 		paperFig("round trip", "µs", 20, 4.9, peer("raw AF_XDP", 4.4), Peer{Name: "UCX", Missing: ucxNotInstalled}),
 		noteFig("trap", "ns", numbersLost, 5084),
 	}
-	res := &OvercommitResult{Resident: 2, Rows: []OvercommitRow{{Factor: 1, Endpoints: 2, Rate: 100, PerClient: 50}, {Factor: 4, Endpoints: 8, Rate: 80, PerClient: 10}}}
+	res := &overcommitResult{Resident: 2, Rows: []overcommitRow{{Factor: 1, Endpoints: 2, Rate: 100, PerClient: 50}, {Factor: 4, Endpoints: 8, Rate: 80, PerClient: 10}}}
 	paths, err := res.Plot(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -170,14 +170,14 @@ func TestUCXFinal(t *testing.T) {
 // TestUCX runs both UCX peers between the two ends of a veth pair, and
 // reports the tool as not installed where it is missing.
 func TestUCX(t *testing.T) {
-	testenv.RequireCommand(t, UCXPerftest)
+	testenv.RequireCommand(t, ucxPerftest)
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)
-	lat, err := RunUCX(a, b, p.B.Addr.Addr(), "ucp_am_lat", 8, 1000)
+	lat, err := runUCX(a, b, p.B.Addr.Addr(), "ucp_am_lat", 8, 1000)
 	if err != nil || lat.Missing != "" || lat.RTT <= 0 {
 		t.Fatalf("latency: %+v, %v", lat, err)
 	}
-	bw, err := RunUCX(a, b, p.B.Addr.Addr(), "ucp_am_bw", 64<<10, 200)
+	bw, err := runUCX(a, b, p.B.Addr.Addr(), "ucp_am_bw", 64<<10, 200)
 	if err != nil || bw.Missing != "" || bw.MBPerS <= 0 {
 		t.Fatalf("bandwidth: %+v, %v", bw, err)
 	}
@@ -185,7 +185,7 @@ func TestUCX(t *testing.T) {
 		t.Errorf("peer %+v", pr)
 	}
 	t.Setenv("PATH", t.TempDir())
-	u, err := RunUCX(a, b, p.B.Addr.Addr(), "ucp_am_lat", 8, 1000)
+	u, err := runUCX(a, b, p.B.Addr.Addr(), "ucp_am_lat", 8, 1000)
 	if err != nil || u.Missing != ucxNotInstalled || u.Peer().Missing == "" {
 		t.Errorf("without the tool: %+v, %v", u, err)
 	}
@@ -198,8 +198,8 @@ func TestPlotNothingMeasured(t *testing.T) {
 	for name, r := range map[string]interface {
 		Plot(string) ([]string, error)
 	}{
-		"ssam": &SSAMTables{}, "logp": &LogPResult{}, "amii": &AMIIBandwidth{}, "permutations": &PermutationsResult{},
-		"overcommit": &OvercommitResult{}, "incast": &IncastResult{}, "grim": &GRIMBench{},
+		"ssam": &ssamTablesResult{}, "logp": &logpResult{}, "amii": &amiiBandwidthResult{}, "permutations": &permutationsResult{},
+		"overcommit": &overcommitResult{}, "incast": &incastResult{}, "grim": &grimBenchResult{},
 	} {
 		if paths, err := r.Plot(dir); len(paths) != 0 || err != nil {
 			t.Errorf("%s: %v, %v; want nothing", name, paths, err)
@@ -214,7 +214,7 @@ func TestPlotNothingMeasured(t *testing.T) {
 // the coordinated point but not the uncoordinated one name no
 // "no coordination" peer rather than one of zero.
 func TestIncastFiguresPartial(t *testing.T) {
-	r := &IncastResult{Points: []IncastPoint{{Config: "on", Senders: 3, Size: 16384, Ratio: 0.9}}}
+	r := &incastResult{Points: []incastPointRow{{Config: "on", Senders: 3, Size: 16384, Ratio: 0.9}}}
 	figs := r.Figures()
 	if len(figs) == 0 {
 		t.Fatal("no figures")

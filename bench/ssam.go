@@ -14,9 +14,9 @@ import (
 	"github.com/xam-project/xam/loader"
 )
 
-// SSAMVCI is the VCI of the SSAM connection between two ping hosts (its
-// bulk VC is SSAMVCI+1): ssam.Open's.
-const SSAMVCI = ssam.VCI
+// ssamVCI is the VCI of the SSAM connection between two ping hosts (its
+// bulk VC is ssamVCI+1): ssam.Open's.
+const ssamVCI = ssam.VCI
 
 // SSAMEndpoint is an SSAM endpoint over AF_XDP with one connection to a
 // peer: xam's XDP program admitting only the connection's VCIs (SSAM's
@@ -30,7 +30,7 @@ type SSAMEndpoint struct {
 // OpenSSAM opens an SSAM endpoint at p with one connection to the host
 // with MAC peer.
 func OpenSSAM(p datapath.Place, peer net.HardwareAddr, mode loader.Mode, cfg ssam.Config) (*SSAMEndpoint, error) {
-	raw, err := datapath.OpenConfig(p, mode, 0, loader.Config{DstMAC: p.MAC, Admission: true}, SSAMVCI, SSAMVCI+1)
+	raw, err := datapath.OpenConfig(p, mode, 0, loader.Config{DstMAC: p.MAC, Admission: true}, ssamVCI, ssamVCI+1)
 	if err != nil {
 		return nil, err
 	}

@@ -6,14 +6,12 @@ import (
 	"math"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/loader"
 )
 
 // SSAM's tables (von Eicken et al., section 4; shared/papers/README.md §1)
@@ -48,21 +46,15 @@ import (
 // which runs inside a handler inside Poll: it is bracketed with clock reads,
 // and the cost of an empty bracket, measured in the same run, is subtracted.
 
-// SSAMTablesConfig configures RunSSAMTables.
-type SSAMTablesConfig struct {
-	Count       int         // round trips per path, and calls timed per cost; default 20000
-	Bulk        int64       // bytes of each bandwidth run; default 64 MiB
-	BulkMessage int         // bytes per SSAM message, TCP write and UDP datagram; default 8192
-	Mode        loader.Mode // XDP attach mode (default as the doctor recommends)
-	// Progress, if set, is told what is measured next.
-	Progress func(what string)
-	// Stop, when set (by a signal handler, say), ends the run before its
-	// next measurement: the tables hold what was measured and are marked
-	// Interrupted.
-	Stop *atomic.Bool
+// ssamTablesConfig configures runSSAMTables.
+type ssamTablesConfig struct {
+	Count       int   // round trips per path, and calls timed per cost; default 20000
+	Bulk        int64 // bytes of each bandwidth run; default 64 MiB
+	BulkMessage int   // bytes per SSAM message, TCP write and UDP datagram; default 8192
+	RunOptions        // the XDP attach mode, where progress goes, what stops the run
 }
 
-func (c *SSAMTablesConfig) fill() error {
+func (c *ssamTablesConfig) fill() error {
 	if c.Count == 0 {
 		c.Count = 20000
 	}
@@ -90,25 +82,25 @@ const maxDatagram = 65507
 // trips, 32 of the cell's 40 data bytes.
 const ssamMessage = 32
 
-// Paper is what the SSAM paper reported, for context.
-type Paper struct {
+// paperInfo is what the SSAM paper reported, for context.
+type paperInfo struct {
 	Source       string  `json:"source"`
 	Setup        string  `json:"setup"`
 	RTTMicros    float64 `json:"rtt_us"`        // application to application, small messages
 	BulkMBPerSec float64 `json:"bulk_mb_per_s"` // bulk transfer
 }
 
-// PaperSSAM holds SSAM's headline figures (the paper's abstract).
-var PaperSSAM = Paper{
+// paperSSAM holds SSAM's headline figures (the paper's abstract).
+var paperSSAM = paperInfo{
 	Source:       "von Eicken, Avula, Basu, Buch: Low-Latency Communication over ATM Networks using Active Messages (1994)",
 	Setup:        "SPARCstations, Fore SBA-100 on the SBus, 140 Mbit/s TAXI, no switch",
 	RTTMicros:    20,
 	BulkMBPerSec: 5.5,
 }
 
-// Cost is one measured operation of parts 1-3: the mean time of Calls
+// costRow is one measured operation of parts 1-3: the mean time of Calls
 // calls.
-type Cost struct {
+type costRow struct {
 	Op        string  `json:"op"` // short stable name: send, recv1, recv16, sendrecv, null_syscall, ...
 	What      string  `json:"what"`
 	Calls     int     `json:"calls"`
@@ -121,8 +113,8 @@ type Cost struct {
 	EmptyReceives int `json:"empty_receives,omitempty"`
 }
 
-func newCost(op, what string, calls int, total time.Duration, cellsPerCall int) Cost {
-	c := Cost{Op: op, What: what, Calls: calls, Cells: cellsPerCall}
+func newCost(op, what string, calls int, total time.Duration, cellsPerCall int) costRow {
+	c := costRow{Op: op, What: what, Calls: calls, Cells: cellsPerCall}
 	if calls > 0 {
 		c.NsPerCall = roundTo(float64(total.Nanoseconds())/float64(calls), 1)
 	}
@@ -138,8 +130,8 @@ func roundTo(v float64, places int) float64 {
 	return math.Round(v*p) / p
 }
 
-// RTTRow is one path of the round-trip table.
-type RTTRow struct {
+// rttRow is one path of the round-trip table.
+type rttRow struct {
 	Path      string  `json:"path"` // raw, ssam, udp, tcp
 	What      string  `json:"what"`
 	Count     int     `json:"count"`
@@ -152,8 +144,8 @@ type RTTRow struct {
 	P99VsSSAM float64 `json:"p99_vs_ssam"`
 }
 
-// BandwidthRow is one path of the bandwidth table.
-type BandwidthRow struct {
+// bandwidthRow is one path of the bandwidth table.
+type bandwidthRow struct {
 	Path     string  `json:"path"` // ssam, tcp, udp
 	What     string  `json:"what"`
 	Bytes    int64   `json:"bytes"` // delivered
@@ -166,8 +158,8 @@ type BandwidthRow struct {
 	Loss     float64 `json:"loss"` // fraction of datagrams lost (UDP)
 }
 
-// Memory is what an SSAM device pins.
-type Memory struct {
+// ssamMemory is what an SSAM device pins.
+type ssamMemory struct {
 	Window       int `json:"window"`
 	MaxMessage   int `json:"max_message"`
 	SendSlots    int `json:"send_slots"` // 48-byte payload slots per connection
@@ -183,19 +175,19 @@ type Setup struct {
 	Lab    string `json:"lab,omitempty"`
 }
 
-// SSAMTables is the outcome of RunSSAMTables (the JSON of `xam bench ssam`).
-type SSAMTables struct {
+// ssamTablesResult is the outcome of runSSAMTables (the JSON of `xam bench ssam`).
+type ssamTablesResult struct {
 	Setup       Setup          `json:"setup"`
 	Count       int            `json:"count"`
 	Bulk        int64          `json:"bulk_bytes"`
-	Traps       []Cost         `json:"traps"`     // part 1: AF_XDP
-	Syscalls    []Cost         `json:"syscalls"`  // part 2: AF_PACKET
-	AM          []Cost         `json:"am"`        // part 3
-	RTT         []RTTRow       `json:"rtt"`       // part 4
-	Bandwidth   []BandwidthRow `json:"bandwidth"` // part 4
-	Memory      Memory         `json:"memory"`
+	Traps       []costRow      `json:"traps"`     // part 1: AF_XDP
+	Syscalls    []costRow      `json:"syscalls"`  // part 2: AF_PACKET
+	AM          []costRow      `json:"am"`        // part 3
+	RTT         []rttRow       `json:"rtt"`       // part 4
+	Bandwidth   []bandwidthRow `json:"bandwidth"` // part 4
+	Memory      ssamMemory     `json:"memory"`
 	ClockNs     float64        `json:"clock_bracket_ns"` // an empty time.Now/time.Since bracket
-	Paper       Paper          `json:"paper"`
+	Paper       paperInfo      `json:"paper"`
 	Retransmits uint64         `json:"ssam_retransmits"` // during the AM-layer and round-trip runs
 	Interrupted bool           `json:"interrupted,omitempty"`
 
@@ -204,16 +196,16 @@ type SSAMTables struct {
 
 // Histogram returns the round trips recorded for path (raw, ssam, udp,
 // tcp), or nil.
-func (t *SSAMTables) Histogram(path string) *hdrhistogram.Histogram { return t.hists[path] }
+func (t *ssamTablesResult) Histogram(path string) *hdrhistogram.Histogram { return t.hists[path] }
 
-// RunSSAMTables measures SSAM's tables between a and b, whose IPv4
+// runSSAMTables measures SSAM's tables between a and b, whose IPv4
 // addresses are aAddr and bAddr. No XDP program may be attached to either
 // device when it starts.
-func RunSSAMTables(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig) (*SSAMTables, error) {
+func runSSAMTables(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg ssamTablesConfig) (*ssamTablesResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	t := &SSAMTables{Count: cfg.Count, Bulk: cfg.Bulk, Paper: PaperSSAM, hists: map[string]*hdrhistogram.Histogram{}}
+	t := &ssamTablesResult{Count: cfg.Count, Bulk: cfg.Bulk, Paper: paperSSAM, hists: map[string]*hdrhistogram.Histogram{}}
 	// step says what is measured next, or false when the run is to stop.
 	step := stepper(cfg.Stop, cfg.Progress, &t.Interrupted)
 	var err error
@@ -229,7 +221,7 @@ func RunSSAMTables(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg SSAMTablesC
 	if t.Syscalls, err = packetTraps(a, b, cfg); err != nil {
 		return nil, fmt.Errorf("system-call path: %w", err)
 	}
-	t.Syscalls = append([]Cost{t.Traps[0]}, t.Syscalls...) // the null system call, for reference
+	t.Syscalls = append([]costRow{t.Traps[0]}, t.Syscalls...) // the null system call, for reference
 	if !step("the Active Messages layer") {
 		return t, nil
 	}
@@ -246,7 +238,7 @@ func RunSSAMTables(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg SSAMTablesC
 }
 
 // roundTrips measures part 4's round trips.
-func (t *SSAMTables) roundTrips(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, step func(string) bool) error {
+func (t *ssamTablesResult) roundTrips(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg ssamTablesConfig, step func(string) bool) error {
 	pc := PingConfig{Count: cfg.Count, Size: ssamMessage, Mode: cfg.Mode}
 	paths := []struct {
 		path, what string
@@ -262,7 +254,7 @@ func (t *SSAMTables) roundTrips(a, b datapath.Place, aAddr, bAddr netip.Addr, cf
 			return &r.PingResult, nil
 		}},
 		{"udp", "kernel UDP sockets, blocking echo", func() (*PingResult, error) { return UDPPing(a, b, aAddr, bAddr, pc) }},
-		{"tcp", "kernel TCP, TCP_NODELAY, blocking echo", func() (*PingResult, error) { return TCPPing(a, b, aAddr, bAddr, pc) }},
+		{"tcp", "kernel TCP, TCP_NODELAY, blocking echo", func() (*PingResult, error) { return tcpPing(a, b, aAddr, bAddr, pc) }},
 	}
 	for _, p := range paths {
 		if !step(p.path + " round trips") {
@@ -276,7 +268,7 @@ func (t *SSAMTables) roundTrips(a, b datapath.Place, aAddr, bAddr netip.Addr, cf
 			return fmt.Errorf("%s round trips: all %d lost", p.path, r.Lost)
 		}
 		t.hists[p.path] = r.Histogram()
-		t.RTT = append(t.RTT, RTTRow{Path: p.path, What: p.what, Count: r.Count, Size: r.Size, Lost: r.Lost, RTT: r.RTT})
+		t.RTT = append(t.RTT, rttRow{Path: p.path, What: p.what, Count: r.Count, Size: r.Size, Lost: r.Lost, RTT: r.RTT})
 	}
 	if len(t.RTT) < 2 {
 		return nil // interrupted before the ratios' references
@@ -300,7 +292,7 @@ func ratio(a, b int64) float64 {
 }
 
 // bandwidth measures part 4's bandwidth.
-func (t *SSAMTables) bandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg SSAMTablesConfig, step func(string) bool) error {
+func (t *ssamTablesResult) bandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg ssamTablesConfig, step func(string) bool) error {
 	if !step("SSAM bulk write") {
 		return nil
 	}
@@ -311,24 +303,24 @@ func (t *SSAMTables) bandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg
 	if !step("TCP stream") {
 		return nil
 	}
-	tb, err := TCPStream(a, b, aAddr, bAddr, cfg.Bulk, cfg.BulkMessage)
+	tb, err := tcpStream(a, b, aAddr, bAddr, cfg.Bulk, cfg.BulkMessage)
 	if err != nil {
 		return fmt.Errorf("TCP stream: %w", err)
 	}
 	if !step("UDP blast") {
 		return nil
 	}
-	ub, err := UDPBlast(a, b, aAddr, bAddr, cfg.Bulk, cfg.BulkMessage)
+	ub, err := udpBlast(a, b, aAddr, bAddr, cfg.Bulk, cfg.BulkMessage)
 	if err != nil {
 		return fmt.Errorf("UDP blast: %w", err)
 	}
-	row := func(r *BulkResult, what string) BandwidthRow {
-		return BandwidthRow{Path: r.API, What: what, Bytes: r.Bytes, Message: r.Message, Seconds: r.Seconds,
+	row := func(r *BulkResult, what string) bandwidthRow {
+		return bandwidthRow{Path: r.API, What: what, Bytes: r.Bytes, Message: r.Message, Seconds: r.Seconds,
 			MBPerSec: roundTo(r.MBPerSec, 2), VsSSAM: roundTo(r.MBPerSec/sb.MBPerSec, 3)}
 	}
 	u := row(&ub.BulkResult, "kernel UDP datagrams sent back to back; goodput at the receiver")
 	u.Sent, u.Received, u.Loss = ub.Sent, ub.Received, ub.Loss
-	t.Bandwidth = []BandwidthRow{
+	t.Bandwidth = []bandwidthRow{
 		row(sb, "SSAM bulk write: AAL5 requests pipelined through the window, acked explicitly"),
 		row(tb, "kernel TCP stream of the same bytes"),
 		u,
@@ -337,7 +329,7 @@ func (t *SSAMTables) bandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg
 }
 
 // Markdown writes the tables as Markdown, one table per part.
-func (t *SSAMTables) Markdown(w io.Writer) error {
+func (t *ssamTablesResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# SSAM's tables, measured today\n\n")
@@ -414,7 +406,7 @@ func (t *SSAMTables) Markdown(w io.Writer) error {
 
 // costTable writes a table of costs; with base, a column of ratios to the
 // base cost of the same operation.
-func costTable(b *strings.Builder, costs, base []Cost) {
+func costTable(b *strings.Builder, costs, base []costRow) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	if base == nil {
 		p("| operation | ns per call | cells | ns per cell | what |\n|---|--:|--:|--:|---|\n")
@@ -447,7 +439,7 @@ func costTable(b *strings.Builder, costs, base []Cost) {
 	}
 }
 
-func amCalls(costs []Cost) int {
+func amCalls(costs []costRow) int {
 	for _, c := range costs {
 		if c.Op == "handle_request_reply" {
 			return c.Calls

@@ -45,7 +45,7 @@ func timeRounds(ops, round int, prepare func(k int) error, op func() error) (tim
 }
 
 // nullSyscall times n getppid(2) system calls.
-func nullSyscall(n int) Cost {
+func nullSyscall(n int) costRow {
 	runtime.GC()
 	start := time.Now()
 	for range n {
@@ -123,7 +123,7 @@ func drainDevice(d *driver.Device) error {
 // trapCosts times the device's calls: tx sends to rx (and, for
 // send-receive, rx to tx). Both devices have one connection and send areas
 // of the same size.
-func trapCosts(tx, rx *driver.Device, arr arrivals, ops int, syscalls bool) ([]Cost, error) {
+func trapCosts(tx, rx *driver.Device, arr arrivals, ops int, syscalls bool) ([]costRow, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tb, err := newTrapBench(tx, rx, arr, ops, syscalls)
@@ -154,7 +154,7 @@ type trapBench struct {
 	mask     int  // slots in a send area, less one (a power of two)
 	off      int  // the slot the next send starts at
 	empty    int  // receive calls that found nothing since the last cost
-	out      []Cost
+	out      []costRow
 }
 
 // newTrapBench checks that tx and rx have send areas of the same size, of
@@ -335,25 +335,25 @@ func (tb *trapBench) sendRecv() error {
 
 // xdpTraps measures part 1 on the SSAM devices of two SSAM endpoints at
 // their defaults, and what those devices pin.
-func xdpTraps(a, b datapath.Place, cfg SSAMTablesConfig) ([]Cost, Memory, error) {
+func xdpTraps(a, b datapath.Place, cfg ssamTablesConfig) ([]costRow, ssamMemory, error) {
 	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, ssam.Config{})
 	if err != nil {
-		return nil, Memory{}, fmt.Errorf("SSAM endpoint A: %w", err)
+		return nil, ssamMemory{}, fmt.Errorf("SSAM endpoint A: %w", err)
 	}
 	defer ea.Close()
 	eb, err := OpenSSAM(b, a.MAC, cfg.Mode, ssam.Config{})
 	if err != nil {
-		return nil, Memory{}, fmt.Errorf("SSAM endpoint B: %w", err)
+		return nil, ssamMemory{}, fmt.Errorf("SSAM endpoint B: %w", err)
 	}
 	defer eb.Close()
 	mem, err := pinned(ea)
 	if err != nil {
-		return nil, Memory{}, fmt.Errorf("pinned memory: %w", err)
+		return nil, ssamMemory{}, fmt.Errorf("pinned memory: %w", err)
 	}
-	costs := []Cost{nullSyscall(max(10*cfg.Count, 100000))}
+	costs := []costRow{nullSyscall(max(10*cfg.Count, 100000))}
 	more, err := trapCosts(ea.AM.Device(), eb.AM.Device(), xdpArrivals{ea.AM.Device(): ea.Raw.Prog, eb.AM.Device(): eb.Raw.Prog}, cfg.Count, false)
 	if err != nil {
-		return nil, Memory{}, err
+		return nil, ssamMemory{}, err
 	}
 	return append(costs, more...), mem, nil
 }
@@ -361,9 +361,9 @@ func xdpTraps(a, b datapath.Place, cfg SSAMTablesConfig) ([]Cost, Memory, error)
 // pinned reports what e's device pins, and what one more peer would add
 // (measured on devices with one and two connections over an in-memory
 // link of the same MTU).
-func pinned(e *SSAMEndpoint) (Memory, error) {
+func pinned(e *SSAMEndpoint) (ssamMemory, error) {
 	c := e.AM.Config()
-	m := Memory{
+	m := ssamMemory{
 		Window: c.Window, MaxMessage: c.MaxMessage,
 		SendSlots:   len(e.AM.Device().SendArea(0)) / cells.PayloadSize,
 		RecvSlots:   driver.DefaultRecvSlots, // OpenSSAM's
@@ -379,7 +379,7 @@ func pinned(e *SSAMEndpoint) (Memory, error) {
 	for n := range 2 {
 		dc := driver.Config{SendSlots: m.SendSlots, RecvSlots: m.RecvSlots}
 		for i := range n + 1 {
-			v := uint16(SSAMVCI + 2*i)
+			v := uint16(ssamVCI + 2*i)
 			dc.Conns = append(dc.Conns, driver.ConnSpec{Peer: lb.HardwareAddr(), SendVCI: v, RecvVCI: v})
 		}
 		d, err := driver.Open(la, dc)
@@ -397,13 +397,13 @@ func pinned(e *SSAMEndpoint) (Memory, error) {
 
 // packetTraps measures part 2: devices opened with driver.OpenPacket, as
 // the AF_XDP ones are configured.
-func packetTraps(a, b datapath.Place, cfg SSAMTablesConfig) ([]Cost, error) {
+func packetTraps(a, b datapath.Place, cfg ssamTablesConfig) ([]costRow, error) {
 	slots := ssam.SendSlots(8, 8192) // OpenSSAM's default window and message size
 	var devs [2]*driver.Device
 	for i, s := range []struct{ here, peer datapath.Place }{{a, b}, {b, a}} {
 		err := s.here.Do(func() (err error) {
 			devs[i], err = driver.OpenPacket(s.here.Ifindex, driver.Config{
-				Conns:     []driver.ConnSpec{{Peer: s.peer.MAC, SendVCI: SSAMVCI, RecvVCI: SSAMVCI}},
+				Conns:     []driver.ConnSpec{{Peer: s.peer.MAC, SendVCI: ssamVCI, RecvVCI: ssamVCI}},
 				SendSlots: slots,
 			})
 			return err
@@ -429,7 +429,7 @@ const amWindow = ssam.MaxWindow
 // it sends nothing (b acks explicitly); it replies inside a clock bracket
 // (which times Token.Reply alone, and, by difference, the rest of b's
 // poll). The retransmission timeout is a second, so nothing is resent.
-func amCosts(a, b datapath.Place, cfg SSAMTablesConfig) ([]Cost, float64, uint64, error) {
+func amCosts(a, b datapath.Place, cfg ssamTablesConfig) ([]costRow, float64, uint64, error) {
 	amc := ssam.Config{Window: amWindow, Timeout: time.Second}
 	ea, err := OpenSSAM(a, b.MAC, cfg.Mode, amc)
 	if err != nil {
@@ -583,17 +583,17 @@ func pollUntil(e *SSAMEndpoint, done func(handled int) bool) error {
 // each kind, and clock the cost of an empty clock bracket. It fails when
 // a figure that has the bracket subtracted is not positive: the clock
 // would then be measuring itself.
-func (m *amBench) costs(n int, clock float64) ([]Cost, error) {
+func (m *amBench) costs(n int, clock float64) ([]costRow, error) {
 	send, handle, back := m.send, m.handle, m.back
 	per := func(d time.Duration, calls int) float64 { return float64(d.Nanoseconds()) / float64(calls) }
-	cost := func(op, what string, ns float64, calls int) Cost {
-		return Cost{Op: op, What: what, Calls: calls, NsPerCall: roundTo(ns, 1)}
+	cost := func(op, what string, ns float64, calls int) costRow {
+		return costRow{Op: op, What: what, Calls: calls, NsPerCall: roundTo(ns, 1)}
 	}
 	// The brackets cost about one clock read outside what they measure
 	// and one inside: take one off each side.
 	reply := per(m.inReply, n) - clock
 	dispatch := per(handle[2]-m.inReply, n) - clock
-	costs := []Cost{
+	costs := []costRow{
 		cost("send_request", fmt.Sprintf("Request: a %d-byte single-cell request, window open (its poll finds nothing)", ssamMessage),
 			per(send[0]+send[1]+send[2], 3*n), 3*n),
 		cost("handle_request", "responder's Poll per request: receive, check, dispatch, run the handler (less its reply)",

@@ -68,10 +68,10 @@ func tcpPair(a, b datapath.Place, bAddr netip.Addr, port int) (ca, cb *net.TCPCo
 	return ca, cb, nil
 }
 
-// TCPPing runs a ping-pong of size-byte messages (at least 8) from a to b
+// tcpPing runs a ping-pong of size-byte messages (at least 8) from a to b
 // over a kernel TCP connection with TCP_NODELAY, b echoing each message
 // with blocking reads, as UDPPing does with datagrams.
-func TCPPing(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, error) {
+func tcpPing(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*PingResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -127,10 +127,10 @@ func TCPPing(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*Pin
 	return r, nil
 }
 
-// TCPStream sends total bytes from a to b over a kernel TCP connection in
+// tcpStream sends total bytes from a to b over a kernel TCP connection in
 // writes of msg bytes; the rate counts from the first write until b has
 // read the last byte.
-func TCPStream(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int) (*BulkResult, error) {
+func tcpStream(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int) (*BulkResult, error) {
 	if msg < 1 || total < 1 {
 		return nil, fmt.Errorf("bench: TCP stream of %d bytes in %d-byte writes", total, msg)
 	}
@@ -178,9 +178,9 @@ func TCPStream(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg in
 	return &BulkResult{API: "tcp", Bytes: r.n, Message: msg, Seconds: secs, MBPerSec: float64(r.n) / secs / 1e6}, nil
 }
 
-// BlastResult is the outcome of UDPBlast: the rate counts the bytes that
+// blastResult is the outcome of udpBlast: the rate counts the bytes that
 // arrived.
-type BlastResult struct {
+type blastResult struct {
 	BulkResult
 	Sent     int     `json:"datagrams_sent"`
 	Received int     `json:"datagrams_received"`
@@ -191,12 +191,12 @@ type BlastResult struct {
 // (as the AF_PACKET path asks for its own).
 const udpRcvBuf = 4 << 20
 
-// UDPBlast sends total bytes from a to b as datagrams of msg bytes, back to
+// udpBlast sends total bytes from a to b as datagrams of msg bytes, back to
 // back with no flow control, and counts at b what arrives: the rate is the
 // bytes received over the time from the first send to the last arrival.
 // The receiver stops when every datagram has arrived, or 200 ms after the
 // last one did.
-func UDPBlast(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int) (*BlastResult, error) {
+func udpBlast(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int) (*blastResult, error) {
 	if msg < 1 || msg > maxDatagram || total < 1 {
 		return nil, fmt.Errorf("bench: UDP blast of %d bytes in %d-byte datagrams", total, msg)
 	}
@@ -271,7 +271,7 @@ func UDPBlast(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int
 		return nil, fmt.Errorf("bench: none of %d datagrams arrived", datagrams)
 	}
 	secs := r.last.Sub(start).Seconds()
-	return &BlastResult{
+	return &blastResult{
 		BulkResult: BulkResult{API: "udp", Bytes: r.n, Message: msg, Seconds: secs, MBPerSec: float64(r.n) / secs / 1e6},
 		Sent:       datagrams, Received: r.count, Loss: 1 - float64(r.count)/float64(datagrams),
 	}, nil

@@ -15,32 +15,32 @@ import (
 )
 
 // fakeTables returns tables with made-up numbers and histograms.
-func fakeTables() *SSAMTables {
-	cost := func(op string, ns float64, cells, sys int) Cost {
-		c := Cost{Op: op, What: op + " does things", Calls: 1000, NsPerCall: ns, Cells: cells, Syscalls: sys}
+func fakeTables() *ssamTablesResult {
+	cost := func(op string, ns float64, cells, sys int) costRow {
+		c := costRow{Op: op, What: op + " does things", Calls: 1000, NsPerCall: ns, Cells: cells, Syscalls: sys}
 		if cells > 0 {
 			c.NsPerCell = ns / float64(cells)
 		}
 		return c
 	}
 	null := cost("null_syscall", 250, 0, 0)
-	t := &SSAMTables{
+	t := &ssamTablesResult{
 		Setup: Setup{Kernel: "6.18.0", CPUs: 2, Lab: "a test lab"},
-		Count: 1000, Bulk: 1 << 20, Paper: PaperSSAM, ClockNs: 31,
-		Traps: []Cost{null, cost("send", 2700, 1, 0), cost("recv1", 80, 1, 0), cost("recv16", 480, 16, 0)},
-		Syscalls: []Cost{null, cost("send", 2200, 1, 1), cost("recv1", 1200, 1, 1),
-			func() Cost { c := cost("recv16", 16000, 16, 16); c.EmptyReceives = 3; return c }()},
-		AM: []Cost{cost("send_request", 2900, 0, 0), cost("handle_request_reply", 3100, 0, 0)},
-		RTT: []RTTRow{
+		Count: 1000, Bulk: 1 << 20, Paper: paperSSAM, ClockNs: 31,
+		Traps: []costRow{null, cost("send", 2700, 1, 0), cost("recv1", 80, 1, 0), cost("recv16", 480, 16, 0)},
+		Syscalls: []costRow{null, cost("send", 2200, 1, 1), cost("recv1", 1200, 1, 1),
+			func() costRow { c := cost("recv16", 16000, 16, 16); c.EmptyReceives = 3; return c }()},
+		AM: []costRow{cost("send_request", 2900, 0, 0), cost("handle_request_reply", 3100, 0, 0)},
+		RTT: []rttRow{
 			{Path: "raw", What: "raw frames", Count: 1000, Size: 32, RTT: RTT{P50: 4000, P99: 8000}, P50VsRaw: 1, P99VsRaw: 1, P50VsSSAM: 0.5, P99VsSSAM: 0.8},
 			{Path: "ssam", What: "SSAM", Count: 1000, Size: 32, RTT: RTT{P50: 8000, P99: 10000}, P50VsRaw: 2, P99VsRaw: 1.25, P50VsSSAM: 1, P99VsSSAM: 1},
 			{Path: "tcp", What: "TCP", Count: 1000, Size: 32, Lost: 1, RTT: RTT{P50: 16500, P99: 36000}, P50VsRaw: 4.126, P99VsRaw: 4.5, P50VsSSAM: 2.0625, P99VsSSAM: 3.6},
 		},
-		Bandwidth: []BandwidthRow{
+		Bandwidth: []bandwidthRow{
 			{Path: "ssam", What: "bulk", Bytes: 1 << 20, Message: 8192, Seconds: 0.004, MBPerSec: 262.1, VsSSAM: 1},
 			{Path: "udp", What: "blast", Bytes: 1 << 19, Message: 8192, Seconds: 0.002, MBPerSec: 262.1, VsSSAM: 1, Sent: 128, Received: 64, Loss: 0.5},
 		},
-		Memory: Memory{Window: 8, MaxMessage: 8192, SendSlots: 4096, RecvSlots: 2048, PinnedBytes: 532480, PerPeerBytes: 307200},
+		Memory: ssamMemory{Window: 8, MaxMessage: 8192, SendSlots: 4096, RecvSlots: 2048, PinnedBytes: 532480, PerPeerBytes: 307200},
 		hists:  map[string]*hdrhistogram.Histogram{},
 	}
 	for i, path := range []string{"raw", "ssam", "udp", "tcp"} {
@@ -137,10 +137,10 @@ func TestPlotRTT(t *testing.T) {
 			t.Errorf("unexpected file %s", p)
 		}
 	}
-	if err := PlotRTT("nothing", []RTTSeries{{Name: "empty", Hist: newHistogram()}, {Name: "nil"}}, nil, filepath.Join(dir, "x.png")); err == nil {
+	if err := plotRTT("nothing", []rttSeries{{Name: "empty", Hist: newHistogram()}, {Name: "nil"}}, nil, filepath.Join(dir, "x.png")); err == nil {
 		t.Error("plotting no round trips succeeded")
 	}
-	if err := PlotRTT("bad path", []RTTSeries{{Name: "raw", Hist: fakeTables().hists["raw"]}}, nil, filepath.Join(dir, "no", "such", "x.svg")); err == nil {
+	if err := plotRTT("bad path", []rttSeries{{Name: "raw", Hist: fakeTables().hists["raw"]}}, nil, filepath.Join(dir, "no", "such", "x.svg")); err == nil {
 		t.Error("writing into a missing directory succeeded")
 	}
 }
@@ -171,38 +171,38 @@ func TestCDF(t *testing.T) {
 }
 
 func TestSSAMTablesConfig(t *testing.T) {
-	c := SSAMTablesConfig{}
+	c := ssamTablesConfig{}
 	if err := c.fill(); err != nil || c.Count != 20000 || c.Bulk != 64<<20 || c.BulkMessage != 8192 {
 		t.Errorf("defaults: %+v, %v", c, err)
 	}
-	for _, c := range []SSAMTablesConfig{{Count: -1}, {Bulk: -5}, {BulkMessage: 70000}} {
+	for _, c := range []ssamTablesConfig{{Count: -1}, {Bulk: -5}, {BulkMessage: 70000}} {
 		if err := c.fill(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
 	}
 }
 
-// TestKernelPeers runs the kernel peers that RunSSAMTables adds to UDPPing:
+// TestKernelPeers runs the kernel peers that runSSAMTables adds to UDPPing:
 // the TCP ping-pong, the TCP stream and the UDP blast.
 func TestKernelPeers(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)
 	aAddr, bAddr := p.A.Addr.Addr(), p.B.Addr.Addr()
-	r, err := TCPPing(a, b, aAddr, bAddr, PingConfig{Count: 500, Size: 32})
+	r, err := tcpPing(a, b, aAddr, bAddr, PingConfig{Count: 500, Size: 32})
 	checkResult(t, r, err, 500)
 	if r.API != "tcp" || r.Size != 32 {
 		t.Errorf("TCPPing: api %q size %d", r.API, r.Size)
 	}
 	const total = 3<<20 + 100 // not a multiple of the message
-	s, err := TCPStream(a, b, aAddr, bAddr, total, 8192)
+	s, err := tcpStream(a, b, aAddr, bAddr, total, 8192)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Bytes != total || s.MBPerSec <= 0 || s.Seconds <= 0 {
 		t.Errorf("TCPStream: %+v", s)
 	}
-	u, err := UDPBlast(a, b, aAddr, bAddr, total, 8192)
+	u, err := udpBlast(a, b, aAddr, bAddr, total, 8192)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +213,6 @@ func TestKernelPeers(t *testing.T) {
 	t.Logf("TCP p50 %v; TCP stream %.0f MB/s; UDP blast %.0f MB/s, %.2f%% lost",
 		time.Duration(r.RTT.P50), s.MBPerSec, u.MBPerSec, 100*u.Loss)
 	// A second TCP ping-pong reuses the port at once.
-	r, err = TCPPing(a, b, aAddr, bAddr, PingConfig{Count: 10})
+	r, err = tcpPing(a, b, aAddr, bAddr, PingConfig{Count: 10})
 	checkResult(t, r, err, 10)
 }

@@ -22,8 +22,8 @@ import (
 // client on a, UCX_TLS=tcp. Where the tool is missing, the peer says "not
 // installed" rather than failing the experiment.
 
-// UCXPerftest is the tool's name on $PATH.
-const UCXPerftest = "ucx_perftest"
+// ucxPerftest is the tool's name on $PATH.
+const ucxPerftest = "ucx_perftest"
 
 // ucxNotInstalled is the peer's note when the tool is missing.
 const ucxNotInstalled = "not installed (Debian ucx-utils; scripts/deps.sh installs it)"
@@ -31,9 +31,9 @@ const ucxNotInstalled = "not installed (Debian ucx-utils; scripts/deps.sh instal
 // ucxPort is the port of the tool's server in the lab host's namespace.
 const ucxPort = 13337
 
-// UCXResult is what ucx_perftest measured: for ucp_am_lat the round trip
+// ucxResult is what ucx_perftest measured: for ucp_am_lat the round trip
 // (twice the tool's one-way median), for ucp_am_bw the bandwidth.
-type UCXResult struct {
+type ucxResult struct {
 	Test    string  `json:"test"` // ucp_am_lat, ucp_am_bw
 	Size    int     `json:"message_bytes"`
 	Iters   int     `json:"iterations"`
@@ -44,7 +44,7 @@ type UCXResult struct {
 
 // Peer returns the result as a peer of a figure: its round trip for the
 // latency test, its bandwidth for the bandwidth test.
-func (u *UCXResult) Peer() Peer {
+func (u *ucxResult) Peer() Peer {
 	name := fmt.Sprintf("UCX AM over TCP (%s, %d B)", u.Test, u.Size)
 	if u.Missing != "" {
 		return Peer{Name: name, Missing: u.Missing}
@@ -55,12 +55,12 @@ func (u *UCXResult) Peer() Peer {
 	return peer(name, u.MBPerS)
 }
 
-// RunUCX runs ucx_perftest's test (ucp_am_lat or ucp_am_bw) from a to b
+// runUCX runs ucx_perftest's test (ucp_am_lat or ucp_am_bw) from a to b
 // (address bAddr): iters messages of size bytes. A missing tool is not an
 // error: the result says so.
-func RunUCX(a, b datapath.Place, bAddr netip.Addr, test string, size, iters int) (*UCXResult, error) {
-	res := &UCXResult{Test: test, Size: size, Iters: iters}
-	tool, err := exec.LookPath(UCXPerftest)
+func runUCX(a, b datapath.Place, bAddr netip.Addr, test string, size, iters int) (*ucxResult, error) {
+	res := &ucxResult{Test: test, Size: size, Iters: iters}
+	tool, err := exec.LookPath(ucxPerftest)
 	if err != nil {
 		res.Missing = ucxNotInstalled
 		return res, nil
