@@ -112,6 +112,7 @@ type RunConfig struct {
 	Device       string  `json:"device,omitempty"`        // a device given (--dev); empty: a lab built for the run
 	Peer         string  `json:"peer,omitempty"`          // the peer's MAC with --dev
 	InjectedLoss float64 `json:"injected_loss,omitempty"` // the fraction the XDP programs dropped (--loss)
+	InjectedDup  float64 `json:"injected_dup,omitempty"`  // the fraction the switch delivered twice (--dup)
 	EngineMode   string  `json:"engine_mode,omitempty"`   // AM-II: inline or firmware
 	FWSleepNS    int64   `json:"fw_sleep_ns,omitempty"`   // AM-II firmware mode: the engines' idle time before sleeping
 	FWThreads    int     `json:"fw_threads,omitempty"`    // AM-II firmware mode: engine threads for the two hosts

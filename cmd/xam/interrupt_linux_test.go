@@ -235,6 +235,8 @@ func TestBadValues(t *testing.T) {
 		{[]string{"ping", "--count", "0"}, "--count 0: want at least 1"},
 		{[]string{"ping", "--loss", "0.1", "--api", "raw"}, "--loss works with --api ssam, amii or grim only"},
 		{[]string{"ping", "--loss", "1", "--api", "ssam"}, "--loss 1: want a fraction in [0, 1)"},
+		{[]string{"ping", "--dup", "0.1", "--api", "udp"}, "--dup works with --api ssam, amii or grim only"},
+		{[]string{"ping", "--dup", "-0.5", "--api", "amii"}, "--dup -0.5: want a fraction in [0, 1)"},
 		{[]string{"ping", "--mode", "firmware"}, "--mode firmware works with --api amii or grim only"},
 		{[]string{"lab", "up", "--hosts", "0"}, "--hosts 0: want 2..250"},
 		{[]string{"lab", "up", "--port-buffer", "64k"}, "--port-buffer needs --port-rate"},

@@ -826,6 +826,19 @@ func TestPingAMII(t *testing.T) {
 	if code, _, errs := xam(t, nil, "ping", "--api", "raw", "--mode", "firmware"); code != 2 || !strings.Contains(errs, "works with --api amii") {
 		t.Errorf("--mode firmware with --api raw: exit %d, %s", code, errs)
 	}
+	// Duplicated frames (the lab's switch copies a fifth of them) and
+	// lost ones: every request handled once, each answered.
+	code, out, errs = xam(t, nil, "ping", "--api", "amii", "--count", "300", "--loss", "0.05", "--dup", "0.2", "--json")
+	var d struct {
+		result
+		Retransmits uint64 `json:"retransmits"`
+		Config      struct {
+			Dup float64 `json:"injected_dup"`
+		} `json:"config"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &d) != nil || d.Lost != 0 || d.Duplicates != 0 || d.Delivered != d.Sent || d.Sent != 330 || d.Config.Dup != 0.2 {
+		t.Errorf("ping --api amii --dup 0.2: exit %d, %+v: %s %s", code, d, out, errs)
+	}
 }
 
 // TestPingGRIM: xam ping --api grim, short messages inline and bulk

@@ -23,7 +23,7 @@ import (
 	"github.com/xam-project/xam/nicfw/daemon"
 )
 
-const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
+const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--dup P] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
 
 // maxPingSize bounds --size: a message larger than the device's MTU is
 // refused by the path itself, with the MTU in its error.
@@ -37,6 +37,7 @@ type pingOptions struct {
 	engineMode string // --mode: inline or firmware
 	xdpMode    string
 	loss       float64
+	dup        float64
 	fwSleep    time.Duration
 	fwThreads  int
 	warmup     int
@@ -85,6 +86,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs := o.fs
 	fs.StringVar(&o.api, "api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), grim (GRIM on the firmware engine: short messages up to 16 bytes, bulk above; see --mode), udp (kernel UDP), packet (AF_PACKET)")
 	fs.Float64Var(&o.loss, "loss", 0, "with --api ssam, amii or grim: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
+	fs.Float64Var(&o.dup, "dup", 0, "with --api ssam, amii or grim: the fraction of xam frames delivered twice, in [0, 1) (the lab gets a switch, whose ports copy them)")
 	fs.DurationVar(&o.fwSleep, "fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
 	fs.IntVar(&o.fwThreads, "fw-threads", 1, "with --mode firmware: engine threads for the lab's two hosts: 1 (one thread runs both engines, as one NIC processor with two ports) or 2 (one each)")
 	fs.StringVar(&o.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
@@ -145,6 +147,10 @@ func (o *pingOptions) check() error {
 		return usageError("--loss works with --api ssam, amii or grim only (the reliable paths); --api %s has no retransmission", o.api)
 	case o.loss < 0 || o.loss >= 1:
 		return usageError("--loss %v: want a fraction in [0, 1)", o.loss)
+	case o.dup != 0 && o.api != "ssam" && o.api != "amii" && o.api != "grim":
+		return usageError("--dup works with --api ssam, amii or grim only (the paths that drop duplicates); --api %s would count them as answers", o.api)
+	case o.dup < 0 || o.dup >= 1:
+		return usageError("--dup %v: want a fraction in [0, 1)", o.dup)
 	case o.engineMode != "inline" && o.engineMode != "firmware":
 		return usageError("--mode %q: want inline or firmware", o.engineMode)
 	case o.engineMode == "firmware" && o.api != "amii" && o.api != "grim":
@@ -162,7 +168,7 @@ func (o *pingOptions) check() error {
 
 // runConfig returns how the ping ran, as its result records it.
 func (o *pingOptions) runConfig() bench.RunConfig {
-	run := bench.RunConfig{Device: o.dev, Peer: o.peer, InjectedLoss: o.loss}
+	run := bench.RunConfig{Device: o.dev, Peer: o.peer, InjectedLoss: o.loss, InjectedDup: o.dup}
 	if o.api == "amii" || o.api == "grim" {
 		run.EngineMode = o.engineMode
 		if o.engineMode == "firmware" {
@@ -187,6 +193,8 @@ func (o *pingOptions) throughDaemon(e *env) error {
 		return usageError("--endpoint %d: want %d..65535", o.endpoint, daemon.FirstUserEndpoint)
 	case o.loss > 0:
 		return usageError("--loss needs the lab built for the run (no --socket)")
+	case o.dup > 0:
+		return usageError("--dup needs the lab built for the run (no --socket)")
 	}
 	tag, err := o.daemonTag(e)
 	if err != nil {
@@ -239,6 +247,8 @@ func (o *pingOptions) checkDevice() error {
 		return usageError("with --dev --api ssam give --peer MAC (and --serve on the responding host): an SSAM connection is bound to its peer")
 	case o.loss > 0:
 		return usageError("--loss needs the lab built for the run (no --dev)")
+	case o.dup > 0:
+		return usageError("--dup needs the lab built for the run (no --dev)")
 	}
 	return nil
 }
@@ -290,12 +300,19 @@ func (o *pingOptions) onDevice(e *env, mac net.HardwareAddr, run bench.RunConfig
 // inLab pings between the two hosts of a lab built for the run, removed
 // when the ping ends or is interrupted.
 func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
-	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid())})
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid()), Switch: o.dup > 0})
 	if err != nil {
 		return err
 	}
 	in.onExit(l.Down)
 	defer l.Down()
+	if o.dup > 0 {
+		ds, err := datapath.Duplicate(l, o.dup, 0)
+		if err != nil {
+			return err
+		}
+		defer ds.Close()
+	}
 	a, b := l.Hosts[0], l.Hosts[1]
 	pa := datapath.OnHost(a)
 	pb := datapath.OnHost(b)
@@ -310,7 +327,8 @@ func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
 // as text, and returns the error the command ends with (pingOutcome).
 func reportPing(e *env, r any, run bench.RunConfig, asJSON bool) error {
 	pr := pingResult(r)
-	pr.Config.InjectedLoss, pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWThreads = run.InjectedLoss, run.EngineMode, run.FWSleepNS, run.FWThreads
+	pr.Config.InjectedLoss, pr.Config.InjectedDup = run.InjectedLoss, run.InjectedDup
+	pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWThreads = run.EngineMode, run.FWSleepNS, run.FWThreads
 	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err

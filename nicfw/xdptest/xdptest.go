@@ -70,32 +70,20 @@ func StarFaults(tb testing.TB, name string, n int, f Faults) []afxdp.Link {
 		}
 	})
 	if f.Dup > 0 {
-		for i, port := range l.Switch.Ports {
-			err := l.Switch.Do(func() error {
-				link, err := l.Switch.Netlink.LinkByName(port)
-				if err != nil {
-					return err
-				}
-				d, err := loader.AttachDuplicator(link.Attrs().Index, loader.Duplicate{Rate: f.Dup, Seed: uint64(100 + i)})
-				if err != nil {
-					return err
-				}
-				tb.Cleanup(func() {
-					// The faults were made: a port that saw traffic
-					// duplicated some of it.
-					if c, err := d.Counters(); err == nil && c.Seen >= 200 && c.Duplicated == 0 {
-						tb.Errorf("the duplicator on %s saw %d frames and duplicated none", port, c.Seen)
-					} else if err == nil {
-						tb.Logf("the duplicator on %s: %d of %d frames sent twice", port, c.Duplicated, c.Seen)
-					}
-					d.Close()
-				})
-				return nil
-			})
-			if err != nil {
-				tb.Fatalf("duplicator on %s: %v", port, err)
-			}
+		ds, err := datapath.Duplicate(l, f.Dup, 100)
+		if err != nil {
+			tb.Fatal(err)
 		}
+		tb.Cleanup(func() {
+			// The faults were made: a switch that saw traffic duplicated
+			// some of it.
+			if c, err := ds.Counters(); err == nil && c.Seen >= 200 && c.Duplicated == 0 {
+				tb.Errorf("the duplicators saw %d frames and duplicated none", c.Seen)
+			} else if err == nil {
+				tb.Logf("the duplicators: %d of %d frames sent twice", c.Duplicated, c.Seen)
+			}
+			ds.Close()
+		})
 	}
 	var links []afxdp.Link
 	for i, h := range l.Hosts {
