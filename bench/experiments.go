@@ -44,6 +44,9 @@ type Params struct {
 	Bulk    int64
 	Clients int // logp: the most clients (default 7)
 	Flood   int // hostile: forged frames (default 100000)
+	// Dup is the fraction of xam frames the lab's switch delivers twice
+	// (hostile; its lab then has a switch).
+	Dup float64
 	// Incast is the incast experiment's points and switch.
 	Incast IncastParams
 }
@@ -179,11 +182,8 @@ func Specs() []Spec {
 				return resultOf(runEngine(a[0], a[1], b[0], b[1], addrs[0], addrs[1], engineConfig{Count: p.count(), Bulk: p.Bulk, RunOptions: p.RunOptions}))
 			}},
 		{Name: "hostile", Title: "Hostile input and faults against firmware mode, traffic running",
-			Labs: twoHosts,
-			Run: func(labs []*lab.Lab, p Params) (Result, error) {
-				a, _ := hostsOf(labs[0])
-				return resultOf(runHostile(a[0], a[1], hostileConfig{Pings: max(p.count()/10, 100), Flood: p.Flood}))
-			}},
+			Labs: func(p Params) []lab.Config { return []lab.Config{{Name: "bench", Hosts: 2, Switch: p.Dup > 0}} },
+			Run:  runHostileSpec},
 	}
 }
 
@@ -306,4 +306,26 @@ func ucxPeer(a, b datapath.Place, bAddr netip.Addr, test string, size, iters int
 		return &ucxResult{Test: test, Size: size, Iters: iters, Missing: "failed: " + err.Error()}
 	}
 	return u
+}
+
+// runHostileSpec runs the hostile suite, every frame of the lab delivered
+// twice with probability p.Dup.
+func runHostileSpec(labs []*lab.Lab, p Params) (Result, error) {
+	var ds datapath.Duplicators
+	if p.Dup > 0 {
+		var err error
+		if ds, err = datapath.Duplicate(labs[0], p.Dup, 0); err != nil {
+			return nil, err
+		}
+		defer ds.Close()
+	}
+	a, _ := hostsOf(labs[0])
+	r, err := runHostile(a[0], a[1], hostileConfig{Pings: max(p.count()/10, 100), Flood: p.Flood})
+	if r != nil && ds != nil {
+		r.Dup = p.Dup
+		if c, cerr := ds.Counters(); cerr == nil {
+			r.Duplicated = c.Duplicated
+		}
+	}
+	return resultOf(r, err)
 }

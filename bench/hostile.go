@@ -104,13 +104,20 @@ func (row *hostileRow) set(p pinged) {
 
 // hostileResult is the suite's outcome (the JSON of `xam bench hostile`).
 type hostileResult struct {
-	Rows []hostileRow `json:"rows"`
+	// Dup is the fraction of xam frames the lab's switch delivered twice
+	// throughout (xam bench hostile --dup).
+	Dup        float64      `json:"injected_dup,omitempty"`
+	Duplicated uint64       `json:"duplicated,omitempty"` // the frames the switch delivered twice
+	Rows       []hostileRow `json:"rows"`
 }
 
 // Markdown writes the suite's table.
 func (r *hostileResult) Markdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("## Hostile input and faults (firmware mode, AM-II pings running)\n\n")
+	if r.Dup > 0 {
+		fmt.Fprintf(&b, "The lab's switch delivered %.0f%% of xam frames twice throughout (%d frames).\n\n", 100*r.Dup, r.Duplicated)
+	}
 	b.WriteString("| scenario | attack | sent | refused and counted | pings | round trip p50 / p99 | exactly once |\n|---|---|---|---|---|---|---|\n")
 	for _, row := range r.Rows {
 		var counted []string

@@ -1,11 +1,15 @@
 package bench
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 )
 
 // TestHostile runs the hostile suite's short form (the one CI runs) on a
@@ -75,4 +79,37 @@ func TestHostile(t *testing.T) {
 		t.Errorf("markdown: %v\n%s", err, md.String())
 	}
 	t.Logf("\n%s", md.String())
+}
+
+// TestHostileDuplicated runs the suite (xam bench hostile --dup) on a lab
+// whose switch delivers a tenth of the xam frames twice: every ping still
+// handled once, in every scenario.
+func TestHostileDuplicated(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	sp, _ := SpecOf("hostile")
+	p := Params{Count: 1000, Flood: 5000, Dup: 0.1}
+	cfgs := sp.Labs(p)
+	if len(cfgs) != 1 || !cfgs[0].Switch {
+		t.Fatalf("hostile --dup's labs: %+v, want one with a switch", cfgs)
+	}
+	cfgs[0].Name = fmt.Sprintf("hdup%d", os.Getpid())
+	l, err := lab.Up(cfgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	res, err := sp.Run([]*lab.Lab{l}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.(*hostileResult)
+	if r.Dup != 0.1 || r.Duplicated == 0 || len(r.Rows) != 9 {
+		t.Fatalf("dup %v, %d frames duplicated, %d rows", r.Dup, r.Duplicated, len(r.Rows))
+	}
+	t.Logf("%d frames delivered twice", r.Duplicated)
+	for _, row := range r.Rows {
+		if !row.ExactlyOnce || row.Pings != 100 {
+			t.Errorf("%s: %+v", row.Scenario, row)
+		}
+	}
 }

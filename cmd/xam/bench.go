@@ -26,7 +26,7 @@ func benchNames() []string {
 	return names
 }
 
-const benchUsage = "bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--dup P] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
 
 // benchRun is what the benchmarks of one command share: the signals that
 // stop them, and where they say what they do.
@@ -50,6 +50,7 @@ func newBenchRun(e *env, in *interrupts) *benchRun {
 // benchFlags are the flags of `xam bench`.
 type benchFlags struct {
 	count, clients, flood, runs *int
+	dup                         *float64
 	bulk                        *int64
 	mode, out                   *string
 	senders, sizes              *string
@@ -71,6 +72,7 @@ func runBench(e *env, args []string) error {
 		bulk:       fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, AM-II Stores, TCP stream, UDP blast)"),
 		mode:       fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native"),
 		clients:    fs.Int("clients", 7, "logp: the most clients of the contention experiment"),
+		dup:        fs.Float64("dup", 0, "hostile: the fraction of xam frames delivered twice throughout, in [0, 1) (the lab gets a switch, whose ports copy them)"),
 		flood:      fs.Int("flood", 100_000, "hostile: forged frames of the wire and on-path scenarios, and a twentieth as many connections of the other user (pings: --count/10)"),
 		asJSON:     fs.Bool("json", false, "print the results as one JSON document (an object with a member per benchmark; with all, the report) instead of Markdown"),
 		out:        fs.String("out", "", "write plots into this directory (all: the report too; default xam-report)"),
@@ -180,6 +182,10 @@ func (f benchFlags) params(names []string) (bench.Params, error) {
 		return p, usageError("--flood %d: want at least 1", *f.flood)
 	case *f.runs < 1 || *f.runs > 100:
 		return p, usageError("--runs %d: want 1..100", *f.runs)
+	case *f.dup < 0 || *f.dup >= 1:
+		return p, usageError("--dup %v: want a fraction in [0, 1)", *f.dup)
+	case f.set["dup"] && !slices.Contains(names, "hostile"):
+		return p, usageError("--dup: only with hostile")
 	}
 	ip, err := incastFlags(*f.senders, *f.sizes, *f.portRate, *f.portBuffer)
 	if err != nil {
@@ -201,7 +207,7 @@ func (f benchFlags) params(names []string) (bench.Params, error) {
 	if *f.out != "" && !plots {
 		return p, usageError("--out: engine and hostile draw no plots")
 	}
-	p = bench.Params{RunOptions: bench.RunOptions{Mode: m}, Count: *f.count, Clients: *f.clients, Flood: *f.flood, Incast: ip}
+	p = bench.Params{RunOptions: bench.RunOptions{Mode: m}, Count: *f.count, Clients: *f.clients, Flood: *f.flood, Dup: *f.dup, Incast: ip}
 	if f.set["bulk"] {
 		p.Bulk = *f.bulk // else each experiment's own default
 	}

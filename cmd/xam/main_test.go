@@ -602,6 +602,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench"}, "name a benchmark: ssam, logp, amii, permutations, overcommit, incast, grim, engine, hostile or all"},
 		{[]string{"bench", "--json"}, "name a benchmark"},
 		{[]string{"bench", "nonesuch"}, `unknown benchmark "nonesuch"`},
+		{[]string{"bench", "ssam", "--dup", "0.1"}, "--dup: only with hostile"},
+		{[]string{"bench", "hostile", "--dup", "1"}, "--dup 1: want a fraction in [0, 1)"},
 		{[]string{"bench", "ssam", "--count", "0"}, "--count 0: want at least 1"},
 		{[]string{"bench", "ssam", "--bulk", "-1"}, "--bulk -1: want at least 1 byte"},
 		{[]string{"bench", "engine", "--out", "somewhere"}, "--out: engine and hostile draw no plots"},
