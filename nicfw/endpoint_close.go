@@ -7,6 +7,14 @@ import (
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
+// Closing (endpoint_close.go): CloseEndpoint stops an endpoint at once (it
+// leaves the scheduler; what it has not sent is dropped, nothing is
+// returned to it), keeps its id as a tombstone that answers ReasonClosed,
+// and closes its memory once its message in flight, if any, is finished;
+// CreateEndpoint may reuse the id. A return for the old endpoint that
+// arrives after the id was reused goes to the new one if it has the same
+// tag.
+
 // Closing endpoints, and what a daemon needs to put the engine to sleep.
 // All of it runs in the engine thread, like the rest of the Engine.
 //

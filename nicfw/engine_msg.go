@@ -8,8 +8,54 @@ import (
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
+// Message classes. A short message carries its arguments only. A medium
+// message (up to MaxMedium bytes) is built when its descriptor is taken:
+// the engine copies its bytes out of the staging area then, once, so the
+// application may reuse them as soon as the descriptor is taken
+// (endpoint.View.Progress). The receiving engine copies them into the
+// receive-area slot of the receive queue entry it puts, and the
+// descriptor's Offset and Length name them there. A medium message that
+// does not fit in the transport's payload (MaxPayload) is returned with
+// ReasonTooLarge. A bulk message (any length inside the staging area)
+// travels in chunks as large as the payload allows, up to Window of them
+// in flight at once on as many channels, so they may arrive in any order.
+// The receiving engine writes each at RemoteOffset plus its offset into
+// the receiving endpoint's staging area, after checking the whole region
+// against the part of it the receiver exposes
+// (endpoint.View.SetStoreRegion; ReasonRange), and counts the bytes; the
+// chunk that completes the count puts the descriptor (Offset =
+// RemoteOffset, Length = the whole length, handler and arguments as sent).
+// A pooled bulk message (RemoteOffset endpoint.PoolOffset; pool.go) names
+// no place: the receiving engine finds it a block of the endpoint's
+// receive pool (endpoint.View.SetPool) as its first chunk arrives, refuses
+// it for now (NACK; counted in EngineStats.PoolFull) while no block is
+// free, and takes the block back once the application has released the
+// message's receive queue entry: GRIM's optimistic flow control, one pool
+// shared by every sender, nothing reserved per peer. The sender sends a
+// pooled message's first chunk alone and the rest once it is acknowledged,
+// and keeps one channel to the host free of such probes while a message
+// admitted there has chunks to send, so that a full pool delays messages
+// and never wedges them (pool.go).
+// A receiver keeps, per sending endpoint, the bulk message in progress (its
+// number and the bytes stored), begun by the first of its chunks to
+// arrive: a chunk of it for another endpoint than that one's (the endpoint
+// was closed and replaced) is returned with ReasonIncomplete. A sender
+// whose receiver's incarnation (the transport's epoch) changes while a
+// bulk message is under way returns it with ReasonRestarted (bulk.go). A bulk message is returned once, whole: the receiver
+// returns its first failing chunk and drops the rest; the sender, told,
+// sends no more of it, and does not return it itself again.
+//
+//
+// The engine's messages travel as the transport's payloads: a header
+// (queue, class, argument count, return reason, endpoints, handler, index,
+// tag), the arguments, and for medium and bulk messages an extension and
+// the data; docs/wire.md has the table, and that of a module's control
+// message. A short message of up to two arguments goes in a compact form
+// of 15 bytes and its arguments (engine_msg.go), which the transport
+// carries in one cell.
+
 // The engine's message, the transport payload of every message the engine
-// sends, big-endian (see the package documentation, "Engine"): a 24-byte
+// sends, big-endian (the message classes above): a 24-byte
 // header, the arguments, and for medium and bulk messages a 24-byte
 // extension followed by the data.
 const (

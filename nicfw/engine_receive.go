@@ -8,6 +8,11 @@ import (
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
+// A message whose fields disagree (a length that does not match, a medium
+// message longer than MaxMedium or with c other than L, a chunk past its
+// message's end) is dropped and counted. Refused descriptors are counted
+// and dropped, not returned.
+
 // The receive path, in the engine thread: the transport's Deliver
 // callback (deliver) opens an envelope if there is one (auth.go), hands
 // control messages to their modules, and offers every other message to

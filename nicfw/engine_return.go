@@ -7,7 +7,24 @@ import (
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
-// Return to sender (see the package documentation): a message that
+// Return to sender: a message for an unknown or closed endpoint, with a
+// wrong tag, a bulk region that does not fit, or a request to a handler the
+// receiver has not registered (endpoint.View.SetHandlers) is accepted (ACKed) and
+// answered with a return message carrying the reason, queued
+// (EngineConfig.ReturnQueue; full: NACK) until a channel is free; a return
+// is never returned. The transport's ErrUnreachable returns a message
+// locally and marks the host down for GiveUpAfter, during which messages
+// to it are returned at once. A returned message arrives in the sender's
+// reply receive queue as its original descriptor with ClassReturned set in
+// Class and Tag = reason | sending queue<<8 (Descriptor.ReturnInfo); Dest
+// is the index it was sent to. A returned medium message carries its bytes
+// back (the return message includes them, a local return takes the copy
+// made at take) into the receive area, where Offset and Length then name
+// them; a returned bulk message keeps the Offset, Length and RemoteOffset
+// it was sent with. A received descriptor's Dest is the sender's index in
+// the receiver's table (NoIndex if absent) and its Tag the message's.
+
+// In short: a message that
 // cannot be delivered comes back to its sender's reply receive queue with
 // a reason, returned here (returnLocal, returned: the transport gave up)
 // or by its receiver (flushReturns sends those this engine makes for

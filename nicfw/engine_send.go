@@ -7,6 +7,31 @@ import (
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
+// Each endpoint has at most one message taken from its send queues
+// (replies first) and not finished: pending, in flight, or being returned.
+// That keeps its messages in order across the C channels; C endpoints can
+// have a message in flight to one host at once. EngineConfig.Window above 1
+// pipelines an endpoint's short and medium messages: a message that leaves
+// for a remote host frees the slot for the next, and up to Window of them
+// are in flight at once, on as many channels, each kept with its
+// descriptor (a flight record, as every message in flight has) so that it can still be
+// returned, a medium message with the bytes the transport kept. They are
+// then in order per channel only, as in AM-II: a lost message, sent again,
+// arrives after those that left after it. A bulk message holds the slot
+// until its last chunk is acknowledged; its chunks share the window
+// (bulk.go). The scheduler is asked only
+// about endpoints whose next message could leave now (a free channel, a
+// frame to pin), so a blocked endpoint is not charged a send. The sender is
+// touched in the Residency before its message is taken, held while the
+// message is in flight and released on its ACK (the transport's Acked callback)
+// or its return; one frame is always left unpinned, so a delivery to a
+// non-resident endpoint can load it (R is at least 2), and with several
+// owners each pins at most its share of the frames, leaving one that every
+// other owner with an endpoint open may pin (mayPin): one user's messages
+// held up by a slow receiver cannot keep another user's from leaving.
+// Deliveries touch the destination too; its receive queue full means a
+// NACK.
+
 // The send path, in the engine thread (Poll's send phase):
 //
 //  1. The scheduler asks isPending about each resident endpoint: whether
