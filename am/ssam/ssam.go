@@ -291,10 +291,10 @@ type conn struct {
 	answerQ  []uint8
 }
 
-// SSAM is an Active Messages endpoint on a device: one per process, with a
-// connection per peer as the device was opened. It is not safe for
-// concurrent use: like SSAM it is driven by one thread that sends and
-// polls.
+// Endpoint is an SSAM Active Messages endpoint on a device: one per
+// process, with a connection per peer as the device was opened. It is not
+// safe for concurrent use: like SSAM it is driven by one thread that sends
+// and polls.
 type Endpoint struct {
 	dev      *driver.Device
 	cfg      Config
