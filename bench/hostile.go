@@ -15,10 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -273,11 +272,11 @@ func hostileWire(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (
 	if err != nil {
 		return row, err
 	}
-	fd, to, err := injector(b, a.MAC)
+	inj, err := injector(b)
 	if err != nil {
 		return row, err
 	}
-	defer unix.Close(fd)
+	defer inj.Close()
 	before, err := ha.d.Stats()
 	if err != nil {
 		return row, err
@@ -285,7 +284,7 @@ func hostileWire(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (
 	sent := 0
 	pings, err := pingDuring(ha, hb, cfg.Pings, func(stop *atomic.Bool) error {
 		for sent < cfg.Flood && !stop.Load() {
-			if err := unix.Sendto(fd, frames[sent%len(frames)], 0, to); err != nil && !errors.Is(err, unix.ENOBUFS) {
+			if err := inj.Send(frames[sent%len(frames)]); err != nil && !errors.Is(err, netdev.ErrNoBuffers) {
 				return err
 			}
 			sent++
@@ -313,19 +312,15 @@ func hostileWire(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig) (
 	return row, nil
 }
 
-// injector opens a raw socket at p that sends frames to the MAC dst, as a
-// host on the segment would.
-func injector(p datapath.Place, dst net.HardwareAddr) (int, *unix.SockaddrLinklayer, error) {
-	var fd int
-	if err := p.Do(func() (err error) {
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+// injector opens a raw socket at p that sends frames, as a host on the
+// segment would.
+func injector(p datapath.Place) (*netdev.Packet, error) {
+	var s *netdev.Packet
+	err := p.Do(func() (err error) {
+		s, err = netdev.OpenSender(p.Ifindex)
 		return err
-	}); err != nil {
-		return -1, nil, err
-	}
-	to := &unix.SockaddrLinklayer{Ifindex: p.Ifindex, Halen: 6}
-	copy(to.Addr[:], dst)
-	return fd, to, nil
+	})
+	return s, err
 }
 
 // noRestart fails the row if the target's transport believed a forged

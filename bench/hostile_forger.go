@@ -7,10 +7,9 @@ import (
 	"net"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
@@ -161,11 +160,11 @@ func (f *onPathForger) newEpoch() uint32 {
 // epochs[0] and epochs[1] the transports' epochs of A and B.
 func hostileForger(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig, epochs [2]uint32) (hostileRow, error) {
 	row := hostileRow{Scenario: "on-path forger", Attack: "both epochs known: DATA and ACKs sweeping sequence numbers, destination epoch 0, restart claims"}
-	fd, to, err := injector(a, b.MAC)
+	inj, err := injector(a)
 	if err != nil {
 		return row, err
 	}
-	defer unix.Close(fd)
+	defer inj.Close()
 	before, err := hb.d.Stats()
 	if err != nil {
 		return row, err
@@ -180,7 +179,7 @@ func hostileForger(ha, hb *firmwareHost, a, b datapath.Place, cfg hostileConfig,
 				return err
 			}
 			buf = frame
-			if err := unix.Sendto(fd, frame, 0, to); err != nil && !errors.Is(err, unix.ENOBUFS) {
+			if err := inj.Send(frame); err != nil && !errors.Is(err, netdev.ErrNoBuffers) {
 				return err
 			}
 			sent++

@@ -37,6 +37,18 @@ func OpenPacket(ifindex int, etherType uint16) (*Packet, error) {
 	return p, nil
 }
 
+// OpenSender opens an AF_PACKET socket that only sends, on the device
+// ifindex (of the calling thread's network namespace): it binds to no
+// protocol, so it receives nothing, and sends whatever frames it is given,
+// as a host on the segment would (the hostile suite's forger).
+func OpenSender(ifindex int) (*Packet, error) {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
+	}
+	return &Packet{fd: fd, to: unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6}}, nil
+}
+
 // SetTimeout sets how long Recv waits for a frame (0: for ever).
 func (p *Packet) SetTimeout(d time.Duration) error {
 	tv := unix.NsecToTimeval(int64(d))
@@ -46,6 +58,9 @@ func (p *Packet) SetTimeout(d time.Duration) error {
 // Send sends frame, whole, on the device; ErrNoBuffers when the kernel
 // dropped it for want of room.
 func (p *Packet) Send(frame []byte) error {
+	if len(frame) >= 6 {
+		copy(p.to.Addr[:6], frame[:6]) // the destination, for a sender bound to no protocol
+	}
 	err := unix.Sendto(p.fd, frame, 0, &p.to)
 	if errors.Is(err, unix.ENOBUFS) {
 		return ErrNoBuffers
