@@ -1,0 +1,45 @@
+package lint
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// osPackages are the packages whose job is the operating system's
+// interfaces, and which alone (tests aside) make system calls through
+// golang.org/x/sys/unix: sockets and rings, BPF, namespaces and devices,
+// the daemon's socket and the endpoints' shared memory (internal/pins only
+// pins the module's version). The layers above ask them.
+var osPackages = []string{"afxdp", "loader", "lab", "internal/netdev", "internal/netnstest", "internal/testenv", "internal/pins",
+	"driver", "nicfw/daemon", "nicfw/endpoint"}
+
+// TestSyscallBoundary: no other package imports golang.org/x/sys/unix.
+func TestSyscallBoundary(t *testing.T) {
+	r := root(t)
+	fset := token.NewFileSet()
+	for _, path := range goFiles(t) {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		rel, _ := filepath.Rel(r, path)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		if slices.Contains(osPackages, dir) {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			continue
+		}
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == "golang.org/x/sys/unix" {
+				t.Errorf("%s imports golang.org/x/sys/unix: system calls belong in %v", rel, osPackages)
+			}
+		}
+	}
+}
