@@ -2,6 +2,7 @@ package ssam
 
 import (
 	"errors"
+	"fmt"
 	"net"
 
 	"github.com/xam-project/xam/afxdp"
@@ -40,10 +41,14 @@ func Open(link afxdp.Link, peer net.HardwareAddr, cfg Config) (*Endpoint, error)
 }
 
 // Close closes the endpoint: the device too if Open made it (one that New
-// was given stays its caller's). The endpoint is not usable after.
+// was given stays its caller's). Afterwards every call that sends, polls or
+// waits returns ErrClosed. It may not be called from a handler.
 func (s *Endpoint) Close() error {
 	if s.closed {
 		return nil
+	}
+	if s.depth > 0 {
+		return fmt.Errorf("%w: Close from a handler", ErrDiscipline)
 	}
 	s.closed = true
 	if s.ownDev {

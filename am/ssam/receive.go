@@ -15,6 +15,9 @@ import (
 // Poll receives what has arrived, runs its handlers, and retransmits what
 // has timed out. It returns the number of handlers run.
 func (s *Endpoint) Poll() (int, error) {
+	if s.closed {
+		return 0, ErrClosed
+	}
 	if s.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
@@ -161,10 +164,7 @@ func (s *Endpoint) message(c int, flow uint16, handler uint32, data []byte) {
 		cn.base = (cn.base + 1) & seqMask
 		cn.answered = true
 		if kind == kindAck && index == rejectIndex {
-			s.stats.Rejected++
-			if s.onReject != nil {
-				s.onReject(c, seq)
-			}
+			s.returned(c, seq)
 		}
 		if kind == kindReply {
 			s.tok = Token{s: s, conn: c, seq: seq}
@@ -187,10 +187,39 @@ func (s *Endpoint) run(h uint32, t *Token, data []byte) bool {
 	return true
 }
 
-// OnReject sets a function that Poll calls for each request the responder
-// answered with "no such handler" (counted in Stats.Rejected too): the
-// request's connection and sequence number. It runs as a reply handler
-// does.
-func (s *Endpoint) OnReject(f func(conn int, seq uint8)) { s.onReject = f }
+// OnReturn sets the endpoint's error handler, which Poll calls for each
+// request the responder answered "no such handler" (counted in
+// Stats.Returned too): it ran nothing there. It runs as a reply handler
+// does: it may not send or poll. Without one, such requests are only
+// counted.
+func (s *Endpoint) OnReturn(f func(Returned)) { s.onReturn = f }
+
+// Returned is a request that came back: the responder had no handler of
+// its index, and ran nothing (SSAM's only return; the engine's reasons of
+// return, amii.Returned's and grim.Returned's, are the firmware's). The
+// fields identify the request as it was sent.
+type Returned struct {
+	Dest    int       // the connection it was sent on
+	Handler HandlerID // the handler it named
+	Seq     uint8     // its sequence number
+}
+
+// String describes r for logs: "request to connection 0, handler 7 (seq
+// 3): no such handler".
+func (r Returned) String() string {
+	return fmt.Sprintf("request to connection %d, handler %d (seq %d): no such handler", r.Dest, r.Handler, r.Seq)
+}
+
+// returned hands request seq of connection c, which the responder
+// rejected, to the error handler.
+func (s *Endpoint) returned(c int, seq uint8) {
+	s.stats.Returned++
+	if s.onReturn == nil {
+		return
+	}
+	s.depth++
+	defer s.leave()
+	s.onReturn(Returned{Dest: c, Handler: s.conns[c].window[s.buf(seq)].handler, Seq: seq})
+}
 
 func (s *Endpoint) leave() { s.depth-- }

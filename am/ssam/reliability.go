@@ -22,10 +22,11 @@ import (
 
 // outstanding is a request in the window.
 type outstanding struct {
-	off    int  // first send slot
-	slots  int  // send slots it occupies (cells)
-	bulk   bool // sent on the bulk VC
-	sentAt time.Time
+	off     int       // first send slot
+	slots   int       // send slots it occupies (cells)
+	bulk    bool      // sent on the bulk VC
+	handler HandlerID // the handler it names (Returned)
+	sentAt  time.Time
 }
 
 // saved is an answer kept for duplicate requests.
@@ -130,15 +131,26 @@ func (s *Endpoint) sendOutstanding(c int, now time.Time, retrans bool) error {
 	}
 }
 
-// Outstanding returns the number of unanswered requests on connection c.
+// Outstanding returns the number of unanswered requests on connection c
+// (0 for a connection the device does not have).
 func (s *Endpoint) Outstanding(c int) int {
+	if c < 0 || c >= len(s.conns) {
+		return 0
+	}
 	cn := &s.conns[c]
 	return int((cn.next - cn.base) & seqMask)
 }
 
-// Drain polls until every request on every connection has been answered, or
-// until timeout.
+// Drain polls until every request on every connection has been answered
+// (or rejected: OnReturn), or until timeout (then ErrTimeout). It may not
+// be called from a handler.
 func (s *Endpoint) Drain(timeout time.Duration) error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.depth > 0 {
+		return fmt.Errorf("%w: a handler may not drain", ErrDiscipline)
+	}
 	start := s.cfg.Clock.Now()
 	for {
 		busy := false

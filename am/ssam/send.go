@@ -87,9 +87,9 @@ func (s *Endpoint) dataAt(c, off, n int) []byte {
 // Buffer returns where the data of connection c's next request goes: the
 // application may write up to MaxMessage bytes there and send them with
 // RequestBuffered, without a copy (SSAM's exported next send buffer). It is
-// nil while the window is full.
+// nil while the window is full, and once the endpoint is closed.
 func (s *Endpoint) Buffer(c int) []byte {
-	if c < 0 || c >= len(s.conns) || s.windowFull(&s.conns[c]) {
+	if s.closed || c < 0 || c >= len(s.conns) || s.windowFull(&s.conns[c]) {
 		return nil
 	}
 	return s.dataAt(c, s.requestOffset(s.conns[c].next, s.cfg.MaxMessage), s.cfg.MaxMessage)
@@ -99,49 +99,60 @@ func (s *Endpoint) windowFull(cn *conn) bool {
 	return int((cn.next-cn.base)&seqMask) >= s.cfg.Window
 }
 
-// Request sends a request with data to handler on connection c, then polls.
-// While the window is full it polls until there is room, for at most the
-// configured give-up time. It may not be called from a handler.
-func (s *Endpoint) Request(c int, handler uint32, data []byte) error {
-	if err := s.makeRoom(c); err != nil {
+// Request sends a request with data to handler h on connection dest, then
+// polls. While the window is full it polls until there is room, for at
+// most the configured give-up time. It may not be called from a handler.
+func (s *Endpoint) Request(dest int, h HandlerID, data []byte) error {
+	if err := s.makeRoom(dest); err != nil {
 		return err
 	}
 	if err := s.checkLen(len(data)); err != nil {
 		return err
 	}
-	if err := checkHandler(handler); err != nil {
+	if err := checkHandler(h); err != nil {
 		return err
 	}
-	copy(s.dataAt(c, s.requestOffset(s.conns[c].next, len(data)), len(data)), data)
-	return s.send(c, handler, len(data))
+	copy(s.dataAt(dest, s.requestOffset(s.conns[dest].next, len(data)), len(data)), data)
+	return s.send(dest, h, len(data))
 }
 
 // RequestBuffered sends a request whose n data bytes the application has
-// already written into Buffer(c).
-func (s *Endpoint) RequestBuffered(c int, handler uint32, n int) error {
-	if err := s.makeRoom(c); err != nil {
+// already written into Buffer(dest).
+func (s *Endpoint) RequestBuffered(dest int, h HandlerID, n int) error {
+	if err := s.makeRoom(dest); err != nil {
 		return err
 	}
 	if err := s.checkLen(n); err != nil {
 		return err
 	}
-	if err := checkHandler(handler); err != nil {
+	if err := checkHandler(h); err != nil {
 		return err
 	}
 	if n <= MaxShort { // Buffer handed out the bulk buffer: move the data
-		seq := s.conns[c].next
-		copy(s.dataAt(c, s.requestOffset(seq, n), n), s.dataAt(c, s.requestOffset(seq, s.cfg.MaxMessage), n))
+		seq := s.conns[dest].next
+		copy(s.dataAt(dest, s.requestOffset(seq, n), n), s.dataAt(dest, s.requestOffset(seq, s.cfg.MaxMessage), n))
 	}
-	return s.send(c, handler, n)
+	return s.send(dest, h, n)
+}
+
+// checkConn checks a connection index, and that the endpoint is open.
+func (s *Endpoint) checkConn(c int) error {
+	switch {
+	case s.closed:
+		return ErrClosed
+	case c < 0 || c >= len(s.conns):
+		return fmt.Errorf("%w: connection %d (there are %d)", ErrBadDest, c, len(s.conns))
+	}
+	return nil
 }
 
 // makeRoom checks the call and polls until the window has room.
 func (s *Endpoint) makeRoom(c int) error {
-	if s.depth > 0 {
+	if s.depth > 0 && !s.closed {
 		return fmt.Errorf("%w: a handler may not send a request", ErrDiscipline)
 	}
-	if c < 0 || c >= len(s.conns) {
-		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
+	if err := s.checkConn(c); err != nil {
+		return err
 	}
 	cn := &s.conns[c]
 	if err := s.startSync(c); err != nil {
@@ -166,17 +177,17 @@ func (s *Endpoint) makeRoom(c int) error {
 }
 
 // send transmits request seq next of connection c, whose data is in place.
-func (s *Endpoint) send(c int, handler uint32, n int) error {
+func (s *Endpoint) send(c int, h HandlerID, n int) error {
 	cn := &s.conns[c]
 	seq := cn.next
 	off := s.requestOffset(seq, n)
-	slots, bulk, err := s.build(c, off, flowWord(kindRequest, seq, uint8(s.tag&tagLoMask)), handlerField(s.tag, handler), n)
+	slots, bulk, err := s.build(c, off, flowWord(kindRequest, seq, uint8(s.tag&tagLoMask)), handlerField(s.tag, uint32(h)), n)
 	if err != nil {
 		return err
 	}
 	// The timer stamps the request the first time it sees it (a clock
 	// read costs more than a single-cell send on some machines).
-	cn.window[s.buf(seq)] = outstanding{off: off, slots: slots, bulk: bulk}
+	cn.window[s.buf(seq)] = outstanding{off: off, slots: slots, bulk: bulk, handler: h}
 	cn.next = (seq + 1) & seqMask
 	s.stats.Requests++
 	if !cn.synced {
@@ -216,6 +227,9 @@ func (s *Endpoint) send(c int, handler uint32, n int) error {
 
 // Flush sends the single-cell messages a batching endpoint holds back.
 func (s *Endpoint) Flush() error {
+	if s.closed {
+		return ErrClosed
+	}
 	for c := range s.conns {
 		if err := s.flushRequests(c); err != nil {
 			return err

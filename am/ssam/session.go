@@ -1,7 +1,6 @@
 package ssam
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/xam-project/xam/driver"
@@ -35,8 +34,8 @@ import (
 // has come (Poll takes it). An endpoint that must not wait for the sync on
 // its first requests, as a benchmark that times them, syncs first.
 func (s *Endpoint) Sync(c int) error {
-	if c < 0 || c >= len(s.conns) {
-		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
+	if err := s.checkConn(c); err != nil {
+		return err
 	}
 	return s.startSync(c)
 }
