@@ -29,6 +29,9 @@ func (a *Endpoint) Poll() (int, error) {
 
 // pollLocked is Poll, the lock (if Shared) held.
 func (a *Endpoint) pollLocked() (int, error) {
+	if err := a.usable(); err != nil {
+		return 0, err
+	}
 	if a.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
@@ -113,7 +116,7 @@ func (a *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 		return 0, nil
 	}
 	request := q == endpoint.RequestReceive
-	if !request && d.Handler == NullReply {
+	if !request && HandlerID(d.Handler) == NullReply {
 		// An implicit reply answers as many requests as its first
 		// argument says (one without arguments).
 		n := uint64(1)
@@ -164,7 +167,7 @@ func (a *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 func (a *Endpoint) sendNullReplies() error {
 	for i, src := range a.owedList {
 		a.nullArg[0] = uint64(a.owed[src])
-		if err := a.send(endpoint.ReplySend, src, NullReply, a.nullArg[:]); err != nil {
+		if err := a.send(endpoint.ReplySend, src, uint32(NullReply), a.nullArg[:]); err != nil {
 			// What is left is owed still: sent by the next poll.
 			a.owedList = a.owedList[:copy(a.owedList, a.owedList[i:])]
 			return err
@@ -189,7 +192,7 @@ func (a *Endpoint) answered(dest uint32, r *Returned) bool {
 		if at < 0 {
 			at = i
 		}
-		if r == nil || p.handler == r.Handler && p.class == r.Class && slices.Equal(p.args[:p.nargs], r.Args) {
+		if r == nil || p.handler == uint32(r.Handler) && p.class == r.Class && slices.Equal(p.args[:p.nargs], r.Args) {
 			at = i
 			break
 		}
@@ -219,8 +222,8 @@ func (a *Endpoint) expire() int {
 		}
 		a.stats.Returned++
 		a.stats.Unanswered++
-		ran += a.handReturn(Returned{Reason: endpoint.ReasonNoReply, Request: true, Class: p.class, Dest: p.dest,
-			Handler: p.handler, Args: slices.Clone(p.args[:p.nargs])})
+		ran += a.handReturn(Returned{Reason: endpoint.ReasonNoReply, Request: true, Class: p.class, Dest: int(p.dest),
+			Handler: HandlerID(p.handler), Args: slices.Clone(p.args[:p.nargs])})
 		return false
 	})
 	return ran
@@ -229,7 +232,7 @@ func (a *Endpoint) expire() int {
 // returned hands the returned message in a.d to the error handler.
 func (a *Endpoint) returned(reason endpoint.Reason, request bool) int {
 	d := &a.d
-	r := Returned{Reason: reason, Request: request, Class: d.Class &^ endpoint.ClassReturned, Dest: d.Dest, Handler: d.Handler,
+	r := Returned{Reason: reason, Request: request, Class: d.Class &^ endpoint.ClassReturned, Dest: int(d.Dest), Handler: HandlerID(d.Handler),
 		Args: append([]uint64(nil), d.Args[:min(int(d.NArgs), MaxArgs)]...)}
 	switch r.Class {
 	case endpoint.ClassMedium:
@@ -240,7 +243,7 @@ func (a *Endpoint) returned(reason endpoint.Reason, request bool) int {
 		r.Offset, r.Length, r.RemoteOffset = d.Offset, d.Length, d.RemoteOffset
 	}
 	if r.Request {
-		a.answered(r.Dest, &r)
+		a.answered(d.Dest, &r)
 	}
 	a.stats.Returned++
 	return a.handReturn(r)

@@ -13,12 +13,12 @@ import (
 // endpoint's credits, replies, the medium slots their bytes are staged
 // in, and the wait for room in the send queues.
 
-// Request sends a request with up to MaxArgs arguments to handler at the
+// Request sends a request with up to MaxArgs arguments to handler h at the
 // endpoint of index dest in the translation table, then (inline mode) runs
 // the engine once. With no credit left it polls (running handlers) until a
 // reply or a return gives one back, for at most the give-up time. It may
 // not be called from a handler.
-func (a *Endpoint) Request(dest uint32, handler uint32, args ...uint64) error {
+func (a *Endpoint) Request(dest int, h HandlerID, args ...uint64) error {
 	if err := a.enter(); err != nil {
 		return err
 	}
@@ -29,16 +29,16 @@ func (a *Endpoint) Request(dest uint32, handler uint32, args ...uint64) error {
 	if err := a.waitCredit(); err != nil {
 		return err
 	}
-	if err := a.send(endpoint.RequestSend, dest, handler, args); err != nil {
+	if err := a.send(endpoint.RequestSend, uint32(dest), uint32(h), args); err != nil {
 		return err
 	}
-	return a.sent(endpoint.ClassShort, dest, handler, args)
+	return a.sent(endpoint.ClassShort, uint32(dest), uint32(h), args)
 }
 
 // RequestMedium is Request with up to endpoint.MaxMedium bytes of data, which
 // it copies into a medium slot (waiting for one, as for a credit); the
 // caller may reuse data at once. Without data it sends a short request.
-func (a *Endpoint) RequestMedium(dest uint32, handler uint32, data []byte, args ...uint64) error {
+func (a *Endpoint) RequestMedium(dest int, h HandlerID, data []byte, args ...uint64) error {
 	if err := a.enter(); err != nil {
 		return err
 	}
@@ -47,16 +47,16 @@ func (a *Endpoint) RequestMedium(dest uint32, handler uint32, data []byte, args 
 		return err
 	}
 	if len(data) > endpoint.MaxMedium {
-		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), endpoint.MaxMedium)
+		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLarge, len(data), endpoint.MaxMedium)
 	}
 	if err := a.waitCredit(); err != nil {
 		return err
 	}
 	var err error
 	if len(data) > 0 {
-		err = a.sendMedium(endpoint.RequestSend, dest, handler, data, args)
+		err = a.sendMedium(endpoint.RequestSend, uint32(dest), uint32(h), data, args)
 	} else {
-		err = a.send(endpoint.RequestSend, dest, handler, args)
+		err = a.send(endpoint.RequestSend, uint32(dest), uint32(h), args)
 	}
 	if err != nil {
 		return err
@@ -65,7 +65,7 @@ func (a *Endpoint) RequestMedium(dest uint32, handler uint32, data []byte, args 
 	if len(data) > 0 {
 		class = endpoint.ClassMedium
 	}
-	return a.sent(class, dest, handler, args)
+	return a.sent(class, uint32(dest), uint32(h), args)
 }
 
 // Bulk is a bulk request (Store): Length bytes at Local in the sender's
@@ -73,9 +73,9 @@ func (a *Endpoint) RequestMedium(dest uint32, handler uint32, data []byte, args 
 // of the endpoint of index Dest, whose Handler (a MediumHandler) then runs
 // with them and Args.
 type Bulk struct {
-	Dest                  uint32
+	Dest                  int
 	Local, Remote, Length uint32
-	Handler               uint32
+	Handler               HandlerID
 	Args                  []uint64
 }
 
@@ -85,10 +85,10 @@ type Bulk struct {
 // does not fit at the receiver comes back with ReasonRange. Otherwise
 // Store is Request.
 func (a *Endpoint) Store(b Bulk) error {
-	return a.store(b.Dest, b.Local, b.Remote, b.Length, b.Handler, b.Args...)
+	return a.store(b.Dest, b.Local, b.Remote, b.Length, uint32(b.Handler), b.Args...)
 }
 
-func (a *Endpoint) store(dest uint32, localOffset, remoteOffset, length uint32, handler uint32, args ...uint64) error {
+func (a *Endpoint) store(dest int, localOffset, remoteOffset, length uint32, handler uint32, args ...uint64) error {
 	if err := a.enter(); err != nil {
 		return err
 	}
@@ -102,25 +102,28 @@ func (a *Endpoint) store(dest uint32, localOffset, remoteOffset, length uint32, 
 	if err := a.waitCredit(); err != nil {
 		return err
 	}
-	d := endpoint.Descriptor{Class: endpoint.ClassBulk, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
+	d := endpoint.Descriptor{Class: endpoint.ClassBulk, NArgs: uint8(len(args)), Dest: uint32(dest), Handler: handler,
 		Offset: localOffset, Length: length, RemoteOffset: remoteOffset}
 	copy(d.Args[:], args)
 	if err := a.sendDescriptor(endpoint.RequestSend, &d); err != nil {
 		return err
 	}
 	a.stats.Stores++
-	return a.sent(endpoint.ClassBulk, dest, handler, args)
+	return a.sent(endpoint.ClassBulk, uint32(dest), handler, args)
 }
 
 // checkRequest checks what every request checks.
-func (a *Endpoint) checkRequest(dest uint32, args []uint64) error {
+func (a *Endpoint) checkRequest(dest int, args []uint64) error {
+	if err := a.usable(); err != nil {
+		return err
+	}
 	switch {
 	case a.depth > 0:
 		return fmt.Errorf("%w: a handler may not send a request", ErrDiscipline)
 	case len(args) > MaxArgs:
-		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs)
-	case dest >= a.table:
-		return fmt.Errorf("%w: %d (the table has %d entries)", ErrBadIndex, dest, a.table)
+		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLarge, len(args), MaxArgs)
+	case dest < 0 || dest >= int(a.table):
+		return fmt.Errorf("%w: %d (the table has %d entries)", ErrBadDest, dest, a.table)
 	}
 	return nil
 }

@@ -41,6 +41,9 @@ var errNothing = fmt.Errorf("%w: no message", ErrTimeout)
 
 // waitLocked is Wait, the lock (if Shared) held.
 func (a *Endpoint) waitLocked(timeout time.Duration) error {
+	if err := a.usable(); err != nil {
+		return err
+	}
 	if a.depth > 0 {
 		return fmt.Errorf("%w: a handler may not wait", ErrDiscipline)
 	}
@@ -135,12 +138,19 @@ func (a *Endpoint) spin(d time.Duration) bool {
 }
 
 // Drain polls until every request has been answered or returned, or until
-// timeout; in firmware mode it blocks (Wait) while nothing comes.
+// timeout (then ErrTimeout); in firmware mode it blocks (Wait) while
+// nothing comes. It may not be called from a handler.
 func (a *Endpoint) Drain(timeout time.Duration) error {
 	if err := a.enter(); err != nil {
 		return err
 	}
 	defer a.exit()
+	if err := a.usable(); err != nil {
+		return err
+	}
+	if a.depth > 0 {
+		return fmt.Errorf("%w: a handler may not drain", ErrDiscipline)
+	}
 	start := a.cfg.Clock.Now()
 	for a.pending.Len() > 0 {
 		left := timeout - a.cfg.Clock.Now().Sub(start)
