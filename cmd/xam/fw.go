@@ -89,129 +89,54 @@ func runFw(e *env, args []string) error {
 	if len(args) > 0 && args[0] == "grant" {
 		return runFwGrant(e, args[1:])
 	}
-	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n       [--module coord [--coord-threshold B] [--coord-early B] [--coord-link-rate RATE --coord-port-buffer B]]\n       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]")
-	dev := fs.String("dev", "", "the device whose AF_XDP queue the engine owns")
-	ns := fs.String("netns", "", "the named network namespace the device is in")
-	id := fs.Int("id", -1, "this host's id in the host table (0..65535, as the mapper numbers them)")
-	hosts := hostFlags{}
-	fs.Var(hosts, "host", "a peer host: ID=MAC (repeat for each peer)")
-	coreList := fs.String("cores", "", "CPUs the engine thread runs on, e.g. 2 or 2,3 or 2-3 (default: any)")
-	socket := fs.String("socket", "/run/xam/fw.sock", "the unix socket applications connect to")
-	sleep := fs.Duration("sleep", 0, "sleep on an eventfd after this long without work (0: busy-poll)")
-	resident := fs.Int("resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
-	channels := fs.Int("channels", transport.DefaultChannels, "logical channels per peer host (C)")
-	window := fs.Int("window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
-	giveUp := fs.Duration("give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
-	retransmit := fs.Duration("retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
-	xdpMode := fs.String("xdp-mode", "auto", "XDP attach mode: auto, generic or native")
-	queue := fs.Int("queue", 0, "the device queue to own")
-	useMap := fs.Bool("map", false, "find the hosts with the mapper protocol instead of --id and --host")
-	follow := fs.Bool("map-follow", false, "with --map: never lead (adopt the leader's tables only)")
-	probe := fs.Duration("probe", time.Second, "with --map: the mapper's probe interval")
-	verbose := fs.Bool("v", false, "log connections, endpoints and host tables")
-	maxEndpoints := fs.Int("max-endpoints", daemon.DefaultMaxPerUser, "endpoints one user (uid) may have open")
-	maxConns := fs.Int("max-conns", daemon.DefaultMaxConnsPerUser, "connections one user may have open")
-	maxConnsTotal := fs.Int("max-conns-total", daemon.DefaultMaxConns, "connections all users together may have open")
-	userMemory := fs.String("user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
-	modules := fs.String("module", "", "extension modules to load, comma-separated: coord (sender coordination)")
-	coordThreshold := fs.Int("coord-threshold", coord.DefaultThreshold, "coord: messages of at most this many bytes are not coordinated")
-	coordEarly := fs.Int("coord-early", 0, "coord: pass the token on when this many bytes of the message are left (Early Token Release)")
-	coordRate := fs.String("coord-link-rate", "", "coord: the switch ports' rate, e.g. 100mbit or 1gbit: a holder keeps the token until its message has crossed the port at that rate")
-	coordBuffer := fs.String("coord-port-buffer", "", "coord: the bytes a switch port queues, e.g. 16k: with --coord-link-rate, the holder paces its message to three quarters of it")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	switch {
-	case *dev == "":
-		return usageError("--dev is required")
-	case *useMap && len(hosts) > 0:
-		return usageError("--map finds the hosts: no --host")
-	case *useMap && given["id"]:
-		return usageError("--map assigns this host's id: no --id")
-	case *useMap && *probe <= 0:
-		return usageError("--probe must be positive")
-	case !*useMap && *follow:
-		return usageError("--map-follow needs --map")
-	case *useMap:
-	case *id < 0 || *id > 65535:
-		return usageError("--id N (0..65535) is required, or --map")
-	case len(hosts) == 0:
-		return usageError("give the peers with --host ID=MAC, or --map")
-	}
-	if *useMap {
-		*id = 0 // the mapper assigns it
-	}
-	if _, self := hosts[nicfw.HostID(*id)]; self {
-		return usageError("--host %d is this host (--id)", *id)
-	}
-	switch {
-	case *resident < 1:
-		return usageError("--resident %d: want at least 1", *resident)
-	case *channels < 1 || *channels > 255:
-		return usageError("--channels %d: want 1..255", *channels)
-	case *window < 1:
-		return usageError("--window %d: want at least 1", *window)
-	case *giveUp <= 0:
-		return usageError("--give-up %v: want a positive duration", *giveUp)
-	case *retransmit <= 0 || *retransmit >= *giveUp:
-		return usageError("--retransmit %v: want a positive duration below --give-up (%v)", *retransmit, *giveUp)
-	case *sleep < 0:
-		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", *sleep)
-	case *queue < 0:
-		return usageError("--queue %d: want 0 or more", *queue)
-	case *maxEndpoints < 1:
-		return usageError("--max-endpoints %d: want at least 1", *maxEndpoints)
-	case *maxConns < 1:
-		return usageError("--max-conns %d: want at least 1", *maxConns)
-	case *maxConnsTotal < 1:
-		return usageError("--max-conns-total %d: want at least 1", *maxConnsTotal)
-	}
-	mods, err := fwModules(*modules, given, coordFlags{threshold: *coordThreshold, early: *coordEarly, rate: *coordRate, buffer: *coordBuffer})
+	a, err := parseFw(e, args)
 	if err != nil {
 		return err
 	}
-	memQuota, err := parseSize(*userMemory)
-	if err != nil || memQuota < 1<<20 || memQuota > 1<<40 {
-		return usageError("--user-memory %q: want a size from 1m to 1024g", *userMemory)
+	mods, err := fwModules(a.modules, a.given, a.coord)
+	if err != nil {
+		return err
 	}
-	cores, err := parseCores(*coreList)
+	memQuota, err := parseSize(a.userMemory)
+	if err != nil || memQuota < 1<<20 || memQuota > 1<<40 {
+		return usageError("--user-memory %q: want a size from 1m to 1024g", a.userMemory)
+	}
+	cores, err := parseCores(a.coreList)
 	if err != nil {
 		return usageError("--cores: %v", err)
 	}
-	mode, err := loader.ParseMode(*xdpMode)
+	mode, err := loader.ParseMode(a.xdpMode)
 	if err != nil {
 		return usageError("--xdp-mode: %v", err)
 	}
 	if err := needPrivileges("xam fw"); err != nil {
 		return err
 	}
-	here, err := devicePlace(*dev, *ns)
+	here, err := devicePlace(a.dev, a.ns)
 	if err != nil {
 		return err
 	}
-	raw, err := datapath.Open(here, mode, *queue)
+	raw, err := datapath.Open(here, mode, a.queue)
 	if err != nil {
 		return err
 	}
 	defer raw.Close()
-	if err := os.MkdirAll(dirOf(*socket), 0o755); err != nil {
+	if err := os.MkdirAll(dirOf(a.socket), 0o755); err != nil {
 		return err
 	}
 	level := slog.LevelWarn
-	if *verbose {
+	if a.verbose {
 		level = slog.LevelInfo
 	}
 	cfg := daemon.Config{
-		Engine: nicfw.EngineConfig{Host: nicfw.HostID(*id), Resident: *resident, Window: *window, Modules: mods,
-			Transport: transport.Config{Channels: *channels, GiveUpAfter: *giveUp, RetransmitAfter: *retransmit}},
-		Hosts: hosts, Socket: *socket, Cores: cores, Sleep: *sleep,
-		MaxPerUser: *maxEndpoints, MaxConnsPerUser: *maxConns, MaxConns: *maxConnsTotal, UserMemory: int64(memQuota),
+		Engine: nicfw.EngineConfig{Host: nicfw.HostID(a.id), Resident: a.resident, Window: a.window, Modules: mods,
+			Transport: transport.Config{Channels: a.channels, GiveUpAfter: a.giveUp, RetransmitAfter: a.retransmit}},
+		Hosts: a.hosts, Socket: a.socket, Cores: cores, Sleep: a.sleep,
+		MaxPerUser: a.maxEndpoints, MaxConnsPerUser: a.maxConns, MaxConns: a.maxConnsTotal, UserMemory: int64(memQuota),
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 	}
-	if *useMap {
-		cfg.Map = &mapper.Config{ProbeInterval: *probe, Queue: *queue, Privileged: !*follow}
+	if a.useMap {
+		cfg.Map = &mapper.Config{ProbeInterval: a.probe, Queue: a.queue, Privileged: !a.follow}
 	}
 	d, err := daemon.New(raw.Sock, cfg)
 	if err != nil {
@@ -219,10 +144,10 @@ func runFw(e *env, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *useMap {
-		fmt.Fprintf(e.stderr, "xam fw: mapper on %s (%s), socket %s, cores %v\n", *dev, here.MAC, *socket, cores)
+	if a.useMap {
+		fmt.Fprintf(e.stderr, "xam fw: mapper on %s (%s), socket %s, cores %v\n", a.dev, here.MAC, a.socket, cores)
 	} else {
-		fmt.Fprintf(e.stderr, "xam fw: host %d on %s (%s), socket %s, cores %v\n", *id, *dev, here.MAC, *socket, cores)
+		fmt.Fprintf(e.stderr, "xam fw: host %d on %s (%s), socket %s, cores %v\n", a.id, a.dev, here.MAC, a.socket, cores)
 	}
 	for _, m := range mods {
 		fmt.Fprintf(e.stderr, "xam fw: module %s\n", describeModule(m))
@@ -232,6 +157,115 @@ func runFw(e *env, args []string) error {
 		return nil
 	}
 	return err
+}
+
+// fwArgs is what xam fw was asked: its flags, parsed and checked.
+type fwArgs struct {
+	dev, ns, coreList, socket, xdpMode, userMemory, modules string
+	id, resident, channels, window, queue                   int
+	maxEndpoints, maxConns, maxConnsTotal                   int
+	hosts                                                   hostFlags
+	sleep, giveUp, retransmit, probe                        time.Duration
+	useMap, follow, verbose                                 bool
+	coord                                                   coordFlags
+	given                                                   map[string]bool // the flags given
+}
+
+// parseFw parses xam fw's flags and checks them.
+func parseFw(e *env, args []string) (*fwArgs, error) {
+	a := &fwArgs{hosts: hostFlags{}, given: map[string]bool{}}
+	fs := newFlags(e, "fw", "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n       [--module coord [--coord-threshold B] [--coord-early B] [--coord-link-rate RATE --coord-port-buffer B]]\n       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]")
+	fs.StringVar(&a.dev, "dev", "", "the device whose AF_XDP queue the engine owns")
+	fs.StringVar(&a.ns, "netns", "", "the named network namespace the device is in")
+	fs.IntVar(&a.id, "id", -1, "this host's id in the host table (0..65535, as the mapper numbers them)")
+	fs.Var(a.hosts, "host", "a peer host: ID=MAC (repeat for each peer)")
+	fs.StringVar(&a.coreList, "cores", "", "CPUs the engine thread runs on, e.g. 2 or 2,3 or 2-3 (default: any)")
+	fs.StringVar(&a.socket, "socket", "/run/xam/fw.sock", "the unix socket applications connect to")
+	fs.DurationVar(&a.sleep, "sleep", 0, "sleep on an eventfd after this long without work (0: busy-poll)")
+	fs.IntVar(&a.resident, "resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
+	fs.IntVar(&a.channels, "channels", transport.DefaultChannels, "logical channels per peer host (C)")
+	fs.IntVar(&a.window, "window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
+	fs.DurationVar(&a.giveUp, "give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
+	fs.DurationVar(&a.retransmit, "retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
+	fs.StringVar(&a.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
+	fs.IntVar(&a.queue, "queue", 0, "the device queue to own")
+	fs.BoolVar(&a.useMap, "map", false, "find the hosts with the mapper protocol instead of --id and --host")
+	fs.BoolVar(&a.follow, "map-follow", false, "with --map: never lead (adopt the leader's tables only)")
+	fs.DurationVar(&a.probe, "probe", time.Second, "with --map: the mapper's probe interval")
+	fs.BoolVar(&a.verbose, "v", false, "log connections, endpoints and host tables")
+	fs.IntVar(&a.maxEndpoints, "max-endpoints", daemon.DefaultMaxPerUser, "endpoints one user (uid) may have open")
+	fs.IntVar(&a.maxConns, "max-conns", daemon.DefaultMaxConnsPerUser, "connections one user may have open")
+	fs.IntVar(&a.maxConnsTotal, "max-conns-total", daemon.DefaultMaxConns, "connections all users together may have open")
+	fs.StringVar(&a.userMemory, "user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
+	fs.StringVar(&a.modules, "module", "", "extension modules to load, comma-separated: coord (sender coordination)")
+	fs.IntVar(&a.coord.threshold, "coord-threshold", coord.DefaultThreshold, "coord: messages of at most this many bytes are not coordinated")
+	fs.IntVar(&a.coord.early, "coord-early", 0, "coord: pass the token on when this many bytes of the message are left (Early Token Release)")
+	fs.StringVar(&a.coord.rate, "coord-link-rate", "", "coord: the switch ports' rate, e.g. 100mbit or 1gbit: a holder keeps the token until its message has crossed the port at that rate")
+	fs.StringVar(&a.coord.buffer, "coord-port-buffer", "", "coord: the bytes a switch port queues, e.g. 16k: with --coord-link-rate, the holder paces its message to three quarters of it")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	fs.Visit(func(f *flag.Flag) { a.given[f.Name] = true })
+	if err := a.checkHosts(); err != nil {
+		return nil, err
+	}
+	return a, a.checkLimits()
+}
+
+// checkHosts checks how the daemon finds its peers: --map, or --id and
+// --host.
+func (a *fwArgs) checkHosts() error {
+	switch {
+	case a.dev == "":
+		return usageError("--dev is required")
+	case a.useMap && len(a.hosts) > 0:
+		return usageError("--map finds the hosts: no --host")
+	case a.useMap && a.given["id"]:
+		return usageError("--map assigns this host's id: no --id")
+	case a.useMap && a.probe <= 0:
+		return usageError("--probe must be positive")
+	case !a.useMap && a.follow:
+		return usageError("--map-follow needs --map")
+	case a.useMap:
+	case a.id < 0 || a.id > 65535:
+		return usageError("--id N (0..65535) is required, or --map")
+	case len(a.hosts) == 0:
+		return usageError("give the peers with --host ID=MAC, or --map")
+	}
+	if a.useMap {
+		a.id = 0 // the mapper assigns it
+	}
+	if _, self := a.hosts[nicfw.HostID(a.id)]; self {
+		return usageError("--host %d is this host (--id)", a.id)
+	}
+	return nil
+}
+
+// checkLimits checks the engine's and the daemon's numbers.
+func (a *fwArgs) checkLimits() error {
+	switch {
+	case a.resident < 1:
+		return usageError("--resident %d: want at least 1", a.resident)
+	case a.channels < 1 || a.channels > 255:
+		return usageError("--channels %d: want 1..255", a.channels)
+	case a.window < 1:
+		return usageError("--window %d: want at least 1", a.window)
+	case a.giveUp <= 0:
+		return usageError("--give-up %v: want a positive duration", a.giveUp)
+	case a.retransmit <= 0 || a.retransmit >= a.giveUp:
+		return usageError("--retransmit %v: want a positive duration below --give-up (%v)", a.retransmit, a.giveUp)
+	case a.sleep < 0:
+		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", a.sleep)
+	case a.queue < 0:
+		return usageError("--queue %d: want 0 or more", a.queue)
+	case a.maxEndpoints < 1:
+		return usageError("--max-endpoints %d: want at least 1", a.maxEndpoints)
+	case a.maxConns < 1:
+		return usageError("--max-conns %d: want at least 1", a.maxConns)
+	case a.maxConnsTotal < 1:
+		return usageError("--max-conns-total %d: want at least 1", a.maxConnsTotal)
+	}
+	return nil
 }
 
 // coordFlags are the coordination module's flags of `xam fw`, as given.

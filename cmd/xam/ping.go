@@ -29,136 +29,16 @@ const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|fir
 const maxPingSize = 65535
 
 func runPing(e *env, args []string) error {
-	fs := newFlags(e, "ping", pingUsage)
-	api := fs.String("api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), grim (GRIM on the firmware engine: short messages up to 16 bytes, bulk above; see --mode), udp (kernel UDP), packet (AF_PACKET)")
-	loss := fs.Float64("loss", 0, "with --api ssam, amii or grim: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
-	fwSleep := fs.Duration("fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
-	fwThreads := fs.Int("fw-threads", 1, "with --mode firmware: engine threads for the lab's two hosts: 1 (one thread runs both engines, as one NIC processor with two ports) or 2 (one each)")
-	engineMode := fs.String("mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
-	var cfg bench.PingConfig
-	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips (at least 1)")
-	warmup := fs.Int("warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
-	fs.IntVar(&cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; grim: default 16, a short message, and bulk above)", maxPingSize))
-	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost (positive)")
-	mode := fs.String("xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
-	fs.IntVar(&cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
-	dev := fs.String("dev", "", "ping over this device instead of a lab built for the run")
-	peer := fs.String("peer", "", "with --dev: the MAC address of the peer, which runs `xam ping --dev IF --serve`")
-	serve := fs.Bool("serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
-	asJSON := fs.Bool("json", false, "print the result as one JSON document, and no progress")
-	socket := fs.String("socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
-	peerHost := fs.Uint("peer-host", 0, "with --socket (required): the other side's host id, 0..65535, as `xam fw stats` lists it (the mapper numbers hosts from 0)")
-	epID := fs.Uint("endpoint", uint(daemon.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
-	tagFlag := fs.String("tag", "", "with --socket: the virtual network both sides open, a 64-bit number (0x...), or 'new' with --serve to draw one and print it; default a fixed tag that only root may use (users other than root need a tag of their own: daemon.WeakTag)")
-	if err := parseFlags(fs, args); err != nil {
+	p, err := parsePing(e, args)
+	if err != nil {
 		return err
 	}
-	var err error
-	if cfg.Mode, err = loader.ParseMode(*mode); err != nil {
-		return usageError("--xdp-mode: %v", err)
+	if p.socket != "" {
+		return p.throughDaemon(e)
 	}
-	if *api == "grim" && !seen(fs, "size") {
-		cfg.Size = 4 * grim.ShortArgs // a short message
-	}
-	switch *api {
-	case "raw", "ssam", "amii", "grim", "udp", "packet":
-	default:
-		return usageError("--api %q: want raw, ssam, amii, grim, udp or packet", *api)
-	}
-	switch {
-	case cfg.Count < 1:
-		return usageError("--count %d: want at least 1", cfg.Count)
-	case *warmup < -1:
-		return usageError("--warmup %d: want 0 or more", *warmup)
-	case cfg.Size < 1 || cfg.Size > maxPingSize:
-		return usageError("--size %d: want 1..%d bytes", cfg.Size, maxPingSize)
-	case cfg.Timeout <= 0:
-		return usageError("--timeout %v: want a positive duration, e.g. 1s", cfg.Timeout)
-	case cfg.Queue < 0:
-		return usageError("--queue %d: want 0 or more", cfg.Queue)
-	case *fwSleep < 0:
-		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", *fwSleep)
-	case *fwThreads != 1 && *fwThreads != 2:
-		return usageError("--fw-threads %d: want 1 or 2", *fwThreads)
-	case *api == "grim" && cfg.Size > grim.MaxBulk:
-		return usageError("--size %d: a GRIM message carries at most %d bytes", cfg.Size, grim.MaxBulk)
-	case *loss != 0 && *api != "ssam" && *api != "amii" && *api != "grim":
-		return usageError("--loss works with --api ssam, amii or grim only (the reliable paths); --api %s has no retransmission", *api)
-	case *loss < 0 || *loss >= 1:
-		return usageError("--loss %v: want a fraction in [0, 1)", *loss)
-	case *engineMode != "inline" && *engineMode != "firmware":
-		return usageError("--mode %q: want inline or firmware", *engineMode)
-	case *engineMode == "firmware" && *api != "amii" && *api != "grim":
-		return usageError("--mode firmware works with --api amii or grim only")
-	}
-	switch *warmup {
-	case -1: // the default: bench's
-	case 0:
-		cfg.NoWarmup = true
-	default:
-		cfg.Warmup = *warmup
-	}
-	run := bench.RunConfig{Device: *dev, Peer: *peer, InjectedLoss: *loss}
-	if *api == "amii" || *api == "grim" {
-		run.EngineMode = *engineMode
-		if *engineMode == "firmware" {
-			run.FWSleepNS = int64(*fwSleep)
-			run.FWThreads = *fwThreads
-		}
-	}
-	if *socket != "" {
-		switch {
-		case *api != "amii":
-			return usageError("--socket works with --api amii (the daemons run AM-II's engine)")
-		case *dev != "" || *peer != "":
-			return usageError("--socket reaches the daemon, which owns the device: no --dev or --peer")
-		case !seen(fs, "peer-host") || *peerHost > 65535:
-			return usageError("--peer-host N (0..65535) is required with --socket: the other side's host id, as `xam fw stats` lists it")
-		case *epID < uint(daemon.FirstUserEndpoint) || *epID > 65535:
-			return usageError("--endpoint %d: want %d..65535", *epID, daemon.FirstUserEndpoint)
-		case *loss > 0:
-			return usageError("--loss needs the lab built for the run (no --socket)")
-		}
-		tag := uint64(bench.DaemonTag)
-		switch {
-		case *tagFlag == "new" && !*serve:
-			return usageError("--tag new draws the serving side's tag: give --serve, and the drawn tag to the pinging side")
-		case *tagFlag == "new":
-			tag = daemon.NewTag()
-			fmt.Fprintf(e.stderr, "xam ping: serving on tag %#x: ping with --tag %#x\n", tag, tag)
-		case *tagFlag != "":
-			t, err := strconv.ParseUint(*tagFlag, 0, 64)
-			if err != nil || t == 0 {
-				return usageError("--tag %q: want a 64-bit number other than 0 (0x...), or new", *tagFlag)
-			}
-			tag = t
-		}
-		if err := checkPeerHost(*socket, nicfw.HostID(*peerHost)); err != nil {
-			return err
-		}
-		return pingDaemon(e, bench.DaemonEndpoint{Socket: *socket, Endpoint: nicfw.EndpointID(*epID), PeerHost: nicfw.HostID(*peerHost), Tag: tag},
-			*serve, cfg, *asJSON)
-	}
-	if *dev != "" {
-		if *api != "raw" && *api != "ssam" {
-			return usageError("--dev works with --api raw or ssam")
-		}
-		switch {
-		case *api == "raw" && *serve == (*peer != ""):
-			return usageError("with --dev give either --peer MAC or --serve")
-		case *api == "ssam" && *peer == "":
-			return usageError("with --dev --api ssam give --peer MAC (and --serve on the responding host): an SSAM connection is bound to its peer")
-		case *loss > 0:
-			return usageError("--loss needs the lab built for the run (no --dev)")
-		}
-	} else if *serve || *peer != "" {
-		return usageError("--peer and --serve need --dev")
-	}
-	var mac net.HardwareAddr
-	if *peer != "" {
-		if mac, err = net.ParseMAC(*peer); err != nil {
-			return usageError("--peer %q: %v", *peer, err)
-		}
+	mac, err := p.checkDevice()
+	if err != nil {
+		return err
 	}
 	if err := needPrivileges("xam ping"); err != nil {
 		return err
@@ -166,30 +46,30 @@ func runPing(e *env, args []string) error {
 
 	in := watchInterrupts(e, "what was measured follows")
 	defer in.release()
-	cfg.Stop = in.flag()
-	if !*asJSON {
-		cfg.Progress = progressLine(e)
+	p.cfg.Stop = in.flag()
+	if !p.asJSON {
+		p.cfg.Progress = progressLine(e)
 	}
-
+	run := p.runConfig()
 	var r any
-	if *dev != "" {
-		link, err := netlink.LinkByName(*dev)
+	if p.dev != "" {
+		link, err := netlink.LinkByName(p.dev)
 		if err != nil {
-			return fmt.Errorf("device %s: %w", *dev, err)
+			return fmt.Errorf("device %s: %w", p.dev, err)
 		}
 		here := datapath.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
-		if *api == "ssam" {
-			return pingSSAMDevice(e, here, mac, *serve, *dev, cfg, run, *asJSON, in)
+		if p.api == "ssam" {
+			return pingSSAMDevice(e, here, mac, p.serve, p.dev, p.cfg, run, p.asJSON, in)
 		}
-		ep, err := datapath.Open(here, cfg.Mode, cfg.Queue)
+		ep, err := datapath.Open(here, p.cfg.Mode, p.cfg.Queue)
 		if err != nil {
 			return err
 		}
 		defer ep.Close()
-		if *serve {
-			return serveRaw(e, ep, *dev, in)
+		if p.serve {
+			return serveRaw(e, ep, p.dev, in)
 		}
-		pr, err := bench.RawPingFrom(ep, mac, cfg)
+		pr, err := bench.RawPingFrom(ep, mac, p.cfg)
 		if err != nil {
 			return err
 		}
@@ -205,13 +85,194 @@ func runPing(e *env, args []string) error {
 		a, b := l.Hosts[0], l.Hosts[1]
 		pa := datapath.OnHost(a)
 		pb := datapath.OnHost(b)
-		if r, err = pingLab(*api, *engineMode, pa, pb, a, b, cfg, *loss, bench.FirmwareLayout{Threads: *fwThreads, Sleep: *fwSleep}); err != nil {
+		if r, err = pingLab(p.api, p.engineMode, pa, pb, a, b, p.cfg, p.loss, bench.FirmwareLayout{Threads: p.fwThreads, Sleep: p.fwSleep}); err != nil {
 			return err
 		}
 	}
+	return reportPing(e, r, run, p.asJSON)
+}
+
+// pingArgs is what xam ping was asked: its flags, parsed and checked.
+type pingArgs struct {
+	api, engineMode, dev, peer, socket, tag string
+	loss                                    float64
+	fwSleep                                 time.Duration
+	fwThreads                               int
+	serve, asJSON                           bool
+	peerHost, endpoint                      uint
+	peerHostSeen                            bool
+	cfg                                     bench.PingConfig
+}
+
+// parsePing parses xam ping's flags and checks them, the device and
+// daemon flags apart (checkDevice, throughDaemon).
+func parsePing(e *env, args []string) (*pingArgs, error) {
+	p := &pingArgs{}
+	fs := newFlags(e, "ping", pingUsage)
+	fs.StringVar(&p.api, "api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), grim (GRIM on the firmware engine: short messages up to 16 bytes, bulk above; see --mode), udp (kernel UDP), packet (AF_PACKET)")
+	fs.Float64Var(&p.loss, "loss", 0, "with --api ssam, amii or grim: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
+	fs.DurationVar(&p.fwSleep, "fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
+	fs.IntVar(&p.fwThreads, "fw-threads", 1, "with --mode firmware: engine threads for the lab's two hosts: 1 (one thread runs both engines, as one NIC processor with two ports) or 2 (one each)")
+	fs.StringVar(&p.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
+	cfg := &p.cfg
+	fs.IntVar(&cfg.Count, "count", 10000, "measured round trips (at least 1)")
+	warmup := fs.Int("warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
+	fs.IntVar(&cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; grim: default 16, a short message, and bulk above)", maxPingSize))
+	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost (positive)")
+	mode := fs.String("xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
+	fs.IntVar(&cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
+	fs.StringVar(&p.dev, "dev", "", "ping over this device instead of a lab built for the run")
+	fs.StringVar(&p.peer, "peer", "", "with --dev: the MAC address of the peer, which runs `xam ping --dev IF --serve`")
+	fs.BoolVar(&p.serve, "serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
+	fs.BoolVar(&p.asJSON, "json", false, "print the result as one JSON document, and no progress")
+	fs.StringVar(&p.socket, "socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
+	fs.UintVar(&p.peerHost, "peer-host", 0, "with --socket (required): the other side's host id, 0..65535, as `xam fw stats` lists it (the mapper numbers hosts from 0)")
+	fs.UintVar(&p.endpoint, "endpoint", uint(daemon.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
+	fs.StringVar(&p.tag, "tag", "", "with --socket: the virtual network both sides open, a 64-bit number (0x...), or 'new' with --serve to draw one and print it; default a fixed tag that only root may use (users other than root need a tag of their own: daemon.WeakTag)")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	var err error
+	if cfg.Mode, err = loader.ParseMode(*mode); err != nil {
+		return nil, usageError("--xdp-mode: %v", err)
+	}
+	if p.api == "grim" && !seen(fs, "size") {
+		cfg.Size = 4 * grim.ShortArgs // a short message
+	}
+	p.peerHostSeen = seen(fs, "peer-host")
+	if err := p.check(*warmup); err != nil {
+		return nil, err
+	}
+	switch *warmup {
+	case -1: // the default: bench's
+	case 0:
+		cfg.NoWarmup = true
+	default:
+		cfg.Warmup = *warmup
+	}
+	return p, nil
+}
+
+// check checks the flags that every ping has.
+func (p *pingArgs) check(warmup int) error {
+	cfg := &p.cfg
+	switch p.api {
+	case "raw", "ssam", "amii", "grim", "udp", "packet":
+	default:
+		return usageError("--api %q: want raw, ssam, amii, grim, udp or packet", p.api)
+	}
+	switch {
+	case cfg.Count < 1:
+		return usageError("--count %d: want at least 1", cfg.Count)
+	case warmup < -1:
+		return usageError("--warmup %d: want 0 or more", warmup)
+	case cfg.Size < 1 || cfg.Size > maxPingSize:
+		return usageError("--size %d: want 1..%d bytes", cfg.Size, maxPingSize)
+	case cfg.Timeout <= 0:
+		return usageError("--timeout %v: want a positive duration, e.g. 1s", cfg.Timeout)
+	case cfg.Queue < 0:
+		return usageError("--queue %d: want 0 or more", cfg.Queue)
+	case p.fwSleep < 0:
+		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", p.fwSleep)
+	case p.fwThreads != 1 && p.fwThreads != 2:
+		return usageError("--fw-threads %d: want 1 or 2", p.fwThreads)
+	case p.api == "grim" && cfg.Size > grim.MaxBulk:
+		return usageError("--size %d: a GRIM message carries at most %d bytes", cfg.Size, grim.MaxBulk)
+	case p.loss != 0 && p.api != "ssam" && p.api != "amii" && p.api != "grim":
+		return usageError("--loss works with --api ssam, amii or grim only (the reliable paths); --api %s has no retransmission", p.api)
+	case p.loss < 0 || p.loss >= 1:
+		return usageError("--loss %v: want a fraction in [0, 1)", p.loss)
+	case p.engineMode != "inline" && p.engineMode != "firmware":
+		return usageError("--mode %q: want inline or firmware", p.engineMode)
+	case p.engineMode == "firmware" && p.api != "amii" && p.api != "grim":
+		return usageError("--mode firmware works with --api amii or grim only")
+	}
+	return nil
+}
+
+// runConfig returns the run's configuration, for the result.
+func (p *pingArgs) runConfig() bench.RunConfig {
+	run := bench.RunConfig{Device: p.dev, Peer: p.peer, InjectedLoss: p.loss}
+	if p.api == "amii" || p.api == "grim" {
+		run.EngineMode = p.engineMode
+		if p.engineMode == "firmware" {
+			run.FWSleepNS = int64(p.fwSleep)
+			run.FWThreads = p.fwThreads
+		}
+	}
+	return run
+}
+
+// throughDaemon checks the flags of a ping through running daemons
+// (--socket) and runs it.
+func (p *pingArgs) throughDaemon(e *env) error {
+	switch {
+	case p.api != "amii":
+		return usageError("--socket works with --api amii (the daemons run AM-II's engine)")
+	case p.dev != "" || p.peer != "":
+		return usageError("--socket reaches the daemon, which owns the device: no --dev or --peer")
+	case !p.peerHostSeen || p.peerHost > 65535:
+		return usageError("--peer-host N (0..65535) is required with --socket: the other side's host id, as `xam fw stats` lists it")
+	case p.endpoint < uint(daemon.FirstUserEndpoint) || p.endpoint > 65535:
+		return usageError("--endpoint %d: want %d..65535", p.endpoint, daemon.FirstUserEndpoint)
+	case p.loss > 0:
+		return usageError("--loss needs the lab built for the run (no --socket)")
+	}
+	tag := uint64(bench.DaemonTag)
+	switch {
+	case p.tag == "new" && !p.serve:
+		return usageError("--tag new draws the serving side's tag: give --serve, and the drawn tag to the pinging side")
+	case p.tag == "new":
+		tag = daemon.NewTag()
+		fmt.Fprintf(e.stderr, "xam ping: serving on tag %#x: ping with --tag %#x\n", tag, tag)
+	case p.tag != "":
+		t, err := strconv.ParseUint(p.tag, 0, 64)
+		if err != nil || t == 0 {
+			return usageError("--tag %q: want a 64-bit number other than 0 (0x...), or new", p.tag)
+		}
+		tag = t
+	}
+	if err := checkPeerHost(p.socket, nicfw.HostID(p.peerHost)); err != nil {
+		return err
+	}
+	return pingDaemon(e, bench.DaemonEndpoint{Socket: p.socket, Endpoint: nicfw.EndpointID(p.endpoint), PeerHost: nicfw.HostID(p.peerHost), Tag: tag},
+		p.serve, p.cfg, p.asJSON)
+}
+
+// checkDevice checks the flags of a ping over a device (--dev) and returns
+// the peer's MAC, if given.
+func (p *pingArgs) checkDevice() (net.HardwareAddr, error) {
+	if p.dev != "" {
+		if p.api != "raw" && p.api != "ssam" {
+			return nil, usageError("--dev works with --api raw or ssam")
+		}
+		switch {
+		case p.api == "raw" && p.serve == (p.peer != ""):
+			return nil, usageError("with --dev give either --peer MAC or --serve")
+		case p.api == "ssam" && p.peer == "":
+			return nil, usageError("with --dev --api ssam give --peer MAC (and --serve on the responding host): an SSAM connection is bound to its peer")
+		case p.loss > 0:
+			return nil, usageError("--loss needs the lab built for the run (no --dev)")
+		}
+	} else if p.serve || p.peer != "" {
+		return nil, usageError("--peer and --serve need --dev")
+	}
+	if p.peer == "" {
+		return nil, nil
+	}
+	mac, err := net.ParseMAC(p.peer)
+	if err != nil {
+		return nil, usageError("--peer %q: %v", p.peer, err)
+	}
+	return mac, nil
+}
+
+// reportPing prints r, the result of a ping of run, as JSON or a table,
+// and returns its outcome.
+func reportPing(e *env, r any, run bench.RunConfig, asJSON bool) error {
 	pr := pingResult(r)
 	pr.Config.InjectedLoss, pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWThreads = run.InjectedLoss, run.EngineMode, run.FWSleepNS, run.FWThreads
-	if *asJSON {
+	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err
 		}
