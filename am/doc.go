@@ -106,12 +106,14 @@
 //     GRIM's error handler may send without waiting, AM-II's sends nothing.
 //     Each Returned names the destination in Dest and the handler in
 //     Handler.
-//  10. Requests, Replies, Handled (request handlers), ReplyHandled,
-//     HandlerErrors (messages for a handler the receiver does not have)
-//     and Returned mean the same in all three; the other counters are the
-//     paper's mechanisms (SSAM's retransmissions and forgeries, AM-II's
-//     implicit replies and medium messages, GRIM's classes, completions
-//     and registry).
+//  10. Requests, Replies (the replies handlers sent), Handled (request
+//     handlers run), ReplyHandled, HandlerErrors (messages for a handler
+//     the receiver does not have) and Returned mean the same in all three;
+//     the other counters are the paper's mechanisms: the answer sent for a
+//     handler that did not reply (SSAM's Acks, AM-II's and GRIM's
+//     NullReplies), SSAM's retransmissions, sessions and forgeries,
+//     AM-II's medium messages and Stores, GRIM's classes, completions and
+//     registry.
 //  11. The errors every package has, with the same meaning; each has its
 //     own besides (SSAM's none, AM-II's ErrUnknownSender, ErrNoMediumSlots
 //     and ErrBadRegion, GRIM's ErrBusy, ErrShort and ErrChannel). A

@@ -197,16 +197,22 @@ func (t *Token) Reply(h HandlerID, args ...uint32) error {
 	case t.replied:
 		return fmt.Errorf("%w: a request handler sends at most one reply", ErrDiscipline)
 	}
+	if err := t.send(h, args); err != nil {
+		return err
+	}
+	t.ep.stats.Replies++
+	return nil
+}
+
+// send sends the reply to handler h: a handler's (Reply) or the layer's
+// for it (Endpoint.run).
+func (t *Token) send(h HandlerID, args []uint32) error {
 	d, err := shortDesc(t.src, h, args)
 	if err != nil {
 		return err
 	}
 	t.replied = true
-	if err := t.ch.send(endpoint.ReplySend, &d); err != nil {
-		return err
-	}
-	t.ep.stats.Replies++
-	return nil
+	return t.ch.send(endpoint.ReplySend, &d)
 }
 
 // Endpoint is a GRIM endpoint: its logical channels, its handlers, and its
@@ -241,7 +247,8 @@ type Endpoint struct {
 type Stats struct {
 	Requests              uint64 // requests sent (short, bulk and memory messages)
 	Shorts, Bulks, Writes uint64 // requests sent, by class
-	Replies               uint64 // replies sent: by handlers (Token.Reply) and by the layer for them
+	Replies               uint64 // replies handlers sent (Token.Reply)
+	NullReplies           uint64 // requests the layer answered for their handlers (HandlerNull, HandlerNoHandler, memory completions)
 	Handled               uint64 // request handlers run
 	ReplyHandled          uint64 // reply handlers run
 	Completed             uint64 // memory messages completed

@@ -248,7 +248,9 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		case HandlerMemory, HandlerNoHandler:
 			r = h
 		}
-		tok.Reply(r) //nolint:errcheck // counted by Reply; a lost one times the requester out
+		if tok.send(r, nil) == nil { // a lost one times the requester out
+			ep.stats.NullReplies++
+		}
 	}
 	ep.depth--
 }
