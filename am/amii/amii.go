@@ -401,37 +401,37 @@ const MaxHandlers = 4096
 // more is ErrNoHandler, one that has a handler already ErrConflict, a nil h
 // ErrConfig. Handle is to be called before messages for id arrive (and,
 // with Config.Shared, before the endpoint is shared).
-func (a *Endpoint) Handle(id HandlerID, h Handler) error {
+func (ep *Endpoint) Handle(id HandlerID, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("%w: no handler", ErrConfig)
 	}
-	return a.handle(id, handler{short: h})
+	return ep.handle(id, handler{short: h})
 }
 
 // HandleMedium is Handle for a handler of medium and bulk messages; the
 // two kinds share the ids.
-func (a *Endpoint) HandleMedium(id HandlerID, h MediumHandler) error {
+func (ep *Endpoint) HandleMedium(id HandlerID, h MediumHandler) error {
 	if h == nil {
 		return fmt.Errorf("%w: no handler", ErrConfig)
 	}
-	return a.handle(id, handler{medium: h})
+	return ep.handle(id, handler{medium: h})
 }
 
-func (a *Endpoint) handle(id HandlerID, h handler) error {
-	if err := a.usable(); err != nil {
+func (ep *Endpoint) handle(id HandlerID, h handler) error {
+	if err := ep.usable(); err != nil {
 		return err
 	}
 	switch {
 	case id >= MaxHandlers:
 		return fmt.Errorf("%w: handler id %d (ids run to %d)", ErrNoHandler, id, MaxHandlers-1)
-	case int(id) < len(a.handlers) && (a.handlers[id].short != nil || a.handlers[id].medium != nil):
+	case int(id) < len(ep.handlers) && (ep.handlers[id].short != nil || ep.handlers[id].medium != nil):
 		return fmt.Errorf("%w: handler id %d is taken", ErrConflict, id)
 	}
-	if int(id) >= len(a.handlers) {
-		a.handlers = append(a.handlers, make([]handler, int(id)+1-len(a.handlers))...)
-		a.view.SetHandlers(uint32(len(a.handlers)))
+	if int(id) >= len(ep.handlers) {
+		ep.handlers = append(ep.handlers, make([]handler, int(id)+1-len(ep.handlers))...)
+		ep.view.SetHandlers(uint32(len(ep.handlers)))
 	}
-	a.handlers[id] = h
+	ep.handlers[id] = h
 	return nil
 }
 
@@ -440,77 +440,77 @@ func (a *Endpoint) handle(id HandlerID, h handler) error {
 // Handle, with ids the application chooses, spares them that. An endpoint
 // holds at most MaxHandlers handlers: past them, Register adds nothing and
 // returns MaxHandlers, an id whose requests come back ReasonNoHandler.
-func (a *Endpoint) Register(h Handler) HandlerID {
-	return a.register(handler{short: h})
+func (ep *Endpoint) Register(h Handler) HandlerID {
+	return ep.register(handler{short: h})
 }
 
 // RegisterMedium is Register for a handler of medium and bulk messages;
 // the two kinds share the ids.
-func (a *Endpoint) RegisterMedium(h MediumHandler) HandlerID {
-	return a.register(handler{medium: h})
+func (ep *Endpoint) RegisterMedium(h MediumHandler) HandlerID {
+	return ep.register(handler{medium: h})
 }
 
 // register adds h to the handler table and tells the engine, which
 // returns requests to unregistered handlers to their senders
 // (endpoint.ReasonNoHandler).
-func (a *Endpoint) register(h handler) HandlerID {
-	if len(a.handlers) >= MaxHandlers {
+func (ep *Endpoint) register(h handler) HandlerID {
+	if len(ep.handlers) >= MaxHandlers {
 		return MaxHandlers
 	}
-	a.handlers = append(a.handlers, h)
-	if !a.closed {
-		a.view.SetHandlers(uint32(len(a.handlers)))
+	ep.handlers = append(ep.handlers, h)
+	if !ep.closed {
+		ep.view.SetHandlers(uint32(len(ep.handlers)))
 	}
-	return HandlerID(len(a.handlers) - 1)
+	return HandlerID(len(ep.handlers) - 1)
 }
 
 // OnReturn sets the endpoint's error handler, which Poll calls for each
 // returned message. It runs as a reply handler does: it may not send or
 // poll (to send the message again, note it and send after Poll returns).
 // Without one, returned messages are counted and dropped.
-func (a *Endpoint) OnReturn(f func(Returned)) { a.onReturn = f }
+func (ep *Endpoint) OnReturn(f func(Returned)) { ep.onReturn = f }
 
 // usable reports ErrClosed once the endpoint is closed, or its daemon
 // stopped.
-func (a *Endpoint) usable() error {
+func (ep *Endpoint) usable() error {
 	switch {
-	case a.closed:
+	case ep.closed:
 		return ErrClosed
-	case a.gone != nil:
-		return a.gone
+	case ep.gone != nil:
+		return ep.gone
 	}
 	return nil
 }
 
 // Config returns the endpoint's configuration, defaults filled in.
-func (a *Endpoint) Config() Config { return a.cfg }
+func (ep *Endpoint) Config() Config { return ep.cfg }
 
 // Stats returns the endpoint's counters.
-func (a *Endpoint) Stats() Stats {
-	if a.enter() != nil {
+func (ep *Endpoint) Stats() Stats {
+	if ep.enter() != nil {
 		return Stats{}
 	}
-	defer a.exit()
-	return a.stats
+	defer ep.exit()
+	return ep.stats
 }
 
 // Outstanding returns the requests sent and not yet answered or returned:
 // the credits in use.
-func (a *Endpoint) Outstanding() int {
-	if a.enter() != nil {
+func (ep *Endpoint) Outstanding() int {
+	if ep.enter() != nil {
 		return 0
 	}
-	defer a.exit()
-	return a.pending.Len()
+	defer ep.exit()
+	return ep.pending.Len()
 }
 
 // Staging returns the application's part of the endpoint's staging area
 // (the medium slots after it excluded): the bulk data it sends from
 // (Bulk.Local) and where peers' Stores land (their Bulk.Remote); nil once
 // the endpoint is closed.
-func (a *Endpoint) Staging() []byte {
-	if a.closed {
+func (ep *Endpoint) Staging() []byte {
+	if ep.closed {
 		return nil
 	}
-	return a.view.Staging()[:a.slotBase:a.slotBase]
+	return ep.view.Staging()[:ep.slotBase:ep.slotBase]
 }

@@ -139,7 +139,7 @@ func New(eng *nicfw.Engine, vn VNet, cfg Config) (*Endpoint, error) {
 }
 
 // Name returns the endpoint's global name: its host's id and its own.
-func (a *Endpoint) Name() Name { return a.name }
+func (ep *Endpoint) Name() Name { return ep.name }
 
 // Close releases the endpoint and everything its constructor made for it:
 // its mapping, its endpoint at the engine, and (Open) the engine or
@@ -147,16 +147,16 @@ func (a *Endpoint) Name() Name { return a.name }
 // return to their senders as ReasonClosed, and every call on it that
 // sends, polls or waits returns ErrClosed. It may not be called from a
 // handler (ErrDiscipline), nor while other goroutines use the endpoint.
-func (a *Endpoint) Close() error {
-	if a.closer == nil {
+func (ep *Endpoint) Close() error {
+	if ep.closer == nil {
 		return nil
 	}
-	if a.depth > 0 {
+	if ep.depth > 0 {
 		return fmt.Errorf("%w: Close from a handler", ErrDiscipline)
 	}
-	f := a.closer
-	a.closer, a.closed = nil, true
-	if err := f(); err != nil && a.gone == nil {
+	f := ep.closer
+	ep.closer, ep.closed = nil, true
+	if err := f(); err != nil && ep.gone == nil {
 		return err
 	}
 	return nil // the daemon stopped: its side is gone already

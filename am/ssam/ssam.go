@@ -361,12 +361,12 @@ func New(dev *driver.Device, cfg Config) (*Endpoint, error) {
 // chooses, spares them that. An endpoint holds at most MaxHandlers
 // handlers: past them, Register adds nothing and returns MaxHandlers, an
 // index that every send refuses with ErrNoHandler.
-func (s *Endpoint) Register(h Handler) HandlerID {
-	if len(s.handlers) >= MaxHandlers {
+func (ep *Endpoint) Register(h Handler) HandlerID {
+	if len(ep.handlers) >= MaxHandlers {
 		return MaxHandlers
 	}
-	s.handlers = append(s.handlers, h)
-	return HandlerID(len(s.handlers) - 1)
+	ep.handlers = append(ep.handlers, h)
+	return HandlerID(len(ep.handlers) - 1)
 }
 
 // Handle makes h the handler of index id, which senders name in their
@@ -374,9 +374,9 @@ func (s *Endpoint) Register(h Handler) HandlerID {
 // know the order in which it registers its handlers. An id of MaxHandlers
 // or more is ErrNoHandler, one that has a handler already ErrConflict, a
 // nil h ErrConfig.
-func (s *Endpoint) Handle(id HandlerID, h Handler) error {
+func (ep *Endpoint) Handle(id HandlerID, h Handler) error {
 	switch {
-	case s.closed:
+	case ep.closed:
 		return ErrClosed
 	case h == nil:
 		return fmt.Errorf("%w: no handler", ErrConfig)
@@ -384,13 +384,13 @@ func (s *Endpoint) Handle(id HandlerID, h Handler) error {
 	if err := checkHandler(id); err != nil {
 		return err
 	}
-	if int(id) < len(s.handlers) && s.handlers[id] != nil {
+	if int(id) < len(ep.handlers) && ep.handlers[id] != nil {
 		return fmt.Errorf("%w: handler %d is taken", ErrConflict, id)
 	}
-	if int(id) >= len(s.handlers) {
-		s.handlers = append(s.handlers, make([]Handler, int(id)+1-len(s.handlers))...)
+	if int(id) >= len(ep.handlers) {
+		ep.handlers = append(ep.handlers, make([]Handler, int(id)+1-len(ep.handlers))...)
 	}
-	s.handlers[id] = h
+	ep.handlers[id] = h
 	return nil
 }
 
@@ -404,14 +404,14 @@ func checkHandler(h HandlerID) error {
 }
 
 // Stats returns the endpoint's counters.
-func (s *Endpoint) Stats() Stats { return s.stats }
+func (ep *Endpoint) Stats() Stats { return ep.stats }
 
 // Config returns the endpoint's configuration, defaults filled in.
-func (s *Endpoint) Config() Config { return s.cfg }
+func (ep *Endpoint) Config() Config { return ep.cfg }
 
-func (s *Endpoint) checkLen(n int) error {
-	if n > s.cfg.MaxMessage {
-		return fmt.Errorf("%w: %d bytes, this endpoint carries at most %d", ErrTooLarge, n, s.cfg.MaxMessage)
+func (ep *Endpoint) checkLen(n int) error {
+	if n > ep.cfg.MaxMessage {
+		return fmt.Errorf("%w: %d bytes, this endpoint carries at most %d", ErrTooLarge, n, ep.cfg.MaxMessage)
 	}
 	return nil
 }
