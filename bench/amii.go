@@ -330,7 +330,7 @@ func pingAMII(a *amii.Endpoint, cfg PingConfig, nargs int) (*AMIIResult, error) 
 // requests to handler echo, whose replies set answered and whose returns
 // set returned. Inline, it polls (each poll runs the engine); in firmware
 // mode it polls and then waits on the daemon's notification.
-func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo uint32, answered, returned *int) (*AMIIResult, error) {
+func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo amii.HandlerID, answered, returned *int) (*AMIIResult, error) {
 	r := &AMIIResult{Mode: mode, PingResult: *cfg.newResult("amii", 8*nargs)}
 	block := mode == "firmware"
 	args := make([]uint64, nargs)

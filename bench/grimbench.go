@@ -439,14 +439,14 @@ func grimStoragePing(a, b datapath.Place, pc PingConfig) ([]enginePing, error) {
 		store, err = storage.New(dev, f, storage.Config{Name: "disk", BlockSize: bs, Blocks: 1024})
 		ready <- err
 	}()
-	// A, the registry's central endpoint, runs while the store synchs.
-	for synched := false; !synched; {
+	// A, the registry's central endpoint, runs while the store publishes.
+	for published := false; !published; {
 		select {
 		case err := <-ready:
 			if err != nil {
 				return nil, err
 			}
-			synched = true
+			published = true
 		default:
 			if _, err := p.a.Poll(); err != nil {
 				return nil, err
@@ -464,7 +464,7 @@ func grimStoragePing(a, b datapath.Place, pc PingConfig) ([]enginePing, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.a.Synch(); err != nil {
+	if err := p.a.Publish(); err != nil {
 		return nil, err
 	}
 	c, err := storage.Open(p.a, "disk", grimSink+1, bs, 10*time.Second)
@@ -517,7 +517,7 @@ func grimInjection(a, b datapath.Place, mode loader.Mode, calls int) (costRow, e
 		total += time.Since(start)
 		made += k
 		// Untimed: the engine sends them and the answers come back.
-		for deadline := time.Now().Add(time.Minute); err == nil && ch.Pending() > 0; {
+		for deadline := time.Now().Add(time.Minute); err == nil && ch.Outstanding() > 0; {
 			if _, err = p.a.Poll(); err == nil && time.Now().After(deadline) {
 				err = errors.New("bench: requests not answered after a minute")
 			}

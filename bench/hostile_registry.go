@@ -234,7 +234,7 @@ func (rc *registryCluster) open(ha, hb *firmwareHost, tag uint64, members []nicf
 	if err := rc.startStore(); err != nil {
 		return err
 	}
-	if err := central.Synch(); err != nil {
+	if err := central.Publish(); err != nil {
 		return err
 	}
 	if rc.client, err = storage.Open(central, "storage", grim.FirstUserHandler, registryBlockSize, 10*time.Second); err != nil {
@@ -249,7 +249,7 @@ func (rc *registryCluster) open(ha, hb *firmwareHost, tag uint64, members []nicf
 }
 
 // startStore makes the block store on B's endpoint, polling the central
-// while the store synchs with it, and serves the store.
+// while the store publishes with it, and serves the store.
 func (rc *registryCluster) startStore() error {
 	ready := make(chan error, 1)
 	var store *storage.Store
@@ -258,13 +258,13 @@ func (rc *registryCluster) startStore() error {
 		store, err = storage.New(rc.dev, rc.f, storage.Config{BlockSize: registryBlockSize, Blocks: registryBlocks})
 		ready <- err
 	}()
-	for synched := false; !synched; { // the central runs while the store synchs
+	for published := false; !published; { // the central runs while the store publishes
 		select {
 		case err := <-ready:
 			if err != nil {
 				return err
 			}
-			synched = true
+			published = true
 		default:
 			if _, err := rc.central.Poll(); err != nil {
 				return err
@@ -342,7 +342,7 @@ func (rc *registryCluster) judge(row *hostileRow, t registryTally) {
 			bad = append(bad, fmt.Sprintf("storage.read at peer %d (%v)", peer, err))
 		}
 	}
-	if cs.Handled == 0 || cs.Strangers+ds.Strangers == 0 {
+	if cs.Handled+cs.ReplyHandled == 0 || cs.Strangers+ds.Strangers == 0 {
 		bad = append(bad, fmt.Sprintf("nothing of the stranger's arrived: %+v %+v", cs, ds))
 	}
 	if len(bad) > 0 {

@@ -470,7 +470,7 @@ type amBench struct {
 	// b's request handlers, one for each kind of round (it replies, it
 	// sends nothing, it replies inside a clock bracket), and a's reply
 	// handler.
-	replying, silent, bracketed, replyH uint32
+	replying, silent, bracketed, replyH ssam.HandlerID
 
 	handlerErr         error         // the first error of a handler
 	inReply            time.Duration // time inside the Reply brackets
@@ -506,7 +506,7 @@ func newAMBench(ea, eb *SSAMEndpoint) *amBench {
 func (m *amBench) run(rounds int) error {
 	runtime.GC()
 	for range rounds {
-		for kind, h := range []uint32{m.replying, m.silent, m.bracketed} {
+		for kind, h := range []ssam.HandlerID{m.replying, m.silent, m.bracketed} {
 			if err := m.round(kind, h); err != nil {
 				return err
 			}
@@ -520,7 +520,7 @@ func (m *amBench) run(rounds int) error {
 
 // round runs one round of the given kind, its requests naming handler h,
 // and adds the time of its three parts to m.send, m.handle and m.back.
-func (m *amBench) round(kind int, h uint32) error {
+func (m *amBench) round(kind int, h ssam.HandlerID) error {
 	const W = amWindow
 	ea, eb := m.ea, m.eb
 	mb, err := m.arr.mark(eb.AM.Device())

@@ -20,10 +20,14 @@ const MaxArgs = endpoint.MaxShortArgs
 // before it looks again itself.
 const sharedRecheck = 5 * time.Millisecond
 
-// NullReply is the handler index of implicit replies: a reply to it runs no
+// HandlerID names a handler of an endpoint: the id a message carries,
+// which the receiver chose (Handle) or was given (Register).
+type HandlerID uint32
+
+// NullReply is the handler id of implicit replies: a reply to it runs no
 // handler and only gives back the requester's credit. Register never
 // returns it.
-const NullReply = ^uint32(0)
+const NullReply = ^HandlerID(0)
 
 // DefaultCredits is K, the outstanding requests per endpoint, when
 // Config.Credits is 0.
@@ -41,19 +45,21 @@ const DefaultSpin = 100 * time.Microsecond
 // free send queue entry) before they report ErrTimeout.
 const DefaultGiveUp = 5 * time.Second
 
-// Errors of the AM-II API.
+// Errors of the package. Test for them with errors.Is.
 var (
 	// ErrDiscipline: a reply outside a request handler, a second reply to
-	// one request, or a request from a reply handler.
+	// one request, a request from a reply handler, or a handler that
+	// polls, waits or closes its endpoint.
 	ErrDiscipline = errors.New("amii: request/reply discipline violated")
-	// ErrTooLong: a message longer than its class carries.
-	ErrTooLong = errors.New("amii: message too long")
+	// ErrTooLarge: a message larger than its class carries (more than
+	// MaxArgs arguments, more than endpoint.MaxMedium bytes).
+	ErrTooLarge = errors.New("amii: message too large")
 	// ErrTimeout: no room (a credit, a send queue entry) within
 	// Config.GiveUp, or requests unanswered.
 	ErrTimeout = errors.New("amii: peer does not answer")
-	// ErrBadIndex: a destination index outside the endpoint's translation
+	// ErrBadDest: a destination index outside the endpoint's translation
 	// table.
-	ErrBadIndex = errors.New("amii: destination index outside the translation table")
+	ErrBadDest = errors.New("amii: no such destination")
 	// ErrUnknownSender: a reply to a request whose sender is not in this
 	// endpoint's translation table.
 	ErrUnknownSender = errors.New("amii: the sender is not in this endpoint's translation table")
@@ -63,6 +69,14 @@ var (
 	// ErrBadRegion: a Store whose region is empty or not inside the
 	// application's part of the staging area (Staging).
 	ErrBadRegion = errors.New("amii: region outside the application's staging area")
+	// ErrNoHandler: a handler id of MaxHandlers or more (Handle).
+	ErrNoHandler = errors.New("amii: no such handler")
+	// ErrConfig: a configuration out of range.
+	ErrConfig = errors.New("amii: invalid configuration")
+	// ErrConflict: Handle at an id that has a handler already.
+	ErrConflict = errors.New("amii: conflicting handler registration")
+	// ErrClosed: the endpoint was closed (Endpoint.Close).
+	ErrClosed = errors.New("amii: endpoint closed")
 )
 
 // Handler is an AM-II short-message handler. args aliases the endpoint's
@@ -94,9 +108,15 @@ type Token struct {
 	replied bool
 }
 
-// Source returns the sender's index in this endpoint's translation table,
-// endpoint.NoIndex if it is not there.
-func (t *Token) Source() uint32 { return t.src }
+// Source returns the sender's index in this endpoint's translation table
+// (the destination that Request takes to reach it), NoIndex if it is not
+// there.
+func (t *Token) Source() int {
+	if t.src == endpoint.NoIndex {
+		return NoIndex
+	}
+	return int(t.src)
+}
 
 // IsRequest reports whether the handler runs for a request.
 func (t *Token) IsRequest() bool { return t.request }
@@ -105,21 +125,21 @@ func (t *Token) IsRequest() bool { return t.request }
 // requester's handler, with up to MaxArgs arguments. It may be called
 // once, in a request handler only. While the reply send queue is full it
 // drives the engine, for at most the give-up time.
-func (t *Token) Reply(handler uint32, args ...uint64) error {
-	return t.reply(handler, nil, args)
+func (t *Token) Reply(h HandlerID, args ...uint64) error {
+	return t.reply(h, nil, args)
 }
 
 // ReplyMedium is Reply with up to endpoint.MaxMedium bytes of data, which it
 // copies into a medium slot (waiting for one as for room in the queue);
 // without data it sends a short reply.
-func (t *Token) ReplyMedium(handler uint32, data []byte, args ...uint64) error {
+func (t *Token) ReplyMedium(h HandlerID, data []byte, args ...uint64) error {
 	if len(data) > endpoint.MaxMedium {
-		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLong, len(data), endpoint.MaxMedium)
+		return fmt.Errorf("%w: %d bytes, a medium message carries at most %d", ErrTooLarge, len(data), endpoint.MaxMedium)
 	}
-	return t.reply(handler, data, args)
+	return t.reply(h, data, args)
 }
 
-func (t *Token) reply(handler uint32, data []byte, args []uint64) error {
+func (t *Token) reply(h HandlerID, data []byte, args []uint64) error {
 	switch {
 	case t.a == nil:
 		return fmt.Errorf("%w: not a handler's token", ErrDiscipline)
@@ -128,15 +148,15 @@ func (t *Token) reply(handler uint32, data []byte, args []uint64) error {
 	case t.replied:
 		return fmt.Errorf("%w: a request handler sends at most one reply", ErrDiscipline)
 	case len(args) > MaxArgs:
-		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLong, len(args), MaxArgs)
+		return fmt.Errorf("%w: %d arguments, a message carries at most %d", ErrTooLarge, len(args), MaxArgs)
 	case t.src == endpoint.NoIndex:
 		return ErrUnknownSender
 	}
 	var err error
 	if len(data) > 0 {
-		err = t.a.sendMedium(endpoint.ReplySend, t.src, handler, data, args)
+		err = t.a.sendMedium(endpoint.ReplySend, t.src, uint32(h), data, args)
 	} else {
-		err = t.a.send(endpoint.ReplySend, t.src, handler, args)
+		err = t.a.send(endpoint.ReplySend, t.src, uint32(h), args)
 	}
 	if err != nil {
 		return err
@@ -151,8 +171,8 @@ type Returned struct {
 	Reason  Reason // why it was not delivered
 	Request bool   // a request (its credit was given back); else a reply
 	Class   Class  // short, medium or bulk
-	Dest    uint32 // the destination index it was sent to
-	Handler uint32
+	Dest    int    // the destination index it was sent to
+	Handler HandlerID
 	Args    []uint64 // a copy, the application's to keep
 	Data    []byte   // a medium message's bytes, a copy
 	// A bulk message's region in the sender's staging area and the offset
@@ -304,6 +324,8 @@ type Endpoint struct {
 	free     []int     // free medium slots
 	used     []slotUse // medium slots whose message the engine has not taken
 	stats    Stats
+	closed   bool
+	gone     error // firmware mode: the daemon stopped (ErrClosed and daemon.ErrClosed wrapped)
 }
 
 // newEndpoint returns the AM-II endpoint of view. In inline mode poll runs the
@@ -323,13 +345,13 @@ func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.
 		cfg.Credits = DefaultCredits
 	}
 	if cfg.Credits < 1 || cfg.Credits > ec.QueueEntries {
-		return nil, fmt.Errorf("amii: %d credits out of range [1, %d] (the endpoint's queue entries)", cfg.Credits, ec.QueueEntries)
+		return nil, fmt.Errorf("%w: %d credits out of range [1, %d] (the endpoint's queue entries)", ErrConfig, cfg.Credits, ec.QueueEntries)
 	}
 	if cfg.GiveUp == 0 {
 		cfg.GiveUp = DefaultGiveUp
 	}
 	if cfg.GiveUp < 0 {
-		return nil, fmt.Errorf("amii: negative give-up time %v", cfg.GiveUp)
+		return nil, fmt.Errorf("%w: negative give-up time %v", ErrConfig, cfg.GiveUp)
 	}
 	if cfg.ReplyTimeout == 0 {
 		cfg.ReplyTimeout = DefaultReplyTimeout
@@ -347,7 +369,7 @@ func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.
 	case cfg.MediumSlots < 0:
 		cfg.MediumSlots = 0
 	case cfg.MediumSlots > fit:
-		return nil, fmt.Errorf("amii: %d medium slots of %d bytes in a staging area of %d", cfg.MediumSlots, endpoint.MaxMedium, ec.StagingSize)
+		return nil, fmt.Errorf("%w: %d medium slots of %d bytes in a staging area of %d", ErrConfig, cfg.MediumSlots, endpoint.MaxMedium, ec.StagingSize)
 	}
 	a := &Endpoint{view: view, poll: poll, block: block, cfg: cfg, table: uint32(ec.TableSize), entries: ec.QueueEntries,
 		slotBase: ec.StagingSize - cfg.MediumSlots*endpoint.MaxMedium,
@@ -366,93 +388,129 @@ func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.
 	return a, nil
 }
 
-// MaxHandler bounds the ids of Handle and HandleMedium.
-const MaxHandler = 4095
+// MaxHandlers bounds the handlers of an endpoint: ids run from 0 to
+// MaxHandlers-1.
+const MaxHandlers = 4096
 
 // Handle makes h the short-message handler of id, which senders name in
 // their messages: an id the application chooses, so that senders need not
 // know the order in which it registers its handlers. Requests for an id
 // above the highest handled come back to their senders with
 // ReasonNoHandler; one for a lower id without a handler gets an implicit
-// reply and is counted in Stats.HandlerErrors. Handle is to be called
-// before messages for id arrive (and, with Config.Shared, before the
-// endpoint is shared).
-func (a *Endpoint) Handle(id uint32, h Handler) error {
-	return a.handle(id, handler{short: h})
+// reply and is counted in Stats.HandlerErrors. An id of MaxHandlers or
+// more is ErrNoHandler, one that has a handler already ErrConflict, a nil h
+// ErrConfig. Handle is to be called before messages for id arrive (and,
+// with Config.Shared, before the endpoint is shared).
+func (ep *Endpoint) Handle(id HandlerID, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("%w: no handler", ErrConfig)
+	}
+	return ep.handle(id, handler{short: h})
 }
 
 // HandleMedium is Handle for a handler of medium and bulk messages; the
 // two kinds share the ids.
-func (a *Endpoint) HandleMedium(id uint32, h MediumHandler) error {
-	return a.handle(id, handler{medium: h})
+func (ep *Endpoint) HandleMedium(id HandlerID, h MediumHandler) error {
+	if h == nil {
+		return fmt.Errorf("%w: no handler", ErrConfig)
+	}
+	return ep.handle(id, handler{medium: h})
 }
 
-func (a *Endpoint) handle(id uint32, h handler) error {
+func (ep *Endpoint) handle(id HandlerID, h handler) error {
+	if err := ep.usable(); err != nil {
+		return err
+	}
 	switch {
-	case id > MaxHandler:
-		return fmt.Errorf("amii: handler id %d above %d", id, MaxHandler)
-	case int(id) < len(a.handlers) && (a.handlers[id].short != nil || a.handlers[id].medium != nil):
-		return fmt.Errorf("amii: handler id %d is taken", id)
+	case id >= MaxHandlers:
+		return fmt.Errorf("%w: handler id %d (ids run to %d)", ErrNoHandler, id, MaxHandlers-1)
+	case int(id) < len(ep.handlers) && (ep.handlers[id].short != nil || ep.handlers[id].medium != nil):
+		return fmt.Errorf("%w: handler id %d is taken", ErrConflict, id)
 	}
-	if int(id) >= len(a.handlers) {
-		a.handlers = append(a.handlers, make([]handler, int(id)+1-len(a.handlers))...)
-		a.view.SetHandlers(uint32(len(a.handlers)))
+	if int(id) >= len(ep.handlers) {
+		ep.handlers = append(ep.handlers, make([]handler, int(id)+1-len(ep.handlers))...)
+		ep.view.SetHandlers(uint32(len(ep.handlers)))
 	}
-	a.handlers[id] = h
+	ep.handlers[id] = h
 	return nil
 }
 
 // Register adds a short-message handler at the lowest id above every id in
 // use and returns it. Senders must then know the order of registration;
-// Handle, with ids the application chooses, spares them that.
-func (a *Endpoint) Register(h Handler) uint32 {
-	return a.register(handler{short: h})
+// Handle, with ids the application chooses, spares them that. An endpoint
+// holds at most MaxHandlers handlers: past them, Register adds nothing and
+// returns MaxHandlers, an id whose requests come back ReasonNoHandler.
+func (ep *Endpoint) Register(h Handler) HandlerID {
+	return ep.register(handler{short: h})
 }
 
 // RegisterMedium is Register for a handler of medium and bulk messages;
 // the two kinds share the ids.
-func (a *Endpoint) RegisterMedium(h MediumHandler) uint32 {
-	return a.register(handler{medium: h})
+func (ep *Endpoint) RegisterMedium(h MediumHandler) HandlerID {
+	return ep.register(handler{medium: h})
 }
 
 // register adds h to the handler table and tells the engine, which
 // returns requests to unregistered handlers to their senders
 // (endpoint.ReasonNoHandler).
-func (a *Endpoint) register(h handler) uint32 {
-	a.handlers = append(a.handlers, h)
-	a.view.SetHandlers(uint32(len(a.handlers)))
-	return uint32(len(a.handlers) - 1)
+func (ep *Endpoint) register(h handler) HandlerID {
+	if len(ep.handlers) >= MaxHandlers {
+		return MaxHandlers
+	}
+	ep.handlers = append(ep.handlers, h)
+	if !ep.closed {
+		ep.view.SetHandlers(uint32(len(ep.handlers)))
+	}
+	return HandlerID(len(ep.handlers) - 1)
 }
 
 // OnReturn sets the endpoint's error handler, which Poll calls for each
 // returned message. It runs as a reply handler does: it may not send or
 // poll (to send the message again, note it and send after Poll returns).
 // Without one, returned messages are counted and dropped.
-func (a *Endpoint) OnReturn(f func(Returned)) { a.onReturn = f }
+func (ep *Endpoint) OnReturn(f func(Returned)) { ep.onReturn = f }
+
+// usable reports ErrClosed once the endpoint is closed, or its daemon
+// stopped.
+func (ep *Endpoint) usable() error {
+	switch {
+	case ep.closed:
+		return ErrClosed
+	case ep.gone != nil:
+		return ep.gone
+	}
+	return nil
+}
 
 // Config returns the endpoint's configuration, defaults filled in.
-func (a *Endpoint) Config() Config { return a.cfg }
+func (ep *Endpoint) Config() Config { return ep.cfg }
 
 // Stats returns the endpoint's counters.
-func (a *Endpoint) Stats() Stats {
-	if a.enter() != nil {
+func (ep *Endpoint) Stats() Stats {
+	if ep.enter() != nil {
 		return Stats{}
 	}
-	defer a.exit()
-	return a.stats
+	defer ep.exit()
+	return ep.stats
 }
 
 // Outstanding returns the requests sent and not yet answered or returned:
 // the credits in use.
-func (a *Endpoint) Outstanding() int {
-	if a.enter() != nil {
+func (ep *Endpoint) Outstanding() int {
+	if ep.enter() != nil {
 		return 0
 	}
-	defer a.exit()
-	return a.pending.Len()
+	defer ep.exit()
+	return ep.pending.Len()
 }
 
 // Staging returns the application's part of the endpoint's staging area
 // (the medium slots after it excluded): the bulk data it sends from
-// (Store's localOffset) and where peers' Stores land (their remoteOffset).
-func (a *Endpoint) Staging() []byte { return a.view.Staging()[:a.slotBase:a.slotBase] }
+// (Bulk.Local) and where peers' Stores land (their Bulk.Remote); nil once
+// the endpoint is closed.
+func (ep *Endpoint) Staging() []byte {
+	if ep.closed {
+		return nil
+	}
+	return ep.view.Staging()[:ep.slotBase:ep.slotBase]
+}

@@ -139,7 +139,7 @@ func TestAMIIRoundTrip(t *testing.T) {
 	n := newAMIINet(t, Config{})
 	n.serveB = true
 	var got [][]uint64
-	var replySources []uint32
+	var replySources []int
 	reply := n.a1.Register(func(tok *Token, args []uint64) {
 		if tok.IsRequest() {
 			t.Error("reply handler runs for a request")
@@ -147,7 +147,7 @@ func TestAMIIRoundTrip(t *testing.T) {
 		replySources = append(replySources, tok.Source())
 		got = append(got, slices.Clone(args))
 	})
-	var sources []uint32
+	var sources []int
 	echo := n.b1.Register(func(tok *Token, args []uint64) {
 		sources = append(sources, tok.Source())
 		r := slices.Clone(args)
@@ -221,7 +221,7 @@ func disciplineBody(t *testing.T, cfgA Config) {
 		t.Fatal(err)
 	}
 	until(t, n.a1, func() bool { return n.a1.Outstanding() == 0 })
-	if first != nil || !errors.Is(tooLong, ErrTooLong) {
+	if first != nil || !errors.Is(tooLong, ErrTooLarge) {
 		t.Errorf("first reply: %v; nine arguments: %v", first, tooLong)
 	}
 	for what, err := range map[string]error{"second reply": second, "request in a request handler": inner,
@@ -233,11 +233,11 @@ func disciplineBody(t *testing.T, cfgA Config) {
 	if len(errs) != 2 || !errors.Is(errs[0], ErrDiscipline) || !errors.Is(errs[1], ErrDiscipline) {
 		t.Errorf("request and poll in a reply handler: %v, want ErrDiscipline", errs)
 	}
-	if err := n.a1.Request(0, req, make([]uint64, MaxArgs+1)...); !errors.Is(err, ErrTooLong) {
-		t.Errorf("request of nine arguments: %v, want ErrTooLong", err)
+	if err := n.a1.Request(0, req, make([]uint64, MaxArgs+1)...); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("request of nine arguments: %v, want ErrTooLarge", err)
 	}
-	if err := n.a1.Request(2, req); !errors.Is(err, ErrBadIndex) {
-		t.Errorf("request to index 2 of a 2-entry table: %v, want ErrBadIndex", err)
+	if err := n.a1.Request(2, req); !errors.Is(err, ErrBadDest) {
+		t.Errorf("request to index 2 of a 2-entry table: %v, want ErrBadDest", err)
 	}
 	if n.a1.Outstanding() != 0 {
 		t.Errorf("%d outstanding after refused requests", n.a1.Outstanding())
@@ -401,7 +401,7 @@ func TestAMIIMedium(t *testing.T) {
 	if !shortSeen || shortData != nil || n.b1.Stats().HandlerErrors != 1 {
 		t.Errorf("short message to a medium handler: ran %v with %v; B1 stats %+v", shortSeen, shortData, n.b1.Stats())
 	}
-	if err := n.a1.RequestMedium(0, echo, make([]byte, endpoint.MaxMedium+1)); !errors.Is(err, ErrTooLong) {
+	if err := n.a1.RequestMedium(0, echo, make([]byte, endpoint.MaxMedium+1)); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("a medium request of MaxMedium+1 bytes: %v", err)
 	}
 	sa, sb := n.a1.Stats(), n.b1.Stats()
@@ -589,7 +589,7 @@ func TestAMIIWaitInline(t *testing.T) {
 	h := n.a1.Register(func(*Token, []uint64) { got++ })
 	// B1 sends a request to A1 without running the engines: A1's Wait
 	// runs them.
-	if err := n.b1.view.Send(endpoint.RequestSend, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: h}); err != nil {
+	if err := n.b1.view.Send(endpoint.RequestSend, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: uint32(h)}); err != nil {
 		t.Fatal(err)
 	}
 	if ready, err := n.a1.Wait(5 * time.Second); !ready || err != nil {
@@ -600,7 +600,7 @@ func TestAMIIWaitInline(t *testing.T) {
 	}
 	var inner error
 	h = n.a1.Register(func(*Token, []uint64) { _, inner = n.a1.Wait(time.Millisecond) })
-	if err := n.b1.view.Send(endpoint.RequestSend, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: h}); err != nil {
+	if err := n.b1.view.Send(endpoint.RequestSend, &endpoint.Descriptor{Class: endpoint.ClassShort, Handler: uint32(h)}); err != nil {
 		t.Fatal(err)
 	}
 	until(t, n.a1, func() bool { return inner != nil })

@@ -1,16 +1,18 @@
 // Package amii is AM-II's Active Messages (Mainwaring and Culler's AM-II
 // API, as Chun et al. run it over Myrinet) on an endpoint of xam's NIC
 // firmware engine (package nicfw): short, medium and bulk messages, and
-// blocking wait.
+// blocking wait. The API is one of a family with package ssam and package
+// grim (see package am for the table): the same verbs where the operation
+// is the same, the differences the papers' own.
 //
 // The endpoint. An Endpoint is the application's side of one nicfw endpoint:
 // the mapping of its memory (endpoint.View) with AM-II's four queues.
 // The endpoint belongs to a virtual network: the engine holds its tag and
 // its translation table, and a request names its destination by an index
-// into that table, never by a global name. A received message names its
-// sender by the sender's index in the receiver's table (Token.Source);
-// endpoint.NoIndex when the sender is not in it, and then it cannot be
-// answered.
+// into that table (an int, as every destination of the family), never by
+// a global name. A received message names its sender by the sender's index
+// in the receiver's table (Token.Source), NoIndex when the sender is not
+// in it, and then it cannot be answered.
 //
 // Inline mode. The engine runs in the application's goroutine: Open
 // makes an engine of its own on a link, New puts the endpoint on an
@@ -26,10 +28,14 @@
 // there already; a Request that must wait for a credit, and Drain, wait
 // the same way; a send that finds its queue full, or no medium slot free,
 // yields the processor until the engine has caught up. Both modes return
-// the same Endpoint, whose Close releases everything its constructor made.
+// the same Endpoint, whose Close releases everything its constructor made;
+// afterwards, or once firmware mode's daemon has stopped, every call that
+// sends, polls or waits returns ErrClosed.
 //
-// Messages. A message names a handler by its id (Handle,
-// HandleMedium: an id the receiver chooses; or Register, RegisterMedium) and carries up to 8 64-bit words (MaxArgs). A short
+// Messages. A message names a handler by its id (HandlerID: Handle,
+// HandleMedium put a handler at an id the receiver chooses; Register,
+// RegisterMedium at the next free one) and carries up to 8 64-bit words
+// (MaxArgs). A short
 // message carries nothing else. A medium message carries up to
 // endpoint.MaxMedium bytes too: RequestMedium and Token.ReplyMedium copy
 // them into a slot of the staging area (the one copy at the sender), the
@@ -78,8 +84,9 @@
 // endpoint, endpoint closed, unknown or unreachable host, too large for the
 // transport, a bulk region outside the receiver's application part, a
 // request to a handler index the receiver has not registered) comes back
-// into the sender's reply receive queue marked returned (endpoint.Descriptor.ReturnInfo); Poll hands it to the error handler set with
-// OnReturn, as a Returned with the reason and the original message (a
+// into the sender's reply receive queue marked returned
+// (endpoint.Descriptor.ReturnInfo); Poll hands it to the error handler set
+// with OnReturn, as a Returned with the reason and the original message (a
 // medium message with its bytes). A returned request gives back its credit.
 // A request whose reply does not come within Config.ReplyTimeout (its
 // receiver took it and then died or restarted, or a reply was itself

@@ -4,6 +4,8 @@ package amii
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/xam-project/xam/nicfw/daemon"
 )
@@ -23,7 +25,9 @@ import (
 // one (daemon.NewTag) and gives it to all its hosts; vn.Tag 0 has the
 // daemon draw a new network's tag (DialNew returns it). The daemon's
 // refusals are typed (daemon.ErrPermission, daemon.ErrWeakTag,
-// daemon.ErrQuota, nicfw.ErrConfig, nicfw.ErrEndpointInUse).
+// daemon.ErrQuota, nicfw.ErrConfig, nicfw.ErrEndpointInUse). Once the
+// daemon has stopped, a wait and every later call that sends, polls or
+// waits returns an error that wraps both ErrClosed and daemon.ErrClosed.
 func Dial(socket string, vn VNet, cfg Config) (*Endpoint, error) {
 	a, _, err := dial(socket, vn, cfg)
 	return a, err
@@ -49,7 +53,18 @@ func dial(socket string, vn VNet, cfg Config) (*Endpoint, uint64, error) {
 		c.Close()
 		return nil, 0, err
 	}
-	a, err := newEndpoint(ep.View, nil, ep.Block, cfg)
+	var a *Endpoint
+	block := func(timeout time.Duration) error {
+		err := ep.Block(timeout)
+		if errors.Is(err, daemon.ErrClosed) && a.gone == nil {
+			a.gone = fmt.Errorf("%w: the daemon at %s stopped: %w", ErrClosed, socket, err)
+		}
+		if a.gone != nil {
+			return a.gone
+		}
+		return err
+	}
+	a, err = newEndpoint(ep.View, nil, block, cfg)
 	if err != nil {
 		ep.Close()
 		c.Close()

@@ -48,7 +48,7 @@ const (
 )
 
 // NoIndex is Token.Source for a sender outside the translation table.
-const NoIndex = endpoint.NoIndex
+const NoIndex = -1
 
 // VNet is an endpoint's id and virtual network: its tag, which the engine
 // stamps on what it sends and checks on what it delivers, and its
@@ -111,7 +111,7 @@ func Open(link afxdp.Link, in Inline, vn VNet, cfg Config) (*Endpoint, error) {
 // engine.
 func New(eng *nicfw.Engine, vn VNet, cfg Config) (*Endpoint, error) {
 	if eng == nil {
-		return nil, errors.New("amii: no engine")
+		return nil, fmt.Errorf("%w: no engine", ErrConfig)
 	}
 	mem, err := eng.CreateEndpoint(vn.ID, endpoint.Config{QueueEntries: cfg.QueueEntries, StagingSize: cfg.StagingSize},
 		nicfw.VNet{Tag: vn.Tag, Table: vn.Table, Weight: vn.Weight, Key: vn.Key})
@@ -139,18 +139,25 @@ func New(eng *nicfw.Engine, vn VNet, cfg Config) (*Endpoint, error) {
 }
 
 // Name returns the endpoint's global name: its host's id and its own.
-func (a *Endpoint) Name() Name { return a.name }
+func (ep *Endpoint) Name() Name { return ep.name }
 
 // Close releases the endpoint and everything its constructor made for it:
 // its mapping, its endpoint at the engine, and (Open) the engine or
 // (Dial) the connection to the daemon. Messages arriving for it afterwards
-// return to their senders as ReasonClosed. It may not be called from a
-// handler, nor while other goroutines use the endpoint.
-func (a *Endpoint) Close() error {
-	if a.closer == nil {
+// return to their senders as ReasonClosed, and every call on it that
+// sends, polls or waits returns ErrClosed. It may not be called from a
+// handler (ErrDiscipline), nor while other goroutines use the endpoint.
+func (ep *Endpoint) Close() error {
+	if ep.closer == nil {
 		return nil
 	}
-	f := a.closer
-	a.closer = nil
-	return f()
+	if ep.depth > 0 {
+		return fmt.Errorf("%w: Close from a handler", ErrDiscipline)
+	}
+	f := ep.closer
+	ep.closer, ep.closed = nil, true
+	if err := f(); err != nil && ep.gone == nil {
+		return err
+	}
+	return nil // the daemon stopped: its side is gone already
 }

@@ -46,20 +46,20 @@ func TestHandleIDs(t *testing.T) {
 		t.Errorf("Name %v", a.Name())
 	}
 	var got []uint64
-	for _, id := range []uint32{40, 7} { // not in order, with gaps
+	for _, id := range []HandlerID{40, 7} { // not in order, with gaps
 		if err := b.Handle(id, func(tok *Token, args []uint64) { got = append(got, uint64(id)*1000+args[0]) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b.Handle(7, func(*Token, []uint64) {}); err == nil {
-		t.Error("a second handler at id 7 was taken")
+	if err := b.Handle(7, func(*Token, []uint64) {}); !errors.Is(err, ErrConflict) {
+		t.Errorf("a second handler at id 7: %v, want ErrConflict", err)
 	}
-	if err := b.HandleMedium(MaxHandler+1, func(*Token, []uint64, []byte) {}); err == nil {
-		t.Error("an id above MaxHandler was taken")
+	if err := b.HandleMedium(MaxHandlers, func(*Token, []uint64, []byte) {}); !errors.Is(err, ErrNoHandler) {
+		t.Errorf("a handler at MaxHandlers: %v, want ErrNoHandler", err)
 	}
 	var returned []Returned
 	a.OnReturn(func(r Returned) { returned = append(returned, r) })
-	for _, id := range []uint32{7, 40, 41} {
+	for _, id := range []HandlerID{7, 40, 41} {
 		if err := a.Request(0, id, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -97,4 +97,53 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := Open(la, Inline{Host: 1}, VNet{ID: 3, Tag: 1, Table: []Name{{Host: 2, Endpoint: 3}}}, Config{QueueEntries: 3}); !errors.Is(err, nicfw.ErrConfig) {
 		t.Errorf("3 queue entries: %v, want nicfw.ErrConfig", err)
 	}
+}
+
+// TestFamily: what AM-II shares with ssam and grim (package am).
+// Token.Source is the sender's index, an int Request takes; a destination
+// outside the table is ErrBadDest; Close from a handler is ErrDiscipline;
+// after Close every call that sends, polls or waits is ErrClosed, and
+// Staging is nil.
+func TestFamily(t *testing.T) {
+	a, b := openPair(t)
+	var from []int
+	var closeErr error
+	h := b.Register(func(tok *Token, args []uint64) {
+		from = append(from, tok.Source())
+		closeErr = b.Close()
+	})
+	if err := a.Request(-1, h); !errors.Is(err, ErrBadDest) {
+		t.Errorf("a request to -1: %v, want ErrBadDest", err)
+	}
+	if err := a.Request(0, h, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; len(from) == 0 && i < 10000; i++ {
+		b.Poll()
+		a.Poll()
+	}
+	if len(from) != 1 || from[0] != 0 || !errors.Is(closeErr, ErrDiscipline) {
+		t.Fatalf("sources %v, Close from a handler: %v", from, closeErr)
+	}
+	if err := a.Drain(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, pollErr := a.Poll()
+	_, waitErr := a.Wait(time.Millisecond)
+	for name, err := range map[string]error{
+		"Request": a.Request(0, h), "RequestMedium": a.RequestMedium(0, h, []byte("x")),
+		"Store": a.Store(Bulk{Dest: 0, Length: 1, Handler: h}), "Poll": pollErr, "Wait": waitErr,
+		"Drain": a.Drain(time.Second), "Handle": a.Handle(9, func(*Token, []uint64) {}),
+	} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	if a.Staging() != nil {
+		t.Error("Staging after Close is not nil")
+	}
+	a.Register(func(*Token, []uint64) {}) // harmless
 }

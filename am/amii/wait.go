@@ -22,12 +22,12 @@ import (
 // it runs the engine meanwhile; in firmware mode it arms the endpoint's
 // events and blocks on the daemon's notification. It may not be called
 // from a handler.
-func (a *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
-	if err := a.enter(); err != nil {
+func (ep *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
+	if err := ep.enter(); err != nil {
 		return false, err
 	}
-	defer a.exit()
-	err = a.waitLocked(timeout)
+	defer ep.exit()
+	err = ep.waitLocked(timeout)
 	if errors.Is(err, errNothing) {
 		return false, nil
 	}
@@ -40,45 +40,48 @@ func (a *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
 var errNothing = fmt.Errorf("%w: no message", ErrTimeout)
 
 // waitLocked is Wait, the lock (if Shared) held.
-func (a *Endpoint) waitLocked(timeout time.Duration) error {
-	if a.depth > 0 {
+func (ep *Endpoint) waitLocked(timeout time.Duration) error {
+	if err := ep.usable(); err != nil {
+		return err
+	}
+	if ep.depth > 0 {
 		return fmt.Errorf("%w: a handler may not wait", ErrDiscipline)
 	}
 	const all = endpoint.EventRequest | endpoint.EventReply
-	start := a.cfg.Clock.Now()
+	start := ep.cfg.Clock.Now()
 	for {
-		if a.view.Ready() != 0 {
+		if ep.view.Ready() != 0 {
 			return nil
 		}
-		left := timeout - a.cfg.Clock.Now().Sub(start)
+		left := timeout - ep.cfg.Clock.Now().Sub(start)
 		if left <= 0 {
-			if a.poll == nil {
-				a.view.Arm(0)
+			if ep.poll == nil {
+				ep.view.Arm(0)
 			}
 			return errNothing
 		}
-		if a.poll != nil {
-			if _, err := a.poll(); err != nil {
+		if ep.poll != nil {
+			if _, err := ep.poll(); err != nil {
 				return err
 			}
-			a.letOthersIn()
+			ep.letOthersIn()
 			continue
 		}
-		if a.spin(min(left, a.cfg.Spin)) {
+		if ep.spin(min(left, ep.cfg.Spin)) {
 			return nil
 		}
-		if a.view.Arm(all) != 0 {
+		if ep.view.Arm(all) != 0 {
 			return nil
 		}
-		if a.cfg.Shared && a.blocking > 0 {
+		if ep.cfg.Shared && ep.blocking > 0 {
 			// Another goroutine blocks on the endpoint's notification,
 			// which wakes one of us only: wait for a Poll to take
 			// messages (then return: what this goroutine waited for, a
 			// credit say, may have come), or a little while, and look
 			// again.
-			ch := a.changed
+			ch := ep.changed
 			took := false
-			a.unlocked(func() {
+			ep.unlocked(func() {
 				t := time.NewTimer(min(left, sharedRecheck))
 				defer t.Stop()
 				select {
@@ -94,20 +97,20 @@ func (a *Endpoint) waitLocked(timeout time.Duration) error {
 		}
 		var err error
 		block := left
-		if a.cfg.Shared {
+		if ep.cfg.Shared {
 			// Another goroutine's Poll may take the messages this one
 			// was woken for, or Arm and find them there (then nobody
 			// is notified): block briefly and let the caller look.
 			block = min(left, sharedRecheck)
 		}
-		a.blocking++
-		a.unlocked(func() { err = a.block(block) })
-		a.blocking--
+		ep.blocking++
+		ep.unlocked(func() { err = ep.block(block) })
+		ep.blocking--
 		if err != nil {
-			a.view.Arm(0)
+			ep.view.Arm(0)
 			return err
 		}
-		if a.cfg.Shared {
+		if ep.cfg.Shared {
 			return nil
 		}
 	}
@@ -117,46 +120,53 @@ func (a *Endpoint) waitLocked(timeout time.Duration) error {
 // between looks, and reports whether a message came: firmware mode's
 // adaptive wait, which spares a message that comes soon the eventfd's
 // wake-up. With Shared, others take the lock meanwhile.
-func (a *Endpoint) spin(d time.Duration) bool {
+func (ep *Endpoint) spin(d time.Duration) bool {
 	if d <= 0 {
 		return false
 	}
 	start := time.Now()
 	for i := 0; ; i++ {
-		if a.view.Ready() != 0 {
+		if ep.view.Ready() != 0 {
 			return true
 		}
 		if i&15 == 15 && time.Since(start) >= d {
 			return false
 		}
-		a.letOthersIn()
+		ep.letOthersIn()
 		runtime.Gosched()
 	}
 }
 
 // Drain polls until every request has been answered or returned, or until
-// timeout; in firmware mode it blocks (Wait) while nothing comes.
-func (a *Endpoint) Drain(timeout time.Duration) error {
-	if err := a.enter(); err != nil {
+// timeout (then ErrTimeout); in firmware mode it blocks (Wait) while
+// nothing comes. It may not be called from a handler.
+func (ep *Endpoint) Drain(timeout time.Duration) error {
+	if err := ep.enter(); err != nil {
 		return err
 	}
-	defer a.exit()
-	start := a.cfg.Clock.Now()
-	for a.pending.Len() > 0 {
-		left := timeout - a.cfg.Clock.Now().Sub(start)
+	defer ep.exit()
+	if err := ep.usable(); err != nil {
+		return err
+	}
+	if ep.depth > 0 {
+		return fmt.Errorf("%w: a handler may not drain", ErrDiscipline)
+	}
+	start := ep.cfg.Clock.Now()
+	for ep.pending.Len() > 0 {
+		left := timeout - ep.cfg.Clock.Now().Sub(start)
 		if left < 0 {
-			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, a.pending.Len(), timeout)
+			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, ep.pending.Len(), timeout)
 		}
-		n, err := a.pollLocked()
+		n, err := ep.pollLocked()
 		if err != nil {
 			return err
 		}
-		if n == 0 && a.poll == nil && a.pending.Len() > 0 {
-			if err := a.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
+		if n == 0 && ep.poll == nil && ep.pending.Len() > 0 {
+			if err := ep.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
 				return err
 			}
 		} else if n == 0 {
-			a.letOthersIn()
+			ep.letOthersIn()
 		}
 	}
 	return nil
@@ -166,48 +176,48 @@ func (a *Endpoint) Drain(timeout time.Duration) error {
 // holding it: if one runs, the lock's holder may be another goroutine
 // (wait for it) or this one (a handler calling its endpoint, which must
 // not wait forever), so enter then waits for at most the give-up time.
-func (a *Endpoint) enter() error {
-	if !a.cfg.Shared || a.mu.TryLock() {
+func (ep *Endpoint) enter() error {
+	if !ep.cfg.Shared || ep.mu.TryLock() {
 		return nil
 	}
 	start, nap := time.Now(), time.Microsecond
 	for {
-		if !a.running.Load() {
+		if !ep.running.Load() {
 			// No handler runs, so this goroutine is not in one: the
 			// holder is another goroutine, which lets go soon.
-			a.mu.Lock()
+			ep.mu.Lock()
 			return nil
 		}
-		if time.Since(start) > a.cfg.GiveUp {
-			return fmt.Errorf("%w: a handler held the endpoint for %v (a handler may call only its Token)", ErrDiscipline, a.cfg.GiveUp)
+		if time.Since(start) > ep.cfg.GiveUp {
+			return fmt.Errorf("%w: a handler held the endpoint for %v (a handler may call only its Token)", ErrDiscipline, ep.cfg.GiveUp)
 		}
 		time.Sleep(nap)
 		nap = min(2*nap, time.Millisecond)
-		if a.mu.TryLock() {
+		if ep.mu.TryLock() {
 			return nil
 		}
 	}
 }
 
 // exit lets go of the lock enter took.
-func (a *Endpoint) exit() {
-	if a.cfg.Shared {
-		a.mu.Unlock()
+func (ep *Endpoint) exit() {
+	if ep.cfg.Shared {
+		ep.mu.Unlock()
 	}
 }
 
 // letOthersIn lets go of a Shared endpoint's lock for a moment, between
 // runs of a loop that holds it.
-func (a *Endpoint) letOthersIn() { a.unlocked(func() {}) }
+func (ep *Endpoint) letOthersIn() { ep.unlocked(func() {}) }
 
 // unlocked runs f (a blocking wait) without the lock of a Shared endpoint,
 // when no handler is running in this goroutine; otherwise with it.
-func (a *Endpoint) unlocked(f func()) {
-	if !a.cfg.Shared || a.depth > 0 {
+func (ep *Endpoint) unlocked(f func()) {
+	if !ep.cfg.Shared || ep.depth > 0 {
 		f()
 		return
 	}
-	a.mu.Unlock()
-	defer a.mu.Lock()
+	ep.mu.Unlock()
+	defer ep.mu.Lock()
 	f()
 }

@@ -59,10 +59,10 @@ func TestGRIMReturns(t *testing.T) {
 			mu.Lock()
 			slices.SortFunc(got, func(a, b Returned) int { return int(a.Handler) - int(b.Handler) })
 			want := []Returned{
-				{Reason: ReasonNoHandler, Request: true, Peer: 1, Channel: 1, Handler: 17, Args: [ShortArgs]uint32{5}},
-				{Reason: ReasonNoHandler, Request: true, Peer: 1, Channel: 0, Handler: 200, Args: [ShortArgs]uint32{1, 2, 3, 4}},
-				{Reason: ReasonNoHandler, Request: true, Peer: 1, Channel: 0, Handler: 201, Args: [ShortArgs]uint32{9}, Length: 10_000},
-				{Reason: ReasonRange, Request: true, Peer: 1, Channel: 1, Handler: HandlerMemory, Length: 100, Write: true, At: uint32(hosts[0].ep.cfg.MemorySize - 10)},
+				{Reason: ReasonNoHandler, Request: true, Dest: 1, Channel: 1, Handler: 17, Args: [ShortArgs]uint32{5}},
+				{Reason: ReasonNoHandler, Request: true, Dest: 1, Channel: 0, Handler: 200, Args: [ShortArgs]uint32{1, 2, 3, 4}},
+				{Reason: ReasonNoHandler, Request: true, Dest: 1, Channel: 0, Handler: 201, Args: [ShortArgs]uint32{9}, Length: 10_000},
+				{Reason: ReasonRange, Request: true, Dest: 1, Channel: 1, Handler: HandlerMemory, Length: 100, Write: true, At: uint32(hosts[0].ep.cfg.MemorySize - 10)},
 			}
 			want[3].Handler = HandlerMemory
 			slices.SortFunc(want, func(a, b Returned) int { return int(a.Handler) - int(b.Handler) })
@@ -76,7 +76,7 @@ func TestGRIMReturns(t *testing.T) {
 			settle(t, hosts[0], "every request answered", func(ep *Endpoint) bool {
 				st, pending, writes = ep.Stats(), 0, 0
 				for i := range ep.Channels() {
-					pending += ep.ch(i).Pending()
+					pending += ep.ch(i).Outstanding()
 					writes += ep.ch(i).Writes()
 				}
 				return pending == 0
@@ -85,7 +85,7 @@ func TestGRIMReturns(t *testing.T) {
 				t.Errorf("after the returns: %+v, %d pending, %d writes", st, pending, writes)
 			}
 			recv.do(func(ep *Endpoint) { st = ep.Stats() })
-			if st.Unknown != 1 {
+			if st.HandlerErrors != 1 {
 				t.Errorf("receiver: %+v, want one request for an unknown handler", st)
 			}
 
@@ -118,11 +118,11 @@ func TestGRIMReturns(t *testing.T) {
 				t.Error(err)
 			}
 			mu.Lock()
-			if w := (Returned{Reason: ReasonNoReply, Request: true, Peer: 1, Channel: 1, Handler: 16, Args: [ShortArgs]uint32{77}}); got[0] != w {
+			if w := (Returned{Reason: ReasonNoReply, Request: true, Dest: 1, Channel: 1, Handler: 16, Args: [ShortArgs]uint32{77}}); got[0] != w {
 				t.Errorf("returned %v, want %v", got[0], w)
 			}
 			mu.Unlock()
-			hosts[0].do(func(ep *Endpoint) { st, pending = ep.Stats(), ep.ch(1).Pending() })
+			hosts[0].do(func(ep *Endpoint) { st, pending = ep.Stats(), ep.ch(1).Outstanding() })
 			if st.Unanswered != 1 || pending != 0 {
 				t.Errorf("after the reply timeout: %+v, %d pending", st, pending)
 			}
@@ -161,18 +161,26 @@ func TestGRIMMisuse(t *testing.T) {
 				}
 			}
 			c := ep.ch(1)
-			if err := c.Short(1, 16, 1, 2, 3, 4, 5); !errors.Is(err, ErrArgs) {
-				t.Errorf("five integers: %v, want ErrArgs", err)
+			if err := c.Short(1, 16, 1, 2, 3, 4, 5); !errors.Is(err, ErrTooLarge) {
+				t.Errorf("five integers: %v, want ErrTooLarge", err)
 			}
 			h := func(*Token, [ShortArgs]uint32, []byte) {}
-			if err := ep.Register("twice", 20, h); err != nil {
+			if err := ep.HandleNamed("twice", 20, h); err != nil {
 				t.Fatal(err)
 			}
-			if err := ep.Register("twice", 20, h); !errors.Is(err, ErrConflict) {
+			if err := ep.HandleNamed("twice", 20, h); !errors.Is(err, ErrConflict) {
 				t.Errorf("the same name and id twice: %v, want ErrConflict", err)
 			}
 			if err := ep.Handle(21, nil); !errors.Is(err, ErrConfig) {
 				t.Errorf("a nil handler: %v, want ErrConfig", err)
+			}
+			for _, dest := range []int{-1, 2} {
+				if err := c.Short(dest, 16); !errors.Is(err, ErrBadDest) {
+					t.Errorf("a short message to %d: %v, want ErrBadDest", dest, err)
+				}
+			}
+			if cfg := ep.Config(); cfg.Channels != 2 || cfg.GiveUp == 0 || cfg.Tag == 0 {
+				t.Errorf("Config %+v: want 2 channels, defaults filled in", cfg)
 			}
 			if err := ep.Close(); err != nil {
 				t.Fatal(err)
@@ -184,7 +192,7 @@ func TestGRIMMisuse(t *testing.T) {
 			for what, err := range map[string]error{
 				"Short": c.Short(1, 16), "Bulk": c.Bulk(1, 16, []byte{1}), "Write": c.Write(1, 0, []byte{1}),
 				"Stream": serr, "Wait": werr, "Poll": perr, "Channel": cerr, "Handle": ep.Handle(22, h),
-				"Register": ep.Register("late", 23, h), "Synch": ep.Synch(), "WaitWrites": ep.WaitWrites(),
+				"HandleNamed": ep.HandleNamed("late", 23, h), "Publish": ep.Publish(), "Drain": ep.Drain(time.Second),
 			} {
 				if !errors.Is(err, ErrClosed) {
 					t.Errorf("%s after Close: %v, want ErrClosed", what, err)
@@ -283,11 +291,11 @@ func TestGRIMReplyTimerStartsWhenSent(t *testing.T) {
 	var st Stats
 	settle(t, hosts[0], "both requests answered or returned, the give-up counted", func(ep *Endpoint) bool {
 		st = ep.Stats()
-		return ep.ch(0).Pending() == 0 && st.LateReplies == 1
+		return ep.ch(0).Outstanding() == 0 && st.LateReplies == 1
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 1 || got[0].Reason != ReasonNoReply || got[0].Peer != 2 || handled != 1 {
+	if len(got) != 1 || got[0].Reason != ReasonNoReply || got[0].Dest != 2 || handled != 1 {
 		t.Errorf("returned %v, %d handled: want the dead host's request back once, the other handled", got, handled)
 	}
 	if st.Unanswered != 1 || st.Returned != 1 {

@@ -54,7 +54,7 @@ func (c *Channel) flushReplies() error {
 }
 
 // Short sends a short message on c: handler h of peer dest runs with args
-// (at most ShortArgs; more is ErrArgs). It returns once the message is in
+// (at most ShortArgs; more is ErrTooLarge). It returns once the message is in
 // c's send queue: while the queue is full it runs the engine and the
 // handlers (inline) or waits for the daemon's engine (firmware mode), for
 // at most Config.GiveUp (then ErrTimeout); from inside a handler, which
@@ -66,6 +66,7 @@ func (c *Channel) Short(dest int, h HandlerID, args ...uint32) error {
 	if err := c.short(dest, h, args); err != nil {
 		return err
 	}
+	c.ep.stats.Requests++
 	c.ep.stats.Shorts++
 	return nil
 }
@@ -94,7 +95,7 @@ func (c *Channel) header(dest int, h HandlerID, args []uint32) (endpoint.Descrip
 // handler h, with args.
 func shortDesc(idx uint32, h HandlerID, args []uint32) (endpoint.Descriptor, error) {
 	if len(args) > ShortArgs {
-		return endpoint.Descriptor{}, fmt.Errorf("%w: %d integers, at most %d", ErrArgs, len(args), ShortArgs)
+		return endpoint.Descriptor{}, fmt.Errorf("%w: %d integers, at most %d", ErrTooLarge, len(args), ShortArgs)
 	}
 	d := endpoint.Descriptor{Class: endpoint.ClassShort, Dest: idx, Handler: uint32(h), NArgs: ShortArgs}
 	for i, a := range args {
@@ -123,13 +124,15 @@ func (c *Channel) Bulk(dest int, h HandlerID, data []byte, args ...uint32) error
 	if err != nil {
 		return err
 	}
+	c.ep.stats.Requests++
 	c.ep.stats.Bulks++
 	return nil
 }
 
 // Write sends a memory message: data copied into peer dest's memory
-// region (Endpoint.Memory) at offset at. No handler runs; Completed counts
-// it once the receiver has it (WaitWrites waits for all).
+// region (Endpoint.Memory) at offset at. No handler runs; Stats.Completed
+// counts it once the receiver has it (Drain waits for all requests, memory
+// messages included).
 func (c *Channel) Write(dest int, at uint32, data []byte) error {
 	if at == endpoint.PoolOffset {
 		return fmt.Errorf("%w: offset %#x", ErrTooLarge, at)
@@ -138,6 +141,7 @@ func (c *Channel) Write(dest int, at uint32, data []byte) error {
 		return err
 	}
 	c.writes++
+	c.ep.stats.Requests++
 	c.ep.stats.Writes++
 	return nil
 }
@@ -204,6 +208,7 @@ func (c *Channel) Stream(dest int, h HandlerID, n int, args ...uint32) (*Stream,
 	if err := c.stream(st, dest, h, endpoint.PoolOffset, n, args); err != nil {
 		return nil, err
 	}
+	c.ep.stats.Requests++
 	c.ep.stats.Bulks++
 	return st, nil
 }
@@ -280,8 +285,9 @@ func (st *Stream) Close() error {
 	return fmt.Errorf("%w: stream closed with %d of %d bytes not written (sent as zeros)", ErrShort, missing, st.d.Length)
 }
 
-// Pending returns c's requests not yet answered (or returned).
-func (c *Channel) Pending() int { return len(c.pending) }
+// Outstanding returns c's requests not yet answered or returned (memory
+// messages not yet completed included).
+func (c *Channel) Outstanding() int { return len(c.pending) }
 
 // Writes returns c's memory messages not yet completed.
 func (c *Channel) Writes() int { return c.writes }

@@ -1,10 +1,13 @@
 // Package grim is GRIM's messaging layer (Ulmer and Yalamanchili's
 // messaging layer for heterogeneous endpoints) on xam's NIC firmware
 // engine (package nicfw): in inline mode (Open, or New on an engine the
-// caller built: the engine runs in the endpoint's goroutine) or firmware mode (Dial: the engine daemon of the
-// host runs it on a core of its own for every endpoint of the host, so
-// that an application and a device endpoint such as package storage's
-// share the host's NIC, each on its own thread).
+// caller built: the engine runs in the endpoint's goroutine) or firmware
+// mode (Dial: the engine daemon of the host runs it on a core of its own
+// for every endpoint of the host, so that an application and a device
+// endpoint such as package storage's share the host's NIC, each on its own
+// thread). The API is one of a family with package ssam and package amii
+// (see package am for the table): the same verbs where the operation is
+// the same, the differences the papers' own.
 //
 // Logical channels. An endpoint owns one or more outbound logical channels
 // (Config.Channels), each an engine endpoint of its own: a header ring
@@ -12,12 +15,14 @@
 // staging area) and status registers (the rings' indices). The goroutine
 // that owns the endpoint injects into its channels with no lock and no
 // system call; the engine serves the channels of all endpoints round robin,
-// weighted (Config.Weights) for QoS. A message names its sender's channel
-// (Token.Source). A channel's messages arrive in the order sent, whatever
-// the engine's window: its engine endpoint is Ordered (nicfw.VNet), so a
-// message leaves once the one before it to the same host is acknowledged,
-// while the chunks
-// of a bulk message fly together up to the window.
+// weighted (Config.Weights) for QoS. A message names its destination by
+// its index in Config.Peers (an int, as every destination of the family),
+// and its sender's peer index and channel (Token.Source). A channel's
+// messages arrive in the order sent, whatever the engine's window: its
+// engine endpoint is Ordered (nicfw.VNet), so a message leaves once the
+// one before it to the same host is acknowledged, while the chunks of a
+// bulk message fly together up to the window. Channel.Outstanding counts a
+// channel's requests not yet answered.
 //
 // Optimistic flow control. Bulk messages (up to MaxBulk bytes) are the
 // engine's pooled bulk messages: the sending engine fragments them, and
@@ -45,9 +50,10 @@
 // Bulk: the same and up to MaxBulk bytes, which the handler gets in place
 // in the pool (Channel.Bulk). Memory: a block copy into a region the
 // receiver exposes (Endpoint.Memory; Channel.Write), no handler, completed
-// back to the writer (Endpoint.WaitWrites). Requests and replies follow the
-// other APIs' discipline: a request handler replies at most once
-// (Token.Reply), and one that does not is answered for it. A reply that
+// back to the writer (Stats.Completed; Endpoint.Drain waits until every
+// request, memory messages included, is answered). Requests and replies
+// follow the other APIs' discipline: a request handler replies at most
+// once (Token.Reply), and one that does not is answered for it. A reply that
 // finds the reply queue full waits for the next Poll; none is dropped, so
 // every request is answered or returned.
 //
@@ -64,20 +70,23 @@
 // HandlerNoHandler for the others).
 //
 // Errors. Misuse is an error, never a panic: a channel that does not exist
-// (ErrChannel), more than ShortArgs integers (ErrArgs), any call once the
-// endpoint is closed (ErrClosed). A send whose channel is full runs the
+// (ErrChannel), a destination outside Config.Peers (ErrBadDest), more than
+// ShortArgs integers (ErrTooLarge), any call once the endpoint is closed
+// or its daemon stopped (ErrClosed). A send whose channel is full runs the
 // engine (inline) or waits for the daemon's until there is room, for at
 // most Config.GiveUp (ErrTimeout); from a handler, which may not run the
 // engine, it is ErrBusy.
 //
-// Named handlers. A handler has an id and a name (Register). Synch sends
-// this endpoint's registrations to the central endpoint (Config.Peers[0]),
-// which merges every endpoint's into one table, refuses a name under a
-// second id (or an id under a second name) with ErrConflict, and sends the
-// table to every endpoint that synched, now and whenever it changes; an
-// endpoint that synchs later gets it then. Lookup and Owner read the local
-// copy. Predefined handlers (HandlerRegister, HandlerTable, HandlerMemory,
-// HandlerNull) exist on every endpoint.
+// Named handlers. Handle puts a handler at an id on this endpoint, as in
+// package ssam and package amii; HandleNamed does so and names it too, for
+// the cluster's registry (GRIM's own). Publish sends this endpoint's named
+// handlers to the central endpoint (Config.Peers[0]), which merges every
+// endpoint's into one table, refuses a name under a second id (or an id
+// under a second name) with ErrConflict, and sends the table to every
+// endpoint that published, now and whenever it changes; an endpoint that
+// publishes later gets it then. Lookup and Owner read the local copy.
+// Predefined handlers (HandlerRegister, HandlerTable, HandlerMemory,
+// HandlerNull, HandlerNoHandler) exist on every endpoint.
 //
 // Threads. An Endpoint belongs to one goroutine, which also runs its
 // engine (Poll); its handlers run inside Poll and must not poll or wait.

@@ -41,31 +41,31 @@ func Example() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		err := b.Register("sum", grim.FirstUserHandler, func(t *grim.Token, args [grim.ShortArgs]uint32, data []byte) {
+		err := b.HandleNamed("sum", grim.FirstUserHandler, func(t *grim.Token, args [grim.ShortArgs]uint32, data []byte) {
 			peer, ch := t.Source()
 			fmt.Printf("sum from peer %d channel %d: %d, %d bytes\n", peer, ch, args[0]+args[1], len(data))
 			got.Add(1)
 		})
 		if err == nil {
-			err = b.Synch() // host 1 must be running: it keeps the registry
+			err = b.Publish() // host 1 must be running: it keeps the registry
 		}
 		ready <- err
 		for !stop.Load() {
 			b.Poll()
 		}
 	}()
-	for synched := false; !synched; {
+	for published := false; !published; {
 		select {
 		case err := <-ready:
 			if err != nil {
 				panic(err)
 			}
-			synched = true
+			published = true
 		default:
 			a.Poll()
 		}
 	}
-	if err := a.Synch(); err != nil {
+	if err := a.Publish(); err != nil {
 		panic(err)
 	}
 	peer, h, err := a.Owner("sum")

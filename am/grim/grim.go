@@ -30,7 +30,7 @@ type HandlerID uint32
 // registers take ids from FirstUserHandler.
 const (
 	// HandlerRegister, at the central endpoint: an endpoint's handler
-	// list to merge (Synch).
+	// list to merge (Publish).
 	HandlerRegister HandlerID = 1
 	// HandlerTable: the merged table, from the central endpoint, in
 	// reply to a HandlerRegister or pushed when it changed.
@@ -51,22 +51,36 @@ const (
 
 // Errors of the package. Test for them with errors.Is.
 var (
-	ErrConfig    = errors.New("grim: invalid configuration")
-	ErrConflict  = errors.New("grim: conflicting handler registration")
+	// ErrDiscipline: a reply outside a request handler, a second reply to
+	// one request, or a handler that polls, waits or closes its endpoint.
+	ErrDiscipline = errors.New("grim: request/reply discipline violated")
+	// ErrTooLarge: a message larger than it may be (more than ShortArgs
+	// integers, more than MaxBulk bytes), or a stream written past its
+	// length.
+	ErrTooLarge = errors.New("grim: message too large")
+	// ErrTimeout: the engine did not make room (a channel's queue, its
+	// payload region), or did not answer (the registry, Drain), within
+	// Config.GiveUp or Drain's timeout.
+	ErrTimeout = errors.New("grim: timed out")
+	// ErrBadDest: a destination that is not an index into Config.Peers,
+	// or a name whose owner is not one of them (Owner).
+	ErrBadDest = errors.New("grim: no such destination")
+	// ErrNoHandler: a name the cluster's registry does not hold (Owner).
 	ErrNoHandler = errors.New("grim: no such handler")
-	ErrDest      = errors.New("grim: no such destination")
-	ErrTooLarge  = errors.New("grim: message too large")
-	// ErrArgs: more than ShortArgs integers for a message.
-	ErrArgs = errors.New("grim: too many arguments")
+	// ErrConfig: a configuration out of range.
+	ErrConfig = errors.New("grim: invalid configuration")
+	// ErrConflict: a handler id or name taken already (Handle,
+	// HandleNamed), or refused by the registry (Publish).
+	ErrConflict = errors.New("grim: conflicting handler registration")
+	// ErrClosed: the endpoint was closed (Endpoint.Close), or its daemon
+	// stopped (firmware mode; then the error wraps daemon.ErrClosed too).
+	ErrClosed = errors.New("grim: endpoint closed")
 	// ErrBusy: a handler (or OnReturn) sent on a channel whose send
 	// queue is full; outside handlers a send runs the engine until there
 	// is room instead, for at most Config.GiveUp (then ErrTimeout).
-	ErrBusy       = errors.New("grim: channel full")
-	ErrTimeout    = errors.New("grim: timed out")
-	ErrDiscipline = errors.New("grim: request/reply discipline violated")
-	ErrShort      = errors.New("grim: message not written whole")
-	// ErrClosed: the endpoint was closed (Endpoint.Close).
-	ErrClosed = errors.New("grim: endpoint closed")
+	ErrBusy = errors.New("grim: channel full")
+	// ErrShort: a stream closed before all its bytes were written.
+	ErrShort = errors.New("grim: message not written whole")
 	// ErrChannel: no such logical channel (Endpoint.Channel).
 	ErrChannel = errors.New("grim: no such channel")
 )
@@ -78,7 +92,7 @@ type Config struct {
 	// index into it. Peers[0] is the central endpoint that keeps the
 	// handler registry; it is fixed (it does not follow the mapper's
 	// leader).
-	Peers []nicfw.Name
+	Peers []Name
 	// Self is this endpoint's index in Peers.
 	Self int
 	// Channels is the number of outbound logical channels (1..MaxChannels;
@@ -120,7 +134,7 @@ type Config struct {
 	// may register them: a key ending in "." binds every name it starts
 	// (Bind{"disk.": 2}: "disk.read", "disk.write" are peer 2's). The
 	// central endpoint refuses a bound name from any other peer
-	// (ErrConflict at that peer's Synch), and every endpoint ignores a
+	// (ErrConflict at that peer's Publish), and every endpoint ignores a
 	// table that gives one to another (Stats.BadTables). Give every
 	// endpoint the same Bind.
 	Bind map[string]int
@@ -163,29 +177,42 @@ type Token struct {
 	replied bool
 }
 
-// Source returns the sending endpoint's index in Config.Peers and the
-// logical channel it sent on.
+// Source returns the sending endpoint's index in Config.Peers (the
+// destination that a send takes to reach it) and the logical channel it
+// sent on.
 func (t *Token) Source() (peer, channel int) {
 	return int(t.src) / MaxChannels, int(t.src) % MaxChannels
 }
 
+// IsRequest reports whether the handler runs for a request.
+func (t *Token) IsRequest() bool { return t.request }
+
 // Reply answers a request with a short message to handler h of the
-// requester's channel. A request handler replies at most once; a reply
-// handler not at all.
+// requester's channel, with up to ShortArgs integers. A request handler
+// replies at most once; a reply handler not at all.
 func (t *Token) Reply(h HandlerID, args ...uint32) error {
-	if !t.request || t.replied {
-		return ErrDiscipline
+	switch {
+	case !t.request:
+		return fmt.Errorf("%w: a reply handler may not send", ErrDiscipline)
+	case t.replied:
+		return fmt.Errorf("%w: a request handler sends at most one reply", ErrDiscipline)
 	}
+	if err := t.send(h, args); err != nil {
+		return err
+	}
+	t.ep.stats.Replies++
+	return nil
+}
+
+// send sends the reply to handler h: a handler's (Reply) or the layer's
+// for it (Endpoint.run).
+func (t *Token) send(h HandlerID, args []uint32) error {
 	d, err := shortDesc(t.src, h, args)
 	if err != nil {
 		return err
 	}
 	t.replied = true
-	if err := t.ch.send(endpoint.ReplySend, &d); err != nil {
-		return err
-	}
-	t.ep.stats.Replies++
-	return nil
+	return t.ch.send(endpoint.ReplySend, &d)
 }
 
 // Endpoint is a GRIM endpoint: its logical channels, its handlers, and its
@@ -203,31 +230,34 @@ type Endpoint struct {
 	table    Table                // the last table the central sent
 	tableGen uint32
 	push     bool // the central's table changed: send it (pushTable)
-	// Synch: waiting for the central's answer, and the answer.
-	synching              bool
-	synchStatus, synchGen uint32
-	depth                 int
-	tok                   Token // the message the handler running is for (run)
-	stats                 Stats
-	onReturn              func(Returned)
-	closed                bool
-	gone                  error     // firmware mode: the daemon stopped (ErrClosed wrapped)
-	polls                 uint64    // Polls run, for the reply timer's period
-	handlerCap            HandlerID // the engine accepts requests for ids below it
+	// Publish: waiting for the central's answer, and the answer.
+	publishing                bool
+	publishStatus, publishGen uint32
+	depth                     int
+	tok                       Token // the message the handler running is for (run)
+	stats                     Stats
+	onReturn                  func(Returned)
+	closed                    bool
+	gone                      error     // firmware mode: the daemon stopped (ErrClosed wrapped)
+	polls                     uint64    // Polls run, for the reply timer's period
+	handlerCap                HandlerID // the engine accepts requests for ids below it
 }
 
 // Stats counts what an endpoint did.
 type Stats struct {
-	Shorts, Bulks, Writes uint64 // messages sent
-	Replies               uint64 // replies sent: by handlers (Token.Reply) and by the layer for them
-	Handled               uint64 // handlers run
+	Requests              uint64 // requests sent (short, bulk and memory messages)
+	Shorts, Bulks, Writes uint64 // requests sent, by class
+	Replies               uint64 // replies handlers sent (Token.Reply)
+	NullReplies           uint64 // requests the layer answered for their handlers (HandlerNull, HandlerNoHandler, memory completions)
+	Handled               uint64 // request handlers run
+	ReplyHandled          uint64 // reply handlers run
 	Completed             uint64 // memory messages completed
 	Returned              uint64 // messages returned (to OnReturn, or dropped without one), ReasonNoReply included
 	Unanswered            uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
 	LateReplies           uint64 // replies and returns that came for no request outstanding (after their ReplyTimeout)
-	Unknown               uint64 // requests for a handler not registered here (answered HandlerNoHandler)
+	HandlerErrors         uint64 // requests for a handler not registered here (answered HandlerNoHandler)
 	Strangers             uint64 // messages from endpoints outside Config.Peers, dropped: no handler runs
-	Refused               uint64 // registry messages refused: a table or a synch answer not from the central endpoint, a generation that jumps
+	Refused               uint64 // registry messages refused: a table or a Publish answer not from the central endpoint, a generation that jumps
 	BadTables             uint64 // registry tables that did not parse
 	RepliesDeferred       uint64 // replies that found the reply queue full and waited for the next Poll
 }
@@ -360,7 +390,10 @@ func (ep *Endpoint) open(open opener) error {
 }
 
 // Name returns the endpoint's global name (its channel 0's).
-func (ep *Endpoint) Name() nicfw.Name { return ep.name }
+func (ep *Endpoint) Name() Name { return ep.name }
+
+// Config returns the endpoint's configuration, defaults filled in.
+func (ep *Endpoint) Config() Config { return ep.cfg }
 
 // Channel returns outbound logical channel i (0..Channels()-1): ErrChannel
 // for another i, ErrClosed once the endpoint is closed.
@@ -450,8 +483,10 @@ func (ep *Endpoint) closeChannels() error {
 	return errors.Join(errs...)
 }
 
-// Handle registers h under id on this endpoint only (no name): for
-// handlers every endpoint agrees on by number.
+// Handle makes h the handler of id on this endpoint only (no name in the
+// registry): for handlers every endpoint agrees on by number. An id below
+// FirstUserHandler or one that has a handler already is ErrConflict, a nil
+// h ErrConfig.
 func (ep *Endpoint) Handle(id HandlerID, h Handler) error {
 	switch {
 	case ep.closed:
@@ -483,7 +518,7 @@ func (ep *Endpoint) accept(id HandlerID) {
 // index returns the engine table index of peer dest's channel 0.
 func (ep *Endpoint) index(dest int) (uint32, error) {
 	if dest < 0 || dest >= len(ep.cfg.Peers) {
-		return 0, fmt.Errorf("%w: peer %d of %d", ErrDest, dest, len(ep.cfg.Peers))
+		return 0, fmt.Errorf("%w: peer %d of %d", ErrBadDest, dest, len(ep.cfg.Peers))
 	}
 	return uint32(dest * MaxChannels), nil
 }

@@ -268,7 +268,7 @@ func TestGRIMFirmware(t *testing.T) {
 	grimBody(t, xdptest.Hub(t, 4, memlink.Options{Loss: 0.05, Seed: 13}), clusterConfig{firmware: true, cutThrough: true})
 }
 
-// grimBody: the registry (registration, synch, lookup on every host, a
+// grimBody: the registry (registration, publish, lookup on every host, a
 // conflicting name refused, a host that joins later gets the table); short
 // messages on two channels of one host, each channel's in order and
 // exactly once; bulk messages at the sizes around the engine's chunk and
@@ -297,9 +297,9 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 	}
 	var err error
 	hosts[2].do(func(ep *Endpoint) {
-		if err = ep.Register("count", 20, count); err == nil {
-			if err = ep.Register("keep", 21, keep); err == nil {
-				err = ep.Synch()
+		if err = ep.HandleNamed("count", 20, count); err == nil {
+			if err = ep.HandleNamed("keep", 21, keep); err == nil {
+				err = ep.Publish()
 			}
 		}
 	})
@@ -307,16 +307,16 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 		t.Fatal(err)
 	}
 	hosts[1].do(func(ep *Endpoint) {
-		if err = ep.Register("count", 22, count); err == nil { // another id: refused at the central
-			err = ep.Synch()
+		if err = ep.HandleNamed("count", 22, count); err == nil { // another id: refused at the central
+			err = ep.Publish()
 		}
 	})
 	if !errors.Is(err, ErrConflict) {
 		t.Fatalf("a second id under one name: %v, want ErrConflict", err)
 	}
 	hosts[1].do(func(ep *Endpoint) {
-		if err = ep.Register("keep", 21, keep); err == nil {
-			err = ep.Register("count", 23, count) // a local conflict: "count" is 22 here
+		if err = ep.HandleNamed("keep", 21, keep); err == nil {
+			err = ep.HandleNamed("count", 23, count) // a local conflict: "count" is 22 here
 		}
 	})
 	if !errors.Is(err, ErrConflict) {
@@ -327,7 +327,7 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 	var e Entry
 	var ok bool
 	hosts[3].do(func(ep *Endpoint) {
-		if err = ep.Synch(); err == nil {
+		if err = ep.Publish(); err == nil {
 			e, ok = ep.Lookup("count")
 		}
 	})
@@ -511,7 +511,7 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 	hosts[0].do(func(ep *Endpoint) {
 		if err = ep.ch(0).Write(3, 100, data[:12_000]); err == nil {
 			if err = ep.ch(1).Write(3, 100+12_000, data[12_000:]); err == nil {
-				err = ep.WaitWrites()
+				err = ep.Drain(10 * time.Second)
 			}
 		}
 	})

@@ -9,12 +9,23 @@ import (
 	"github.com/xam-project/xam/nicfw"
 )
 
+// Names of the firmware engine that a GRIM application uses, so that it
+// need not import the engine's packages for ordinary use.
+type (
+	// HostID names a host of the cluster.
+	HostID = nicfw.HostID
+	// EndpointID names an endpoint on its host.
+	EndpointID = nicfw.EndpointID
+	// Name is an endpoint's global name: host and endpoint.
+	Name = nicfw.Name
+)
+
 // Inline describes the engine that Open runs in the application's
 // goroutine: the other hosts' addresses and the engine's configuration.
 type Inline struct {
 	// Hosts is the engine's host table: each host's link address, every
 	// host of Config.Peers included (this one may be left out).
-	Hosts map[nicfw.HostID]net.HardwareAddr
+	Hosts map[HostID]net.HardwareAddr
 	// Engine configures the engine (its Host is set from
 	// Config.Peers[Config.Self]); zero fields take the engine's defaults.
 	Engine nicfw.EngineConfig

@@ -20,7 +20,7 @@ import (
 // endpoints; in inline mode nothing moves unless the engine runs, so it
 // runs the engine (and the reply timer) until a message is there, yielding
 // the processor between runs. It may not be called from a handler.
-func (ep *Endpoint) Wait(timeout time.Duration) (bool, error) {
+func (ep *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
 	if err := ep.usable(); err != nil {
 		return false, err
 	}
@@ -30,11 +30,9 @@ func (ep *Endpoint) Wait(timeout time.Duration) (bool, error) {
 	if ep.block == nil {
 		return ep.waitInline(timeout)
 	}
-	ready := false
 	for _, c := range ep.chans {
 		ready = ready || c.view.Arm(endpoint.EventRequest|endpoint.EventReply) != 0
 	}
-	var err error
 	if !ready {
 		if err = ep.block(timeout); ep.gone != nil {
 			err = ep.gone
@@ -112,7 +110,7 @@ func (ep *Endpoint) Poll() (int, error) {
 		return 0, err
 	}
 	if ep.depth > 0 {
-		return 0, ErrDiscipline
+		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
 	if ep.eng != nil {
 		if _, err := ep.eng.Poll(); err != nil {
@@ -203,9 +201,9 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 	case HandlerRegister:
 		switch {
 		case !tok.request && d.Dest/MaxChannels != 0:
-			ep.stats.Refused++ // only the central endpoint answers a synch
+			ep.stats.Refused++ // only the central endpoint answers a Publish
 		case !tok.request:
-			ep.synchAnswered(args)
+			ep.publishAnswered(args)
 		case ep.registry != nil:
 			ep.registry.merge(ep, tok, data)
 		default:
@@ -228,9 +226,13 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 	default:
 		if f := ep.handlers[h]; f != nil {
 			f(tok, args, data)
-			ep.stats.Handled++
+			if tok.request {
+				ep.stats.Handled++
+			} else {
+				ep.stats.ReplyHandled++
+			}
 		} else if tok.request {
-			ep.stats.Unknown++
+			ep.stats.HandlerErrors++
 			h = HandlerNoHandler // answered so: the requester's error handler hears of it
 		}
 	}
@@ -246,26 +248,40 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		case HandlerMemory, HandlerNoHandler:
 			r = h
 		}
-		tok.Reply(r) //nolint:errcheck // counted by Reply; a lost one times the requester out
+		if tok.send(r, nil) == nil { // a lost one times the requester out
+			ep.stats.NullReplies++
+		}
 	}
 	ep.depth--
 }
 
-// WaitWrites runs the engine until every memory message of every channel
-// is complete.
-func (ep *Endpoint) WaitWrites() error {
-	return ep.runUntil(func() bool { return !slices.ContainsFunc(ep.chans, func(c *Channel) bool { return c.writes > 0 }) },
-		func() string { return "memory messages not completed" })
+// Drain polls (running the engine inline, handlers in both modes) until
+// every request of every channel has been answered or returned, memory
+// messages completed included, or until timeout (then ErrTimeout). It may
+// not be called from a handler.
+func (ep *Endpoint) Drain(timeout time.Duration) error {
+	if ep.depth > 0 && ep.usable() == nil {
+		return fmt.Errorf("%w: a handler may not drain", ErrDiscipline)
+	}
+	return ep.runFor(timeout, func() bool {
+		return !slices.ContainsFunc(ep.chans, func(c *Channel) bool { return len(c.pending) > 0 })
+	},
+		func() string { return "requests unanswered" })
 }
 
 // runUntil runs the engine and the handlers until done holds, for at most
 // Config.GiveUp (then ErrTimeout, with what). A handler must not run the
 // engine: from one it is ErrBusy unless done already holds.
 func (ep *Endpoint) runUntil(done func() bool, what func() string) error {
+	return ep.runFor(ep.cfg.GiveUp, done, what)
+}
+
+// runFor is runUntil for at most timeout.
+func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() string) error {
 	if err := ep.usable(); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(ep.cfg.GiveUp)
+	deadline := time.Now().Add(timeout)
 	for !done() {
 		if ep.depth > 0 {
 			return ErrBusy

@@ -196,7 +196,7 @@ func TestGRIMPoolHeld(t *testing.T) {
 				settle(t, hosts[0], "every stream answered or returned", func(ep *Endpoint) bool {
 					pending := 0
 					for i := range ep.Channels() {
-						pending += ep.ch(i).Pending()
+						pending += ep.ch(i).Outstanding()
 					}
 					return pending == 0
 				})

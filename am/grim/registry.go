@@ -16,7 +16,7 @@ import (
 type Entry struct {
 	ID     HandlerID
 	Name   string
-	Owners []nicfw.Name
+	Owners []Name
 }
 
 // Table is the cluster's handler registry, by name.
@@ -86,7 +86,7 @@ type registry struct {
 	table Table
 	byID  map[HandlerID]string
 	gen   uint32
-	subs  []int // peers that synched, in Config.Peers
+	subs  []int // peers that published, in Config.Peers
 }
 
 func newRegistry() *registry { return &registry{table: Table{}, byID: map[HandlerID]string{}} }
@@ -134,8 +134,8 @@ func (r *registry) subscribe(peer int) {
 
 // merge is HandlerRegister at the central endpoint: the requester's list,
 // merged; the reply says whether it conflicted and the table's generation;
-// the table goes to every endpoint that synched once the handlers are done
-// (push).
+// the table goes to every endpoint that published once the handlers are
+// done (push).
 func (r *registry) merge(ep *Endpoint, tok *Token, data []byte) {
 	peer, _ := tok.Source()
 	list, err := decodeTable(data)
@@ -155,13 +155,14 @@ func (r *registry) merge(ep *Endpoint, tok *Token, data []byte) {
 	ep.push = true
 }
 
-// Register binds handler h to name and id on this endpoint. The name is
-// the cluster's once Synch has merged it at the central endpoint: a name
-// already bound there to another id, or an id to another name, makes Synch
-// fail with ErrConflict; here, the same checks against this endpoint's own
-// registrations (a name registered here already, under any id, is
-// ErrConflict too) and the last table it received.
-func (ep *Endpoint) Register(name string, id HandlerID, h Handler) error {
+// HandleNamed is Handle with a name: it makes h the handler of id on this
+// endpoint and names it for the cluster's registry, which holds the name
+// once Publish has merged it at the central endpoint. A name already bound
+// there to another id, or an id to another name, makes Publish fail with
+// ErrConflict; here, the same checks against this endpoint's own handlers
+// (a name named here already, under any id, is ErrConflict too) and the
+// last table it received.
+func (ep *Endpoint) HandleNamed(name string, id HandlerID, h Handler) error {
 	switch {
 	case name == "" || len(name) > maxName:
 		return fmt.Errorf("%w: name %q: want 1..%d bytes", ErrConfig, name, maxName)
@@ -195,11 +196,12 @@ func (ep *Endpoint) Register(name string, id HandlerID, h Handler) error {
 	return nil
 }
 
-// Synch publishes this endpoint's registrations to the central endpoint,
-// which merges them into the cluster's table, and waits until this
-// endpoint has the merged table (Lookup). It returns ErrConflict naming
-// the registrations the central refused.
-func (ep *Endpoint) Synch() error {
+// Publish sends this endpoint's named handlers (HandleNamed) to the
+// central endpoint, which merges them into the cluster's table, and waits
+// until this endpoint has the merged table (Lookup), for at most
+// Config.GiveUp. It returns ErrConflict naming the handlers the central
+// refused. It may not be called from a handler.
+func (ep *Endpoint) Publish() error {
 	if err := ep.usable(); err != nil {
 		return err
 	}
@@ -221,16 +223,16 @@ func (ep *Endpoint) Synch() error {
 		}
 		return nil
 	}
-	ep.synching, ep.synchStatus, ep.synchGen = true, 0, 0
+	ep.publishing, ep.publishStatus, ep.publishGen = true, 0, 0
 	if err := ep.chans[0].Bulk(0, HandlerRegister, encodeTable(list)); err != nil {
 		return err
 	}
-	if err := ep.runUntil(func() bool { return !ep.synching && ep.tableGen >= ep.synchGen }, func() string {
+	if err := ep.runUntil(func() bool { return !ep.publishing && ep.tableGen >= ep.publishGen }, func() string {
 		return fmt.Sprintf("no answer from the central endpoint %v", ep.cfg.Peers[0])
 	}); err != nil {
 		return err
 	}
-	switch ep.synchStatus {
+	switch ep.publishStatus {
 	case 0:
 		return nil
 	case 1:
@@ -247,10 +249,10 @@ func (ep *Endpoint) Synch() error {
 	}
 }
 
-// synchAnswered is HandlerRegister's reply: the status and the table's
+// publishAnswered is HandlerRegister's reply: the status and the table's
 // generation then.
-func (ep *Endpoint) synchAnswered(args [ShortArgs]uint32) {
-	ep.synching, ep.synchStatus, ep.synchGen = false, args[0], args[1]
+func (ep *Endpoint) publishAnswered(args [ShortArgs]uint32) {
+	ep.publishing, ep.publishStatus, ep.publishGen = false, args[0], args[1]
 }
 
 // maxGenJump bounds how far a table's generation may lie ahead of the one
@@ -312,7 +314,7 @@ func boundTo(bind map[string]int, name string) (int, bool) {
 	return peer, best >= 0
 }
 
-// pushTable sends the registry's table to every endpoint that synched
+// pushTable sends the registry's table to every endpoint that published
 // (the central endpoint, outside handlers).
 func (ep *Endpoint) pushTable() error {
 	if !ep.push || ep.registry == nil {
@@ -335,15 +337,16 @@ func (ep *Endpoint) pushTable() error {
 	return nil
 }
 
-// Lookup returns the handler registered under name in the cluster, as of
-// the last table this endpoint received (Synch).
+// Lookup returns the handler named name in the cluster, as of the last
+// table this endpoint received (Publish).
 func (ep *Endpoint) Lookup(name string) (Entry, bool) {
 	e, ok := ep.table[name]
 	return e, ok
 }
 
 // Owner returns the index in Config.Peers of the first endpoint that
-// registered name, for sending to it by name.
+// named name, for sending to it by name, and the handler's id:
+// ErrNoHandler for a name the table does not hold.
 func (ep *Endpoint) Owner(name string) (peer int, id HandlerID, err error) {
 	e, ok := ep.table[name]
 	if !ok || len(e.Owners) == 0 {
@@ -351,7 +354,7 @@ func (ep *Endpoint) Owner(name string) (peer int, id HandlerID, err error) {
 	}
 	i := slices.Index(ep.cfg.Peers, e.Owners[0])
 	if i < 0 {
-		return 0, 0, fmt.Errorf("%w: %q is at %v, not a peer", ErrDest, name, e.Owners[0])
+		return 0, 0, fmt.Errorf("%w: %q is at %v, not a peer", ErrBadDest, name, e.Owners[0])
 	}
 	return i, e.ID, nil
 }

@@ -39,7 +39,7 @@ const (
 type Returned struct {
 	Reason  Reason
 	Request bool // a request (Short, Bulk, Write); else a reply
-	Peer    int  // the peer it was sent to (index in Config.Peers)
+	Dest    int  // the peer it was sent to (index in Config.Peers)
 	Channel int  // the channel it was sent on
 	Handler HandlerID
 	Args    [ShortArgs]uint32
@@ -64,7 +64,7 @@ func (r Returned) String() string {
 	if !r.Request {
 		dir = "reply"
 	}
-	return fmt.Sprintf("%s %s to peer %d (channel %d), handler %d: %v", kind, dir, r.Peer, r.Channel, r.Handler, r.Reason)
+	return fmt.Sprintf("%s %s to peer %d (channel %d), handler %d: %v", kind, dir, r.Dest, r.Channel, r.Handler, r.Reason)
 }
 
 // pendingRequest is a request sent on a channel and not yet answered:
@@ -161,10 +161,10 @@ func (ep *Endpoint) giveBack(c *Channel, r pendingRequest, reason endpoint.Reaso
 	if ep.onReturn == nil {
 		return
 	}
-	ret := Returned{Reason: reason, Request: request, Peer: int(r.dest) / MaxChannels, Channel: c.n,
+	ret := Returned{Reason: reason, Request: request, Dest: int(r.dest) / MaxChannels, Channel: c.n,
 		Handler: r.handler, Args: r.args, Length: int(r.length), Write: r.write, At: r.at}
 	if r.dest == endpoint.NoIndex {
-		ret.Peer = -1
+		ret.Dest = -1
 	}
 	ep.depth++
 	ep.onReturn(ret)

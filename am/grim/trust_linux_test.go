@@ -18,7 +18,7 @@ import (
 // uses the same tag but is in nobody's Config.Peers (a stranger), and
 // member 3 misbehaves. Names "disk.*" are bound to member 2. No
 // stranger's message runs a handler or changes a registry; a table or a
-// synch answer from a member other than the central is refused; a bound
+// publish answer from a member other than the central is refused; a bound
 // name cannot be taken, not even by writing to the central directly; the
 // real owner's registration stands and every member sees it.
 func TestGRIMTrust(t *testing.T) {
@@ -55,25 +55,25 @@ func TestGRIMTrust(t *testing.T) {
 				}
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: not after a minute: %+v %+v %+v %d pending", what, eps[0].stats, eps[1].stats, eps[2].stats, eps[2].ch(0).Pending())
+				t.Fatalf("%s: not after a minute: %+v %+v %+v %d pending", what, eps[0].stats, eps[1].stats, eps[2].stats, eps[2].ch(0).Outstanding())
 			}
 		}
 	}
 	ran := 0
 	h := func(*Token, [ShortArgs]uint32, []byte) { ran++ }
-	if err := eps[1].Register("disk.read", 40, h); err != nil {
+	if err := eps[1].HandleNamed("disk.read", 40, h); err != nil {
 		t.Fatal(err)
 	}
-	if err := eps[2].Register("disk.read", 50, h); !errors.Is(err, ErrConflict) {
+	if err := eps[2].HandleNamed("disk.read", 50, h); !errors.Is(err, ErrConflict) {
 		t.Errorf("member 3 registered a name bound to member 2: %v", err)
 	}
 	if err := eps[1].Handle(41, h); err != nil {
 		t.Fatal(err)
 	}
-	// The central runs while the others synch (each a call that waits).
-	synch := func(ep *Endpoint) error {
+	// The central runs while the others publish (each a call that waits).
+	publish := func(ep *Endpoint) error {
 		done := make(chan error, 1)
-		go func() { done <- ep.Synch() }()
+		go func() { done <- ep.Publish() }()
 		for {
 			select {
 			case err := <-done:
@@ -85,7 +85,7 @@ func TestGRIMTrust(t *testing.T) {
 			}
 		}
 	}
-	if err := errors.Join(eps[0].Synch(), synch(eps[1])); err != nil {
+	if err := errors.Join(eps[0].Publish(), publish(eps[1])); err != nil {
 		t.Fatal(err)
 	}
 
@@ -97,7 +97,7 @@ func TestGRIMTrust(t *testing.T) {
 		c3.Bulk(0, HandlerRegister, forged),
 		c3.Bulk(1, HandlerTable, forged, eps[1].tableGen+1),
 		c3.Bulk(1, HandlerTable, forged, 0xFFFFFFFF),
-		c3.Short(1, HandlerRegister, 0, 1<<20), // a synch answer, unasked, not from the central
+		c3.Short(1, HandlerRegister, 0, 1<<20), // a publish answer, unasked, not from the central
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -109,12 +109,12 @@ func TestGRIMTrust(t *testing.T) {
 		t.Fatal(err)
 	}
 	run("the forgeries delivered", func() bool {
-		return eps[1].stats.Refused >= 3 && eps[1].stats.Strangers >= 2 && eps[0].stats.Strangers >= 1 && c3.Pending() == 0
+		return eps[1].stats.Refused >= 3 && eps[1].stats.Strangers >= 2 && eps[0].stats.Strangers >= 1 && c3.Outstanding() == 0
 	})
 	if ran != 0 {
 		t.Errorf("%d handlers ran for the stranger", ran)
 	}
-	if err := synch(eps[2]); err != nil {
+	if err := publish(eps[2]); err != nil {
 		t.Fatal(err)
 	}
 	for i, ep := range eps {
@@ -150,11 +150,11 @@ func TestGRIMTableGenerations(t *testing.T) {
 	}
 }
 
-// TestGRIMSynchUnderLoad: inline, a member synchs while another keeps the
+// TestGRIMPublishUnderLoad: inline, a member publishes while another keeps the
 // central endpoint answering a stream of requests. The central's replies
 // leave from its channel 0, which the engine serves replies first; its
-// table pushes leave from its last channel, so the synch still completes.
-func TestGRIMSynchUnderLoad(t *testing.T) {
+// table pushes leave from its last channel, so the publish still completes.
+func TestGRIMPublishUnderLoad(t *testing.T) {
 	hosts := cluster(t, xdptest.Hub(t, 3, memlink.Options{Seed: 43}), clusterConfig{channels: 2, window: 1})
 	for _, h := range hosts {
 		h.start()
@@ -172,8 +172,8 @@ func TestGRIMSynchUnderLoad(t *testing.T) {
 	}()
 	var err error
 	hosts[2].do(func(ep *Endpoint) {
-		if err = ep.Register("late", 30, func(*Token, [ShortArgs]uint32, []byte) {}); err == nil {
-			err = ep.Synch()
+		if err = ep.HandleNamed("late", 30, func(*Token, [ShortArgs]uint32, []byte) {}); err == nil {
+			err = ep.Publish()
 		}
 	})
 	stop.Store(true)

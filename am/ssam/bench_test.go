@@ -22,7 +22,7 @@ func BenchmarkSSAMRoundTrip(b *testing.B) {
 	defer la.Close()
 	defer lb.Close()
 	ha, hb := endpoints(b, la, lb, Config{Timeout: time.Hour})
-	var replyH uint32
+	var replyH HandlerID
 	echo := hb.Register(func(t *Token, data []byte) {
 		if err := t.Reply(replyH, data); err != nil {
 			b.Error(err)

@@ -66,7 +66,7 @@ func Example_readDouble() {
 	var results [4]float64
 	outstanding := 0
 
-	var storeH uint32
+	var storeH ssam.HandlerID
 	readH := b.Register(func(t *ssam.Token, data []byte) {
 		index := binary.BigEndian.Uint32(data)
 		slot := binary.BigEndian.Uint32(data[4:])

@@ -165,7 +165,7 @@ func TestForgedCells(t *testing.T) {
 			}
 			sa, sb := p.a.Stats(), p.b.Stats()
 			t.Logf("%d forged frames; requester %+v; responder %+v", forged, sa, sb)
-			if sa.Rejected != 0 || sb.HandlerErrors != 0 || sa.HandlerErrors != 0 {
+			if sa.Returned != 0 || sb.HandlerErrors != 0 || sa.HandlerErrors != 0 {
 				t.Errorf("forgeries ran as messages: requester %+v; responder %+v", sa, sb)
 			}
 			if sa.Forged+sb.Forged == 0 {
@@ -207,7 +207,7 @@ func TestForgedPartialPDU(t *testing.T) {
 			request := bytes.Repeat([]byte("request "), 100)
 			reply := bytes.Repeat([]byte("reply "), 100)
 			var gotReq, gotReply []byte
-			var replyH uint32
+			var replyH HandlerID
 			reqH := p.b.Register(func(tk *Token, data []byte) {
 				gotReq = bytes.Clone(data)
 				partial(false) // just before the reply

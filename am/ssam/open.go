@@ -2,6 +2,7 @@ package ssam
 
 import (
 	"errors"
+	"fmt"
 	"net"
 
 	"github.com/xam-project/xam/afxdp"
@@ -40,18 +41,22 @@ func Open(link afxdp.Link, peer net.HardwareAddr, cfg Config) (*Endpoint, error)
 }
 
 // Close closes the endpoint: the device too if Open made it (one that New
-// was given stays its caller's). The endpoint is not usable after.
-func (s *Endpoint) Close() error {
-	if s.closed {
+// was given stays its caller's). Afterwards every call that sends, polls or
+// waits returns ErrClosed. It may not be called from a handler.
+func (ep *Endpoint) Close() error {
+	if ep.closed {
 		return nil
 	}
-	s.closed = true
-	if s.ownDev {
-		return s.dev.Close()
+	if ep.depth > 0 {
+		return fmt.Errorf("%w: Close from a handler", ErrDiscipline)
+	}
+	ep.closed = true
+	if ep.ownDev {
+		return ep.dev.Close()
 	}
 	return nil
 }
 
 // Device returns the endpoint's device: its connections, send areas and
 // counters (driver.Device.Stats).
-func (s *Endpoint) Device() *driver.Device { return s.dev }
+func (ep *Endpoint) Device() *driver.Device { return ep.dev }

@@ -14,89 +14,92 @@ import (
 
 // Poll receives what has arrived, runs its handlers, and retransmits what
 // has timed out. It returns the number of handlers run.
-func (s *Endpoint) Poll() (int, error) {
-	if s.depth > 0 {
+func (ep *Endpoint) Poll() (int, error) {
+	if ep.closed {
+		return 0, ErrClosed
+	}
+	if ep.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
-	before := s.stats.Handled + s.stats.ReplyHandled
-	if s.cfg.Batch > 1 {
-		for c := range s.conns {
-			if err := s.flushRequests(c); err != nil {
+	before := ep.stats.Handled + ep.stats.ReplyHandled
+	if ep.cfg.Batch > 1 {
+		for c := range ep.conns {
+			if err := ep.flushRequests(c); err != nil {
 				return 0, err
 			}
 		}
 	}
-	if _, err := s.dev.Recv(s.dev.RecvBatch()); err != nil {
+	if _, err := ep.dev.Recv(ep.dev.RecvBatch()); err != nil {
 		return 0, err
 	}
-	s.dispatchAll()
-	if s.cfg.Batch > 1 {
-		for c := range s.conns {
-			if err := s.flushAnswers(c); err != nil {
+	ep.dispatchAll()
+	if ep.cfg.Batch > 1 {
+		for c := range ep.conns {
+			if err := ep.flushAnswers(c); err != nil {
 				return 0, err
 			}
 		}
 	}
-	if s.polls++; s.polls%timerPolls == 0 {
-		if err := s.timers(); err != nil {
+	if ep.polls++; ep.polls%timerPolls == 0 {
+		if err := ep.timers(); err != nil {
 			return 0, err
 		}
 	}
-	return int(s.stats.Handled + s.stats.ReplyHandled - before), nil
+	return int(ep.stats.Handled + ep.stats.ReplyHandled - before), nil
 }
 
 // dispatchAll processes every cell waiting in the connections' receive
 // rings.
-func (s *Endpoint) dispatchAll() {
-	for c := range s.conns {
+func (ep *Endpoint) dispatchAll() {
+	for c := range ep.conns {
 		for {
-			cell, ok := s.dev.Take(c)
+			cell, ok := ep.dev.Take(c)
 			if !ok {
 				break
 			}
-			s.cell(c, cell)
+			ep.cell(c, cell)
 		}
 	}
 }
 
 // cell processes one received cell of connection c.
-func (s *Endpoint) cell(c int, cell cells.Cell) {
-	if s.dev.IsBulk(c, cell) {
-		pdu, ok, err := s.conns[c].reasm.Push(cell)
+func (ep *Endpoint) cell(c int, cell cells.Cell) {
+	if ep.dev.IsBulk(c, cell) {
+		pdu, ok, err := ep.conns[c].reasm.Push(cell)
 		if err != nil {
-			s.stats.BadPDUs++
+			ep.stats.BadPDUs++
 		}
 		if !ok {
 			return
 		}
 		sdu := pdu.SDU
 		if len(sdu) < cells.SSAMHeaderSize || binary.BigEndian.Uint16(sdu[6:]) != 0 {
-			s.stats.BadPDUs++
+			ep.stats.BadPDUs++
 			return
 		}
-		s.message(c, binary.BigEndian.Uint16(sdu), binary.BigEndian.Uint32(sdu[2:]), sdu[cells.SSAMHeaderSize:])
+		ep.message(c, binary.BigEndian.Uint16(sdu), binary.BigEndian.Uint32(sdu[2:]), sdu[cells.SSAMHeaderSize:])
 		return
 	}
 	p := cells.SSAMCell(cell.Payload())
 	if p.Check() != nil {
-		s.stats.BadCells++
+		ep.stats.BadCells++
 		return
 	}
-	s.message(c, p.FlowControl(), p.Handler(), p.Data())
+	ep.message(c, p.FlowControl(), p.Handler(), p.Data())
 }
 
 // message handles one received message.
-func (s *Endpoint) message(c int, flow uint16, handler uint32, data []byte) {
+func (ep *Endpoint) message(c int, flow uint16, handler uint32, data []byte) {
 	kind, seq, ack := splitFlow(flow)
-	cn := &s.conns[c]
+	cn := &ep.conns[c]
 	switch kind {
 	case kindSync:
 		switch {
 		case ack == syncAnswer:
-			if handler == s.session && !cn.synced {
+			if handler == ep.session && !cn.synced {
 				// The requests that waited for it leave now.
 				cn.synced, cn.syncing = true, false
-				s.sendOutstanding(c, time.Time{}, false)
+				ep.sendOutstanding(c, time.Time{}, false)
 			}
 		case ack == syncAsk && handler != 0:
 			switch tag := sessionTag(handler); {
@@ -105,92 +108,118 @@ func (s *Endpoint) message(c int, flow uint16, handler uint32, data []byte) {
 			case tag == cn.tag:
 				// Tags alike (one chance in 2^23): its requests could not
 				// be told from the last session's, so start over now.
-				s.begin(cn, handler, seq)
+				ep.begin(cn, handler, seq)
 			default:
 				// Followed from its first request (Sessions).
 				cn.announced, cn.annTag, cn.annSeq = handler, tag, seq
 			}
-			s.sendSync(c, seq, syncAnswer, handler)
+			ep.sendSync(c, seq, syncAnswer, handler)
 		default:
-			s.stats.BadCells++
+			ep.stats.BadCells++
 		}
 	case kindRequest:
-		if tag := fieldTag(handler, ack); !s.follows(cn, tag, seq) {
+		if tag := fieldTag(handler, ack); !ep.follows(cn, tag, seq) {
 			if cn.announced != 0 && tag == cn.annTag {
-				s.stats.OutOfOrder++ // the announced session's, not its first
+				ep.stats.OutOfOrder++ // the announced session's, not its first
 			} else {
-				s.stats.Forged++
+				ep.stats.Forged++
 			}
 			return
 		}
 		switch d := (cn.expected - seq) & seqMask; {
 		case d == 0:
-			s.tok = Token{s: s, conn: c, seq: seq, request: true}
+			ep.tok = Token{s: ep, conn: c, seq: seq, request: true}
 			cn.expected = (seq + 1) & seqMask
-			if !s.run(handler&indexMask, &s.tok, data) {
+			if !ep.run(handler&indexMask, &ep.tok, data) {
 				// No such handler: the ack says so, so that the requester
 				// learns its request did nothing (never a plain ack).
-				s.answer(c, seq, kindAck, rejectIndex, nil)
+				ep.answer(c, seq, kindAck, rejectIndex, nil)
 				break
 			}
-			s.stats.Handled++
-			if !s.tok.replied {
-				s.answer(c, seq, kindAck, 0, nil)
+			ep.stats.Handled++
+			if !ep.tok.replied {
+				ep.answer(c, seq, kindAck, 0, nil)
 			}
-		case int(d) <= s.cfg.Window:
+		case int(d) <= ep.cfg.Window:
 			// Delivered already: its answer was lost. Send it again.
-			s.stats.DupRequests++
-			if a := cn.answers[s.buf(seq)]; a.valid && a.seq == seq {
-				s.stats.Resent++
-				s.transmit(c, a.off, a.slots, a.bulk)
+			ep.stats.DupRequests++
+			if a := cn.answers[ep.buf(seq)]; a.valid && a.seq == seq {
+				ep.stats.Resent++
+				ep.transmit(c, a.off, a.slots, a.bulk)
 			}
 		default:
-			s.stats.OutOfOrder++ // ahead of the next expected: go-back-N
+			ep.stats.OutOfOrder++ // ahead of the next expected: go-back-N
 		}
 	case kindReply, kindAck:
 		index := handler & indexMask
-		if handler>>indexBits != s.tag>>tagLoBits || ack != (seq+1)&seqMask ||
+		if handler>>indexBits != ep.tag>>tagLoBits || ack != (seq+1)&seqMask ||
 			kind == kindAck && (index != 0 && index != rejectIndex || len(data) != 0) {
-			s.stats.Forged++ // not an answer of this endpoint's session
+			ep.stats.Forged++ // not an answer of this endpoint's session
 			return
 		}
 		if cn.next == cn.base || seq != cn.base {
-			s.stats.DupAnswers++ // handled already, or not the oldest outstanding
+			ep.stats.DupAnswers++ // handled already, or not the oldest outstanding
 			return
 		}
 		cn.base = (cn.base + 1) & seqMask
 		cn.answered = true
 		if kind == kindAck && index == rejectIndex {
-			s.stats.Rejected++
-			if s.onReject != nil {
-				s.onReject(c, seq)
-			}
+			ep.returned(c, seq)
 		}
 		if kind == kindReply {
-			s.tok = Token{s: s, conn: c, seq: seq}
-			s.stats.ReplyHandled++
-			s.run(index, &s.tok, data)
+			ep.tok = Token{s: ep, conn: c, seq: seq}
+			ep.stats.ReplyHandled++
+			ep.run(index, &ep.tok, data)
 		}
 	}
 }
 
 // run calls handler h with the discipline flag raised; false when there is
 // no such handler.
-func (s *Endpoint) run(h uint32, t *Token, data []byte) bool {
-	if int(h) >= len(s.handlers) || s.handlers[h] == nil {
-		s.stats.HandlerErrors++
+func (ep *Endpoint) run(h uint32, t *Token, data []byte) bool {
+	if int(h) >= len(ep.handlers) || ep.handlers[h] == nil {
+		ep.stats.HandlerErrors++
 		return false
 	}
-	s.depth++
-	defer s.leave()
-	s.handlers[h](t, data)
+	ep.depth++
+	defer ep.leave()
+	ep.handlers[h](t, data)
 	return true
 }
 
-// OnReject sets a function that Poll calls for each request the responder
-// answered with "no such handler" (counted in Stats.Rejected too): the
-// request's connection and sequence number. It runs as a reply handler
-// does.
-func (s *Endpoint) OnReject(f func(conn int, seq uint8)) { s.onReject = f }
+// OnReturn sets the endpoint's error handler, which Poll calls for each
+// request the responder answered "no such handler" (counted in
+// Stats.Returned too): it ran nothing there. It runs as a reply handler
+// does: it may not send or poll. Without one, such requests are only
+// counted.
+func (ep *Endpoint) OnReturn(f func(Returned)) { ep.onReturn = f }
 
-func (s *Endpoint) leave() { s.depth-- }
+// Returned is a request that came back: the responder had no handler of
+// its index, and ran nothing (SSAM's only return; the engine's reasons of
+// return, amii.Returned's and grim.Returned's, are the firmware's). The
+// fields identify the request as it was sent.
+type Returned struct {
+	Dest    int       // the connection it was sent on
+	Handler HandlerID // the handler it named
+	Seq     uint8     // its sequence number
+}
+
+// String describes r for logs: "request to connection 0, handler 7 (seq
+// 3): no such handler".
+func (r Returned) String() string {
+	return fmt.Sprintf("request to connection %d, handler %d (seq %d): no such handler", r.Dest, r.Handler, r.Seq)
+}
+
+// returned hands request seq of connection c, which the responder
+// rejected, to the error handler.
+func (ep *Endpoint) returned(c int, seq uint8) {
+	ep.stats.Returned++
+	if ep.onReturn == nil {
+		return
+	}
+	ep.depth++
+	defer ep.leave()
+	ep.onReturn(Returned{Dest: c, Handler: ep.conns[c].window[ep.buf(seq)].handler, Seq: seq})
+}
+
+func (ep *Endpoint) leave() { ep.depth-- }

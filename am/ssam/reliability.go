@@ -22,10 +22,11 @@ import (
 
 // outstanding is a request in the window.
 type outstanding struct {
-	off    int  // first send slot
-	slots  int  // send slots it occupies (cells)
-	bulk   bool // sent on the bulk VC
-	sentAt time.Time
+	off     int       // first send slot
+	slots   int       // send slots it occupies (cells)
+	bulk    bool      // sent on the bulk VC
+	handler HandlerID // the handler it names (Returned)
+	sentAt  time.Time
 }
 
 // saved is an answer kept for duplicate requests.
@@ -46,19 +47,19 @@ const timerPolls = 16
 // timers retransmits, on every connection whose oldest request has waited
 // longer than the timeout, all its outstanding requests; and sends again
 // the syncs that have waited as long.
-func (s *Endpoint) timers() error {
+func (ep *Endpoint) timers() error {
 	var now time.Time
-	for c := range s.conns {
-		cn := &s.conns[c]
+	for c := range ep.conns {
+		cn := &ep.conns[c]
 		if cn.syncing {
 			if now.IsZero() {
-				now = s.cfg.Clock.Now()
+				now = ep.cfg.Clock.Now()
 			}
 			if cn.syncAt.IsZero() {
 				cn.syncAt = now
-			} else if now.Sub(cn.syncAt) > s.cfg.Timeout {
+			} else if now.Sub(cn.syncAt) > ep.cfg.Timeout {
 				cn.syncAt = now
-				if err := s.sendSync(c, cn.base, syncAsk, s.session); err != nil {
+				if err := ep.sendSync(c, cn.base, syncAsk, ep.session); err != nil {
 					return err
 				}
 			}
@@ -68,24 +69,24 @@ func (s *Endpoint) timers() error {
 			continue
 		}
 		if now.IsZero() {
-			now = s.cfg.Clock.Now()
+			now = ep.cfg.Clock.Now()
 		}
 		for seq := cn.base; seq != cn.next; seq = (seq + 1) & seqMask {
-			if o := &cn.window[s.buf(seq)]; o.sentAt.IsZero() {
+			if o := &cn.window[ep.buf(seq)]; o.sentAt.IsZero() {
 				o.sentAt = now
 			}
 		}
-		if now.Sub(cn.window[s.buf(cn.base)].sentAt) <= s.cfg.Timeout {
+		if now.Sub(cn.window[ep.buf(cn.base)].sentAt) <= ep.cfg.Timeout {
 			continue
 		}
 		if !cn.answered {
 			// The responder may not follow this session yet: a made-up
 			// sync may have taken its place as announced (Sessions).
-			if err := s.sendSync(c, cn.base, syncAsk, s.session); err != nil {
+			if err := ep.sendSync(c, cn.base, syncAsk, ep.session); err != nil {
 				return err
 			}
 		}
-		if err := s.sendOutstanding(c, now, true); err != nil {
+		if err := ep.sendOutstanding(c, now, true); err != nil {
 			return err
 		}
 	}
@@ -96,16 +97,16 @@ func (s *Endpoint) timers() error {
 // N), single-cell requests in runs of consecutive slots, one trap per run;
 // their timers start at now (zero: when the timers next see them). retrans
 // counts them as retransmissions.
-func (s *Endpoint) sendOutstanding(c int, now time.Time, retrans bool) error {
-	cn := &s.conns[c]
+func (ep *Endpoint) sendOutstanding(c int, now time.Time, retrans bool) error {
+	cn := &ep.conns[c]
 	run, runFrom := 0, 0
 	for seq := cn.base; ; seq = (seq + 1) & seqMask {
 		var o *outstanding
 		if seq != cn.next {
-			o = &cn.window[s.buf(seq)]
+			o = &cn.window[ep.buf(seq)]
 		}
-		if run > 0 && (o == nil || o.bulk || s.buf(seq) == 0) {
-			if err := s.dev.SendBatch(c, runFrom, run, driver.EOM); err != nil {
+		if run > 0 && (o == nil || o.bulk || ep.buf(seq) == 0) {
+			if err := ep.dev.SendBatch(c, runFrom, run, driver.EOM); err != nil {
 				return err
 			}
 			run = 0
@@ -115,10 +116,10 @@ func (s *Endpoint) sendOutstanding(c int, now time.Time, retrans bool) error {
 		}
 		o.sentAt = now
 		if retrans {
-			s.stats.Retransmits++
+			ep.stats.Retransmits++
 		}
 		if o.bulk {
-			if err := s.transmit(c, o.off, o.slots, true); err != nil {
+			if err := ep.transmit(c, o.off, o.slots, true); err != nil {
 				return err
 			}
 			continue
@@ -130,28 +131,39 @@ func (s *Endpoint) sendOutstanding(c int, now time.Time, retrans bool) error {
 	}
 }
 
-// Outstanding returns the number of unanswered requests on connection c.
-func (s *Endpoint) Outstanding(c int) int {
-	cn := &s.conns[c]
+// Outstanding returns the number of unanswered requests on connection c
+// (0 for a connection the device does not have).
+func (ep *Endpoint) Outstanding(c int) int {
+	if c < 0 || c >= len(ep.conns) {
+		return 0
+	}
+	cn := &ep.conns[c]
 	return int((cn.next - cn.base) & seqMask)
 }
 
-// Drain polls until every request on every connection has been answered, or
-// until timeout.
-func (s *Endpoint) Drain(timeout time.Duration) error {
-	start := s.cfg.Clock.Now()
+// Drain polls until every request on every connection has been answered
+// (or rejected: OnReturn), or until timeout (then ErrTimeout). It may not
+// be called from a handler.
+func (ep *Endpoint) Drain(timeout time.Duration) error {
+	if ep.closed {
+		return ErrClosed
+	}
+	if ep.depth > 0 {
+		return fmt.Errorf("%w: a handler may not drain", ErrDiscipline)
+	}
+	start := ep.cfg.Clock.Now()
 	for {
 		busy := false
-		for c := range s.conns {
-			busy = busy || s.Outstanding(c) > 0
+		for c := range ep.conns {
+			busy = busy || ep.Outstanding(c) > 0
 		}
 		if !busy {
 			return nil
 		}
-		if s.cfg.Clock.Now().Sub(start) > timeout {
+		if ep.cfg.Clock.Now().Sub(start) > timeout {
 			return fmt.Errorf("%w: requests still unanswered after %v", ErrTimeout, timeout)
 		}
-		if _, err := s.Poll(); err != nil {
+		if _, err := ep.Poll(); err != nil {
 			return err
 		}
 	}

@@ -59,168 +59,182 @@ func SendSlots(window, maxMessage int) int {
 
 // requestOffset and answerOffset are the first send slot of the buffer of
 // sequence number seq for a message of n data bytes (see layoutSlots).
-func (s *Endpoint) requestOffset(seq uint8, n int) int {
-	r := s.ring
+func (ep *Endpoint) requestOffset(seq uint8, n int) int {
+	r := ep.ring
 	if n <= MaxShort {
-		return s.buf(seq)
+		return ep.buf(seq)
 	}
-	return 2*r + s.buf(seq)*s.per
+	return 2*r + ep.buf(seq)*ep.per
 }
 
 // buf is the buffer index of sequence number seq within a region.
-func (s *Endpoint) buf(seq uint8) int { return int(seq) & (s.ring - 1) }
+func (ep *Endpoint) buf(seq uint8) int { return int(seq) & (ep.ring - 1) }
 
-func (s *Endpoint) answerOffset(seq uint8, n int) int {
-	r := s.ring
+func (ep *Endpoint) answerOffset(seq uint8, n int) int {
+	r := ep.ring
 	if n <= MaxShort {
-		return r + s.buf(seq)
+		return r + ep.buf(seq)
 	}
-	return 2*r + r*s.per + s.buf(seq)*s.per
+	return 2*r + r*ep.per + ep.buf(seq)*ep.per
 }
 
 // dataAt returns the data part of the buffer at send slot off.
-func (s *Endpoint) dataAt(c, off, n int) []byte {
+func (ep *Endpoint) dataAt(c, off, n int) []byte {
 	start := off*cells.PayloadSize + cells.SSAMHeaderSize
-	return s.dev.SendArea(c)[start : start+n]
+	return ep.dev.SendArea(c)[start : start+n]
 }
 
 // Buffer returns where the data of connection c's next request goes: the
 // application may write up to MaxMessage bytes there and send them with
 // RequestBuffered, without a copy (SSAM's exported next send buffer). It is
-// nil while the window is full.
-func (s *Endpoint) Buffer(c int) []byte {
-	if c < 0 || c >= len(s.conns) || s.windowFull(&s.conns[c]) {
+// nil while the window is full, and once the endpoint is closed.
+func (ep *Endpoint) Buffer(c int) []byte {
+	if ep.closed || c < 0 || c >= len(ep.conns) || ep.windowFull(&ep.conns[c]) {
 		return nil
 	}
-	return s.dataAt(c, s.requestOffset(s.conns[c].next, s.cfg.MaxMessage), s.cfg.MaxMessage)
+	return ep.dataAt(c, ep.requestOffset(ep.conns[c].next, ep.cfg.MaxMessage), ep.cfg.MaxMessage)
 }
 
-func (s *Endpoint) windowFull(cn *conn) bool {
-	return int((cn.next-cn.base)&seqMask) >= s.cfg.Window
+func (ep *Endpoint) windowFull(cn *conn) bool {
+	return int((cn.next-cn.base)&seqMask) >= ep.cfg.Window
 }
 
-// Request sends a request with data to handler on connection c, then polls.
-// While the window is full it polls until there is room, for at most the
-// configured give-up time. It may not be called from a handler.
-func (s *Endpoint) Request(c int, handler uint32, data []byte) error {
-	if err := s.makeRoom(c); err != nil {
+// Request sends a request with data to handler h on connection dest, then
+// polls. While the window is full it polls until there is room, for at
+// most the configured give-up time. It may not be called from a handler.
+func (ep *Endpoint) Request(dest int, h HandlerID, data []byte) error {
+	if err := ep.makeRoom(dest); err != nil {
 		return err
 	}
-	if err := s.checkLen(len(data)); err != nil {
+	if err := ep.checkLen(len(data)); err != nil {
 		return err
 	}
-	if err := checkHandler(handler); err != nil {
+	if err := checkHandler(h); err != nil {
 		return err
 	}
-	copy(s.dataAt(c, s.requestOffset(s.conns[c].next, len(data)), len(data)), data)
-	return s.send(c, handler, len(data))
+	copy(ep.dataAt(dest, ep.requestOffset(ep.conns[dest].next, len(data)), len(data)), data)
+	return ep.send(dest, h, len(data))
 }
 
 // RequestBuffered sends a request whose n data bytes the application has
-// already written into Buffer(c).
-func (s *Endpoint) RequestBuffered(c int, handler uint32, n int) error {
-	if err := s.makeRoom(c); err != nil {
+// already written into Buffer(dest).
+func (ep *Endpoint) RequestBuffered(dest int, h HandlerID, n int) error {
+	if err := ep.makeRoom(dest); err != nil {
 		return err
 	}
-	if err := s.checkLen(n); err != nil {
+	if err := ep.checkLen(n); err != nil {
 		return err
 	}
-	if err := checkHandler(handler); err != nil {
+	if err := checkHandler(h); err != nil {
 		return err
 	}
 	if n <= MaxShort { // Buffer handed out the bulk buffer: move the data
-		seq := s.conns[c].next
-		copy(s.dataAt(c, s.requestOffset(seq, n), n), s.dataAt(c, s.requestOffset(seq, s.cfg.MaxMessage), n))
+		seq := ep.conns[dest].next
+		copy(ep.dataAt(dest, ep.requestOffset(seq, n), n), ep.dataAt(dest, ep.requestOffset(seq, ep.cfg.MaxMessage), n))
 	}
-	return s.send(c, handler, n)
+	return ep.send(dest, h, n)
+}
+
+// checkConn checks a connection index, and that the endpoint is open.
+func (ep *Endpoint) checkConn(c int) error {
+	switch {
+	case ep.closed:
+		return ErrClosed
+	case c < 0 || c >= len(ep.conns):
+		return fmt.Errorf("%w: connection %d (there are %d)", ErrBadDest, c, len(ep.conns))
+	}
+	return nil
 }
 
 // makeRoom checks the call and polls until the window has room.
-func (s *Endpoint) makeRoom(c int) error {
-	if s.depth > 0 {
+func (ep *Endpoint) makeRoom(c int) error {
+	if ep.depth > 0 && !ep.closed {
 		return fmt.Errorf("%w: a handler may not send a request", ErrDiscipline)
 	}
-	if c < 0 || c >= len(s.conns) {
-		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
-	}
-	cn := &s.conns[c]
-	if err := s.startSync(c); err != nil {
+	if err := ep.checkConn(c); err != nil {
 		return err
 	}
-	if !s.windowFull(cn) {
+	cn := &ep.conns[c]
+	if err := ep.startSync(c); err != nil {
+		return err
+	}
+	if !ep.windowFull(cn) {
 		return nil
 	}
-	if err := s.Flush(); err != nil {
+	if err := ep.Flush(); err != nil {
 		return err
 	}
-	start := s.cfg.Clock.Now()
-	for s.windowFull(cn) {
-		if _, err := s.Poll(); err != nil {
+	start := ep.cfg.Clock.Now()
+	for ep.windowFull(cn) {
+		if _, err := ep.Poll(); err != nil {
 			return err
 		}
-		if s.windowFull(cn) && s.cfg.Clock.Now().Sub(start) > s.cfg.GiveUp {
-			return fmt.Errorf("%w: connection %d: window of %d full for %v", ErrTimeout, c, s.cfg.Window, s.cfg.GiveUp)
+		if ep.windowFull(cn) && ep.cfg.Clock.Now().Sub(start) > ep.cfg.GiveUp {
+			return fmt.Errorf("%w: connection %d: window of %d full for %v", ErrTimeout, c, ep.cfg.Window, ep.cfg.GiveUp)
 		}
 	}
 	return nil
 }
 
 // send transmits request seq next of connection c, whose data is in place.
-func (s *Endpoint) send(c int, handler uint32, n int) error {
-	cn := &s.conns[c]
+func (ep *Endpoint) send(c int, h HandlerID, n int) error {
+	cn := &ep.conns[c]
 	seq := cn.next
-	off := s.requestOffset(seq, n)
-	slots, bulk, err := s.build(c, off, flowWord(kindRequest, seq, uint8(s.tag&tagLoMask)), handlerField(s.tag, handler), n)
+	off := ep.requestOffset(seq, n)
+	slots, bulk, err := ep.build(c, off, flowWord(kindRequest, seq, uint8(ep.tag&tagLoMask)), handlerField(ep.tag, uint32(h)), n)
 	if err != nil {
 		return err
 	}
 	// The timer stamps the request the first time it sees it (a clock
 	// read costs more than a single-cell send on some machines).
-	cn.window[s.buf(seq)] = outstanding{off: off, slots: slots, bulk: bulk}
+	cn.window[ep.buf(seq)] = outstanding{off: off, slots: slots, bulk: bulk, handler: h}
 	cn.next = (seq + 1) & seqMask
-	s.stats.Requests++
+	ep.stats.Requests++
 	if !cn.synced {
 		// It waits in the window for the sync's answer (Sessions).
-		_, err = s.Poll()
+		_, err = ep.Poll()
 		return err
 	}
 	switch {
 	case bulk:
-		if err := s.flushRequests(c); err != nil { // keep the order on the wire
+		if err := ep.flushRequests(c); err != nil { // keep the order on the wire
 			return err
 		}
-		if err := s.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM); err != nil {
+		if err := ep.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM); err != nil {
 			return err
 		}
-		_, err = s.Poll()
+		_, err = ep.Poll()
 		return err
-	case s.cfg.Batch > 1:
+	case ep.cfg.Batch > 1:
 		if cn.pending == 0 {
 			cn.pendFrom = seq
 		}
-		if cn.pending++; cn.pending >= s.cfg.Batch {
-			return s.flushRequests(c)
+		if cn.pending++; cn.pending >= ep.cfg.Batch {
+			return ep.flushRequests(c)
 		}
 		return nil
 	}
 	// SSAM's write-read trap: send, and receive what is waiting.
-	k, err := s.dev.SendRecv(c, off, driver.EOM, s.dev.RecvBatch())
+	k, err := ep.dev.SendRecv(c, off, driver.EOM, ep.dev.RecvBatch())
 	if err != nil {
 		return err
 	}
 	if k > 0 {
-		s.dispatchAll()
+		ep.dispatchAll()
 	}
 	return nil
 }
 
 // Flush sends the single-cell messages a batching endpoint holds back.
-func (s *Endpoint) Flush() error {
-	for c := range s.conns {
-		if err := s.flushRequests(c); err != nil {
+func (ep *Endpoint) Flush() error {
+	if ep.closed {
+		return ErrClosed
+	}
+	for c := range ep.conns {
+		if err := ep.flushRequests(c); err != nil {
 			return err
 		}
-		if err := s.flushAnswers(c); err != nil {
+		if err := ep.flushAnswers(c); err != nil {
 			return err
 		}
 	}
@@ -229,12 +243,12 @@ func (s *Endpoint) Flush() error {
 
 // flushRequests sends connection c's pending single-cell requests, which
 // sit in consecutive slots (two runs when they wrap around the region).
-func (s *Endpoint) flushRequests(c int) error {
-	cn := &s.conns[c]
+func (ep *Endpoint) flushRequests(c int) error {
+	cn := &ep.conns[c]
 	for cn.pending > 0 {
-		first := s.buf(cn.pendFrom)
-		k := min(cn.pending, s.ring-first)
-		if err := s.dev.SendBatch(c, first, k, driver.EOM); err != nil {
+		first := ep.buf(cn.pendFrom)
+		k := min(cn.pending, ep.ring-first)
+		if err := ep.dev.SendBatch(c, first, k, driver.EOM); err != nil {
 			return err
 		}
 		cn.pending -= k
@@ -245,15 +259,15 @@ func (s *Endpoint) flushRequests(c int) error {
 
 // flushAnswers sends connection c's queued single-cell answers, runs of
 // consecutive sequence numbers in one trap each.
-func (s *Endpoint) flushAnswers(c int) error {
-	cn := &s.conns[c]
+func (ep *Endpoint) flushAnswers(c int) error {
+	cn := &ep.conns[c]
 	q := cn.answerQ
 	for i := 0; i < len(q); {
 		j := i + 1
-		for j < len(q) && q[j] == (q[j-1]+1)&seqMask && s.buf(q[j]) != 0 {
+		for j < len(q) && q[j] == (q[j-1]+1)&seqMask && ep.buf(q[j]) != 0 {
 			j++
 		}
-		if err := s.dev.SendBatch(c, s.answerOffset(q[i], 0), j-i, driver.EOM); err != nil {
+		if err := ep.dev.SendBatch(c, ep.answerOffset(q[i], 0), j-i, driver.EOM); err != nil {
 			cn.answerQ = q[:0]
 			return err
 		}
@@ -266,8 +280,8 @@ func (s *Endpoint) flushAnswers(c int) error {
 // build writes the header (and, for bulk, the AAL5 pad and trailer) of a
 // message whose n data bytes sit after the header at send slot off, and
 // returns how many slots it occupies and whether it goes on the bulk VC.
-func (s *Endpoint) build(c, off int, flow uint16, handler uint32, n int) (slots int, bulk bool, err error) {
-	area := s.dev.SendArea(c)[off*cells.PayloadSize:]
+func (ep *Endpoint) build(c, off int, flow uint16, handler uint32, n int) (slots int, bulk bool, err error) {
+	area := ep.dev.SendArea(c)[off*cells.PayloadSize:]
 	if n <= MaxShort {
 		p := area[:cells.PayloadSize]
 		// EncodeSSAM copies the data onto itself (it is already in
@@ -293,35 +307,35 @@ func (s *Endpoint) build(c, off int, flow uint16, handler uint32, n int) (slots 
 // answer sends and saves the reply or ack to request seq on connection c,
 // naming handler index handler (an ack: 0 or rejectIndex), tagged with the
 // session the responder follows.
-func (s *Endpoint) answer(c int, seq, kind uint8, handler uint32, data []byte) error {
-	cn := &s.conns[c]
-	off := s.answerOffset(seq, len(data))
-	copy(s.dataAt(c, off, len(data)), data)
-	slots, bulk, err := s.build(c, off, flowWord(kind, seq, cn.expected), handlerField(cn.tag, handler), len(data))
+func (ep *Endpoint) answer(c int, seq, kind uint8, handler uint32, data []byte) error {
+	cn := &ep.conns[c]
+	off := ep.answerOffset(seq, len(data))
+	copy(ep.dataAt(c, off, len(data)), data)
+	slots, bulk, err := ep.build(c, off, flowWord(kind, seq, cn.expected), handlerField(cn.tag, handler), len(data))
 	if err != nil {
 		return err
 	}
-	cn.answers[s.buf(seq)] = saved{valid: true, seq: seq, off: off, slots: slots, bulk: bulk}
+	cn.answers[ep.buf(seq)] = saved{valid: true, seq: seq, off: off, slots: slots, bulk: bulk}
 	if kind == kindReply {
-		s.stats.Replies++
+		ep.stats.Replies++
 	} else {
-		s.stats.Acks++
+		ep.stats.Acks++
 	}
-	if s.cfg.Batch > 1 {
+	if ep.cfg.Batch > 1 {
 		if !bulk {
 			cn.answerQ = append(cn.answerQ, seq) // sent at the end of the poll
 			return nil
 		}
-		if err := s.flushAnswers(c); err != nil { // answers leave in order
+		if err := ep.flushAnswers(c); err != nil { // answers leave in order
 			return err
 		}
 	}
-	return s.transmit(c, off, slots, bulk)
+	return ep.transmit(c, off, slots, bulk)
 }
 
-func (s *Endpoint) transmit(c, off, slots int, bulk bool) error {
+func (ep *Endpoint) transmit(c, off, slots int, bulk bool) error {
 	if bulk {
-		return s.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM)
+		return ep.dev.SendBatch(c, off, slots, driver.Bulk|driver.EOM)
 	}
-	return s.dev.Send(c, off, driver.EOM)
+	return ep.dev.Send(c, off, driver.EOM)
 }

@@ -1,7 +1,6 @@
 package ssam
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/xam-project/xam/driver"
@@ -34,49 +33,49 @@ import (
 // sends the sync and returns; Synced reports when the responder's answer
 // has come (Poll takes it). An endpoint that must not wait for the sync on
 // its first requests, as a benchmark that times them, syncs first.
-func (s *Endpoint) Sync(c int) error {
-	if c < 0 || c >= len(s.conns) {
-		return fmt.Errorf("%w: %d (there are %d)", ErrBadConn, c, len(s.conns))
+func (ep *Endpoint) Sync(c int) error {
+	if err := ep.checkConn(c); err != nil {
+		return err
 	}
-	return s.startSync(c)
+	return ep.startSync(c)
 }
 
 // Synced reports whether the responder on connection c follows this
 // endpoint's session.
-func (s *Endpoint) Synced(c int) bool { return c >= 0 && c < len(s.conns) && s.conns[c].synced }
+func (ep *Endpoint) Synced(c int) bool { return c >= 0 && c < len(ep.conns) && ep.conns[c].synced }
 
 // startSync sends connection c's sync unless it is synced or syncing.
-func (s *Endpoint) startSync(c int) error {
-	cn := &s.conns[c]
+func (ep *Endpoint) startSync(c int) error {
+	cn := &ep.conns[c]
 	if cn.synced || cn.syncing {
 		return nil
 	}
 	cn.syncing, cn.syncAt = true, time.Time{}
-	return s.sendSync(c, cn.next, syncAsk, s.session)
+	return ep.sendSync(c, cn.next, syncAsk, ep.session)
 }
 
 // sendSync sends a sync (ask) or its answer on connection c, from the
 // connection's sync slot.
-func (s *Endpoint) sendSync(c int, seq, ask uint8, session uint32) error {
-	off := syncSlot(s.cfg.Window, s.per)
-	if _, _, err := s.build(c, off, flowWord(kindSync, seq, ask), session, 0); err != nil {
+func (ep *Endpoint) sendSync(c int, seq, ask uint8, session uint32) error {
+	off := syncSlot(ep.cfg.Window, ep.per)
+	if _, _, err := ep.build(c, off, flowWord(kindSync, seq, ask), session, 0); err != nil {
 		return err
 	}
 	if ask == syncAsk {
-		s.stats.Syncs++
+		ep.stats.Syncs++
 	}
-	return s.dev.Send(c, off, driver.EOM)
+	return ep.dev.Send(c, off, driver.EOM)
 }
 
 // follows reports whether a request tagged tag with sequence number seq
 // belongs to the session the responder follows on cn; the first request of
 // the announced session (its tag and first sequence number) begins it.
-func (s *Endpoint) follows(cn *conn, tag uint32, seq uint8) bool {
+func (ep *Endpoint) follows(cn *conn, tag uint32, seq uint8) bool {
 	switch {
 	case cn.session != 0 && tag == cn.tag:
 		return true
 	case cn.announced != 0 && tag == cn.annTag && seq == cn.annSeq:
-		s.begin(cn, cn.announced, seq)
+		ep.begin(cn, cn.announced, seq)
 		return true
 	}
 	return false
@@ -85,9 +84,9 @@ func (s *Endpoint) follows(cn *conn, tag uint32, seq uint8) bool {
 // begin makes the responder on cn follow requester session session from
 // sequence number seq: it starts over, so that no answer saved for the
 // last session answers this one's requests.
-func (s *Endpoint) begin(cn *conn, session uint32, seq uint8) {
+func (ep *Endpoint) begin(cn *conn, session uint32, seq uint8) {
 	cn.session, cn.tag, cn.expected = session, sessionTag(session), seq
 	cn.announced, cn.annTag = 0, 0
 	clear(cn.answers)
-	s.stats.Sessions++
+	ep.stats.Sessions++
 }

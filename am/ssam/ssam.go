@@ -41,8 +41,8 @@ import (
 // top 16 bits are the high bits of the session's tag, the low 16 bits the
 // handler index (so an endpoint has at most MaxHandlers handlers). An ack's
 // index is 0, or rejectIndex when the request named no handler of the
-// responder's: it ran nothing, and the requester counts it rejected
-// (OnReject) instead of taking it for done.
+// responder's: it ran nothing, and the requester hands it to its error
+// handler (OnReturn, Stats.Returned) instead of taking it for done.
 //
 // Session tags. Every request and answer of a requester's session carries
 // a 23-bit tag derived from the session number (sessionTag), and a message
@@ -134,21 +134,36 @@ func splitFlow(f uint16) (kind, seq, ack uint8) {
 	return uint8(f >> 14), uint8(f>>7) & seqMask, uint8(f) & seqMask
 }
 
-// Errors.
+// Errors of the package. Test for them with errors.Is.
 var (
 	// ErrDiscipline: a handler broke the request/reply discipline (a
 	// request handler sends at most one reply and no request; a reply
-	// handler sends nothing).
+	// handler sends nothing; no handler polls, waits or closes).
 	ErrDiscipline = errors.New("ssam: request/reply discipline violated")
-	ErrTooLong    = errors.New("ssam: message too long")
-	ErrBadConn    = errors.New("ssam: no such connection")
+	// ErrTooLarge: a message with more data than the endpoint carries
+	// (Config.MaxMessage).
+	ErrTooLarge = errors.New("ssam: message too large")
+	// ErrBadDest: a connection index the device does not have.
+	ErrBadDest = errors.New("ssam: no such destination")
 	// ErrNoHandler: a message names a handler index of MaxHandlers or
 	// more, which no endpoint has.
 	ErrNoHandler = errors.New("ssam: no such handler")
 	// ErrTimeout: a request found no room in the window for the
-	// configured give-up time (the peer does not answer).
+	// configured give-up time (the peer does not answer), or Drain's
+	// requests were not answered in time.
 	ErrTimeout = errors.New("ssam: peer does not answer")
+	// ErrConfig: a configuration out of range, or a device whose send
+	// areas do not hold it.
+	ErrConfig = errors.New("ssam: invalid configuration")
+	// ErrConflict: Handle at an index that has a handler already.
+	ErrConflict = errors.New("ssam: conflicting handler registration")
+	// ErrClosed: the endpoint was closed (Endpoint.Close).
+	ErrClosed = errors.New("ssam: endpoint closed")
 )
+
+// HandlerID names a handler of an endpoint: the index that a message
+// carries in the low 16 bits of its handler field.
+type HandlerID uint32
 
 // Handler is an Active Message handler. data aliases the receive buffer and
 // is valid only until the handler returns. A request handler may send one
@@ -165,15 +180,17 @@ type Token struct {
 	replied bool
 }
 
-// Conn returns the connection the message came from.
-func (t *Token) Conn() int { return t.conn }
+// Source returns the connection the message came from: the index that
+// Request takes as its destination to answer it with a request of its
+// own.
+func (t *Token) Source() int { return t.conn }
 
 // IsRequest reports whether the handler runs for a request.
 func (t *Token) IsRequest() bool { return t.request }
 
 // Reply sends the reply to the request the handler runs for, naming the
-// requester's handler. It may be called once, in a request handler only.
-func (t *Token) Reply(handler uint32, data []byte) error {
+// requester's handler h. It may be called once, in a request handler only.
+func (t *Token) Reply(h HandlerID, data []byte) error {
 	switch {
 	case !t.request:
 		return fmt.Errorf("%w: a reply handler may not send", ErrDiscipline)
@@ -183,11 +200,11 @@ func (t *Token) Reply(handler uint32, data []byte) error {
 	if err := t.s.checkLen(len(data)); err != nil {
 		return err
 	}
-	if err := checkHandler(handler); err != nil {
+	if err := checkHandler(h); err != nil {
 		return err
 	}
 	t.replied = true
-	return t.s.answer(t.conn, t.seq, kindReply, handler, data)
+	return t.s.answer(t.conn, t.seq, kindReply, uint32(h), data)
 }
 
 // Config configures an SSAM endpoint.
@@ -217,7 +234,7 @@ func (c *Config) fill() error {
 		c.Window = 8
 	}
 	if c.Window < 1 || c.Window > MaxWindow {
-		return fmt.Errorf("ssam: window %d out of range [1, %d]", c.Window, MaxWindow)
+		return fmt.Errorf("%w: window %d out of range [1, %d]", ErrConfig, c.Window, MaxWindow)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 2 * time.Millisecond
@@ -229,13 +246,13 @@ func (c *Config) fill() error {
 		c.MaxMessage = 8192
 	}
 	if c.MaxMessage < MaxShort || c.MaxMessage > MaxBulk {
-		return fmt.Errorf("ssam: MaxMessage %d out of range [%d, %d]", c.MaxMessage, MaxShort, MaxBulk)
+		return fmt.Errorf("%w: MaxMessage %d out of range [%d, %d]", ErrConfig, c.MaxMessage, MaxShort, MaxBulk)
 	}
 	if c.Clock == nil {
 		c.Clock = clock.System{}
 	}
 	if c.Batch < 0 || c.Batch > c.Window {
-		return fmt.Errorf("ssam: batch %d out of range [0, window %d]", c.Batch, c.Window)
+		return fmt.Errorf("%w: batch %d out of range [0, window %d]", ErrConfig, c.Batch, c.Window)
 	}
 	return nil
 }
@@ -257,7 +274,7 @@ type Stats struct {
 	Sessions      uint64 // requester sessions begun by a peer's sync and first request (as responder)
 	BadPDUs       uint64 // bulk PDUs dropped by reassembly (CRC-32, lost cells, ...), or too short for the header
 	HandlerErrors uint64 // messages for a handler index with no handler
-	Rejected      uint64 // own requests the responder answered "no such handler"
+	Returned      uint64 // own requests the responder answered "no such handler" (OnReturn)
 	// Forged counts messages refused for not being of the connection's
 	// session: a request or answer with another session's tag, an answer
 	// whose acknowledgement is not its sequence number plus one, an ack of
@@ -307,7 +324,7 @@ type Endpoint struct {
 	polls    uint   // Poll calls, for running the timers every timerPolls
 	session  uint32 // this endpoint's session number as requester, never 0
 	tag      uint32 // sessionTag(session), carried by its requests
-	onReject func(conn int, seq uint8)
+	onReturn func(Returned)
 	stats    Stats
 	ownDev   bool // Open made dev: Close closes it
 	closed   bool
@@ -325,8 +342,8 @@ func New(dev *driver.Device, cfg Config) (*Endpoint, error) {
 	need := layoutSlots(cfg.Window, s.per) * cells.PayloadSize
 	for i := range s.conns {
 		if got := len(dev.SendArea(i)); got < need {
-			return nil, fmt.Errorf("ssam: connection %d's send area is %d bytes; window %d of %d-byte messages needs %d (driver.Config.SendSlots >= %d)",
-				i, got, cfg.Window, cfg.MaxMessage, need, SendSlots(cfg.Window, cfg.MaxMessage))
+			return nil, fmt.Errorf("%w: connection %d's send area is %d bytes; window %d of %d-byte messages needs %d (driver.Config.SendSlots >= %d)",
+				ErrConfig, i, got, cfg.Window, cfg.MaxMessage, need, SendSlots(cfg.Window, cfg.MaxMessage))
 		}
 		s.conns[i] = conn{
 			window:  make([]outstanding, s.ring),
@@ -338,21 +355,48 @@ func New(dev *driver.Device, cfg Config) (*Endpoint, error) {
 	return s, nil
 }
 
-// Register adds a handler and returns its index, the number that names it
-// on the wire. An endpoint holds at most MaxHandlers handlers: past them,
-// Register adds nothing and returns MaxHandlers, an index that every send
-// refuses with ErrNoHandler.
-func (s *Endpoint) Register(h Handler) uint32 {
-	if len(s.handlers) >= MaxHandlers {
+// Register adds a handler at the lowest index above every index in use
+// and returns it, the number that names it on the wire. Senders must then
+// know the order of registration; Handle, with indices the application
+// chooses, spares them that. An endpoint holds at most MaxHandlers
+// handlers: past them, Register adds nothing and returns MaxHandlers, an
+// index that every send refuses with ErrNoHandler.
+func (ep *Endpoint) Register(h Handler) HandlerID {
+	if len(ep.handlers) >= MaxHandlers {
 		return MaxHandlers
 	}
-	s.handlers = append(s.handlers, h)
-	return uint32(len(s.handlers) - 1)
+	ep.handlers = append(ep.handlers, h)
+	return HandlerID(len(ep.handlers) - 1)
+}
+
+// Handle makes h the handler of index id, which senders name in their
+// messages: an index the application chooses, so that senders need not
+// know the order in which it registers its handlers. An id of MaxHandlers
+// or more is ErrNoHandler, one that has a handler already ErrConflict, a
+// nil h ErrConfig.
+func (ep *Endpoint) Handle(id HandlerID, h Handler) error {
+	switch {
+	case ep.closed:
+		return ErrClosed
+	case h == nil:
+		return fmt.Errorf("%w: no handler", ErrConfig)
+	}
+	if err := checkHandler(id); err != nil {
+		return err
+	}
+	if int(id) < len(ep.handlers) && ep.handlers[id] != nil {
+		return fmt.Errorf("%w: handler %d is taken", ErrConflict, id)
+	}
+	if int(id) >= len(ep.handlers) {
+		ep.handlers = append(ep.handlers, make([]Handler, int(id)+1-len(ep.handlers))...)
+	}
+	ep.handlers[id] = h
+	return nil
 }
 
 // checkHandler refuses a handler index that the handler field cannot
 // carry.
-func checkHandler(h uint32) error {
+func checkHandler(h HandlerID) error {
 	if h >= MaxHandlers {
 		return fmt.Errorf("%w: index %d (indices run to %d)", ErrNoHandler, h, MaxHandlers-1)
 	}
@@ -360,14 +404,14 @@ func checkHandler(h uint32) error {
 }
 
 // Stats returns the endpoint's counters.
-func (s *Endpoint) Stats() Stats { return s.stats }
+func (ep *Endpoint) Stats() Stats { return ep.stats }
 
 // Config returns the endpoint's configuration, defaults filled in.
-func (s *Endpoint) Config() Config { return s.cfg }
+func (ep *Endpoint) Config() Config { return ep.cfg }
 
-func (s *Endpoint) checkLen(n int) error {
-	if n > s.cfg.MaxMessage {
-		return fmt.Errorf("%w: %d bytes, this endpoint carries at most %d", ErrTooLong, n, s.cfg.MaxMessage)
+func (ep *Endpoint) checkLen(n int) error {
+	if n > ep.cfg.MaxMessage {
+		return fmt.Errorf("%w: %d bytes, this endpoint carries at most %d", ErrTooLarge, n, ep.cfg.MaxMessage)
 	}
 	return nil
 }

@@ -171,7 +171,7 @@ func exchange(t *testing.T, p *pair, n int, size func(i int) int) {
 	// requester's only by this one, until the responder has stopped.
 	var got, replies int
 	var failA, failB error
-	var replyH uint32
+	var replyH HandlerID
 	reqH := p.b.Register(func(tk *Token, data []byte) {
 		if err := check("request", got, data); err != nil && failB == nil {
 			failB = err
@@ -277,7 +277,7 @@ func TestLoss(t *testing.T) {
 func TestDiscipline(t *testing.T) {
 	p := newMemPair(t, Config{})
 	var errs []error
-	var replyH uint32
+	var replyH HandlerID
 	replyH = p.a.Register(func(tk *Token, data []byte) {
 		errs = append(errs, tk.Reply(replyH, nil))  // a reply handler may not reply
 		errs = append(errs, p.a.Request(0, 0, nil)) // nor request
@@ -305,10 +305,10 @@ func TestDiscipline(t *testing.T) {
 			t.Errorf("violation %d: %v, want ErrDiscipline", i+1, err)
 		}
 	}
-	if err := p.a.Request(0, reqH, make([]byte, 9000)); !errors.Is(err, ErrTooLong) {
+	if err := p.a.Request(0, reqH, make([]byte, 9000)); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("9000-byte request on an 8192-byte endpoint: %v", err)
 	}
-	if err := p.a.Request(5, reqH, nil); !errors.Is(err, ErrBadConn) {
+	if err := p.a.Request(5, reqH, nil); !errors.Is(err, ErrBadDest) {
 		t.Errorf("request on connection 5: %v", err)
 	}
 }
@@ -331,7 +331,7 @@ func TestExplicitAckAndDuplicates(t *testing.T) {
 		t.Fatalf("after an unanswered request: outstanding %d, responder %+v, runs %d", p.a.Outstanding(0), p.b.Stats(), runs)
 	}
 	// Replay the request by hand: the responder recognises it.
-	p.b.message(0, flowWord(kindRequest, 0, uint8(p.a.tag&tagLoMask)), handlerField(p.a.tag, h), []byte("no reply"))
+	p.b.message(0, flowWord(kindRequest, 0, uint8(p.a.tag&tagLoMask)), handlerField(p.a.tag, uint32(h)), []byte("no reply"))
 	if runs != 1 || p.b.Stats().DupRequests != 1 || p.b.Stats().Resent != 1 {
 		t.Fatalf("duplicate request: runs %d, stats %+v", runs, p.b.Stats())
 	}
@@ -362,7 +362,7 @@ func TestBuffer(t *testing.T) {
 // would show as latency spikes and spurious retransmissions).
 func TestRoundTripAllocs(t *testing.T) {
 	p := newMemPair(t, Config{Timeout: time.Hour})
-	var replyH uint32
+	var replyH HandlerID
 	reqH := p.b.Register(func(tk *Token, data []byte) { tk.Reply(replyH, data) })
 	replyH = p.a.Register(func(tk *Token, data []byte) {})
 	msg := make([]byte, 32)
@@ -434,7 +434,7 @@ func TestSuccessiveRequesters(t *testing.T) {
 	for _, lp := range linkPairs {
 		t.Run(lp.name, func(t *testing.T) {
 			p := lp.new(t, Config{})
-			var replyH uint32
+			var replyH HandlerID
 			echo := p.b.Register(func(tk *Token, data []byte) { tk.Reply(replyH, data) })
 			requester := p.a
 			for round := range 3 {
@@ -472,8 +472,8 @@ func TestSuccessiveRequesters(t *testing.T) {
 }
 
 // A request naming a handler the responder does not have runs nothing and
-// is answered with an ack that says so: the requester counts it rejected
-// and its OnReject runs, and the window moves on. Before, it got a plain
+// is answered with an ack that says so: the requester counts it returned
+// and its error handler (OnReturn) runs, and the window moves on. Before, it got a plain
 // ack, as if it had been handled.
 func TestNoHandlerRejected(t *testing.T) {
 	for _, lp := range linkPairs {
@@ -481,8 +481,14 @@ func TestNoHandlerRejected(t *testing.T) {
 			p := lp.new(t, Config{})
 			h := p.b.Register(func(*Token, []byte) {})
 			var rejected []uint8
-			p.a.OnReject(func(conn int, seq uint8) { rejected = append(rejected, seq) })
-			for _, handler := range []uint32{h + 1, h, 99} {
+			var handlers []HandlerID
+			p.a.OnReturn(func(r Returned) {
+				rejected, handlers = append(rejected, r.Seq), append(handlers, r.Handler)
+				if r.Dest != 0 || r.String() == "" {
+					t.Errorf("returned %+v", r)
+				}
+			})
+			for _, handler := range []HandlerID{h + 1, h, 99} {
 				if err := p.a.Request(0, handler, []byte("x")); err != nil {
 					t.Fatal(err)
 				}
@@ -494,7 +500,7 @@ func TestNoHandlerRejected(t *testing.T) {
 				p.b.Poll()
 				p.a.Poll()
 			}
-			if !slices.Equal(rejected, []uint8{0, 2}) || p.a.Stats().Rejected != 2 || p.b.Stats().Handled != 1 || p.b.Stats().HandlerErrors != 2 {
+			if !slices.Equal(rejected, []uint8{0, 2}) || !slices.Equal(handlers, []HandlerID{h + 1, 99}) || p.a.Stats().Returned != 2 || p.b.Stats().Handled != 1 || p.b.Stats().HandlerErrors != 2 {
 				t.Errorf("rejected %v; A %+v; B %+v", rejected, p.a.Stats(), p.b.Stats())
 			}
 		})
@@ -539,5 +545,67 @@ func TestOpenClose(t *testing.T) {
 	}
 	if err := a.Device().Send(0, 0, 0); err == nil {
 		t.Error("the device of a closed endpoint that Open made still sends")
+	}
+}
+
+// TestFamily: what SSAM shares with amii and grim (package am). Handle
+// puts a handler at an index the application chooses, refusing a taken or
+// out-of-range one; Token.Source is the connection a request came on;
+// Close from a handler is ErrDiscipline; after Close every call that
+// sends, polls or waits is ErrClosed.
+func TestFamily(t *testing.T) {
+	p := newMemPair(t, Config{})
+	var from []int
+	var closeErr error
+	const id HandlerID = 40
+	if err := p.b.Handle(id, func(tk *Token, data []byte) {
+		from = append(from, tk.Source())
+		closeErr = p.b.Close()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.b.Handle(id, func(*Token, []byte) {}); !errors.Is(err, ErrConflict) {
+		t.Errorf("Handle at a taken index: %v, want ErrConflict", err)
+	}
+	if err := p.b.Handle(MaxHandlers, func(*Token, []byte) {}); !errors.Is(err, ErrNoHandler) {
+		t.Errorf("Handle at MaxHandlers: %v, want ErrNoHandler", err)
+	}
+	if err := p.b.Handle(1, nil); !errors.Is(err, ErrConfig) {
+		t.Errorf("Handle of nil: %v, want ErrConfig", err)
+	}
+	if h := p.b.Register(func(*Token, []byte) {}); h != id+1 {
+		t.Errorf("Register after Handle(%d): %d, want %d", id, h, id+1)
+	}
+	if err := p.a.Request(0, id, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.Request(-1, id, nil); !errors.Is(err, ErrBadDest) {
+		t.Errorf("request on connection -1: %v, want ErrBadDest", err)
+	}
+	for i := 0; len(from) == 0 && i < 1000; i++ {
+		p.b.Poll()
+		p.a.Poll()
+	}
+	if !slices.Equal(from, []int{0}) || !errors.Is(closeErr, ErrDiscipline) {
+		t.Fatalf("sources %v, Close from a handler: %v", from, closeErr)
+	}
+	if err := p.a.Drain(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(p.a.Close(), p.a.Close()); err != nil {
+		t.Fatal(err)
+	}
+	_, pollErr := p.a.Poll()
+	for name, err := range map[string]error{
+		"Request": p.a.Request(0, id, nil), "RequestBuffered": p.a.RequestBuffered(0, id, 1),
+		"Poll": pollErr, "Drain": p.a.Drain(time.Second), "Flush": p.a.Flush(), "Sync": p.a.Sync(0),
+		"Handle": p.a.Handle(3, func(*Token, []byte) {}),
+	} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	if p.a.Buffer(0) != nil {
+		t.Error("Buffer after Close is not nil")
 	}
 }

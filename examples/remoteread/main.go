@@ -42,7 +42,7 @@ func main() {
 	for i := range memory {
 		memory[i] = math.Sqrt(float64(i))
 	}
-	var storeReply uint32
+	var storeReply ssam.HandlerID
 	readH := owner.Register(func(t *ssam.Token, data []byte) {
 		var reply [12]byte
 		copy(reply[:4], data[4:8]) // the reader's slot

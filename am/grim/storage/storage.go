@@ -117,7 +117,7 @@ type read struct {
 	tag          uint32
 }
 
-// New makes ep a store of blocks in f, registers its handlers and synchs
+// New makes ep a store of blocks in f, registers its handlers and publishes
 // them with the cluster's registry. ep belongs to the store from now on:
 // Serve runs it.
 func New(ep *grim.Endpoint, f *os.File, cfg Config) (*Store, error) {
@@ -133,13 +133,13 @@ func New(ep *grim.Endpoint, f *os.File, cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{ep: ep, f: f, cfg: cfg, buf: make([]byte, grim.MaxBulk)}
-	if err := ep.Register(cfg.Name+".read", cfg.Handler, s.read); err != nil {
+	if err := ep.HandleNamed(cfg.Name+".read", cfg.Handler, s.read); err != nil {
 		return nil, err
 	}
-	if err := ep.Register(cfg.Name+".write", cfg.Handler+1, s.write); err != nil {
+	if err := ep.HandleNamed(cfg.Name+".write", cfg.Handler+1, s.write); err != nil {
 		return nil, err
 	}
-	if err := ep.Synch(); err != nil {
+	if err := ep.Publish(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -282,7 +282,7 @@ type Client struct {
 }
 
 // Open returns a client of the store registered as name, which ep finds in
-// its copy of the registry (ep.Synch first). handler and handler+1 are
+// its copy of the registry (ep.Publish first). handler and handler+1 are
 // local handler ids (grim.Endpoint.Handle) the answers come to; blockSize
 // is the store's.
 func Open(ep *grim.Endpoint, name string, handler grim.HandlerID, blockSize int, timeout time.Duration) (*Client, error) {

@@ -57,7 +57,7 @@ func storageBody(t *testing.T, links []afxdp.Link) {
 	const bs, blocks = 4096, 64
 
 	// The store: registered by name (the central, host 1, must run while
-	// it synchs), then served on its own thread.
+	// it publishes), then served on its own thread.
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	ready := make(chan error, 1)
@@ -84,7 +84,7 @@ func storageBody(t *testing.T, links []afxdp.Link) {
 	if err := useStore(central, 0, 3); err != nil {
 		t.Fatal(err)
 	}
-	if err := pollUntil(central, localDone); err != nil { // the central runs for host 2's synch
+	if err := pollUntil(central, localDone); err != nil { // the central runs for host 2's publish
 		t.Fatal(err)
 	}
 	stop.Store(true)
@@ -122,11 +122,11 @@ func pollUntil(ep *grim.Endpoint, done <-chan error) error {
 	}
 }
 
-// useStore synchs ep, opens the store "disk" and writes and reads back
+// useStore publishes ep, opens the store "disk" and writes and reads back
 // blocks from..from+31 in runs of 1, 3 and 12 blocks; it also asks for
 // blocks outside the store and for more than a message carries.
 func useStore(ep *grim.Endpoint, from int, seed byte) error {
-	if err := ep.Synch(); err != nil {
+	if err := ep.Publish(); err != nil {
 		return err
 	}
 	c, err := Open(ep, "disk", 60, 4096, 30*time.Second)
