@@ -146,7 +146,7 @@ func amiiPingKeyed(a, b datapath.Place, cfg PingConfig, loss float64, transportK
 	}
 	nargs := (cfg.Size + 7) / 8
 	if nargs > amii.MaxArgs {
-		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
+		return nil, fmt.Errorf("an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
 	ha, hb, err := openAMIIPair(a, b, cfg.Mode, cfg.Queue, 1, amii.Config{}, amii.Config{}, amiiKeys{vnet: cfg.Key, transport: transportKey})
 	if err != nil {
@@ -230,7 +230,7 @@ func AMIIFirmwarePing(a, b datapath.Place, cfg PingConfig, loss float64, fw Firm
 	}
 	nargs := (cfg.Size + 7) / 8
 	if nargs > amii.MaxArgs {
-		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
+		return nil, fmt.Errorf("an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
 	dir, err := os.MkdirTemp("", "xam-fw-")
 	if err != nil {
@@ -397,7 +397,7 @@ func AMIIDaemonPing(d DaemonEndpoint, cfg PingConfig) (*AMIIResult, error) {
 	}
 	nargs := (cfg.Size + 7) / 8
 	if nargs > amii.MaxArgs {
-		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
+		return nil, fmt.Errorf("an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
 	}
 	a, err := d.open()
 	if err != nil {

@@ -60,7 +60,7 @@ func runAMIIBandwidth(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg amiiBand
 		cfg.Bulk = 32 << 20
 	}
 	if cfg.Messages < 1 || cfg.Bulk < 64<<10 {
-		return nil, fmt.Errorf("bench: amii bandwidth: messages %d (at least 1), bulk %d (at least 64 KB)", cfg.Messages, cfg.Bulk)
+		return nil, fmt.Errorf("amii bandwidth: messages %d (at least 1), bulk %d (at least 64 KB)", cfg.Messages, cfg.Bulk)
 	}
 	res := &amiiBandwidthResult{}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)

@@ -40,10 +40,10 @@ func comparePaths(cfg PingConfig, rounds int, paths ...pinger) (*comparison, err
 		return nil, err
 	}
 	if len(paths) == 0 {
-		return nil, errors.New("bench: nothing to compare")
+		return nil, errors.New("nothing to compare")
 	}
 	if rounds < 1 || rounds > cfg.Count {
-		return nil, fmt.Errorf("bench: %d rounds for %d round trips: want 1..%d", rounds, cfg.Count, cfg.Count)
+		return nil, fmt.Errorf("%d rounds for %d round trips: want 1..%d", rounds, cfg.Count, cfg.Count)
 	}
 	c := &comparison{Rounds: rounds, Paths: make([]compared, len(paths))}
 	for i := range rounds {

@@ -115,7 +115,7 @@ func runEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 		cfg.Bulk = 64 << 20
 	}
 	if cfg.Count < 10 || cfg.Bulk < 1 {
-		return nil, fmt.Errorf("bench: engine: count %d (at least 10), bulk %d (at least 1)", cfg.Count, cfg.Bulk)
+		return nil, fmt.Errorf("engine: count %d (at least 10), bulk %d (at least 1)", cfg.Count, cfg.Bulk)
 	}
 	res := &engineResult{BulkMTU: bulkMTU}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)

@@ -159,7 +159,7 @@ func openGRIM(a, b datapath.Place, mode loader.Mode, queue int, s grimSetup) (_ 
 		return p, nil
 	}
 	if s.storage {
-		return nil, errors.New("bench: the storage endpoint needs firmware mode (it shares host B's engine)")
+		return nil, errors.New("the storage endpoint needs firmware mode (it shares host B's engine)")
 	}
 	places := [2]datapath.Place{a, b}
 	ids := [2]nicfw.HostID{amiiHostA, amiiHostB}
@@ -245,7 +245,7 @@ func grimPing(a, b datapath.Place, cfg PingConfig, s grimSetup) (*GRIMResult, er
 		return nil, err
 	}
 	if cfg.Size > grim.MaxBulk {
-		return nil, fmt.Errorf("bench: a GRIM message carries at most %d bytes, not %d", grim.MaxBulk, cfg.Size)
+		return nil, fmt.Errorf("a GRIM message carries at most %d bytes, not %d", grim.MaxBulk, cfg.Size)
 	}
 	p, err := openGRIM(a, b, cfg.Mode, cfg.Queue, s)
 	if err != nil {

@@ -113,7 +113,7 @@ func runGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg grimConfig) (*gri
 		cfg.Bulk = 16 << 20
 	}
 	if cfg.Count < 10 || cfg.Bulk < grim.MaxBulk {
-		return nil, fmt.Errorf("bench: grim: count %d (at least 10), bulk %d (at least %d)", cfg.Count, cfg.Bulk, grim.MaxBulk)
+		return nil, fmt.Errorf("grim: count %d (at least 10), bulk %d (at least %d)", cfg.Count, cfg.Bulk, grim.MaxBulk)
 	}
 	res := &grimBenchResult{Window: grimBulkWindow}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
@@ -519,7 +519,7 @@ func grimInjection(a, b datapath.Place, mode loader.Mode, calls int) (costRow, e
 		// Untimed: the engine sends them and the answers come back.
 		for deadline := time.Now().Add(time.Minute); err == nil && ch.Outstanding() > 0; {
 			if _, err = p.a.Poll(); err == nil && time.Now().After(deadline) {
-				err = errors.New("bench: requests not answered after a minute")
+				err = errors.New("requests not answered after a minute")
 			}
 		}
 	}

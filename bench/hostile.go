@@ -502,7 +502,7 @@ func (la *localAttack) badOpens(c *daemon.Conn, held *daemon.Endpoint, table []n
 		case errors.Is(err, nicfw.ErrConfig):
 			la.kinds["opens refused: config"]++
 		case err == nil:
-			return fmt.Errorf("bench: the daemon granted a bad open %+v", req)
+			return fmt.Errorf("the daemon granted a bad open %+v", req)
 		default:
 			return err
 		}

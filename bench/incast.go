@@ -115,12 +115,12 @@ func runIncast(senders []datapath.Place, receiver datapath.Place, addrs []netip.
 	}
 	for _, n := range cfg.Senders {
 		if n < 1 || n > len(senders) {
-			return nil, fmt.Errorf("bench: incast: %d senders, the lab has %d", n, len(senders))
+			return nil, fmt.Errorf("incast: %d senders, the lab has %d", n, len(senders))
 		}
 	}
 	for _, s := range cfg.Sizes {
 		if s < 1 || s > 256<<10 {
-			return nil, fmt.Errorf("bench: incast: message size %d out of range [1, 256 KB]", s)
+			return nil, fmt.Errorf("incast: message size %d out of range [1, 256 KB]", s)
 		}
 	}
 	res := &incastResult{}
@@ -460,7 +460,7 @@ type incastLatencyRow struct {
 // grant between their engines).
 func runIncastLatency(senders []datapath.Place, rx datapath.Place, size, count int, cfg incastConfig) ([]incastLatencyRow, error) {
 	if len(senders) < 2 {
-		return nil, fmt.Errorf("bench: incast latency needs two senders, not %d", len(senders))
+		return nil, fmt.Errorf("incast latency needs two senders, not %d", len(senders))
 	}
 	var out []incastLatencyRow
 	for _, c := range []struct {

@@ -134,7 +134,7 @@ func runLogP(a, b datapath.Place, cfg logpConfig) (*logpResult, error) {
 		cfg.Clients = 7
 	}
 	if cfg.Count < 100 || cfg.Clients < 1 || cfg.Clients > 64 {
-		return nil, fmt.Errorf("bench: LogP: count %d (at least 100), clients %d (1..64)", cfg.Count, cfg.Clients)
+		return nil, fmt.Errorf("LogP: count %d (at least 100), clients %d (1..64)", cfg.Count, cfg.Clients)
 	}
 	res := &logpResult{Count: cfg.Count, Credits: amii.DefaultCredits}
 	stop := func() bool {
@@ -147,7 +147,7 @@ func runLogP(a, b datapath.Place, cfg logpConfig) (*logpResult, error) {
 		}
 		row, err := logpRow(a, b, cfg, c.cfg, c.coalesce)
 		if err != nil {
-			return nil, fmt.Errorf("bench: LogP %s: %w", c.name, err)
+			return nil, fmt.Errorf("LogP %s: %w", c.name, err)
 		}
 		row.Config = c.name
 		res.Rows = append(res.Rows, *row)
@@ -158,11 +158,11 @@ func runLogP(a, b datapath.Place, cfg logpConfig) (*logpResult, error) {
 		}
 		row, err := contention(a, b, cfg, n, false)
 		if err != nil {
-			return nil, fmt.Errorf("bench: contention with %d clients: %w", n, err)
+			return nil, fmt.Errorf("contention with %d clients: %w", n, err)
 		}
 		co, err := contention(a, b, cfg, n, true)
 		if err != nil {
-			return nil, fmt.Errorf("bench: contention with %d coalescing clients: %w", n, err)
+			return nil, fmt.Errorf("contention with %d coalescing clients: %w", n, err)
 		}
 		row.Coalesced = co.Aggregate
 		res.Contention = append(res.Contention, *row)

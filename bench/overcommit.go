@@ -72,11 +72,11 @@ func runOvercommit(a, b datapath.Place, cfg overcommitConfig) (*overcommitResult
 	}
 	for _, f := range cfg.Factors {
 		if f < 1 || f*cfg.Resident > 48 {
-			return nil, fmt.Errorf("bench: overcommit factor %d with %d frames: want 1..%d", f, cfg.Resident, 48/cfg.Resident)
+			return nil, fmt.Errorf("overcommit factor %d with %d frames: want 1..%d", f, cfg.Resident, 48/cfg.Resident)
 		}
 	}
 	if cfg.Resident < 2 || cfg.Duration <= 0 {
-		return nil, fmt.Errorf("bench: overcommit: %d frames (at least 2), duration %v", cfg.Resident, cfg.Duration)
+		return nil, fmt.Errorf("overcommit: %d frames (at least 2), duration %v", cfg.Resident, cfg.Duration)
 	}
 	res := &overcommitResult{Resident: cfg.Resident, Seconds: cfg.Duration.Seconds()}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)

@@ -79,7 +79,7 @@ var permutationPatterns = []struct {
 func runPermutations(hosts []datapath.Place, cfg permutationsConfig) (*permutationsResult, error) {
 	n := len(hosts)
 	if n < 4 || n%2 != 0 {
-		return nil, fmt.Errorf("bench: permutations need an even number of hosts, at least 4, not %d", n)
+		return nil, fmt.Errorf("permutations need an even number of hosts, at least 4, not %d", n)
 	}
 	if cfg.Duration == 0 {
 		cfg.Duration = 2 * time.Second
@@ -94,7 +94,7 @@ func runPermutations(hosts []datapath.Place, cfg permutationsConfig) (*permutati
 		cfg.Window = 8
 	}
 	if cfg.Size < 1 || cfg.Size > endpoint.MaxMedium || cfg.Window < 1 || cfg.RTTs < 1 || cfg.Duration <= 0 {
-		return nil, fmt.Errorf("bench: permutations: size %d (1..%d), window %d, round trips %d, duration %v", cfg.Size, endpoint.MaxMedium, cfg.Window, cfg.RTTs, cfg.Duration)
+		return nil, fmt.Errorf("permutations: size %d (1..%d), window %d, round trips %d, duration %v", cfg.Size, endpoint.MaxMedium, cfg.Window, cfg.RTTs, cfg.Duration)
 	}
 	res := &permutationsResult{Hosts: n, Size: cfg.Size, Seconds: cfg.Duration.Seconds()}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)

@@ -54,7 +54,7 @@ func (c *PingConfig) fill() error {
 		c.Count = 10000
 	}
 	if c.Count < 0 || c.Warmup < 0 {
-		return fmt.Errorf("bench: count %d and warmup %d must not be negative", c.Count, c.Warmup)
+		return fmt.Errorf("count %d and warmup %d must not be negative", c.Count, c.Warmup)
 	}
 	if c.Warmup == 0 && !c.NoWarmup {
 		c.Warmup = min(c.Count/10, 1000)
@@ -156,7 +156,7 @@ func (r *PingResult) await(cfg *PingConfig, start time.Time, limit time.Duration
 			return nil
 		}
 		if time.Since(start) > limit {
-			return fmt.Errorf("bench: %s after %v", what(), time.Since(start))
+			return fmt.Errorf("%s after %v", what(), time.Since(start))
 		}
 	}
 	return nil
@@ -242,7 +242,7 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 		return nil, err
 	}
 	if len(frame) > cells.EthernetHeaderSize+e.Sock.MTU() {
-		return nil, fmt.Errorf("bench: a %d-byte message needs a %d-byte frame; the device's MTU is %d", cfg.Size, len(frame), e.Sock.MTU())
+		return nil, fmt.Errorf("a %d-byte message needs a %d-byte frame; the device's MTU is %d", cfg.Size, len(frame), e.Sock.MTU())
 	}
 	r := cfg.newResult("raw", cfg.Size)
 	r.FrameBytes = len(frame)

@@ -69,7 +69,7 @@ func cdf(h *hdrhistogram.Histogram) plotter.XYs {
 func plotRTT(title string, series []rttSeries, marks []rttMark, paths ...string) (err error) {
 	defer func() {
 		if r := recover(); r != nil { // gonum/plot panics on some inputs
-			err = fmt.Errorf("bench: plotting round trips: %v", r)
+			err = fmt.Errorf("plotting round trips: %v", r)
 		}
 	}()
 	p := plot.New()
@@ -94,7 +94,7 @@ func plotRTT(title string, series []rttSeries, marks []rttMark, paths ...string)
 		}
 		l, err := plotter.NewLine(xy)
 		if err != nil {
-			return fmt.Errorf("bench: plotting %s: %w", s.Name, err)
+			return fmt.Errorf("plotting %s: %w", s.Name, err)
 		}
 		l.Color = plotutil.Color(i)
 		l.Width = vg.Points(1.5)
@@ -104,7 +104,7 @@ func plotRTT(title string, series []rttSeries, marks []rttMark, paths ...string)
 		drawn++
 	}
 	if drawn == 0 {
-		return errors.New("bench: no round trips to plot")
+		return errors.New("no round trips to plot")
 	}
 	for i, m := range marks {
 		if m.Micros <= 0 {
@@ -123,7 +123,7 @@ func plotRTT(title string, series []rttSeries, marks []rttMark, paths ...string)
 	p.X.Min, p.X.Max = lo/1.2, hi*1.2
 	for _, path := range paths {
 		if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-			return fmt.Errorf("bench: writing %s: %w", path, err)
+			return fmt.Errorf("writing %s: %w", path, err)
 		}
 	}
 	return nil
@@ -170,7 +170,7 @@ type line struct {
 func plotLines(dir, name, title, xLabel, yLabel string, logX bool, lines []line) (paths []string, err error) {
 	defer func() {
 		if rec := recover(); rec != nil { // gonum/plot panics on some inputs
-			err = fmt.Errorf("bench: plotting %s: %v", name, rec)
+			err = fmt.Errorf("plotting %s: %v", name, rec)
 		}
 	}()
 	pl := plot.New()
@@ -186,7 +186,7 @@ func plotLines(dir, name, title, xLabel, yLabel string, logX bool, lines []line)
 		}
 		l, pts, err := plotter.NewLinePoints(s.xy)
 		if err != nil {
-			return nil, fmt.Errorf("bench: plotting %s: %w", s.name, err)
+			return nil, fmt.Errorf("plotting %s: %w", s.name, err)
 		}
 		l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
 		pts.Shape = plotutil.Shape(i)
@@ -201,7 +201,7 @@ func plotLines(dir, name, title, xLabel, yLabel string, logX bool, lines []line)
 	for _, ext := range []string{"png", "svg"} {
 		path := filepath.Join(dir, name+"."+ext)
 		if err := pl.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-			return paths, fmt.Errorf("bench: writing %s: %w", path, err)
+			return paths, fmt.Errorf("writing %s: %w", path, err)
 		}
 		paths = append(paths, path)
 	}

@@ -139,7 +139,7 @@ func countFrames(e *datapath.Endpoint) (wait func(n int, start time.Time) (int, 
 // once. cfg.Batch packs messages into frames.
 func ssamRate(a, b datapath.Place, n, size int, mode loader.Mode, cfg ssam.Config) (*rateResult, error) {
 	if size > ssam.MaxShort {
-		return nil, fmt.Errorf("bench: %d-byte messages are not single-cell", size)
+		return nil, fmt.Errorf("%d-byte messages are not single-cell", size)
 	}
 	ea, err := OpenSSAM(a, b.MAC, mode, cfg)
 	if err != nil {
@@ -186,7 +186,7 @@ func amiiPlainRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mod
 // virtual network's if it is set, the frames with the transport's.
 func amiiRate(a, b datapath.Place, n, nargs, window int, coalesce bool, mode loader.Mode, keys amiiKeys) (*rateResult, error) {
 	if nargs > amii.MaxArgs {
-		return nil, fmt.Errorf("bench: an AM-II short message carries at most %d arguments", amii.MaxArgs)
+		return nil, fmt.Errorf("an AM-II short message carries at most %d arguments", amii.MaxArgs)
 	}
 	entries := max(window, endpoint.DefaultQueueEntries) // room for the window in every queue
 	ha, hb, err := openAMIIPair(a, b, mode, 0, window, amii.Config{Credits: window, Coalesce: coalesce, QueueEntries: entries}, amii.Config{Credits: window, QueueEntries: entries}, keys)
@@ -250,7 +250,7 @@ func stream(n int, delivered *atomic.Int64, send, drain, serve, finish func() er
 		return 0, err
 	}
 	if d := delivered.Load(); d != int64(n) {
-		return 0, fmt.Errorf("bench: %d of %d messages delivered", d, n)
+		return 0, fmt.Errorf("%d of %d messages delivered", d, n)
 	}
 	return elapsed, nil
 }
@@ -277,7 +277,7 @@ func amiiBulk(a, b datapath.Place, total int64, msg, window int, mode loader.Mod
 	defer ha.close()
 	defer hb.close()
 	if msg < 1 || msg > len(ha.am.Staging())/window {
-		return nil, fmt.Errorf("bench: AM-II bulk message of %d bytes out of range [1, %d]", msg, len(ha.am.Staging())/window)
+		return nil, fmt.Errorf("AM-II bulk message of %d bytes out of range [1, %d]", msg, len(ha.am.Staging())/window)
 	}
 	var received, delivered atomic.Int64
 	if err := hb.am.HandleMedium(1, func(_ *amii.Token, _ []uint64, data []byte) {
@@ -302,7 +302,7 @@ func amiiBulk(a, b datapath.Place, total int64, msg, window int, mode loader.Mod
 		return nil, err
 	}
 	if got := received.Load(); got != total {
-		return nil, fmt.Errorf("bench: %d of %d bytes stored", got, total)
+		return nil, fmt.Errorf("%d of %d bytes stored", got, total)
 	}
 	return &BulkResult{API: "amii", Bytes: total, Message: msg, Seconds: elapsed.Seconds(),
 		MBPerSec: float64(total) / elapsed.Seconds() / 1e6}, nil
@@ -313,7 +313,7 @@ func amiiBulk(a, b datapath.Place, total int64, msg, window int, mode loader.Mod
 // handler counts them without replying. It returns the message rate.
 func amiiMedium(a, b datapath.Place, n, size, window int, mode loader.Mode) (*rateResult, error) {
 	if size < 1 || size > endpoint.MaxMedium {
-		return nil, fmt.Errorf("bench: an AM-II medium message carries 1..%d bytes, not %d", endpoint.MaxMedium, size)
+		return nil, fmt.Errorf("an AM-II medium message carries 1..%d bytes, not %d", endpoint.MaxMedium, size)
 	}
 	entries := max(window, endpoint.DefaultQueueEntries)
 	acfg := amii.Config{Credits: window, QueueEntries: entries, MediumSlots: window, StagingSize: max(endpoint.DefaultStagingSize, 2*window*endpoint.MaxMedium)}

@@ -235,15 +235,15 @@ func (r *Report) WriteFiles(dir string) (paths []string, err error) {
 		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bench: writing %s: %w", md, err)
+		return nil, fmt.Errorf("writing %s: %w", md, err)
 	}
 	js := filepath.Join(dir, "report.json")
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("bench: encoding the report: %w", err)
+		return nil, fmt.Errorf("encoding the report: %w", err)
 	}
 	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("bench: writing %s: %w", js, err)
+		return nil, fmt.Errorf("writing %s: %w", js, err)
 	}
 	return []string{md, js}, nil
 }

@@ -156,7 +156,7 @@ func (e *SSAMEndpoint) Echo(counts *EchoCounts) error {
 		}
 		t.Reply(ssamReplyHandler, data)
 	}); h != ssamEchoHandler {
-		return fmt.Errorf("bench: the SSAM echo must be the endpoint's first handler (got %d)", h)
+		return fmt.Errorf("the SSAM echo must be the endpoint's first handler (got %d)", h)
 	}
 	return nil
 }
@@ -176,7 +176,7 @@ func syncSSAM(a, b *SSAMEndpoint) error {
 			return err
 		}
 		if spins&1023 == 1023 && time.Since(start) > 2*time.Second {
-			return errors.New("bench: the SSAM session sync went unanswered for 2 s")
+			return errors.New("the SSAM session sync went unanswered for 2 s")
 		}
 	}
 	return nil
@@ -200,7 +200,7 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 		return nil, err
 	}
 	if cfg.Size > e.AM.Config().MaxMessage {
-		return nil, fmt.Errorf("bench: %d-byte messages exceed the endpoint's %d", cfg.Size, e.AM.Config().MaxMessage)
+		return nil, fmt.Errorf("%d-byte messages exceed the endpoint's %d", cfg.Size, e.AM.Config().MaxMessage)
 	}
 	var answered atomic.Int64 // highest message whose reply arrived, plus one
 	if h := e.AM.Register(func(t *ssam.Token, data []byte) {
@@ -210,7 +210,7 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 			answered.Add(1)
 		}
 	}); h != ssamReplyHandler {
-		return nil, fmt.Errorf("bench: the SSAM reply handler must be the endpoint's first handler (got %d)", h)
+		return nil, fmt.Errorf("the SSAM reply handler must be the endpoint's first handler (got %d)", h)
 	}
 	r := &SSAMResult{PingResult: *cfg.newResult("ssam", cfg.Size),
 		Delivered: -1, Duplicates: -1}
@@ -235,7 +235,7 @@ func (e *SSAMEndpoint) Ping(cfg PingConfig) (*SSAMResult, error) {
 				break
 			}
 			if spins&1023 == 1023 && time.Since(start) > cfg.Timeout+ssam.DefaultGiveUp {
-				return nil, fmt.Errorf("bench: SSAM request %d unanswered after %v", i, time.Since(start))
+				return nil, fmt.Errorf("SSAM request %d unanswered after %v", i, time.Since(start))
 			}
 		}
 		if r.Interrupted {
@@ -309,7 +309,7 @@ type BulkResult struct {
 // last is acknowledged.
 func SSAMBulk(a, b datapath.Place, total int64, msg int, mode loader.Mode, amc ssam.Config) (*BulkResult, error) {
 	if msg < 1 || msg > ssam.MaxBulk {
-		return nil, fmt.Errorf("bench: bulk message of %d bytes out of range [1, %d]", msg, ssam.MaxBulk)
+		return nil, fmt.Errorf("bulk message of %d bytes out of range [1, %d]", msg, ssam.MaxBulk)
 	}
 	if amc.MaxMessage == 0 {
 		amc.MaxMessage = msg
@@ -346,7 +346,7 @@ func SSAMBulk(a, b datapath.Place, total int64, msg int, mode loader.Mode, amc s
 		return nil, err
 	}
 	if got := received.Load(); got != total {
-		return nil, fmt.Errorf("bench: %d of %d bytes delivered", got, total)
+		return nil, fmt.Errorf("%d of %d bytes delivered", got, total)
 	}
 	return &BulkResult{API: "ssam", Bytes: total, Message: msg, Seconds: elapsed.Seconds(),
 		MBPerSec: float64(total) / elapsed.Seconds() / 1e6}, nil

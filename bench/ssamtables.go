@@ -66,11 +66,11 @@ func (c *ssamTablesConfig) fill() error {
 	}
 	switch {
 	case c.Count < 1:
-		return fmt.Errorf("bench: count %d: want at least 1", c.Count)
+		return fmt.Errorf("count %d: want at least 1", c.Count)
 	case c.Bulk < 1:
-		return fmt.Errorf("bench: bulk %d bytes: want at least 1", c.Bulk)
+		return fmt.Errorf("bulk %d bytes: want at least 1", c.Bulk)
 	case c.BulkMessage < 1 || c.BulkMessage > ssam.MaxBulk || c.BulkMessage > maxDatagram:
-		return fmt.Errorf("bench: bulk message of %d bytes out of range [1, %d]", c.BulkMessage, min(ssam.MaxBulk, maxDatagram))
+		return fmt.Errorf("bulk message of %d bytes out of range [1, %d]", c.BulkMessage, min(ssam.MaxBulk, maxDatagram))
 	}
 	return nil
 }

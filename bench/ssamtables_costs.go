@@ -81,7 +81,7 @@ func (x xdpArrivals) wait(d *driver.Device, mark, frames uint64) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: %d of %d frames reached the socket in 2 s", n-mark, frames)
+			return fmt.Errorf("%d of %d frames reached the socket in 2 s", n-mark, frames)
 		}
 		runtime.Gosched()
 	}
@@ -98,7 +98,7 @@ func (packetArrivals) mark(*driver.Device) (uint64, error) { return 0, nil }
 func (packetArrivals) wait(d *driver.Device, _, _ uint64) error {
 	ok, err := d.Wait(2 * time.Second)
 	if err == nil && !ok {
-		err = errors.New("bench: no frame reached the AF_PACKET socket in 2 s")
+		err = errors.New("no frame reached the AF_PACKET socket in 2 s")
 	}
 	return err
 }
@@ -163,7 +163,7 @@ type trapBench struct {
 func newTrapBench(tx, rx *driver.Device, arr arrivals, ops int, syscalls bool) (*trapBench, error) {
 	mask := len(tx.SendArea(0))/cells.PayloadSize - 1
 	if mask < 15 || len(rx.SendArea(0)) != len(tx.SendArea(0)) {
-		return nil, fmt.Errorf("bench: send areas of %d and %d bytes", len(tx.SendArea(0)), len(rx.SendArea(0)))
+		return nil, fmt.Errorf("send areas of %d and %d bytes", len(tx.SendArea(0)), len(rx.SendArea(0)))
 	}
 	for i, area := range [][]byte{tx.SendArea(0), rx.SendArea(0)} {
 		for j := range area {
@@ -195,7 +195,7 @@ func (tb *trapBench) recvN(d *driver.Device, got, want int) error {
 				if since.IsZero() {
 					since = time.Now()
 				} else if time.Since(since) > 2*time.Second {
-					return fmt.Errorf("bench: %d of %d cells arrived", got, want)
+					return fmt.Errorf("%d of %d cells arrived", got, want)
 				}
 			}
 		}
@@ -208,7 +208,7 @@ func (tb *trapBench) recvN(d *driver.Device, got, want int) error {
 func takeCells(d *driver.Device, n int) error {
 	for range n {
 		if _, ok := d.Take(0); !ok {
-			return errors.New("bench: a received cell is not in the ring")
+			return errors.New("a received cell is not in the ring")
 		}
 	}
 	return nil
@@ -513,7 +513,7 @@ func (m *amBench) run(rounds int) error {
 		}
 	}
 	if want := 2 * rounds * amWindow; m.replies != want {
-		return fmt.Errorf("bench: %d replies handled, want %d", m.replies, want)
+		return fmt.Errorf("%d replies handled, want %d", m.replies, want)
 	}
 	return nil
 }
@@ -572,7 +572,7 @@ func pollUntil(e *SSAMEndpoint, done func(handled int) bool) error {
 			if since.IsZero() {
 				since = time.Now()
 			} else if time.Since(since) > 2*time.Second {
-				return errors.New("bench: polled for 2 s and the round did not finish")
+				return errors.New("polled for 2 s and the round did not finish")
 			}
 		}
 	}
@@ -608,7 +608,7 @@ func (m *amBench) costs(n int, clock float64) ([]costRow, error) {
 		cost("handle_ack", "requester's Poll per explicit ack", per(back[1], n), n),
 	}
 	if reply <= 0 || dispatch <= 0 {
-		return nil, fmt.Errorf("bench: Token.Reply (%.0f ns) or the rest of the responder's poll (%.0f ns) within the cost of a clock bracket (%.0f ns)",
+		return nil, fmt.Errorf("Token.Reply (%.0f ns) or the rest of the responder's poll (%.0f ns) within the cost of a clock bracket (%.0f ns)",
 			reply+clock, dispatch+clock, clock)
 	}
 	return costs, nil

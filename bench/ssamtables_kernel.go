@@ -132,7 +132,7 @@ func tcpPing(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg PingConfig) (*Pin
 // read the last byte.
 func tcpStream(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int) (*BulkResult, error) {
 	if msg < 1 || total < 1 {
-		return nil, fmt.Errorf("bench: TCP stream of %d bytes in %d-byte writes", total, msg)
+		return nil, fmt.Errorf("TCP stream of %d bytes in %d-byte writes", total, msg)
 	}
 	ca, cb, err := tcpPair(a, b, bAddr, tcpStreamPort)
 	if err != nil {
@@ -198,7 +198,7 @@ const udpRcvBuf = 4 << 20
 // last one did.
 func udpBlast(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int) (*blastResult, error) {
 	if msg < 1 || msg > maxDatagram || total < 1 {
-		return nil, fmt.Errorf("bench: UDP blast of %d bytes in %d-byte datagrams", total, msg)
+		return nil, fmt.Errorf("UDP blast of %d bytes in %d-byte datagrams", total, msg)
 	}
 	var ca, cb *net.UDPConn
 	if err := b.Do(func() (err error) {
@@ -268,7 +268,7 @@ func udpBlast(a, b datapath.Place, aAddr, bAddr netip.Addr, total int64, msg int
 		return nil, err
 	}
 	if r.count == 0 {
-		return nil, fmt.Errorf("bench: none of %d datagrams arrived", datagrams)
+		return nil, fmt.Errorf("none of %d datagrams arrived", datagrams)
 	}
 	secs := r.last.Sub(start).Seconds()
 	return &blastResult{

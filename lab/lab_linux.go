@@ -39,7 +39,6 @@ type Config struct {
 }
 
 var (
-	validName = regexp.MustCompile(`^[A-Za-z0-9_]{1,24}$`)
 	validNode = regexp.MustCompile(`^(sw|h[0-9]+)$`)
 )
 
@@ -345,8 +344,8 @@ func (l *Lab) Down() error {
 // Down removes every namespace of the lab named name, and their links. A
 // lab that does not exist is not an error.
 func Down(name string) error {
-	if !validName.MatchString(name) {
-		return fmt.Errorf("lab name %q: use 1 to 24 letters, digits or '_'", name)
+	if err := CheckName(name); err != nil {
+		return err
 	}
 	names, err := Namespaces(Prefix + name + "-")
 	if err != nil {

@@ -2,7 +2,9 @@
 
 package lab
 
-import "errors"
+import (
+	"errors"
+)
 
 var errNotLinux = errors.New("lab: network namespaces need Linux")
 

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/xam-project/xam/internal/units"
@@ -147,7 +148,7 @@ func runLabDown(e *env, args []string) error {
 	case *stale:
 		removed, err = lab.DownStale()
 	default:
-		return lab.Down(*name)
+		return downNamed(e, *name)
 	}
 	for _, n := range removed {
 		fmt.Fprintf(e.stdout, "removed lab %s\n", n)
@@ -156,4 +157,24 @@ func runLabDown(e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "no lab to remove")
 	}
 	return err
+}
+
+// downNamed removes lab name and says so; a name a lab cannot have is a
+// usage error, and a lab that is not there an error, not a silent success.
+func downNamed(e *env, name string) error {
+	if err := lab.CheckName(name); err != nil {
+		return usageError("--name: %v", err)
+	}
+	labs, err := lab.List()
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(labs, name) {
+		return fmt.Errorf("no lab %s (xam lab list shows them)", name)
+	}
+	if err := lab.Down(name); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "removed lab %s\n", name)
+	return nil
 }

@@ -89,6 +89,10 @@ func main() {
 // run dispatches args to a command and returns the exit status: 0 on
 // success, 1 when the command failed, 2 for a usage error.
 func run(e *env, args []string) int {
+	if len(args) == 2 && args[0] == "help" {
+		// `xam help CMD` is `xam CMD -h`.
+		return run(e, []string{args[1], "-h"})
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printHelp(e.stdout)
 		if len(args) == 0 {

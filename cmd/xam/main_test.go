@@ -199,6 +199,26 @@ func TestLabUpDown(t *testing.T) {
 	}
 }
 
+// TestHelpCommand: `xam help CMD` is CMD's own help, not the general one.
+func TestHelpCommand(t *testing.T) {
+	if code, out, _ := xam(t, nil, "help", "ping"); code != 0 || !strings.HasPrefix(out, "usage: xam ping") {
+		t.Errorf("help ping: exit %d, %q", code, out)
+	}
+	if code, _, errs := xam(t, nil, "help", "nosuch"); code != 2 || !strings.Contains(errs, `unknown command "nosuch"`) {
+		t.Errorf("help nosuch: exit %d, %q", code, errs)
+	}
+}
+
+// TestLabDownMissing: removing a lab that is not there is an error, not a
+// silent success.
+func TestLabDownMissing(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	name := fmt.Sprintf("nosuch%d", os.Getpid())
+	if code, out, errs := xam(t, nil, "lab", "down", "--name", name); code != 1 || out != "" || !strings.Contains(errs, "no lab "+name) {
+		t.Errorf("lab down --name %s: exit %d, %q, %q", name, code, out, errs)
+	}
+}
+
 func TestLabUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
@@ -210,6 +230,7 @@ func TestLabUsage(t *testing.T) {
 		{[]string{"lab", "up", "--port-rate", "fast"}, "want a rate"},
 		{[]string{"lab", "up", "--port-buffer", "lots"}, "want a size"},
 		{[]string{"lab"}, "want a subcommand"},
+		{[]string{"lab", "down", "--name", "bad!"}, `--name: lab name "bad!"`},
 	} {
 		if code, _, errs := xam(t, nil, tc.args...); code != 2 || !strings.Contains(errs, tc.stderr) {
 			t.Errorf("xam %v: exit %d, %q; want 2 and %q", tc.args, code, errs, tc.stderr)

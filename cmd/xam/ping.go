@@ -13,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
@@ -92,7 +93,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.StringVar(&o.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	fs.IntVar(&o.cfg.Count, "count", 10000, "measured round trips (at least 1)")
 	fs.IntVar(&o.warmup, "warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
-	fs.IntVar(&o.cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; grim: default 16, a short message, and bulk above)", maxPingSize))
+	fs.IntVar(&o.cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; amii: at most %d, a short message's arguments; grim: default 16, a short message, and bulk above)", maxPingSize, 8*amii.MaxArgs))
 	fs.DurationVar(&o.cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost (positive)")
 	fs.StringVar(&o.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	fs.IntVar(&o.cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
@@ -141,6 +142,8 @@ func (o *pingOptions) check() error {
 		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", o.fwSleep)
 	case o.fwThreads != 1 && o.fwThreads != 2:
 		return usageError("--fw-threads %d: want 1 or 2", o.fwThreads)
+	case o.api == "amii" && o.cfg.Size > 8*amii.MaxArgs:
+		return usageError("--size %d: an AM-II ping is a short message, its %d arguments at most %d bytes", o.cfg.Size, amii.MaxArgs, 8*amii.MaxArgs)
 	case o.api == "grim" && o.cfg.Size > grim.MaxBulk:
 		return usageError("--size %d: a GRIM message carries at most %d bytes", o.cfg.Size, grim.MaxBulk)
 	case o.loss != 0 && o.api != "ssam" && o.api != "amii" && o.api != "grim":

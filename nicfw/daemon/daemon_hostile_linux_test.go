@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -313,4 +315,26 @@ func TestDaemonReserve(t *testing.T) {
 		t.Fatalf("an id of the range once its endpoint closed: %v", err)
 	}
 	ep.Close()
+}
+
+// TestDaemonCoresRefused: a daemon given a CPU this process may not run on
+// is refused when it is made, before it claims its socket, so that no
+// socket file is left behind. Before, New took it, Run failed to pin the
+// engine, and the socket file stayed.
+func TestDaemonCoresRefused(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	path := filepath.Join(t.TempDir(), "fw.sock")
+	d, err := New(la, Config{Socket: path, Cores: []int{1023}, Engine: nicfw.EngineConfig{Host: 1},
+		Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}})
+	if !errors.Is(err, nicfw.ErrConfig) || !strings.Contains(err.Error(), "CPU 1023") {
+		t.Fatalf("New with CPU 1023: %v, %v; want ErrConfig", d, err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket file after a refused daemon: %v", err)
+	}
 }

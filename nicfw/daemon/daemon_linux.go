@@ -150,9 +150,15 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	var allowed unix.CPUSet
+	if len(cfg.Cores) > 0 {
+		if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+			return nil, fmt.Errorf("nicfw: the CPUs this process may use: %w", err)
+		}
+	}
 	for _, c := range cfg.Cores {
-		if c < 0 || c >= 1024 {
-			return nil, fmt.Errorf("%w: CPU %d", nicfw.ErrConfig, c)
+		if c < 0 || c >= 1024 || !allowed.IsSet(c) {
+			return nil, fmt.Errorf("%w: CPU %d is not one this process may run on (it has %d)", nicfw.ErrConfig, c, allowed.Count())
 		}
 	}
 	if cfg.Map != nil && len(cfg.Hosts) > 0 {

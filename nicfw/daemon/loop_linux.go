@@ -44,6 +44,9 @@ func RunGroup(ctx context.Context, ds ...*Daemon) error {
 			set.Set(c)
 		}
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			for _, d := range ds {
+				d.shutdown() // the socket, its file and the endpoints go
+			}
 			return fmt.Errorf("nicfw: pinning the engine to CPUs %v: %w", cores, err)
 		}
 	}
