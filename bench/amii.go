@@ -36,6 +36,9 @@ type AMIIResult struct {
 	Sent       int    `json:"sent"`       // requests sent
 	Delivered  int    `json:"delivered"`  // request handlers run at the responder
 	Duplicates int    `json:"duplicates"` // messages whose request handler ran more than once
+	// Returned counts the messages that came back to the pinger, by
+	// reason (return to sender: an endpoint or host gone, a queue full...).
+	Returned map[string]int `json:"returned,omitempty"`
 	// Retransmits counts the transports' retransmissions, both hosts'
 	// (requests, replies and returns alike).
 	Retransmits uint64 `json:"retransmits"`
@@ -173,12 +176,8 @@ func amiiPingKeyed(a, b datapath.Place, cfg PingConfig, loss float64, transportK
 	})
 	answered := -1 // the number of the last message answered
 	ha.am.Register(func(t *amii.Token, args []uint64) { answered = int(args[0]) })
-	returned := -1 // the number of the last message returned to sender
-	ha.am.OnReturn(func(r amii.Returned) {
-		if len(r.Args) > 0 && r.Request {
-			returned = int(r.Args[0])
-		}
-	})
+	returned := newPingReturns()
+	ha.am.OnReturn(returned.note)
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -191,7 +190,7 @@ func amiiPingKeyed(a, b datapath.Place, cfg PingConfig, loss float64, transportK
 			}
 		}
 	})
-	r, err := amiiPing(ha.am, "inline", cfg, nargs, echo, &answered, &returned)
+	r, err := amiiPing(ha.am, "inline", cfg, nargs, echo, &answered, returned)
 	stop.Store(true)
 	wg.Wait()
 	if err := errors.Join(err, serveErr, echoErr); err != nil {
@@ -316,21 +315,34 @@ func serveAMII(a *amii.Endpoint, stop *atomic.Bool) error {
 // pingAMII is the timed request/reply loop of firmware mode, from a to the
 // endpoint of index 0 of its table, which echoes (echoAMII).
 func pingAMII(a *amii.Endpoint, cfg PingConfig, nargs int) (*AMIIResult, error) {
-	answered, returned := -1, -1
+	answered, returned := -1, newPingReturns()
 	a.Register(func(t *amii.Token, args []uint64) { answered = int(args[0]) })
-	a.OnReturn(func(r amii.Returned) {
-		if len(r.Args) > 0 && r.Request {
-			returned = int(r.Args[0])
-		}
-	})
-	return amiiPing(a, "firmware", cfg, nargs, 0, &answered, &returned)
+	a.OnReturn(returned.note)
+	return amiiPing(a, "firmware", cfg, nargs, 0, &answered, returned)
+}
+
+// pingReturns is what came back to the pinger: the number of the last
+// request returned to sender, and the returns by reason.
+type pingReturns struct {
+	last int
+	by   map[string]int
+}
+
+func newPingReturns() *pingReturns { return &pingReturns{last: -1, by: map[string]int{}} }
+
+// note is the pinger's OnReturn.
+func (p *pingReturns) note(r amii.Returned) {
+	p.by[r.Reason.String()]++
+	if len(r.Args) > 0 && r.Request {
+		p.last = int(r.Args[0])
+	}
 }
 
 // amiiPing is the pinging host's side: the timed request/reply loop of
 // requests to handler echo, whose replies set answered and whose returns
 // set returned. Inline, it polls (each poll runs the engine); in firmware
 // mode it polls and then waits on the daemon's notification.
-func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo amii.HandlerID, answered, returned *int) (*AMIIResult, error) {
+func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo amii.HandlerID, answered *int, returned *pingReturns) (*AMIIResult, error) {
 	r := &AMIIResult{Mode: mode, PingResult: *cfg.newResult("amii", 8*nargs)}
 	block := mode == "firmware"
 	args := make([]uint64, nargs)
@@ -344,7 +356,7 @@ func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo ami
 		wait = func() error { _, err := a.Wait(10 * time.Millisecond); return err }
 	}
 	poll := func() error { _, err := a.Poll(); return err }
-	done := func() bool { return *answered >= cur || *returned >= cur }
+	done := func() bool { return *answered >= cur || returned.last >= cur }
 	what := func() string { return fmt.Sprintf("AM-II request %d neither answered nor returned", cur) }
 	for i := range cfg.Warmup + cfg.Count {
 		if r.stop(&cfg) {
@@ -366,6 +378,9 @@ func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo ami
 		r.record(i >= cfg.Warmup, *answered >= i, time.Since(start))
 	}
 	r.finish()
+	if len(returned.by) > 0 {
+		r.Returned = returned.by
+	}
 	return r, nil
 }
 

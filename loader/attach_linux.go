@@ -5,6 +5,9 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
@@ -107,7 +110,7 @@ func devName(ifindex int) string {
 func conflict(ifindex int, dev string) string {
 	l, err := netlink.LinkByIndex(ifindex)
 	if err != nil || l.Attrs().Xdp == nil || !l.Attrs().Xdp.Attached {
-		return "another program holds the device's XDP hook (see `ip -d link show`, `bpftool net`)"
+		return "another program holds the device's XDP hook (see `ip -d link show`)"
 	}
 	x := l.Attrs().Xdp
 	name := l.Attrs().Name
@@ -123,8 +126,12 @@ func conflict(ifindex int, dev string) string {
 		mode = "several modes"
 	}
 	if id, ok := xdpLinkID(ifindex, x.ProgId); ok {
+		owner := "the process that owns it"
+		if pid, comm, ok := linkOwner(uint32(id)); ok {
+			owner = fmt.Sprintf("process %d (%s), which owns it", pid, comm)
+		}
 		return fmt.Sprintf("program id %d in %s mode, through bpf_link id %d, which lives as long as its owner: "+
-			"stop the process that owns it, or run `bpftool link detach id %d`", x.ProgId, mode, id, id)
+			"to attach here, stop %s (detaching the link from outside would cut that process off its device)", x.ProgId, mode, id, owner)
 	}
 	return fmt.Sprintf("program id %d in %s mode, attached the legacy way (it outlives its owner): "+
 		"remove it with `ip link set dev %s %s off`", x.ProgId, mode, name, off)
@@ -175,4 +182,32 @@ func RecommendMode(ifindex int) (Mode, string, error) {
 		return ModeNative, why, nil
 	}
 	return ModeGeneric, why, nil
+}
+
+// linkOwner finds a process that holds bpf_link id open (its fdinfo names
+// the link), and its command name.
+func linkOwner(id uint32) (pid int, comm string, ok bool) {
+	want := fmt.Sprintf("link_id:\t%d\n", id)
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, "", false
+	}
+	for _, p := range procs {
+		n, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fdinfo", n))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", n, fd.Name()))
+			if err == nil && strings.Contains(string(info), want) {
+				c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", n))
+				return n, strings.TrimSpace(string(c)), true
+			}
+		}
+	}
+	return 0, "", false
 }

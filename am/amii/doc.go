@@ -21,6 +21,20 @@
 // reply receive queues; Request runs it after queuing the request, so the
 // message leaves at once; Wait runs it until a message is there.
 //
+// The link Open takes is an AF_XDP socket with xam's XDP program in front
+// of it: datapath.Open(datapath.Here(ifindex, mac), loader.ModeAuto, 0)
+// returns it (its Sock; a lab host's place is datapath.OnHost), or
+// afxdp.Open behind a program the caller loaded. Inline.Hosts maps the
+// other hosts' ids to their MACs; this host is Inline.Host, not in the
+// map. The endpoint's id (VNet.ID) is the caller's to choose inline.
+//
+// Endpoint ids through a daemon: ids below daemon.FirstUserEndpoint (16)
+// are for root and the daemon's user; others open ids from 16 up, or 0
+// to have the daemon choose one (Dial returns it: Endpoint.Name). A peer
+// addresses an endpoint by (host id, endpoint id) in its translation
+// table, so an endpoint whose id the daemon chose must tell its peers
+// the id (the daemon's Stats lists it), or choose its id itself.
+//
 // Firmware mode. The engine runs elsewhere (the daemon, on cores of its
 // own): Dial opens the endpoint through the daemon's socket. Poll then only
 // runs handlers; Wait arms the endpoint's events (endpoint.View.Arm) and

@@ -17,7 +17,7 @@ import (
 // encapsulation (every cell, and every AAL5 PDU reassembled from them),
 // which Wireshark dissects (capturer says what it sees and what it counts).
 func runCapture(e *env, args []string) error {
-	fs := newFlags(e, "capture", "capture --dev IF [--netns NS] --out FILE [--format erf|ether] [--count N] [--duration D] [--buffer BYTES]")
+	fs := newFlags(e, "capture", "capture --dev IF [--netns NS] --out FILE [--format erf|ether] [--count N] [--duration D] [--buffer BYTES]   (erf: pcap of ATM cells and AAL5 PDUs; ether: pcapng of the Ethernet frames)")
 	dev := fs.String("dev", "", "the device to capture on")
 	ns := fs.String("netns", "", "the named network namespace the device is in (e.g. xam-lab-sw)")
 	out := fs.String("out", "", "the pcap file to write")

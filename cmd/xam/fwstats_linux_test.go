@@ -134,6 +134,13 @@ func TestPingDaemons(t *testing.T) {
 	if handled != 300+r.Warmup {
 		t.Errorf("the server handled %d requests, want %d", handled, 300+r.Warmup)
 	}
+	// Nobody serves endpoint 40 on host 2: every request comes back to
+	// the pinger, and the ping says why.
+	code, out, errs = xam(t, nil, "ping", "--api", "amii", "--socket", sa, "--peer-host", "2", "--endpoint", "40", "--count", "5", "--warmup", "0")
+	if !strings.Contains(out, "returned to sender: ") || !strings.Contains(out, " 5\n") {
+		t.Errorf("ping to an endpoint nobody serves: exit %d: %s %s", code, out, errs)
+	}
+	t.Logf("%s", out)
 	for _, args := range [][]string{
 		{"ping", "--api", "raw", "--socket", sa},
 		{"ping", "--api", "amii", "--socket", sa},

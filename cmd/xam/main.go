@@ -7,7 +7,7 @@
 //	xam doctor [--dev IF] [--netns NS] [--json]
 //	xam ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]
 //	xam fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map) [--cores LIST] [--socket PATH] [--sleep D]
-//	xam capture --dev IF [--netns NS] --out FILE [--count N] [--duration D] [--buffer BYTES]
+//	xam capture --dev IF [--netns NS] --out FILE [--format erf|ether] [--count N] [--duration D] [--buffer BYTES]
 //	xam stat --dev IF [--netns NS] [--json]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
 //	xam lab down --name X | --stale | --all
@@ -57,7 +57,7 @@ func init() {
 		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
 		{"ping", "round-trip times over raw AF_XDP frames, SSAM, AM-II, AF_PACKET or kernel UDP", runPing},
 		{"fw", "the firmware daemon: an AM-II engine on pinned cores serving endpoints over a unix socket", runFw},
-		{"capture", "record the xam frames a device carries, for Wireshark (ERF pcap)", runCapture},
+		{"capture", "record the xam frames a device carries, for Wireshark (pcap of ATM cells, or pcapng of the frames)", runCapture},
 		{"stat", "counters of the xam XDP program on a device", runStat},
 		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
 		{"bench", "the papers' experiments beside today's peers: all (every one, into a report with plots), ssam, logp, amii, permutations, overcommit, incast, grim; engine (the firmware engine's rates), hostile (forged frames and hostile local users, with traffic running)", runBench},

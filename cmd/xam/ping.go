@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -344,6 +346,7 @@ func reportPing(e *env, r any, run bench.RunConfig, asJSON bool) error {
 		fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
 	case *bench.AMIIResult:
 		fmt.Fprintf(e.stdout, "sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
+		printReturns(e, r.Returned)
 	case *bench.GRIMResult:
 		fmt.Fprintf(e.stdout, "%s messages: sent %d (warm-up included), delivered %d, duplicates %d, retransmits %d\n", r.Message, r.Sent, r.Delivered, r.Duplicates, r.Retransmits)
 	}
@@ -528,6 +531,7 @@ func pingDaemon(e *env, d bench.DaemonEndpoint, serve bool, cfg bench.PingConfig
 	} else {
 		printPing(e, &r.PingResult)
 		fmt.Fprintf(e.stdout, "sent %d (warm-up included), retransmits counted by the daemons (xam fw stats)\n", r.Sent)
+		printReturns(e, r.Returned)
 	}
 	return pingOutcome(&r.PingResult)
 }
@@ -537,4 +541,17 @@ func progressLine(e *env) func(bench.Progress) {
 	return func(p bench.Progress) {
 		fmt.Fprintf(e.stderr, "  %d of %d round trips, %.0f/s, %d lost\n", p.Made, p.Total, float64(p.Made)/p.Elapsed.Seconds(), p.Lost)
 	}
+}
+
+// printReturns says which of a ping's messages came back to the pinger,
+// by reason, if any did.
+func printReturns(e *env, returned map[string]int) {
+	if len(returned) == 0 {
+		return
+	}
+	var by []string
+	for _, reason := range slices.Sorted(maps.Keys(returned)) {
+		by = append(by, fmt.Sprintf("%s %d", reason, returned[reason]))
+	}
+	fmt.Fprintf(e.stdout, "returned to sender: %s\n", strings.Join(by, ", "))
 }
