@@ -159,7 +159,7 @@ type captureSink interface {
 func newCaptureSink(w io.Writer, format, dev string) (captureSink, error) {
 	if format == "ether" {
 		fw, err := cells.NewFrameWriter(w, dev)
-		return etherSink{fw}, err
+		return &etherSink{fw: fw, r: cells.NewReassembler(cells.ReassemblerConfig{})}, err
 	}
 	cw, err := cells.NewCaptureWriter(w, cells.UNI)
 	// One reassembler per direction would be exact; frames of both
@@ -194,15 +194,24 @@ func (s *erfSink) frame(ts time.Time, _, body []byte, _ cells.Direction, st *cap
 
 func (s *erfSink) close(int) error { return nil }
 
-// etherSink records the frames as they were on the wire.
-type etherSink struct{ fw *cells.FrameWriter }
+// etherSink records the frames as they were on the wire, and counts the
+// AAL5 PDUs they carry as the ERF sink does (reassembled, not recorded).
+type etherSink struct {
+	fw *cells.FrameWriter
+	r  *cells.Reassembler
+}
 
-func (s etherSink) frame(ts time.Time, frame, body []byte, dir cells.Direction, st *captureStats) error {
-	st.cells += len(body) / cells.CellSize
+func (s *etherSink) frame(ts time.Time, frame, body []byte, dir cells.Direction, st *captureStats) error {
+	for o := 0; o+cells.CellSize <= len(body); o += cells.CellSize {
+		st.cells++
+		if _, ok, _ := s.r.Push(cells.Cell(body[o : o+cells.CellSize])); ok {
+			st.pdus++
+		}
+	}
 	return s.fw.WriteFrame(ts, frame, dir)
 }
 
-func (s etherSink) close(missed int) error { return s.fw.Close(time.Now(), uint64(missed)) }
+func (s *etherSink) close(missed int) error { return s.fw.Close(time.Now(), uint64(missed)) }
 
 // run records frames into sink until count frames are recorded (0: no
 // limit) or done reports true.

@@ -89,8 +89,8 @@ func TestWiresharkDissector(t *testing.T) {
 	if os.Getenv("XAM_KEEP_CAPTURE") != "" {
 		exec.Command("cp", path, os.Getenv("XAM_KEEP_CAPTURE")).Run()
 	}
-	if st.frames == 0 || st.missed != 0 {
-		t.Fatalf("captured %d frames, missed %d", st.frames, st.missed)
+	if st.frames == 0 || st.missed != 0 || st.pdus == 0 {
+		t.Fatalf("captured %d frames, %d PDUs, missed %d", st.frames, st.pdus, st.missed)
 	}
 
 	out, err := exec.Command(tshark, "-X", "lua_script:"+script, "-r", path, "-T", "fields", "-E", "occurrence=a",
