@@ -5,15 +5,20 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
 	"os/user"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/vishvananda/netlink"
 
@@ -420,19 +425,18 @@ func runFwStats(e *env, args []string) error {
 		}
 		fmt.Fprintln(w)
 	}
-	en, tr := s.Engine, s.Transport
-	fmt.Fprintf(w, "engine: %+v\n", en)
-	fmt.Fprintf(w, "transport: %+v\n", tr)
-	fmt.Fprintf(w, "residency: %+v\n", s.Residency)
+	printCounters(w, "engine", s.Engine)
+	printCounters(w, "transport", s.Transport)
+	printCounters(w, "residency", s.Residency)
 	for _, m := range s.Modules {
-		fmt.Fprintf(w, "module %s (id %d):", m.Name, m.ID)
+		var cs []counterCell
 		for _, c := range m.Counters {
-			fmt.Fprintf(w, " %s=%d", c.Name, c.Value)
+			cs = append(cs, counterCell{c.Name, c.Value})
 		}
-		fmt.Fprintln(w)
+		printCells(w, fmt.Sprintf("module %s (id %d)", m.Name, m.ID), cs)
 	}
 	if s.Backplane != nil {
-		fmt.Fprintf(w, "modules' engine work: %+v\n", *s.Backplane)
+		printCounters(w, "modules' engine work", *s.Backplane)
 	}
 	fmt.Fprintf(w, "engine slept %d times\n", s.Sleeps)
 	return nil
@@ -502,4 +506,72 @@ func lookupID(s string, lookup func(string) (string, error)) (uint32, error) {
 	}
 	n, err := strconv.ParseUint(id, 10, 32)
 	return uint32(n), err
+}
+
+// counterCell is one counter of a table: its name and value.
+type counterCell struct {
+	name  string
+	value int64
+}
+
+// printCounters prints the numeric fields of the struct v as a table a
+// person reads: a title, then the counters in three columns, names in
+// words (PoolFull: pool full), those at 0 summed up in one line.
+func printCounters(w io.Writer, title string, v any) {
+	rv := reflect.ValueOf(v)
+	var cs []counterCell
+	for i := range rv.NumField() {
+		f := rv.Type().Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		switch x := rv.Field(i); x.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			cs = append(cs, counterCell{words(f.Name), x.Int()})
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			cs = append(cs, counterCell{words(f.Name), int64(min(x.Uint(), math.MaxInt64))})
+		}
+	}
+	printCells(w, title, cs)
+}
+
+// printCells prints cells under title: those not 0 in three aligned
+// columns, and how many are 0.
+func printCells(w io.Writer, title string, cs []counterCell) {
+	fmt.Fprintf(w, "%s:\n", title)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
+	zero, col := 0, 0
+	for _, c := range cs {
+		if c.value == 0 {
+			zero++
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t %d\t", c.name, c.value)
+		if col++; col == 3 {
+			fmt.Fprintln(tw)
+			col = 0
+		}
+	}
+	if col != 0 {
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	if zero > 0 {
+		fmt.Fprintf(w, "  (%d more at 0)\n", zero)
+	}
+}
+
+// words spells a Go field name in lower-case words: PoolFull is "pool
+// full", RTTMax "rtt max", AcksPiggybacked "acks piggybacked".
+func words(name string) string {
+	var b strings.Builder
+	rs := []rune(name)
+	for i, r := range rs {
+		upper := unicode.IsUpper(r)
+		if i > 0 && upper && (!unicode.IsUpper(rs[i-1]) || i+1 < len(rs) && unicode.IsLower(rs[i+1])) {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }
