@@ -46,8 +46,8 @@ func (c *Config) fill() error {
 	if c.Name == "" {
 		c.Name = "lab"
 	}
-	if !validName.MatchString(c.Name) {
-		return fmt.Errorf("lab name %q: use 1 to 24 letters, digits or '_'", c.Name)
+	if err := CheckName(c.Name); err != nil {
+		return err
 	}
 	if c.Hosts == 0 {
 		c.Hosts = 2

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"iter"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,13 +23,8 @@ const (
 // TestSizes checks maxFileLines and maxFuncLines; generated files and
 // tests are exempt.
 func TestSizes(t *testing.T) {
-	r := root(t)
 	fset := token.NewFileSet()
-	for _, path := range goFiles(t) {
-		if strings.HasSuffix(path, "_test.go") {
-			continue
-		}
-		rel, _ := filepath.Rel(r, path)
+	for path, rel := range sourceFiles(t) {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -51,6 +47,24 @@ func TestSizes(t *testing.T) {
 			}
 			if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxFuncLines {
 				t.Errorf("%s: %s has %d lines, the most is %d: name its parts", rel, fd.Name.Name, n, maxFuncLines)
+			}
+		}
+	}
+}
+
+// sourceFiles yields the hand-written and generated non-test Go files,
+// each with its path relative to the repository's root.
+func sourceFiles(t *testing.T) iter.Seq2[string, string] {
+	r := root(t)
+	files := goFiles(t)
+	return func(yield func(path, rel string) bool) {
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			rel, _ := filepath.Rel(r, path)
+			if !yield(path, filepath.ToSlash(rel)) {
+				return
 			}
 		}
 	}

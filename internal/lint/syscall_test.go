@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -20,15 +19,9 @@ var osPackages = []string{"afxdp", "loader", "lab", "internal/netdev", "internal
 
 // TestSyscallBoundary: no other package imports golang.org/x/sys/unix.
 func TestSyscallBoundary(t *testing.T) {
-	r := root(t)
 	fset := token.NewFileSet()
-	for _, path := range goFiles(t) {
-		if strings.HasSuffix(path, "_test.go") {
-			continue
-		}
-		rel, _ := filepath.Rel(r, path)
-		dir := filepath.ToSlash(filepath.Dir(rel))
-		if slices.Contains(osPackages, dir) {
+	for path, rel := range sourceFiles(t) {
+		if slices.Contains(osPackages, filepath.Dir(rel)) {
 			continue
 		}
 		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
