@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -122,40 +121,26 @@ func asaviePingLoop(s *asavieSocket, a, b datapath.Place, cfg PingConfig) (*Ping
 	if err != nil {
 		return nil, err
 	}
-	r := cfg.newResult("asavie/xdp", cfg.Size)
-	r.FrameBytes = len(frame)
-	for i := range cfg.Warmup + cfg.Count {
-		if r.stop(&cfg) {
-			break
-		}
-		seq := uint64(i)
-		binary.BigEndian.PutUint64(frame[seqOffset:], seq)
-		start := time.Now()
+	send := func() error {
 		if !s.send(frame) {
-			return nil, errors.New("asavie/xdp: no free frame to send")
+			return errors.New("asavie/xdp: no free frame to send")
 		}
-		got := false
-		for spins := 0; !got; spins++ {
-			if n := s.xsk.NumReceived(); n > 0 {
-				descs := s.xsk.Receive(n)
-				for _, d := range descs {
-					if f := s.xsk.GetFrame(d); len(f) >= seqOffset+8 && binary.BigEndian.Uint64(f[seqOffset:]) == seq {
-						got = true
-					}
-				}
-				s.xsk.Fill(descs)
-			}
-			if !got && spins&1023 == 1023 && (time.Since(start) > cfg.Timeout || r.stop(&cfg)) {
-				break
-			}
-		}
-		if r.Interrupted {
-			break
-		}
-		r.record(i >= cfg.Warmup, got, time.Since(start))
+		return nil
 	}
-	r.finish()
-	return r, nil
+	answered := func(seq uint64) (bool, error) {
+		n := s.xsk.NumReceived()
+		if n == 0 {
+			return false, nil
+		}
+		descs := s.xsk.Receive(n)
+		got := false
+		for _, d := range descs {
+			got = got || isAnswer(s.xsk.GetFrame(d), seq)
+		}
+		s.xsk.Fill(descs)
+		return got, nil
+	}
+	return pingFrames(cfg, "asavie/xdp", frame, 1024, send, answered)
 }
 
 // asavieFrameRate is rawFrameRate with asavie/xdp's socket sending at a

@@ -135,30 +135,11 @@ func PacketPing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
 	if err := fa.SetTimeout(cfg.Timeout); err != nil {
 		return nil, err
 	}
-	r := cfg.newResult("packet", cfg.Size)
-	r.FrameBytes = len(frame)
 	buf := make([]byte, 65536)
-	for i := range cfg.Warmup + cfg.Count {
-		if r.stop(&cfg) {
-			break
-		}
-		seq := uint64(i)
-		binary.BigEndian.PutUint64(frame[seqOffset:], seq)
-		start := time.Now()
-		if err := fa.Send(frame); err != nil {
-			return nil, err
-		}
-		got := false
-		for !got && time.Since(start) <= cfg.Timeout {
-			n, out, ok, err := fa.Recv(buf)
-			if err != nil {
-				return nil, err
-			}
-			// The socket also sees its own transmissions.
-			got = ok && !out && n >= seqOffset+8 && binary.BigEndian.Uint64(buf[seqOffset:]) == seq
-		}
-		r.record(i >= cfg.Warmup, got, time.Since(start))
+	answered := func(seq uint64) (bool, error) {
+		n, out, ok, err := fa.Recv(buf)
+		// The socket also sees its own transmissions.
+		return err == nil && ok && !out && isAnswer(buf[:n], seq), err
 	}
-	r.finish()
-	return r, nil
+	return pingFrames(cfg, "packet", frame, 1, func() error { return fa.Send(frame) }, answered)
 }

@@ -244,10 +244,38 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 	if len(frame) > cells.EthernetHeaderSize+e.Sock.MTU() {
 		return nil, fmt.Errorf("a %d-byte message needs a %d-byte frame; the device's MTU is %d", cfg.Size, len(frame), e.Sock.MTU())
 	}
-	r := cfg.newResult("raw", cfg.Size)
-	r.FrameBytes = len(frame)
 	out := [][]byte{frame}
 	bufs := make([][]byte, e.Sock.BatchSize())
+	send := func() error { _, err := e.Sock.Send(out); return err }
+	answered := func(seq uint64) (bool, error) {
+		n, err := e.Sock.Recv(bufs)
+		if err != nil {
+			return false, err
+		}
+		for _, f := range bufs[:n] {
+			if isAnswer(f, seq) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	return pingFrames(cfg, "raw", frame, 1024, send, answered)
+}
+
+// isAnswer reports whether frame f carries sequence number seq.
+func isAnswer(f []byte, seq uint64) bool {
+	return len(f) >= seqOffset+8 && binary.BigEndian.Uint64(f[seqOffset:]) == seq
+}
+
+// pingFrames runs the ping-pong of frame, its sequence number written at
+// seqOffset each round, for the raw paths: send sends it, answered looks
+// once for the answer to seq. A round trip not answered within
+// cfg.Timeout is lost; the clock and the stop flag are looked at every
+// check calls of answered (1 for a receive that blocks, more for one that
+// spins, so that looking costs the spin nothing).
+func pingFrames(cfg PingConfig, api string, frame []byte, check int, send func() error, answered func(seq uint64) (bool, error)) (*PingResult, error) {
+	r := cfg.newResult(api, cfg.Size)
+	r.FrameBytes = len(frame)
 	for i := range cfg.Warmup + cfg.Count {
 		if r.stop(&cfg) {
 			break
@@ -255,21 +283,16 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 		seq := uint64(i)
 		binary.BigEndian.PutUint64(frame[seqOffset:], seq)
 		start := time.Now()
-		if _, err := e.Sock.Send(out); err != nil {
+		if err := send(); err != nil {
 			return nil, err
 		}
 		got := false
-		for spins := 0; !got; spins++ {
-			n, err := e.Sock.Recv(bufs)
-			if err != nil {
+		for spins := 1; !got; spins++ {
+			var err error
+			if got, err = answered(seq); err != nil {
 				return nil, err
 			}
-			for _, f := range bufs[:n] {
-				if len(f) >= seqOffset+8 && binary.BigEndian.Uint64(f[seqOffset:]) == seq {
-					got = true
-				}
-			}
-			if !got && spins&1023 == 1023 && (time.Since(start) > cfg.Timeout || r.stop(&cfg)) {
+			if !got && spins%check == 0 && (time.Since(start) > cfg.Timeout || r.stop(&cfg)) {
 				break
 			}
 		}
