@@ -25,6 +25,19 @@
 // Persistent lab (`xam lab up`) has no owner and stays until removed by
 // name.
 //
+// # Daemons
+//
+// A persistent lab may run a process on each host for as long as it
+// stands (`xam lab up --fw`: a firmware daemon per host). StartDaemon
+// starts one detached from its caller (a session of its own, output to a
+// log) and records its pid and start time in the lab's state dir,
+// /run/xam/labs/NAME (StateDir), beside its log and socket; Daemons lists
+// them with whether each still runs (a pid reused by another process does
+// not count); StopDaemons stops them (SIGTERM, then SIGKILL after a
+// grace, through pidfds, so no stranger is signalled) and removes the
+// state dir, reporting those that had died early with the end of their
+// logs. Down stops a lab's daemons before it removes its namespaces.
+//
 // # Threads
 //
 // A network namespace belongs to an OS thread, and a socket to the namespace

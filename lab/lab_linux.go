@@ -341,17 +341,19 @@ func (l *Lab) Down() error {
 	return err
 }
 
-// Down removes every namespace of the lab named name, and their links. A
-// lab that does not exist is not an error.
+// Down stops the daemons of the lab named name (StopDaemons), then removes
+// every namespace of the lab, and their links. A lab that does not exist
+// is not an error.
 func Down(name string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
+	_, err := StopDaemons(name, DaemonGrace)
+	errs := []error{err}
 	names, err := Namespaces(Prefix + name + "-")
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
-	var errs []error
 	for _, ns := range names {
 		if lab, _, ok := splitName(ns); ok && lab == name {
 			errs = append(errs, DeleteNamespace(ns))

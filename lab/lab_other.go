@@ -4,6 +4,7 @@ package lab
 
 import (
 	"errors"
+	"time"
 )
 
 var errNotLinux = errors.New("lab: network namespaces need Linux")
@@ -50,3 +51,24 @@ func Labs() ([]Info, error) { return nil, errNotLinux }
 
 // DownStale fails: labs need Linux.
 func DownStale() ([]string, error) { return nil, errNotLinux }
+
+// StateDir returns the directory of lab name's daemons.
+func StateDir(name string) string { return "/run/xam/labs/" + name }
+
+// StartDaemon fails: labs need Linux.
+func StartDaemon(string, DaemonSpec) (*Daemon, error) { return nil, errNotLinux }
+
+// Daemons fails: labs need Linux.
+func Daemons(string) ([]Daemon, error) { return nil, errNotLinux }
+
+// StopDaemons fails: labs need Linux.
+func StopDaemons(string, time.Duration) ([]Stopped, error) { return nil, errNotLinux }
+
+// Running reports false: labs need Linux.
+func (d *Daemon) Running() bool { return false }
+
+// WaitExit reports true: labs need Linux.
+func (d *Daemon) WaitExit(time.Duration) bool { return true }
+
+// LogTail returns nothing: labs need Linux.
+func LogTail(string, int) string { return "" }

@@ -20,4 +20,6 @@ type Info struct {
 	Name  string `json:"name"`
 	State State  `json:"state"`
 	Owner int    `json:"owner_pid,omitempty"` // the pid that built it (Owned and Stale)
+	// Daemons are the processes it runs on its hosts (`xam lab up --fw`).
+	Daemons []Daemon `json:"daemons,omitempty"`
 }

@@ -63,17 +63,20 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// Labs returns every lab that exists, with who holds it.
+// Labs returns every lab that exists, with who holds it and its daemons.
 func Labs() ([]Info, error) {
 	names, err := List()
 	if err != nil {
 		return nil, err
 	}
 	infos := make([]Info, 0, len(names))
+	var errs []error
 	for _, n := range names {
-		infos = append(infos, state(n))
+		info := state(n)
+		info.Daemons, err = Daemons(n)
+		infos, errs = append(infos, info), append(errs, err)
 	}
-	return infos, nil
+	return infos, errors.Join(errs...)
 }
 
 // DownStale removes the labs whose owner process is gone and returns their

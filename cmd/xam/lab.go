@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -29,7 +31,7 @@ func runLab(e *env, args []string) error {
 }
 
 func runLabUp(e *env, args []string) error {
-	fs := newFlags(e, "lab up", "lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--mtu M] [--queues Q] [--json]")
+	fs := newFlags(e, "lab up", "lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--mtu M] [--queues Q] [--fw [--fw-args \"...\"]] [--json]")
 	var cfg lab.Config
 	fs.StringVar(&cfg.Name, "name", "lab", "lab name: namespaces are xam-NAME-h0, xam-NAME-h1, ... (and xam-NAME-sw)")
 	fs.IntVar(&cfg.Hosts, "hosts", 2, "number of host namespaces")
@@ -39,11 +41,22 @@ func runLabUp(e *env, args []string) error {
 	fs.IntVar(&cfg.MTU, "mtu", 0, "MTU of the links (default the kernel's, 1500)")
 	fs.IntVar(&cfg.Queues, "queues", 1, "TX/RX queues per veth end")
 	fs.BoolVar(&cfg.IPv6, "ipv6", false, "leave IPv6 enabled on the links")
-	asJSON := fs.Bool("json", false, "describe the lab as JSON")
+	fw := fs.Bool("fw", false, "start a firmware daemon (xam fw) on each host, its own socket in the lab's state dir, every other host its peer; xam lab down stops them")
+	fwArgs := fs.String("fw-args", "", "with --fw: more options for every daemon, e.g. \"--sleep 50us -v\" (see xam fw -h; not --dev, --netns, --id, --host or --socket)")
+	asJSON := fs.Bool("json", false, "describe the lab (and its daemons) as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	var err error
+	var extra []string
+	if *fwArgs != "" && !*fw {
+		return usageError("--fw-args needs --fw")
+	}
+	if *fw {
+		if extra, err = checkFwArgs(*fwArgs); err != nil {
+			return err
+		}
+	}
 	if *rate != "" {
 		if cfg.PortRate, err = units.ParseRate(*rate); err != nil {
 			return usageError("--port-rate: %v", err)
@@ -70,29 +83,54 @@ func runLabUp(e *env, args []string) error {
 	if err := needPrivileges("xam lab up"); err != nil {
 		return err
 	}
+	var in *interrupts
+	if *fw {
+		// The daemons run detached, out of reach of the terminal's
+		// signals: a signal while they start removes them with the lab.
+		in = watchInterrupts(e, "removing the lab and its daemons")
+		defer in.release()
+	}
 	l, err := lab.Up(cfg)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
+	var daemons []labDaemon
+	if *fw {
+		in.onExit(func() error { return lab.Down(l.Name) })
+		if daemons, err = startLabDaemons(l, extra, in); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(l)
+		return enc.Encode(struct {
+			*lab.Lab
+			Daemons []labDaemon `json:"daemons,omitempty"`
+		}{l, daemons})
 	}
-	fmt.Fprintf(e.stdout, "lab %s is up:\n", l.Name)
+	printLab(e.stdout, l)
+	if len(daemons) > 0 {
+		printLabDaemons(e.stdout, l.Name, daemons)
+	}
+	fmt.Fprintf(e.stdout, "remove it with: xam lab down --name %s\n", l.Name)
+	return nil
+}
+
+// printLab describes a lab just built.
+func printLab(w io.Writer, l *lab.Lab) {
+	fmt.Fprintf(w, "lab %s is up:\n", l.Name)
 	for _, h := range l.Hosts {
-		fmt.Fprintf(e.stdout, "  %s  netns %-16s %s %v %v mtu %d\n", h.Name, h.NS, h.Link, h.MAC, h.Addr, h.MTU)
+		fmt.Fprintf(w, "  %s  netns %-16s %s %v %v mtu %d\n", h.Name, h.NS, h.Link, h.MAC, h.Addr, h.MTU)
 	}
 	if sw := l.Switch; sw != nil {
 		shaped := ""
 		if sw.PortRate != 0 {
 			shaped = fmt.Sprintf(", ports shaped to %d bit/s with %d-byte buffers", sw.PortRate, sw.PortBuffer)
 		}
-		fmt.Fprintf(e.stdout, "  switch netns %s, bridge %s, ports %s%s\n", sw.NS, sw.Bridge, strings.Join(sw.Ports, " "), shaped)
+		fmt.Fprintf(w, "  switch netns %s, bridge %s, ports %s%s\n", sw.NS, sw.Bridge, strings.Join(sw.Ports, " "), shaped)
 	}
-	fmt.Fprintf(e.stdout, "remove it with: xam lab down --name %s\n", l.Name)
-	return nil
 }
 
 func runLabList(e *env, args []string) error {
@@ -119,6 +157,7 @@ func runLabList(e *env, args []string) error {
 		default:
 			fmt.Fprintf(e.stdout, "%s\t%s\n", i.Name, i.State)
 		}
+		printDaemonsListed(e.stdout, i.Daemons)
 	}
 	return nil
 }
@@ -144,7 +183,14 @@ func runLabDown(e *env, args []string) error {
 	var err error
 	switch {
 	case *all:
+		var stopErrs []error
+		if names, lerr := lab.List(); lerr == nil {
+			for _, n := range names {
+				stopErrs = append(stopErrs, stopLabDaemons(e, n))
+			}
+		}
 		removed, err = lab.DownAll()
+		err = errors.Join(append(stopErrs, err)...)
 	case *stale:
 		removed, err = lab.DownStale()
 	default:
@@ -170,7 +216,14 @@ func downNamed(e *env, name string) error {
 		return err
 	}
 	if !slices.Contains(labs, name) {
-		return fmt.Errorf("no lab %s (xam lab list shows them)", name)
+		// Daemons whose namespaces somebody else removed still go.
+		if ds, _ := lab.Daemons(name); len(ds) == 0 {
+			return fmt.Errorf("no lab %s (xam lab list shows them)", name)
+		}
+	}
+	// The daemons go first, while their devices are there, each reported.
+	if err := stopLabDaemons(e, name); err != nil {
+		return err
 	}
 	if err := lab.Down(name); err != nil {
 		return err

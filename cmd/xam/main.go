@@ -9,7 +9,7 @@
 //	xam fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map) [--cores LIST] [--socket PATH] [--sleep D]
 //	xam capture --dev IF [--netns NS] --out FILE [--format erf|ether] [--count N] [--duration D] [--buffer BYTES]
 //	xam stat --dev IF [--netns NS] [--json]
-//	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--json]
+//	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--fw [--fw-args A]] [--json]
 //	xam lab down --name X | --stale | --all
 //	xam lab list [--json]
 //	xam bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--count N] [--bulk BYTES] [--flood N] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--json] [--out DIR]
