@@ -78,7 +78,7 @@ func printDoctor(e *env, r *doctorReport) {
 	fmt.Fprintf(w, "AF_XDP sockets   %s\n", yes(s.XDPSockets))
 	fmt.Fprintf(w, "BPF JIT          %s\n", map[string]string{"0": "off", "1": "on", "2": "on (debug)", "": "unknown"}[s.BPFJIT])
 	fmt.Fprintf(w, "kernel BTF       %s\n", yes(s.BTF))
-	for _, c := range []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_BPF", "CAP_SYS_ADMIN"} {
+	for _, c := range []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN"} {
 		fmt.Fprintf(w, "%-16s %s\n", c, yes(s.Caps[c]))
 	}
 	fmt.Fprintf(w, "memlock limit    %s\n", s.Memlock)

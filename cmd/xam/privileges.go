@@ -20,7 +20,8 @@ func (e errNeedRoot) Error() string {
 
 // needPrivileges returns errNeedRoot when this process lacks what a
 // command that builds labs, attaches XDP programs and opens AF_XDP sockets
-// needs: CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or CAP_SYS_ADMIN).
+// needs: CAP_NET_ADMIN, CAP_NET_RAW, and CAP_BPF with CAP_PERFMON (or
+// CAP_SYS_ADMIN).
 func needPrivileges(what string) error {
 	s := netdev.Probe()
 	if s.Caps == nil {
@@ -32,9 +33,7 @@ func needPrivileges(what string) error {
 			missing = append(missing, c)
 		}
 	}
-	if !s.Caps["CAP_BPF"] && !s.Caps["CAP_SYS_ADMIN"] {
-		missing = append(missing, "CAP_BPF")
-	}
+	missing = append(missing, netdev.MissingBPF(s.Caps)...)
 	if len(missing) == 0 {
 		return nil
 	}

@@ -126,3 +126,20 @@ func parseDevAttrs(d *Device, attrs map[uint16][]byte) {
 func (d *Device) String() string {
 	return fmt.Sprintf("%s (ifindex %d, driver %s)", d.Name, d.Index, d.Driver)
 }
+
+// MissingBPF returns what caps lacks to load xam's XDP program: CAP_BPF
+// and CAP_PERFMON (the verifier allows the program's pointer arithmetic
+// only with CAP_PERFMON), unless CAP_SYS_ADMIN stands in for both (as on
+// kernels before 5.8, which have neither).
+func MissingBPF(caps map[string]bool) []string {
+	if caps["CAP_SYS_ADMIN"] {
+		return nil
+	}
+	var missing []string
+	for _, c := range []string{"CAP_BPF", "CAP_PERFMON"} {
+		if !caps[c] {
+			missing = append(missing, c)
+		}
+	}
+	return missing
+}

@@ -2,6 +2,7 @@ package netdev
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ var capNames = map[string]uint{
 	"CAP_NET_ADMIN": unix.CAP_NET_ADMIN,
 	"CAP_NET_RAW":   unix.CAP_NET_RAW,
 	"CAP_BPF":       unix.CAP_BPF,
+	"CAP_PERFMON":   unix.CAP_PERFMON,
 	"CAP_SYS_ADMIN": unix.CAP_SYS_ADMIN,
 }
 
@@ -84,8 +86,8 @@ func Probe() *System {
 	if !s.Caps["CAP_NET_RAW"] {
 		s.Problems = append(s.Problems, "missing CAP_NET_RAW (AF_XDP sockets): run as root")
 	}
-	if !s.Caps["CAP_BPF"] && !s.Caps["CAP_SYS_ADMIN"] {
-		s.Problems = append(s.Problems, "missing CAP_BPF (load BPF programs): run as root")
+	if m := MissingBPF(s.Caps); len(m) > 0 {
+		s.Problems = append(s.Problems, fmt.Sprintf("missing %s (load the XDP program; or CAP_SYS_ADMIN): run as root", strings.Join(m, " and ")))
 	}
 	return s
 }
