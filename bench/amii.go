@@ -203,26 +203,65 @@ func amiiPingKeyed(a, b datapath.Place, cfg PingConfig, loss float64, transportK
 
 // FirmwareLayout is how a firmware-mode run places its two engines.
 type FirmwareLayout struct {
-	// Threads is the engine threads: 1 (or 0) runs both hosts' engines in
-	// one (daemon.RunGroup: one NIC processor with two ports, what a
-	// machine of few cores affords), 2 gives each its own.
-	Threads int
-	// Cores pins host i's engine thread (with one thread, Cores[0] pins
-	// it); none: not pinned.
+	// Shape is where the engines run: ShapeGroup (the zero value),
+	// ShapeThreads or ShapeDaemons.
+	Shape FirmwareShape
+	// Exe, with ShapeDaemons, is the xam program whose `xam fw` runs each
+	// host's daemon.
+	Exe string
+	// Cores pins host i's engine thread (with ShapeGroup, Cores[0] pins
+	// the one thread); none: not pinned.
 	Cores [2][]int
-	// Sleep is how long the engines poll without work before they sleep
-	// (0: busy-poll).
+	// Sleep is how long the engines poll without work before they sleep:
+	// daemon.Config.Sleep (0: daemon.DefaultSleep; daemon.BusyPoll).
 	Sleep time.Duration
 }
 
+// FirmwareShape is where a firmware-mode run's two engines run.
+type FirmwareShape int
+
+const (
+	// ShapeGroup runs both hosts' engines in one thread of this process
+	// (daemon.RunGroup): one NIC processor with two ports, what a machine
+	// of few cores affords.
+	ShapeGroup FirmwareShape = iota
+	// ShapeThreads gives each host's engine a thread of its own in this
+	// process.
+	ShapeThreads
+	// ShapeDaemons runs each host's engine as it is deployed: an `xam fw`
+	// process per host (FirmwareLayout.Exe), the applications in this
+	// process reaching it through its socket.
+	ShapeDaemons
+)
+
+var shapeNames = [...]string{ShapeGroup: "group", ShapeThreads: "threads", ShapeDaemons: "daemons"}
+
+func (s FirmwareShape) String() string {
+	if s < 0 || int(s) >= len(shapeNames) {
+		return fmt.Sprintf("FirmwareShape(%d)", int(s))
+	}
+	return shapeNames[s]
+}
+
+// ParseShape parses a FirmwareShape's name: daemons, group or threads.
+func ParseShape(name string) (FirmwareShape, error) {
+	for s, n := range shapeNames {
+		if n == name {
+			return FirmwareShape(s), nil
+		}
+	}
+	return 0, fmt.Errorf("%q: want daemons, group or threads", name)
+}
+
 // AMIIFirmwarePing is AMIIPing with the engines in firmware mode: each host
-// runs a daemon.Daemon (in this process, its engine goroutine locked to an
-// OS thread, on the cores fw gives, one thread for both or one each) that
-// owns the host's AF_XDP socket, and each application reaches its endpoint
-// through the daemon's unix socket (amii.Dial). The applications block in Wait between
-// messages (the engines notify them through eventfds), so on a machine
-// with fewer cores than engines and applications the engines keep the
-// processors. loss is as for AMIIPing.
+// runs a daemon that owns the host's AF_XDP socket, placed as fw says (an
+// `xam fw` process per host, or in this process, its engine goroutine
+// locked to an OS thread, one thread for both or one each, on the cores fw
+// gives), and each application reaches its endpoint through the daemon's
+// unix socket (amii.Dial). The applications wait adaptively in Wait
+// between messages (spinning a while, then blocking on the engine's
+// eventfd). loss is as for AMIIPing; ShapeDaemons refuses it (the
+// daemons' XDP programs are theirs).
 func AMIIFirmwarePing(a, b datapath.Place, cfg PingConfig, loss float64, fw FirmwareLayout) (*AMIIResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -236,13 +275,7 @@ func AMIIFirmwarePing(a, b datapath.Place, cfg PingConfig, loss float64, fw Firm
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	hosts, closeHosts, err := startFirmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, fw.Threads != 2, func(i int, raw *datapath.Endpoint, c *daemon.Config) error {
-		c.Cores, c.Sleep = fw.Cores[i], fw.Sleep
-		if loss > 0 {
-			return raw.Prog.SetFaults(loader.Faults{DropRate: loss})
-		}
-		return nil
-	})
+	hosts, closeHosts, err := firmwareHosts(a, b, dir, cfg.Mode, cfg.Queue, fw, loss, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +307,7 @@ func AMIIFirmwarePing(a, b datapath.Place, cfg PingConfig, loss float64, fw Firm
 	}
 	r.Delivered, r.Duplicates = counts.Delivered(), counts.Duplicates()
 	for _, h := range hosts {
-		if s, err := h.d.Stats(); err == nil {
+		if s, err := h.stats(); err == nil {
 			r.Retransmits += s.Transport.Retransmits
 		}
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -85,4 +86,43 @@ func startFirmwareHosts(a, b datapath.Place, dir string, mode loader.Mode, queue
 		hosts[0].stop, hosts[1].stop = stop, stop
 	}
 	return hosts, closeAll, nil
+}
+
+// firmwareHosts starts the two hosts' daemons as fw places them: in this
+// process (startFirmwareHosts; configure, if set, adjusts each daemon's
+// configuration, and loss is set in each host's XDP program), or as `xam
+// fw` processes (spawnFirmwareHosts; args are added to each command line,
+// and loss is refused: the daemons' programs are theirs).
+func firmwareHosts(a, b datapath.Place, dir string, mode loader.Mode, queue int, fw FirmwareLayout, loss float64,
+	args []string, configure func(c *daemon.Config)) ([2]*firmwareHost, func(), error) {
+	if fw.Shape == ShapeDaemons {
+		if loss > 0 {
+			return [2]*firmwareHost{}, nil, errors.New("injected loss needs the daemons in this process (firmware layout group or threads): the daemons' XDP programs are their own")
+		}
+		return spawnFirmwareHosts(a, b, dir, mode, queue, fw, args)
+	}
+	return startFirmwareHosts(a, b, dir, mode, queue, fw.Shape == ShapeGroup, func(i int, raw *datapath.Endpoint, c *daemon.Config) error {
+		c.Cores, c.Sleep = fw.Cores[i], fw.Sleep
+		if configure != nil {
+			configure(c)
+		}
+		if loss > 0 {
+			return raw.Prog.SetFaults(loader.Faults{DropRate: loss})
+		}
+		return nil
+	})
+}
+
+// stats returns the host's daemon's counters, through its socket if it
+// runs in a process of its own.
+func (h *firmwareHost) stats() (daemon.Stats, error) {
+	if h.d != nil {
+		return h.d.Stats()
+	}
+	c, err := daemon.Dial(h.sock)
+	if err != nil {
+		return daemon.Stats{}, err
+	}
+	defer c.Close()
+	return c.Stats()
 }

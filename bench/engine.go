@@ -284,7 +284,7 @@ func (res *engineResult) measurePings(a, b datapath.Place, cfg engineConfig, key
 		p50, p99 := us(p.PingResult)
 		res.Pings = append(res.Pings, enginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / ssamP50})
 	}
-	fw, err := AMIIFirmwarePing(a, b, pc, 0, FirmwareLayout{Threads: 1})
+	fw, err := AMIIFirmwarePing(a, b, pc, 0, FirmwareLayout{Shape: ShapeGroup})
 	if err != nil {
 		return fmt.Errorf("AM-II firmware mode: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,7 +99,7 @@ func (p *grimPair) retransmits() uint64 {
 			n += p.engs[i].TransportStats().Retransmits
 		}
 		if p.fw[i] != nil {
-			if s, err := p.fw[i].d.Stats(); err == nil {
+			if s, err := p.fw[i].stats(); err == nil {
 				n += s.Transport.Retransmits
 			}
 		}
@@ -136,13 +137,12 @@ func openGRIM(a, b datapath.Place, mode loader.Mode, queue int, s grimSetup) (_ 
 		if p.dir, err = os.MkdirTemp("", "xam-grim-"); err != nil {
 			return nil, err
 		}
-		hosts, stop, err := startFirmwareHosts(a, b, p.dir, mode, queue, s.fw.Threads != 2, func(i int, raw *datapath.Endpoint, c *daemon.Config) error {
-			c.Cores, c.Sleep = s.fw.Cores[i], s.fw.Sleep
-			c.Engine.Window, c.Engine.Transport = ec.Window, ec.Transport
-			if s.loss > 0 {
-				return raw.Prog.SetFaults(loader.Faults{DropRate: s.loss})
-			}
-			return nil
+		args := []string{"--window", strconv.Itoa(ec.Window), "--resident", strconv.Itoa(ec.Resident)}
+		if ec.Transport.Channels > 0 {
+			args = append(args, "--channels", strconv.Itoa(ec.Transport.Channels))
+		}
+		hosts, stop, err := firmwareHosts(a, b, p.dir, mode, queue, s.fw, s.loss, args, func(c *daemon.Config) {
+			c.Engine.Window, c.Engine.Transport, c.Engine.Resident = ec.Window, ec.Transport, ec.Resident
 		})
 		if err != nil {
 			return nil, err

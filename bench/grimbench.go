@@ -213,7 +213,7 @@ func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig) ([]e
 		p50, p99 := grimMicros(p.PingResult)
 		rows = append(rows, enginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / base})
 	}
-	fw, err := GRIMPing(a, b, pc, 0, true, FirmwareLayout{Threads: 1})
+	fw, err := GRIMPing(a, b, pc, 0, true, FirmwareLayout{Shape: ShapeGroup})
 	if err != nil {
 		return nil, fmt.Errorf("GRIM firmware mode: %w", err)
 	}
@@ -371,7 +371,7 @@ func grimBandwidthMedian(a, b datapath.Place, mode loader.Mode, size int, total 
 // processor of their own, as in the paper, where cut-through lets the NI
 // send while the host still writes).
 func grimBandwidth(a, b datapath.Place, mode loader.Mode, size int, total int64, cutThrough bool, pool int) (float64, error) {
-	p, err := openGRIM(a, b, mode, 0, grimSetup{firmware: true, fw: FirmwareLayout{Threads: 1}, window: grimBulkWindow, cutThrough: cutThrough, pool: pool})
+	p, err := openGRIM(a, b, mode, 0, grimSetup{firmware: true, fw: FirmwareLayout{Shape: ShapeGroup}, window: grimBulkWindow, cutThrough: cutThrough, pool: pool})
 	if err != nil {
 		return 0, err
 	}
@@ -415,7 +415,7 @@ func grimStoragePing(a, b datapath.Place, pc PingConfig) ([]enginePing, error) {
 	if err := pc.fill(); err != nil {
 		return nil, err
 	}
-	p, err := openGRIM(a, b, pc.Mode, 0, grimSetup{firmware: true, fw: FirmwareLayout{Threads: 1}, storage: true})
+	p, err := openGRIM(a, b, pc.Mode, 0, grimSetup{firmware: true, fw: FirmwareLayout{Shape: ShapeGroup}, storage: true})
 	if err != nil {
 		return nil, err
 	}

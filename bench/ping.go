@@ -114,8 +114,8 @@ type RunConfig struct {
 	InjectedLoss float64 `json:"injected_loss,omitempty"` // the fraction the XDP programs dropped (--loss)
 	InjectedDup  float64 `json:"injected_dup,omitempty"`  // the fraction the switch delivered twice (--dup)
 	EngineMode   string  `json:"engine_mode,omitempty"`   // AM-II: inline or firmware
-	FWSleepNS    int64   `json:"fw_sleep_ns,omitempty"`   // AM-II firmware mode: the engines' idle time before sleeping
-	FWThreads    int     `json:"fw_threads,omitempty"`    // AM-II firmware mode: engine threads for the two hosts
+	FWSleepNS    int64   `json:"fw_sleep_ns,omitempty"`   // firmware mode: the engines' idle time before sleeping (0: busy-poll)
+	FWLayout     string  `json:"fw_layout,omitempty"`     // firmware mode: where the engines ran (FirmwareShape: daemons, group, threads)
 }
 
 // newResult starts the result of a run of api with size-byte messages.

@@ -22,6 +22,10 @@ type Place struct {
 	MAC     net.HardwareAddr
 	Addr    netip.Addr
 	Do      func(func() error) error
+	// Dev and Netns name the device and its named network namespace
+	// ("": the caller's), for a program started on the Place (`xam fw
+	// --dev Dev --netns Netns`); OnHost sets them.
+	Dev, Netns string
 }
 
 // Here returns the Place of device ifindex in the caller's namespace.
@@ -31,7 +35,7 @@ func Here(ifindex int, mac net.HardwareAddr) Place {
 
 // OnHost returns the Place of a lab host's interface, in its namespace.
 func OnHost(h *lab.Host) Place {
-	return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do}
+	return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do, Dev: h.Link, Netns: h.NS}
 }
 
 // Endpoint is an AF_XDP socket on a device queue with xam's XDP program

@@ -276,7 +276,10 @@ func (ep *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) err
 // firmware mode it yields the processor.
 func (ep *Endpoint) step() error {
 	if ep.poll == nil {
-		ep.unlocked(runtime.Gosched)
+		ep.unlocked(func() {
+			runtime.Gosched()
+			endpoint.Yield()
+		})
 		return nil
 	}
 	_, err := ep.poll()

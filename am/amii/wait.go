@@ -117,7 +117,7 @@ func (ep *Endpoint) waitLocked(timeout time.Duration) error {
 }
 
 // spin looks at the receive queues for up to d, yielding the processor
-// between looks, and reports whether a message came: firmware mode's
+// (to other goroutines and other threads) between looks, and reports whether a message came: firmware mode's
 // adaptive wait, which spares a message that comes soon the eventfd's
 // wake-up. With Shared, others take the lock meanwhile.
 func (ep *Endpoint) spin(d time.Duration) bool {
@@ -134,6 +134,7 @@ func (ep *Endpoint) spin(d time.Duration) bool {
 		}
 		ep.letOthersIn()
 		runtime.Gosched()
+		endpoint.Yield() // the daemon's engine may need this core
 	}
 }
 

@@ -144,7 +144,16 @@ type Config struct {
 	// of once all of it is (store-and-forward, the default). Stream is
 	// cut-through whatever this says.
 	CutThrough bool
+	// Spin, in firmware mode, is how long Wait looks at the channels'
+	// receive queues, yielding the processor between looks, before it
+	// blocks on the daemon's notifications: a message that comes within
+	// it spares the wake-up. Default DefaultSpin; negative: block at once.
+	Spin time.Duration
 }
+
+// DefaultSpin is Config.Spin's default: longer than a round trip between
+// two hosts' daemons.
+const DefaultSpin = 100 * time.Microsecond
 
 // DefaultReplyTimeout is Config.ReplyTimeout's default: twice the
 // transport's default give-up time.
@@ -306,6 +315,9 @@ func (cfg *Config) fill() error {
 	}
 	if cfg.PoolSize == 0 {
 		cfg.PoolSize = 256 << 10
+	}
+	if cfg.Spin == 0 {
+		cfg.Spin = DefaultSpin
 	}
 	if cfg.MemorySize == 0 {
 		cfg.MemorySize = 64 << 10

@@ -30,6 +30,9 @@ func (ep *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
 	if ep.block == nil {
 		return ep.waitInline(timeout)
 	}
+	if ep.spin(min(timeout, ep.cfg.Spin)) {
+		return true, nil
+	}
 	for _, c := range ep.chans {
 		ready = ready || c.view.Arm(endpoint.EventRequest|endpoint.EventReply) != 0
 	}
@@ -74,11 +77,33 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 	}
 }
 
+// spin looks at the channels' receive queues for up to d, yielding the
+// processor between looks, and reports whether a message came: firmware
+// mode's adaptive wait, which spares a message that comes soon the
+// eventfd's wake-up.
+func (ep *Endpoint) spin(d time.Duration) bool {
+	if d <= 0 {
+		return false
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if ep.ready() {
+			return true
+		}
+		if i&15 == 15 && time.Since(start) >= d {
+			return false
+		}
+		runtime.Gosched()
+		endpoint.Yield()
+	}
+}
+
 // yield, in a wait, lets the firmware's engine thread run where it shares
 // the application's core.
 func (ep *Endpoint) yield() {
 	if ep.eng == nil {
 		runtime.Gosched()
+		endpoint.Yield()
 	}
 }
 

@@ -34,6 +34,15 @@ import (
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
+// sleepConfig is the daemon's Config.Sleep for a --sleep or --fw-sleep
+// flag, whose 0 means busy-polling.
+func sleepConfig(d time.Duration) time.Duration {
+	if d == 0 {
+		return daemon.BusyPoll
+	}
+	return d
+}
+
 // hostFlags collects repeated --host ID=MAC flags.
 type hostFlags map[nicfw.HostID]net.HardwareAddr
 
@@ -172,7 +181,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.Var(c.hosts, "host", "a peer host: ID=MAC (repeat for each peer)")
 	fs.StringVar(&c.coreList, "cores", "", "CPUs the engine thread runs on, e.g. 2 or 2,3 or 2-3 (default: any)")
 	fs.StringVar(&c.socket, "socket", "/run/xam/fw.sock", "the unix socket applications connect to")
-	fs.DurationVar(&c.sleep, "sleep", 0, "sleep on an eventfd after this long without work (0: busy-poll)")
+	fs.DurationVar(&c.sleep, "sleep", daemon.DefaultSleep, "without work the engine polls on, yielding the CPU, and blocks in poll(2) after this long (0: busy-poll, never yield or block: give it --cores of its own)")
 	fs.IntVar(&c.resident, "resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
 	fs.IntVar(&c.channels, "channels", transport.DefaultChannels, "logical channels per peer host (C)")
 	fs.IntVar(&c.window, "window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
@@ -284,7 +293,7 @@ func (c *fwConfig) daemonConfig(e *env) daemon.Config {
 	cfg := daemon.Config{
 		Engine: nicfw.EngineConfig{Host: nicfw.HostID(c.id), Resident: c.resident, Window: c.window, Modules: engineModules(c.mods),
 			Transport: transport.Config{Channels: c.channels, GiveUpAfter: c.giveUp, RetransmitAfter: c.retransmit}},
-		Hosts: c.hosts, Socket: c.socket, Cores: c.cores, Sleep: c.sleep,
+		Hosts: c.hosts, Socket: c.socket, Cores: c.cores, Sleep: sleepConfig(c.sleep),
 		MaxPerUser: c.maxEndpoints, MaxConnsPerUser: c.maxConns, MaxConns: c.maxConnsTotal, UserMemory: int64(c.memQuota),
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 	}

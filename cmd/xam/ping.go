@@ -42,7 +42,8 @@ type pingOptions struct {
 	loss       float64
 	dup        float64
 	fwSleep    time.Duration
-	fwThreads  int
+	fwLayout   string
+	fwShape    bench.FirmwareShape
 	warmup     int
 	dev        string
 	peer       string
@@ -90,8 +91,8 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.StringVar(&o.api, "api", "raw", "what to ping over: raw (xam frames over AF_XDP), ssam (SSAM request/reply), amii (AM-II on the firmware engine; see --mode), grim (GRIM on the firmware engine: short messages up to 16 bytes, bulk above; see --mode), udp (kernel UDP), packet (AF_PACKET)")
 	fs.Float64Var(&o.loss, "loss", 0, "with --api ssam, amii or grim: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
 	fs.Float64Var(&o.dup, "dup", 0, "with --api ssam, amii or grim: the fraction of xam frames delivered twice, in [0, 1) (the lab gets a switch, whose ports copy them)")
-	fs.DurationVar(&o.fwSleep, "fw-sleep", 20*time.Microsecond, "with --mode firmware: how long the engines poll without work before they sleep (0: busy-poll)")
-	fs.IntVar(&o.fwThreads, "fw-threads", 1, "with --mode firmware: engine threads for the lab's two hosts: 1 (one thread runs both engines, as one NIC processor with two ports) or 2 (one each)")
+	fs.DurationVar(&o.fwSleep, "fw-sleep", daemon.DefaultSleep, "with --mode firmware: how long the engines poll without work, yielding the CPU, before they block (0: busy-poll)")
+	fs.StringVar(&o.fwLayout, "fw-layout", "daemons", "with --mode firmware: where the two hosts' engines run: daemons (an `xam fw` process per host, as deployed), group (one thread of this process runs both, as one NIC processor with two ports) or threads (a thread each in this process)")
 	fs.StringVar(&o.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	fs.IntVar(&o.cfg.Count, "count", 10000, "measured round trips (at least 1)")
 	fs.IntVar(&o.warmup, "warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
@@ -142,8 +143,10 @@ func (o *pingOptions) check() error {
 		return usageError("--queue %d: want 0 or more", o.cfg.Queue)
 	case o.fwSleep < 0:
 		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", o.fwSleep)
-	case o.fwThreads != 1 && o.fwThreads != 2:
-		return usageError("--fw-threads %d: want 1 or 2", o.fwThreads)
+	case o.fwShapeErr() != nil:
+		return usageError("--fw-layout %v", o.fwShapeErr())
+	case o.loss > 0 && o.engineMode == "firmware" && o.fwShape == bench.ShapeDaemons:
+		return usageError("--loss with --mode firmware needs --fw-layout group or threads: the daemons' XDP programs are their own")
 	case o.api == "amii" && o.cfg.Size > 8*amii.MaxArgs:
 		return usageError("--size %d: an AM-II ping is a short message, its %d arguments at most %d bytes", o.cfg.Size, amii.MaxArgs, 8*amii.MaxArgs)
 	case o.api == "grim" && o.cfg.Size > grim.MaxBulk:
@@ -171,6 +174,20 @@ func (o *pingOptions) check() error {
 	return nil
 }
 
+// fwShapeErr parses --fw-layout into fwShape.
+func (o *pingOptions) fwShapeErr() error {
+	var err error
+	o.fwShape, err = bench.ParseShape(o.fwLayout)
+	return err
+}
+
+// firmwareLayout is where a firmware-mode ping's engines run: the
+// daemons are this program's `xam fw`.
+func (o *pingOptions) firmwareLayout() bench.FirmwareLayout {
+	exe, _ := os.Executable() // without it, the daemons layout says what it lacks
+	return bench.FirmwareLayout{Shape: o.fwShape, Exe: exe, Sleep: sleepConfig(o.fwSleep)}
+}
+
 // runConfig returns how the ping ran, as its result records it.
 func (o *pingOptions) runConfig() bench.RunConfig {
 	run := bench.RunConfig{Device: o.dev, Peer: o.peer, InjectedLoss: o.loss, InjectedDup: o.dup}
@@ -178,7 +195,7 @@ func (o *pingOptions) runConfig() bench.RunConfig {
 		run.EngineMode = o.engineMode
 		if o.engineMode == "firmware" {
 			run.FWSleepNS = int64(o.fwSleep)
-			run.FWThreads = o.fwThreads
+			run.FWLayout = o.fwShape.String()
 		}
 	}
 	return run
@@ -321,7 +338,7 @@ func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
 	a, b := l.Hosts[0], l.Hosts[1]
 	pa := datapath.OnHost(a)
 	pb := datapath.OnHost(b)
-	r, err := pingLab(o.api, o.engineMode, pa, pb, a, b, o.cfg, o.loss, bench.FirmwareLayout{Threads: o.fwThreads, Sleep: o.fwSleep})
+	r, err := pingLab(o.api, o.engineMode, pa, pb, a, b, o.cfg, o.loss, o.firmwareLayout())
 	if err != nil {
 		return err
 	}
@@ -333,7 +350,7 @@ func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
 func reportPing(e *env, r any, run bench.RunConfig, asJSON bool) error {
 	pr := pingResult(r)
 	pr.Config.InjectedLoss, pr.Config.InjectedDup = run.InjectedLoss, run.InjectedDup
-	pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWThreads = run.EngineMode, run.FWSleepNS, run.FWThreads
+	pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWLayout = run.EngineMode, run.FWSleepNS, run.FWLayout
 	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err

@@ -38,6 +38,20 @@ const (
 	maxControlMsg      = 64 << 10
 )
 
+// The engine loop's waiting (Config.Sleep).
+const (
+	// DefaultSleep is how long an engine without work polls, yielding
+	// the processor between polls, before it blocks in poll(2): longer
+	// than a round trip between two hosts' daemons, so that a
+	// conversation never waits for a wake-up, and short enough that an
+	// idle daemon takes no measurable processor time.
+	DefaultSleep = 200 * time.Microsecond
+	// BusyPoll, as Config.Sleep, keeps the engine polling without
+	// yielding or blocking: the lowest latency on a core of its own, a
+	// whole core always.
+	BusyPoll time.Duration = -1
+)
+
 // Config configures a Daemon.
 type Config struct {
 	// Engine configures the engine.
@@ -56,8 +70,10 @@ type Config struct {
 	Socket string
 	// Cores lists the CPUs the engine thread runs on; empty: any.
 	Cores []int
-	// Sleep is how long the engine polls without work before it sleeps;
-	// 0: it never sleeps (busy-polling).
+	// Sleep is how long the engine polls without work before it blocks:
+	// 0 means DefaultSleep, BusyPoll that it never blocks. While it polls
+	// without work it yields the processor between polls (endpoint.Yield),
+	// except with BusyPoll, which keeps its core (give it one of its own).
 	Sleep time.Duration
 	// MaxPerUser bounds the endpoints one user has open (default
 	// DefaultMaxPerUser).
@@ -143,7 +159,10 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 	if cfg.UserMemory == 0 {
 		cfg.UserMemory = DefaultUserMemory
 	}
-	if cfg.MaxPerUser < 0 || cfg.MaxConnsPerUser < 0 || cfg.MaxConns < 0 || cfg.UserMemory < 0 || cfg.Sleep < 0 {
+	if cfg.Sleep == 0 {
+		cfg.Sleep = DefaultSleep
+	}
+	if cfg.MaxPerUser < 0 || cfg.MaxConnsPerUser < 0 || cfg.MaxConns < 0 || cfg.UserMemory < 0 || cfg.Sleep < 0 && cfg.Sleep != BusyPoll {
 		return nil, fmt.Errorf("%w: MaxPerUser %d, MaxConnsPerUser %d, MaxConns %d, UserMemory %d, Sleep %v",
 			nicfw.ErrConfig, cfg.MaxPerUser, cfg.MaxConnsPerUser, cfg.MaxConns, cfg.UserMemory, cfg.Sleep)
 	}

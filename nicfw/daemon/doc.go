@@ -3,10 +3,16 @@
 // applications in other processes (Dial, Conn.Open). A Daemon owns one link (the device's AF_XDP queue) and one
 // Engine, and runs the engine loop in one goroutine locked to its OS thread
 // and, with Config.Cores, pinned to those CPUs (sched_setaffinity).
-// The loop busy-polls; with Config.Sleep it sleeps, after that long
-// without work, in poll(2) on the link's socket and the daemon's wake
-// eventfd, until a frame arrives, an application kicks it, a control
-// request comes in or the timer scan is due.
+// The loop waits adaptively: without work it polls on, yielding the
+// processor between polls to any thread that is ready (sched_yield), and
+// after Config.Sleep without work (DefaultSleep, 200 µs) it sleeps in
+// poll(2) on the link's socket and the daemon's wake eventfd, until a
+// frame arrives, an application kicks it, a control request comes in or
+// the timer scan is due. So a conversation is served at polling speed
+// while an idle daemon takes no processor, and on a machine with fewer
+// cores than daemons and applications the spinning gives way to the
+// thread that has work. BusyPoll keeps the loop polling on a core of its
+// own.
 //
 // Applications reach the daemon through its unix socket (SOCK_SEQPACKET).
 // One connection is one application's session; its requests and replies

@@ -6,17 +6,20 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // The engine loop: one thread runs the engines of one or more daemons in
-// turns, with the work that connections queue for them (do), and sleeps
-// in poll(2) once none has had work for Config.Sleep.
+// turns, with the work that connections queue for them (do); while none
+// has work it yields the processor between turns (endpoint.Yield), and
+// once none has had work for Config.Sleep it sleeps in poll(2).
 
 // Run runs the engine loop in the calling goroutine, locked to its thread
 // and pinned to the configured cores, and serves the socket, until ctx is
@@ -38,6 +41,12 @@ func RunGroup(ctx context.Context, ds ...*Daemon) error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// The engine thread holds one of Go's processors (Ps) while it polls:
+	// give the rest of the program another for as long as it runs, or on a
+	// machine of two cores a second engine thread leaves none to the
+	// applications of the same process.
+	growProcs(1)
+	defer growProcs(-1)
 	if cores := ds[0].cfg.Cores; len(cores) > 0 {
 		var set unix.CPUSet
 		for _, c := range cores {
@@ -68,15 +77,26 @@ func RunGroup(ctx context.Context, ds ...*Daemon) error {
 	return err
 }
 
+// procsMu serializes the changes of GOMAXPROCS by engine loops.
+var procsMu sync.Mutex
+
+// growProcs adds n to GOMAXPROCS.
+func growProcs(n int) {
+	procsMu.Lock()
+	defer procsMu.Unlock()
+	runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)+n))
+}
+
 // loop is the engine loop.
 func (d *Daemon) loop(ctx context.Context) error {
 	return loopAll(ctx, []*Daemon{d})
 }
 
 // loopAll runs the engines of ds in turns in this thread until ctx is done:
-// each turn runs each daemon's queued work and its engine once; after
-// Config.Sleep (the shortest of ds's) without work in any, it sleeps
-// (sleepAll).
+// each turn runs each daemon's queued work and its engine once; a turn
+// without work yields the processor, and after Config.Sleep (the shortest
+// of ds's) without work in any, it sleeps (sleepAll). With BusyPoll (if
+// any of ds has it) it neither yields nor sleeps.
 func loopAll(ctx context.Context, ds []*Daemon) error {
 	nap := ds[0].cfg.Sleep
 	for _, d := range ds[1:] {
@@ -100,9 +120,10 @@ func loopAll(ctx context.Context, ds []*Daemon) error {
 		if iter&255 == 0 && ctx.Err() != nil {
 			return nil
 		}
-		if nap <= 0 {
+		if nap == BusyPoll {
 			continue
 		}
+		endpoint.Yield()
 		now := time.Now()
 		if idleSince.IsZero() {
 			idleSince = now

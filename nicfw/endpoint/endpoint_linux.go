@@ -106,3 +106,11 @@ func (v *View) Close() error {
 	*v = View{}
 	return err
 }
+
+// Yield gives the processor to another thread that is ready to run, if
+// any (sched_yield(2)), and returns at once otherwise: the polite spin of
+// an application or engine that looks for work a while before it blocks.
+// On a machine with fewer cores than spinning threads (two daemons and
+// their applications on two cores) a spin that does not yield holds the
+// core the thread it waits for needs, for the rest of its time slice.
+func Yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -2,7 +2,10 @@
 
 package endpoint
 
-import "errors"
+import (
+	"errors"
+	"runtime"
+)
 
 // Endpoint memory needs memfd_create and its seals, which only Linux has.
 
@@ -20,3 +23,6 @@ func (m *Memory) Close() error { return nil }
 
 // Close does nothing: there is no mapping to release.
 func (v *View) Close() error { return nil }
+
+// Yield gives the processor to another goroutine.
+func Yield() { runtime.Gosched() }
