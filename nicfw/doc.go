@@ -38,5 +38,6 @@
 // message classes and the engine's message on the wire (engine_msg.go,
 // bulk.go, pool.go); the receive path and what it refuses
 // (engine_receive.go); return to sender (engine_return.go); closing an
-// endpoint (endpoint_close.go).
+// endpoint (endpoint_close.go); what it counts per endpoint and per peer
+// host, for a daemon's statistics and metrics (counters.go).
 package nicfw

@@ -103,13 +103,17 @@ func (e *Engine) release(s *epState) error {
 // message is still in flight not counted).
 func (e *Engine) Endpoints() int { return e.live }
 
-// EndpointInfo describes an open endpoint: its virtual network and what
-// the engine did with its queues.
+// EndpointInfo describes an open endpoint: its virtual network, what the
+// engine did with its queues and its messages, and the descriptors in its
+// queues now, by queue (endpoint.Memory.Queued: RequestSend, ReplySend,
+// RequestReceive, ReplyReceive).
 type EndpointInfo struct {
-	ID     EndpointID     `json:"id"`
-	Tag    uint64         `json:"tag"`
-	Table  int            `json:"table"` // translation table entries
-	Queues endpoint.Stats `json:"queues"`
+	ID       EndpointID       `json:"id"`
+	Tag      uint64           `json:"tag"`
+	Table    int              `json:"table"` // translation table entries
+	Queues   endpoint.Stats   `json:"queues"`
+	Messages EndpointCounters `json:"messages"`
+	Queued   [4]uint32        `json:"queued"`
 }
 
 // EndpointList returns the open endpoints, by id. It belongs to the engine
@@ -120,7 +124,11 @@ func (e *Engine) EndpointList() []EndpointInfo {
 		if s == nil || s.closed {
 			continue
 		}
-		l = append(l, EndpointInfo{ID: EndpointID(id), Tag: s.tag, Table: len(s.vnet), Queues: s.mem.Stats()})
+		info := EndpointInfo{ID: EndpointID(id), Tag: s.tag, Table: len(s.vnet), Queues: s.mem.Stats(), Messages: s.counts}
+		for q := range info.Queued {
+			info.Queued[q] = s.mem.Queued(endpoint.Queue(q))
+		}
+		l = append(l, info)
 	}
 	return l
 }

@@ -171,6 +171,11 @@ type EngineStats struct {
 	ReturnsLost   uint64 // return messages dropped: undeliverable themselves, or a bulk message returned twice
 	ReturnsFull   uint64 // messages NACKed because the return queue was full
 	Dropped       uint64 // messages dropped: malformed, or a receive queue with a corrupt index
+	// Polls counts the engine loops run (Poll), BusyPolls those that
+	// found work: BusyPolls/Polls is the share of its loops in which a
+	// busy-polling engine was busy.
+	Polls     uint64
+	BusyPolls uint64
 }
 
 type slotState uint8
@@ -260,6 +265,8 @@ type epState struct {
 	// owner is what the engine counts of the endpoint's owner
 	// (VNet.Owner): its endpoints open and pinned (Engine.owners).
 	owner *ownerCount
+
+	counts EndpointCounters // counters.go
 
 	// closed: CloseEndpoint was called. The state stays in Engine.eps as a
 	// tombstone (arrivals are returned with ReasonClosed) until the id is
@@ -358,6 +365,7 @@ type Engine struct {
 	frames     [][]Name      // the translation tables of the resident endpoints, by frame
 	yield      func(ep int) bool
 	stats      EngineStats
+	hostRet    map[HostID]*hostReturns // returns to and from each host (counters.go)
 }
 
 // NewEngine returns an engine on link with a transport of its own.
@@ -386,12 +394,13 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		return nil, fmt.Errorf("%w: window %d, want 1..%d", ErrConfig, cfg.Window, MaxWindow)
 	}
 	e := &Engine{
-		cfg:    cfg,
-		clk:    cfg.Transport.Clock,
-		down:   make(map[HostID]time.Time),
-		bulkRx: make(map[Name]*bulkRx),
-		admits: make(map[*transport.Peer]*admission),
-		owners: make(map[uint32]*ownerCount),
+		cfg:     cfg,
+		clk:     cfg.Transport.Clock,
+		down:    make(map[HostID]time.Time),
+		bulkRx:  make(map[Name]*bulkRx),
+		admits:  make(map[*transport.Peer]*admission),
+		owners:  make(map[uint32]*ownerCount),
+		hostRet: make(map[HostID]*hostReturns),
 	}
 	var err error
 	if e.sched, err = NewScheduler(cfg.Loiter); err != nil {
@@ -460,6 +469,7 @@ func (e *Engine) SetHosts(self HostID, hosts map[HostID]net.HardwareAddr) error 
 	e.cfg.Host = self
 	clear(e.down) // marked under the old ids (the give-ups above too)
 	clear(e.bulkRx)
+	clear(e.hostRet)
 	return nil
 }
 
@@ -586,7 +596,11 @@ func (e *Engine) Close() error {
 }
 
 // Stats returns the engine's counters.
-func (e *Engine) Stats() EngineStats { return e.stats }
+func (e *Engine) Stats() EngineStats {
+	s := e.stats
+	s.Polls = e.polls
+	return s
+}
 
 // TransportStats returns the transport's counters.
 func (e *Engine) TransportStats() transport.Stats { return e.tr.Stats() }
@@ -616,6 +630,9 @@ func (e *Engine) Poll() (work int, err error) {
 	defer func() {
 		if ferr := e.tr.EndPass(); err == nil {
 			err = ferr
+		}
+		if work > 0 {
+			e.stats.BusyPolls++
 		}
 	}()
 	e.acked = 0

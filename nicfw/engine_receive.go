@@ -68,6 +68,7 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) (taken bool) {
 	if m.class == endpoint.ClassBulk {
 		m.data = nil
 	}
+	e.countHostReturn(src, reason, true)
 	b := make([]byte, m.size())
 	encodeMsg(b, &m)
 	if aead != nil {
@@ -100,7 +101,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn, authed bool) (ok bool, 
 				m.index = i
 			}
 		}
-		return e.acceptReturn(s, &m), 0
+		return e.acceptReturn(src, s, &m), 0
 	}
 	var rx *bulkRx
 	if m.class == endpoint.ClassBulk {
@@ -209,6 +210,8 @@ func (e *Engine) store(src HostID, s *epState, m *msg, rx *bulkRx) bool {
 		rx.got = m.length
 	}
 	e.stats.Delivered++
+	s.counts.Received++
+	s.counts.ReceivedBytes += uint64(dataBytes(m.class, m.length))
 	return true
 }
 
@@ -246,9 +249,9 @@ func (e *Engine) storeChunk(s *epState, m *msg, rx *bulkRx, q endpoint.Queue, d 
 	return true, err
 }
 
-// acceptReturn puts the return message m, for endpoint s, into s's reply
-// receive queue; false refuses it for now (NACK).
-func (e *Engine) acceptReturn(s *epState, m *msg) bool {
+// acceptReturn puts the return message m from host src, for endpoint s,
+// into s's reply receive queue; false refuses it for now (NACK).
+func (e *Engine) acceptReturn(src HostID, s *epState, m *msg) bool {
 	// A return is never returned again.
 	if s == nil || s.closed || s.tag != m.tag {
 		e.stats.ReturnsLost++
@@ -285,6 +288,10 @@ func (e *Engine) acceptReturn(s *epState, m *msg) bool {
 	switch {
 	case err == nil:
 		e.stats.Returned++
+		s.countReturn(m.reason)
+		if src != e.cfg.Host {
+			e.countHostReturn(src, m.reason, false)
+		}
 	case errors.Is(err, endpoint.ErrQueueFull):
 		e.stats.QueueFull++
 		return false

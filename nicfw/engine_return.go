@@ -77,6 +77,7 @@ func (e *Engine) flushReturning() int {
 			e.vacate(s)
 		}
 		e.stats.Returned++
+		s.countReturn(s.reason)
 		work++
 	}
 	clear(e.returning[j:])
@@ -96,6 +97,8 @@ func (e *Engine) flushReturning() int {
 		}
 		if r.d.Class != endpoint.ClassCommand { // a command's completion is not a return
 			e.stats.Returned++
+			reason, _, _ := r.d.ReturnInfo()
+			r.s.countReturn(reason)
 		}
 		work++
 	}
@@ -121,6 +124,7 @@ func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) 
 		e.down[dst] = e.clk.Now().Add(e.giveUp)
 		defer e.hostDown(dst)
 	}
+	e.countHostReturn(dst, reason, false)
 	fl := *f
 	e.freeFlight(cookie)
 	if fl.chunk {

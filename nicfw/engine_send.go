@@ -200,6 +200,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 			return false, nil
 		default:
 			e.stats.Sent++
+			s.countLeft()
 			s.sends++
 			e.advance(s)
 		}
@@ -208,6 +209,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if len(e.down) > 0 {
 		if until, ok := e.down[dst.Host]; ok {
 			if e.clk.Now().Before(until) {
+				e.countHostReturn(dst.Host, endpoint.ReasonUnreachable, false)
 				e.returnLocal(s, endpoint.ReasonUnreachable)
 				return true, nil
 			}
@@ -225,6 +227,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		return false, nil // a pooled message waits for its admission (pool.go)
 	}
 	if s.d.Class == endpoint.ClassBulk && !s.bulkSame(p) {
+		e.countHostReturn(dst.Host, endpoint.ReasonRestarted, false)
 		e.returnLocal(s, endpoint.ReasonRestarted) // its receiver restarted: what it stored is gone
 		return true, nil
 	}
@@ -251,6 +254,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		return false, err
 	}
 	e.stats.Sent++
+	s.countLeft()
 	s.sends++
 	if e.mods != nil {
 		e.gateLeft(s, dst.Host)

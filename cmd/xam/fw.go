@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"os/user"
@@ -29,6 +30,7 @@ import (
 	"github.com/xam-project/xam/nicfw"
 	_ "github.com/xam-project/xam/nicfw/coord" // a built-in module: registers --module coord and its flags
 	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/daemon/metrics"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/mapper"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -121,6 +123,7 @@ type fwConfig struct {
 	maxConns      int
 	maxConnsTotal int
 	userMemory    string
+	metrics       string          // --metrics: the address to serve Prometheus metrics at
 	modules       string          // --module, comma-separated
 	moduleFlags   *moduleFlags    // the registered modules and their flags
 	given         map[string]bool // the names of the flags set on the command line
@@ -165,6 +168,7 @@ func runFw(e *env, args []string) error {
 // registry (nicfw.RegisterModule), as their flags do.
 func fwUsage(kinds []nicfw.ModuleKind) string {
 	return "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n" +
+		"       [--metrics ADDR]  (Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464)\n" +
 		moduleUsage(kinds) +
 		"       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]"
 }
@@ -197,6 +201,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.IntVar(&c.maxConns, "max-conns", daemon.DefaultMaxConnsPerUser, "connections one user may have open")
 	fs.IntVar(&c.maxConnsTotal, "max-conns-total", daemon.DefaultMaxConns, "connections all users together may have open")
 	fs.StringVar(&c.userMemory, "user-memory", "1g", "endpoint memory one user's endpoints may take together (e.g. 256m, 1g)")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics: HOST:PORT or :PORT, e.g. 127.0.0.1:9464 (port 0: any free port, announced)")
 	fs.StringVar(&c.modules, "module", "", moduleHelp(kinds))
 	c.moduleFlags = declareModules(fs, kinds)
 	if err := parseFlags(fs, args); err != nil {
@@ -281,6 +286,9 @@ func (c *fwConfig) resolve() error {
 	if c.mode, err = loader.ParseMode(c.xdpMode); err != nil {
 		return usageError("--xdp-mode: %v", err)
 	}
+	if c.metrics != "" {
+		return checkMetricsAddr(c.metrics)
+	}
 	return nil
 }
 
@@ -304,8 +312,18 @@ func (c *fwConfig) daemonConfig(e *env) daemon.Config {
 }
 
 // serveFw opens the device and runs the daemon until SIGINT or SIGTERM,
-// which end it without an error.
+// which end it without an error. With --metrics it listens first, so
+// that a busy address leaves nothing behind, and serves the metrics
+// while the daemon runs.
 func serveFw(e *env, c *fwConfig) error {
+	var ln net.Listener
+	if c.metrics != "" {
+		var err error
+		if ln, err = listenMetrics(c.metrics); err != nil {
+			return err
+		}
+		defer ln.Close()
+	}
 	here, err := devicePlace(c.dev, c.ns)
 	if err != nil {
 		return err
@@ -318,13 +336,28 @@ func serveFw(e *env, c *fwConfig) error {
 	if err := os.MkdirAll(dirOf(c.socket), 0o755); err != nil {
 		return err
 	}
-	d, err := daemon.New(raw.Sock, c.daemonConfig(e))
+	var d *daemon.Daemon
+	var srv *http.Server
+	if ln != nil {
+		// The server is built before the daemon, so that nothing is left
+		// to undo if it cannot be, and serves once the daemon is made.
+		stats := func() (daemon.Stats, error) { return d.Stats() }
+		if srv, err = metricsServer(metrics.Sources{Stats: stats, XDP: raw.Prog.Counters, Socket: raw.Sock.Stats}, e.stderr); err != nil {
+			return err
+		}
+	}
+	d, err = daemon.New(raw.Sock, c.daemonConfig(e))
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c.announce(e, here.MAC)
+	if srv != nil {
+		go srv.Serve(ln) // returns http.ErrServerClosed once closed
+		defer srv.Close()
+		fmt.Fprintf(e.stderr, "xam fw: metrics at http://%s/metrics\n", ln.Addr())
+	}
 	err = d.Run(ctx)
 	if ctx.Err() != nil {
 		return nil

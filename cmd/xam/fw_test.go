@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,28 @@ func TestFwMaxConnsTotal(t *testing.T) {
 		t.Errorf("--max-conns-total 0: exit %d, %q %q", code, out, errs)
 	}
 	if _, out, _ := xam(t, nil, "fw", "-h"); !strings.Contains(out, "-max-conns-total") || !strings.Contains(out, "xam fw grant --tag T") {
+		t.Errorf("fw -h:\n%s", out)
+	}
+}
+
+// TestFwMetricsUsage: a --metrics address that is not HOST:PORT is a usage
+// error, in one line, before the daemon needs its device or privileges; a
+// good one passes the checks (and stops later, at the missing device).
+func TestFwMetricsUsage(t *testing.T) {
+	base := []string{"fw", "--dev", "nosuchdevice", "--map", "--metrics"}
+	for _, addr := range []string{"9464", "127.0.0.1", "127.0.0.1:http-alt", "127.0.0.1:65536", "127.0.0.1:-1", "[::1", "bad host:9464", "a_b:9464", ":"} {
+		code, out, errs := xam(t, nil, append(base, addr)...)
+		want := fmt.Sprintf("xam fw: --metrics %q: want HOST:PORT or :PORT, e.g. 127.0.0.1:9464 or :9464\n", addr)
+		if code != 2 || out != "" || errs != want {
+			t.Errorf("--metrics %q: exit %d, stdout %q, stderr %q; want 2 and %q", addr, code, out, errs, want)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0", ":0"} {
+		if code, _, errs := xam(t, nil, append(base, addr)...); code == 2 || strings.Contains(errs, "want HOST:PORT") {
+			t.Errorf("--metrics %q refused: exit %d, %s", addr, code, errs)
+		}
+	}
+	if _, out, _ := xam(t, nil, "fw", "-h"); !strings.Contains(out, "[--metrics ADDR]") || !strings.Contains(out, "-metrics string") {
 		t.Errorf("fw -h:\n%s", out)
 	}
 }

@@ -171,6 +171,7 @@ var sublayer = map[string]map[string]int{
 		"nicfw/mapper": 2, "nicfw/coord": 2,
 		"nicfw/daemon":            3,
 		"nicfw/daemon/daemontest": 4, // running daemons, for tests
+		"nicfw/daemon/metrics":    4, // a daemon's counters for Prometheus
 	},
 	"am": {
 		"am/ssam": 0, "am/amii": 0, "am/grim": 0,

@@ -77,6 +77,10 @@
 // (nicfw.StatsReporter, read in the engine thread), and what the engine
 // did for its modules: `xam fw stats` shows whether sender coordination
 // is on, how it paces and what it did.
+// It also carries what the engine counted per endpoint and per peer host
+// (nicfw.EndpointInfo, nicfw.PeerInfo): messages, bytes, returns by
+// reason, descriptors queued. Package nicfw/daemon/metrics exports it all
+// to Prometheus (`xam fw --metrics`).
 //
 // Threads: the engine and its endpoints belong to the engine goroutine. A
 // connection's goroutine hands it work as a function on a channel and

@@ -13,10 +13,14 @@ import (
 // Stats is a snapshot of the daemon's counters.
 type Stats struct {
 	Endpoints int `json:"endpoints"`
-	// List is the open endpoints. Through the socket, a user other than
+	// List is the open endpoints, with their counters and the
+	// descriptors in their queues. Through the socket, a user other than
 	// root and the daemon's sees the tag only of its own endpoints and of
 	// the networks it made: the others' are 0.
 	List []nicfw.EndpointInfo `json:"endpoint_list"`
+	// Peers is the peer hosts of the host table and what was sent and
+	// returned between them and this host.
+	Peers []nicfw.PeerInfo `json:"peers"`
 	// Networks are the virtual networks with endpoints here, with their
 	// creators and grants: all of them for root and the daemon's user
 	// (and Daemon.Stats), the peer's own for others.
@@ -74,7 +78,7 @@ func (d *Daemon) statsNow() Stats {
 	s := Stats{
 		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps, BigReleased: d.bigReleased.Load(),
 		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
-		Epoch: d.epoch, List: d.eng.EndpointList(), Networks: d.networksFor(&peer{privileged: true}),
+		Epoch: d.epoch, List: d.eng.EndpointList(), Peers: d.eng.PeerList(), Networks: d.networksFor(&peer{privileged: true}),
 	}
 	for id, mac := range d.hosts {
 		s.Hosts = append(s.Hosts, Host{ID: id, MAC: mac.String()})

@@ -577,3 +577,41 @@ func TestEndpointChild(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEndpointQueued: Queued counts the descriptors waiting in each queue,
+// from the engine's side, and a corrupt index of the application's counts
+// as a full ring, never more.
+func TestEndpointQueued(t *testing.T) {
+	m, v := newTestEndpoint(t, Config{QueueEntries: 8})
+	d := Descriptor{Class: ClassShort}
+	for range 3 {
+		if err := v.Send(RequestSend, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.Send(ReplySend, &d); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := m.Take(RequestSend, &d); !ok || err != nil {
+		t.Fatalf("Take = %v, %v", ok, err)
+	}
+	for range 5 {
+		if err := m.Put(ReplyReceive, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := v.Receive(ReplyReceive, &d); !ok || err != nil {
+		t.Fatalf("Receive = %v, %v", ok, err)
+	}
+	want := [numQueues]uint32{RequestSend: 2, ReplySend: 1, ReplyReceive: 4}
+	for q := range numQueues {
+		if got := m.Queued(q); got != want[q] {
+			t.Errorf("Queued(%v) = %d, want %d", q, got, want[q])
+		}
+	}
+	ringIndex(v.mem, v.l, RequestSend, true).Store(1000)
+	ringIndex(v.mem, v.l, ReplyReceive, false).Store(0x8000_0000)
+	if s, r := m.Queued(RequestSend), m.Queued(ReplyReceive); s != 8 || r != 8 {
+		t.Errorf("Queued with corrupt indices: %d and %d, want the ring's size, 8", s, r)
+	}
+}

@@ -77,6 +77,23 @@ func (m *Memory) Produced(q Queue) uint32 { return m.rings[q].own }
 // position p with Released(q)-p in 1..entries is the engine's again.
 func (m *Memory) Released(q Queue) uint32 { return m.rings[q].peerIdx.Load() }
 
+// Queued returns the descriptors in queue q: in a send queue, those the
+// application produced and the engine has not taken; in a receive queue,
+// those the engine put and the application has not released. The
+// application's index is untrusted: a count past the ring's size (a
+// corrupt index) is reported as the size.
+func (m *Memory) Queued(q Queue) uint32 {
+	if m.mem == nil || q >= numQueues {
+		return 0
+	}
+	r := &m.rings[q]
+	n := r.peerIdx.Load() - r.own // a send queue: the application produces
+	if !q.isSend() {
+		n = r.own - r.peerIdx.Load()
+	}
+	return min(n, r.size)
+}
+
 // AcceptsHandler reports whether a request may name handler h
 // (View.SetHandlers).
 func (m *Memory) AcceptsHandler(h uint32) bool { return h < m.handlers.Load() }

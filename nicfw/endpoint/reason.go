@@ -26,6 +26,10 @@ const (
 	// (the receiver took the request and then died, say). Given by the
 	// AM-II library (amii.Config.ReplyTimeout), never by the engine.
 	ReasonNoReply Reason = 11
+	// NumReasons bounds the reasons: every Reason is below it, so that
+	// counters by reason fit an array of NumReasons (index 0 counting what
+	// names no reason).
+	NumReasons = 12
 )
 
 func (r Reason) String() string {

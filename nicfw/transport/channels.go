@@ -71,6 +71,36 @@ type Peer struct {
 	ackAt    time.Time
 	ackIdx   int    // position in Transport.acking, or -1
 	ackFrame []byte // the frame of a standalone ACK
+
+	stats PeerStats // the peer's counters (PeerStats); InFlight is unacked
+}
+
+// PeerStats counts what the transport did with one peer host: its share
+// of Stats' Sent, Retransmits, Delivered, Refused and Returned, the
+// payload bytes of the messages sent and delivered, and the messages in
+// flight to it now. The counters stay with the host when a new table
+// (SetPeers) moves its id.
+type PeerStats struct {
+	Sent           uint64 `json:"sent"`            // messages sent (DATA), each counted once however often it was sent
+	SentBytes      uint64 `json:"sent_bytes"`      // their payload bytes
+	Retransmits    uint64 `json:"retransmits"`     // DATA frames sent again (timer or NACK)
+	Delivered      uint64 `json:"delivered"`       // messages from the host accepted by Deliver
+	DeliveredBytes uint64 `json:"delivered_bytes"` // their payload bytes
+	Refused        uint64 `json:"refused"`         // messages from the host refused by Deliver (NACKs sent)
+	Returned       uint64 `json:"returned"`        // messages to the host given up on (unreachable, restarted)
+	InFlight       int    `json:"in_flight"`       // messages to the host in flight now: send channels in use
+}
+
+// PeerStats returns the counters of host id, and whether it is in the
+// host table.
+func (t *Transport) PeerStats(id HostID) (PeerStats, bool) {
+	p := t.Peer(id)
+	if p == nil {
+		return PeerStats{}, false
+	}
+	s := p.stats
+	s.InFlight = p.unacked
+	return s, true
 }
 
 // ID returns the host's id in the table it belongs to.

@@ -222,6 +222,7 @@ func (t *Transport) restarted(p *Peer) {
 		t.release(p, c)
 		c.seq = 0
 		t.stats.Returned++
+		p.stats.Returned++
 		if t.cfg.Returned != nil {
 			t.cfg.Returned(p.id, c.cookie, t.payload(c), ErrRestarted)
 		}

@@ -244,8 +244,11 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 		if t.cfg.Unreliable {
 			if t.cfg.Deliver(p.id, ch, payload) {
 				t.stats.Delivered++
+				p.stats.Delivered++
+				p.stats.DeliveredBytes += uint64(len(payload))
 			} else {
 				t.stats.Refused++
+				p.stats.Refused++
 			}
 			return
 		}
@@ -265,6 +268,7 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 		}
 		if !t.cfg.Deliver(p.id, ch, payload) {
 			t.stats.Refused++
+			p.stats.Refused++
 			t.answer(p, typeNack, h)
 			return
 		}
@@ -273,6 +277,8 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 			t.renew(p, h) // the numbers come round again (auth.go)
 		}
 		t.stats.Delivered++
+		p.stats.Delivered++
+		p.stats.DeliveredBytes += uint64(len(payload))
 		t.queueAck(p, h)
 
 	case typeAck:

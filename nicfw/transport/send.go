@@ -86,6 +86,8 @@ func (t *Transport) sendPeer(p *Peer, payload []byte, cookie uint64) (int, error
 	}
 	t.setTimers(c)
 	t.stats.Sent++
+	p.stats.Sent++
+	p.stats.SentBytes += uint64(len(payload))
 	return i, nil
 }
 
@@ -118,6 +120,8 @@ func (t *Transport) sendUnreliable(p *Peer, payload []byte, cookie uint64) error
 		return fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
 	t.stats.Sent++
+	p.stats.Sent++
+	p.stats.SentBytes += uint64(len(payload))
 	if t.cfg.Acked != nil {
 		t.left = append(t.left, sentMsg{p.id, cookie})
 	}

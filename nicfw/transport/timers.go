@@ -48,6 +48,7 @@ func (t *Transport) scan(now time.Time) error {
 			}
 			c.due = now.Add(t.cfg.RetransmitAfter)
 			t.stats.Retransmits++
+			p.stats.Retransmits++
 		}
 	}
 	return nil
@@ -57,6 +58,7 @@ func (t *Transport) scan(now time.Time) error {
 func (t *Transport) giveUp(p *Peer, c *sendChannel) {
 	t.release(p, c)
 	t.stats.Returned++
+	p.stats.Returned++
 	if t.cfg.Returned != nil {
 		t.cfg.Returned(p.id, c.cookie, t.payload(c), ErrUnreachable)
 	}
