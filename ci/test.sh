@@ -2,7 +2,8 @@
 # xam's test command (README: "Run the tests"). Run as root: the data-path
 # tests create network namespaces, veth pairs and XDP programs.
 #
-#   ci/test.sh            everything: deps, vet, tests, race, fuzz, benchmarks once,
+#   ci/test.sh            everything: deps, vet, tests, the Debian package installed and
+#                         run (scripts/package-check.sh), race, fuzz, benchmarks once,
 #                         and `xam bench all --quick` with its report's structure checked
 #   FUZZTIME=1000000x ci/test.sh   fuzz each target longer (default 100000x)
 #
@@ -30,6 +31,9 @@ go vet ./...
 
 step "go test (gofmt is enforced by internal/lint)"
 go test -count=1 ./...
+
+step "the Debian package: built, installed, run, purged"
+scripts/package-check.sh
 
 step "go test -race"
 go test -race -count=1 "${RACE_PKGS[@]}"

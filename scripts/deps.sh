@@ -7,6 +7,9 @@ set -euo pipefail
 declare -A need=(
 	[tshark]=tshark
 	[ip]=iproute2
+	# scripts/package-check.sh: the systemd unit, the manual pages
+	[systemd-analyze]=systemd
+	[groff]=groff-base
 )
 
 # Optional: a peer of the benchmarks (UCX active messages, `xam bench

@@ -16,7 +16,8 @@
 //	xam bench all [--quick] [--json] [--out DIR]
 //	xam cells segment --vpi N --vci N [--uu N] [--hex] [--erf FILE]
 //	xam cells reassemble [--hex] [--erf FILE]
-//	xam version
+//	xam version [--json]             (also xam --version)
+//	xam man --dir DIR                (the manual pages, from each command's -h; not in xam help)
 //
 // Run `xam help` or `xam COMMAND -h` for details.
 package main
@@ -40,6 +41,9 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// help, when set, receives a command's flag set and usage where -h
+	// would print them (the manual pages are written from these).
+	help func(fs *flag.FlagSet, usage string)
 }
 
 // command is one subcommand.
@@ -47,25 +51,25 @@ type command struct {
 	name    string
 	summary string
 	run     func(e *env, args []string) error
+	subs    []string // its subcommands with flags of their own (xam lab up -h)
+	hidden  bool     // left out of xam help (a tool for building xam)
 }
 
 var commands []command
 
 func init() {
 	commands = []command{
-		{"demo", "the main job: a 2-host veth lab, raw/SSAM/AF_PACKET/UDP ping-pong and a bulk transfer, one table", runDemo},
-		{"doctor", "check the kernel, privileges and a device for what xam needs", runDoctor},
-		{"ping", "round-trip times over raw AF_XDP frames, SSAM, AM-II, AF_PACKET or kernel UDP", runPing},
-		{"fw", "the firmware daemon: an AM-II engine on pinned cores serving endpoints over a unix socket", runFw},
-		{"capture", "record the xam frames a device carries, for Wireshark (pcap of ATM cells, or pcapng of the frames)", runCapture},
-		{"stat", "counters of the xam XDP program on a device", runStat},
-		{"lab", "build and remove veth/namespace labs: up, down, list", runLab},
-		{"bench", "the papers' experiments beside today's peers: all (every one, into a report with plots), ssam, logp, amii, permutations, overcommit, incast, grim; engine (the firmware engine's rates), hostile (forged frames and hostile local users, with traffic running)", runBench},
-		{"cells", "offline cell and AAL5 tools: segment, reassemble, demo", runCells},
-		{"version", "print the version", func(e *env, _ []string) error {
-			fmt.Fprintln(e.stdout, "xam", version)
-			return nil
-		}},
+		{name: "demo", summary: "the main job: a 2-host veth lab, raw/SSAM/AF_PACKET/UDP ping-pong and a bulk transfer, one table", run: runDemo},
+		{name: "doctor", summary: "check the kernel, privileges and a device for what xam needs", run: runDoctor},
+		{name: "ping", summary: "round-trip times over raw AF_XDP frames, SSAM, AM-II, AF_PACKET or kernel UDP", run: runPing},
+		{name: "fw", summary: "the firmware daemon: an AM-II engine on pinned cores serving endpoints over a unix socket", run: runFw, subs: []string{"stats", "grant"}},
+		{name: "capture", summary: "record the xam frames a device carries, for Wireshark (pcap of ATM cells, or pcapng of the frames)", run: runCapture},
+		{name: "stat", summary: "counters of the xam XDP program on a device", run: runStat},
+		{name: "lab", summary: "build and remove veth/namespace labs: up, down, list", run: runLab, subs: []string{"up", "down", "list"}},
+		{name: "bench", summary: "the papers' experiments beside today's peers: all (every one, into a report with plots), ssam, logp, amii, permutations, overcommit, incast, grim; engine (the firmware engine's rates), hostile (forged frames and hostile local users, with traffic running)", run: runBench},
+		{name: "cells", summary: "offline cell and AAL5 tools: segment, reassemble, demo", run: runCells, subs: []string{"segment", "reassemble", "demo"}},
+		{name: "version", summary: "print xam's version, the revision it was built from, Go's version and the kernel's", run: runVersion},
+		{name: "man", summary: "write the manual pages, xam(1) and one per command, from the commands' own help", run: runMan, hidden: true},
 	}
 }
 
@@ -92,6 +96,9 @@ func run(e *env, args []string) int {
 	if len(args) == 2 && args[0] == "help" {
 		// `xam help CMD` is `xam CMD -h`.
 		return run(e, []string{args[1], "-h"})
+	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printHelp(e.stdout)
@@ -125,12 +132,17 @@ func run(e *env, args []string) int {
 	return 2
 }
 
+// tagline says what xam is, in xam help and xam(1).
+const tagline = "kernel-bypass cluster messaging over AF_XDP, with ATM cells and Active Messages"
+
 func printHelp(w io.Writer) {
-	fmt.Fprintln(w, "xam: kernel-bypass cluster messaging over AF_XDP, with ATM cells and Active Messages.")
+	fmt.Fprintf(w, "xam: %s.\n", tagline)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run `xam COMMAND -h` for a command's options.")
@@ -143,6 +155,10 @@ func newFlags(e *env, name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
+		if e.help != nil {
+			e.help(fs, usage)
+			return
+		}
 		fmt.Fprintf(e.stdout, "usage: xam %s\n", usage)
 		fs.SetOutput(e.stdout)
 		fs.PrintDefaults()

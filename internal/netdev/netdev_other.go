@@ -2,12 +2,25 @@
 
 package netdev
 
+import "errors"
+
 // System describes what the kernel and this process offer xam.
 type System struct {
 	Kernel   string          `json:"kernel"`
 	Caps     map[string]bool `json:"capabilities,omitempty"`
 	Problems []string        `json:"problems,omitempty"`
 }
+
+// Uname is the kernel's identity, as uname(2) gives it.
+type Uname struct {
+	Sysname string `json:"sysname"`
+	Release string `json:"release"`
+	Version string `json:"version"`
+	Machine string `json:"machine"`
+}
+
+// Kernel fails: xam reads the kernel's identity on Linux only.
+func Kernel() (Uname, error) { return Uname{}, errors.New("xam needs Linux") }
 
 // Probe reports that xam needs Linux.
 func Probe() *System {

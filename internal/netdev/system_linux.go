@@ -31,6 +31,28 @@ var capNames = map[string]uint{
 	"CAP_SYS_ADMIN": unix.CAP_SYS_ADMIN,
 }
 
+// Uname is the kernel's identity, as uname(2) gives it.
+type Uname struct {
+	Sysname string `json:"sysname"` // "Linux"
+	Release string `json:"release"` // e.g. "6.1.0-18-amd64"
+	Version string `json:"version"` // the build: "#1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01)"
+	Machine string `json:"machine"` // e.g. "x86_64"
+}
+
+// Kernel returns the running kernel's identity.
+func Kernel() (Uname, error) {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return Uname{}, err
+	}
+	return Uname{
+		Sysname: unix.ByteSliceToString(uts.Sysname[:]),
+		Release: unix.ByteSliceToString(uts.Release[:]),
+		Version: unix.ByteSliceToString(uts.Version[:]),
+		Machine: unix.ByteSliceToString(uts.Machine[:]),
+	}, nil
+}
+
 func readTrim(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -42,9 +64,8 @@ func readTrim(path string) string {
 // Probe reads the system's state.
 func Probe() *System {
 	s := &System{Caps: map[string]bool{}}
-	var uts unix.Utsname
-	if unix.Uname(&uts) == nil {
-		s.Kernel = unix.ByteSliceToString(uts.Release[:])
+	if k, err := Kernel(); err == nil {
+		s.Kernel = k.Release
 	}
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	switch {
