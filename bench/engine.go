@@ -51,9 +51,10 @@ type engineResult struct {
 	// streams of two-argument requests (coalesced, windows 8, 32 and 128);
 	// Ratio is to the raw frame rate.
 	Rates []engineRate `json:"rates"`
-	// Pings: raw, SSAM, AM-II (inline engines) and raw on asavie/xdp's
-	// socket in alternation (Compare), then AM-II in firmware mode (one
-	// engine thread for both hosts); Ratio is the p50 over SSAM's, and for
+	// Pings: raw, SSAM, AM-II (inline engines), raw on asavie/xdp's socket
+	// and AM-II in firmware mode (as deployed, an `xam fw` process per
+	// host, given RunOptions.Exe; and one engine thread for both hosts) in
+	// alternation (Compare); Ratio is the p50 over SSAM's, and for
 	// firmware mode over inline AM-II's.
 	Pings []enginePing `json:"pings"`
 	// Bulk: raw AF_XDP frames of the bulk link's MTU, kernel TCP, SSAM's 8
@@ -245,9 +246,10 @@ func (res *engineResult) measureAuthRates(a, b datapath.Place, n int, cfg engine
 	return nil
 }
 
-// measurePings measures the round trips: raw, SSAM, AM-II inline (plain
-// and authenticated both ways) and raw on asavie/xdp in alternation, then
-// AM-II in firmware mode.
+// measurePings measures the round trips in alternation: raw, SSAM, AM-II
+// inline (plain and authenticated both ways), raw on asavie/xdp, and AM-II
+// in firmware mode, as deployed (an `xam fw` process per host, with
+// RunOptions.Exe) and in one engine thread of this process.
 func (res *engineResult) measurePings(a, b datapath.Place, cfg engineConfig, keys engineKeys) error {
 	pc := PingConfig{Count: cfg.Count, Size: 32, Mode: cfg.Mode}
 	ping := func(f func(PingConfig) (*AMIIResult, error)) func(PingConfig) (*PingResult, error) {
@@ -259,41 +261,55 @@ func (res *engineResult) measurePings(a, b datapath.Place, cfg engineConfig, key
 			return &r.PingResult, nil
 		}
 	}
-	cmpd, err := comparePaths(pc, 10,
-		pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
-		pinger{"ssam", func(c PingConfig) (*PingResult, error) {
+	firmware := func(layout FirmwareLayout) pinger {
+		return pinger{firmwarePing + ", " + layout.Shape.String(), ping(func(c PingConfig) (*AMIIResult, error) {
+			return AMIIFirmwarePing(a, b, c, 0, layout)
+		})}
+	}
+	paths := []pinger{
+		{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
+		{"ssam", func(c PingConfig) (*PingResult, error) {
 			r, err := SSAMPing(a, b, c, 0, ssam.Config{})
 			if err != nil {
 				return nil, err
 			}
 			return &r.PingResult, nil
 		}},
-		pinger{"amii inline", ping(func(c PingConfig) (*AMIIResult, error) { return AMIIPing(a, b, c, 0) })},
-		pinger{"amii inline, authenticated", ping(func(c PingConfig) (*AMIIResult, error) {
+		{"amii inline", ping(func(c PingConfig) (*AMIIResult, error) { return AMIIPing(a, b, c, 0) })},
+		{"amii inline, authenticated", ping(func(c PingConfig) (*AMIIResult, error) {
 			c.Key = keys.vnet
 			return AMIIPing(a, b, c, 0)
 		})},
-		pinger{"amii inline, transport key", ping(func(c PingConfig) (*AMIIResult, error) { return amiiPingKeyed(a, b, c, 0, keys.transport) })},
-		pinger{"raw, asavie/xdp", func(c PingConfig) (*PingResult, error) { return asaviePing(a, b, c) }})
+		{"amii inline, transport key", ping(func(c PingConfig) (*AMIIResult, error) { return amiiPingKeyed(a, b, c, 0, keys.transport) })},
+		{"raw, asavie/xdp", func(c PingConfig) (*PingResult, error) { return asaviePing(a, b, c) }},
+	}
+	if cfg.Exe != "" {
+		paths = append(paths, firmware(FirmwareLayout{Shape: ShapeDaemons, Exe: cfg.Exe}))
+	}
+	paths = append(paths, firmware(FirmwareLayout{Shape: ShapeGroup}))
+	cmpd, err := comparePaths(pc, 10, paths...)
 	if err != nil {
 		return err
 	}
 	us := func(r *PingResult) (float64, float64) { return float64(r.RTT.P50) / 1e3, float64(r.RTT.P99) / 1e3 }
 	ssamP50, _ := us(cmpd.Paths[1].PingResult)
+	inlineP50, _ := us(cmpd.Paths[2].PingResult)
 	for _, p := range cmpd.Paths {
 		p50, p99 := us(p.PingResult)
-		res.Pings = append(res.Pings, enginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / ssamP50})
+		of := ssamP50
+		if strings.HasPrefix(p.Name, firmwarePing) {
+			of = inlineP50
+		}
+		res.Pings = append(res.Pings, enginePing{Name: p.Name, P50: p50, P99: p99, Ratio: p50 / of})
 	}
-	fw, err := AMIIFirmwarePing(a, b, pc, 0, FirmwareLayout{Shape: ShapeGroup})
-	if err != nil {
-		return fmt.Errorf("AM-II firmware mode: %w", err)
-	}
-	p50, p99 := us(&fw.PingResult)
 	res.AuthPingRatio = res.Pings[3].P50 / res.Pings[2].P50
 	res.TransportAuthPingRatio = res.Pings[4].P50 / res.Pings[2].P50
-	res.Pings = append(res.Pings, enginePing{Name: "amii firmware", P50: p50, P99: p99, Ratio: p50 / res.Pings[2].P50})
 	return nil
 }
+
+// firmwarePing begins the names of the firmware-mode round trips, whose
+// ratio is over AM-II inline's.
+const firmwarePing = "amii firmware"
 
 // measureBulk measures bulk goodput on the bulk lab: raw frames, TCP,
 // SSAM and AM-II, each as a ratio to TCP.
@@ -336,9 +352,9 @@ func (r *engineResult) Markdown(w io.Writer) error {
 	}
 	if len(r.Pings) > 0 {
 		b.WriteString("\n## Round trips, 32-byte messages (µs)\n\n| path | p50 | p99 | p50 ratio |\n|---|---|---|---|\n")
-		for i, p := range r.Pings {
+		for _, p := range r.Pings {
 			of := "x SSAM"
-			if i == len(r.Pings)-1 && p.Name == "amii firmware" {
+			if strings.HasPrefix(p.Name, firmwarePing) {
 				of = "x AM-II inline"
 			}
 			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f %s |\n", p.Name, p.P50, p.P99, p.Ratio, of)
@@ -349,7 +365,7 @@ func (r *engineResult) Markdown(w io.Writer) error {
 		if r.TransportAuthPingRatio > 0 {
 			fmt.Fprintf(&b, "\nAuthenticated frames (AES-GMAC trailer cells, the transport's key) over plain AM-II: round trip p50 %.3fx, message rate %.3fx (the median of %d alternating rounds).\n", r.TransportAuthPingRatio, r.TransportAuthRateRatio, authRounds)
 		}
-		b.WriteString("\nraw, SSAM, AM-II inline, AM-II inline authenticated, AM-II inline with the transport's key and raw on asavie/xdp's socket alternate (ten rounds); asavie/xdp is the Go AF_XDP library a user would otherwise pick, behind xam's XDP program; AM-II firmware mode runs both hosts' engines in one thread (daemon.RunGroup), the applications waiting adaptively.\n")
+		b.WriteString("\nraw, SSAM, AM-II inline, AM-II inline authenticated, AM-II inline with the transport's key, raw on asavie/xdp's socket and AM-II in firmware mode alternate (ten rounds); asavie/xdp is the Go AF_XDP library a user would otherwise pick, behind xam's XDP program. AM-II firmware mode, daemons: as deployed, an `xam fw` process per host (waiting adaptively: polling, yielding the CPU, then blocking), the applications in another process, waiting adaptively too; group: both hosts' engines in one thread of the applications' process (daemon.RunGroup), one NIC processor with two ports.\n")
 	}
 	if len(r.Bulk) > 0 {
 		fmt.Fprintf(&b, "\n## Bulk goodput, one sender (link MTU %d)\n\n| path | message | MB/s | x TCP |\n|---|---|---|---|\n", r.BulkMTU)

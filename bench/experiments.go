@@ -26,6 +26,10 @@ type RunOptions struct {
 	Mode     loader.Mode
 	Progress func(what string)
 	Stop     *atomic.Bool
+	// Exe is the xam program, whose `xam fw` the experiments that measure
+	// firmware mode as deployed run as a process per host; empty: they
+	// measure it in this process only.
+	Exe string
 }
 
 // Params are an experiment's parameters from the command line (`xam

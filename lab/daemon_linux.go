@@ -20,8 +20,8 @@ import (
 // A lab's daemons: processes that run on its hosts for as long as the lab
 // stands, started by one command (`xam lab up --fw`) and stopped by
 // another (`xam lab down`). Each is detached from the process that
-// started it (a session of its own, no terminal, its output in a log
-// file) and recorded in the lab's state dir, StateDir(NAME): HOST.json
+// started it (a process group of its own, no terminal input, its output
+// in a log file) and recorded in the lab's state dir, StateDir(NAME): HOST.json
 // holds its pid and start time, beside its log HOST.log and, by
 // convention, its socket HOST.sock. Whoever reads a record tells the
 // daemon from a later process that reuses its pid by the start time.
@@ -33,9 +33,14 @@ func StateDir(name string) string { return filepath.Join(OwnerDir, name) }
 func recordPath(name, host string) string { return filepath.Join(StateDir(name), host+".json") }
 
 // StartDaemon starts spec's process for lab name and records it. The
-// process runs in a session of its own with standard input from /dev/null
-// and standard output and error appended to its log, so that it outlives
-// the caller; while the caller lives on, it reaps the process when it
+// process runs in a process group of its own with standard input from
+// /dev/null and standard output and error appended to its log, so that it
+// outlives the caller and neither the terminal's Ctrl-C nor its hang-up
+// reach it. It stays in the caller's session: where the kernel groups the
+// scheduling of each session (autogroup), the daemons and the
+// applications started from the same terminal share one group, and a
+// daemon's engine that yields the processor while it polls
+// (daemon.DefaultSleep) yields it to them rather than to nobody; while the caller lives on, it reaps the process when it
 // exits. A host whose recorded daemon still runs is refused.
 func StartDaemon(name string, spec DaemonSpec) (*Daemon, error) {
 	if err := CheckName(name); err != nil {
@@ -61,7 +66,7 @@ func StartDaemon(name string, spec DaemonSpec) (*Daemon, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = spec.Env
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the daemon of %s: %w", spec.Host, err)
 	}

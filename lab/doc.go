@@ -29,8 +29,8 @@
 //
 // A persistent lab may run a process on each host for as long as it
 // stands (`xam lab up --fw`: a firmware daemon per host). StartDaemon
-// starts one detached from its caller (a session of its own, output to a
-// log) and records its pid and start time in the lab's state dir,
+// starts one detached from its caller (a process group of its own,
+// output to a log) and records its pid and start time in the lab's state dir,
 // /run/xam/labs/NAME (StateDir), beside its log and socket; Daemons lists
 // them with whether each still runs (a pid reused by another process does
 // not count); StopDaemons stops them (SIGTERM, then SIGKILL after a

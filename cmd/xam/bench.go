@@ -207,7 +207,7 @@ func (f benchFlags) params(names []string) (bench.Params, error) {
 	if *f.out != "" && !plots {
 		return p, usageError("--out: engine and hostile draw no plots")
 	}
-	p = bench.Params{RunOptions: bench.RunOptions{Mode: m}, Count: *f.count, Clients: *f.clients, Flood: *f.flood, Dup: *f.dup, Incast: ip}
+	p = bench.Params{RunOptions: bench.RunOptions{Mode: m, Exe: xamExe()}, Count: *f.count, Clients: *f.clients, Flood: *f.flood, Dup: *f.dup, Incast: ip}
 	if f.set["bulk"] {
 		p.Bulk = *f.bulk // else each experiment's own default
 	}

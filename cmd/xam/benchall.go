@@ -88,7 +88,7 @@ func runBenchAll(e *env, f benchFlags) error {
 		}
 		pl.start(i)
 		t0 := time.Now()
-		r, err := runSpec(br, sp, bench.Params{RunOptions: bench.RunOptions{Mode: m, Progress: pl.what, Stop: in.flag()}, Quick: quick})
+		r, err := runSpec(br, sp, bench.Params{RunOptions: bench.RunOptions{Mode: m, Progress: pl.what, Stop: in.flag(), Exe: xamExe()}, Quick: quick})
 		mu.Lock()
 		record(entries[i], r, err, dir, time.Since(t0), in.interrupted())
 		mu.Unlock()

@@ -839,12 +839,22 @@ func TestPingAMII(t *testing.T) {
 	if r.API != "amii" || r.Lost != 0 || r.Duplicates != 0 || r.Delivered != r.Sent || r.Sent != 330 {
 		t.Errorf("ping --api amii: %+v", r)
 	}
-	// The same through two firmware daemons, lossy links included.
+	// The same through two firmware daemons in this process (--loss
+	// chooses the group layout: the ping sets their XDP programs' drops),
+	// lossy links included.
 	code, out, errs = xam(t, nil, "ping", "--api", "amii", "--mode", "firmware", "--count", "300", "--loss", "0.05", "--json")
 	r = result{}
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Lost != 0 || r.Duplicates != 0 || r.Delivered != r.Sent || r.Sent != 330 ||
-		!strings.Contains(out, `"engine_mode":"firmware"`) {
+		!strings.Contains(out, `"engine_mode":"firmware"`) || !strings.Contains(out, `"fw_layout":"group"`) {
 		t.Errorf("ping --api amii --mode firmware: exit %d, %+v: %s %s", code, r, out, errs)
+	}
+	if code, _, errs := xam(t, nil, "ping", "--api", "amii", "--mode", "firmware", "--fw-layout", "daemons", "--loss", "0.05"); code != 2 ||
+		!strings.Contains(errs, "--fw-layout group or threads") {
+		t.Errorf("--loss with --fw-layout daemons: exit %d, %s", code, errs)
+	}
+	if code, _, errs := xam(t, nil, "ping", "--api", "amii", "--mode", "firmware", "--fw-layout", "nic"); code != 2 ||
+		!strings.Contains(errs, "want daemons, group or threads") {
+		t.Errorf("--fw-layout nic: exit %d, %s", code, errs)
 	}
 	if code, _, errs := xam(t, nil, "ping", "--api", "raw", "--mode", "firmware"); code != 2 || !strings.Contains(errs, "works with --api amii") {
 		t.Errorf("--mode firmware with --api raw: exit %d, %s", code, errs)

@@ -92,7 +92,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.Float64Var(&o.loss, "loss", 0, "with --api ssam, amii or grim: the fraction of xam frames both hosts' XDP programs drop, in [0, 1)")
 	fs.Float64Var(&o.dup, "dup", 0, "with --api ssam, amii or grim: the fraction of xam frames delivered twice, in [0, 1) (the lab gets a switch, whose ports copy them)")
 	fs.DurationVar(&o.fwSleep, "fw-sleep", daemon.DefaultSleep, "with --mode firmware: how long the engines poll without work, yielding the CPU, before they block (0: busy-poll)")
-	fs.StringVar(&o.fwLayout, "fw-layout", "daemons", "with --mode firmware: where the two hosts' engines run: daemons (an `xam fw` process per host, as deployed), group (one thread of this process runs both, as one NIC processor with two ports) or threads (a thread each in this process)")
+	fs.StringVar(&o.fwLayout, "fw-layout", "daemons", "with --mode firmware: where the two hosts' engines run: daemons (an `xam fw` process per host, as deployed; with --loss the default is group), group (one thread of this process runs both, as one NIC processor with two ports) or threads (a thread each in this process)")
 	fs.StringVar(&o.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	fs.IntVar(&o.cfg.Count, "count", 10000, "measured round trips (at least 1)")
 	fs.IntVar(&o.warmup, "warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
@@ -174,8 +174,13 @@ func (o *pingOptions) check() error {
 	return nil
 }
 
-// fwShapeErr parses --fw-layout into fwShape.
+// fwShapeErr parses --fw-layout into fwShape. With --loss and no
+// --fw-layout the daemons run in this process (group), whose XDP programs
+// the ping can set to drop.
 func (o *pingOptions) fwShapeErr() error {
+	if o.loss > 0 && !seen(o.fs, "fw-layout") {
+		o.fwLayout = bench.ShapeGroup.String()
+	}
 	var err error
 	o.fwShape, err = bench.ParseShape(o.fwLayout)
 	return err
@@ -184,8 +189,15 @@ func (o *pingOptions) fwShapeErr() error {
 // firmwareLayout is where a firmware-mode ping's engines run: the
 // daemons are this program's `xam fw`.
 func (o *pingOptions) firmwareLayout() bench.FirmwareLayout {
-	exe, _ := os.Executable() // without it, the daemons layout says what it lacks
-	return bench.FirmwareLayout{Shape: o.fwShape, Exe: exe, Sleep: sleepConfig(o.fwSleep)}
+	return bench.FirmwareLayout{Shape: o.fwShape, Exe: xamExe(), Sleep: sleepConfig(o.fwSleep)}
+}
+
+// xamExe is this program, whose `xam fw` runs the daemons of the
+// measurements that place them as deployed; "" if it cannot be found
+// (they then say what they lack, or measure in this process only).
+func xamExe() string {
+	exe, _ := os.Executable()
+	return exe
 }
 
 // runConfig returns how the ping ran, as its result records it.
