@@ -95,8 +95,9 @@ type Spec struct {
 	// Title, Measured (what the paper measured) and Differs (what differs
 	// today, and why): what the report says of it.
 	Title, Measured, Differs string
-	// Seconds estimates how long it runs, quick and full, for the
-	// report's estimate of the time left.
+	// Seconds estimates how long one run takes, quick and full, in the
+	// report (its labs built once), for the report's estimate of the time
+	// left.
 	Seconds [2]float64
 	// Plots says whether its result draws plots.
 	Plots bool
@@ -143,12 +144,12 @@ func Specs() []Spec {
 			Measured: "the costs of the kernel traps (write a cell, read cells, write-then-read) beside the read/write system-call path, the costs of the Active Messages layer (send request, handle request, reply, ack), about 20 µs application-to-application round trips for small messages and about 5.5 MB/s bulk, between two SPARCstations with no switch.",
 			Differs:  "the trap is AF_XDP's sendto/recvfrom on a veth in copy mode (generic XDP): a send runs the peer's XDP and receive copy inside the same system call, so send costs hold what was wire time on the ATM card, and the wire is memory, so bandwidth is bounded by copies and CPUs, not by a 140 Mbit/s fiber.",
 			Labs:     twoHosts, Run: runSSAMSpec},
-		{Name: "logp", Paper: &PaperAMII, Seconds: [2]float64{2, 6}, Plots: true,
+		{Name: "logp", Paper: &PaperAMII, Seconds: [2]float64{4, 6}, Plots: true,
 			Title:    "LogP, the cost of reliability and protection, n clients to one server",
 			Measured: "the LogP parameters (Os, Or, g, L, RTT) of short messages, the increments of reliability and of protection over a baseline, and 1..7 clients against one server endpoint (aggregate and per-client rate, round trip growing by g per client); 42 µs round trip.",
 			Differs:  "the firmware is a Go engine on a host CPU (here inline, in the application's thread), not a LANai; on veth the sender's sendto runs the receiver's kernel path, so L cannot be separated from Os (it is reported inside Os), and the clients share the machine's CPUs with the server.",
 			Labs:     twoHosts, Run: runLogPSpec},
-		{Name: "amii", Paper: &PaperAMII, Seconds: [2]float64{1, 3}, Plots: true,
+		{Name: "amii", Paper: &PaperAMII, Seconds: [2]float64{2, 3}, Plots: true,
 			Title:    "Bandwidth against message size",
 			Measured: "node-to-node bandwidth against message size (short, medium and bulk messages), 31 MB/s peak over the SBus and Myrinet.",
 			Differs:  "xam's frames are at most a 4 KB UMEM chunk (MTU 3826) that the kernel copies on veth, while kernel TCP moves 64 KB GSO segments with no per-frame cost: TCP is the ceiling on this machine, not a like-for-like peer; UCX runs its active messages over the same TCP.",
@@ -163,7 +164,7 @@ func Specs() []Spec {
 			Measured: "many virtual networks, each a client endpoint and a server endpoint of its own, the server's NIC holding a few endpoint frames and faulting the rest in and out on demand, one server thread per endpoint blocking on its semaphore: the server's message rate degrades gracefully as the frames are overcommitted (8x and more).",
 			Differs:  "the frames are the engine's resident set (R), and loading an endpoint maps host memory the daemon shares rather than copying it over the SBus, so a fault costs microseconds; server threads block on the daemon's eventfds.",
 			Labs:     twoHosts, Run: runOvercommitSpec},
-		{Name: "incast", Paper: &PaperDVCM, Seconds: [2]float64{14, 65}, Plots: true,
+		{Name: "incast", Paper: &PaperDVCM, Seconds: [2]float64{11, 65}, Plots: true,
 			Title:    "Incast: sender coordination with a token per link",
 			Measured: "two and three senders to one receiver through an ATM switch: without coordination goodput collapses to nearly zero above about 600-byte messages; with a token per link, loss under 0.1% and a large fraction of the link; Early Token Release brings two senders close to one.",
 			Differs:  "the switch is a Linux bridge whose ports are shaped by tbf (rate and buffer) in place of the ATM switch's port rate and cell buffers; the coordination module runs in the engine, as DVCM's ran on the NIC's coprocessor; kernel TCP's congestion control is the peer.",

@@ -227,7 +227,7 @@ func (k *canvas) bars(c chart) error {
 // marks as vertical lines.
 func (k *canvas) distributions(c chart) error {
 	k.p.X.Scale = plot.LogScale{}
-	k.p.X.Tick.Marker = logTicks{}
+	k.p.X.Tick.Marker, k.p.Y.Tick.Marker = logTicks{}, plainTicks{}
 	k.p.Y.Min, k.p.Y.Max = 0, 1
 	drawn := 0
 	for _, s := range c.series {

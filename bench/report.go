@@ -204,20 +204,26 @@ func (r *Report) Markdown(w io.Writer) error {
 	return err
 }
 
-// unsettledSummary writes the line that lists the unsettled figures and
-// peers' values, or says there is none.
+// unsettledSummary writes the list of the unsettled figures and peers'
+// values, each once (a peer beside several figures, or a figure that is
+// another's peer, is one measurement), or says there is none.
 func (r *Report) unsettledSummary(b *strings.Builder) {
 	var flagged []string
+	seen := map[string]bool{}
+	add := func(exp, what string, m Measured) {
+		if key := exp + "\x00" + m.String(); m.Unsettled && !seen[key] {
+			seen[key] = true
+			flagged = append(flagged, fmt.Sprintf("%s: %s (%s)", exp, what, m))
+		}
+	}
 	for _, s := range r.Sections {
 		for _, e := range s.Experiments {
 			for _, f := range e.Figures {
-				if f.Today.Unsettled {
-					flagged = append(flagged, fmt.Sprintf("%s: %s (%s)", e.Name, f.Name, f.Today))
-				}
+				add(e.Name, f.Name, f.Today)
+			}
+			for _, f := range e.Figures {
 				for _, pr := range f.Peers {
-					if pr.Value.Unsettled {
-						flagged = append(flagged, fmt.Sprintf("%s: %s, peer %s (%s)", e.Name, f.Name, pr.Name, pr.Value))
-					}
+					add(e.Name, f.Name+", peer "+pr.Name, pr.Value)
 				}
 			}
 		}
@@ -226,7 +232,7 @@ func (r *Report) unsettledSummary(b *strings.Builder) {
 		b.WriteString("**Unsettled figures**: none; every figure's runs agree within 2x.\n\n")
 		return
 	}
-	fmt.Fprintf(b, "**Unsettled figures** (%d, runs more than %dx apart): %s.\n\n", len(flagged), unsettledFactor, strings.Join(flagged, "; "))
+	fmt.Fprintf(b, "**Unsettled figures** (%d, runs more than %dx apart):\n\n- %s\n\n", len(flagged), unsettledFactor, strings.Join(flagged, "\n- "))
 }
 
 // markdown writes the experiment's part of the report: its figures, a
@@ -397,7 +403,7 @@ func checkExperiment(dir, md string, e *Experiment) []error {
 		if row := mdRow(md, fmt.Sprintf("| %s | %s | ", f.Name, f.Unit)); !strings.Contains(row, " | "+f.Today.String()+" | ") {
 			errs = append(errs, fmt.Errorf("%s: figure %q: report.md shows %q, not %s", e.Name, f.Name, row, f.Today))
 		}
-		if f.Today.Unsettled && !strings.Contains(md, fmt.Sprintf("%s: %s (%s)", e.Name, f.Name, f.Today)) {
+		if f.Today.Unsettled && !strings.Contains(md, fmt.Sprintf("\n- %s: %s (%s)\n", e.Name, f.Name, f.Today)) {
 			errs = append(errs, fmt.Errorf("%s: figure %q is unsettled, and the summary does not list it", e.Name, f.Name))
 		}
 	}

@@ -183,7 +183,7 @@ func TestReportFiles(t *testing.T) {
 		"| ↳ peer: raw AF_XDP | µs | | 4.40 [4.20–4.50] | 1.12 [1.11–1.13] |\n",
 		"| ↳ peer: UCX | | | " + ucxNotInstalled + " | — |\n",
 		"| trap | ns | " + numbersLost + " | unsettled: 5084–12000 (3 runs) | — |\n",
-		"**Unsettled figures** (1, runs more than 2x apart): ssam: trap (unsettled: 5084–12000 (3 runs)).",
+		"**Unsettled figures** (1, runs more than 2x apart):\n\n- ssam: trap (unsettled: 5084–12000 (3 runs))\n\n",
 		"\n## Reproduced?\n", "| SSAM | Active Messages round trips are faster than the kernel's sockets |",
 		"| SSAM | Cost tables, round trip and bulk bandwidth (`ssam`) | ok | 3 | 1.0 |",
 		"The experiment's tables, run 1 of 3", "#### SSAM's tables", "##### 1. Traps", "The experiment's tables, run 3 of 3",
@@ -210,6 +210,24 @@ func TestReportFiles(t *testing.T) {
 	}
 	if err := CheckReport(dir); err == nil || !strings.Contains(err.Error(), `figure "trap": report.md shows`) {
 		t.Errorf("CheckReport: %v, want the unsettled figure shown as one number", err)
+	}
+}
+
+// TestUnsettledSummary: the summary lists each unsettled figure and
+// peer's value once, though a peer stands beside several figures.
+func TestUnsettledSummary(t *testing.T) {
+	var runs [][]Figure
+	for _, v := range [][2]float64{{1, 10}, {1.1, 30}, {1.2, 12}} {
+		tcp := peer("kernel TCP", v[1])
+		runs = append(runs, []Figure{noteFig("short", "MB/s", "words", v[0], tcp), noteFig("bulk", "MB/s", "words", 3*v[1], tcp)})
+	}
+	r := &Report{Sections: []*Section{NewSection(PaperAMII)}}
+	r.Sections[0].Add(NewExperiment("amii")).Figures = mergeFigures(runs)
+	var b strings.Builder
+	r.unsettledSummary(&b)
+	want := "**Unsettled figures** (2, runs more than 2x apart):\n\n- amii: bulk (unsettled: 30.0–90.0 (3 runs))\n- amii: short, peer kernel TCP (unsettled: 10.0–30.0 (3 runs))\n\n"
+	if b.String() != want {
+		t.Errorf("summary %q, want %q", b.String(), want)
 	}
 }
 
