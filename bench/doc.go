@@ -7,18 +7,26 @@
 // experiment, the paper it reproduces, what the report says of it, the
 // labs it needs, its time estimates and its run, which measures on the
 // labs' hosts and returns a Result with its tables (Markdown) and, for
-// the report's, its plots (Plot, PNG and SVG with gonum/plot) and the
-// figures the paper reported (Figures): SSAM's tables, AM-II's LogP and
+// the report's, its charts (PNG and SVG with gonum/plot, PlotRuns) and
+// the figures the paper reported (Figures): SSAM's tables, AM-II's LogP and
 // contention, bandwidth against message size, permutations on eight hosts
 // and overcommitted endpoint frames, DVCM's incast and GRIM's figures, with
 // UCX active messages over TCP (ucx_perftest) as a peer of AM-II's; the
 // firmware engine's figures and the hostile suite beside them. Params
 // carry the command's parameters, RunOptions (mode, progress, stop) into
-// each run. A Report gathers the papers' results, a Section per paper,
-// each Figure with the paper's value (or what the paper said in words),
-// today's, and today over each Peer of the same run; `xam bench all`
-// builds the labs, runs them and writes report.md and report.json
-// (WriteFiles), which CheckReport checks for structure. Only cmd/xam
+// each run. A Report gathers the papers' results, a Section per paper:
+// `xam bench all` builds each experiment's labs and runs it several
+// times in a row (at least MinRuns), and each Figure holds the paper's
+// value (or what the paper said in words), today's runs as a Measured
+// (median, lowest, highest; Unsettled when they lie more than 2x apart)
+// and today over each Peer of the same runs, run by run (figure.go,
+// measured.go). Whether a paper's claim is reproduced is decided by a
+// Claim, a stated rule on a figure's median (claims.go), judged on the
+// report (Judge) and printed as its table. The plots are drawn from
+// charts, each experiment's data of one run merged over the runs
+// (chart.go, plot.go). The report is written as report.md and
+// report.json (WriteFiles), which CheckReport checks for structure,
+// recomputing every median, range, flag, ratio and verdict. Only cmd/xam
 // imports this package (internal/lint).
 //
 // Under them are the ping-pongs behind `xam ping`: raw xam frames over

@@ -77,16 +77,17 @@ func pick[T any](p Params, quick, full T) T {
 
 // Result is what an experiment's run returns: its tables, as its Markdown
 // and its JSON (the value itself). Those of the report's experiments also
-// give their figures (Figures) and draw plots (Plot).
+// give their figures (Figures) and draw plots (PlotRuns).
 type Result interface {
 	Markdown(w io.Writer) error
 }
 
-// Reported is the result of an experiment of the report.
+// Reported is the result of an experiment of the report: its figures
+// of one run, and the charts it draws (PlotRuns).
 type Reported interface {
 	Result
 	Figures() []Figure
-	Plot(dir string) ([]string, error)
+	charts() []chart
 }
 
 // Spec is one experiment.
@@ -98,8 +99,9 @@ type Spec struct {
 	// Title, Measured (what the paper measured) and Differs (what differs
 	// today, and why): what the report says of it.
 	Title, Measured, Differs string
-	// Seconds estimates how long it runs, quick and full, for the
-	// report's estimate of the time left.
+	// Seconds estimates how long one run takes, quick and full, in the
+	// report (its labs built once), for the report's estimate of the time
+	// left.
 	Seconds [2]float64
 	// Plots says whether its result draws plots.
 	Plots bool
@@ -141,32 +143,32 @@ func resultOf[R any, P interface {
 // order.
 func Specs() []Spec {
 	return []Spec{
-		{Name: "ssam", Paper: &PaperSSAMSection, Seconds: [2]float64{2, 6}, Plots: true,
+		{Name: "ssam", Paper: &PaperSSAMSection, Seconds: [2]float64{1, 6}, Plots: true,
 			Title:    "Cost tables, round trip and bulk bandwidth",
 			Measured: "the costs of the kernel traps (write a cell, read cells, write-then-read) beside the read/write system-call path, the costs of the Active Messages layer (send request, handle request, reply, ack), about 20 µs application-to-application round trips for small messages and about 5.5 MB/s bulk, between two SPARCstations with no switch.",
 			Differs:  "the trap is AF_XDP's sendto/recvfrom on a veth in copy mode (generic XDP): a send runs the peer's XDP and receive copy inside the same system call, so send costs hold what was wire time on the ATM card, and the wire is memory, so bandwidth is bounded by copies and CPUs, not by a 140 Mbit/s fiber.",
 			Labs:     twoHosts, Run: runSSAMSpec},
-		{Name: "logp", Paper: &PaperAMII, Seconds: [2]float64{2, 6}, Plots: true,
+		{Name: "logp", Paper: &PaperAMII, Seconds: [2]float64{4, 6}, Plots: true,
 			Title:    "LogP, the cost of reliability and protection, n clients to one server",
 			Measured: "the LogP parameters (Os, Or, g, L, RTT) of short messages, the increments of reliability and of protection over a baseline, and 1..7 clients against one server endpoint (aggregate and per-client rate, round trip growing by g per client); 42 µs round trip.",
 			Differs:  "the firmware is a Go engine on a host CPU (here inline, in the application's thread), not a LANai; on veth the sender's sendto runs the receiver's kernel path, so L cannot be separated from Os (it is reported inside Os), and the clients share the machine's CPUs with the server.",
 			Labs:     twoHosts, Run: runLogPSpec},
-		{Name: "amii", Paper: &PaperAMII, Seconds: [2]float64{1, 3}, Plots: true,
+		{Name: "amii", Paper: &PaperAMII, Seconds: [2]float64{2, 3}, Plots: true,
 			Title:    "Bandwidth against message size",
 			Measured: "node-to-node bandwidth against message size (short, medium and bulk messages), 31 MB/s peak over the SBus and Myrinet.",
 			Differs:  "xam's frames are at most a 4 KB UMEM chunk (MTU 3826) that the kernel copies on veth, while kernel TCP moves 64 KB GSO segments with no per-frame cost: TCP is the ceiling on this machine, not a like-for-like peer; UCX runs its active messages over the same TCP.",
 			Labs:     func(Params) []lab.Config { return []lab.Config{{Name: "amii", Hosts: 2, MTU: bulkMTU}} }, Run: runAMIISpec},
-		{Name: "permutations", Paper: &PaperAMII, Seconds: [2]float64{5, 10}, Plots: true,
+		{Name: "permutations", Paper: &PaperAMII, Seconds: [2]float64{3, 10}, Plots: true,
 			Title:    "Permutations on eight hosts",
 			Measured: "circular shift, neighbour exchange and bisection exchange among the hosts of a cluster (average and aggregate bandwidth with medium messages, round trip with one-word messages): bandwidth near the peak for the first two, the bisection pattern limited by the network's bisection cables.",
 			Differs:  "the eight hosts are network namespaces on one machine joined by a Linux bridge: there is no bisection to saturate, and every host shares the machine's CPUs, so the aggregate is bounded by the CPUs, not by the links.",
 			Labs:     func(Params) []lab.Config { return []lab.Config{{Name: "perm", Hosts: 8, Switch: true}} }, Run: runPermutationsSpec},
-		{Name: "overcommit", Paper: &PaperAMII, Seconds: [2]float64{6, 11}, Plots: true,
+		{Name: "overcommit", Paper: &PaperAMII, Seconds: [2]float64{3, 11}, Plots: true,
 			Title:    "Overcommitted endpoint frames",
 			Measured: "many virtual networks, each a client endpoint and a server endpoint of its own, the server's NIC holding a few endpoint frames and faulting the rest in and out on demand, one server thread per endpoint blocking on its semaphore: the server's message rate degrades gracefully as the frames are overcommitted (8x and more).",
 			Differs:  "the frames are the engine's resident set (R), and loading an endpoint maps host memory the daemon shares rather than copying it over the SBus, so a fault costs microseconds; server threads block on the daemon's eventfds.",
 			Labs:     twoHosts, Run: runOvercommitSpec},
-		{Name: "incast", Paper: &PaperDVCM, Seconds: [2]float64{12, 195}, Plots: true,
+		{Name: "incast", Paper: &PaperDVCM, Seconds: [2]float64{11, 65}, Plots: true,
 			Title:    "Incast: sender coordination with a token per link",
 			Measured: "two and three senders to one receiver through an ATM switch: without coordination goodput collapses to nearly zero above about 600-byte messages; with a token per link, loss under 0.1% and a large fraction of the link; Early Token Release brings two senders close to one.",
 			Differs:  "the switch is a Linux bridge whose ports are shaped by tbf (rate and buffer) in place of the ATM switch's port rate and cell buffers; the coordination module runs in the engine, as DVCM's ran on the NIC's coprocessor; kernel TCP's congestion control is the peer.",
@@ -203,8 +205,8 @@ func SpecOf(name string) (Spec, bool) {
 
 func runSSAMSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(labs[0])
-	t, err := runSSAMTables(pl[0], pl[1], addrs[0], addrs[1], ssamTablesConfig{Count: pick(p, 2000, p.count()),
-		Bulk: pick(p, 4<<20, p.Bulk), RunOptions: p.RunOptions})
+	t, err := runSSAMTables(pl[0], pl[1], addrs[0], addrs[1], ssamTablesConfig{Count: pick(p, 1000, p.count()),
+		Bulk: pick(p, 2<<20, p.Bulk), RunOptions: p.RunOptions})
 	if t != nil {
 		h := labs[0].Hosts
 		t.Setup = Setup{Kernel: netdev.Probe().Kernel, CPUs: runtime.NumCPU(),
@@ -215,7 +217,7 @@ func runSSAMSpec(labs []*lab.Lab, p Params) (Result, error) {
 
 func runLogPSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(labs[0])
-	cfg := logpConfig{Count: pick(p, 2000, p.count()), Clients: p.Clients, RunOptions: p.RunOptions}
+	cfg := logpConfig{Count: pick(p, 1000, p.count()), Clients: p.Clients, RunOptions: p.RunOptions}
 	r, err := runLogP(pl[0], pl[1], cfg)
 	if err == nil && !r.Interrupted {
 		p.say("UCX active messages over TCP (ucx_perftest -t ucp_am_lat)")
@@ -226,7 +228,7 @@ func runLogPSpec(labs []*lab.Lab, p Params) (Result, error) {
 
 func runAMIISpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(labs[0])
-	cfg := amiiBandwidthConfig{Messages: pick(p, 20000, 10*p.count()), Bulk: pick(p, 4<<20, p.Bulk),
+	cfg := amiiBandwidthConfig{Messages: pick(p, 10000, 10*p.count()), Bulk: pick(p, 2<<20, p.Bulk),
 		RunOptions: p.RunOptions}
 	r, err := runAMIIBandwidth(pl[0], pl[1], addrs[0], addrs[1], cfg)
 	if err == nil && !r.Interrupted {
@@ -238,20 +240,20 @@ func runAMIISpec(labs []*lab.Lab, p Params) (Result, error) {
 
 func runPermutationsSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, _ := hostsOf(labs[0])
-	return resultOf(runPermutations(pl, permutationsConfig{Duration: pick(p, time.Second, 0), RTTs: pick(p, 500, min(p.count(), 5000)),
+	return resultOf(runPermutations(pl, permutationsConfig{Duration: pick(p, 400*time.Millisecond, 0), RTTs: pick(p, 300, min(p.count(), 5000)),
 		RunOptions: p.RunOptions}))
 }
 
 func runOvercommitSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, _ := hostsOf(labs[0])
-	return resultOf(runOvercommit(pl[0], pl[1], overcommitConfig{Duration: pick(p, time.Second, 0),
+	return resultOf(runOvercommit(pl[0], pl[1], overcommitConfig{Duration: pick(p, 400*time.Millisecond, 0),
 		RunOptions: p.RunOptions}))
 }
 
 func runGRIMSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(labs[0])
 	return resultOf(runGRIM(pl[0], pl[1], addrs[0], addrs[1], grimConfig{Count: pick(p, 500, min(p.count(), 5000)),
-		Bulk: pick(p, 2<<20, p.Bulk), RunOptions: p.RunOptions}))
+		Bulk: pick(p, 1<<20, p.Bulk), Light: p.Quick, RunOptions: p.RunOptions}))
 }
 
 // incastParams returns p's incast points and switch, defaults filled in,
@@ -259,7 +261,7 @@ func runGRIMSpec(labs []*lab.Lab, p Params) (Result, error) {
 func incastParams(p Params) IncastParams {
 	ip := p.Incast
 	if len(ip.Senders) == 0 {
-		ip.Senders = []int{1, 2, 3, 7}
+		ip.Senders = pick(p, []int{1, 3, 7}, []int{1, 2, 3, 7})
 	}
 	if len(ip.Sizes) == 0 {
 		ip.Sizes = []int{1 << 10, 4 << 10, 8 << 10, 16 << 10}
@@ -286,7 +288,7 @@ func runIncastSpec(labs []*lab.Lab, p Params) (Result, error) {
 	pl, addrs := hostsOf(l)
 	rx := len(pl) - 1
 	cfg := incastConfig{Senders: ip.Senders, Sizes: ip.Sizes, Runs: ip.Runs, LinkRate: ip.PortRate, PortBuffer: ip.PortBuffer,
-		Bytes: pick(p, int64(2<<20), p.Bulk), RunOptions: p.RunOptions,
+		Bytes: pick(p, int64(1<<20), p.Bulk), Latencies: pick(p, 50, 0), RunOptions: p.RunOptions,
 		Drops: func() (uint64, error) { return l.Switch.PortDrops(rx) }}
 	r, err := runIncast(pl[:rx], pl[rx], addrs[:rx], addrs[rx], cfg)
 	if r != nil {

@@ -3,7 +3,7 @@ package bench
 import (
 	"fmt"
 
-	"gonum.org/v1/plot/plotter"
+	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // The report's figures of each experiment: the numbers of its tables that
@@ -144,16 +144,25 @@ func (r *amiiBandwidthResult) Figures() []Figure {
 	}
 	var figs []Figure
 	for _, class := range []string{"short", "medium", "bulk"} {
-		best, size := 0.0, 0
+		best, size, lo, hi := 0.0, 0, 0, 0
 		for _, x := range r.Rows {
-			if x.Class == class && x.MBPerS > best {
+			if x.Class != class {
+				continue
+			}
+			if lo == 0 || x.Size < lo {
+				lo = x.Size
+			}
+			hi = max(hi, x.Size)
+			if x.MBPerS > best {
 				best, size = x.MBPerS, x.Size
 			}
 		}
 		if size == 0 {
 			continue
 		}
-		name := fmt.Sprintf("node-to-node bandwidth, %s messages (best: %d B)", class, size)
+		// The sizes measured name the figure, not the best of them, which
+		// may differ from run to run.
+		name := fmt.Sprintf("node-to-node bandwidth, %s messages (the best of %d–%d B)", class, lo, hi)
 		if class == "bulk" {
 			figs = append(figs, paperFig(name, "MB/s", 31, best, peers...))
 			continue
@@ -268,46 +277,60 @@ func (r *grimBenchResult) Figures() []Figure {
 	return figs
 }
 
-// Plot draws the contention experiment (aggregate and per-client message
-// rates against clients) into dir as logp-contention.png and .svg.
-func (r *logpResult) Plot(dir string) ([]string, error) {
-	var agg, per, co plotter.XYs
-	for _, c := range r.Contention {
-		x := float64(c.Clients)
-		agg = append(agg, plotter.XY{X: x, Y: c.Aggregate})
-		per = append(per, plotter.XY{X: x, Y: c.PerClient})
-		if c.Coalesced > 0 {
-			co = append(co, plotter.XY{X: x, Y: c.Coalesced})
-		}
+// charts gives SSAM's round-trip distributions of raw AF_XDP, SSAM, UDP
+// and TCP, with SSAM's 1994 round trip for reference (ssam-rtt).
+func (t *ssamTablesResult) charts() []chart {
+	names := map[string]string{"raw": "raw AF_XDP", "ssam": "SSAM", "udp": "kernel UDP", "tcp": "kernel TCP"}
+	size := ssamMessage
+	if len(t.RTT) > 0 {
+		size = t.RTT[0].Size
 	}
-	return plotLines(dir, "logp-contention", "AM-II: n clients, one server endpoint", "clients", "messages per second", false,
-		[]line{{"aggregate", agg}, {"per client", per}, {"aggregate, coalesced", co}})
+	c := chart{name: "ssam-rtt", kind: cdfChart, title: fmt.Sprintf("Round trips of %d-byte messages on one lab (%d per run)", size, t.Count),
+		xLabel: "round trip (µs, log scale)", yLabel: "fraction of round trips ≤ x",
+		marks: []ref{{name: fmt.Sprintf("SSAM 1994 (~%g µs)", t.Paper.RTTMicros), v: measure(t.Paper.RTTMicros)}}}
+	for _, path := range []string{"raw", "ssam", "udp", "tcp"} {
+		c.series = append(c.series, series{name: names[path], hists: []*hdrhistogram.Histogram{t.hists[path]}})
+	}
+	return []chart{c}
 }
 
-// Plot draws bandwidth against message size, a line per class, with the
-// peers at their message sizes, into dir as amii-bandwidth.png and .svg.
-func (r *amiiBandwidthResult) Plot(dir string) ([]string, error) {
-	var lines []line
+// charts gives the contention experiment: aggregate and per-client
+// message rates against clients (logp-contention).
+func (r *logpResult) charts() []chart {
+	var xs, agg, per, cx, co []float64
+	for _, c := range r.Contention {
+		xs = append(xs, float64(c.Clients))
+		agg, per = append(agg, c.Aggregate), append(per, c.PerClient)
+		if c.Coalesced > 0 {
+			cx, co = append(cx, float64(c.Clients)), append(co, c.Coalesced)
+		}
+	}
+	return []chart{{name: "logp-contention", title: "AM-II: n clients, one server endpoint", xLabel: "clients", yLabel: "messages per second",
+		series: []series{xy("aggregate", xs, agg), xy("per client", xs, per), xy("aggregate, coalesced", cx, co)}}}
+}
+
+// charts gives bandwidth against message size, a line per class, with
+// the peers as reference lines (amii-bandwidth).
+func (r *amiiBandwidthResult) charts() []chart {
+	c := chart{name: "amii-bandwidth", title: "AM-II bandwidth against message size", xLabel: "message size (bytes, log scale)", yLabel: "MB/s",
+		logX: true, xBytes: true}
 	for _, class := range []string{"short", "medium", "bulk"} {
-		var xy plotter.XYs
+		var xs, ys []float64
 		for _, x := range r.Rows {
 			if x.Class == class {
-				xy = append(xy, plotter.XY{X: float64(x.Size), Y: x.MBPerS})
+				xs, ys = append(xs, float64(x.Size)), append(ys, x.MBPerS)
 			}
 		}
-		lines = append(lines, line{"AM-II " + class, xy})
-	}
-	point := func(name string, size int, v float64) line {
-		return line{name, plotter.XYs{{X: float64(size), Y: v}}}
+		c.series = append(c.series, xy("AM-II "+class, xs, ys))
 	}
 	if r.Raw != nil {
-		lines = append(lines, point("raw AF_XDP frames", r.Raw.Message, r.Raw.MBPerSec))
+		c.refs = append(c.refs, ref{fmt.Sprintf("raw AF_XDP frames, %d B", r.Raw.Message), measure(r.Raw.MBPerSec)})
 	}
 	if r.TCP != nil {
-		lines = append(lines, point("kernel TCP", r.TCP.Message, r.TCP.MBPerSec))
+		c.refs = append(c.refs, ref{fmt.Sprintf("kernel TCP, %s writes", xLabel(float64(r.TCP.Message), true)), measure(r.TCP.MBPerSec)})
 	}
 	if u := r.UCX; u != nil && u.Missing == "" {
-		lines = append(lines, point("UCX AM over TCP", u.Size, u.MBPerS))
+		c.refs = append(c.refs, ref{fmt.Sprintf("UCX AM over TCP, %s", xLabel(float64(u.Size), true)), measure(u.MBPerS)})
 	}
-	return plotLines(dir, "amii-bandwidth", "AM-II bandwidth against message size", "message size (bytes, log scale)", "MB/s", true, lines)
+	return []chart{c}
 }

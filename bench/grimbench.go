@@ -16,15 +16,26 @@ import (
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw/endpoint"
-	"gonum.org/v1/plot/plotter"
 )
 
 // grimConfig configures runGRIM, GRIM's figures beside the paper's and
 // today's peers.
 type grimConfig struct {
-	Count      int   // round trips per latency point (default 5000)
-	Bulk       int64 // bytes per bandwidth point (default 16 MiB)
-	RunOptions       // the XDP attach mode, where progress goes, what stops the run
+	Count int   // round trips per latency point (default 5000)
+	Bulk  int64 // bytes per bandwidth point (default 16 MiB)
+	// Light: fewer rounds of the compared round trips, one bandwidth run
+	// per point and shorter bursts (`xam bench all --quick`, whose runs
+	// of the experiment give the spread).
+	Light      bool
+	RunOptions // the XDP attach mode, where progress goes, what stops the run
+}
+
+// light returns quick where cfg is light, full otherwise.
+func (cfg grimConfig) light(quick, full int) int {
+	if cfg.Light {
+		return quick
+	}
+	return full
 }
 
 // GRIMResult's tables. Each ratio is to a row of the same table, measured
@@ -123,21 +134,21 @@ func runGRIM(a, b datapath.Place, aAddr, bAddr netip.Addr, cfg grimConfig) (*gri
 	if !step("round trips beside the peers") {
 		return res, nil
 	}
-	if res.Peers, err = grimPeers(a, b, aAddr, bAddr, pc); err != nil {
+	if res.Peers, err = grimPeers(a, b, aAddr, bAddr, pc, cfg.light(3, 10)); err != nil {
 		return nil, err
 	}
 
 	if !step("latency against the number of logical channels") {
 		return res, nil
 	}
-	if res.Channels, err = grimChannels(a, b, pc); err != nil {
+	if res.Channels, err = grimChannels(a, b, pc, cfg.light(2, 5)); err != nil {
 		return nil, err
 	}
 
 	if !step("gap against burst size") {
 		return res, nil
 	}
-	if res.Gap, err = grimGaps(a, b, cfg.Mode); err != nil {
+	if res.Gap, err = grimGaps(a, b, cfg.Mode, cfg.light(500, 2000)); err != nil {
 		return nil, fmt.Errorf("gap: %w", err)
 	}
 
@@ -185,7 +196,7 @@ func grimMicros(r *PingResult) (p50, p99 float64) {
 // inline and kernel TCP compared in interleaved rounds, then GRIM in
 // firmware mode (one engine thread) on its own; each ratio is over GRIM
 // inline's median.
-func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig) ([]enginePing, error) {
+func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig, rounds int) ([]enginePing, error) {
 	grimInline := func(c PingConfig) (*PingResult, error) {
 		r, err := GRIMPing(a, b, c, 0, false, FirmwareLayout{})
 		if err != nil {
@@ -193,7 +204,7 @@ func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig) ([]e
 		}
 		return &r.PingResult, nil
 	}
-	cmp, err := comparePaths(pc, 10,
+	cmp, err := comparePaths(pc, rounds,
 		pinger{"grim inline", grimInline},
 		pinger{"raw", func(c PingConfig) (*PingResult, error) { return RawPing(a, b, c) }},
 		pinger{"amii inline", func(c PingConfig) (*PingResult, error) {
@@ -224,7 +235,7 @@ func grimPeers(a, b datapath.Place, aAddr, bAddr netip.Addr, pc PingConfig) ([]e
 // grimChannels measures grimBenchResult.Channels: GRIM inline round trips with
 // each of grimChannelCounts, compared in interleaved rounds, each row's
 // ratio over the first's.
-func grimChannels(a, b datapath.Place, pc PingConfig) ([]grimChannelsRow, error) {
+func grimChannels(a, b datapath.Place, pc PingConfig, rounds int) ([]grimChannelsRow, error) {
 	var paths []pinger
 	for _, n := range grimChannelCounts {
 		paths = append(paths, pinger{fmt.Sprintf("%d channels", n), func(c PingConfig) (*PingResult, error) {
@@ -235,7 +246,7 @@ func grimChannels(a, b datapath.Place, pc PingConfig) ([]grimChannelsRow, error)
 			return &r.PingResult, nil
 		}})
 	}
-	cmp, err := comparePaths(pc, 5, paths...)
+	cmp, err := comparePaths(pc, rounds, paths...)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +270,7 @@ func grimBandwidthTable(a, b datapath.Place, cfg grimConfig) ([]grimBandwidthRow
 	for _, size := range grimSizes {
 		row := grimBandwidthRow{Size: size}
 		for _, ct := range []bool{true, false} {
-			mb, err := grimBandwidthMedian(a, b, cfg.Mode, size, cfg.Bulk, ct, 0)
+			mb, err := grimBandwidthMedian(a, b, cfg.Mode, size, cfg.Bulk, ct, 0, cfg.light(1, grimBandwidthRuns))
 			if err != nil {
 				return nil, fmt.Errorf("bandwidth at %d bytes: %w", size, err)
 			}
@@ -303,7 +314,7 @@ func grimChannelPing(a, b datapath.Place, cfg PingConfig, n int) (*GRIMResult, e
 
 // grimGaps sends bursts of short messages from A to B's echo handler and
 // times each from its first send to its last answer.
-func grimGaps(a, b datapath.Place, mode loader.Mode) ([]grimGap, error) {
+func grimGaps(a, b datapath.Place, mode loader.Mode, messages int) ([]grimGap, error) {
 	p, err := openGRIM(a, b, mode, 0, grimSetup{})
 	if err != nil {
 		return nil, err
@@ -322,10 +333,10 @@ func grimGaps(a, b datapath.Place, mode loader.Mode) ([]grimGap, error) {
 		if err != nil {
 			break
 		}
-		// Several bursts per size, at least 2000 messages, the best
+		// Several bursts per size, at least messages in all, the best
 		// kept: a burst is short enough for one preemption to spoil it.
 		inj, all := time.Duration(1<<62), time.Duration(1<<62)
-		for range max(3, 2000/n) {
+		for range max(3, messages/n) {
 			answered = 0
 			start := time.Now()
 			for i := range n {
@@ -351,9 +362,10 @@ func grimGaps(a, b datapath.Place, mode loader.Mode) ([]grimGap, error) {
 // (the median is reported).
 const grimBandwidthRuns = 3
 
-func grimBandwidthMedian(a, b datapath.Place, mode loader.Mode, size int, total int64, cutThrough bool, pool int) (float64, error) {
+// grimBandwidthMedian returns the median of times runs of grimBandwidth.
+func grimBandwidthMedian(a, b datapath.Place, mode loader.Mode, size int, total int64, cutThrough bool, pool, times int) (float64, error) {
 	var runs []float64
-	for range grimBandwidthRuns {
+	for range times {
 		mb, err := grimBandwidth(a, b, mode, size, total, cutThrough, pool)
 		if err != nil {
 			return 0, err
@@ -536,7 +548,7 @@ func grimInjection(a, b datapath.Place, mode loader.Mode, calls int) (costRow, e
 func grimMemory(a, b datapath.Place, cfg grimConfig, ssamMem ssamMemory) ([]grimMemoryRow, error) {
 	var rates []float64
 	for _, pool := range grimPools {
-		mb, err := grimBandwidthMedian(a, b, cfg.Mode, grim.MaxBulk, cfg.Bulk, true, pool)
+		mb, err := grimBandwidthMedian(a, b, cfg.Mode, grim.MaxBulk, cfg.Bulk, true, pool, cfg.light(1, grimBandwidthRuns))
 		if err != nil {
 			return nil, fmt.Errorf("pool of %d bytes: %w", pool, err)
 		}
@@ -607,35 +619,24 @@ func (r *grimBenchResult) Markdown(w io.Writer) error {
 	return err
 }
 
-// Plot draws bandwidth against message size (cut-through,
-// store-and-forward, kernel TCP at 48 KB) and the gap against burst size
-// into dir, as PNG and SVG; it returns the files written.
-func (r *grimBenchResult) Plot(dir string) (paths []string, err error) {
-	var ct, sf, tcp, gap, gapAll plotter.XYs
+// charts gives bandwidth against message size (cut-through,
+// store-and-forward), kernel TCP at 48 KB as a reference line
+// (grim-bandwidth), and the gap against burst size (grim-gap).
+func (r *grimBenchResult) charts() []chart {
+	var sizes, ct, sf, bursts, inj, ans []float64
 	for _, b := range r.Bandwidth {
-		ct = append(ct, plotter.XY{X: float64(b.Size), Y: b.CutThrough})
-		sf = append(sf, plotter.XY{X: float64(b.Size), Y: b.StoreForward})
-	}
-	if r.TCP48K != nil {
-		tcp = plotter.XYs{{X: float64(grim.MaxBulk), Y: r.TCP48K.MBPerSec}}
+		sizes = append(sizes, float64(b.Size))
+		ct, sf = append(ct, b.CutThrough), append(sf, b.StoreForward)
 	}
 	for _, g := range r.Gap {
-		gap = append(gap, plotter.XY{X: float64(g.Burst), Y: g.Injected})
-		gapAll = append(gapAll, plotter.XY{X: float64(g.Burst), Y: g.Answered})
+		bursts = append(bursts, float64(g.Burst))
+		inj, ans = append(inj, g.Injected), append(ans, g.Answered)
 	}
-	if len(ct) > 0 {
-		p, err := plotLines(dir, "grim-bandwidth", "GRIM bandwidth against message size", "message size (bytes, log scale)", "MB/s", true,
-			[]line{{"cut-through", ct}, {"store-and-forward", sf}, {"kernel TCP, 48 KB writes", tcp}})
-		if paths = append(paths, p...); err != nil {
-			return paths, err
-		}
+	bw := chart{name: "grim-bandwidth", title: "GRIM bandwidth against message size", xLabel: "message size (bytes, log scale)", yLabel: "MB/s",
+		logX: true, xBytes: true, series: []series{xy("cut-through", sizes, ct), xy("store-and-forward", sizes, sf)}}
+	if r.TCP48K != nil {
+		bw.refs = []ref{{"kernel TCP, 48k writes", measure(r.TCP48K.MBPerSec)}}
 	}
-	if len(gap) > 0 {
-		p, err := plotLines(dir, "grim-gap", "GRIM gap against burst size", "burst (messages, log scale)", "us per message", true,
-			[]line{{"injected", gap}, {"answered", gapAll}})
-		if paths = append(paths, p...); err != nil {
-			return paths, err
-		}
-	}
-	return paths, nil
+	return []chart{bw, {name: "grim-gap", title: "GRIM gap against burst size", xLabel: "burst (messages, log scale)", yLabel: "µs per message",
+		logX: true, series: []series{xy("injected", bursts, inj), xy("answered", bursts, ans)}}}
 }

@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gonum.org/v1/plot/plotter"
-
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
@@ -34,6 +32,9 @@ type incastConfig struct {
 	// Runs: each point is measured this many times and the run of median
 	// goodput reported (default 3), the spread beside it.
 	Runs int
+	// Latencies is the Stores timed one at a time for the cost of
+	// coordination without contention (default 200).
+	Latencies int
 	// EarlyRelease is the coordinated run with ETR's setting (bytes of a
 	// message left when its token passes on; default what the link carries
 	// in 150 us at LinkRate, ten cells' payload at least).
@@ -129,7 +130,7 @@ func runIncast(senders []datapath.Place, receiver datapath.Place, addrs []netip.
 			cfg.Progress("the cost of coordination without contention")
 		}
 		var err error
-		if res.Latency, err = runIncastLatency(senders[:2], receiver, slices.Max(cfg.Sizes), 200, cfg); err != nil {
+		if res.Latency, err = runIncastLatency(senders[:2], receiver, slices.Max(cfg.Sizes), cmp.Or(cfg.Latencies, 200), cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -423,26 +424,25 @@ func (r *incastResult) Markdown(w io.Writer) error {
 	return err
 }
 
-// Plot draws goodput against message size for the most senders measured,
-// a line per configuration, into dir/incast.png and dir/incast.svg, and
-// returns the paths.
-func (r *incastResult) Plot(dir string) (paths []string, err error) {
+// charts gives goodput against message size for the most senders
+// measured, a line per configuration (incast).
+func (r *incastResult) charts() []chart {
 	most := 0
 	for _, p := range r.Points {
 		most = max(most, p.Senders)
 	}
-	var lines []line
-	for _, c := range append(incastConfigs, "tcp") {
-		var xy plotter.XYs
+	c := chart{name: "incast", title: fmt.Sprintf("Incast: %d senders to one receiver", most),
+		xLabel: "message size (bytes, log scale)", yLabel: "aggregate goodput (Mbit/s)", logX: true, xBytes: true}
+	for _, cf := range append(incastConfigs, "tcp") {
+		var xs, ys []float64
 		for _, p := range r.Points {
-			if p.Config == c && p.Senders == most {
-				xy = append(xy, plotter.XY{X: float64(p.Size), Y: p.Mbps})
+			if p.Config == cf && p.Senders == most {
+				xs, ys = append(xs, float64(p.Size)), append(ys, p.Mbps)
 			}
 		}
-		lines = append(lines, line{c, xy})
+		c.series = append(c.series, xy(cf, xs, ys))
 	}
-	return plotLines(dir, "incast", fmt.Sprintf("Incast: %d senders to one receiver", most),
-		"message size (bytes, log scale)", "aggregate goodput (Mbit/s)", true, lines)
+	return []chart{c}
 }
 
 // incastLatencyRow is the time one coordinated message takes without

@@ -14,7 +14,6 @@ import (
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
-	"gonum.org/v1/plot/plotter"
 )
 
 // AM-II's overcommit experiment (the paper's "multiple virtual networks"):
@@ -303,14 +302,15 @@ func (r *overcommitResult) Figures() []Figure {
 	return figs
 }
 
-// Plot draws the server's and the average client's rates against the
-// overcommit factor into dir as overcommit.png and .svg.
-func (r *overcommitResult) Plot(dir string) ([]string, error) {
-	var srv, per plotter.XYs
+// charts gives the server's and the average client's rates against the
+// overcommit factor (overcommit).
+func (r *overcommitResult) charts() []chart {
+	var xs, srv, per []float64
 	for _, x := range r.Rows {
-		srv = append(srv, plotter.XY{X: float64(x.Factor), Y: x.Rate})
-		per = append(per, plotter.XY{X: float64(x.Factor), Y: x.PerClient})
+		xs = append(xs, float64(x.Factor))
+		srv, per = append(srv, x.Rate), append(per, x.PerClient)
 	}
-	return plotLines(dir, "overcommit", fmt.Sprintf("AM-II: virtual networks on %d endpoint frames", r.Resident),
-		"overcommit factor (endpoints per frame, log scale)", "messages per second", true, []line{{"server", srv}, {"per client", per}})
+	return []chart{{name: "overcommit", title: fmt.Sprintf("AM-II: virtual networks on %d endpoint frames", r.Resident),
+		xLabel: "overcommit factor (endpoints per frame, log scale)", yLabel: "messages per second", logX: true,
+		series: []series{xy("server", xs, srv), xy("per client", xs, per)}}}
 }

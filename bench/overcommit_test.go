@@ -34,7 +34,7 @@ func TestOvercommit(t *testing.T) {
 	if r.Rows[1].Faults == 0 {
 		t.Errorf("4x on 2 frames: no endpoint faults (%+v)", r.Rows[1])
 	}
-	if _, err := r.Plot(t.TempDir()); err != nil {
+	if _, err := PlotRuns(t.TempDir(), []Reported{r}); err != nil {
 		t.Error(err)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
-	"gonum.org/v1/plot/plotter"
 )
 
 // AM-II's permutations (the paper's table of three traffic patterns on a
@@ -411,18 +410,18 @@ func (r *permutationsResult) Figures() []Figure {
 	return figs
 }
 
-// Plot draws per-host and aggregate bandwidth of each pattern into dir as
-// permutations.png and .svg.
-func (r *permutationsResult) Plot(dir string) ([]string, error) {
-	var per, agg plotter.XYs
-	for i, x := range r.Rows {
-		per = append(per, plotter.XY{X: float64(i + 1), Y: x.PerHost})
-		agg = append(agg, plotter.XY{X: float64(i + 1), Y: x.Aggregate})
+// charts gives per-host and aggregate bandwidth of each pattern as bars,
+// one pair alone as a reference line (permutations).
+func (r *permutationsResult) charts() []chart {
+	per, agg := series{name: "average per host"}, series{name: "aggregate"}
+	for _, x := range r.Rows {
+		per.points = append(per.points, point{cat: x.Pattern, y: measure(x.PerHost)})
+		agg.points = append(agg.points, point{cat: x.Pattern, y: measure(x.Aggregate)})
 	}
-	var pair plotter.XYs
+	c := chart{name: "permutations", kind: barChart, title: fmt.Sprintf("AM-II permutations on %d hosts", r.Hosts), xLabel: "pattern", yLabel: "MB/s",
+		series: []series{per, agg}}
 	if r.Pair != nil && len(r.Rows) > 0 {
-		pair = plotter.XYs{{X: 1, Y: r.Pair.PerHost}, {X: float64(len(r.Rows)), Y: r.Pair.PerHost}}
+		c.refs = []ref{{"one pair alone, per host", measure(r.Pair.PerHost)}}
 	}
-	return plotLines(dir, "permutations", fmt.Sprintf("AM-II permutations on %d hosts: 1 circular shift, 2 neighbour exchange, 3 bisection", r.Hosts),
-		"pattern", "MB/s", false, []line{{"average per host", per}, {"aggregate", agg}, {"one pair alone", pair}})
+	return []chart{c}
 }

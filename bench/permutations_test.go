@@ -57,7 +57,7 @@ func TestPermutations(t *testing.T) {
 	if figs := r.Figures(); len(figs) != 2*len(permutationPatterns) {
 		t.Errorf("%d figures", len(figs))
 	}
-	paths, err := r.Plot(t.TempDir())
+	paths, err := PlotRuns(t.TempDir(), []Reported{r})
 	if err != nil || len(paths) != 2 {
 		t.Errorf("plot: %v, %v", paths, err)
 	}

@@ -3,28 +3,38 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"image/color"
 	"math"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
-// rttSeries is one round-trip distribution to plot: nanoseconds, as the
-// ping-pongs record them.
-type rttSeries struct {
-	Name string
-	Hist *hdrhistogram.Histogram
-}
+// The report's plots, drawn with gonum/plot from charts (chart.go): the
+// legend below the data, never over it; on a numeric x a tick at each
+// value measured (each message size, each count), labelled; categories
+// as bars; each point the median of its runs with a bar over their range;
+// peers as labelled horizontal lines; plain numbers on the axes (500k, not
+// 500000.00). Where a peer lies far above the data, the y axis is
+// logarithmic, so that the line does not squash the data to the floor.
 
-// rttMark is a vertical reference line, at Micros.
-type rttMark struct {
-	Name   string
-	Micros float64
-}
+// The size of a plot, without its legend's rows below it.
+const (
+	plotWidth  = 8 * vg.Inch
+	plotHeight = 5 * vg.Inch
+)
+
+// logYFactor is how far above the data a peer's value puts the y axis on
+// a log scale.
+const logYFactor = 4
 
 // maxCDFPoints bounds the points drawn per series (the HDR histogram has a
 // bucket per 0.1% of value).
@@ -62,148 +72,407 @@ func cdf(h *hdrhistogram.Histogram) plotter.XYs {
 	return xy
 }
 
-// plotRTT draws the cumulative distributions of the series' round trips,
-// microseconds on a log scale, with gonum/plot, and saves the plot to each
-// path; the extension picks the format (.png, .svg, .pdf, ...). Series
-// with no values are left out.
-func plotRTT(title string, series []rttSeries, marks []rttMark, paths ...string) (err error) {
-	defer func() {
-		if r := recover(); r != nil { // gonum/plot panics on some inputs
-			err = fmt.Errorf("plotting round trips: %v", r)
-		}
-	}()
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "round trip (µs, log scale)"
-	p.Y.Label.Text = "fraction of round trips ≤ x"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top, p.Legend.Left = false, false
-	p.Legend.YOffs = vg.Points(36)
-	p.Add(plotter.NewGrid())
-	lo, hi := math.Inf(1), math.Inf(-1)
-	drawn := 0
-	for i, s := range series {
-		if s.Hist == nil {
-			continue
-		}
-		xy := cdf(s.Hist)
-		if len(xy) == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(xy)
-		if err != nil {
-			return fmt.Errorf("plotting %s: %w", s.Name, err)
-		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("%s (p50 %.1f µs)", s.Name, float64(s.Hist.ValueAtQuantile(50))/1e3), l)
-		lo, hi = min(lo, xy[0].X), max(hi, xy[len(xy)-1].X)
-		drawn++
-	}
-	if drawn == 0 {
-		return errors.New("no round trips to plot")
-	}
-	for i, m := range marks {
-		if m.Micros <= 0 {
-			continue
-		}
-		l, err := plotter.NewLine(plotter.XYs{{X: m.Micros, Y: 0}, {X: m.Micros, Y: 1}})
-		if err != nil {
-			return err
-		}
-		l.Color = plotutil.Color(len(series) + i)
-		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		p.Add(l)
-		p.Legend.Add(m.Name, l)
-		lo, hi = min(lo, m.Micros), max(hi, m.Micros)
-	}
-	p.X.Min, p.X.Max = lo/1.2, hi*1.2
-	for _, path := range paths {
-		if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-	}
-	return nil
+// canvas is a plot under construction: the plot, its legend (drawn below
+// it) and the extent of its data.
+type canvas struct {
+	p          *plot.Plot
+	legend     plot.Legend
+	xMin, xMax float64
+	yMin, yMax float64
+	color      int // the next series' color
 }
 
-// Plot writes the round-trip distributions of raw AF_XDP, SSAM, UDP and
-// TCP, with SSAM's 1994 round trip for reference, to dir/ssam-rtt.png and
-// dir/ssam-rtt.svg, and returns the paths: none, and no error, when no
-// round trip was measured (an interrupted run's).
-func (t *ssamTablesResult) Plot(dir string) ([]string, error) {
-	names := map[string]string{"raw": "raw AF_XDP", "ssam": "SSAM", "udp": "kernel UDP", "tcp": "kernel TCP"}
-	var series []rttSeries
-	measured := false
-	for _, path := range []string{"raw", "ssam", "udp", "tcp"} {
-		h := t.hists[path]
-		series = append(series, rttSeries{Name: names[path], Hist: h})
-		measured = measured || (h != nil && h.TotalCount() > 0)
-	}
-	if !measured {
+// drawChart draws c into dir/c.name.png and .svg and returns the paths
+// written: none, and no error, when c has nothing to draw.
+func drawChart(dir string, c chart) (paths []string, err error) {
+	defer func() {
+		if rec := recover(); rec != nil { // gonum/plot panics on some inputs
+			err = fmt.Errorf("plotting %s: %v", c.name, rec)
+		}
+	}()
+	if c.empty() {
 		return nil, nil
 	}
-	size := ssamMessage
-	if len(t.RTT) > 0 {
-		size = t.RTT[0].Size
+	k := &canvas{p: plot.New(), legend: plot.NewLegend(), xMin: math.Inf(1), xMax: math.Inf(-1), yMin: math.Inf(1), yMax: math.Inf(-1)}
+	k.legend.Left, k.legend.Top = true, true
+	k.p.Title.Text, k.p.X.Label.Text, k.p.Y.Label.Text = c.title, c.xLabel, c.yLabel
+	k.p.Add(plotter.NewGrid())
+	switch c.kind {
+	case cdfChart:
+		err = k.distributions(c)
+	case barChart:
+		err = k.bars(c)
+	default:
+		err = k.lines(c)
 	}
-	paths := []string{filepath.Join(dir, "ssam-rtt.png"), filepath.Join(dir, "ssam-rtt.svg")}
-	err := plotRTT(fmt.Sprintf("Round trips of %d-byte messages on one lab (%d each)", size, t.Count),
-		series, []rttMark{{Name: fmt.Sprintf("SSAM 1994 (~%g µs)", t.Paper.RTTMicros), Micros: t.Paper.RTTMicros}}, paths...)
 	if err != nil {
 		return nil, err
 	}
-	return paths, nil
-}
-
-// line is one series of a line plot.
-type line struct {
-	name string
-	xy   plotter.XYs
-}
-
-// plotLines draws lines (those with points) against x, on a log scale
-// with logX, y from 0, into dir/name.png and dir/name.svg, and returns the
-// paths written: none, and no error, when no line has points.
-func plotLines(dir, name, title, xLabel, yLabel string, logX bool, lines []line) (paths []string, err error) {
-	defer func() {
-		if rec := recover(); rec != nil { // gonum/plot panics on some inputs
-			err = fmt.Errorf("plotting %s: %v", name, rec)
-		}
-	}()
-	pl := plot.New()
-	pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = title, xLabel, yLabel
-	if logX {
-		pl.X.Scale, pl.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	if err := k.references(c.refs); err != nil {
+		return nil, err
 	}
-	pl.Add(plotter.NewGrid())
-	drawn := 0
-	for i, s := range lines {
-		if len(s.xy) == 0 {
-			continue
-		}
-		l, pts, err := plotter.NewLinePoints(s.xy)
-		if err != nil {
-			return nil, fmt.Errorf("plotting %s: %w", s.name, err)
-		}
-		l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
-		pts.Shape = plotutil.Shape(i)
-		pl.Add(l, pts)
-		pl.Legend.Add(s.name, l, pts)
-		drawn++
+	if c.kind != cdfChart {
+		k.yAxis(c)
 	}
-	if drawn == 0 {
-		return nil, nil // an interrupted run's: nothing measured to draw
-	}
-	pl.Y.Min, pl.Legend.Top = 0, true
 	for _, ext := range []string{"png", "svg"} {
-		path := filepath.Join(dir, name+"."+ext)
-		if err := pl.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		path := filepath.Join(dir, c.name+"."+ext)
+		if err := k.save(path, ext); err != nil {
 			return paths, fmt.Errorf("writing %s: %w", path, err)
 		}
 		paths = append(paths, path)
 	}
 	return paths, nil
+}
+
+// nextColor returns the color of the next series or line.
+func (k *canvas) nextColor() color.Color {
+	k.color++
+	return plotutil.Color(k.color - 1)
+}
+
+// extend widens the data's extent to hold x and y (NaN: leave as is).
+func (k *canvas) extend(x, y float64) {
+	if !math.IsNaN(x) {
+		k.xMin, k.xMax = min(k.xMin, x), max(k.xMax, x)
+	}
+	if !math.IsNaN(y) {
+		k.yMin, k.yMax = min(k.yMin, y), max(k.yMax, y)
+	}
+}
+
+// lines draws each series as a line through its medians, a bar over each
+// point's runs, and puts a tick on x at each value measured.
+func (k *canvas) lines(c chart) error {
+	var xs []float64
+	for i, s := range c.series {
+		if len(s.points) == 0 {
+			continue
+		}
+		var pts plotter.XYs
+		for _, p := range s.points {
+			pts = append(pts, plotter.XY{X: p.x, Y: p.y.Median})
+			k.extend(p.x, p.y.Min)
+			k.extend(p.x, p.y.Max)
+			xs = append(xs, p.x)
+		}
+		l, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return fmt.Errorf("plotting %s: %w", s.name, err)
+		}
+		col := k.nextColor()
+		l.Color, sc.Color, sc.Shape = col, col, plotutil.Shape(i)
+		k.p.Add(l, sc, &rangeBars{points: s.points, color: col})
+		k.legend.Add(s.name, l, sc)
+	}
+	if c.logX {
+		k.p.X.Scale = plot.LogScale{}
+	}
+	slices.Sort(xs)
+	var ticks plot.ConstantTicks
+	for _, x := range slices.Compact(xs) {
+		ticks = append(ticks, plot.Tick{Value: x, Label: xLabel(x, c.xBytes)})
+	}
+	k.p.X.Tick.Marker = ticks
+	pad := (k.xMax - k.xMin) * 0.03
+	if c.logX {
+		k.p.X.Min, k.p.X.Max = k.xMin/1.15, k.xMax*1.15
+	} else {
+		k.p.X.Min, k.p.X.Max = k.xMin-pad, k.xMax+pad
+	}
+	return nil
+}
+
+// bars draws the categories as groups of bars, a bar per series at its
+// median, a bar over its runs.
+func (k *canvas) bars(c chart) error {
+	var cats []string
+	for _, s := range c.series {
+		for _, p := range s.points {
+			if !slices.Contains(cats, p.cat) {
+				cats = append(cats, p.cat)
+			}
+		}
+	}
+	const width = 40
+	n := len(c.series)
+	for i, s := range c.series {
+		vals := make(plotter.Values, len(cats))
+		var pts []point
+		for _, p := range s.points {
+			j := slices.Index(cats, p.cat)
+			vals[j] = p.y.Median
+			pts = append(pts, point{x: float64(j), y: p.y})
+			k.extend(float64(j), p.y.Max)
+			k.extend(float64(j), p.y.Min)
+		}
+		b, err := plotter.NewBarChart(vals, vg.Points(width))
+		if err != nil {
+			return fmt.Errorf("plotting %s: %w", s.name, err)
+		}
+		col := k.nextColor()
+		b.Color, b.LineStyle.Width = col, 0
+		b.Offset = vg.Points(width * (float64(i) - float64(n-1)/2))
+		k.p.Add(b, &rangeBars{points: pts, offset: b.Offset, color: color.Black})
+		k.legend.Add(s.name, b)
+	}
+	k.p.NominalX(cats...)
+	k.extend(-0.5, 0)
+	k.extend(float64(len(cats))-0.5, 0)
+	k.p.X.Min, k.p.X.Max = -0.5, float64(len(cats))-0.5
+	return nil
+}
+
+// distributions draws each series' cumulative distribution, all its
+// runs' round trips together, x in microseconds on a log scale, and the
+// marks as vertical lines.
+func (k *canvas) distributions(c chart) error {
+	k.p.X.Scale = plot.LogScale{}
+	k.p.X.Tick.Marker, k.p.Y.Tick.Marker = logTicks{}, plainTicks{}
+	k.p.Y.Min, k.p.Y.Max = 0, 1
+	drawn := 0
+	for _, s := range c.series {
+		h, p50s := mergeHists(s.hists)
+		col := k.nextColor()
+		if h == nil {
+			continue
+		}
+		pts := cdf(h)
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return fmt.Errorf("plotting %s: %w", s.name, err)
+		}
+		l.Color, l.Width = col, vg.Points(1.5)
+		k.p.Add(l)
+		k.legend.Add(fmt.Sprintf("%s: p50 %s µs", s.name, measure(p50s...)), l)
+		k.extend(pts[0].X, math.NaN())
+		k.extend(pts[len(pts)-1].X, math.NaN())
+		drawn++
+	}
+	if drawn == 0 {
+		return errors.New("no round trips to plot")
+	}
+	for _, m := range c.marks {
+		if m.v.Median <= 0 {
+			continue
+		}
+		l, err := plotter.NewLine(plotter.XYs{{X: m.v.Median, Y: 0}, {X: m.v.Median, Y: 1}})
+		if err != nil {
+			return err
+		}
+		l.Color, l.Dashes = k.nextColor(), []vg.Length{vg.Points(4), vg.Points(3)}
+		k.p.Add(l)
+		k.legend.Add(m.name, l)
+		k.extend(m.v.Median, math.NaN())
+	}
+	k.p.X.Min, k.p.X.Max = k.xMin/1.2, k.xMax*1.2
+	return nil
+}
+
+// mergeHists returns the values of hists together, and each one's median
+// in microseconds; nil when none holds a value.
+func mergeHists(hists []*hdrhistogram.Histogram) (*hdrhistogram.Histogram, []float64) {
+	var all *hdrhistogram.Histogram
+	var p50s []float64
+	for _, h := range hists {
+		if h == nil || h.TotalCount() == 0 {
+			continue
+		}
+		p50s = append(p50s, float64(h.ValueAtQuantile(50))/1e3)
+		if all == nil {
+			all = hdrhistogram.New(h.LowestTrackableValue(), h.HighestTrackableValue(), int(h.SignificantFigures()))
+		}
+		all.Merge(h)
+	}
+	return all, p50s
+}
+
+// references draws each peer as a dashed horizontal line across the data
+// at its median, labelled with its name at the line's left end, and
+// named with its median and range in the legend.
+func (k *canvas) references(refs []ref) error {
+	for _, r := range refs {
+		if !r.v.Measured() {
+			continue
+		}
+		y := r.v.Median
+		l, err := plotter.NewLine(plotter.XYs{{X: k.xMin, Y: y}, {X: k.xMax, Y: y}})
+		if err != nil {
+			return err
+		}
+		l.Color, l.Width, l.Dashes = k.nextColor(), vg.Points(1.5), []vg.Length{vg.Points(6), vg.Points(3)}
+		lab, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: k.xMin, Y: y}}, Labels: []string{r.name}})
+		if err != nil {
+			return err
+		}
+		lab.Offset = vg.Point{X: vg.Points(4), Y: vg.Points(3)}
+		for i := range lab.TextStyle {
+			lab.TextStyle[i].Color = l.Color
+		}
+		k.p.Add(l, lab)
+		k.legend.Add(fmt.Sprintf("%s (peer): %s", r.name, r.v), l)
+		k.extend(math.NaN(), r.v.Min)
+		k.extend(math.NaN(), r.v.Max)
+	}
+	return nil
+}
+
+// yAxis sets the y axis of a line or bar chart: from 0, plain numbers; or
+// logarithmic where every value is above 0 and the highest (a peer's) is
+// more than logYFactor times the highest median of the data, so that the peer's
+// line does not squash the data to the floor.
+func (k *canvas) yAxis(c chart) {
+	lo, hi := k.yMin, k.yMax
+	if lo > 0 && hi > logYFactor*dataMax(c) {
+		k.p.Y.Scale, k.p.Y.Tick.Marker = plot.LogScale{}, logTicks{}
+		k.p.Y.Min, k.p.Y.Max = lo/1.5, hi*1.5
+		return
+	}
+	k.p.Y.Tick.Marker = plainTicks{}
+	if hi <= 0 {
+		hi = 1 // nothing above 0: an axis to 1 rather than one of 0 to 0
+	}
+	k.p.Y.Min, k.p.Y.Max = min(0, lo*1.08), hi*1.08
+}
+
+// dataMax returns the highest median of c's series.
+func dataMax(c chart) float64 {
+	m := 0.0
+	for _, s := range c.series {
+		for _, p := range s.points {
+			m = max(m, p.y.Median)
+		}
+	}
+	return m
+}
+
+// save writes the plot with its legend below it to path, in format ext.
+func (k *canvas) save(path, ext string) error {
+	rect := k.legend.Rectangle(draw.Canvas{})
+	legendH := rect.Size().Y + vg.Points(16)
+	cw, err := draw.NewFormattedCanvas(plotWidth, plotHeight+legendH, ext)
+	if err != nil {
+		return err
+	}
+	dc := draw.New(cw)
+	k.p.Draw(draw.Crop(dc, 0, 0, legendH, 0))
+	lc := draw.Crop(dc, vg.Points(56), 0, vg.Points(6), -(plotHeight + vg.Points(6)))
+	k.legend.Draw(lc)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = cw.WriteTo(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// rangeBars draws a vertical bar over the runs of each point, from the
+// lowest to the highest, with caps; offset moves them sideways (onto a
+// bar of a group). Points of one run, or of runs all alike, draw nothing.
+type rangeBars struct {
+	points []point
+	offset vg.Length
+	color  color.Color
+}
+
+// Plot implements plot.Plotter.
+func (r *rangeBars) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	sty := draw.LineStyle{Color: r.color, Width: vg.Points(1)}
+	capW := vg.Points(3)
+	for _, pt := range r.points {
+		if pt.y.Min == pt.y.Max {
+			continue
+		}
+		x := trX(pt.x) + r.offset
+		lo, hi := trY(pt.y.Min), trY(pt.y.Max)
+		c.StrokeLine2(sty, x, lo, x, hi)
+		c.StrokeLine2(sty, x-capW, lo, x+capW, lo)
+		c.StrokeLine2(sty, x-capW, hi, x+capW, hi)
+	}
+}
+
+// plainTicks mark a linear axis at five to ten round values (a step of
+// 1, 2 or 5 of a power of ten), each labelled as a plain number.
+type plainTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) {
+		return []plot.Tick{{Value: lo, Label: plainNumber(lo)}}
+	}
+	mag := math.Pow10(int(math.Floor(math.Log10((hi - lo) / 5))))
+	step := 10 * mag
+	for _, m := range []float64{1, 2, 5} {
+		if (hi-lo)/(m*mag) <= 10 {
+			step = m * mag
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for k := math.Ceil(lo/step - 1e-9); k*step <= hi+step*1e-9; k++ {
+		v := k * step
+		if v == 0 {
+			v = 0 // not -0
+		}
+		ticks = append(ticks, plot.Tick{Value: v, Label: plainNumber(v)})
+	}
+	return ticks
+}
+
+// logTicks mark 1, 2 and 5 of each decade, labelled as plain numbers,
+// and the other digits unlabelled.
+type logTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	if lo <= 0 || hi <= lo {
+		return nil
+	}
+	var ticks []plot.Tick
+	for d := math.Pow10(int(math.Floor(math.Log10(lo)))); d <= hi; d *= 10 {
+		for i := 1; i < 10; i++ {
+			v := d * float64(i)
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if i == 1 || i == 2 || i == 5 {
+				t.Label = plainNumber(v)
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	return ticks
+}
+
+// plainNumber prints an axis value with at most four significant digits
+// and an SI suffix from ten thousand: 0.5, 250, 5000, 12k, 500k, 1.5M.
+func plainNumber(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e9:
+		return strconv.FormatFloat(v/1e9, 'g', 4, 64) + "G"
+	case a >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'g', 4, 64) + "M"
+	case a >= 1e4:
+		return strconv.FormatFloat(v/1e3, 'g', 4, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
+
+// xLabel prints a measured x: bytes as 64, 1k, 48k (of 1024), 1M; other
+// values as plain numbers.
+func xLabel(v float64, bytes bool) string {
+	n := int64(v)
+	switch {
+	case !bytes || float64(n) != v:
+		return plainNumber(v)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + "M"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + "k"
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -8,24 +8,28 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
 
 // A Report is what `xam bench all` writes: one section per paper, and in
-// each the paper's experiments, every figure the paper reported beside
-// today's and today's beside its peers measured in the same run on the
-// same lab. It is written as report.md and report.json (WriteFiles).
+// each the paper's experiments, each run Runs times in a row on its labs,
+// every figure the paper reported beside today's (the median of the runs
+// with their range) and today's beside its peers measured in the same
+// runs on the same lab; then the papers' claims judged on the figures
+// (Claims, Judge). It is written as report.md and report.json
+// (WriteFiles).
 type Report struct {
-	Command     string     `json:"command"`
-	Started     time.Time  `json:"started"`
-	Seconds     float64    `json:"seconds"`
-	Quick       bool       `json:"quick"`
-	Setup       Setup      `json:"setup"`
-	Sections    []*Section `json:"sections"`
-	Failed      int        `json:"failed"`
-	Interrupted bool       `json:"interrupted,omitempty"`
+	Command     string        `json:"command"`
+	Started     time.Time     `json:"started"`
+	Seconds     float64       `json:"seconds"`
+	Quick       bool          `json:"quick"`
+	Runs        int           `json:"runs"` // of each experiment
+	Setup       Setup         `json:"setup"`
+	Sections    []*Section    `json:"sections"`
+	Claims      []ClaimResult `json:"claims"`
+	Failed      int           `json:"failed"`
+	Interrupted bool          `json:"interrupted,omitempty"`
 }
 
 // A Section is one paper's experiments.
@@ -45,133 +49,19 @@ type Experiment struct {
 	// Status: "ok", "failed" (Error says why), "interrupted" (what was
 	// measured before the signal is here) or "not run" (the run was
 	// interrupted before it).
-	Status  string   `json:"status"`
-	Error   string   `json:"error,omitempty"`
-	Seconds float64  `json:"seconds"`
+	Status  string  `json:"status"`
+	Error   string  `json:"error,omitempty"`
+	Seconds float64 `json:"seconds"`
+	// Runs is how many runs measured the figures.
+	Runs    int      `json:"runs"`
 	Figures []Figure `json:"figures"`
 	Plots   []string `json:"plots"` // file names in the report's directory
-	// Result is the experiment's own tables (its `xam bench NAME --json`).
-	Result any `json:"result,omitempty"`
-	// Details is the experiment's own tables as Markdown.
-	Details string `json:"-"`
+	// Results are the experiment's own tables of each run (its `xam
+	// bench NAME --json`).
+	Results []any `json:"results,omitempty"`
+	// Details are the experiment's own tables of each run, as Markdown.
+	Details []string `json:"-"`
 }
-
-// A Figure is one number: the paper's (nil where the paper gives none as a
-// number; PaperNote then says what it reported), today's, and today's
-// against its peers.
-type Figure struct {
-	Name      string   `json:"name"`
-	Unit      string   `json:"unit"`
-	Paper     *float64 `json:"paper"`
-	PaperNote string   `json:"paper_note,omitempty"`
-	Today     float64  `json:"today"`
-	// VsPaper is Today over Paper; nil, and absent from the JSON, where
-	// the paper gives no figure as a number (or gives 0).
-	VsPaper *float64 `json:"today_vs_paper,omitempty"`
-	Peers   []Peer   `json:"peers,omitempty"`
-}
-
-// A Peer is today's figure of another path measured in the same run:
-// Ratio is the experiment's figure over the peer's. A peer that could not
-// be measured (a tool not installed) has Missing set, and no value. Ratio
-// is nil, and absent from the JSON, where the peer is missing or its
-// value is 0.
-type Peer struct {
-	Name    string   `json:"name"`
-	Value   float64  `json:"value"`
-	Ratio   *float64 `json:"ratio,omitempty"`
-	Missing string   `json:"missing,omitempty"`
-}
-
-// paperFig is a figure with the paper's value. The figure holds a copy of
-// peers, so figures may be built from one slice of peers.
-func paperFig(name, unit string, paper, today float64, peers ...Peer) Figure {
-	f := Figure{Name: name, Unit: unit, Paper: &paper, Today: finite(today), Peers: slices.Clone(peers)}
-	f.fillRatios()
-	return f
-}
-
-// noteFig is a figure the paper reported only in words (note). The
-// figure holds a copy of peers, as paperFig's does.
-func noteFig(name, unit, note string, today float64, peers ...Peer) Figure {
-	f := Figure{Name: name, Unit: unit, PaperNote: note, Today: finite(today), Peers: slices.Clone(peers)}
-	f.fillRatios()
-	return f
-}
-
-// fillRatios rounds the peers' values and sets the figure's ratios from
-// Today, Paper and the rounded values, as checkRatios recomputes them.
-func (f *Figure) fillRatios() {
-	f.VsPaper = nil
-	if f.Paper != nil && *f.Paper != 0 {
-		f.VsPaper = figureRatio(f.Today, *f.Paper)
-	}
-	for i := range f.Peers {
-		p := &f.Peers[i]
-		p.Value, p.Ratio = finite(p.Value), nil
-		if p.Missing == "" && p.Value != 0 {
-			p.Ratio = figureRatio(f.Today, p.Value)
-		}
-	}
-}
-
-// figureRatio returns a over b, rounded by finite.
-func figureRatio(a, b float64) *float64 {
-	v := finite(a / b)
-	return &v
-}
-
-// checkRatios recomputes the ratios of f, a figure of experiment exp as
-// report.json holds it, from its figures: Today over Paper where the
-// paper gives a number, else no ratio to the paper; Today over each
-// peer's value where the peer was measured and is not 0, else no ratio.
-func checkRatios(exp string, f Figure) []error {
-	var errs []error
-	check := func(what string, got *float64, num, den float64, want bool) {
-		switch {
-		case !want && got != nil:
-			errs = append(errs, fmt.Errorf("%s: figure %q: %s is %g, want none", exp, f.Name, what, *got))
-		case want && got == nil:
-			errs = append(errs, fmt.Errorf("%s: figure %q: no %s, want %g/%g", exp, f.Name, what, num, den))
-		case want && !closeTo(*got, num/den):
-			errs = append(errs, fmt.Errorf("%s: figure %q: %s is %g, want %g/%g = %.4g", exp, f.Name, what, *got, num, den, num/den))
-		}
-	}
-	paper := 0.0
-	if f.Paper != nil {
-		paper = *f.Paper
-	}
-	check("today_vs_paper", f.VsPaper, f.Today, paper, paper != 0)
-	for _, p := range f.Peers {
-		if p.Missing != "" && p.Value != 0 {
-			errs = append(errs, fmt.Errorf("%s: figure %q: peer %q is missing yet has value %g", exp, f.Name, p.Name, p.Value))
-		}
-		check(fmt.Sprintf("ratio to peer %q", p.Name), p.Ratio, f.Today, p.Value, p.Missing == "" && p.Value != 0)
-	}
-	return errs
-}
-
-// closeTo reports whether got is want to the four significant digits of
-// finite.
-func closeTo(got, want float64) bool {
-	if want == 0 || math.IsNaN(want) || math.IsInf(want, 0) {
-		return got == 0
-	}
-	return math.Abs(got-want) <= 1e-3*math.Abs(want)
-}
-
-// finite rounds v to four significant digits; NaN and the infinities,
-// which JSON cannot carry, become 0.
-func finite(v float64) float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v == 0 {
-		return 0
-	}
-	p := math.Pow10(3 - int(math.Floor(math.Log10(math.Abs(v)))))
-	return math.Round(v*p) / p
-}
-
-// peer is a measured peer.
-func peer(name string, v float64) Peer { return Peer{Name: name, Value: v} }
 
 // The papers, in the order of the report.
 var (
@@ -210,6 +100,32 @@ func (e *Experiment) Finish(elapsed time.Duration, interrupted bool, err error) 
 	}
 }
 
+// Record puts what the runs of the experiment measured into it: their
+// figures merged (each the median of the runs, with their range), their
+// tables, and their plots, each point the median of the runs, drawn into
+// dir unless noPlots. It returns the error of drawing.
+func (e *Experiment) Record(runs []Reported, dir string, noPlots bool) error {
+	e.Runs = len(runs)
+	var figs [][]Figure
+	for _, r := range runs {
+		figs = append(figs, r.Figures())
+		e.Results = append(e.Results, r)
+		var md strings.Builder
+		if err := r.Markdown(&md); err == nil {
+			e.Details = append(e.Details, md.String())
+		}
+	}
+	e.Figures = mergeFigures(figs)
+	if noPlots || len(runs) == 0 {
+		return nil
+	}
+	paths, err := PlotRuns(dir, runs)
+	for _, p := range paths {
+		e.Plots = append(e.Plots, filepath.Base(p))
+	}
+	return err
+}
+
 // Count tallies the report's experiments that failed.
 func (r *Report) Count() {
 	r.Failed = 0
@@ -222,9 +138,11 @@ func (r *Report) Count() {
 	}
 }
 
-// WriteFiles writes report.md and report.json into dir.
+// WriteFiles writes report.md and report.json into dir, the papers'
+// claims judged on the figures first.
 func (r *Report) WriteFiles(dir string) (paths []string, err error) {
 	r.Count()
+	r.Claims = r.Judge(Claims())
 	md := filepath.Join(dir, "report.md")
 	f, err := os.Create(md)
 	if err != nil {
@@ -264,70 +182,109 @@ func (r *Report) Markdown(w io.Writer) error {
 	if r.Failed > 0 {
 		p("**%d experiment(s) failed**; each says why in its section.\n\n", r.Failed)
 	}
-	p("Each figure: the paper's, today's, today over the paper, and today over each peer measured in the same run on the same lab (a ratio above 1 means today's figure is the larger: for times, slower; for rates, faster).\n\n")
-	p("| paper | experiment | status | seconds |\n|---|---|---|--:|\n")
+	p("Each experiment ran %d times in a row on its labs, each run measuring its peers beside it. Each figure: the paper's, and today's as the median of the runs with their range, `median [min–max]`; "+
+		"a figure whose runs disagree by more than %dx is **unsettled**: its range is shown, not one number. "+
+		"Ratios (today over the paper, today over each peer of the same run) are taken run by run; above 1 means today's figure is the larger: for times, slower; for rates, faster.\n\n", r.Runs, unsettledFactor)
+	r.unsettledSummary(&b)
+	p("| paper | experiment | status | runs | seconds |\n|---|---|---|--:|--:|\n")
 	for _, s := range r.Sections {
 		for _, e := range s.Experiments {
-			p("| %s | %s (`%s`) | %s | %.1f |\n", s.Paper, e.Title, e.Name, e.Status, e.Seconds)
+			p("| %s | %s (`%s`) | %s | %d | %.1f |\n", s.Paper, e.Title, e.Name, e.Status, e.Runs, e.Seconds)
 		}
 	}
+	p("\n## Reproduced?\n\nEach claim is decided by the criterion beside it, on the median of the runs (`bench.Claims`); a claim whose measured quantity is unsettled is neither reproduced nor refuted. docs/reproduction.md says why a claim cannot hold on this lab where it cannot.\n\n")
+	claimsMarkdown(&b, r.Claims)
 	for _, s := range r.Sections {
 		p("\n## %s\n\n%s. Measured on: %s.\n", s.Paper, s.Source, s.Hardware)
 		for _, e := range s.Experiments {
-			p("\n### %s (`xam bench %s`)\n\n", e.Title, e.Name)
-			p("**The paper**: %s\n\n", e.Measured)
-			switch e.Status {
-			case "failed":
-				p("**Failed**: %s\n\n", e.Error)
-			case "interrupted":
-				p("**Interrupted**: what follows was measured before the signal.\n\n")
-			case "not run":
-				p("**Not run**: the run was interrupted before it.\n\n")
-			}
-			if len(e.Figures) > 0 {
-				p("| figure | unit | paper | today | today / paper | today / peers |\n|---|---|--:|--:|--:|---|\n")
-				for _, f := range e.Figures {
-					paper := f.PaperNote
-					if f.Paper != nil {
-						paper = num(*f.Paper)
-						if f.PaperNote != "" {
-							paper += " (" + f.PaperNote + ")"
-						}
-					}
-					vs := "—" // the paper gives no figure as a number
-					if f.VsPaper != nil {
-						vs = fmt.Sprintf("%.2f", *f.VsPaper)
-					}
-					var peers []string
-					for _, pr := range f.Peers {
-						switch {
-						case pr.Missing != "":
-							peers = append(peers, fmt.Sprintf("%s: %s", pr.Name, pr.Missing))
-						case pr.Ratio != nil:
-							peers = append(peers, fmt.Sprintf("%s %s: %.2f", pr.Name, num(pr.Value), *pr.Ratio))
-						default:
-							peers = append(peers, fmt.Sprintf("%s %s", pr.Name, num(pr.Value)))
-						}
-					}
-					p("| %s | %s | %s | %s | %s | %s |\n", f.Name, f.Unit, paper, num(f.Today), vs, strings.Join(peers, "; "))
-				}
-				p("\n")
-			}
-			if e.Differs != "" {
-				p("**What differs**: %s\n\n", e.Differs)
-			}
-			for _, pl := range e.Plots {
-				if strings.HasSuffix(pl, ".png") {
-					p("![%s](%s)\n\n", pl, pl)
-				}
-			}
-			if e.Details != "" {
-				p("<details><summary>The experiment's tables</summary>\n\n%s\n</details>\n", demote(e.Details))
-			}
+			e.markdown(&b)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// unsettledSummary writes the list of the unsettled figures and peers'
+// values, each once (a peer beside several figures, or a figure that is
+// another's peer, is one measurement), or says there is none.
+func (r *Report) unsettledSummary(b *strings.Builder) {
+	var flagged []string
+	seen := map[string]bool{}
+	add := func(exp, what string, m Measured) {
+		if key := exp + "\x00" + m.String(); m.Unsettled && !seen[key] {
+			seen[key] = true
+			flagged = append(flagged, fmt.Sprintf("%s: %s (%s)", exp, what, m))
+		}
+	}
+	for _, s := range r.Sections {
+		for _, e := range s.Experiments {
+			for _, f := range e.Figures {
+				add(e.Name, f.Name, f.Today)
+			}
+			for _, f := range e.Figures {
+				for _, pr := range f.Peers {
+					add(e.Name, f.Name+", peer "+pr.Name, pr.Value)
+				}
+			}
+		}
+	}
+	if len(flagged) == 0 {
+		b.WriteString("**Unsettled figures**: none; every figure's runs agree within 2x.\n\n")
+		return
+	}
+	fmt.Fprintf(b, "**Unsettled figures** (%d, runs more than %dx apart):\n\n- %s\n\n", len(flagged), unsettledFactor, strings.Join(flagged, "\n- "))
+}
+
+// markdown writes the experiment's part of the report: its figures, a
+// row per figure and a row per peer under it, its plots and its tables of
+// each run.
+func (e *Experiment) markdown(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("\n### %s (`xam bench %s`)\n\n", e.Title, e.Name)
+	p("**The paper**: %s\n\n", e.Measured)
+	switch e.Status {
+	case "failed":
+		p("**Failed**: %s\n\n", e.Error)
+	case "interrupted":
+		p("**Interrupted**: what follows was measured before the signal.\n\n")
+	case "not run":
+		p("**Not run**: the run was interrupted before it.\n\n")
+	}
+	if len(e.Figures) > 0 {
+		p("| figure | unit | paper | today: median [min–max] | ratio: today / paper, today / peer |\n|---|---|--:|--:|--:|\n")
+		for _, f := range e.Figures {
+			paper := f.PaperNote
+			if f.Paper != nil {
+				paper = num(*f.Paper)
+				if f.PaperNote != "" {
+					paper += " (" + f.PaperNote + ")"
+				}
+			}
+			p("| %s | %s | %s | %s | %s |\n", f.Name, f.Unit, paper, f.Today, f.VsPaper.orNone())
+			for _, pr := range f.Peers {
+				if pr.Missing != "" {
+					p("| ↳ peer: %s | | | %s | — |\n", pr.Name, pr.Missing)
+					continue
+				}
+				p("| ↳ peer: %s | %s | | %s | %s |\n", pr.Name, f.Unit, pr.Value, pr.Ratio.orNone())
+			}
+		}
+		p("\n")
+	}
+	if e.Differs != "" {
+		p("**What differs**: %s\n\n", e.Differs)
+	}
+	for _, pl := range e.Plots {
+		if strings.HasSuffix(pl, ".png") {
+			p("![%s](%s)\n\n", pl, pl)
+		}
+	}
+	if len(e.Plots) > 0 && e.Runs > 1 {
+		p("Each point of the plots is the median of the %d runs, its bar their range; a peer's line is at its median.\n\n", e.Runs)
+	}
+	for i, d := range e.Details {
+		p("<details><summary>The experiment's tables, run %d of %d</summary>\n\n%s\n</details>\n", i+1, len(e.Details), demote(d))
+	}
 }
 
 // describe says where the report was measured.
@@ -376,11 +333,14 @@ func num(v float64) string {
 }
 
 // CheckReport reads the report.json in dir and checks its structure: a
-// section for each paper, each experiment with a status, every figure a
-// finite number with its ratios recomputed from its figures (today over
-// the paper's, present only where the paper gives a number, and today
-// over each measured peer's), and every plot named written; it returns
-// what is wrong, or nil. It checks no speed.
+// section for each paper, each experiment with a status, an experiment
+// that ran through with every figure measured in at least MinRuns runs,
+// every figure's median and range recomputed from its runs and its
+// ratios from its runs (today over the paper's, present only where the
+// paper gives a number, and today over each measured peer's), every plot
+// named written, every claim judged as Judge judges it, and report.md
+// showing the claims' table and each unsettled figure as unsettled; it
+// returns what is wrong, or nil. It checks no speed.
 func CheckReport(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
 	if err != nil {
@@ -390,10 +350,14 @@ func CheckReport(dir string) error {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return fmt.Errorf("report.json: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "report.md")); err != nil {
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
 		return err
 	}
 	var errs []error
+	if r.Runs < MinRuns {
+		errs = append(errs, fmt.Errorf("%d runs of each experiment, want at least %d", r.Runs, MinRuns))
+	}
 	have := map[string]bool{}
 	for _, s := range r.Sections {
 		have[s.Paper] = true
@@ -401,29 +365,7 @@ func CheckReport(dir string) error {
 			errs = append(errs, fmt.Errorf("section %s: no experiments", s.Paper))
 		}
 		for _, e := range s.Experiments {
-			if e.Status == "" {
-				errs = append(errs, fmt.Errorf("%s: no status", e.Name))
-			}
-			if e.Status == "ok" && len(e.Figures) == 0 {
-				errs = append(errs, fmt.Errorf("%s: no figures", e.Name))
-			}
-			if e.Status == "ok" && len(e.Plots) == 0 {
-				errs = append(errs, fmt.Errorf("%s: no plots", e.Name))
-			}
-			for _, f := range e.Figures {
-				if math.IsNaN(f.Today) || math.IsInf(f.Today, 0) {
-					errs = append(errs, fmt.Errorf("%s: figure %q is not a number", e.Name, f.Name))
-				}
-				if f.Paper == nil && f.PaperNote == "" {
-					errs = append(errs, fmt.Errorf("%s: figure %q has no paper figure or note", e.Name, f.Name))
-				}
-				errs = append(errs, checkRatios(e.Name, f)...)
-			}
-			for _, pl := range e.Plots {
-				if st, err := os.Stat(filepath.Join(dir, pl)); err != nil || st.Size() == 0 {
-					errs = append(errs, fmt.Errorf("%s: plot %s not written", e.Name, pl))
-				}
-			}
+			errs = append(errs, checkExperiment(dir, string(md), e)...)
 		}
 	}
 	for _, s := range []Section{PaperSSAMSection, PaperAMII, PaperDVCM, PaperGRIM} {
@@ -431,7 +373,82 @@ func CheckReport(dir string) error {
 			errs = append(errs, fmt.Errorf("no section %s", s.Paper))
 		}
 	}
+	errs = append(errs, checkClaims(&r, string(md))...)
 	return errors.Join(errs...)
+}
+
+// checkExperiment checks experiment e of a report written into dir, whose
+// report.md is md.
+func checkExperiment(dir, md string, e *Experiment) []error {
+	var errs []error
+	ok := e.Status == "ok"
+	switch {
+	case e.Status == "":
+		errs = append(errs, fmt.Errorf("%s: no status", e.Name))
+	case ok && len(e.Figures) == 0:
+		errs = append(errs, fmt.Errorf("%s: no figures", e.Name))
+	case ok && len(e.Plots) == 0:
+		errs = append(errs, fmt.Errorf("%s: no plots", e.Name))
+	case ok && e.Runs < MinRuns:
+		errs = append(errs, fmt.Errorf("%s: %d runs, want at least %d", e.Name, e.Runs, MinRuns))
+	}
+	for _, f := range e.Figures {
+		if ok && len(f.Today.Runs) < MinRuns {
+			errs = append(errs, fmt.Errorf("%s: figure %q measured in %d runs, want at least %d", e.Name, f.Name, len(f.Today.Runs), MinRuns))
+		}
+		if f.Paper == nil && f.PaperNote == "" {
+			errs = append(errs, fmt.Errorf("%s: figure %q has no paper figure or note", e.Name, f.Name))
+		}
+		errs = append(errs, checkRatios(e.Name, f)...)
+		if row := mdRow(md, fmt.Sprintf("| %s | %s | ", f.Name, f.Unit)); !strings.Contains(row, " | "+f.Today.String()+" | ") {
+			errs = append(errs, fmt.Errorf("%s: figure %q: report.md shows %q, not %s", e.Name, f.Name, row, f.Today))
+		}
+		if f.Today.Unsettled && !strings.Contains(md, fmt.Sprintf("\n- %s: %s (%s)\n", e.Name, f.Name, f.Today)) {
+			errs = append(errs, fmt.Errorf("%s: figure %q is unsettled, and the summary does not list it", e.Name, f.Name))
+		}
+	}
+	for _, pl := range e.Plots {
+		if st, err := os.Stat(filepath.Join(dir, pl)); err != nil || st.Size() == 0 {
+			errs = append(errs, fmt.Errorf("%s: plot %s not written", e.Name, pl))
+		}
+	}
+	return errs
+}
+
+// mdRow returns the first line of md that begins with prefix, or "".
+func mdRow(md, prefix string) string {
+	for line := range strings.Lines(md) {
+		if strings.HasPrefix(line, prefix) {
+			return strings.TrimSuffix(line, "\n")
+		}
+	}
+	return ""
+}
+
+// checkClaims checks the claims of r as report.json holds them: every
+// claim of Claims judged, each as Judge judges it on r's figures, and
+// report.md's table showing each verdict.
+func checkClaims(r *Report, md string) []error {
+	var errs []error
+	if !strings.Contains(md, "\n## Reproduced?\n") {
+		errs = append(errs, errors.New("report.md has no table of claims"))
+	}
+	want := r.Judge(Claims())
+	if len(r.Claims) != len(want) {
+		return append(errs, fmt.Errorf("%d claims judged, want %d", len(r.Claims), len(want)))
+	}
+	for i, c := range r.Claims {
+		w := want[i]
+		switch {
+		case c.Says != w.Says || c.Criterion != w.Criterion:
+			errs = append(errs, fmt.Errorf("claim %d: %q (%s), want %q (%s)", i+1, c.Says, c.Criterion, w.Says, w.Criterion))
+		case c.Verdict != w.Verdict:
+			errs = append(errs, fmt.Errorf("claim %q: verdict %q, want %q from %s", c.Says, c.Verdict, w.Verdict, w.Measured.orNone()))
+		case !strings.Contains(md, fmt.Sprintf("| %s | **%s** |", c.Measured.orNone(), c.Verdict)):
+			errs = append(errs, fmt.Errorf("claim %q: report.md does not show %s, %s", c.Says, c.Measured.orNone(), c.Verdict))
+		}
+	}
+	return errs
 }
 
 // NewExperiment returns experiment name with what the report says of it.

@@ -112,7 +112,7 @@ func TestSSAMTablesMarkdown(t *testing.T) {
 
 func TestPlotRTT(t *testing.T) {
 	dir := t.TempDir()
-	paths, err := fakeTables().Plot(dir)
+	paths, err := PlotRuns(dir, []Reported{fakeTables()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,10 +137,11 @@ func TestPlotRTT(t *testing.T) {
 			t.Errorf("unexpected file %s", p)
 		}
 	}
-	if err := plotRTT("nothing", []rttSeries{{Name: "empty", Hist: newHistogram()}, {Name: "nil"}}, nil, filepath.Join(dir, "x.png")); err == nil {
-		t.Error("plotting no round trips succeeded")
+	empty := chart{name: "x", kind: cdfChart, series: []series{{name: "empty", hists: []*hdrhistogram.Histogram{newHistogram()}}, {name: "nil"}}}
+	if paths, err := drawChart(dir, empty); err != nil || len(paths) != 0 {
+		t.Errorf("plotting no round trips: %v, %v; want nothing", paths, err)
 	}
-	if err := plotRTT("bad path", []rttSeries{{Name: "raw", Hist: fakeTables().hists["raw"]}}, nil, filepath.Join(dir, "no", "such", "x.svg")); err == nil {
+	if _, err := PlotRuns(filepath.Join(dir, "no", "such"), []Reported{fakeTables()}); err == nil {
 		t.Error("writing into a missing directory succeeded")
 	}
 }

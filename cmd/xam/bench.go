@@ -81,7 +81,7 @@ func runBench(e *env, args []string) error {
 		sizes:      fs.String("sizes", "1k,4k,8k,16k", "incast: message sizes, e.g. 1k,4k,16k,64k"),
 		portRate:   fs.String("port-rate", "100mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit"),
 		portBuffer: fs.String("port-buffer", "16k", "incast: bytes each switch port queues (the tbf's limit)"),
-		runs:       fs.Int("runs", 3, "incast: runs per point (the median is reported)"),
+		runs:       fs.Int("runs", 3, "all: runs of each experiment, at least 3 (each figure the median of the runs, with their range); incast alone: runs per point"),
 		set:        map[string]bool{},
 	}
 	if err := parseOnly(fs, args); err != nil {
@@ -121,7 +121,11 @@ func runBench(e *env, args []string) error {
 			break
 		}
 		sp, _ := bench.SpecOf(n)
-		r, err := runSpec(br, sp, p)
+		rs, err := runSpec(br, sp, p, 1, nil)
+		var r bench.Result
+		if len(rs) > 0 {
+			r = rs[0]
+		}
 		if r != nil {
 			results[n] = r
 			if perr := showResult(br, sp, r, *f.asJSON, *f.out); err == nil {
@@ -214,9 +218,12 @@ func (f benchFlags) params(names []string) (bench.Params, error) {
 	return p, nil
 }
 
-// runSpec runs experiment sp on labs built for it and removed after it
-// (also on failure, and on an interrupt).
-func runSpec(br *benchRun, sp bench.Spec, p bench.Params) (bench.Result, error) {
+// runSpec runs experiment sp runs times in a row on labs built for it and
+// removed after it (also on failure, and on an interrupt), telling each
+// run's start (from 0) to begin if set. It returns the results of the
+// runs that returned one, and the first error; a stop (p.Stop) ends it
+// before its next run.
+func runSpec(br *benchRun, sp bench.Spec, p bench.Params, runs int, begin func(k int)) ([]bench.Result, error) {
 	var labs []*lab.Lab
 	defer func() {
 		for _, l := range slices.Backward(labs) {
@@ -236,16 +243,30 @@ func runSpec(br *benchRun, sp bench.Spec, p bench.Params) (bench.Result, error) 
 		a, b := l.Hosts[0], l.Hosts[1]
 		br.say("xam bench %s: lab %s: %s %v (%v) <-> %s %v (%v)", sp.Name, cfg.Name, a.NS, a.MAC, a.Addr, b.NS, b.MAC, b.Addr)
 	}
-	return sp.Run(labs, p)
+	var results []bench.Result
+	for k := range runs {
+		if k > 0 && p.Stop != nil && p.Stop.Load() {
+			break
+		}
+		if begin != nil {
+			begin(k)
+		}
+		r, err := sp.Run(labs, p)
+		if r != nil {
+			results = append(results, r)
+		}
+		if err != nil {
+			return results, err
+		}
+	}
+	return results, nil
 }
 
 // showResult draws r's plots into out (if set) and prints its tables
 // unless asJSON.
 func showResult(br *benchRun, sp bench.Spec, r bench.Result, asJSON bool, out string) error {
-	if pl, ok := r.(interface {
-		Plot(string) ([]string, error)
-	}); ok && out != "" {
-		paths, err := pl.Plot(out)
+	if rr, ok := r.(bench.Reported); ok && out != "" {
+		paths, err := bench.PlotRuns(out, []bench.Reported{rr})
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -32,16 +31,19 @@ func reportSpecs() []bench.Spec {
 	return specs
 }
 
+// maxReportRuns bounds --runs with all.
+const maxReportRuns = 20
+
 // runBenchAll runs every experiment of the four papers, each on labs of
-// its own, and writes the report into --out: report.md, report.json and
-// the plots. A failed experiment says why in its section and the run goes
-// on; the exit status then says that something failed. A signal stops the
-// run after the measurement in progress; the report holds what was
-// measured.
+// its own, --runs times in a row, and writes the report into --out:
+// report.md, report.json and the plots. A failed experiment says why in
+// its section and the run goes on; the exit status then says that
+// something failed. A signal stops the run after the measurement in
+// progress; the report holds what was measured.
 func runBenchAll(e *env, f benchFlags) error {
 	for name := range f.set {
 		switch name {
-		case "quick", "json", "out", "mode":
+		case "quick", "json", "out", "mode", "runs":
 		default:
 			return usageError("--%s: not with all (its iterations are fixed; --quick makes them fewer)", name)
 		}
@@ -49,6 +51,10 @@ func runBenchAll(e *env, f benchFlags) error {
 	m, err := loader.ParseMode(*f.mode)
 	if err != nil {
 		return usageError("--mode: %v", err)
+	}
+	runs := *f.runs
+	if runs < bench.MinRuns || runs > maxReportRuns {
+		return usageError("--runs %d: a report takes %d..%d runs of each experiment (the median of fewer says nothing of the spread)", runs, bench.MinRuns, maxReportRuns)
 	}
 	dir := cmp.Or(*f.out, defaultReportDir)
 	if err := needPrivileges("xam bench"); err != nil {
@@ -62,7 +68,7 @@ func runBenchAll(e *env, f benchFlags) error {
 	in.grace = benchGrace
 	defer in.release()
 	specs := reportSpecs()
-	rep, entries := newReport(specs, quick)
+	rep, entries := newReport(specs, quick, runs)
 	// The report is written once: at the end, or by the signal watcher if
 	// the run does not end within the grace time.
 	var mu sync.Mutex
@@ -79,18 +85,22 @@ func runBenchAll(e *env, f benchFlags) error {
 		return writeErr
 	}
 	in.onExit(write)
-	pl := newBenchProgress(e.stderr, specs, quick, *f.asJSON)
+	pl := newBenchProgress(e.stderr, specs, quick, *f.asJSON, runs)
 	br := newBenchRun(e, in)
 	br.say = func(string, ...any) {}
+	// Each experiment's runs measure its peers beside it, so that runs
+	// alternate the paths compared; the incast points are measured once
+	// per run, the runs giving the spread.
+	p := bench.Params{RunOptions: bench.RunOptions{Mode: m, Progress: pl.what, Stop: in.flag(), Exe: xamExe()}, Quick: quick, Incast: bench.IncastParams{Runs: 1}}
 	for i, sp := range specs {
 		if in.interrupted() {
 			break
 		}
 		pl.start(i)
 		t0 := time.Now()
-		r, err := runSpec(br, sp, bench.Params{RunOptions: bench.RunOptions{Mode: m, Progress: pl.what, Stop: in.flag(), Exe: xamExe()}, Quick: quick})
+		rs, err := runSpec(br, sp, p, runs, pl.run)
 		mu.Lock()
-		record(entries[i], r, err, dir, time.Since(t0), in.interrupted())
+		record(entries[i], rs, err, dir, time.Since(t0), in.interrupted())
 		mu.Unlock()
 		pl.done(i, time.Since(t0))
 	}
@@ -103,12 +113,15 @@ func runBenchAll(e *env, f benchFlags) error {
 
 // newReport returns the report of specs, every experiment not run yet,
 // and its entries in specs' order.
-func newReport(specs []bench.Spec, quick bool) (*bench.Report, []*bench.Experiment) {
+func newReport(specs []bench.Spec, quick bool, runs int) (*bench.Report, []*bench.Experiment) {
 	cmd := "xam bench all"
 	if quick {
 		cmd += " --quick"
 	}
-	rep := &bench.Report{Command: cmd, Started: time.Now(), Quick: quick, Setup: bench.Setup{
+	if runs != bench.MinRuns {
+		cmd += fmt.Sprintf(" --runs %d", runs)
+	}
+	rep := &bench.Report{Command: cmd, Started: time.Now(), Quick: quick, Runs: runs, Setup: bench.Setup{
 		Kernel: netdev.Probe().Kernel, CPUs: runtime.NumCPU(),
 		Lab: "veth labs in network namespaces (two hosts; eight through a Linux bridge for permutations and incast)",
 	}}
@@ -126,25 +139,19 @@ func newReport(specs []bench.Spec, quick bool) (*bench.Report, []*bench.Experime
 	return rep, entries
 }
 
-// record puts what an experiment's run returned into its entry: its
-// result, figures, tables and plots (drawn into dir), and its status.
-func record(ex *bench.Experiment, res bench.Result, err error, dir string, took time.Duration, interrupted bool) {
-	if r, ok := res.(bench.Reported); ok {
-		ex.Result = r
-		ex.Figures = r.Figures()
-		var md strings.Builder
-		if merr := r.Markdown(&md); merr == nil {
-			ex.Details = md.String()
+// record puts what an experiment's runs returned into its entry: their
+// figures, tables and plots (drawn into dir unless a run failed), and its
+// status.
+func record(ex *bench.Experiment, results []bench.Result, err error, dir string, took time.Duration, interrupted bool) {
+	var runs []bench.Reported
+	for _, r := range results {
+		if rr, ok := r.(bench.Reported); ok {
+			runs = append(runs, rr)
 		}
-		if err == nil {
-			paths, perr := r.Plot(dir)
-			for _, p := range paths {
-				ex.Plots = append(ex.Plots, filepath.Base(p))
-			}
-			if perr != nil && !interrupted { // an interrupted run may lack what a plot needs
-				err = fmt.Errorf("plotting: %w", perr)
-			}
-		}
+	}
+	// An interrupted run may lack what a plot needs.
+	if perr := ex.Record(runs, dir, err != nil); perr != nil && err == nil && !interrupted {
+		err = fmt.Errorf("plotting: %w", perr)
 	}
 	ex.Finish(took, interrupted, err)
 }
@@ -190,8 +197,8 @@ func countPlots(r *bench.Report) int {
 	return n
 }
 
-// benchProgress shows on the terminal which experiment runs (k of n), the
-// time elapsed and an estimate of the time left: the estimates of the
+// benchProgress shows on the terminal which experiment runs (k of n), its
+// run (r of runs), the time elapsed and an estimate of the time left: the estimates of the
 // experiments still to run, scaled by how the finished ones compared with
 // theirs. On a terminal it rewrites one line; elsewhere it prints a line
 // per step. It is quiet when quiet.
@@ -200,7 +207,9 @@ type benchProgress struct {
 	tty     bool
 	quiet   bool
 	specs   []bench.Spec
-	est     []float64
+	est     []float64 // seconds of each experiment, all its runs
+	runs    int
+	curRun  int
 	began   time.Time
 	cur     int
 	curT    time.Time
@@ -209,13 +218,13 @@ type benchProgress struct {
 	mu      sync.Mutex
 }
 
-func newBenchProgress(w io.Writer, specs []bench.Spec, quick, quiet bool) *benchProgress {
-	p := &benchProgress{w: w, quiet: quiet, specs: specs, began: time.Now()}
+func newBenchProgress(w io.Writer, specs []bench.Spec, quick, quiet bool, runs int) *benchProgress {
+	p := &benchProgress{w: w, quiet: quiet, specs: specs, began: time.Now(), runs: runs}
 	for _, sp := range specs {
 		if quick {
-			p.est = append(p.est, sp.Seconds[0])
+			p.est = append(p.est, sp.Seconds[0]*float64(runs))
 		} else {
-			p.est = append(p.est, sp.Seconds[1])
+			p.est = append(p.est, sp.Seconds[1]*float64(runs))
 		}
 	}
 	if f, ok := w.(*os.File); ok {
@@ -227,7 +236,15 @@ func newBenchProgress(w io.Writer, specs []bench.Spec, quick, quiet bool) *bench
 
 func (p *benchProgress) start(i int) {
 	p.mu.Lock()
-	p.cur, p.curT = i, time.Now()
+	p.cur, p.curT, p.curRun = i, time.Now(), 0
+	p.mu.Unlock()
+	p.what("building its labs")
+}
+
+// run says that run k (from 0) of the current experiment begins.
+func (p *benchProgress) run(k int) {
+	p.mu.Lock()
+	p.curRun = k
 	p.mu.Unlock()
 	p.what("starting")
 }
@@ -259,7 +276,7 @@ func (p *benchProgress) what(what string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	line := fmt.Sprintf("xam bench all: %d/%d %s: %s · %s elapsed · about %s left", p.cur+1, len(p.specs), p.specs[p.cur].Name, what,
+	line := fmt.Sprintf("xam bench all: %d/%d %s, run %d/%d: %s · %s elapsed · about %s left", p.cur+1, len(p.specs), p.specs[p.cur].Name, p.curRun+1, p.runs, what,
 		time.Since(p.began).Round(time.Second), (time.Duration(p.left()) * time.Second).Round(time.Second))
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)

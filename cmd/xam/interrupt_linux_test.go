@@ -322,7 +322,7 @@ func TestBenchAllInterrupted(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	dir := t.TempDir()
 	cmd, out, stderr := xamProcess(t, "bench", "all", "--quick", "--out", dir)
-	waitLine(t, stderr, "2/7 logp: ")
+	waitLine(t, stderr, "2/7 logp, run 1/3: ")
 	interrupt(t, cmd, syscall.SIGINT, out, stderr)
 	r, status := readReport(t, dir)
 	if !r.Interrupted || status["ssam"] != "ok" || status["logp"] != "interrupted" || status["grim"] != "not run" {

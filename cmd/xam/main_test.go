@@ -631,6 +631,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "all", "ssam"}, "all runs every experiment: name no other benchmark beside it"},
 		{[]string{"bench", "all", "--count", "5"}, "--count: not with all"},
 		{[]string{"bench", "all", "--mode", "sideways"}, "--mode"},
+		{[]string{"bench", "all", "--runs", "2"}, "--runs 2: a report takes 3..20 runs of each experiment"},
+		{[]string{"bench", "all", "--runs", "21"}, "--runs 21: a report takes 3..20 runs"},
 		{[]string{"bench", "ssam", "--quick"}, "--quick: only with all"},
 		{[]string{"bench", "ssam", "--mode", "sideways"}, "--mode"},
 		{[]string{"bench", "ssam", "--bogus"}, "flag provided but not defined"},
