@@ -13,6 +13,7 @@ import (
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
@@ -147,9 +148,9 @@ func amiiPingKeyed(a, b datapath.Place, cfg PingConfig, loss float64, transportK
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	nargs := (cfg.Size + 7) / 8
-	if nargs > amii.MaxArgs {
-		return nil, fmt.Errorf("an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
+	m, err := newAMIIPingMessage(cfg.Size)
+	if err != nil {
+		return nil, err
 	}
 	ha, hb, err := openAMIIPair(a, b, cfg.Mode, cfg.Queue, 1, amii.Config{}, amii.Config{}, amiiKeys{vnet: cfg.Key, transport: transportKey})
 	if err != nil {
@@ -164,20 +165,9 @@ func amiiPingKeyed(a, b datapath.Place, cfg PingConfig, loss float64, transportK
 			}
 		}
 	}
-	// The handlers: each is the first registered on its endpoint.
-	const reply, echo = 0, 0
 	var counts EchoCounts
-	var echoErr error
-	hb.am.Register(func(t *amii.Token, args []uint64) {
-		counts.add(0, args[0])
-		if err := t.Reply(reply, args...); err != nil && echoErr == nil {
-			echoErr = err
-		}
-	})
-	answered := -1 // the number of the last message answered
-	ha.am.Register(func(t *amii.Token, args []uint64) { answered = int(args[0]) })
-	returned := newPingReturns()
-	ha.am.OnReturn(returned.note)
+	echoErr := echoAMII(hb.am, &counts)
+	answered, returned := answerAMII(ha.am)
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -190,10 +180,10 @@ func amiiPingKeyed(a, b datapath.Place, cfg PingConfig, loss float64, transportK
 			}
 		}
 	})
-	r, err := amiiPing(ha.am, "inline", cfg, nargs, echo, &answered, returned)
+	r, err := amiiPing(ha.am, "inline", cfg, m, answered, returned)
 	stop.Store(true)
 	wg.Wait()
-	if err := errors.Join(err, serveErr, echoErr); err != nil {
+	if err := errors.Join(err, serveErr, *echoErr); err != nil {
 		return nil, err
 	}
 	r.Delivered, r.Duplicates = counts.Delivered(), counts.Duplicates()
@@ -266,9 +256,9 @@ func AMIIFirmwarePing(a, b datapath.Place, cfg PingConfig, loss float64, fw Firm
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	nargs := (cfg.Size + 7) / 8
-	if nargs > amii.MaxArgs {
-		return nil, fmt.Errorf("an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
+	m, err := newAMIIPingMessage(cfg.Size)
+	if err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "xam-fw-")
 	if err != nil {
@@ -299,7 +289,7 @@ func AMIIFirmwarePing(a, b datapath.Place, cfg PingConfig, loss float64, fw Firm
 	var wg sync.WaitGroup
 	var serveErr error
 	wg.Go(func() { serveErr = serveAMII(rb, &stop) })
-	r, err := pingAMII(ra, cfg, nargs)
+	r, err := pingAMII(ra, cfg, m)
 	stop.Store(true)
 	wg.Wait()
 	if err := errors.Join(err, serveErr, *echoErr); err != nil {
@@ -314,21 +304,84 @@ func AMIIFirmwarePing(a, b datapath.Place, cfg PingConfig, loss float64, fw Firm
 	return r, nil
 }
 
-// echoAMII makes a the responder of AM-II pings: its first handler,
-// registered here, answers each request with its arguments, counting the
-// runs per message in counts. The returned error is the first reply that
-// failed (read it once serving is over).
+// The handlers of an AM-II ping: on each side the short one is the first
+// registered, the medium one the second.
+const (
+	pingShort  amii.HandlerID = 0
+	pingMedium amii.HandlerID = 1
+)
+
+// amiiPingMessage is what an AM-II ping of a size sends: up to 8*MaxArgs
+// bytes a short message of as many arguments, above that a medium message
+// of that many bytes (up to endpoint.MaxMedium) with one argument, both
+// carrying the round trip's number in their first argument.
+type amiiPingMessage struct {
+	nargs int
+	data  []byte // nil: a short message
+}
+
+func newAMIIPingMessage(size int) (amiiPingMessage, error) {
+	switch {
+	case size <= 8*amii.MaxArgs:
+		return amiiPingMessage{nargs: max(1, (size+7)/8)}, nil
+	case size <= endpoint.MaxMedium:
+		return amiiPingMessage{nargs: 1, data: make([]byte, size)}, nil
+	}
+	return amiiPingMessage{}, fmt.Errorf("an AM-II ping carries at most %d bytes (a medium message), not %d", endpoint.MaxMedium, size)
+}
+
+func (m amiiPingMessage) size() int {
+	if m.data != nil {
+		return len(m.data)
+	}
+	return 8 * m.nargs
+}
+
+// send sends the message numbered i from a to its first destination.
+func (m amiiPingMessage) send(a *amii.Endpoint, args []uint64, i int) error {
+	args[0] = uint64(i)
+	if m.data != nil {
+		return a.RequestMedium(0, pingMedium, m.data, args...)
+	}
+	return a.Request(0, pingShort, args...)
+}
+
+// echoAMII makes a the responder of AM-II pings: its first two handlers,
+// registered here, answer each request with what it carried (pingShort a
+// short one, pingMedium a medium one), counting the runs per message in
+// counts. The returned error is the first reply that failed (read it once
+// serving is over).
 func echoAMII(a *amii.Endpoint, counts *EchoCounts) *error {
 	var echoErr error
+	note := func(err error) {
+		if err != nil && echoErr == nil {
+			echoErr = err
+		}
+	}
 	a.Register(func(t *amii.Token, args []uint64) {
 		if len(args) > 0 {
 			counts.add(0, args[0])
 		}
-		if err := t.Reply(0, args...); err != nil && echoErr == nil {
-			echoErr = err
+		note(t.Reply(pingShort, args...))
+	})
+	a.RegisterMedium(func(t *amii.Token, args []uint64, data []byte) {
+		if len(args) > 0 {
+			counts.add(0, args[0])
 		}
+		note(t.ReplyMedium(pingMedium, data, args...))
 	})
 	return &echoErr
+}
+
+// answerAMII makes a the pinger of AM-II pings: its first two handlers,
+// registered here, take the answers (the number of the last answered in
+// *answered), and its error handler the returns.
+func answerAMII(a *amii.Endpoint) (*int, *pingReturns) {
+	answered, returned := -1, newPingReturns()
+	a.Register(func(t *amii.Token, args []uint64) { answered = int(args[0]) })
+	a.RegisterMedium(func(t *amii.Token, args []uint64, _ []byte) { answered = int(args[0]) })
+	a.OnReturn(returned.note)
+	return &answered, returned
 }
 
 // serveAMII runs a's handlers, blocking in Wait between messages, until
@@ -347,11 +400,9 @@ func serveAMII(a *amii.Endpoint, stop *atomic.Bool) error {
 
 // pingAMII is the timed request/reply loop of firmware mode, from a to the
 // endpoint of index 0 of its table, which echoes (echoAMII).
-func pingAMII(a *amii.Endpoint, cfg PingConfig, nargs int) (*AMIIResult, error) {
-	answered, returned := -1, newPingReturns()
-	a.Register(func(t *amii.Token, args []uint64) { answered = int(args[0]) })
-	a.OnReturn(returned.note)
-	return amiiPing(a, "firmware", cfg, nargs, 0, &answered, returned)
+func pingAMII(a *amii.Endpoint, cfg PingConfig, m amiiPingMessage) (*AMIIResult, error) {
+	answered, returned := answerAMII(a)
+	return amiiPing(a, "firmware", cfg, m, answered, returned)
 }
 
 // pingReturns is what came back to the pinger: the number of the last
@@ -372,13 +423,13 @@ func (p *pingReturns) note(r amii.Returned) {
 }
 
 // amiiPing is the pinging host's side: the timed request/reply loop of
-// requests to handler echo, whose replies set answered and whose returns
-// set returned. Inline, it polls (each poll runs the engine); in firmware
+// messages m to the echo (echoAMII), whose replies set answered and whose
+// returns set returned (answerAMII). Inline, it polls (each poll runs the engine); in firmware
 // mode it polls and then waits on the daemon's notification.
-func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo amii.HandlerID, answered *int, returned *pingReturns) (*AMIIResult, error) {
-	r := &AMIIResult{Mode: mode, PingResult: *cfg.newResult("amii", 8*nargs)}
+func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, m amiiPingMessage, answered *int, returned *pingReturns) (*AMIIResult, error) {
+	r := &AMIIResult{Mode: mode, PingResult: *cfg.newResult("amii", m.size())}
 	block := mode == "firmware"
-	args := make([]uint64, nargs)
+	args := make([]uint64, m.nargs)
 	// A message is answered or returned within the transport's give-up
 	// time; past it and cfg.Timeout the peer is taken to be gone.
 	limit := cfg.Timeout + transport.DefaultGiveUpAfter
@@ -395,9 +446,8 @@ func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, nargs int, echo ami
 		if r.stop(&cfg) {
 			break
 		}
-		args[0] = uint64(i)
 		start := time.Now()
-		if err := a.Request(0, echo, args...); err != nil {
+		if err := m.send(a, args, i); err != nil {
 			return nil, err
 		}
 		r.Sent++
@@ -443,16 +493,16 @@ func AMIIDaemonPing(d DaemonEndpoint, cfg PingConfig) (*AMIIResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	nargs := (cfg.Size + 7) / 8
-	if nargs > amii.MaxArgs {
-		return nil, fmt.Errorf("an AM-II short message carries at most %d bytes, not %d", 8*amii.MaxArgs, cfg.Size)
+	m, err := newAMIIPingMessage(cfg.Size)
+	if err != nil {
+		return nil, err
 	}
 	a, err := d.open()
 	if err != nil {
 		return nil, err
 	}
 	defer a.Close()
-	r, err := pingAMII(a, cfg, nargs)
+	r, err := pingAMII(a, cfg, m)
 	if r != nil {
 		r.Delivered, r.Duplicates = -1, -1 // counted by the server
 	}

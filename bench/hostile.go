@@ -248,7 +248,7 @@ func pingWhile(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool, start
 	}
 	var r *AMIIResult
 	if err == nil {
-		r, err = pingAMII(client, PingConfig{Count: n, NoWarmup: true, Timeout: time.Second}, 1)
+		r, err = pingAMII(client, PingConfig{Count: n, NoWarmup: true, Timeout: time.Second}, amiiPingMessage{nargs: 1})
 		client.Close()
 	}
 	attackStop.Store(true)

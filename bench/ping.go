@@ -208,9 +208,15 @@ func (r *PingResult) finish() {
 	}
 }
 
+// RawVCI is the circuit of raw frames (VPI 0): cells of no protocol, which
+// the raw pings and frame rates send, on a VCI of their own so that a
+// capture tells them from SSAM's and the transport's (32); the Wireshark
+// dissector names them by it.
+const RawVCI = 33
+
 // rawFrame builds a valid xam frame from src to dst carrying size bytes in
-// the payloads of max(1, ceil(size/48)) cells on VC 0/32; the first eight
-// payload bytes carry the sequence number.
+// the payloads of max(1, ceil(size/48)) cells on VC 0/RawVCI; the first
+// eight payload bytes carry the sequence number.
 func rawFrame(dst, src net.HardwareAddr, size int) ([]byte, error) {
 	n := max(1, (size+cells.PayloadSize-1)/cells.PayloadSize)
 	cs := make([]byte, n*cells.CellSize)
@@ -220,7 +226,7 @@ func rawFrame(dst, src net.HardwareAddr, size int) ([]byte, error) {
 		if i == n-1 {
 			pti = cells.PTIEndOfMessage
 		}
-		if err := c.Encode(cells.UNI, cells.Fields{VCI: 32, PTI: pti}); err != nil {
+		if err := c.Encode(cells.UNI, cells.Fields{VCI: RawVCI, PTI: pti}); err != nil {
 			return nil, err
 		}
 	}

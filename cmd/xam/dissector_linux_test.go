@@ -74,6 +74,12 @@ func TestWiresharkDissector(t *testing.T) {
 	if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil {
 		t.Fatal(err)
 	}
+	// Raw frames of one cell and of three: no protocol's, named so.
+	for _, size := range []int{8, 100} {
+		if _, err := bench.RawPing(pa, pb, bench.PingConfig{Count: 20, NoWarmup: true, Size: size}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Everything sent has crossed the port by now (veth delivers inside
 	// the sender's system call); the capture drains its socket and stops.
 	close(finished)
@@ -97,7 +103,8 @@ func TestWiresharkDissector(t *testing.T) {
 		"-e", "frame.number", "-e", "xam.cells", "-e", "xam.cell.hec_ok", "-e", "xam.ssam.kind", "-e", "xam.ssam.crc10_ok",
 		"-e", "xam.aal5.crc_ok", "-e", "xam.tr.type", "-e", "xam.tr.src_epoch", "-e", "xam.am.class", "-e", "xam.am.handler",
 		"-e", "_ws.malformed", "-e", "_ws.lua.text", "-e", "_ws.expert.severity", "-e", "xam.tr.crc10_ok",
-		"-e", "xam.ssam.index", "-e", "xam.ssam.tag", "-e", "xam.ssam.tag_hi", "-e", "xam.ssam.session", "-e", "xam.ssam.rejected").Output()
+		"-e", "xam.ssam.index", "-e", "xam.ssam.tag", "-e", "xam.ssam.tag_hi", "-e", "xam.ssam.session", "-e", "xam.ssam.rejected",
+		"-e", "xam.raw.seq").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v\n%s", err, out)
 	}
@@ -109,7 +116,7 @@ func TestWiresharkDissector(t *testing.T) {
 	var msgs []ssamFields
 	for _, line := range lines {
 		fs := strings.Split(line, "\t")
-		if len(fs) != 19 {
+		if len(fs) != 20 {
 			t.Fatalf("line %q: %d fields", line, len(fs))
 		}
 		if fs[1] == "" {
@@ -123,7 +130,10 @@ func TestWiresharkDissector(t *testing.T) {
 		if fs[10] != "" || fs[11] != "" || fs[12] != "" {
 			t.Errorf("frame %s: malformed %q, lua %q, expert %q", fs[0], fs[10], fs[11], fs[12])
 		}
-		for i, what := range map[int]string{3: "ssam", 6: "transport", 8: "am", 4: "crc10", 5: "aal5", 13: "compact"} {
+		if fs[19] != "" && (fs[3] != "" || fs[5] != "" || fs[6] != "") {
+			t.Errorf("frame %s: a raw frame shown as a protocol's: %q", fs[0], line)
+		}
+		for i, what := range map[int]string{3: "ssam", 6: "transport", 8: "am", 4: "crc10", 5: "aal5", 13: "compact", 19: "raw"} {
 			if fs[i] != "" {
 				seen[what]++
 			}
@@ -138,7 +148,11 @@ func TestWiresharkDissector(t *testing.T) {
 		msgs = append(msgs, ms...)
 	}
 	checkSSAMTags(t, msgs)
-	for _, what := range []string{"ssam", "transport", "am", "crc10", "aal5", "compact"} {
+	// Each raw ping's request and echo, one frame each.
+	if seen["raw"] != 2*2*20 {
+		t.Errorf("%d raw frames decoded as such, want %d (%v)", seen["raw"], 2*2*20, seen)
+	}
+	for _, what := range []string{"ssam", "transport", "am", "crc10", "aal5", "compact", "raw"} {
 		if seen[what] == 0 {
 			t.Errorf("no frame with %s fields (%v)", what, seen)
 		}
@@ -150,7 +164,8 @@ func TestWiresharkDissector(t *testing.T) {
 	}
 	for _, want := range []string{"Direction: Inbound", "Direction: Outbound", "SSAM single-cell message", "SSAM bulk message: request",
 		"Session tag, high 16 bits: 0x", "Handler index: 0", "Session tag, low 7 bits: 0x", "[Session tag: 0x", "Session number: ", "Firmware transport: DATA",
-		"Firmware transport, compact cell: DATA (compact)", "AM-II engine message (compact): AM-II request short"} {
+		"Firmware transport, compact cell: DATA (compact)", "AM-II engine message (compact): AM-II request short",
+		"Raw frame on 0/33, 1 cells, no protocol", "Raw frame on 0/33, 3 cells, no protocol", "Sequence: 19"} {
 		if !strings.Contains(string(v), want) {
 			t.Errorf("tshark -V shows no %q", want)
 		}

@@ -236,7 +236,7 @@ func TestBadValues(t *testing.T) {
 		{[]string{"ping", "--loss", "0.1", "--api", "raw"}, "--loss works with --api ssam, amii or grim only"},
 		{[]string{"ping", "--loss", "1", "--api", "ssam"}, "--loss 1: want a fraction in [0, 1)"},
 		{[]string{"ping", "--dup", "0.1", "--api", "udp"}, "--dup works with --api ssam, amii or grim only"},
-		{[]string{"ping", "--api", "amii", "--size", "65"}, "--size 65: an AM-II ping is a short message"},
+		{[]string{"ping", "--api", "amii", "--size", "8193"}, "--size 8193: an AM-II ping is a short message (up to 64 bytes) or a medium one (up to 8192 bytes)"},
 		{[]string{"ping", "--dup", "-0.5", "--api", "amii"}, "--dup -0.5: want a fraction in [0, 1)"},
 		{[]string{"ping", "--mode", "firmware"}, "--mode firmware works with --api amii or grim only"},
 		{[]string{"lab", "up", "--hosts", "0"}, "--hosts 0: want 2..250"},

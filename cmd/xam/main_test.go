@@ -858,6 +858,18 @@ func TestPingAMII(t *testing.T) {
 		!strings.Contains(errs, "want daemons, group or threads") {
 		t.Errorf("--fw-layout nic: exit %d, %s", code, errs)
 	}
+	// Above 64 bytes a ping is a medium message, each way, over lossy
+	// links too.
+	for _, mode := range []string{"inline", "firmware"} {
+		code, out, errs = xam(t, nil, "ping", "--api", "amii", "--mode", mode, "--size", "3000", "--count", "100", "--loss", "0.05", "--json")
+		var m struct {
+			result
+			Size int `json:"size"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &m) != nil || m.Lost != 0 || m.Duplicates != 0 || m.Delivered != m.Sent || m.Sent != 110 || m.Size != 3000 {
+			t.Errorf("ping --api amii --mode %s --size 3000: exit %d, %+v: %s %s", mode, code, m, out, errs)
+		}
+	}
 	if code, _, errs := xam(t, nil, "ping", "--api", "raw", "--mode", "firmware"); code != 2 || !strings.Contains(errs, "works with --api amii") {
 		t.Errorf("--mode firmware with --api raw: exit %d, %s", code, errs)
 	}

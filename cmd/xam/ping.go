@@ -24,6 +24,7 @@ import (
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--dup P] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
@@ -96,7 +97,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.StringVar(&o.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	fs.IntVar(&o.cfg.Count, "count", 10000, "measured round trips (at least 1)")
 	fs.IntVar(&o.warmup, "warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
-	fs.IntVar(&o.cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; amii: at most %d, a short message's arguments; grim: default 16, a short message, and bulk above)", maxPingSize, 8*amii.MaxArgs))
+	fs.IntVar(&o.cfg.Size, "size", 32, fmt.Sprintf("message bytes, 1..%d (raw/packet: carried in ceil(size/48) cells; amii: up to %d a short message's arguments, above that a medium message of at most %d; grim: default 16, a short message, and bulk above)", maxPingSize, 8*amii.MaxArgs, endpoint.MaxMedium))
 	fs.DurationVar(&o.cfg.Timeout, "timeout", time.Second, "a round trip not answered within this is counted lost (positive)")
 	fs.StringVar(&o.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	fs.IntVar(&o.cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
@@ -147,8 +148,8 @@ func (o *pingOptions) check() error {
 		return usageError("--fw-layout %v", o.fwShapeErr())
 	case o.loss > 0 && o.engineMode == "firmware" && o.fwShape == bench.ShapeDaemons:
 		return usageError("--loss with --mode firmware needs --fw-layout group or threads: the daemons' XDP programs are their own")
-	case o.api == "amii" && o.cfg.Size > 8*amii.MaxArgs:
-		return usageError("--size %d: an AM-II ping is a short message, its %d arguments at most %d bytes", o.cfg.Size, amii.MaxArgs, 8*amii.MaxArgs)
+	case o.api == "amii" && o.cfg.Size > endpoint.MaxMedium:
+		return usageError("--size %d: an AM-II ping is a short message (up to %d bytes) or a medium one (up to %d bytes)", o.cfg.Size, 8*amii.MaxArgs, endpoint.MaxMedium)
 	case o.api == "grim" && o.cfg.Size > grim.MaxBulk:
 		return usageError("--size %d: a GRIM message carries at most %d bytes", o.cfg.Size, grim.MaxBulk)
 	case o.loss != 0 && o.api != "ssam" && o.api != "amii" && o.api != "grim":

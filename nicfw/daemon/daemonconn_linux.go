@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -463,7 +464,10 @@ type Error struct {
 	Kind error // nil: none of the kinds
 }
 
-func (e *Error) Error() string { return "nicfw: daemon: " + e.Msg }
+// Error reads "the daemon refused: " and the daemon's message, without
+// the package prefix its kind's text carries ("nicfw: "): what a person
+// who ran a command reads.
+func (e *Error) Error() string { return "the daemon refused: " + strings.TrimPrefix(e.Msg, "nicfw: ") }
 
 // Unwrap returns the refusal's kind.
 func (e *Error) Unwrap() error { return e.Kind }

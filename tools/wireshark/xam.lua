@@ -20,15 +20,17 @@
 -- Use:  wireshark -X lua_script:tools/wireshark/xam.lua xam.pcapng
 --       tshark -X lua_script:tools/wireshark/xam.lua -r xam.pcapng -V
 -- or copy this file into Wireshark's personal plugins folder. Captures come
--- from `xam capture --format ether`. Preferences: the EtherType, and the
--- VPI/VCI of the mapper's circuit.
+-- from `xam capture --format ether`. Preferences: the EtherType, the
+-- VPI/VCI of the mapper's circuit and the VCI of raw frames.
 --
 -- Which layer a reassembled PDU is: a single cell whose AAL5 trailer and
 -- CRC-32 check out is a one-cell PDU; a single cell whose first byte is 5
 -- and whose CRC-10 over bytes 0-45 checks out is a compact transport cell
 -- (an AM-II short message); any other single cell on a circuit is an SSAM
--- single-cell message (its CRC-10 is checked); a PDU on the
--- mapper's circuit is a mapper message; a PDU whose header lengths add up
+-- single-cell message (its CRC-10 is checked); cells on the raw circuit
+-- (VPI 0, the "Raw VCI" preference, 33) are raw frames of no protocol
+-- (pings: a sequence number); a PDU on the mapper's circuit is a mapper
+-- message; a PDU whose header lengths add up
 -- as the transport's is a transport message; otherwise a PDU whose SDU
 -- starts with SSAM's 8-byte header is an SSAM bulk message.
 
@@ -56,6 +58,7 @@ f.cell = ProtoField.uint16("xam.cell", "Cell")
 f.gfc = ProtoField.uint8("xam.cell.gfc", "GFC")
 f.vpi = ProtoField.uint16("xam.cell.vpi", "VPI")
 f.vci = ProtoField.uint16("xam.cell.vci", "VCI")
+f.raw_seq = ProtoField.uint64("xam.raw.seq", "Sequence")
 f.pti = ProtoField.uint8("xam.cell.pti", "PTI")
 f.eom = ProtoField.bool("xam.cell.eom", "End of message")
 f.clp = ProtoField.uint8("xam.cell.clp", "CLP")
@@ -132,6 +135,7 @@ xam.experts = { ef_hec, ef_crc, ef_count, ef_cont, ef_refused, ef_badsync }
 xam.prefs.ethertype = Pref.uint("EtherType", 0x88B5, "the EtherType of xam's frames")
 xam.prefs.mapper_vpi = Pref.uint("Mapper VPI", 0, "the VPI of the mapper's circuit")
 xam.prefs.mapper_vci = Pref.uint("Mapper VCI", 16, "the VCI of the mapper's circuit")
+xam.prefs.raw_vci = Pref.uint("Raw VCI", 33, "the VCI of raw frames on VPI 0 (xam ping --api raw and packet, the frame-rate benchmarks): cells of no protocol")
 
 local band, bxor, lshift, rshift = bit32.band, bit32.bxor, bit32.lshift, bit32.rshift
 
@@ -413,6 +417,15 @@ local function dissect_transport(tvb, tree)
 end
 
 local function dissect_pdu(pdu, vpi, vci, tree, ncells)
+	if vpi == 0 and vci == xam.prefs.raw_vci then
+		-- Raw frames: cells of no protocol, the first payload's first
+		-- eight bytes a sequence number (the ping's round trip).
+		local tvb = pdu:tvb("raw cells")
+		local t = tree:add(xam, tvb(), string.format("Raw frame on %d/%d, %d cells, no protocol", vpi, vci, ncells))
+		if pdu:len() < 8 then return "raw frame" end
+		t:add(f.raw_seq, tvb(0, 8))
+		return "raw frame, sequence " .. tostring(tvb(0, 8):uint64())
+	end
 	local tvb = pdu:tvb("AAL5 PDU")
 	local ok, len = aal5ok(pdu)
 	if ncells == 1 and not ok then
