@@ -210,9 +210,9 @@ func (r *PingResult) finish() {
 
 // RawVCI is the circuit of raw frames (VPI 0): cells of no protocol, which
 // the raw pings and frame rates send, on a VCI of their own so that a
-// capture tells them from SSAM's and the transport's (32); the Wireshark
-// dissector names them by it.
-const RawVCI = 33
+// capture tells them from SSAM's and the transport's (32, and 33 for its
+// compact cells); the Wireshark dissector names them by it.
+const RawVCI = 40
 
 // rawFrame builds a valid xam frame from src to dst carrying size bytes in
 // the payloads of max(1, ceil(size/48)) cells on VC 0/RawVCI; the first

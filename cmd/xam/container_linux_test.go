@@ -88,21 +88,9 @@ func TestContainerClient(t *testing.T) {
 	}
 	tag := m[1]
 
-	// A directory, and a copy of xam, that uid 65534 may reach.
-	dir := t.TempDir()
-	for d := dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := filepath.Join(dir, "xam")
-	exe, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, exe, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// A copy of xam that uid 65534 may reach.
+	bin := reachableCopy(t, "xam")
+	dir := filepath.Dir(bin)
 	ping := []string{"ping", "--api", "amii", "--socket", "/run/xam/fw.sock", "--peer-host", "1", "--count", "100", "--json"}
 	nobody := &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
 	for _, tc := range []struct {

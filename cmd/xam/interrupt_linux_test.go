@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv("XAM_TEST_AS_XAM") == "1" {
 		main()
 	}
+	// What the tests start of this program (os.Executable: the daemons
+	// of `ping --mode firmware`, `bench engine` and `lab up --fw`) runs as
+	// xam too.
+	os.Setenv("XAM_TEST_AS_XAM", "1")
 	os.Exit(m.Run())
 }
 
@@ -261,20 +265,8 @@ func TestBadValues(t *testing.T) {
 // MEMLOCK and `ping` printed lines that never said "root".
 func TestUnprivileged(t *testing.T) {
 	testenv.RequirePrivileged(t)
-	dir := t.TempDir()
-	for d := dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := filepath.Join(dir, "xam.test")
-	exe, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, exe, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := reachableCopy(t, "xam.test")
+	dir := filepath.Dir(bin)
 	for _, args := range [][]string{
 		{"ping"},
 		{"lab", "up", "--name", "nobody"},
@@ -334,4 +326,26 @@ func TestBenchAllInterrupted(t *testing.T) {
 	if hasLab(fmt.Sprintf("bench%d", cmd.Process.Pid)) {
 		t.Error("the interrupted run left its lab behind")
 	}
+}
+
+// reachableCopy copies this test binary (which runs as xam with
+// XAM_TEST_AS_XAM=1) as name into a temporary directory that every user
+// may reach, for a test that runs it as another user, and returns its path.
+func reachableCopy(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for d := dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, name)
+	exe, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }

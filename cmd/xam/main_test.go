@@ -534,12 +534,19 @@ func TestBenchEngine(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	r := doc.Engine
-	if len(r.Rates) != 8 || len(r.Pings) != 7 || len(r.Bulk) != 4 || r.BulkMTU < 3000 || r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 ||
+	if len(r.Rates) != 8 || len(r.Pings) != 8 || len(r.Bulk) != 4 || r.BulkMTU < 3000 || r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 ||
 		r.TransportAuthRateRatio <= 0 || r.TransportAuthPingRatio <= 0 {
 		t.Fatalf("rows: %d rates, %d pings, %d bulk, MTU %d\n%s", len(r.Rates), len(r.Pings), len(r.Bulk), r.BulkMTU, out)
 	}
 	if r.Rates[0].Ratio != 1 || r.Pings[1].Ratio != 1 || r.Bulk[1].Ratio != 1 {
 		t.Errorf("the reference rows' ratios are not 1:\n%s", out)
+	}
+	// Firmware mode as deployed (an xam fw process per host) and in one
+	// thread, each over AM-II inline's round trip.
+	for i, name := range []string{"amii firmware, daemons", "amii firmware, group"} {
+		if p := r.Pings[6+i]; p.Name != name || p.Ratio != p.P50/r.Pings[2].P50 {
+			t.Errorf("ping row %d: %+v, want %q over AM-II inline's p50 %v", 6+i, p, name, r.Pings[2].P50)
+		}
 	}
 	for _, x := range r.Rates {
 		if x.PerSec <= 0 || x.Ratio <= 0 || x.PerFrame < 1 {

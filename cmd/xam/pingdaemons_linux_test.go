@@ -22,7 +22,6 @@ import (
 // socket.
 func TestPingFirmwareDaemons(t *testing.T) {
 	testenv.RequirePrivileged(t)
-	t.Setenv("XAM_TEST_AS_XAM", "1") // the daemons the ping starts run as xam
 	for _, api := range []string{"amii", "grim"} {
 		code, out, errs := xam(t, nil, "ping", "--api", api, "--mode", "firmware", "--count", "300", "--json")
 		var r bench.PingResult

@@ -28,7 +28,7 @@
 -- and whose CRC-10 over bytes 0-45 checks out is a compact transport cell
 -- (an AM-II short message); any other single cell on a circuit is an SSAM
 -- single-cell message (its CRC-10 is checked); cells on the raw circuit
--- (VPI 0, the "Raw VCI" preference, 33) are raw frames of no protocol
+-- (VPI 0, the "Raw VCI" preference, 40) are raw frames of no protocol
 -- (pings: a sequence number); a PDU on the mapper's circuit is a mapper
 -- message; a PDU whose header lengths add up
 -- as the transport's is a transport message; otherwise a PDU whose SDU
@@ -135,7 +135,7 @@ xam.experts = { ef_hec, ef_crc, ef_count, ef_cont, ef_refused, ef_badsync }
 xam.prefs.ethertype = Pref.uint("EtherType", 0x88B5, "the EtherType of xam's frames")
 xam.prefs.mapper_vpi = Pref.uint("Mapper VPI", 0, "the VPI of the mapper's circuit")
 xam.prefs.mapper_vci = Pref.uint("Mapper VCI", 16, "the VCI of the mapper's circuit")
-xam.prefs.raw_vci = Pref.uint("Raw VCI", 33, "the VCI of raw frames on VPI 0 (xam ping --api raw and packet, the frame-rate benchmarks): cells of no protocol")
+xam.prefs.raw_vci = Pref.uint("Raw VCI", 40, "the VCI of raw frames on VPI 0 (xam ping --api raw and packet, the frame-rate benchmarks): cells of no protocol")
 
 local band, bxor, lshift, rshift = bit32.band, bit32.bxor, bit32.lshift, bit32.rshift
 
