@@ -469,6 +469,14 @@ func runFwStats(e *env, args []string) error {
 	}
 	printCounters(w, "engine", s.Engine)
 	printCounters(w, "transport", s.Transport)
+	for _, p := range s.Peers {
+		printCounters(w, fmt.Sprintf("peer host %d", p.Host), p.Transport)
+		for r := range p.ReturnsSent {
+			if p.ReturnsSent[r]+p.Returned[r] > 0 {
+				fmt.Fprintf(w, "  returned: %d of its messages to it, %d of ours from it: %v\n", p.ReturnsSent[r], p.Returned[r], endpoint.Reason(r))
+			}
+		}
+	}
 	printCounters(w, "residency", s.Residency)
 	for _, m := range s.Modules {
 		var cs []counterCell

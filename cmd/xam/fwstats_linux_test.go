@@ -83,7 +83,8 @@ func TestFwStats(t *testing.T) {
 	}
 	code, out, errs = xam(t, nil, "fw", "stats", "--socket", sock)
 	if code != 0 || !strings.Contains(out, "tag 0x7ed, 1 table entries") || !strings.Contains(out, "2  "+lb.HardwareAddr().String()) ||
-		!strings.Contains(out, "2 descriptors refused: destination index out of range") || !strings.Contains(out, "1 descriptors refused: unknown class") {
+		!strings.Contains(out, "2 descriptors refused: destination index out of range") || !strings.Contains(out, "1 descriptors refused: unknown class") ||
+		!strings.Contains(out, "peer host 2") {
 		t.Errorf("fw stats: exit %d: %s %s", code, out, errs)
 	}
 	if code, _, errs := xam(t, nil, "fw", "stats", "--socket", filepath.Join(t.TempDir(), "none")); code != 1 || !strings.Contains(errs, "is `xam fw` running") {
