@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
 // TestAMIIPing runs the AM-II ping-pong over AF_XDP on a veth pair, with no
@@ -37,7 +38,13 @@ func TestAMIIPing(t *testing.T) {
 		}
 		t.Logf("loss %v: %s (raw p50 %v, amii p50 %v)", loss, js, time.Duration(raw.RTT.P50), time.Duration(r.RTT.P50))
 	}
-	if _, err := AMIIPing(a, b, PingConfig{Count: 1, Size: 72}, 0); err == nil {
-		t.Error("a 72-byte AM-II short message was not refused")
+	// Above 64 bytes a medium message each way; above a medium slot,
+	// refused.
+	r, err := AMIIPing(a, b, PingConfig{Count: 50, Size: 72}, 0)
+	if err != nil || r.Size != 72 || r.Done != 50 || r.Lost != 0 || r.Delivered != r.Sent {
+		t.Errorf("a 72-byte AM-II ping: %+v, %v", r, err)
+	}
+	if _, err := AMIIPing(a, b, PingConfig{Count: 1, Size: endpoint.MaxMedium + 1}, 0); err == nil {
+		t.Errorf("a %d-byte AM-II ping was not refused", endpoint.MaxMedium+1)
 	}
 }
