@@ -137,7 +137,7 @@ func overcommit(a, b datapath.Place, n int, cfg overcommitConfig) (*overcommitRo
 	if err != nil {
 		return nil, err
 	}
-	load := &overcommitLoad{errs: make([]error, 2*n), counts: make([]int, n)}
+	load := &overcommitLoad{errs: make([]error, 2*n), counts: make([]atomic.Int64, n)}
 	elapsed, err := load.run(clients, servers, cfg.Duration)
 	if err != nil {
 		return nil, err
@@ -149,8 +149,8 @@ func overcommit(a, b datapath.Place, n int, cfg overcommitConfig) (*overcommitRo
 	row := &overcommitRow{Endpoints: n,
 		Faults: after.Residency.Faults - before.Residency.Faults, NACKs: after.Engine.NotResident - before.Engine.NotResident}
 	rates := make([]float64, n)
-	for i, c := range load.counts {
-		rates[i] = float64(c) / elapsed.Seconds()
+	for i := range load.counts {
+		rates[i] = float64(load.counts[i].Load()) / elapsed.Seconds()
 	}
 	row.PerClient, row.MinClient, row.MaxClient, row.Rate = spread(rates)
 	return row, nil
@@ -177,19 +177,26 @@ func dialVNets(hosts [2]*firmwareHost, clients, servers []*amii.Endpoint) error 
 	return nil
 }
 
+// answerBound bounds how long a point's counting waits, past its duration,
+// for a client without a reply yet: on a loaded machine the endpoints'
+// faults can keep one waiting past a short duration.
+const answerBound = 20 * time.Second
+
 // overcommitLoad is the traffic of one point: a goroutine for each
 // endpoint, blocking in Wait, and what they count and fail with.
 type overcommitLoad struct {
-	stop      atomic.Bool // the goroutines are to return
-	measuring atomic.Bool // the clients count their replies
-	errs      []error     // each server's, then each client's
-	counts    []int       // replies each client had while measuring
+	stop      atomic.Bool    // the goroutines are to return
+	measuring atomic.Bool    // the clients count their replies
+	errs      []error        // each server's, then each client's
+	counts    []atomic.Int64 // replies each client had while measuring
 	wg        sync.WaitGroup
 }
 
 // run starts the servers and clients, lets every virtual network make its
 // first round trip (its endpoints' first faults), counts the replies for
-// d, and stops them all. It returns the time the counting took.
+// d, and on until every client has had one (within answerBound: a client
+// starved for longer keeps its 0), and stops them all. It returns the time
+// the counting took.
 func (l *overcommitLoad) run(clients, servers []*amii.Endpoint, d time.Duration) (time.Duration, error) {
 	for i, s := range servers {
 		if err := l.serve(i, s); err != nil {
@@ -205,11 +212,24 @@ func (l *overcommitLoad) run(clients, servers []*amii.Endpoint, d time.Duration)
 	l.measuring.Store(true)
 	start := time.Now()
 	time.Sleep(d)
+	for time.Since(start) < d+answerBound && l.unanswered() {
+		time.Sleep(time.Millisecond)
+	}
 	l.measuring.Store(false)
 	elapsed := time.Since(start)
 	l.stop.Store(true)
 	l.wg.Wait()
 	return elapsed, errors.Join(l.errs...)
+}
+
+// unanswered reports whether a client has had no reply yet.
+func (l *overcommitLoad) unanswered() bool {
+	for i := range l.counts {
+		if l.counts[i].Load() == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // serve starts server endpoint i's goroutine: it waits for requests and
@@ -245,7 +265,7 @@ func (l *overcommitLoad) request(i int, c *amii.Endpoint) error {
 	n := len(l.counts)
 	if err := c.Handle(2, func(*amii.Token, []uint64) {
 		if l.measuring.Load() {
-			l.counts[i]++
+			l.counts[i].Add(1)
 		}
 	}); err != nil {
 		return err
