@@ -10,6 +10,13 @@ declare -A need=(
 	# scripts/package-check.sh: the systemd unit, the manual pages
 	[systemd-analyze]=systemd
 	[groff]=groff-base
+	# internal/slurmtest: a private Slurm cluster for package cluster's tests
+	# (not slurm-wlm-emulator: it cannot run with 22.05's shared library and
+	# would take over the slurmd and slurmctld alternatives)
+	[slurmd]=slurmd
+	[slurmctld]=slurmctld
+	[srun]=slurm-client
+	[munged]=munge
 )
 
 # Optional: a peer of the benchmarks (UCX active messages, `xam bench

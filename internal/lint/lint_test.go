@@ -83,7 +83,7 @@ func TestGofmt(t *testing.T) {
 // have rank 0, usable by all, and import only rank 0).
 var layer = map[string]int{
 	"internal": 0, "lab": 0,
-	"loader": 1, "afxdp": 1, "cells": 1,
+	"loader": 1, "afxdp": 1, "cells": 1, "cluster": 1,
 	"datapath": 2,
 	"driver":   3, "nicfw": 3,
 	"am":    4,
