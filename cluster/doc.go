@@ -36,6 +36,16 @@
 // endpoint ids) and gets everyone's. Abort ends the whole job: Slurm kills
 // every task of the step.
 //
+// # Steps
+//
+// Under Slurm the key space is the step's: each step has a PMI-2 job of
+// its own (PMI_JOBID JOBID.STEPID), and a value put and fenced in one step
+// is not found by a task of another step of the same job, before or after
+// its own fence (checked with Slurm 22.05). So an application's step does
+// not learn its node daemon's socket from the daemons' step (`xam fw
+// --job`, a step of its own); both compute it from the job id instead:
+// Job.DaemonSocket, /run/xam/job-JOBID.sock.
+//
 // Keys and values are encoded for PMI-2 (kv.go): keys carry their owner's
 // rank, since the key space is one for the whole step; values are
 // percent-encoded, since Slurm 22.05's server cuts values at ';' (it does

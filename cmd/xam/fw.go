@@ -23,6 +23,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xam-project/xam/cluster"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
@@ -117,6 +118,9 @@ type fwConfig struct {
 	queue         int
 	useMap        bool
 	follow        bool
+	job           bool   // --job: the peers from the Slurm step (fwjob.go)
+	hostfile      string // --hostfile: the peers from a hostfile's job, as --rank
+	rank          int
 	probe         time.Duration
 	verbose       bool
 	maxEndpoints  int
@@ -158,16 +162,35 @@ func runFw(e *env, args []string) error {
 	if err := c.resolve(); err != nil {
 		return err
 	}
-	if err := needPrivileges("xam fw"); err != nil {
-		return err
+	// SIGINT and SIGTERM end the daemon without an error, from here on:
+	// a daemon of a job may be stopped while it joins.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var j *cluster.Job
+	if c.inJob() {
+		if j, err = c.joinJob(ctx); err != nil {
+			return unlessStopped(ctx, err)
+		}
 	}
-	return serveFw(e, c)
+	if err := needPrivileges("xam fw"); err != nil {
+		return c.failJob(j, err)
+	}
+	return unlessStopped(ctx, serveFw(ctx, e, c, j))
+}
+
+// unlessStopped returns err, or nil once ctx, the daemon's life, has ended:
+// a signal stopped it.
+func unlessStopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // fwUsage is `xam fw`'s usage. The line of the modules comes from the
 // registry (nicfw.RegisterModule), as their flags do.
 func fwUsage(kinds []nicfw.ModuleKind) string {
-	return "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow]) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n" +
+	return "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow] | --job | --hostfile FILE --rank N) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n" +
 		"       [--metrics ADDR]  (Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464)\n" +
 		moduleUsage(kinds) +
 		"       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]"
@@ -194,6 +217,9 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.StringVar(&c.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	fs.IntVar(&c.queue, "queue", 0, "the device queue to own")
 	fs.BoolVar(&c.useMap, "map", false, "find the hosts with the mapper protocol instead of --id and --host")
+	fs.BoolVar(&c.job, "job", false, "run as a step of a Slurm job, one task per node (srun --ntasks-per-node=1 --mpi=pmi2): learn this host's id and the peers from the job, instead of --id and --host; the socket defaults to /run/xam/job-$SLURM_JOB_ID.sock")
+	fs.StringVar(&c.hostfile, "hostfile", "", "learn this host's id and the peers from a hostfile's job (docs/cluster.md), as --rank, instead of --id and --host; --dev defaults to the rank's device there")
+	fs.IntVar(&c.rank, "rank", -1, "with --hostfile: this daemon's rank in the file")
 	fs.BoolVar(&c.follow, "map-follow", false, "with --map: never lead (adopt the leader's tables only)")
 	fs.DurationVar(&c.probe, "probe", time.Second, "with --map: the mapper's probe interval")
 	fs.BoolVar(&c.verbose, "v", false, "log connections, endpoints and host tables")
@@ -214,6 +240,9 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 // checkHosts checks how the daemon is told its hosts: given (--id and
 // --host) or found by the mapper (--map), never both.
 func (c *fwConfig) checkHosts() error {
+	if c.job || c.given["hostfile"] || c.given["rank"] {
+		return c.checkJob()
+	}
 	switch {
 	case c.dev == "":
 		return usageError("--dev is required")
@@ -311,30 +340,36 @@ func (c *fwConfig) daemonConfig(e *env) daemon.Config {
 	return cfg
 }
 
-// serveFw opens the device and runs the daemon until SIGINT or SIGTERM,
-// which end it without an error. With --metrics it listens first, so
-// that a busy address leaves nothing behind, and serves the metrics
-// while the daemon runs.
-func serveFw(e *env, c *fwConfig) error {
+// serveFw opens the device and runs the daemon until ctx ends (SIGINT or
+// SIGTERM). With --metrics it listens first, so that a busy address
+// leaves nothing behind, and serves the metrics while the daemon runs. In
+// a job (j not nil) it learns its hosts from the other daemons once its
+// device is open.
+func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 	var ln net.Listener
 	if c.metrics != "" {
 		var err error
 		if ln, err = listenMetrics(c.metrics); err != nil {
-			return err
+			return c.failJob(j, err)
 		}
 		defer ln.Close()
 	}
 	here, err := devicePlace(c.dev, c.ns)
 	if err != nil {
-		return err
+		return c.failJob(j, err)
 	}
 	raw, err := datapath.Open(here, c.mode, c.queue)
 	if err != nil {
-		return err
+		return c.failJob(j, err)
 	}
 	defer raw.Close()
 	if err := os.MkdirAll(dirOf(c.socket), 0o755); err != nil {
-		return err
+		return c.failJob(j, err)
+	}
+	if j != nil {
+		if err := c.exchangeHosts(ctx, e, j, here.MAC); err != nil {
+			return err
+		}
 	}
 	var d *daemon.Daemon
 	var srv *http.Server
@@ -350,19 +385,16 @@ func serveFw(e *env, c *fwConfig) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c.announce(e, here.MAC)
+	if j != nil {
+		c.announceJob(e, j)
+	}
 	if srv != nil {
 		go srv.Serve(ln) // returns http.ErrServerClosed once closed
 		defer srv.Close()
 		fmt.Fprintf(e.stderr, "xam fw: metrics at http://%s/metrics\n", ln.Addr())
 	}
-	err = d.Run(ctx)
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
+	return d.Run(ctx)
 }
 
 // announce says on stderr what the daemon serves, and what each module is

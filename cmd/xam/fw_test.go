@@ -129,3 +129,46 @@ func TestFwMetricsUsage(t *testing.T) {
 		t.Errorf("fw -h:\n%s", out)
 	}
 }
+
+// TestFwJobUsage: `xam fw --job` and `--hostfile` learn this host's id and
+// the peers from the job, so --id, --host and --map are refused with them,
+// in one line with exit status 2, as is --job outside a Slurm step, saying
+// what is missing.
+func TestFwJobUsage(t *testing.T) {
+	for _, v := range []string{"SLURM_PROCID", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_NODELIST", "PMI_FD"} {
+		t.Setenv(v, "")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--job", "--dev", "eth0", "--id", "1"}, "--job: this host's id comes from the job (its node's index in the job's nodes): no --id"},
+		{[]string{"--job", "--dev", "eth0", "--host", "1=02:00:00:00:00:01"}, "--job: the peers come from the job: no --host"},
+		{[]string{"--job", "--dev", "eth0", "--map"}, "--job: the peers come from the job, not from the mapper: no --map"},
+		{[]string{"--job", "--dev", "eth0", "--hostfile", "f", "--rank", "0"}, "--job learns the job from Slurm: no --hostfile or --rank"},
+		{[]string{"--job"}, "--dev is required"},
+		{[]string{"--dev", "eth0", "--rank", "1"}, "--rank needs --hostfile FILE"},
+		{[]string{"--hostfile", "f"}, "--hostfile needs --rank N"},
+		{[]string{"--hostfile", "f", "--rank", "-1"}, "--rank -1: want 0 or more"},
+		{[]string{"--hostfile", "f", "--rank", "0", "--map"}, "--hostfile: the peers come from the job, not from the mapper: no --map"},
+		{[]string{"--job", "--dev", "eth0"}, "not in a Slurm job step: SLURM_PROCID is not set; run under `srun --mpi=pmi2`"},
+	} {
+		args := append([]string{"fw"}, tc.args...)
+		code, out, errs := xam(t, nil, args...)
+		if code != 2 || out != "" || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("xam %v: exit %d, stdout %q, stderr %q; want 2 and one line with %q", args, code, out, errs, tc.want)
+		}
+	}
+	t.Setenv("SLURM_JOB_ID", "42")
+	if code, _, errs := xam(t, nil, "fw", "--job", "--dev", "eth0"); code != 2 ||
+		!strings.Contains(errs, "in Slurm job 42 but not in a step started by srun") {
+		t.Errorf("--job in a batch script: exit %d, %q", code, errs)
+	}
+	if code, _, errs := xam(t, nil, "fw", "--hostfile", "/nonexistent/hosts", "--rank", "0"); code != 1 ||
+		!strings.Contains(errs, "/nonexistent/hosts: no such file or directory") {
+		t.Errorf("--hostfile of no file: exit %d, %q", code, errs)
+	}
+	if _, out, _ := xam(t, nil, "fw", "-h"); !strings.Contains(out, "| --job | --hostfile FILE --rank N)") || !strings.Contains(out, "/run/xam/job-$SLURM_JOB_ID.sock") {
+		t.Errorf("fw -h:\n%s", out)
+	}
+}

@@ -29,7 +29,7 @@ const daemonStartBound = 2 * time.Minute
 
 // labFwSet are the `xam fw` flags that `lab up --fw` sets itself: --fw-args
 // may not give them.
-var labFwSet = []string{"dev", "netns", "id", "host", "socket", "map", "map-follow", "probe"}
+var labFwSet = []string{"dev", "netns", "id", "host", "socket", "map", "map-follow", "probe", "job", "hostfile", "rank"}
 
 // labDaemon is a lab host's firmware daemon, as `lab up --fw` reports it.
 type labDaemon struct {

@@ -276,6 +276,7 @@ func TestLabUpFwUsage(t *testing.T) {
 		{[]string{"--fw", "--fw-args", "--dev eth1"}, "--fw-args: --dev is the lab's to set"},
 		{[]string{"--fw", "--fw-args", "--host 3=02:00:00:00:00:03"}, "--fw-args: --host is the lab's to set"},
 		{[]string{"--fw", "--fw-args", "--map"}, "--fw-args: --map is the lab's to set"},
+		{[]string{"--fw", "--fw-args", "--job"}, "--fw-args: --job is the lab's to set"},
 		{[]string{"--fw", "--fw-args", "--bogus"}, "--fw-args: flag provided but not defined: -bogus"},
 		{[]string{"--fw", "--fw-args", "--sleep -1s"}, "--fw-args: --sleep -1s"},
 		{[]string{"--fw", "--fw-args", "--module nosuch"}, `--fw-args: --module "nosuch": unknown module`},

@@ -6,7 +6,7 @@
 //	xam demo                        the main job (see README.md)
 //	xam doctor [--dev IF] [--netns NS] [--json]
 //	xam ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--size B] [--timeout D] [--loss P] [--json] [--dev IF (--peer MAC | --serve)]
-//	xam fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map) [--cores LIST] [--socket PATH] [--sleep D] [--metrics ADDR]
+//	xam fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map | --job | --hostfile FILE --rank N) [--cores LIST] [--socket PATH] [--sleep D] [--metrics ADDR]
 //	xam capture --dev IF [--netns NS] --out FILE [--format erf|ether] [--count N] [--duration D] [--buffer BYTES]
 //	xam stat --dev IF [--netns NS] [--json]
 //	xam lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--fw [--fw-args A]] [--json]

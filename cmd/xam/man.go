@@ -103,6 +103,7 @@ func mainPage(version string) []byte {
 	b.WriteString(".SH FILES\n")
 	for _, f := range [][2]string{
 		{"/run/xam/fw.sock", "the firmware daemon's unix socket (xam fw --socket)"},
+		{"/run/xam/job-JOBID.sock", "the socket of a Slurm job's firmware daemon (xam fw --job)"},
 		{"/run/xam/labs", "which process owns each lab (xam lab list)"},
 		{"/etc/default/xam-fw", "the xam fw systemd unit's options (XAM_FW_ARGS)"},
 	} {
