@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/xam-project/xam/internal/syncbuf"
 
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
@@ -88,7 +89,7 @@ func spawnFirmwareHosts(a, b datapath.Place, dir string, mode loader.Mode, queue
 // answers a stats request; an early exit is an error with the end of its
 // output.
 func spawnDaemon(exe string, args []string, sock string) (*firmwareHost, error) {
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	started, exited := make(chan error, 1), make(chan error, 1)
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = out, out
@@ -133,22 +134,4 @@ func spawnDaemon(exe string, args []string, sock string) (*firmwareHost, error) 
 			return nil, fmt.Errorf("no answer on %s within %v: %s", sock, daemonStartBound, lastLines(out.String(), 5))
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a child's output and a reader share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,10 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xam-project/xam/internal/syncbuf"
 
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/slurmtest"
@@ -23,30 +23,11 @@ import (
 	"github.com/xam-project/xam/nicfw/daemon"
 )
 
-// lockedBuffer is a bytes.Buffer that a process's output and the test may
-// use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startJobDaemons starts cmd (the daemons: a step, or processes) and
 // returns a channel closed when it has exited, and its output so far.
-func startJobDaemons(t *testing.T, cmd *exec.Cmd) (<-chan struct{}, *lockedBuffer, *error) {
+func startJobDaemons(t *testing.T, cmd *exec.Cmd) (<-chan struct{}, *syncbuf.Buffer, *error) {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -283,7 +264,7 @@ func TestFwHostfile(t *testing.T) {
 		return path
 	}
 	socket := func(i int) string { return fmt.Sprintf("%s/h%d.sock", dir, i) }
-	start := func(file string) (ends []<-chan struct{}, outs []*lockedBuffer, errs []*error, cmds []*exec.Cmd) {
+	start := func(file string) (ends []<-chan struct{}, outs []*syncbuf.Buffer, errs []*error, cmds []*exec.Cmd) {
 		for i, h := range l.Hosts {
 			cmd := xamCommand("fw", "--hostfile", file, "--rank", strconv.Itoa(i), "--netns", h.NS, "--socket", socket(i), "--sleep", "50us")
 			exited, out, err := startJobDaemons(t, cmd)
