@@ -12,9 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/xam-project/xam/internal/syncbuf"
-
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/syncbuf"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"

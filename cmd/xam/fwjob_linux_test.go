@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xam-project/xam/internal/syncbuf"
-
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/slurmtest"
+	"github.com/xam-project/xam/internal/syncbuf"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/nicfw/daemon"
