@@ -176,6 +176,7 @@ var sublayer = map[string]map[string]int{
 	"am": {
 		"am/ssam": 0, "am/amii": 0, "am/grim": 0,
 		"am": 1, "am/grim/storage": 1,
+		"am/job": 2, // the three opened from a job (cluster)
 	},
 }
 
