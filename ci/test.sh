@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 # fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME=${FUZZTIME:-100000x}
 # Packages with concurrency, tested again under the race detector.
-RACE_PKGS=(./internal/... ./cells/... ./loader/... ./afxdp/... ./driver/... ./am/... ./nicfw/... ./bench/...)
+RACE_PKGS=(./internal/... ./cells/... ./loader/... ./afxdp/... ./driver/... ./cluster/... ./am/... ./nicfw/... ./bench/...)
 
 step() { printf '\n==> %s\n' "$*"; }
 
