@@ -3,7 +3,6 @@ package amii
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -116,26 +115,10 @@ func (ep *Endpoint) waitLocked(timeout time.Duration) error {
 	}
 }
 
-// spin looks at the receive queues for up to d, yielding the processor
-// (to other goroutines and other threads) between looks, and reports whether a message came: firmware mode's
-// adaptive wait, which spares a message that comes soon the eventfd's
-// wake-up. With Shared, others take the lock meanwhile.
+// spin looks at the receive queues for up to d (endpoint.Spin), letting
+// the other goroutines of a Shared endpoint take the lock between looks.
 func (ep *Endpoint) spin(d time.Duration) bool {
-	if d <= 0 {
-		return false
-	}
-	start := time.Now()
-	for i := 0; ; i++ {
-		if ep.view.Ready() != 0 {
-			return true
-		}
-		if i&15 == 15 && time.Since(start) >= d {
-			return false
-		}
-		ep.letOthersIn()
-		runtime.Gosched()
-		endpoint.Yield() // the daemon's engine may need this core
-	}
+	return endpoint.Spin(d, func() bool { return ep.view.Ready() != 0 }, ep.letOthersIn)
 }
 
 // Drain polls until every request has been answered or returned, or until

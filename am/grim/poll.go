@@ -77,26 +77,8 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 	}
 }
 
-// spin looks at the channels' receive queues for up to d, yielding the
-// processor between looks, and reports whether a message came: firmware
-// mode's adaptive wait, which spares a message that comes soon the
-// eventfd's wake-up.
-func (ep *Endpoint) spin(d time.Duration) bool {
-	if d <= 0 {
-		return false
-	}
-	start := time.Now()
-	for i := 0; ; i++ {
-		if ep.ready() {
-			return true
-		}
-		if i&15 == 15 && time.Since(start) >= d {
-			return false
-		}
-		runtime.Gosched()
-		endpoint.Yield()
-	}
-}
+// spin looks at the channels' receive queues for up to d (endpoint.Spin).
+func (ep *Endpoint) spin(d time.Duration) bool { return endpoint.Spin(d, ep.ready, nil) }
 
 // yield, in a wait, lets the firmware's engine thread run where it shares
 // the application's core.

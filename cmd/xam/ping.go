@@ -126,6 +126,14 @@ func (o *pingOptions) check() error {
 	if o.api == "grim" && !seen(o.fs, "size") {
 		o.cfg.Size = 4 * grim.ShortArgs // a short message
 	}
+	// With --loss and no --fw-layout the daemons run in this process
+	// (group), whose XDP programs the ping can set to drop.
+	if o.loss > 0 && !seen(o.fs, "fw-layout") {
+		o.fwLayout = bench.ShapeGroup.String()
+	}
+	if o.fwShape, err = bench.ParseShape(o.fwLayout); err != nil {
+		return usageError("--fw-layout %v", err)
+	}
 	switch o.api {
 	case "raw", "ssam", "amii", "grim", "udp", "packet":
 	default:
@@ -144,8 +152,6 @@ func (o *pingOptions) check() error {
 		return usageError("--queue %d: want 0 or more", o.cfg.Queue)
 	case o.fwSleep < 0:
 		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", o.fwSleep)
-	case o.fwShapeErr() != nil:
-		return usageError("--fw-layout %v", o.fwShapeErr())
 	case o.loss > 0 && o.engineMode == "firmware" && o.fwShape == bench.ShapeDaemons:
 		return usageError("--loss with --mode firmware needs --fw-layout group or threads: the daemons' XDP programs are their own")
 	case o.api == "amii" && o.cfg.Size > endpoint.MaxMedium:
@@ -173,18 +179,6 @@ func (o *pingOptions) check() error {
 		o.cfg.Warmup = o.warmup
 	}
 	return nil
-}
-
-// fwShapeErr parses --fw-layout into fwShape. With --loss and no
-// --fw-layout the daemons run in this process (group), whose XDP programs
-// the ping can set to drop.
-func (o *pingOptions) fwShapeErr() error {
-	if o.loss > 0 && !seen(o.fs, "fw-layout") {
-		o.fwLayout = bench.ShapeGroup.String()
-	}
-	var err error
-	o.fwShape, err = bench.ParseShape(o.fwLayout)
-	return err
 }
 
 // firmwareLayout is where a firmware-mode ping's engines run: the
