@@ -91,22 +91,29 @@ func (e *Engine) isCurrentChunk(f *flight) bool {
 // chunk of a message to arrive. A chunk of the recorded message for
 // another endpoint than its first gets a record of its own and
 // ReasonIncomplete: the endpoint its first chunks went to was closed and
-// replaced by s.
+// replaced by s. Messages are numbered per sending engine (bulkSeq), so
+// an endpoint that took a closed one's id never continues its message; a
+// sending host that restarted begins a new record (its epoch).
 func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, endpoint.Reason) {
 	key := Name{src, m.src}
 	rx := e.bulkRx[key]
+	var epoch uint32 // this host's own messages: 0
+	if p := e.tr.Peer(src); p != nil {
+		epoch = p.Epoch()
+	}
 	switch {
 	case rx == nil:
 		rx = new(bulkRx)
 		e.bulkRx[key] = rx
+	case rx.epoch != epoch:
 	case rx.id == m.id && (rx.failed || rx.dst == s):
 		return rx, 0
 	case rx.id == m.id:
 		poolDrop(rx)
-		*rx = bulkRx{id: m.id, dst: s, src: src}
+		*rx = bulkRx{id: m.id, dst: s, src: src, epoch: epoch}
 		return rx, endpoint.ReasonIncomplete
 	}
 	poolDrop(rx) // a message its sender gave up on, if not complete
-	*rx = bulkRx{id: m.id, dst: s, src: src}
+	*rx = bulkRx{id: m.id, dst: s, src: src, epoch: epoch}
 	return rx, 0
 }

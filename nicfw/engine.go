@@ -226,7 +226,7 @@ type epState struct {
 
 	pool *rxPool // the receive pool's allocator (pool.go), from the first pooled message
 
-	// Bulk (bulk.go): the message's number (from 1, per endpoint); sent,
+	// Bulk (bulk.go): the message's number (Engine.bulkSeq); sent,
 	// the bytes of it handed to the transport so far, chunk the length of
 	// the chunk being built; chunksOut its chunks in flight, started once
 	// its first chunk left, to the host-table row bulkPeer and the
@@ -293,6 +293,9 @@ type bulkRx struct {
 	src     HostID
 	swept   uint32
 	expired bool
+	// epoch is the sending host's incarnation (transport.Peer.Epoch) when
+	// the record began: a restarted sender numbers its messages afresh.
+	epoch uint32
 }
 
 // flight is the engine's one record of a message in flight, whatever the
@@ -335,7 +338,13 @@ type Engine struct {
 	sched *Scheduler
 	res   *Residency
 	eps   []*epState // by id: open endpoints and tombstones (nil: none)
-	live  int        // open endpoints
+
+	// bulkSeq numbers the engine's bulk messages, across its endpoints: an
+	// endpoint that reuses a closed one's id never gives a message the
+	// number of one its predecessor sent, which a receiver's record of the
+	// sending endpoint (bulkRx, keyed by its name) may still hold.
+	bulkSeq uint32
+	live    int // open endpoints
 
 	pinned int // endpoints with a message in flight (residency Hold per message)
 	// owners counts, by owner, the endpoints open and pinned: an owner

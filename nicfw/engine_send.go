@@ -372,7 +372,10 @@ func (e *Engine) begin(s *epState, q endpoint.Queue) {
 		m.data = s.mem.Staging()[d.Offset : d.Offset+d.Length] // Take checked the range
 		s.outLen = encodeMsg(s.out, &m)
 	case endpoint.ClassBulk:
-		s.bulkID++
+		if e.bulkSeq++; e.bulkSeq == 0 {
+			e.bulkSeq++ // 0 is no message (lastReturned)
+		}
+		s.bulkID = e.bulkSeq
 	}
 }
 
