@@ -42,7 +42,10 @@ type Section struct {
 
 // An Experiment is one of a paper's measurements, run today.
 type Experiment struct {
-	Name     string `json:"name"` // as `xam bench NAME` runs it alone
+	Name string `json:"name"` // as `xam bench NAME` runs it alone
+	// Command runs it where `xam bench NAME` does not (a job's
+	// experiments: `xam bench all --job`).
+	Command  string `json:"command,omitempty"`
 	Title    string `json:"title"`
 	Measured string `json:"measured"` // what the paper measured
 	Differs  string `json:"differs"`  // what differs today, and why
@@ -142,7 +145,9 @@ func (r *Report) Count() {
 // claims judged on the figures first.
 func (r *Report) WriteFiles(dir string) (paths []string, err error) {
 	r.Count()
-	r.Claims = r.Judge(Claims())
+	if len(r.Setup.Hosts) == 0 { // a job's report has none of the claims' experiments
+		r.Claims = r.Judge(Claims())
+	}
 	md := filepath.Join(dir, "report.md")
 	f, err := os.Create(md)
 	if err != nil {
@@ -170,12 +175,19 @@ func (r *Report) WriteFiles(dir string) (paths []string, err error) {
 func (r *Report) Markdown(w io.Writer) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("# The four papers, measured today\n\n")
+	if len(r.Setup.Hosts) > 0 {
+		p("# The four papers' cluster experiments, measured across a job's nodes\n\n")
+	} else {
+		p("# The four papers, measured today\n\n")
+	}
 	p("`%s`, started %s, took %s", r.Command, r.Started.UTC().Format(time.RFC3339), (time.Duration(r.Seconds) * time.Second).String())
 	if r.Quick {
 		p(" (--quick: fewer iterations, the same experiments)")
 	}
 	p(". Measured on %s.\n\n", r.Setup.describe())
+	if len(r.Setup.Hosts) > 0 {
+		hostsMarkdown(&b, r.Setup.Hosts)
+	}
 	if r.Interrupted {
 		p("**Interrupted**: the report holds what was measured before the run was stopped.\n\n")
 	}
@@ -192,8 +204,9 @@ func (r *Report) Markdown(w io.Writer) error {
 			p("| %s | %s (`%s`) | %s | %d | %.1f |\n", s.Paper, e.Title, e.Name, e.Status, e.Runs, e.Seconds)
 		}
 	}
-	p("\n## Reproduced?\n\nEach claim is decided by the criterion beside it, on the median of the runs (`bench.Claims`); a claim whose measured quantity is unsettled is neither reproduced nor refuted. docs/reproduction.md says why a claim cannot hold on this lab where it cannot.\n\n")
-	claimsMarkdown(&b, r.Claims)
+	if len(r.Claims) > 0 {
+		r.claimsSection(&b)
+	}
 	for _, s := range r.Sections {
 		p("\n## %s\n\n%s. Measured on: %s.\n", s.Paper, s.Source, s.Hardware)
 		for _, e := range s.Experiments {
@@ -202,6 +215,13 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// claimsSection writes the report's section of the claims.
+func (r *Report) claimsSection(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("\n## Reproduced?\n\nEach claim is decided by the criterion beside it, on the median of the runs (`bench.Claims`); a claim whose measured quantity is unsettled is neither reproduced nor refuted. docs/reproduction.md says why a claim cannot hold on this lab where it cannot.\n\n")
+	claimsMarkdown(b, r.Claims)
 }
 
 // unsettledSummary writes the list of the unsettled figures and peers'
@@ -240,7 +260,11 @@ func (r *Report) unsettledSummary(b *strings.Builder) {
 // each run.
 func (e *Experiment) markdown(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("\n### %s (`xam bench %s`)\n\n", e.Title, e.Name)
+	cmd := "xam bench " + e.Name
+	if e.Command != "" {
+		cmd = e.Command
+	}
+	p("\n### %s (`%s`)\n\n", e.Title, cmd)
 	p("**The paper**: %s\n\n", e.Measured)
 	switch e.Status {
 	case "failed":

@@ -173,6 +173,9 @@ type Setup struct {
 	Kernel string `json:"kernel,omitempty"`
 	CPUs   int    `json:"cpus,omitempty"`
 	Lab    string `json:"lab,omitempty"`
+	// Hosts are a job's hosts (`xam bench all --job`), by rank; none for
+	// a lab on this machine.
+	Hosts []HostSetup `json:"hosts,omitempty"`
 }
 
 // ssamTablesResult is the outcome of runSSAMTables (the JSON of `xam bench ssam`).

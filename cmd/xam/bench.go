@@ -26,7 +26,7 @@ func benchNames() []string {
 	return names
 }
 
-const benchUsage = "bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--dup P] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--dup P] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--job --dev IF] [--json] [--out DIR]"
 
 // benchRun is what the benchmarks of one command share: the signals that
 // stop them, and where they say what they do.
@@ -55,7 +55,8 @@ type benchFlags struct {
 	mode, out                   *string
 	senders, sizes              *string
 	portRate, portBuffer        *string
-	asJSON, quick               *bool
+	asJSON, quick, job          *bool
+	dev                         *string
 	set                         map[string]bool // the flags given
 }
 
@@ -81,6 +82,8 @@ func runBench(e *env, args []string) error {
 		sizes:      fs.String("sizes", "1k,4k,8k,16k", "incast: message sizes, e.g. 1k,4k,16k,64k"),
 		portRate:   fs.String("port-rate", "100mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit"),
 		portBuffer: fs.String("port-buffer", "16k", "incast: bytes each switch port queues (the tbf's limit)"),
+		job:        fs.Bool("job", false, "all: run the experiments between the tasks of the job this process is one of (srun -N NODES --ntasks-per-node=1 --mpi=pmi2 xam bench all --job --dev IF), one task per node; rank 0 writes the report"),
+		dev:        fs.String("dev", "", "all --job: the network device of every node (default: the hostfile's, under XAM_HOSTFILE)"),
 		runs:       fs.Int("runs", 3, "all: runs of each experiment, at least 3 (each figure the median of the runs, with their range); incast alone: runs per point"),
 		set:        map[string]bool{},
 	}

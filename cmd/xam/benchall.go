@@ -43,7 +43,7 @@ const maxReportRuns = 20
 func runBenchAll(e *env, f benchFlags) error {
 	for name := range f.set {
 		switch name {
-		case "quick", "json", "out", "mode", "runs":
+		case "quick", "json", "out", "mode", "runs", "job", "dev":
 		default:
 			return usageError("--%s: not with all (its iterations are fixed; --quick makes them fewer)", name)
 		}
@@ -57,11 +57,17 @@ func runBenchAll(e *env, f benchFlags) error {
 		return usageError("--runs %d: a report takes %d..%d runs of each experiment (the median of fewer says nothing of the spread)", runs, bench.MinRuns, maxReportRuns)
 	}
 	dir := cmp.Or(*f.out, defaultReportDir)
+	if f.set["dev"] && !*f.job {
+		return usageError("--dev: with --job only (alone, the experiments build their labs)")
+	}
 	if err := needPrivileges("xam bench"); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
+	}
+	if *f.job {
+		return runBenchJob(e, f, m, runs, dir)
 	}
 	quick := *f.quick
 	in := watchInterrupts(e, "the report of what was measured follows once the measurement in progress ends")

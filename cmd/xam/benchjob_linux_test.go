@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/internal/slurmtest"
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
+)
+
+// TestBenchJob: `srun -N 4 --ntasks-per-node=1 xam bench all --job` on a
+// private Slurm cluster, each task in a lab host of its own (four
+// namespaces through a bridge stand for four machines): every experiment
+// runs between the tasks, and rank 0's report names the four hosts, their
+// devices and drivers, MTU, XDP and socket modes.
+func TestBenchJob(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	const n = 4
+	name := fmt.Sprintf("bjob%d", os.Getpid())
+	l, err := lab.Up(lab.Config{Name: name, Hosts: n, Switch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	c := slurmtest.Start(t, slurmtest.WithNodes(n))
+	dir := t.TempDir()
+	nsPrefix := strings.TrimSuffix(l.Hosts[0].NS, "0")
+	script := fmt.Sprintf("exec ip netns exec %s$SLURM_NODEID %s bench all --job --quick --dev %s --out %s",
+		nsPrefix, os.Args[0], l.Hosts[0].Link, dir)
+	cmd := c.Srun(t, "-N", fmt.Sprint(n), "--ntasks-per-node=1", "--mpi=pmi2", "sh", "-c", script)
+	cmd.Env = append(cmd.Env, "XAM_TEST_AS_XAM=1")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("the step took %v:\n%s", time.Since(start).Round(time.Second), out)
+	if err != nil {
+		t.Fatalf("the step: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Setup.Hosts) != n {
+		t.Fatalf("the report names %d hosts, want %d: %+v", len(rep.Setup.Hosts), n, rep.Setup)
+	}
+	for i, h := range rep.Setup.Hosts {
+		if h.Rank != i || h.Device != l.Hosts[0].Link || h.MAC != l.Hosts[i].MAC.String() || h.Driver != "veth" || h.MTU == 0 ||
+			h.XDPMode == "" || h.XSKMode == "" || h.Kernel == "" || h.Addr == "" {
+			t.Errorf("host %d: %+v", i, h)
+		}
+	}
+	if rep.Failed != 0 || len(rep.Sections) != 1 {
+		t.Errorf("%d failed, %d sections", rep.Failed, len(rep.Sections))
+	}
+	for _, s := range rep.Sections {
+		for _, e := range s.Experiments {
+			if e.Status != "ok" || e.Runs != bench.MinRuns || len(e.Figures) == 0 {
+				t.Errorf("%s: %s (%s), %d runs, %d figures", e.Name, e.Status, e.Error, e.Runs, len(e.Figures))
+			}
+			for _, f := range e.Figures {
+				if !f.Today.Measured() {
+					t.Errorf("%s: %s not measured", e.Name, f.Name)
+				}
+			}
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testing.Verbose() {
+		t.Logf("report.md:\n%s", md)
+	}
+	if !strings.Contains(string(md), "| rank | node | host id | device | driver |") || !strings.Contains(string(md), "### Round trips between two nodes (`xam bench all --job`)") {
+		t.Errorf("report.md lacks the hosts' table or the experiments:\n%s", md)
+	}
+}
