@@ -9,6 +9,8 @@ import (
 
 	"github.com/xam-project/xam/am/amii"
 	"github.com/xam-project/xam/am/job"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/coord"
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
@@ -23,6 +25,10 @@ func jobExperiments() []jobExperiment {
 			measured: "AM-II: 31 MB/s node to node over Myrinet; SSAM: 14.3 MB/s",
 			differs:  "AM-II bulk Stores of 64 KB from rank 0 to rank 1, 16 in flight; kernel TCP streams the same bytes in 64 KB writes between the same devices",
 			run:      (*jobRun).bandwidth},
+		{name: "job-logp", title: "LogP between two nodes",
+			measured: "AM-II's LogP parameters (Os, Or, g, L) and round trip of a short message, each layer's increment: 42 µs round trip",
+			differs:  "rank 0 the sender, rank 1 the receiver, inline engines in the configurations of `xam bench logp`; the receiver's Or includes its engine's run that sends the replies",
+			run:      (*jobRun).logp},
 		{name: "job-permutations", title: "Permutations over all nodes",
 			measured: "AM-II: every node sends to one other at once (neighbour shift, half the machine away, a random permutation); the aggregate bandwidth",
 			differs:  "every rank Stores to its destination at once; the aggregate is every rank's bytes over the slowest rank's time",
@@ -33,7 +39,7 @@ func jobExperiments() []jobExperiment {
 			run:      (*jobRun).clients},
 		{name: "job-incast", title: "Incast n to 1",
 			measured: "DVCM: n senders to one receiver, sender coordination off and on",
-			differs:  "every rank but 0 Stores to rank 0 at once, coordination off (the coordinated form runs in the firmware daemons' coordination module, not in a job's inline engines); kernel TCP streams from the same senders at once beside it",
+			differs:  "every rank but 0 Stores to rank 0 at once, with sender coordination off, then on (the coordination module, nicfw/coord, in each sender's inline engine, told neither the link's rate nor the switch's buffer); kernel TCP streams from the same senders at once beside them",
 			run:      (*jobRun).incast},
 	}
 }
@@ -100,10 +106,13 @@ const (
 )
 
 // finish says this rank is done to every other, and serves its endpoint
-// without sleeping until every other has said so too: a rank that only
-// answers (the other end of a ping, the receiver of Stores) answers at
-// once, which a barrier's idle poll would not.
-func (x *jobRun) finish(send func(r int) error, poll func() (int, error), dones *int) error {
+// without sleeping until every other has said so too, and quiet says
+// every request of this rank's (its done messages too) was answered: a
+// rank that only answers (the other end of a ping, the receiver of
+// Stores) answers at once, which a barrier's idle poll would not, and no
+// rank leaves a request queued behind one in flight when it stops
+// polling.
+func (x *jobRun) finish(send func(r int) error, poll func() (int, error), quiet func() bool, dones *int) error {
 	for r := range x.j.Size {
 		if r != x.j.Rank {
 			if err := send(r); err != nil {
@@ -114,7 +123,7 @@ func (x *jobRun) finish(send func(r int) error, poll func() (int, error), dones 
 	want := x.j.Size - 1
 	deadline := time.Now().Add(2 * time.Minute)
 	busy := time.Now()
-	for i := 0; *dones < want; i++ {
+	for i := 0; *dones < want || !quiet(); i++ {
 		n, err := poll()
 		if err != nil {
 			return err
@@ -143,7 +152,7 @@ func (x *jobRun) finish(send func(r int) error, poll func() (int, error), dones 
 
 // finish is jobRun.finish on the AM-II endpoint.
 func (s *amiiSession) finish(x *jobRun) error {
-	return x.finish(func(r int) error { return s.Request(r, s.done) }, s.poll, &s.dones)
+	return x.finish(func(r int) error { return s.Request(r, s.done) }, s.poll, func() bool { return s.Outstanding() == 0 }, &s.dones)
 }
 
 func (s *amiiSession) poll() (int, error) {
@@ -155,11 +164,18 @@ func (s *amiiSession) poll() (int, error) {
 }
 
 // openAMII opens the job's AM-II endpoint on every rank.
-func (x *jobRun) openAMII() (*amiiSession, error) {
+func (x *jobRun) openAMII() (*amiiSession, error) { return x.openAMIIWith(nil) }
+
+// openAMIIWith opens the job's AM-II endpoint on every rank, its inline
+// engine with the modules mods returns (nil: none).
+func (x *jobRun) openAMIIWith(mods func() []nicfw.Module) (*amiiSession, error) {
 	s := &amiiSession{}
 	cfg := job.Config{Mode: job.Inline, Device: x.cfg.Device, XDP: x.cfg.XDP,
 		AMII: amii.Config{Credits: 16, StagingSize: 4 << 20, GiveUp: 30 * time.Second}}
 	cfg.Engine.Window = 16
+	if mods != nil {
+		cfg.Engine.Modules = mods()
+	}
 	cfg.SetupAMII = func(a *job.AMII) error {
 		s.AMII = a
 		s.echo = a.Register(func(t *amii.Token, args []uint64) { t.Reply(s.pong, args...) }) //nolint:errcheck // a missing reply is seen by the pinger
@@ -415,13 +431,46 @@ func (x *jobRun) clients() (Reported, error) {
 	return r, nil
 }
 
-// incast: every rank but 0 Stores to rank 0 at once; then kernel TCP
-// streams from the same ranks at once.
+// incast: every rank but 0 Stores to rank 0 at once, coordination off,
+// then on; then kernel TCP streams from the same ranks at once.
 func (x *jobRun) incast() (Reported, error) {
 	per := x.pick(4<<20, 32<<20)
-	s, err := x.openAMII()
+	off, err := x.incastPhase(per, false)
 	if err != nil {
+		return nil, fmt.Errorf("coordination off: %w", err)
+	}
+	on, err := x.incastPhase(per, true)
+	if err != nil {
+		return nil, fmt.Errorf("coordination on: %w", err)
+	}
+	tcp, err := x.tcpIncast(per)
+	if err != nil || x.j.Rank != 0 {
 		return nil, err
+	}
+	n := x.j.Size - 1
+	r := &jobResult{}
+	r.add(fmt.Sprintf("AM-II Stores, %d to 1, coordination off, aggregate", n), "MB/s", off)
+	r.add(fmt.Sprintf("AM-II Stores, %d to 1, coordination on, aggregate", n), "MB/s", on)
+	r.add(fmt.Sprintf("kernel TCP, %d to 1, aggregate", n), "MB/s", tcp)
+	tcpPeer := peer(fmt.Sprintf("kernel TCP %d to 1", n), tcp)
+	r.figs = []Figure{
+		jobFig(fmt.Sprintf("AM-II Stores %d to 1, coordination off, aggregate", n), "MB/s", off, tcpPeer),
+		jobFig(fmt.Sprintf("AM-II Stores %d to 1, coordination on, aggregate", n), "MB/s", on, tcpPeer, peer("coordination off", off)),
+	}
+	return r, nil
+}
+
+// incastPhase runs one incast of per bytes from every rank but 0, the
+// senders' engines with the coordination module if coordinated, and
+// returns the aggregate MB/s (at rank 0).
+func (x *jobRun) incastPhase(per int, coordinated bool) (float64, error) {
+	var mods func() []nicfw.Module
+	if coordinated && x.j.Rank != 0 {
+		mods = func() []nicfw.Module { return []nicfw.Module{coord.New(coord.Config{})} }
+	}
+	s, err := x.openAMIIWith(mods)
+	if err != nil {
+		return 0, err
 	}
 	var times []float64
 	if err = s.Barrier(x.ctx); err == nil {
@@ -433,20 +482,8 @@ func (x *jobRun) incast() (Reported, error) {
 			times, err = x.gatherServing(s, "incast", took.Seconds())
 		}
 	}
-	err = x.closeAMII(s, err)
-	if err != nil {
-		return nil, err
+	if err = x.closeAMII(s, err); err != nil || x.j.Rank != 0 {
+		return 0, err
 	}
-	tcp, err := x.tcpIncast(per)
-	if err != nil || x.j.Rank != 0 {
-		return nil, err
-	}
-	n := x.j.Size - 1
-	agg := float64(n*per) / slices.Max(times[1:]) / 1e6
-	r := &jobResult{}
-	r.add(fmt.Sprintf("AM-II Stores, %d to 1, coordination off, aggregate", n), "MB/s", agg)
-	r.add(fmt.Sprintf("kernel TCP, %d to 1, aggregate", n), "MB/s", tcp)
-	r.figs = []Figure{jobFig(fmt.Sprintf("AM-II Stores %d to 1, coordination off, aggregate", n), "MB/s", agg,
-		peer(fmt.Sprintf("kernel TCP %d to 1", n), tcp))}
-	return r, nil
+	return float64((x.j.Size-1)*per) / slices.Max(times[1:]) / 1e6, nil
 }

@@ -143,7 +143,15 @@ func (x *jobRun) pingSSAM(count, warm int) (*hdrhistogram.Histogram, error) {
 		}, poll, func(seq uint64) bool { return last == seq })
 	}
 	if err == nil {
-		err = x.finish(func(r int) error { return s.Request(s.Conn(r), done, msg[:]) }, poll, &dones)
+		quiet := func() bool {
+			for r := range x.j.Size {
+				if r != x.j.Rank && s.Outstanding(s.Conn(r)) > 0 {
+					return false
+				}
+			}
+			return true
+		}
+		err = x.finish(func(r int) error { return s.Request(s.Conn(r), done, msg[:]) }, poll, quiet, &dones)
 	}
 	if berr := s.Barrier(x.ctx); err == nil {
 		err = berr
@@ -180,7 +188,7 @@ func (x *jobRun) pingGRIM(count, warm int) (*hdrhistogram.Histogram, error) {
 			poll, func(seq uint64) bool { return last == uint32(seq) })
 	}
 	if err == nil {
-		err = x.finish(func(r int) error { return ch.Short(r, done) }, poll, &dones)
+		err = x.finish(func(r int) error { return ch.Short(r, done) }, poll, func() bool { return ch.Outstanding() == 0 }, &dones)
 	}
 	if berr := g.Barrier(x.ctx); err == nil {
 		err = berr

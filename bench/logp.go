@@ -299,7 +299,7 @@ func logpRow(pa, pb datapath.Place, cfg logpConfig, ecfg nicfw.EngineConfig, coa
 	var wg sync.WaitGroup
 	var serveErr error
 	wg.Go(func() { serveErr = serve(hb, &stop, &measure, &ors) })
-	row, err := logpClient(a, cfg, &answered, &measure)
+	row, err := logpClient(a, 0, cfg, &answered, func(on bool) error { measure.Store(on); return nil })
 	stop.Store(true)
 	wg.Wait()
 	if err := errors.Join(err, serveErr, handlerErr); err != nil {
@@ -310,9 +310,10 @@ func logpRow(pa, pb datapath.Place, cfg logpConfig, ecfg nicfw.EngineConfig, coa
 	return row, nil
 }
 
-// logpClient is the sender's side: RTT, Os and g, with measure set while
-// the stream runs (the receiver takes Or then).
-func logpClient(a *amii.Endpoint, cfg logpConfig, answered *int, measure *atomic.Bool) (*logpRowResult, error) {
+// logpClient is the sender's side, to the receiver at index dest of a's
+// table: RTT, Os and g, marking (mark(true), then mark(false)) the stream
+// during which the receiver takes Or.
+func logpClient(a *amii.Endpoint, dest int, cfg logpConfig, answered *int, mark func(on bool) error) (*logpRowResult, error) {
 	row := &logpRowResult{}
 	limit := 5 * time.Second
 	wait := func(n int) error {
@@ -332,7 +333,7 @@ func logpClient(a *amii.Endpoint, cfg logpConfig, answered *int, measure *atomic
 	warm := min(cfg.Count/10, 1000)
 	for i := range warm + cfg.Count {
 		t0 := time.Now()
-		if err := a.Request(0, logpEcho, uint64(i)); err != nil {
+		if err := a.Request(dest, logpEcho, uint64(i)); err != nil {
 			return nil, err
 		}
 		if err := wait(i + 1); err != nil {
@@ -353,7 +354,7 @@ func logpClient(a *amii.Endpoint, cfg logpConfig, answered *int, measure *atomic
 			return nil, err
 		}
 		t0 := time.Now()
-		if err := a.Request(0, logpNull, 0); err != nil {
+		if err := a.Request(dest, logpNull, 0); err != nil {
 			return nil, err
 		}
 		if a.Config().Coalesce {
@@ -369,10 +370,12 @@ func logpClient(a *amii.Endpoint, cfg logpConfig, answered *int, measure *atomic
 	}
 	row.Os = durUS(median(sends))
 	// g: a stream keeping K outstanding (Request polls for a credit).
-	measure.Store(true)
+	if err := mark(true); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	for range cfg.Count {
-		if err := a.Request(0, logpNull, 0); err != nil {
+		if err := a.Request(dest, logpNull, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -380,8 +383,7 @@ func logpClient(a *amii.Endpoint, cfg logpConfig, answered *int, measure *atomic
 		return nil, err
 	}
 	row.G = durUS(time.Since(t0) / time.Duration(cfg.Count))
-	measure.Store(false)
-	return row, nil
+	return row, mark(false)
 }
 
 // contention runs n clients on a against one server endpoint on b.
@@ -529,11 +531,13 @@ func (r *logpResult) Markdown(w io.Writer) error {
 	}
 	b.WriteString("\nBaseline: unreliable transport, no protection checks; + reliability: channels, acknowledgements, retransmission; + protection: descriptor validation and tag checks (the default engine); + pipelining: K messages of an endpoint in flight at once (window K); + batching: the client's requests coalesce (amii.Config.Coalesce) until it polls or runs out of credits, and one engine run sends them packed into frames (its Os: the request and the poll that sends it).\n\n")
 	b.WriteString("Os: the sender's processor time per message; Or: the receiver's; g: the gap between messages of one endpoint's stream; RTT: the round trip; L = RTT/2 - Os - Or, the time between the processors. \"in Os\": on veth the sender's sendto runs the receiver's kernel path, so the network's time is inside Os and L cannot be separated from it (on a NIC it can).\n\n")
-	b.WriteString("## Contention: n clients, one server endpoint\n\n| clients | aggregate msgs/s | per client msgs/s | mean RTT (µs) | coalesced aggregate msgs/s |\n|---|---|---|---|---|\n")
-	for _, c := range r.Contention {
-		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f | %.0f |\n", c.Clients, c.Aggregate, c.PerClient, c.RTT, c.Coalesced)
+	if len(r.Contention) > 0 { // a job's LogP has none (its n clients are job-clients)
+		b.WriteString("## Contention: n clients, one server endpoint\n\n| clients | aggregate msgs/s | per client msgs/s | mean RTT (µs) | coalesced aggregate msgs/s |\n|---|---|---|---|---|\n")
+		for _, c := range r.Contention {
+			fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.1f | %.0f |\n", c.Clients, c.Aggregate, c.PerClient, c.RTT, c.Coalesced)
+		}
+		b.WriteString("\nCoalesced: the clients' requests of one turn leave in one engine run, packed into frames (amii.Config.Coalesce), and so do the server's replies of one poll; the engines keep up to K messages of an endpoint in flight (window K).\n")
 	}
-	b.WriteString("\nCoalesced: the clients' requests of one turn leave in one engine run, packed into frames (amii.Config.Coalesce), and so do the server's replies of one poll; the engines keep up to K messages of an endpoint in flight (window K).\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -40,6 +40,9 @@ func TestBenchJob(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	t.Logf("the step took %v:\n%s", time.Since(start).Round(time.Second), out)
 	if err != nil {
+		if md, rerr := os.ReadFile(filepath.Join(dir, "report.md")); rerr == nil {
+			t.Logf("report.md:\n%s", md)
+		}
 		t.Fatalf("the step: %v", err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
@@ -81,7 +84,31 @@ func TestBenchJob(t *testing.T) {
 	if testing.Verbose() {
 		t.Logf("report.md:\n%s", md)
 	}
+	checkBenchJobFails(t, c, nsPrefix)
 	if !strings.Contains(string(md), "| rank | node | host id | device | driver |") || !strings.Contains(string(md), "### Round trips between two nodes (`xam bench all --job`)") {
 		t.Errorf("report.md lacks the hosts' table or the experiments:\n%s", md)
+	}
+}
+
+// checkBenchJobFails: a task that cannot open its device (node n1's) ends
+// the step at once with its reason, rather than leave the others waiting
+// at the first fence until its timeout.
+func checkBenchJobFails(t *testing.T, c *slurmtest.Cluster, nsPrefix string) {
+	t.Helper()
+	script := fmt.Sprintf(`dev=eth0; [ "$SLURM_NODEID" = 1 ] && dev=nosuch0; exec ip netns exec %s$SLURM_NODEID %s bench all --job --quick --dev $dev --out %s`,
+		nsPrefix, os.Args[0], t.TempDir())
+	cmd := c.Srun(t, "-N", "2", "--ntasks-per-node=1", "--mpi=pmi2", "sh", "-c", script)
+	cmd.Env = append(cmd.Env, "XAM_TEST_AS_XAM=1")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if err == nil {
+		t.Errorf("a step with a missing device succeeded:\n%s", out)
+	}
+	if want := "xam bench on n1: bench: device nosuch0 on node n1: "; !strings.Contains(string(out), want) {
+		t.Errorf("the step's output lacks %q:\n%s", want, out)
+	}
+	if took > time.Minute {
+		t.Errorf("the step took %v to end", took)
 	}
 }
