@@ -26,7 +26,7 @@ func benchNames() []string {
 	return names
 }
 
-const benchUsage = "bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--dup P] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--job --dev IF] [--json] [--out DIR]"
+const benchUsage = "bench ssam|logp|amii|permutations|overcommit|incast|grim|engine|hostile|all [--quick] [--count N] [--bulk BYTES] [--clients N] [--flood N] [--dup P] [--senders LIST] [--sizes LIST] [--port-rate BPS] [--port-buffer BYTES] [--runs N] [--mode auto|generic|native] [--job [--dev IF] [--hostfile FILE --rank N]] [--json] [--out DIR]"
 
 // benchRun is what the benchmarks of one command share: the signals that
 // stop them, and where they say what they do.
@@ -56,7 +56,8 @@ type benchFlags struct {
 	senders, sizes              *string
 	portRate, portBuffer        *string
 	asJSON, quick, job          *bool
-	dev                         *string
+	dev, hostfile               *string
+	rank                        *int
 	set                         map[string]bool // the flags given
 }
 
@@ -83,7 +84,9 @@ func runBench(e *env, args []string) error {
 		portRate:   fs.String("port-rate", "100mbit", "incast: bits per second of each switch port (tbf), e.g. 100mbit, 1gbit"),
 		portBuffer: fs.String("port-buffer", "16k", "incast: bytes each switch port queues (the tbf's limit)"),
 		job:        fs.Bool("job", false, "all: run the experiments between the tasks of the job this process is one of (srun -N NODES --ntasks-per-node=1 --mpi=pmi2 xam bench all --job --dev IF), one task per node; rank 0 writes the report"),
-		dev:        fs.String("dev", "", "all --job: the network device of every node (default: the hostfile's, under XAM_HOSTFILE)"),
+		dev:        fs.String("dev", "", "all --job: the network device of every node (default: the hostfile's)"),
+		hostfile:   fs.String("hostfile", "", "all --job: the job is the hostfile's (docs/cluster.md), not Slurm's; with --rank"),
+		rank:       fs.Int("rank", -1, "all --job --hostfile: this process's rank in the hostfile"),
 		runs:       fs.Int("runs", 3, "all: runs of each experiment, at least 3 (each figure the median of the runs, with their range); incast alone: runs per point"),
 		set:        map[string]bool{},
 	}

@@ -43,7 +43,7 @@ const maxReportRuns = 20
 func runBenchAll(e *env, f benchFlags) error {
 	for name := range f.set {
 		switch name {
-		case "quick", "json", "out", "mode", "runs", "job", "dev":
+		case "quick", "json", "out", "mode", "runs", "job", "dev", "hostfile", "rank":
 		default:
 			return usageError("--%s: not with all (its iterations are fixed; --quick makes them fewer)", name)
 		}
@@ -57,8 +57,13 @@ func runBenchAll(e *env, f benchFlags) error {
 		return usageError("--runs %d: a report takes %d..%d runs of each experiment (the median of fewer says nothing of the spread)", runs, bench.MinRuns, maxReportRuns)
 	}
 	dir := cmp.Or(*f.out, defaultReportDir)
-	if f.set["dev"] && !*f.job {
-		return usageError("--dev: with --job only (alone, the experiments build their labs)")
+	for _, name := range []string{"dev", "hostfile", "rank"} {
+		if f.set[name] && !*f.job {
+			return usageError("--%s: with --job only (alone, the experiments build their labs)", name)
+		}
+	}
+	if f.set["hostfile"] != f.set["rank"] {
+		return usageError("--hostfile and --rank go together")
 	}
 	if err := needPrivileges("xam bench"); err != nil {
 		return err

@@ -12,14 +12,22 @@ import (
 )
 
 // runBenchJob runs `xam bench all --job`: this process is a task of a job
-// (Slurm's, through PMI-2), one per node; the experiments run between the
+// (Slurm's, through PMI-2, or a hostfile's), one per node; the experiments run between the
 // tasks (bench.RunJob) and rank 0 writes the report into dir. The other
 // ranks print nothing but their failure.
 func runBenchJob(e *env, f benchFlags, m loader.Mode, runs int, dir string) error {
 	ctx := context.Background()
-	j, err := cluster.Join(ctx)
+	var j *cluster.Job
+	var err error
+	if *f.hostfile != "" {
+		jctx, cancel := context.WithTimeout(ctx, cluster.DefaultFenceTimeout)
+		j, err = cluster.FromHostfile(jctx, *f.hostfile, *f.rank)
+		cancel()
+	} else {
+		j, err = cluster.Join(ctx)
+	}
 	if errors.Is(err, cluster.ErrNoLauncher) {
-		return usageError("--job: %v", err)
+		return usageError("--job: %v (without Slurm: --hostfile FILE --rank N)", err)
 	}
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -110,5 +111,54 @@ func checkBenchJobFails(t *testing.T, c *slurmtest.Cluster, nsPrefix string) {
 	}
 	if took > time.Minute {
 		t.Errorf("the step took %v to end", took)
+	}
+}
+
+// TestBenchJobHostfile: `xam bench all --job --hostfile FILE --rank N` on
+// two lab hosts, without Slurm: the ranks meet at rank 0's address, each
+// takes its device from the file, and rank 0 writes the report.
+func TestBenchJobHostfile(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("bjhf%d", os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	dir := t.TempDir()
+	hostfile := filepath.Join(dir, "hosts")
+	text := fmt.Sprintf("rendezvous %s:7171\n0 h0 %s %s\n1 h1 %s %s\n", l.Hosts[0].Addr.Addr(), l.Hosts[0].Link, l.Hosts[0].MAC, l.Hosts[1].Link, l.Hosts[1].MAC)
+	if err := os.WriteFile(hostfile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "report")
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, len(l.Hosts))
+	for i, h := range l.Hosts {
+		cmd := exec.Command("ip", "netns", "exec", h.NS, os.Args[0], "bench", "all", "--job", "--quick", "--hostfile", hostfile, "--rank", fmt.Sprint(i), "--out", out)
+		cmd.Env = append(os.Environ(), "XAM_TEST_AS_XAM=1")
+		go func() {
+			b, err := cmd.CombinedOutput()
+			done <- result{b, err}
+		}()
+	}
+	for range l.Hosts {
+		r := <-done
+		if r.err != nil {
+			t.Errorf("a rank: %v:\n%s", r.err, r.out)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Setup.Hosts) != 2 || rep.Setup.Hosts[1].Node != "h1" || rep.Failed != 0 {
+		t.Errorf("report: hosts %+v, %d failed", rep.Setup.Hosts, rep.Failed)
 	}
 }
