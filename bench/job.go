@@ -204,11 +204,16 @@ func (x *jobRun) settle(name string, mine error) error {
 // gather puts this rank's value under a new key, fences, and returns
 // every rank's (rank 0's use; the others' slice is theirs only).
 func (x *jobRun) gather(what string, v float64) ([]float64, error) {
+	return x.gatherWith(what, v, func() error { return x.j.Fence(x.ctx) })
+}
+
+// gatherWith is gather with fence for the fence.
+func (x *jobRun) gatherWith(what string, v float64, fence func() error) ([]float64, error) {
 	key := x.key(what)
 	if err := x.j.Put(key, []byte(strconv.FormatFloat(v, 'g', -1, 64))); err != nil {
 		return nil, err
 	}
-	if err := x.j.Fence(x.ctx); err != nil {
+	if err := fence(); err != nil {
 		return nil, err
 	}
 	vs := make([]float64, x.j.Size)

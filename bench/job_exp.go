@@ -336,30 +336,12 @@ func (x *jobRun) permutations() (Reported, error) {
 // gatherServing is gather while the endpoint is served: a rank done
 // early answers the others' requests until all are (finish).
 func (x *jobRun) gatherServing(s *amiiSession, what string, v float64) ([]float64, error) {
-	key := x.key(what)
-	if err := x.j.Put(key, []byte(fmt.Sprint(v))); err != nil {
-		return nil, err
-	}
-	if err := s.finish(x); err != nil {
-		return nil, err
-	}
-	if err := s.Barrier(x.ctx); err != nil {
-		return nil, err
-	}
-	vs := make([]float64, x.j.Size)
-	if x.j.Rank != 0 {
-		return vs, nil
-	}
-	for r := range x.j.Size {
-		b, err := x.j.Get(r, key)
-		if err == nil {
-			_, err = fmt.Sscan(string(b), &vs[r])
+	return x.gatherWith(what, v, func() error {
+		if err := s.finish(x); err != nil {
+			return err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("rank %d's %s: %w", r, what, err)
-		}
-	}
-	return vs, nil
+		return s.Barrier(x.ctx)
+	})
 }
 
 // shifted is the permutation i → i+k mod n.

@@ -252,11 +252,7 @@ func (x *jobRun) kernelPing(network string, count, warm int) (*hdrhistogram.Hist
 			}
 			return c, c.LocalAddr().String(), nil
 		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, "", err
-		}
-		return l, l.Addr().String(), nil
+		return tcpListen(addr)
 	}
 	serve := func(l io.Closer) error {
 		if pc, ok := l.(net.PacketConn); ok {

@@ -47,6 +47,11 @@ type clusterConfig struct {
 	// deployed: the engines as `xam fw` configures them by default
 	// (window 1, the transport's default channels and give-up time).
 	deployed bool
+	// giveUp, if not 0, is the transport's give-up time: a minute for a
+	// deployed cluster whose messages must all arrive on a loaded machine
+	// of two cores, where a starved host misses the default 3 s and its
+	// messages come back unreachable.
+	giveUp time.Duration
 	// replyTimeout is every endpoint's Config.ReplyTimeout (0: the
 	// default).
 	replyTimeout time.Duration
@@ -146,6 +151,9 @@ func (cc clusterConfig) engineConfig(id nicfw.HostID) nicfw.EngineConfig {
 	ec := engineConfig(id, cc.window)
 	if cc.deployed {
 		ec = nicfw.EngineConfig{Host: id, Window: cc.window}
+	}
+	if cc.giveUp != 0 {
+		ec.Transport.GiveUpAfter = cc.giveUp
 	}
 	ec.PoolHold = cc.poolHold
 	return ec

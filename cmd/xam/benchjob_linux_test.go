@@ -22,17 +22,9 @@ import (
 // runs between the tasks, and rank 0's report names the four hosts, their
 // devices and drivers, MTU, XDP and socket modes.
 func TestBenchJob(t *testing.T) {
-	testenv.RequirePrivileged(t)
 	const n = 4
-	name := fmt.Sprintf("bjob%d", os.Getpid())
-	l, err := lab.Up(lab.Config{Name: name, Hosts: n, Switch: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Down() })
-	c := slurmtest.Start(t, slurmtest.WithNodes(n))
+	l, c, nsPrefix := jobLab(t, fmt.Sprintf("bjob%d", os.Getpid()), n)
 	dir := t.TempDir()
-	nsPrefix := strings.TrimSuffix(l.Hosts[0].NS, "0")
 	script := fmt.Sprintf("exec ip netns exec %s$SLURM_NODEID %s bench all --job --quick --dev %s --out %s",
 		nsPrefix, os.Args[0], l.Hosts[0].Link, dir)
 	cmd := c.Srun(t, "-N", fmt.Sprint(n), "--ntasks-per-node=1", "--mpi=pmi2", "sh", "-c", script)

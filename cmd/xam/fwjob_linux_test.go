@@ -22,6 +22,22 @@ import (
 	"github.com/xam-project/xam/nicfw/daemon"
 )
 
+// jobLab brings up a lab of n hosts on a switch and a private Slurm
+// cluster of n nodes, both taken down when t ends, and returns them with
+// the prefix that, followed by a node's index ($SLURM_NODEID), names its
+// host's namespace.
+func jobLab(t *testing.T, name string, n int) (*lab.Lab, *slurmtest.Cluster, string) {
+	t.Helper()
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: name, Hosts: n, Switch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	c := slurmtest.Start(t, slurmtest.WithNodes(n))
+	return l, c, strings.TrimSuffix(l.Hosts[0].NS, "0")
+}
+
 // startJobDaemons starts cmd (the daemons: a step, or processes) and
 // returns a channel closed when it has exited, and its output so far.
 func startJobDaemons(t *testing.T, cmd *exec.Cmd) (<-chan struct{}, *syncbuf.Buffer, *error) {
@@ -140,17 +156,10 @@ func processServing(t *testing.T, socket string) int {
 // peers return what is sent to it, and they serve on. SIGTERM from Slurm
 // (scancel) stops the rest cleanly: sockets removed, no XDP program left.
 func TestFwJob(t *testing.T) {
-	testenv.RequirePrivileged(t)
 	const n = 4
 	name := fmt.Sprintf("fwjob%d", os.Getpid())
-	l, err := lab.Up(lab.Config{Name: name, Hosts: n, Switch: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Down() })
-	c := slurmtest.Start(t, slurmtest.WithNodes(n))
+	l, c, nsPrefix := jobLab(t, name, n)
 	dir := t.TempDir()
-	nsPrefix := strings.TrimSuffix(l.Hosts[0].NS, "0")
 	script := fmt.Sprintf("exec ip netns exec %s$SLURM_NODEID %s fw --job --dev %s --socket %s/h$SLURM_NODEID.sock --sleep 50us -v",
 		nsPrefix, os.Args[0], l.Hosts[0].Link, dir)
 	step := c.Srun(t, "-N", strconv.Itoa(n), "--ntasks-per-node=1", "--mpi=pmi2", "--job-name", name, "sh", "-c", script)
