@@ -50,7 +50,8 @@ type clusterConfig struct {
 	// giveUp, if not 0, is the transport's give-up time: a minute for a
 	// deployed cluster whose messages must all arrive on a loaded machine
 	// of two cores, where a starved host misses the default 3 s and its
-	// messages come back unreachable.
+	// messages come back unreachable (and such a test gives replyTimeout
+	// more than the default 6 s, for the same reason).
 	giveUp time.Duration
 	// replyTimeout is every endpoint's Config.ReplyTimeout (0: the
 	// default).

@@ -25,7 +25,7 @@ func TestGRIMPoolManyChannels(t *testing.T) {
 	for _, firmware := range []bool{false, true} {
 		for _, loss := range []float64{0, 0.05} {
 			t.Run(fmt.Sprintf("firmware=%v/loss=%v", firmware, loss), func(t *testing.T) {
-				poolManyChannels(t, xdptest.Hub(t, 4, memlink.Options{Loss: loss, Seed: 21}), clusterConfig{channels: 4, window: 8, firmware: firmware, deployed: true, giveUp: time.Minute})
+				poolManyChannels(t, xdptest.Hub(t, 4, memlink.Options{Loss: loss, Seed: 21}), clusterConfig{channels: 4, window: 8, firmware: firmware, deployed: true, giveUp: time.Minute, replyTimeout: 2 * time.Minute})
 			})
 		}
 	}
@@ -105,7 +105,7 @@ func TestGRIMPoolManyChannelsOverAFXDP(t *testing.T) {
 	for _, firmware := range []bool{false, true} {
 		for _, loss := range []float64{0, 0.05} {
 			t.Run(fmt.Sprintf("firmware=%v/loss=%v", firmware, loss), func(t *testing.T) {
-				poolManyChannels(t, xdptest.Star(t, "gpool", 4, loss), clusterConfig{channels: 4, window: 8, firmware: firmware, deployed: true, giveUp: time.Minute})
+				poolManyChannels(t, xdptest.Star(t, "gpool", 4, loss), clusterConfig{channels: 4, window: 8, firmware: firmware, deployed: true, giveUp: time.Minute, replyTimeout: 2 * time.Minute})
 			})
 		}
 	}
