@@ -47,6 +47,14 @@ func newRedirector(tb testing.TB, h *netnstest.Host) *redirector {
 // queue use native mode.
 func newRedirectorMode(tb testing.TB, h *netnstest.Host, mode link.XDPAttachFlags) *redirector {
 	tb.Helper()
+	return newRedirectorFlags(tb, h, mode, 0)
+}
+
+// newRedirectorFlags is newRedirectorMode with the program loaded with
+// flags (BPF_F_XDP_HAS_FRAGS: a frags-aware program, which native mode
+// needs on a veth whose MTU is above a page's frame).
+func newRedirectorFlags(tb testing.TB, h *netnstest.Host, mode link.XDPAttachFlags, flags uint32) *redirector {
+	tb.Helper()
 	xsks, err := ebpf.NewMap(&ebpf.MapSpec{
 		Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: uint32(max(h.Queues, 1)),
 	})
@@ -80,7 +88,7 @@ func newRedirectorMode(tb testing.TB, h *netnstest.Host, mode link.XDPAttachFlag
 		asm.Return(),
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "xam_test_redir", Type: ebpf.XDP, License: "GPL", Instructions: insns,
+		Name: "xam_test_redir", Type: ebpf.XDP, License: "GPL", Instructions: insns, Flags: flags,
 	})
 	if err != nil {
 		tb.Fatalf("loading test XDP program: %v", err)

@@ -10,7 +10,8 @@ type Info struct {
 	DeviceMTU int    // the device's MTU
 	// MTU is the link's MTU: DeviceMTU, lowered if a received frame of
 	// DeviceMTU+14 bytes would not fit a UMEM chunk after the kernel's
-	// headroom (MTU() returns it).
+	// headroom, or with MultiBuffer the chunks of one frame
+	// (MaxMultiBufferMTU); MTU() returns it.
 	MTU int
 
 	// ZeroCopy reports whether the socket is in zero-copy mode, as the
@@ -26,6 +27,10 @@ type Info struct {
 	// NeedWakeup reports whether the socket was bound with
 	// XDP_USE_NEED_WAKEUP.
 	NeedWakeup bool
+
+	// MultiBuffer reports whether the socket was bound with XDP_USE_SG
+	// (Options.MultiBuffer): frames larger than a chunk span several.
+	MultiBuffer bool
 
 	// TxBudget is the copy-mode transmit budget in force: frames per sendto
 	// (XDP_MAX_TX_SKB_BUDGET; the kernel's default, 32, when not set).

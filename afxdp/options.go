@@ -100,6 +100,15 @@ type Options struct {
 	// queue is still held by a socket closed a moment ago, whose release the
 	// kernel completes asynchronously); default 500ms.
 	BindTimeout time.Duration
+
+	// MultiBuffer binds with XDP_USE_SG (Linux 6.6 and later), so that a
+	// frame larger than a chunk is received in, and sent from, several
+	// chunks (descriptors chained with XDP_PKT_CONTD): the socket's MTU is
+	// then the device's, up to MaxMultiBufferMTU(FrameSize). Recv gathers
+	// such a frame into a buffer of the socket's (one copy); a frame that
+	// fits one chunk is lent as before. A kernel without it refuses the
+	// bind, reported as ErrNotSupported. Not with a shared UMEM.
+	MultiBuffer bool
 }
 
 // Defaults.
@@ -119,6 +128,19 @@ const (
 	// maxRingSize bounds the ring sizes to keep the UMEM reasonable.
 	maxRingSize = 1 << 16
 )
+
+// maxFrameDescs is the most descriptors of one multi-buffer frame: what
+// the kernel's copy-mode transmit puts in one skb (a linear part and its
+// fragments, MAX_SKB_FRAGS 17 by default), less one for margin.
+const maxFrameDescs = 16
+
+// MaxMultiBufferMTU returns the largest MTU of a socket with UMEM chunks of
+// frameSize bytes bound with Options.MultiBuffer: a frame of at most
+// maxFrameDescs chunks, and never above 65535 bytes (64 KB less the
+// Ethernet header with 4 KB chunks, 32 KB less it with 2 KB ones).
+func MaxMultiBufferMTU(frameSize int) int {
+	return min(maxFrameDescs*frameSize, 65535+EthernetHeaderLen) - EthernetHeaderLen
+}
 
 // MaxMTU returns the largest MTU whose frames a socket with UMEM chunks of
 // frameSize bytes and headroom bytes of Options.Headroom receives whole:

@@ -40,6 +40,7 @@ type Socket struct {
 	batch int
 	umem  *umem // a reference to the mapping, dropped when the socket is done with it
 	part  share // the socket's chunks; read-only after Open
+	mb    bool  // bound with XDP_USE_SG (Options.MultiBuffer)
 
 	// shared is the UMEM handle the socket was opened on (nil for Open),
 	// netns the inode of the network namespace it was opened in.
@@ -70,6 +71,14 @@ type Socket struct {
 		// for the next Recv to unmap, so that a receiver still reading
 		// them does not fault.
 		umemPending bool
+		// Multi-buffer frames (Options.MultiBuffer) are gathered into
+		// buffers of the socket's: partial is the frame whose last
+		// descriptor has not come yet (nil: none; bad once it is known to
+		// be dropped), gathered the buffers lent by the last Recv, spare
+		// the others.
+		partial         []byte
+		partialBad      bool
+		gathered, spare [][]byte
 	}
 
 	tx struct {
@@ -132,6 +141,13 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 	if err := CheckFrames(frames, s.mtu); err != nil {
 		return 0, err
 	}
+	if s.mb {
+		for _, f := range frames {
+			if uint64(len(f)) > s.part.frameSize {
+				return s.sendMulti(frames)
+			}
+		}
+	}
 	var sent, idle int
 	var bytes uint64
 	var stalledSince time.Time
@@ -171,6 +187,59 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 		s.tx.free = free[:len(free)-int(n)]
 		s.tx.tx.submit(n)
 		sent += int(n)
+	}
+	err := s.flush()
+	s.countTx(sent, bytes)
+	return sent, err
+}
+
+// sendMulti is Send for frames some of which span several chunks
+// (Options.MultiBuffer): each frame takes as many transmit chunks and
+// descriptors as it needs, every descriptor but its last marked
+// XDP_PKT_CONTD, and a frame's descriptors are published together.
+func (s *Socket) sendMulti(frames [][]byte) (int, error) {
+	fs := s.part.frameSize
+	var sent, idle int
+	var bytes uint64
+	var stalledSince time.Time
+	for sent < len(frames) {
+		s.reap()
+		f := frames[sent]
+		need := uint32((uint64(len(f)) + fs - 1) / fs)
+		if uint32(len(s.tx.free)) < need || s.tx.tx.free(need) < need {
+			if err := s.flush(); err != nil {
+				s.countTx(sent, bytes)
+				return sent, err
+			}
+			if idle++; idle < 16 {
+				continue
+			}
+			time.Sleep(20 * time.Microsecond)
+			if stalledSince.IsZero() {
+				stalledSince = time.Now()
+			} else if time.Since(stalledSince) > stallTimeout {
+				s.countTx(sent, bytes)
+				return sent, fmt.Errorf("afxdp: %s queue %d: transmit stalled: no completions in %v",
+					s.info.Ifname, s.info.Queue, stallTimeout)
+			}
+			continue
+		}
+		idle, stalledSince = 0, time.Time{}
+		free := s.tx.free
+		for i := uint32(0); i < need; i++ {
+			part := f[uint64(i)*fs : min(uint64(i+1)*fs, uint64(len(f)))]
+			addr := free[len(free)-1-int(i)]
+			copy(s.part.mem[addr:addr+fs], part)
+			d := unix.XDPDesc{Addr: addr, Len: uint32(len(part))}
+			if i+1 < need {
+				d.Options = unix.XDP_PKT_CONTD
+			}
+			s.tx.tx.set(i, d)
+		}
+		s.tx.free = free[:len(free)-int(need)]
+		s.tx.tx.submit(need)
+		bytes += uint64(len(f))
+		sent++
 	}
 	err := s.flush()
 	s.countTx(sent, bytes)
@@ -292,6 +361,10 @@ func (s *Socket) Recv(frames [][]byte) (int, error) {
 		s.rx.fill.fill(s.rx.lent[:k])
 		s.rx.lent = s.rx.lent[:copy(s.rx.lent, s.rx.lent[k:])]
 	}
+	if len(s.rx.gathered) > 0 {
+		s.rx.spare = append(s.rx.spare, s.rx.gathered...)
+		s.rx.gathered = s.rx.gathered[:0]
+	}
 	if len(frames) == 0 {
 		return 0, nil
 	}
@@ -311,6 +384,11 @@ func (s *Socket) Recv(frames [][]byte) (int, error) {
 		if s.part.isRx(d.Addr) {
 			s.rx.lent = append(s.rx.lent, s.part.chunk(d.Addr))
 		}
+		if s.mb && (d.Options&unix.XDP_PKT_CONTD != 0 || s.rx.partial != nil) {
+			if f, ok = s.gather(f, ok, d.Options&unix.XDP_PKT_CONTD != 0); f == nil && ok {
+				continue // more of the frame follows
+			}
+		}
 		if !ok {
 			s.stats.rxBad.Add(1)
 			continue
@@ -323,6 +401,41 @@ func (s *Socket) Recv(frames [][]byte) (int, error) {
 	s.stats.rxFrames.Add(uint64(k))
 	s.stats.rxBytes.Add(bytes)
 	return k, nil
+}
+
+// gather adds f, one descriptor's bytes of a multi-buffer frame (ok false:
+// a descriptor that was not valid), to the frame being gathered. It
+// returns the whole frame with ok true when f was its last (more false),
+// nil and true while more follows, and nil and false for the last of a
+// frame that is dropped: one with an invalid descriptor, or longer than
+// the MTU allows.
+func (s *Socket) gather(f []byte, ok, more bool) ([]byte, bool) {
+	r := &s.rx
+	if r.partial == nil {
+		if k := len(r.spare); k > 0 {
+			r.partial, r.spare = r.spare[k-1][:0], r.spare[:k-1]
+		} else {
+			r.partial = make([]byte, 0, s.mtu+EthernetHeaderLen)
+		}
+		r.partialBad = false
+	}
+	if !ok || len(r.partial)+len(f) > s.mtu+EthernetHeaderLen {
+		r.partialBad = true
+	}
+	if !r.partialBad {
+		r.partial = append(r.partial, f...)
+	}
+	if more {
+		return nil, true
+	}
+	whole, bad := r.partial, r.partialBad
+	r.partial = nil
+	if bad {
+		r.spare = append(r.spare, whole)
+		return nil, false
+	}
+	r.gathered = append(r.gathered, whole)
+	return whole, true
 }
 
 // Wait implements Link: it spins on the RX ring's producer index for up to

@@ -63,6 +63,14 @@ func open(ifindex int, o Options, j *join) (*Socket, error) {
 		},
 	}
 	s.mtu = min(ifi.MTU, MaxMTU(o.FrameSize, o.Headroom))
+	if o.MultiBuffer {
+		if j != nil {
+			return nil, fmt.Errorf("afxdp: %w: multi-buffer with a shared UMEM", ErrNotSupported)
+		}
+		s.mtu = min(ifi.MTU, MaxMultiBufferMTU(o.FrameSize))
+		s.mb = true
+		s.info.MultiBuffer = true
+	}
 	s.info.MTU = s.mtu
 	s.fds.sock, s.fds.ev = -1, -1
 
@@ -304,9 +312,16 @@ func (s *Socket) bind(ifindex int, o Options) error {
 	if !o.NoNeedWakeup {
 		flags |= unix.XDP_USE_NEED_WAKEUP
 	}
+	if o.MultiBuffer {
+		flags |= unix.XDP_USE_SG
+	}
 	switch o.Mode {
 	case ModeCopy:
-		return s.bindRetry(ifindex, o, flags|unix.XDP_COPY, -1)
+		err := s.bindRetry(ifindex, o, flags|unix.XDP_COPY, -1)
+		if o.MultiBuffer && errors.Is(err, unix.EINVAL) {
+			err = fmt.Errorf("%w: multi-buffer (XDP_USE_SG, Linux 6.6 and later): %w", ErrNotSupported, err)
+		}
+		return err
 	case ModeZeroCopy:
 		err := s.bindRetry(ifindex, o, flags|unix.XDP_ZEROCOPY, -1)
 		if errors.Is(err, unix.EOPNOTSUPP) {
@@ -320,6 +335,9 @@ func (s *Socket) bind(ifindex int, o Options) error {
 	}
 	s.info.ZeroCopyErr = zcErr
 	if err := s.bindRetry(ifindex, o, flags|unix.XDP_COPY, -1); err != nil {
+		if o.MultiBuffer && errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("%w: multi-buffer (XDP_USE_SG, Linux 6.6 and later): %w", ErrNotSupported, err)
+		}
 		return fmt.Errorf("%w (after zero-copy failed: %w)", err, zcErr)
 	}
 	return nil
