@@ -126,10 +126,14 @@ func arpFrame() []byte {
 	return append(f, arp...)
 }
 
+// frags makes load load the frags-aware program (TestRunFrags).
+var frags bool
+
 // load loads a Program for cfg, closed at the end of the test.
 func load(t *testing.T, cfg Config) *Program {
 	t.Helper()
 	testenv.RequirePrivileged(t)
+	cfg.Frags = cfg.Frags || frags
 	p, err := Load(cfg)
 	if err != nil {
 		t.Fatalf("Load(%+v): %+v", cfg, err)

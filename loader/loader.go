@@ -148,6 +148,15 @@ type Config struct {
 	// NNI reads cell headers as NNI (12-bit VPI, no GFC) for admission.
 	NNI bool
 
+	// Frags loads the frags-aware program (xam_xdp_frags, Linux 5.18 and
+	// later), which takes frames of several buffers: native mode on a
+	// device whose MTU is larger than a page's frame, and frames larger
+	// than a chunk for multi-buffer AF_XDP sockets. Its checks and faults
+	// reach every byte of the frame, past the first buffer through the
+	// kernel's helpers. Without it, a native attach on such a device is
+	// refused (ERANGE on veth above an MTU of 3506).
+	Frags bool
+
 	// MaxQueues is the number of entries of the socket map, the highest
 	// queue index plus one that Register accepts; 0 means
 	// DefaultMaxQueues.

@@ -70,6 +70,11 @@ func Load(cfg Config) (*Program, error) {
 			return nil, fmt.Errorf("loader: setting %s: %w", name, err)
 		}
 	}
+	if cfg.Frags {
+		// The frags-aware twin takes xam_xdp's place (its kernel name,
+		// xam_xdp_frags, tells them apart).
+		spec.Programs[xamProgXamXdp] = spec.Programs[xamProgXamXdpFrags]
+	}
 	p := &Program{cfg: cfg, attached: make(map[*Attachment]struct{})}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		return nil, fmt.Errorf("loader: loading the XDP program: %w", err)

@@ -29,7 +29,7 @@ func CountersOn(ifindex int) (Counters, error) {
 	if err != nil {
 		return Counters{}, fmt.Errorf("loader: program %d: %w", x.ProgId, err)
 	}
-	if info.Name != xamProgXamXdp {
+	if info.Name != xamProgXamXdp && info.Name != xamProgXamXdpFrags {
 		return Counters{}, fmt.Errorf("%w: %s runs %q (id %d)", ErrNotXam, link.Attrs().Name, info.Name, x.ProgId)
 	}
 	ids, _ := info.MapIDs()

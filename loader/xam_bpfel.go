@@ -62,6 +62,7 @@ const (
 	xamMapXsks         = "xsks"
 	xamProgXamDup      = "xam_dup"
 	xamProgXamXdp      = "xam_xdp"
+	xamProgXamXdpFrags = "xam_xdp_frags"
 	xamVarXamDstMac    = "xam_dst_mac"
 	xamVarXamEthertype = "xam_ethertype"
 	xamVarXamFlags     = "xam_flags"
@@ -110,8 +111,9 @@ type xamSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xamProgramSpecs struct {
-	XamDup *ebpf.ProgramSpec `ebpf:"xam_dup"`
-	XamXdp *ebpf.ProgramSpec `ebpf:"xam_xdp"`
+	XamDup      *ebpf.ProgramSpec `ebpf:"xam_dup"`
+	XamXdp      *ebpf.ProgramSpec `ebpf:"xam_xdp"`
+	XamXdpFrags *ebpf.ProgramSpec `ebpf:"xam_xdp_frags"`
 }
 
 // xamMapSpecs contains maps before they are loaded into the kernel.
@@ -195,14 +197,16 @@ type xamVariables struct {
 //
 // It can be passed to loadXamObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xamPrograms struct {
-	XamDup *ebpf.Program `ebpf:"xam_dup"`
-	XamXdp *ebpf.Program `ebpf:"xam_xdp"`
+	XamDup      *ebpf.Program `ebpf:"xam_dup"`
+	XamXdp      *ebpf.Program `ebpf:"xam_xdp"`
+	XamXdpFrags *ebpf.Program `ebpf:"xam_xdp_frags"`
 }
 
 func (p *xamPrograms) Close() error {
 	return _XamClose(
 		p.XamDup,
 		p.XamXdp,
+		p.XamXdpFrags,
 	)
 }
 

@@ -4,6 +4,7 @@
 //
 //   xam_xdp  XDP, on a receiving device: steer xam frames to the AF_XDP
 //            socket of the receiving queue, XDP_PASS everything else.
+//   xam_xdp_frags  the same, frags-aware (frames of several buffers).
 //   xam_dup  tcx ingress, on a bridge port: duplicate a fraction of xam frames.
 //
 // Build with loader/gen.sh (bpf2go); the generated xam_bpfel.{go,o} are
@@ -222,8 +223,12 @@ static __always_inline int for_us(const __u8 *dst)
 	       dst[4] == xam_dst_mac[4] && dst[5] == xam_dst_mac[5];
 }
 
-SEC("xdp")
-int xam_xdp(struct xdp_md *ctx)
+// xam_rx is xam_xdp's work. With frags (xam_xdp_frags, a frags-aware
+// program: frames larger than a page arrive in several buffers) the
+// frame's length is the whole buffer's, and bytes past the first buffer
+// are read and written through the helpers; without, every byte is in
+// the linear part, which the verifier checks.
+static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -248,7 +253,7 @@ int xam_xdp(struct xdp_md *ctx)
 	}
 	c->received++;
 
-	len = end - data;
+	len = frags ? bpf_xdp_get_buff_len(ctx) : end - data;
 	if (len >= FRAME_HDR)
 		ncells = (len - FRAME_HDR) / CELL_LEN;
 	if (!(xam_flags & F_NO_FRAME_CHECK)) {
@@ -277,10 +282,17 @@ int xam_xdp(struct xdp_md *ctx)
 		barrier_var(cell); // keep the range checks below for the verifier
 		barrier_var(byte);
 		if (cell < MAX_CELLS && byte < CELL_PAYLOAD) {
-			p = data + FRAME_HDR + cell * CELL_LEN + CELL_HDR + byte;
+			__u32 off = FRAME_HDR + cell * CELL_LEN + CELL_HDR + byte;
+			__u8 b;
+
+			p = data + off;
 			if ((void *)(p + 1) <= end) {
 				*p ^= 0xff;
 				c->fault_corrupted++;
+			} else if (frags && !bpf_xdp_load_bytes(ctx, off, &b, 1)) {
+				b ^= 0xff;
+				if (!bpf_xdp_store_bytes(ctx, off, &b, 1))
+					c->fault_corrupted++;
 			}
 		}
 	}
@@ -302,10 +314,21 @@ int xam_xdp(struct xdp_md *ctx)
 		}
 #pragma clang loop unroll(disable)
 		for (i = 0; i < MAX_SCAN_CELLS; i++) {
+			__u8 copy[CELL_HDR];
 			__u8 *h = data + FRAME_HDR + i * CELL_LEN;
 
-			if (i >= scan || (void *)(h + CELL_HDR) > end)
+			if (i >= scan)
 				break;
+			// A frags-aware program reads every header through the helper
+			// (one path: the verifier would otherwise follow both, linear
+			// and not, for each cell); the other reads the linear frame.
+			if (frags) {
+				if (bpf_xdp_load_bytes(ctx, FRAME_HDR + i * CELL_LEN, copy, CELL_HDR))
+					break;
+				h = copy;
+			} else if ((void *)(h + CELL_HDR) > end) {
+				break;
+			}
 			if (i < xam_hec_cells && hec(h) != h[4])
 				c->hec_errors++;
 			if (xam_flags & F_ADMISSION) {
@@ -334,6 +357,23 @@ int xam_xdp(struct xdp_md *ctx)
 malformed:
 	c->malformed++;
 	return XDP_DROP;
+}
+
+// xam_xdp is the program for frames of one buffer (every kernel xam runs
+// on).
+SEC("xdp")
+int xam_xdp(struct xdp_md *ctx)
+{
+	return xam_rx(ctx, 0);
+}
+
+// xam_xdp_frags is the frags-aware program (Linux 5.18 and later): native
+// mode on a device whose MTU is larger than a page's frame, and frames
+// larger than a page for multi-buffer AF_XDP sockets.
+SEC("xdp.frags")
+int xam_xdp_frags(struct xdp_md *ctx)
+{
+	return xam_rx(ctx, 1);
 }
 
 SEC("tc")
