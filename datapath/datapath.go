@@ -9,7 +9,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xam-project/xam/afxdp"
-	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
@@ -55,10 +54,32 @@ func Open(p Place, mode loader.Mode, queue int) (*Endpoint, error) {
 
 // OpenConfig is Open with the program's configuration; with
 // cfg.Admission, the VCIs in admit (on VPI 0) are admitted.
+//
+// The device's MTU decides the frames: up to 1778 bytes of payload, 2 KB
+// UMEM chunks; up to 3826, 4 KB chunks; above, frames of several chunks
+// (multi-buffer: the frags-aware program, Linux 5.18 and later, and an
+// AF_XDP socket bound with XDP_USE_SG, 6.6 and later), so that the link's
+// MTU is the device's. A kernel without them gets the largest frame one
+// chunk holds, as the socket's Info (MultiBuffer false, MTU) says.
 func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit ...uint16) (*Endpoint, error) {
 	e := &Endpoint{MAC: p.MAC}
+	opts := afxdp.Options{Queue: queue}
 	err := p.Do(func() (err error) {
-		if e.Prog, err = loader.Load(cfg); err != nil {
+		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil {
+			mtu := link.Attrs().MTU
+			if mtu > afxdp.MaxMTU(2048, 0) {
+				opts.FrameSize = 4096 // 2 KB chunks hold frames of up to 1792 bytes
+			}
+			if mtu > afxdp.MaxMTU(4096, 0) {
+				cfg.Frags, opts.MultiBuffer = true, true
+			}
+		}
+		if e.Prog, err = loader.Load(cfg); err != nil && cfg.Frags {
+			// A kernel before 5.18: frames of one buffer.
+			cfg.Frags, opts.MultiBuffer = false, false
+			e.Prog, err = loader.Load(cfg)
+		}
+		if err != nil {
 			return err
 		}
 		for _, vci := range admit {
@@ -69,11 +90,12 @@ func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit .
 		if e.Att, err = e.Prog.Attach(p.Ifindex, mode); err != nil {
 			return err
 		}
-		opts := afxdp.Options{Queue: queue}
-		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil && link.Attrs().MTU+cells.EthernetHeaderSize > 2048-256 {
-			opts.FrameSize = 4096 // 2 KB chunks hold frames of up to 1792 bytes
+		if e.Sock, err = afxdp.Open(p.Ifindex, opts); errors.Is(err, afxdp.ErrNotSupported) && opts.MultiBuffer {
+			// A kernel before 6.6: no XDP_USE_SG.
+			opts.MultiBuffer = false
+			e.Sock, err = afxdp.Open(p.Ifindex, opts)
 		}
-		if e.Sock, err = afxdp.Open(p.Ifindex, opts); err != nil {
+		if err != nil {
 			return err
 		}
 		return e.Prog.Register(queue, e.Sock.FD())

@@ -2,11 +2,13 @@ package datapath
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/loader"
@@ -72,5 +74,88 @@ func TestOpenEcho(t *testing.T) {
 		if !bytes.Equal(got[0:6], p.A.MAC) || !bytes.Equal(got[6:12], p.B.MAC) || !bytes.Equal(got[12:], frame[12:]) {
 			t.Fatalf("frame %d echoed as % x", i, got)
 		}
+	}
+}
+
+// TestOpenJumbo: on a veth pair whose MTU is past a 4 KB chunk (9000 and
+// the largest), the data path opens the frags-aware program and
+// multi-buffer sockets, in native and generic mode, and frames of the
+// MTU's full size, cells and all, cross intact both ways (B echoes).
+func TestOpenJumbo(t *testing.T) {
+	for _, c := range []struct {
+		mtu  int
+		mode loader.Mode
+	}{{9000, loader.ModeNative}, {9000, loader.ModeGeneric}, {65535, loader.ModeNative}} {
+		t.Run(fmt.Sprintf("mtu=%d/%v", c.mtu, c.mode), func(t *testing.T) {
+			p := netnstest.NewVethPair(t, netnstest.WithQueues(1), netnstest.WithMTU(c.mtu))
+			at := func(h *netnstest.Host) Place {
+				return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do}
+			}
+			a, err := Open(at(p.A), c.mode, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := Open(at(p.B), c.mode, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			info := a.Sock.Info()
+			if !info.MultiBuffer || info.MTU != min(c.mtu, afxdp.MaxMultiBufferMTU(4096)) || a.Prog.Config().Frags != true {
+				t.Fatalf("socket %+v, frags %v: want multi-buffer at the device's MTU", info, a.Prog.Config().Frags)
+			}
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var echoErr error
+			wg.Go(func() { echoErr = b.Echo(&stop) })
+			defer func() {
+				stop.Store(true)
+				wg.Wait()
+				if echoErr != nil {
+					t.Error(echoErr)
+				}
+			}()
+			f := cells.Framer{Dst: p.B.MAC, Src: p.A.MAC, MTU: info.MTU}
+			var cs []byte
+			for i := range f.CellsPerFrame() {
+				c := make(cells.Cell, cells.CellSize)
+				if err := c.Encode(cells.UNI, cells.Fields{VCI: 32}); err != nil {
+					t.Fatal(err)
+				}
+				for k := cells.HeaderSize; k < cells.CellSize; k++ {
+					c[k] = byte(i*7 + k)
+				}
+				cs = append(cs, c...)
+			}
+			frame, err := f.Append(nil, cs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(frame) <= 4096 {
+				t.Fatalf("a frame of %d bytes: want one past a chunk", len(frame))
+			}
+			bufs := make([][]byte, a.Sock.BatchSize())
+			for i := range 20 {
+				if _, err := a.Sock.Send([][]byte{frame}); err != nil {
+					t.Fatal(err)
+				}
+				var got []byte
+				for deadline := time.Now().Add(10 * time.Second); got == nil; {
+					n, err := a.Sock.Recv(bufs)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n > 0 {
+						got = bufs[0]
+					} else if time.Now().After(deadline) {
+						t.Fatalf("frame %d: no echo in 10 s", i)
+					}
+				}
+				if !bytes.Equal(got[12:], frame[12:]) {
+					t.Fatalf("frame %d echoed as %d bytes, want %d", i, len(got), len(frame))
+				}
+			}
+		})
 	}
 }
