@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/am/amii"
+	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/cluster"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw"
@@ -93,12 +94,16 @@ func config(j *cluster.Job) Config {
 	// A generous give-up time for a request waiting for a credit: a
 	// request to a rank that died comes back after the transport's (3 s).
 	ac := amii.Config{Credits: 16, GiveUp: 20 * time.Second}
+	// GRIM's waits (a channel's room, the registry's answer to Publish)
+	// as generous: the default 10 s is less than what eight tasks and
+	// four daemons on two loaded cores can take to answer every Publish.
+	gc := grim.Config{GiveUp: time.Minute, ReplyTimeout: time.Minute}
 	if os.Getenv(modeEnv) == string(Firmware) {
-		return Config{Mode: Firmware, Socket: fmt.Sprintf(os.Getenv(socketEnv), j.HostID), AMII: ac}
+		return Config{Mode: Firmware, Socket: fmt.Sprintf(os.Getenv(socketEnv), j.HostID), AMII: ac, GRIM: gc}
 	}
 	// Up to 8 messages of an endpoint in flight (one per channel of the
 	// transport to a host), as the daemons run (--window 8).
-	return Config{Mode: Inline, Device: "eth0", AMII: ac, Engine: nicfw.EngineConfig{Window: 8}}
+	return Config{Mode: Inline, Device: "eth0", AMII: ac, GRIM: gc, Engine: nicfw.EngineConfig{Window: 8}}
 }
 
 // count is the number of requests from each rank to each other.
