@@ -156,22 +156,9 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 		n := min(uint32(len(frames)-sent), uint32(len(s.tx.free)))
 		n = s.tx.tx.free(n)
 		if n == 0 {
-			// Every chunk is in flight: make the kernel progress, and
-			// after a while give it the CPU.
-			if err := s.flush(); err != nil {
+			if err := s.stall(&idle, &stalledSince); err != nil {
 				s.countTx(sent, bytes)
 				return sent, err
-			}
-			if idle++; idle < 16 {
-				continue
-			}
-			time.Sleep(20 * time.Microsecond)
-			if stalledSince.IsZero() {
-				stalledSince = time.Now()
-			} else if time.Since(stalledSince) > stallTimeout {
-				s.countTx(sent, bytes)
-				return sent, fmt.Errorf("afxdp: %s queue %d: transmit stalled: no completions in %v",
-					s.info.Ifname, s.info.Queue, stallTimeout)
 			}
 			continue
 		}
@@ -207,20 +194,9 @@ func (s *Socket) sendMulti(frames [][]byte) (int, error) {
 		f := frames[sent]
 		need := uint32((uint64(len(f)) + fs - 1) / fs)
 		if uint32(len(s.tx.free)) < need || s.tx.tx.free(need) < need {
-			if err := s.flush(); err != nil {
+			if err := s.stall(&idle, &stalledSince); err != nil {
 				s.countTx(sent, bytes)
 				return sent, err
-			}
-			if idle++; idle < 16 {
-				continue
-			}
-			time.Sleep(20 * time.Microsecond)
-			if stalledSince.IsZero() {
-				stalledSince = time.Now()
-			} else if time.Since(stalledSince) > stallTimeout {
-				s.countTx(sent, bytes)
-				return sent, fmt.Errorf("afxdp: %s queue %d: transmit stalled: no completions in %v",
-					s.info.Ifname, s.info.Queue, stallTimeout)
 			}
 			continue
 		}
@@ -244,6 +220,27 @@ func (s *Socket) sendMulti(frames [][]byte) (int, error) {
 	err := s.flush()
 	s.countTx(sent, bytes)
 	return sent, err
+}
+
+// stall is Send's wait while every transmit chunk (or TX ring slot) it
+// needs is in flight: it makes the kernel progress, after a while gives it
+// the CPU, and fails once no completion came for stallTimeout. idle and
+// since are the wait's state, reset by the caller when it makes progress.
+func (s *Socket) stall(idle *int, since *time.Time) error {
+	if err := s.flush(); err != nil {
+		return err
+	}
+	if *idle++; *idle < 16 {
+		return nil
+	}
+	time.Sleep(20 * time.Microsecond)
+	if since.IsZero() {
+		*since = time.Now()
+	} else if time.Since(*since) > stallTimeout {
+		return fmt.Errorf("afxdp: %s queue %d: transmit stalled: no completions in %v",
+			s.info.Ifname, s.info.Queue, stallTimeout)
+	}
+	return nil
 }
 
 func (s *Socket) countTx(frames int, bytes uint64) {

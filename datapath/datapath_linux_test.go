@@ -54,25 +54,32 @@ func TestOpenEcho(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pingEcho(t, a, frame, 10)
+}
+
+// pingEcho sends frame from a n times, one at a time, and checks that
+// each comes back echoed: the same bytes, addresses swapped.
+func pingEcho(t *testing.T, a *Endpoint, frame []byte, n int) {
+	t.Helper()
 	bufs := make([][]byte, a.Sock.BatchSize())
-	for i := range 10 {
+	for i := range n {
 		if _, err := a.Sock.Send([][]byte{frame}); err != nil {
 			t.Fatal(err)
 		}
 		var got []byte
 		for deadline := time.Now().Add(10 * time.Second); got == nil; {
-			n, err := a.Sock.Recv(bufs)
+			k, err := a.Sock.Recv(bufs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n > 0 {
+			if k > 0 {
 				got = bufs[0]
 			} else if time.Now().After(deadline) {
 				t.Fatalf("frame %d: no echo in 10 s", i)
 			}
 		}
-		if !bytes.Equal(got[0:6], p.A.MAC) || !bytes.Equal(got[6:12], p.B.MAC) || !bytes.Equal(got[12:], frame[12:]) {
-			t.Fatalf("frame %d echoed as % x", i, got)
+		if !bytes.Equal(got[0:6], frame[6:12]) || !bytes.Equal(got[6:12], frame[0:6]) || !bytes.Equal(got[12:], frame[12:]) {
+			t.Fatalf("frame %d (%d bytes) echoed as %d bytes: % x", i, len(frame), len(got), got[:min(len(got), 64)])
 		}
 	}
 }
@@ -135,27 +142,7 @@ func TestOpenJumbo(t *testing.T) {
 			if len(frame) <= 4096 {
 				t.Fatalf("a frame of %d bytes: want one past a chunk", len(frame))
 			}
-			bufs := make([][]byte, a.Sock.BatchSize())
-			for i := range 20 {
-				if _, err := a.Sock.Send([][]byte{frame}); err != nil {
-					t.Fatal(err)
-				}
-				var got []byte
-				for deadline := time.Now().Add(10 * time.Second); got == nil; {
-					n, err := a.Sock.Recv(bufs)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if n > 0 {
-						got = bufs[0]
-					} else if time.Now().After(deadline) {
-						t.Fatalf("frame %d: no echo in 10 s", i)
-					}
-				}
-				if !bytes.Equal(got[12:], frame[12:]) {
-					t.Fatalf("frame %d echoed as %d bytes, want %d", i, len(got), len(frame))
-				}
-			}
+			pingEcho(t, a, frame, 20)
 		})
 	}
 }

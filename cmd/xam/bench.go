@@ -182,6 +182,8 @@ func (f benchFlags) params(names []string) (bench.Params, error) {
 	switch {
 	case *f.quick:
 		return p, usageError("--quick: only with all")
+	case f.set["job"] || f.set["dev"] || f.set["hostfile"] || f.set["rank"]:
+		return p, usageError("--job, --dev, --hostfile and --rank: only with all (xam bench all --job)")
 	case *f.count < 1:
 		return p, usageError("--count %d: want at least 1", *f.count)
 	case *f.bulk < 1:
