@@ -230,7 +230,8 @@ func rawFrame(dst, src net.HardwareAddr, size int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	f := cells.Framer{Dst: dst, Src: src, MTU: 9000}
+	// The framer's MTU only bounds the cells: the link checks the frame.
+	f := cells.Framer{Dst: dst, Src: src, MTU: cells.FrameLen(n) - cells.EthernetHeaderSize}
 	return f.Append(nil, cs)
 }
 

@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"time"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
@@ -229,12 +231,21 @@ func BenchmarkRawProgram(b *testing.B) {
 	}
 }
 
-// BenchmarkBulk compares, in one run on one veth pair of MTU bulkMTU, what
+// BenchmarkBulk compares, in one run on a veth pair of each MTU, what
 // raw AF_XDP frames of that MTU carry and kernel TCP's stream goodput with
 // SSAM's bulk writes (8 KB AAL5 messages) and AM-II's Stores of 64 KB; b.N
-// bytes of each (-benchtime Nx), at least 8 MB.
+// bytes of each (-benchtime Nx), at least 8 MB. The MTUs: Ethernet's,
+// bulkMTU (the largest one 4 KB chunk holds), a jumbo frame's and the
+// largest a multi-buffer socket takes (frames of several chunks; Linux
+// 6.6+), each beside kernel TCP at the same MTU.
 func BenchmarkBulk(b *testing.B) {
-	p := netnstest.NewVethPair(b, netnstest.WithQueues(1), netnstest.WithMTU(bulkMTU))
+	for _, mtu := range []int{1500, bulkMTU, 9000, afxdp.MaxMultiBufferMTU(4096)} {
+		b.Run(fmt.Sprintf("mtu=%d", mtu), func(b *testing.B) { benchBulk(b, mtu) })
+	}
+}
+
+func benchBulk(b *testing.B, mtu int) {
+	p := netnstest.NewVethPair(b, netnstest.WithQueues(1), netnstest.WithMTU(mtu))
 	pa, pb := places(p)
 	run := func(name string, f func(total int64) (*BulkResult, error)) {
 		b.Run(name, func(b *testing.B) {
