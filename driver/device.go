@@ -10,6 +10,7 @@ import (
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/loader"
 )
 
 // Flags modify a send trap.
@@ -211,7 +212,10 @@ func (d *Device) configure(cfg Config, perFrame int) error {
 	}
 	most := cells.CellsPerFrame(d.link.MTU())
 	if perFrame == 0 {
-		perFrame = most
+		// No more cells a frame than xam's XDP program admits: it checks
+		// every cell's circuit (SSAM's kernel VCI table) and drops a frame
+		// with more cells than it can look at (a link past a 9000-byte MTU).
+		perFrame = min(most, loader.MaxScanCells)
 	}
 	switch {
 	case len(cfg.Src) != 6:
@@ -364,7 +368,8 @@ func (d *Device) Conn(conn int) (ConnSpec, bool) {
 }
 
 // CellsPerFrame returns how many cells the device packs into one frame:
-// (MTU-4)/53 of the link's MTU, or 1 on the system-call path.
+// (MTU-4)/53 of the link's MTU, at most loader.MaxScanCells, or 1 on
+// the system-call path.
 func (d *Device) CellsPerFrame() int { return d.perFrame }
 
 // RecvBatch returns the most cells one Recv can bring in with one pull from

@@ -51,8 +51,9 @@
 // on the last cell with EOM (the AAL5 end of message) and 000 otherwise,
 // GFC and CLP 0, and the HEC, all precomputed at open. A batch is packed
 // into as few frames as the link's MTU allows, CellsPerFrame = (MTU-4)/53
-// cells each (28 at MTU 1500; docs/wire.md), and handed to the link in one
-// call.
+// cells each (28 at MTU 1500; docs/wire.md), at most loader.MaxScanCells
+// (169, a 9000-byte MTU's: the XDP program checks every cell's circuit and
+// drops a frame with more), and handed to the link in one call.
 //
 // What is copied: the trap copies each payload once, from its slot into a
 // transmit frame in the device's pinned region, beside the header it

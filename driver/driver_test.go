@@ -14,6 +14,7 @@ import (
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/driver"
+	"github.com/xam-project/xam/loader"
 )
 
 // forEach runs body over every harness.
@@ -650,5 +651,26 @@ func TestForeignFrames(t *testing.T) {
 	checkCell(t, cs[1], 1, 100, false, 4, 1)
 	if st := p.b.Stats(); st.DroppedNotOurs != 2 || st.DroppedMalformed != 2 || st.FramesReceived != 6 {
 		t.Errorf("stats %+v, want 2 frames not ours and 2 malformed of 6", st)
+	}
+}
+
+// TestCellsPerFrameCapped: on a link whose MTU holds more cells a frame
+// than xam's XDP program checks (a multi-buffer link past 9000 bytes), the
+// device packs loader.MaxScanCells cells a frame, which the program's
+// admission (SSAM's VCI table) takes, rather than frames it would drop.
+func TestCellsPerFrameCapped(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{MTU: 65522})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	d, err := driver.Open(la, driver.Config{Conns: []driver.ConnSpec{{Peer: lb.HardwareAddr(), VPI: 1, SendVCI: 10, RecvVCI: 20}}, NoLock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got := d.CellsPerFrame(); got != loader.MaxScanCells {
+		t.Errorf("CellsPerFrame %d on an MTU of 65522, want %d", got, loader.MaxScanCells)
 	}
 }
