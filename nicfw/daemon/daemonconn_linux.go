@@ -534,21 +534,31 @@ func (c *Conn) Stats() (Stats, error) {
 // passes (negative: no limit), without spinning: it arms the endpoint's
 // event mask and sleeps on its notification eventfd (Block). It reports
 // whether an event is ready; a true may be spurious (a notification left
-// from an earlier arming), so callers receive and wait again.
+// from an earlier arming), so callers receive and wait again. A false is
+// the timeout: a leftover notification that finds nothing ready sends it
+// back to sleep for the time left.
 func (e *Endpoint) Wait(ev endpoint.Events, timeout time.Duration) (bool, error) {
-	if e.Arm(ev) != 0 {
-		return true, nil
+	deadline := time.Now().Add(timeout)
+	for {
+		if e.Arm(ev) != 0 {
+			return true, nil
+		}
+		left := time.Until(deadline)
+		if timeout < 0 {
+			left = -1
+		} else if left <= 0 {
+			e.Arm(0)
+			return false, nil
+		}
+		if err := e.Block(left); err != nil {
+			e.Arm(0)
+			return false, err
+		}
+		if e.Ready()&ev != 0 {
+			e.Arm(0)
+			return true, nil
+		}
 	}
-	if err := e.Block(timeout); err != nil {
-		e.Arm(0)
-		return false, err
-	}
-	if e.Ready()&ev != 0 {
-		e.Arm(0)
-		return true, nil
-	}
-	e.Arm(0)
-	return false, nil
 }
 
 // Block sleeps on the endpoint's notification eventfd until the engine
