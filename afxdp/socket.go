@@ -190,9 +190,11 @@ func (s *Socket) sendMulti(frames [][]byte) (int, error) {
 	var bytes uint64
 	var stalledSince time.Time
 	for sent < len(frames) {
-		s.reap()
 		f := frames[sent]
 		need := uint32((uint64(len(f)) + fs - 1) / fs)
+		if uint32(len(s.tx.free)) < need {
+			s.reap() // only when short: not a completion-ring read per frame
+		}
 		if uint32(len(s.tx.free)) < need || s.tx.tx.free(need) < need {
 			if err := s.stall(&idle, &stalledSince); err != nil {
 				s.countTx(sent, bytes)

@@ -14,15 +14,17 @@ import (
 	"github.com/xam-project/xam/loader"
 )
 
+// at is the Place of a veth end in its namespace.
+func at(h *netnstest.Host) Place {
+	return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do}
+}
+
 // TestOpenEcho: the data path opened on both ends of a veth pair carries
 // xam frames: B echoes (Endpoint.Echo) what A sends, and A gets each back
 // with the addresses swapped. Closing both leaves nothing behind
 // (TestMain's leak check).
 func TestOpenEcho(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	at := func(h *netnstest.Host) Place {
-		return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do}
-	}
 	a, err := Open(at(p.A), loader.ModeAuto, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -95,9 +97,6 @@ func TestOpenJumbo(t *testing.T) {
 	}{{9000, loader.ModeNative}, {9000, loader.ModeGeneric}, {65535, loader.ModeNative}} {
 		t.Run(fmt.Sprintf("mtu=%d/%v", c.mtu, c.mode), func(t *testing.T) {
 			p := netnstest.NewVethPair(t, netnstest.WithQueues(1), netnstest.WithMTU(c.mtu))
-			at := func(h *netnstest.Host) Place {
-				return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do}
-			}
 			a, err := Open(at(p.A), c.mode, 0)
 			if err != nil {
 				t.Fatal(err)
