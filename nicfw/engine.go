@@ -366,6 +366,7 @@ type Engine struct {
 	polls      uint64
 	pending    PendingFunc
 	maxPL      int           // the transport's MaxPayload
+	frameRoom  int           // the transport's FrameRoom
 	giveUp     time.Duration // the transport's GiveUpAfter
 	buf        []byte        // a message being built: short, or a bulk chunk
 	auth       authState     // message authentication (auth.go)
@@ -433,6 +434,7 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		e.cfg.SendBudget = max(link.BatchSize(), 1)
 	}
 	e.maxPL = e.tr.MaxPayload()
+	e.frameRoom = e.tr.FrameRoom()
 	e.giveUp = e.tr.Config().GiveUpAfter
 	if e.cfg.PoolHold <= 0 {
 		e.cfg.PoolHold = e.giveUp

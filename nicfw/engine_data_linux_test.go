@@ -266,8 +266,8 @@ func testEngineBulk(t *testing.T, n *engNet, window int, lossy bool) {
 	if d := atA[0].d; d.Class != endpoint.ClassBulk || d.Handler != 79 || d.Offset != self || d.Length != length || !bytes.Equal(atA[0].data, data) {
 		t.Errorf("A1 to itself: %+v", d)
 	}
-	room := int(chunkRoom(n.a.eng.MaxPayload(), 2))
-	chunks := (length+room-1)/room + (second+int(chunkRoom(n.a.eng.MaxPayload(), 0))-1)/int(chunkRoom(n.a.eng.MaxPayload(), 0))
+	room := int(n.a.eng.bulkRoom(n.a.eng.MaxPayload(), 2))
+	chunks := (length+room-1)/room + (second+int(n.a.eng.bulkRoom(n.a.eng.MaxPayload(), 0))-1)/int(n.a.eng.bulkRoom(n.a.eng.MaxPayload(), 0))
 	if sb := n.b.eng.Stats(); sb.Chunks != uint64(chunks-2) || sb.Delivered != 3 {
 		t.Errorf("B stats %+v, want %d chunks before the last ones", sb, chunks-2)
 	}
@@ -295,7 +295,7 @@ func testEngineBulkReturned(t *testing.T, window int) {
 	cfg := endpoint.Config{StagingSize: 256 << 10}
 	a1, _, _, _ := twoNets(t, n, cfg, cfg)
 	const length = 200_000 // more chunks than a window holds
-	room := int(chunkRoom(n.a.eng.MaxPayload(), 0))
+	room := int(n.a.eng.bulkRoom(n.a.eng.MaxPayload(), 0))
 	if length/room < 4 {
 		t.Fatalf("a chunk carries %d bytes: the test wants a message of at least 4 chunks", room)
 	}

@@ -297,7 +297,7 @@ func (e *Engine) cutThroughReady(s *epState) bool {
 	if pub <= s.sent {
 		return false
 	}
-	return pub-s.sent >= min(chunkRoom(e.room(s), s.d.NArgs), s.d.Length-s.sent) || pub == last
+	return pub-s.sent >= min(e.chunkSize(s), s.d.Length-s.sent) || pub == last
 }
 
 // newFlight records the message in s's slot as in flight to p and returns
@@ -412,7 +412,7 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 		}
 		return s.out[:s.outLen], 0
 	case endpoint.ClassBulk:
-		room := chunkRoom(e.room(s), d.NArgs)
+		room := e.chunkSize(s)
 		if room == 0 {
 			return nil, endpoint.ReasonTooLarge
 		}
@@ -437,6 +437,23 @@ func (e *Engine) room(s *epState) int {
 		return e.maxPL - authOverhead
 	}
 	return e.maxPL
+}
+
+// chunkSize returns how many data bytes each chunk of s's bulk message
+// carries (0: none fits): as many as fill whole frames of the link
+// (transport.FrameRoom), so that no chunk leaves a frame nearly empty
+// behind it, or the largest payload where that is less than one frame.
+func (e *Engine) chunkSize(s *epState) uint32 {
+	return e.bulkRoom(e.room(s), s.d.NArgs)
+}
+
+// bulkRoom returns the data bytes of a bulk chunk with nargs arguments
+// whose message may take room bytes of the transport's payload.
+func (e *Engine) bulkRoom(room int, nargs uint8) uint32 {
+	if fr := e.frameRoom; fr > 0 && e.maxPL >= fr {
+		room -= e.maxPL - e.maxPL/fr*fr // whole frames only
+	}
+	return chunkRoom(room, nargs)
 }
 
 // advance moves s on after its message (or bulk chunk) was delivered on

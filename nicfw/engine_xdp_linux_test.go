@@ -193,7 +193,7 @@ func TestEngineOverAFXDP(t *testing.T) {
 		t.Errorf("no retransmission under 10%% drop: A %+v, B %+v", ta, tb)
 	}
 	t.Logf("medium messages of up to %d bytes, bulk chunks of %d bytes; transport A %+v, B %+v",
-		top, chunkRoom(n.b.eng.MaxPayload(), 1), ta, tb)
+		top, n.b.eng.bulkRoom(n.b.eng.MaxPayload(), 1), ta, tb)
 }
 
 // TestEngineBulkOverAFXDP is TestEngineBulk's body over AF_XDP, chunks

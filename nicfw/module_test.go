@@ -254,7 +254,7 @@ func TestSendGateSizes(t *testing.T) {
 	cfg := endpoint.Config{StagingSize: 256 << 10}
 	a1, _, b1, _ := twoNets(t, n, cfg, cfg)
 	const length = 30_000
-	room := int(chunkRoom(n.a.eng.MaxPayload(), 0))
+	room := int(n.a.eng.bulkRoom(n.a.eng.MaxPayload(), 0))
 	g.shut = true
 	mustSend(t, a1, endpoint.RequestSend, short(1, 1, 5))
 	for range 10 {

@@ -31,9 +31,12 @@ const (
 	DefaultRetransmitAfter = 5 * time.Millisecond
 	DefaultGiveUpAfter     = 3 * time.Second
 	DefaultVCI             = 32 // the first VCI that I.361 leaves to users
-	// DefaultMaxPayload is the largest payload by default: an engine's
-	// medium message of 8 KB (endpoint.MaxMedium) with room for its
-	// header and arguments.
+	// DefaultMaxPayload is the largest payload by default on links whose
+	// frames carry less: an engine's medium message of 8 KB
+	// (endpoint.MaxMedium) with room for its header and arguments. On a
+	// link whose one frame carries more (an MTU past about 9 KB, a
+	// multi-buffer link), the default is MaxPayloadLimit: a 64 KB message
+	// then crosses in two frames, not eight.
 	DefaultMaxPayload = 8192 + 512
 )
 
@@ -95,9 +98,12 @@ type Config struct {
 	// (compact.go), for measuring what compact cells change. Receivers
 	// take both kinds whatever it says.
 	NoCompact bool
-	// MaxPayload is the largest payload Send accepts (default
-	// DefaultMaxPayload, at most 65535-20-4*Channels). A message spans as
-	// many frames as it needs; losing any of them loses the message.
+	// MaxPayload is the largest payload Send accepts (at most
+	// MaxPayloadLimit(Channels)). The default follows the link's MTU:
+	// DefaultMaxPayload, or MaxPayloadLimit where one frame carries more
+	// than DefaultMaxPayload. A message spans as many frames as it needs;
+	// losing any of them loses the message. Hosts that talk must agree:
+	// a receiver drops a message larger than its own MaxPayload.
 	MaxPayload int
 	// Clock is the time source of the timers (default the system clock).
 	Clock clock.Clock
@@ -220,6 +226,7 @@ type Transport struct {
 	compactHdr [cells.HeaderSize]byte // the ATM header of compact cells (compact.go)
 	compactKey uint32                 // its GFC, VPI and VCI bits, as receive tells compact cells apart
 	maxPL      int
+	frameRoom  int // the payload one DATA frame carries (FrameRoom)
 
 	perFrame  int // cells per frame
 	maxAcks   int // acknowledgements one DATA frame may carry
@@ -310,6 +317,13 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	if oneFrame < ackEntryLen {
 		return nil, fmt.Errorf("%w: link MTU %d carries no transport frame", ErrConfig, link.MTU())
 	}
+	frameRoom := oneFrame - ackEntryLen*cfg.Channels // a DATA frame's room with every acknowledgement
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = DefaultMaxPayload
+		if frameRoom > DefaultMaxPayload {
+			cfg.MaxPayload = MaxPayloadLimit(cfg.Channels)
+		}
+	}
 	prf, err := newChallengePRF()
 	if err != nil {
 		return nil, err
@@ -326,6 +340,7 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		seg:       seg,
 		vc:        cells.VC{VPI: cfg.VPI, VCI: cfg.VCI},
 		maxPL:     cfg.MaxPayload,
+		frameRoom: max(frameRoom, 1),
 		perFrame:  perFrame,
 		maxAcks:   cfg.Channels,
 		ackOneMax: min(oneFrame/ackEntryLen, cfg.Channels),
@@ -370,9 +385,6 @@ func (c Config) withDefaults() Config {
 	if c.VPI == 0 && c.VCI == 0 {
 		c.VCI = DefaultVCI
 	}
-	if c.MaxPayload == 0 {
-		c.MaxPayload = DefaultMaxPayload
-	}
 	for c.Epoch == 0 {
 		c.Epoch = rand.Uint32()
 	}
@@ -390,8 +402,8 @@ func (c Config) check(link afxdp.Link) error {
 		return fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, c.Channels, MaxChannels)
 	case c.RetransmitAfter < 0 || c.NackDelay < 0 || c.GiveUpAfter < 0 || c.ScanInterval < 0:
 		return fmt.Errorf("%w: negative duration", ErrConfig)
-	case c.MaxPayload < 1 || c.MaxPayload > cells.MaxSDU-headerLen-ackEntryLen*c.Channels:
-		return fmt.Errorf("%w: MaxPayload %d, want 1..%d", ErrConfig, c.MaxPayload, cells.MaxSDU-headerLen-ackEntryLen*c.Channels)
+	case c.MaxPayload < 0 || c.MaxPayload > MaxPayloadLimit(c.Channels):
+		return fmt.Errorf("%w: MaxPayload %d, want 1..%d", ErrConfig, c.MaxPayload, MaxPayloadLimit(c.Channels))
 	case c.Deliver == nil:
 		return fmt.Errorf("%w: no Deliver callback", ErrConfig)
 	case len(link.HardwareAddr()) != 6:
@@ -550,6 +562,18 @@ func (t *Transport) Peer(id HostID) *Peer {
 
 // MaxPayload returns the largest payload Send accepts.
 func (t *Transport) MaxPayload() int { return t.maxPL }
+
+// FrameRoom returns the largest payload that travels in one frame whatever
+// acknowledgements ride with it: a sender that cuts a stream into
+// payloads of multiples of it fills every frame.
+func (t *Transport) FrameRoom() int { return t.frameRoom }
+
+// MaxPayloadLimit returns the largest MaxPayload a transport of channels
+// channels per peer takes: an AAL5 SDU (cells.MaxSDU) less the header and
+// an acknowledgement for every channel.
+func MaxPayloadLimit(channels int) int {
+	return cells.MaxSDU - headerLen - ackEntryLen*max(channels, 1)
+}
 
 // Unacked returns the number of messages to dst in flight.
 func (t *Transport) Unacked(dst HostID) int {

@@ -741,6 +741,44 @@ func TestAckDelay(t *testing.T) {
 	}
 }
 
+// On a link whose frames carry more than DefaultMaxPayload (a jumbo or
+// multi-buffer MTU) MaxPayload defaults to MaxPayloadLimit, and messages
+// of that size, two frames each, arrive exactly once under loss; FrameRoom
+// is what one frame carries with every acknowledgement.
+func TestMaxPayloadFollowsMTU(t *testing.T) {
+	const count = 300
+	for _, c := range []struct {
+		mtu, want int
+	}{
+		{1500, DefaultMaxPayload},
+		{9000, DefaultMaxPayload}, // 169 cells: 8052 bytes a frame
+		{9800, MaxPayloadLimit(4)}, // 184 cells: 8788 bytes
+		{65522, MaxPayloadLimit(4)},
+	} {
+		t.Run(fmt.Sprint(c.mtu), func(t *testing.T) {
+			p := newPair(t, memlink.Options{MTU: c.mtu, Loss: 0.05, Seed: 5}, Config{Channels: 4, RetransmitAfter: 10 * time.Millisecond})
+			if got := p.a.tr.MaxPayload(); got != c.want {
+				t.Fatalf("MaxPayload %d at MTU %d, want %d", got, c.mtu, c.want)
+			}
+			fr := p.a.tr.FrameRoom()
+			if want := cells.CellsPerFrame(c.mtu)*cells.PayloadSize - cells.TrailerSize - headerLen - 4*ackEntryLen; fr != want {
+				t.Fatalf("FrameRoom %d, want %d", fr, want)
+			}
+			if c.mtu < 9800 {
+				return
+			}
+			p.transfer(t, count, p.a.tr.MaxPayload(), 10*time.Millisecond, p.a, p.b)
+			checkExactlyOnce(t, p.b, hostA, count)
+			if sa := p.a.tr.Stats(); sa.Retransmits == 0 {
+				t.Errorf("A %+v", sa)
+			}
+		})
+	}
+	if err := (Config{MaxPayload: MaxPayloadLimit(8) + 1}).withDefaults().check(nil); err == nil {
+		t.Error("MaxPayload past the limit accepted")
+	}
+}
+
 // Messages up to MaxPayload span several frames; under loss each is still
 // delivered exactly once, and a message that lost a frame is dropped whole
 // when the next one starts.
