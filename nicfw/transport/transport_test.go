@@ -751,7 +751,7 @@ func TestMaxPayloadFollowsMTU(t *testing.T) {
 		mtu, want int
 	}{
 		{1500, DefaultMaxPayload},
-		{9000, DefaultMaxPayload}, // 169 cells: 8052 bytes a frame
+		{9000, DefaultMaxPayload},  // 169 cells: 8052 bytes a frame
 		{9800, MaxPayloadLimit(4)}, // 184 cells: 8788 bytes
 		{65522, MaxPayloadLimit(4)},
 	} {
