@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/nicfw"
@@ -57,12 +58,14 @@ type engineResult struct {
 	// alternation (Compare); Ratio is the p50 over SSAM's, and for
 	// firmware mode over inline AM-II's.
 	Pings []enginePing `json:"pings"`
-	// Bulk: raw AF_XDP frames of the bulk link's MTU, kernel TCP, SSAM's 8
-	// KB messages and AM-II's 64 KB Stores; on a link of MTU bulkMTU.
-	// Ratio is to TCP's goodput.
+	// Bulk: on links of each of BulkMTUs, raw AF_XDP frames of the MTU,
+	// kernel TCP, SSAM's 8 KB messages, AM-II's 64 KB Stores and GRIM's
+	// 48 KB bulk messages, cut-through and store-and-forward. Ratio is to
+	// TCP's goodput on the same link.
 	Bulk []engineBulk `json:"bulk"`
-	// BulkMTU is the MTU of the bulk link.
-	BulkMTU int `json:"bulk_mtu"`
+	// BulkMTUs are the MTUs of the bulk links: Ethernet's, a jumbo
+	// frame's and the largest xam's multi-buffer frames carry.
+	BulkMTUs []int `json:"bulk_mtus"`
 	// AuthRateRatio and AuthPingRatio are the authenticated AM-II
 	// stream's rate over the same stream's without a key, and the
 	// authenticated inline round trip's p50 over the plain one's, both
@@ -96,8 +99,21 @@ type enginePing struct {
 // engineBulk is one row of engineResult.Bulk.
 type engineBulk struct {
 	*BulkResult
-	Ratio float64 `json:"ratio_to_tcp"`
+	MTU         int     `json:"mtu"`
+	MultiBuffer bool    `json:"multi_buffer"` // frames span several UMEM chunks
+	Ratio       float64 `json:"ratio_to_tcp"`
 }
+
+// bulkLink is a link of engineResult's bulk goodputs: two hosts and
+// their addresses for TCP.
+type bulkLink struct {
+	mtu          int
+	a, b         datapath.Place
+	addrA, addrB netip.Addr
+}
+
+// engineBulkMTUs are the MTUs of `xam bench engine`'s bulk links.
+func engineBulkMTUs() []int { return []int{1500, 9000, datapath.MaxMTU(true)} }
 
 // engineRates are the AM-II streams of runEngine: window, coalesced.
 var engineRates = []struct {
@@ -106,9 +122,8 @@ var engineRates = []struct {
 }{{8, true}, {32, true}, {128, true}}
 
 // runEngine measures the rates and round trips between a and b, then the
-// bulk goodputs between bulkA and bulkB (addresses bulkAddrA and
-// bulkAddrB for TCP), two hosts on a link of MTU bulkMTU.
-func runEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Addr, cfg engineConfig) (*engineResult, error) {
+// bulk goodputs on each of links.
+func runEngine(a, b datapath.Place, links []bulkLink, cfg engineConfig) (*engineResult, error) {
 	if cfg.Count == 0 {
 		cfg.Count = 20000
 	}
@@ -118,7 +133,7 @@ func runEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 	if cfg.Count < 10 || cfg.Bulk < 1 {
 		return nil, fmt.Errorf("engine: count %d (at least 10), bulk %d (at least 1)", cfg.Count, cfg.Bulk)
 	}
-	res := &engineResult{BulkMTU: bulkMTU}
+	res := &engineResult{}
 	step := stepper(cfg.Stop, cfg.Progress, &res.Interrupted)
 	if !step("message rates") {
 		return res, nil
@@ -139,8 +154,13 @@ func runEngine(a, b, bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Add
 	if !step("bulk goodput") {
 		return res, nil
 	}
-	if err := res.measureBulk(bulkA, bulkB, bulkAddrA, bulkAddrB, cfg); err != nil {
-		return nil, err
+	for _, l := range links {
+		if !step(fmt.Sprintf("bulk goodput at MTU %d", l.mtu)) {
+			return res, nil
+		}
+		if err := res.measureBulk(l, cfg); err != nil {
+			return nil, fmt.Errorf("MTU %d: %w", l.mtu, err)
+		}
 	}
 	return res, nil
 }
@@ -313,19 +333,29 @@ const firmwarePing = "amii firmware"
 
 // measureBulk measures bulk goodput on the bulk lab: raw frames, TCP,
 // SSAM and AM-II, each as a ratio to TCP.
-func (res *engineResult) measureBulk(bulkA, bulkB datapath.Place, bulkAddrA, bulkAddrB netip.Addr, cfg engineConfig) error {
+func (res *engineResult) measureBulk(l bulkLink, cfg engineConfig) error {
 	type bulkRun struct {
 		name string
 		run  func() (*BulkResult, error)
 	}
+	grimRun := func(cutThrough bool) func() (*BulkResult, error) {
+		return func() (*BulkResult, error) {
+			mb, err := grimBandwidth(l.a, l.b, cfg.Mode, grim.MaxBulk, cfg.Bulk, cutThrough, 0)
+			name := "grim store-and-forward"
+			if cutThrough {
+				name = "grim cut-through"
+			}
+			return &BulkResult{API: name, Bytes: cfg.Bulk, Message: grim.MaxBulk, MBPerSec: mb, Seconds: float64(cfg.Bulk) / mb / 1e6}, err
+		}
+	}
 	var rows []*BulkResult
 	for _, r := range []bulkRun{
-		{"raw", func() (*BulkResult, error) { return rawBulk(bulkA, bulkB, cfg.Bulk, cfg.Mode) }},
-		{"tcp", func() (*BulkResult, error) {
-			return tcpStream(bulkA, bulkB, bulkAddrA, bulkAddrB, cfg.Bulk, 64<<10)
-		}},
-		{"ssam", func() (*BulkResult, error) { return SSAMBulk(bulkA, bulkB, cfg.Bulk, 8192, cfg.Mode, ssam.Config{}) }},
-		{"amii", func() (*BulkResult, error) { return amiiBulk(bulkA, bulkB, cfg.Bulk, 64<<10, 16, cfg.Mode) }},
+		{"raw", func() (*BulkResult, error) { return rawBulk(l.a, l.b, cfg.Bulk, cfg.Mode) }},
+		{"tcp", func() (*BulkResult, error) { return tcpStream(l.a, l.b, l.addrA, l.addrB, cfg.Bulk, 64<<10) }},
+		{"ssam", func() (*BulkResult, error) { return SSAMBulk(l.a, l.b, cfg.Bulk, 8192, cfg.Mode, ssam.Config{}) }},
+		{"amii", func() (*BulkResult, error) { return amiiBulk(l.a, l.b, cfg.Bulk, 64<<10, 16, cfg.Mode) }},
+		{"grim cut-through", grimRun(true)},
+		{"grim store-and-forward", grimRun(false)},
 	} {
 		br, err := r.run()
 		if err != nil {
@@ -333,8 +363,9 @@ func (res *engineResult) measureBulk(bulkA, bulkB datapath.Place, bulkAddrA, bul
 		}
 		rows = append(rows, br)
 	}
+	res.BulkMTUs = append(res.BulkMTUs, l.mtu)
 	for _, r := range rows {
-		res.Bulk = append(res.Bulk, engineBulk{BulkResult: r, Ratio: r.MBPerSec / rows[1].MBPerSec})
+		res.Bulk = append(res.Bulk, engineBulk{BulkResult: r, MTU: l.mtu, MultiBuffer: datapath.MultiBuffer(l.mtu), Ratio: r.MBPerSec / rows[1].MBPerSec})
 	}
 	return nil
 }
@@ -368,11 +399,15 @@ func (r *engineResult) Markdown(w io.Writer) error {
 		b.WriteString("\nraw, SSAM, AM-II inline, AM-II inline authenticated, AM-II inline with the transport's key, raw on asavie/xdp's socket and AM-II in firmware mode alternate (ten rounds); asavie/xdp is the Go AF_XDP library a user would otherwise pick, behind xam's XDP program. AM-II firmware mode, daemons: as deployed, an `xam fw` process per host (waiting adaptively: polling, yielding the CPU, then blocking), the applications in another process, waiting adaptively too; group: both hosts' engines in one thread of the applications' process (daemon.RunGroup), one NIC processor with two ports.\n")
 	}
 	if len(r.Bulk) > 0 {
-		fmt.Fprintf(&b, "\n## Bulk goodput, one sender (link MTU %d)\n\n| path | message | MB/s | x TCP |\n|---|---|---|---|\n", r.BulkMTU)
+		b.WriteString("\n## Bulk goodput, one sender, by link MTU\n\n| MTU | path | message | MB/s | x TCP |\n|---|---|---|---|---|\n")
 		for _, x := range r.Bulk {
-			fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f |\n", x.API, x.Message, x.MBPerSec, x.Ratio)
+			mtu := fmt.Sprint(x.MTU)
+			if x.MultiBuffer {
+				mtu += " (multi-buffer)"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %.2f |\n", mtu, x.API, x.Message, x.MBPerSec, x.Ratio)
 		}
-		b.WriteString("\nraw: AF_XDP frames of the MTU, no protocol (the data path's ceiling); TCP: kernel stream with 64 KB writes (on veth it moves 64 KB segments, GSO); SSAM: 8 KB AAL5 messages; AM-II: 64 KB Stores, 16 outstanding, chunks pipelined.\n")
+		b.WriteString("\nEach MTU's rows ran on one link, TCP's ratio its own. raw: AF_XDP frames of the MTU, no protocol (the data path's ceiling); TCP: kernel stream with 64 KB writes (on veth it moves 64 KB segments, GSO); SSAM: 8 KB AAL5 messages; AM-II: 64 KB Stores, 16 outstanding, chunks pipelined; GRIM: 48 KB bulk messages, the engines in firmware mode in one thread.\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"cmp"
+	"fmt"
 	"io"
 	"net/netip"
 	"runtime"
@@ -180,12 +181,20 @@ func Specs() []Spec {
 			Labs:     twoHosts, Run: runGRIMSpec},
 		{Name: "engine", Title: "The firmware engine beside its peers: message rates, round trips and bulk goodput",
 			Labs: func(Params) []lab.Config {
-				return []lab.Config{{Name: "bench", Hosts: 2}, {Name: "bulk", Hosts: 2, MTU: bulkMTU}}
+				ls := []lab.Config{{Name: "bench", Hosts: 2}}
+				for _, mtu := range engineBulkMTUs() {
+					ls = append(ls, lab.Config{Name: fmt.Sprintf("bulk%d", mtu), Hosts: 2, MTU: mtu})
+				}
+				return ls
 			},
 			Run: func(labs []*lab.Lab, p Params) (Result, error) {
 				a, _ := hostsOf(labs[0])
-				b, addrs := hostsOf(labs[1])
-				return resultOf(runEngine(a[0], a[1], b[0], b[1], addrs[0], addrs[1], engineConfig{Count: p.count(), Bulk: p.Bulk, RunOptions: p.RunOptions}))
+				var links []bulkLink
+				for i, mtu := range engineBulkMTUs() {
+					b, addrs := hostsOf(labs[1+i])
+					links = append(links, bulkLink{mtu, b[0], b[1], addrs[0], addrs[1]})
+				}
+				return resultOf(runEngine(a[0], a[1], links, engineConfig{Count: p.count(), Bulk: p.Bulk, RunOptions: p.RunOptions}))
 			}},
 		{Name: "hostile", Title: "Hostile input and faults against firmware mode, traffic running",
 			Labs: func(p Params) []lab.Config { return []lab.Config{{Name: "bench", Hosts: 2, Switch: p.Dup > 0}} },

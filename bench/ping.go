@@ -116,6 +116,8 @@ type RunConfig struct {
 	EngineMode   string  `json:"engine_mode,omitempty"`   // AM-II: inline or firmware
 	FWSleepNS    int64   `json:"fw_sleep_ns,omitempty"`   // firmware mode: the engines' idle time before sleeping (0: busy-poll)
 	FWLayout     string  `json:"fw_layout,omitempty"`     // firmware mode: where the engines ran (FirmwareShape: daemons, group, threads)
+	MTU          int     `json:"mtu,omitempty"`           // the device's (or the lab's) MTU
+	MultiBuffer  bool    `json:"multi_buffer"`            // frames span several UMEM chunks (datapath.MultiBuffer)
 }
 
 // newResult starts the result of a run of api with size-byte messages.

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync/atomic"
 
+	"github.com/xam-project/xam/internal/netdev"
+
 	"github.com/vishvananda/netlink"
 
 	"github.com/xam-project/xam/afxdp"
@@ -52,6 +54,28 @@ func Open(p Place, mode loader.Mode, queue int) (*Endpoint, error) {
 	return OpenConfig(p, mode, queue, loader.Config{DstMAC: p.MAC})
 }
 
+// BigChunk is the UMEM chunk of the sockets OpenConfig opens on devices
+// whose frames a 2 KB chunk does not hold.
+const BigChunk = 4096
+
+// MaxMTU returns the largest device MTU whose frames OpenConfig's sockets
+// carry: one 4 KB chunk's (3826), or with multi-buffer frames 16 chunks'
+// (65522, all an Ethernet frame can be).
+func MaxMTU(multiBuffer bool) int {
+	if multiBuffer {
+		return afxdp.MaxMultiBufferMTU(BigChunk)
+	}
+	return afxdp.MaxMTU(BigChunk, 0)
+}
+
+// MultiBuffer reports whether OpenConfig binds multi-buffer sockets on a
+// device of MTU mtu: its frames do not fit one chunk and the kernel has
+// XDP_USE_SG (netdev.MultiBufferKernel).
+func MultiBuffer(mtu int) bool {
+	k, err := netdev.Kernel()
+	return mtu > MaxMTU(false) && err == nil && netdev.KernelAtLeast(k.Release, netdev.MultiBufferKernel[0], netdev.MultiBufferKernel[1])
+}
+
 // OpenConfig is Open with the program's configuration; with
 // cfg.Admission, the VCIs in admit (on VPI 0) are admitted.
 //
@@ -68,9 +92,9 @@ func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit .
 		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil {
 			mtu := link.Attrs().MTU
 			if mtu > afxdp.MaxMTU(2048, 0) {
-				opts.FrameSize = 4096 // 2 KB chunks hold frames of up to 1792 bytes
+				opts.FrameSize = BigChunk // 2 KB chunks hold frames of up to 1792 bytes
 			}
-			if mtu > afxdp.MaxMTU(4096, 0) {
+			if mtu > afxdp.MaxMTU(BigChunk, 0) {
 				cfg.Frags, opts.MultiBuffer = true, true
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/lab"
 )
@@ -47,6 +48,12 @@ func runDoctor(e *env, args []string) error {
 			r.Why = append(r.Why, err.Error())
 		} else if !r.Device.Usable {
 			r.Why = append(r.Why, r.Device.UnusableBy)
+		}
+		if d := r.Device; d != nil {
+			d.MaxMTU = datapath.MaxMTU(d.MultiBuffer)
+			if d.MTU > d.MaxMTU {
+				r.Why = append(r.Why, fmt.Sprintf("device %s: MTU %d exceeds the largest frame xam carries here, %d (%s): lower it with ip link set %s mtu %d", d.Name, d.MTU, d.MaxMTU, d.MultiBufferWhy, d.Name, d.MaxMTU))
+			}
 		}
 	}
 	r.OK = len(r.Why) == 0
@@ -98,6 +105,7 @@ func printDoctor(e *env, r *doctorReport) {
 		}
 		fmt.Fprintf(w, "XDP mode         %s: %s\n", d.XDPMode, d.XDPWhy)
 		fmt.Fprintf(w, "AF_XDP mode      %s: %s\n", d.XSKMode, d.XSKWhy)
+		fmt.Fprintf(w, "multi-buffer     %s: %s; frames up to MTU %d\n", yes(d.MultiBuffer), d.MultiBufferWhy, d.MaxMTU)
 	}
 	fmt.Fprintln(w)
 	if r.OK {

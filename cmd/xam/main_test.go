@@ -9,14 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
@@ -266,9 +269,15 @@ func TestDoctor(t *testing.T) {
 	var r struct {
 		OK     bool
 		Device struct {
-			Driver  string `json:"driver"`
-			XDPMode string `json:"xdp_mode"`
-			XSKMode string `json:"xsk_mode"`
+			Driver      string `json:"driver"`
+			XDPMode     string `json:"xdp_mode"`
+			XSKMode     string `json:"xsk_mode"`
+			MultiBuffer bool   `json:"multi_buffer"`
+			MaxMTU      int    `json:"max_mtu"`
+		}
+		System struct {
+			Kernel      string `json:"kernel"`
+			MultiBuffer bool   `json:"multi_buffer"`
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
@@ -276,6 +285,30 @@ func TestDoctor(t *testing.T) {
 	}
 	if !r.OK || r.Device.Driver != "veth" || r.Device.XDPMode != "generic" || r.Device.XSKMode != "copy" {
 		t.Errorf("doctor report %+v", r)
+	}
+	// veth in generic mode carries multi-buffer frames wherever the kernel has them.
+	mb := netdev.KernelAtLeast(r.System.Kernel, netdev.MultiBufferKernel[0], netdev.MultiBufferKernel[1])
+	if r.System.MultiBuffer != mb || r.Device.MultiBuffer != mb || r.Device.MaxMTU != datapath.MaxMTU(mb) {
+		t.Errorf("doctor on kernel %s: multi-buffer %v/%v, max MTU %d", r.System.Kernel, r.System.MultiBuffer, r.Device.MultiBuffer, r.Device.MaxMTU)
+	}
+	// An MTU past what the device's frames may be is a problem with its fix.
+	ns, err := lab.OpenNamespace(l.Hosts[0].NS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ns.Do(func() error {
+		link, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetMTU(link, datapath.MaxMTU(false)+1)
+	})
+	ns.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := xam(t, nil, "doctor", "--dev", "eth0", "--netns", l.Hosts[0].NS); mb == (code != 0) || !mb && !strings.Contains(errs, "ip link set eth0 mtu") {
+		t.Errorf("doctor at MTU %d (multi-buffer %v): exit %d, %q", datapath.MaxMTU(false)+1, mb, code, errs)
 	}
 	code, out, _ = xam(t, nil, "doctor")
 	if code != 0 || !strings.Contains(out, "ok: xam can run here") {
@@ -518,11 +551,13 @@ func TestBenchEngine(t *testing.T) {
 				Ratio float64 `json:"p50_ratio"`
 			} `json:"pings"`
 			Bulk []struct {
-				API      string  `json:"api"`
-				MBPerSec float64 `json:"mb_per_s"`
-				Ratio    float64 `json:"ratio_to_tcp"`
+				API         string  `json:"api"`
+				MBPerSec    float64 `json:"mb_per_s"`
+				Ratio       float64 `json:"ratio_to_tcp"`
+				MTU         int     `json:"mtu"`
+				MultiBuffer bool    `json:"multi_buffer"`
 			} `json:"bulk"`
-			BulkMTU       int     `json:"bulk_mtu"`
+			BulkMTUs      []int   `json:"bulk_mtus"`
 			AuthRateRatio float64 `json:"auth_rate_ratio"`
 			AuthPingRatio float64 `json:"auth_ping_ratio"`
 
@@ -534,12 +569,19 @@ func TestBenchEngine(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	r := doc.Engine
-	if len(r.Rates) != 8 || len(r.Pings) != 8 || len(r.Bulk) != 4 || r.BulkMTU < 3000 || r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 ||
-		r.TransportAuthRateRatio <= 0 || r.TransportAuthPingRatio <= 0 {
-		t.Fatalf("rows: %d rates, %d pings, %d bulk, MTU %d\n%s", len(r.Rates), len(r.Pings), len(r.Bulk), r.BulkMTU, out)
+	const perMTU = 6 // raw, tcp, ssam, amii, grim cut-through and store-and-forward
+	if len(r.Rates) != 8 || len(r.Pings) != 8 || len(r.Bulk) != 3*perMTU || !slices.Equal(r.BulkMTUs, []int{1500, 9000, datapath.MaxMTU(true)}) ||
+		r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 || r.TransportAuthRateRatio <= 0 || r.TransportAuthPingRatio <= 0 {
+		t.Fatalf("rows: %d rates, %d pings, %d bulk, MTUs %v\n%s", len(r.Rates), len(r.Pings), len(r.Bulk), r.BulkMTUs, out)
 	}
-	if r.Rates[0].Ratio != 1 || r.Pings[1].Ratio != 1 || r.Bulk[1].Ratio != 1 {
+	if r.Rates[0].Ratio != 1 || r.Pings[1].Ratio != 1 {
 		t.Errorf("the reference rows' ratios are not 1:\n%s", out)
+	}
+	for i, x := range r.Bulk {
+		mtu := r.BulkMTUs[i/perMTU]
+		if x.MTU != mtu || x.MultiBuffer != datapath.MultiBuffer(mtu) || x.MBPerSec <= 0 || (i%perMTU == 1) != (x.API == "tcp") || x.API == "tcp" && x.Ratio != 1 {
+			t.Errorf("bulk row %d: %+v at MTU %d", i, x, mtu)
+		}
 	}
 	// Firmware mode as deployed (an xam fw process per host) and in one
 	// thread, each over AM-II inline's round trip.

@@ -27,7 +27,7 @@ import (
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
-const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--dup P] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
+const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--dup P] [--mtu M] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
 
 // maxPingSize bounds --size: a message larger than the device's MTU is
 // refused by the path itself, with the MTU in its error.
@@ -47,6 +47,7 @@ type pingOptions struct {
 	fwShape    bench.FirmwareShape
 	warmup     int
 	dev        string
+	mtu        int // --mtu: the lab's
 	peer       string
 	serve      bool
 	asJSON     bool
@@ -102,6 +103,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.StringVar(&o.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	fs.IntVar(&o.cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
 	fs.StringVar(&o.dev, "dev", "", "ping over this device instead of a lab built for the run")
+	fs.IntVar(&o.mtu, "mtu", 0, fmt.Sprintf("MTU of the lab built for the run (default 1500; up to %d: frames past one 4 KB chunk are multi-buffer frames)", datapath.MaxMTU(true)))
 	fs.StringVar(&o.peer, "peer", "", "with --dev: the MAC address of the peer, which runs `xam ping --dev IF --serve`")
 	fs.BoolVar(&o.serve, "serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the result as one JSON document, and no progress")
@@ -264,7 +266,13 @@ func (o *pingOptions) checkDevice() error {
 		if o.serve || o.peer != "" {
 			return usageError("--peer and --serve need --dev")
 		}
+		if o.mtu != 0 && (o.mtu < 1280 || o.mtu > datapath.MaxMTU(true)) {
+			return usageError("--mtu %d: want 1280..%d", o.mtu, datapath.MaxMTU(true))
+		}
 		return nil
+	}
+	if o.mtu != 0 {
+		return usageError("--mtu sets the lab built for the run; with --dev the device's MTU holds (ip link set %s mtu M)", o.dev)
 	}
 	if o.api != "raw" && o.api != "ssam" {
 		return usageError("--dev works with --api raw or ssam")
@@ -307,6 +315,7 @@ func (o *pingOptions) onDevice(e *env, mac net.HardwareAddr, run bench.RunConfig
 		return fmt.Errorf("device %s: %w", o.dev, err)
 	}
 	here := datapath.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
+	run.MTU, run.MultiBuffer = link.Attrs().MTU, datapath.MultiBuffer(link.Attrs().MTU)
 	if o.api == "ssam" {
 		return pingSSAMDevice(e, here, mac, o.serve, o.dev, o.cfg, run, o.asJSON, in)
 	}
@@ -329,7 +338,7 @@ func (o *pingOptions) onDevice(e *env, mac net.HardwareAddr, run bench.RunConfig
 // inLab pings between the two hosts of a lab built for the run, removed
 // when the ping ends or is interrupted.
 func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
-	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid()), Switch: o.dup > 0})
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid()), Switch: o.dup > 0, MTU: o.mtu})
 	if err != nil {
 		return err
 	}
@@ -343,6 +352,7 @@ func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
 		defer ds.Close()
 	}
 	a, b := l.Hosts[0], l.Hosts[1]
+	run.MTU, run.MultiBuffer = a.MTU, datapath.MultiBuffer(a.MTU)
 	pa := datapath.OnHost(a)
 	pb := datapath.OnHost(b)
 	r, err := pingLab(o.api, o.engineMode, pa, pb, a, b, o.cfg, o.loss, o.firmwareLayout())
@@ -358,6 +368,7 @@ func reportPing(e *env, r any, run bench.RunConfig, asJSON bool) error {
 	pr := pingResult(r)
 	pr.Config.InjectedLoss, pr.Config.InjectedDup = run.InjectedLoss, run.InjectedDup
 	pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWLayout = run.EngineMode, run.FWSleepNS, run.FWLayout
+	pr.Config.MTU, pr.Config.MultiBuffer = run.MTU, run.MultiBuffer
 	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err
@@ -481,6 +492,7 @@ func pingSSAMDevice(e *env, here datapath.Place, peer net.HardwareAddr, serve bo
 		return err
 	}
 	r.Config.Device, r.Config.Peer = run.Device, run.Peer
+	r.Config.MTU, r.Config.MultiBuffer = run.MTU, run.MultiBuffer
 	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err

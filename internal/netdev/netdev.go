@@ -61,6 +61,45 @@ type Device struct {
 	XSKWhy     string `json:"xsk_mode_why"`
 	Usable     bool   `json:"usable"`
 	UnusableBy string `json:"unusable_because,omitempty"`
+	// Multi-buffer frames (AF_XDP XDP_USE_SG and a frags-aware XDP
+	// program): whether xam's frames may span several UMEM chunks here,
+	// so that the device's MTU may exceed one chunk's, and why not.
+	MultiBuffer    bool   `json:"multi_buffer"`
+	MultiBufferWhy string `json:"multi_buffer_why"`
+	// MaxMTU is the largest MTU whose frames xam carries on the device:
+	// one chunk's without multi-buffer (filled in by the caller, who
+	// knows the socket's chunk size; 0 if not).
+	MaxMTU int `json:"max_mtu,omitempty"`
+}
+
+// MultiBufferKernel is the first kernel release with AF_XDP multi-buffer
+// (XDP_USE_SG) in copy mode.
+var MultiBufferKernel = [2]int{6, 6}
+
+// KernelAtLeast reports whether kernel release (uname -r: "6.1.0-18-amd64")
+// is major.minor or later; a release it cannot read is not.
+func KernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(release, "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// recommendMultiBuffer fills the multi-buffer fields for a kernel of
+// release, the modes already chosen (recommend).
+func (d *Device) recommendMultiBuffer(release string) {
+	mb := MultiBufferKernel
+	switch {
+	case !KernelAtLeast(release, mb[0], mb[1]):
+		d.MultiBuffer, d.MultiBufferWhy = false, fmt.Sprintf("kernel %q predates AF_XDP multi-buffer (XDP_USE_SG, %d.%d): a frame fits one UMEM chunk, keep the MTU at or below max_mtu", release, mb[0], mb[1])
+	case d.XDPMode == "native" && d.FeaturesKnown && d.XDPFeatureSet&XDPRxSG == 0:
+		d.MultiBuffer, d.MultiBufferWhy = false, "the driver's native XDP has no multi-buffer (rx-sg): a frame fits one UMEM chunk; generic XDP (--xdp-mode generic) carries larger frames, slower"
+	case d.XSKMode == "zero-copy" && d.ZCMaxSegs <= 1:
+		d.MultiBuffer, d.MultiBufferWhy = true, "in copy mode: the driver's zero-copy takes one buffer a frame (xdp_zc_max_segs), so a socket bound for multi-buffer frames runs in copy mode"
+	default:
+		d.MultiBuffer, d.MultiBufferWhy = true, "frags-aware XDP program and sockets bound with XDP_USE_SG: a frame spans up to 16 UMEM chunks"
+	}
 }
 
 // recommend fills the mode fields from what is known of the device.

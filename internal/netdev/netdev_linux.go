@@ -46,6 +46,8 @@ func Describe(dev string) (*Device, error) {
 		d.GROFlushTimeout = readSysfs(dev, "gro_flush_timeout")
 	}
 	d.recommend()
+	k, _ := Kernel()
+	d.recommendMultiBuffer(k.Release)
 	return d, nil
 }
 

@@ -73,3 +73,28 @@ func TestRecommend(t *testing.T) {
 		t.Errorf("formatBytes: %s %s", formatBytes(8<<20), formatBytes(100))
 	}
 }
+
+// Multi-buffer frames need kernel 6.6, and rx-sg from a driver in native
+// mode; a zero-copy driver that takes one buffer a frame leaves them to
+// copy mode.
+func TestRecommendMultiBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		d       Device
+		want    bool
+		why     string
+	}{
+		{"6.1.0-18-amd64", Device{Driver: "veth", RxQueues: 1}, false, "predates"},
+		{"6.6.0", Device{Driver: "veth", RxQueues: 1}, true, "XDP_USE_SG"},
+		{"6.18.44-fc", Device{Driver: "ixgbe", FeaturesKnown: true, XDPFeatureSet: XDPBasic | XDPRedirect, RxQueues: 4}, false, "rx-sg"},
+		{"6.8.0", Device{Driver: "ice", FeaturesKnown: true, XDPFeatureSet: XDPBasic | XDPRedirect | XDPRxSG | XDPXSKZeroCopy, ZCMaxSegs: 1, RxQueues: 4}, true, "copy mode"},
+		{"7.0", Device{Driver: "ice", FeaturesKnown: true, XDPFeatureSet: XDPBasic | XDPRedirect | XDPRxSG | XDPXSKZeroCopy, ZCMaxSegs: 17, RxQueues: 4}, true, "16 UMEM chunks"},
+		{"garbage", Device{Driver: "veth", RxQueues: 1}, false, "predates"},
+	} {
+		tc.d.recommend()
+		tc.d.recommendMultiBuffer(tc.release)
+		if tc.d.MultiBuffer != tc.want || !strings.Contains(tc.d.MultiBufferWhy, tc.why) {
+			t.Errorf("%s on %s: multi-buffer %v (%s), want %v (%s)", tc.d.Driver, tc.release, tc.d.MultiBuffer, tc.d.MultiBufferWhy, tc.want, tc.why)
+		}
+	}
+}

@@ -20,7 +20,10 @@ type System struct {
 	Memlock    string          `json:"memlock"`
 	BusyPoll   string          `json:"busy_poll,omitempty"`
 	BusyRead   string          `json:"busy_read,omitempty"`
-	Problems   []string        `json:"problems,omitempty"` // reasons xam cannot run
+	// MultiBuffer: the kernel has AF_XDP multi-buffer (XDP_USE_SG), so
+	// frames may exceed one UMEM chunk (MultiBufferKernel).
+	MultiBuffer bool     `json:"multi_buffer"`
+	Problems    []string `json:"problems,omitempty"` // reasons xam cannot run   []string        `json:"problems,omitempty"` // reasons xam cannot run
 }
 
 var capNames = map[string]uint{
@@ -66,6 +69,7 @@ func Probe() *System {
 	s := &System{Caps: map[string]bool{}}
 	if k, err := Kernel(); err == nil {
 		s.Kernel = k.Release
+		s.MultiBuffer = KernelAtLeast(k.Release, MultiBufferKernel[0], MultiBufferKernel[1])
 	}
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	switch {
