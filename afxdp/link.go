@@ -148,6 +148,10 @@ var (
 	ErrNotSupported = errors.New("not supported")
 	// ErrInvalidOptions: the options given to a constructor are invalid.
 	ErrInvalidOptions = errors.New("invalid options")
+	// ErrMTU: the device's frames may be larger than the socket's chunks
+	// hold (Options.MultiBuffer): Open refuses, rather than truncate or
+	// drop them later.
+	ErrMTU = errors.New("device MTU too large for the socket's chunks")
 )
 
 // FrameSizeError is the error Send returns for a frame of a size the link

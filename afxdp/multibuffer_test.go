@@ -5,10 +5,12 @@ package afxdp_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/afxdp"
@@ -30,8 +32,8 @@ func TestMultiBuffer(t *testing.T) {
 		{link.XDPGenericMode, 4096, 9000},
 		{link.XDPDriverMode, 4096, 9000},
 		{link.XDPGenericMode, 2048, 9000},
-		{link.XDPGenericMode, 4096, 65535},
-		{link.XDPDriverMode, 4096, 65535},
+		{link.XDPGenericMode, 4096, afxdp.MaxMultiBufferMTU(4096)},
+		{link.XDPDriverMode, 4096, afxdp.MaxMultiBufferMTU(4096)},
 	} {
 		name := fmt.Sprintf("%s/chunk=%d/mtu=%d", map[link.XDPAttachFlags]string{link.XDPGenericMode: "generic", link.XDPDriverMode: "native"}[c.mode], c.frame, c.deviceMTU)
 		t.Run(name, func(t *testing.T) {
@@ -58,6 +60,21 @@ func TestMultiBuffer(t *testing.T) {
 			sendAndCheck(t, a, b, 400)
 		})
 	}
+	// A device whose frames would not fit 17 chunks is refused at open,
+	// with the MTU that would fit: never a truncated frame later.
+	t.Run("too-large", func(t *testing.T) {
+		veth := netnstest.NewVethPair(t, netnstest.WithMTU(65535))
+		err := veth.A.Do(func() error {
+			s, err := afxdp.Open(veth.A.Index, afxdp.Options{FrameSize: 2048, MultiBuffer: true})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		})
+		if !errors.Is(err, afxdp.ErrMTU) || !strings.Contains(err.Error(), fmt.Sprintf("mtu %d", afxdp.MaxMultiBufferMTU(2048))) {
+			t.Errorf("Open on a device of MTU 65535 with 2 KB chunks: %v, want ErrMTU naming MTU %d", err, afxdp.MaxMultiBufferMTU(2048))
+		}
+	})
 	t.Run("without", func(t *testing.T) {
 		veth := netnstest.NewVethPair(t, netnstest.WithMTU(9000))
 		s := openSocket(t, veth.A, afxdp.Options{FrameSize: 4096})
@@ -118,15 +135,20 @@ func sendAndCheck(t *testing.T, a, b *afxdp.Socket, n int) {
 }
 
 // TestMultiBufferTooLarge: a receiver whose chunks give it a smaller MTU
-// than the sender's (2 KB chunks: 32 KB frames at most) drops each larger
-// frame whole and counts it, and receives the others intact: never a
-// truncated frame.
+// than the sender's (2 KB chunks: 32 KB frames at most; its device's MTU
+// raised past that after it opened) drops each larger frame whole and
+// counts it, and receives the others intact: never a truncated frame.
 func TestMultiBufferTooLarge(t *testing.T) {
-	veth := netnstest.NewVethPair(t, netnstest.WithMTU(65535))
+	veth := netnstest.NewVethPair(t, netnstest.WithMTU(afxdp.MaxMultiBufferMTU(2048)))
 	ra := newRedirectorFlags(t, veth.A, link.XDPGenericMode, unix.BPF_F_XDP_HAS_FRAGS)
 	rb := newRedirectorFlags(t, veth.B, link.XDPGenericMode, unix.BPF_F_XDP_HAS_FRAGS)
-	a := openSocket(t, veth.A, afxdp.Options{FrameSize: 4096, MultiBuffer: true, Mode: afxdp.ModeCopy})
 	b := openSocket(t, veth.B, afxdp.Options{FrameSize: 2048, MultiBuffer: true, Mode: afxdp.ModeCopy})
+	for _, h := range []*netnstest.Host{veth.A, veth.B} {
+		if err := h.Do(func() error { return setMTU(h.Index, afxdp.MaxMultiBufferMTU(4096)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := openSocket(t, veth.A, afxdp.Options{FrameSize: 4096, MultiBuffer: true, Mode: afxdp.ModeCopy})
 	ra.register(t, a)
 	rb.register(t, b)
 	if b.MTU() != afxdp.MaxMultiBufferMTU(2048) || a.MTU() <= b.MTU() {
@@ -164,4 +186,14 @@ func TestMultiBufferTooLarge(t *testing.T) {
 	if fmt.Sprint(got) != "[0 1 4]" || st.RxInvalidDescs != 2 {
 		t.Errorf("received frames %v, %d invalid; want [0 1 4] and the 2 too large counted", got, st.RxInvalidDescs)
 	}
+}
+
+// setMTU sets the MTU of device ifindex (in the calling thread's
+// namespace).
+func setMTU(ifindex, mtu int) error {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetMTU(l, mtu)
 }

@@ -104,7 +104,9 @@ type Options struct {
 	// MultiBuffer binds with XDP_USE_SG (Linux 6.6 and later), so that a
 	// frame larger than a chunk is received in, and sent from, several
 	// chunks (descriptors chained with XDP_PKT_CONTD): the socket's MTU is
-	// then the device's, up to MaxMultiBufferMTU(FrameSize). Recv gathers
+	// then the device's. A device whose MTU is past
+	// MaxMultiBufferMTU(FrameSize) is refused at Open (ErrMTU): its frames
+	// would not fit the socket's chunks. Recv gathers
 	// such a frame into a buffer of the socket's (one copy); a frame that
 	// fits one chunk is lent as before. A kernel without it refuses the
 	// bind, reported as ErrNotSupported. Not with a shared UMEM.
@@ -130,14 +132,16 @@ const (
 )
 
 // maxFrameDescs is the most descriptors of one multi-buffer frame: what
-// the kernel's copy-mode transmit puts in one skb (a linear part and its
-// fragments, MAX_SKB_FRAGS 17 by default), less one for margin.
-const maxFrameDescs = 16
+// the kernel's copy-mode transmit puts in one skb, a linear part and
+// MAX_SKB_FRAGS fragments (17 by default), less one for margin. 17 chunks
+// of 4 KB hold the largest Ethernet frame, so a device of any MTU is
+// carried.
+const maxFrameDescs = 17
 
 // MaxMultiBufferMTU returns the largest MTU of a socket with UMEM chunks of
 // frameSize bytes bound with Options.MultiBuffer: a frame of at most
-// maxFrameDescs chunks, and never above 65535 bytes (64 KB less the
-// Ethernet header with 4 KB chunks, 32 KB less it with 2 KB ones).
+// maxFrameDescs chunks, and never above 65535 bytes (65535 with 4 KB
+// chunks, 34802 with 2 KB ones).
 func MaxMultiBufferMTU(frameSize int) int {
 	return min(maxFrameDescs*frameSize, 65535+EthernetHeaderLen) - EthernetHeaderLen
 }

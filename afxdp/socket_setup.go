@@ -67,7 +67,11 @@ func open(ifindex int, o Options, j *join) (*Socket, error) {
 		if j != nil {
 			return nil, fmt.Errorf("afxdp: %w: multi-buffer with a shared UMEM", ErrNotSupported)
 		}
-		s.mtu = min(ifi.MTU, MaxMultiBufferMTU(o.FrameSize))
+		if most := MaxMultiBufferMTU(o.FrameSize); ifi.MTU > most {
+			return nil, fmt.Errorf("afxdp: %w: device %s has MTU %d, but a frame of %d chunks of %d bytes carries at most MTU %d: lower the device's MTU (ip link set %s mtu %d) or take larger chunks",
+				ErrMTU, ifi.Name, ifi.MTU, maxFrameDescs, o.FrameSize, most, ifi.Name, most)
+		}
+		s.mtu = ifi.MTU
 		s.mb = true
 		s.info.MultiBuffer = true
 	}

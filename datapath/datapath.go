@@ -59,8 +59,8 @@ func Open(p Place, mode loader.Mode, queue int) (*Endpoint, error) {
 const BigChunk = 4096
 
 // MaxMTU returns the largest device MTU whose frames OpenConfig's sockets
-// carry: one 4 KB chunk's (3826), or with multi-buffer frames 16 chunks'
-// (65522, all an Ethernet frame can be).
+// carry: one 4 KB chunk's (3826), or with multi-buffer frames 17 chunks'
+// (65535, all an Ethernet frame can be).
 func MaxMTU(multiBuffer bool) int {
 	if multiBuffer {
 		return afxdp.MaxMultiBufferMTU(BigChunk)

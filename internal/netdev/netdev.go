@@ -98,7 +98,7 @@ func (d *Device) recommendMultiBuffer(release string) {
 	case d.XSKMode == "zero-copy" && d.ZCMaxSegs <= 1:
 		d.MultiBuffer, d.MultiBufferWhy = true, "in copy mode: the driver's zero-copy takes one buffer a frame (xdp_zc_max_segs), so a socket bound for multi-buffer frames runs in copy mode"
 	default:
-		d.MultiBuffer, d.MultiBufferWhy = true, "frags-aware XDP program and sockets bound with XDP_USE_SG: a frame spans up to 16 UMEM chunks"
+		d.MultiBuffer, d.MultiBufferWhy = true, "frags-aware XDP program and sockets bound with XDP_USE_SG: a frame spans up to 17 UMEM chunks"
 	}
 }
 

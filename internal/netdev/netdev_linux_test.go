@@ -88,7 +88,7 @@ func TestRecommendMultiBuffer(t *testing.T) {
 		{"6.6.0", Device{Driver: "veth", RxQueues: 1}, true, "XDP_USE_SG"},
 		{"6.18.44-fc", Device{Driver: "ixgbe", FeaturesKnown: true, XDPFeatureSet: XDPBasic | XDPRedirect, RxQueues: 4}, false, "rx-sg"},
 		{"6.8.0", Device{Driver: "ice", FeaturesKnown: true, XDPFeatureSet: XDPBasic | XDPRedirect | XDPRxSG | XDPXSKZeroCopy, ZCMaxSegs: 1, RxQueues: 4}, true, "copy mode"},
-		{"7.0", Device{Driver: "ice", FeaturesKnown: true, XDPFeatureSet: XDPBasic | XDPRedirect | XDPRxSG | XDPXSKZeroCopy, ZCMaxSegs: 17, RxQueues: 4}, true, "16 UMEM chunks"},
+		{"7.0", Device{Driver: "ice", FeaturesKnown: true, XDPFeatureSet: XDPBasic | XDPRedirect | XDPRxSG | XDPXSKZeroCopy, ZCMaxSegs: 17, RxQueues: 4}, true, "17 UMEM chunks"},
 		{"garbage", Device{Driver: "veth", RxQueues: 1}, false, "predates"},
 	} {
 		tc.d.recommend()
