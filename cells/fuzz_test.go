@@ -271,6 +271,11 @@ func FuzzReassemble(f *testing.F) {
 	f.Add(uint8(fuzzTimeout), uint16(500), uint8(3), append(bytes.Clone(three), three...))
 	lost := append(bytes.Clone(three[:53]), three[106:]...)
 	f.Add(uint8(0), uint16(500), uint8(0), lost)
+	// A PDU of a multi-buffer frame (64 KB less room for the transport's
+	// header), whole and without its last 4 KB buffer's cells.
+	big := fuzzSegment(f, uni, fuzzBytes(65000, 11))
+	f.Add(uint8(0), uint16(65535), uint8(2), big)
+	f.Add(uint8(0), uint16(65535), uint8(2), append(bytes.Clone(big[:len(big)-77*cells.CellSize]), one...))
 
 	f.Fuzz(func(t *testing.T, mode uint8, maxSDU uint16, maxVCs uint8, stream []byte) {
 		form := cells.UNI
@@ -472,6 +477,14 @@ func FuzzUnpack(f *testing.F) {
 	f.Add(frame[:18], uint16(0))
 	f.Add(frame[:12], uint16(0))
 	f.Add(append(bytes.Clone(frame), 0), uint16(0))
+	// A multi-buffer frame (1236 cells, MTU 65535) whole, and ending
+	// without its last 4 KB buffer.
+	big, err := (&cells.Framer{Dst: mac1, Src: mac2, MTU: 65535}).Append(nil, fuzzSegment(f, cells.SAR{VPI: 3, VCI: 33}, fuzzBytes(1235*cells.PayloadSize-cells.TrailerSize, 13)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(big, uint16(0))
+	f.Add(big[:len(big)-4096], uint16(0))
 
 	f.Fuzz(func(t *testing.T, frame []byte, etherType uint16) {
 		frame = bytes.Clone(frame) // the fuzzer's bytes must not be kept
