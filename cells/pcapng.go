@@ -51,7 +51,7 @@ const (
 	pcapngOptIfDrop   = 5 // isb_ifdrop
 	pcapngOptRecv     = 4 // isb_ifrecv
 	linkTypeEthernet  = 1
-	maxCapturedLength = 65535
+	maxCapturedLength = 262144 // Wireshark's largest; an Ethernet frame of MTU 65535 is 65549 bytes
 )
 
 var ne = binary.NativeEndian

@@ -19,7 +19,13 @@ import (
 // ends.
 func switchCapture(t *testing.T, name string, buffer int) (*lab.Lab, *capturer) {
 	t.Helper()
-	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("%s%d", name, os.Getpid()), Switch: true})
+	return switchCaptureMTU(t, name, buffer, 0)
+}
+
+// switchCaptureMTU is switchCapture on links of MTU mtu (0: 1500).
+func switchCaptureMTU(t *testing.T, name string, buffer, mtu int) (*lab.Lab, *capturer) {
+	t.Helper()
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("%s%d", name, os.Getpid()), Switch: true, MTU: mtu})
 	if err != nil {
 		t.Fatal(err)
 	}

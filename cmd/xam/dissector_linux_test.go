@@ -293,3 +293,114 @@ func checkSSAMTags(t *testing.T, msgs []ssamFields) {
 		}
 	}
 }
+
+// TestWiresharkDissectorJumbo captures, on a switch port of MTU 65535,
+// multi-buffer frames (each spans up to 17 UMEM chunks at its hosts): raw
+// frames of 60000 bytes, GRIM's 48 KB bulk messages (one transport PDU of
+// about 1000 cells a frame) and SSAM's 8 KB bulk. The capture keeps them
+// whole, and tshark with tools/wireshark/xam.lua decodes every frame as
+// xam's with every check correct and nothing malformed.
+func TestWiresharkDissectorJumbo(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	tshark := testenv.RequireCommand(t, "tshark")
+	script, err := filepath.Abs("../../tools/wireshark/xam.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtu := datapath.MaxMTU(true)
+	l, c := switchCaptureMTU(t, "wsj", defaultCaptureBuffer, mtu)
+	path := filepath.Join(t.TempDir(), "jumbo.pcapng")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := newCaptureSink(f, "ether", l.Switch.Ports[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop sync.WaitGroup
+	var capErr error
+	finished := make(chan struct{})
+	stop.Go(func() {
+		capErr = c.run(sink, 0, func() bool {
+			select {
+			case <-finished:
+				return true
+			default:
+				return false
+			}
+		})
+	})
+	pa, pb := datapath.OnHost(l.Hosts[0]), datapath.OnHost(l.Hosts[1])
+	if _, err := bench.GRIMPing(pa, pb, bench.PingConfig{Count: 10, NoWarmup: true, Size: 48 << 10}, 0, false, bench.FirmwareLayout{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bench.SSAMBulk(pa, pb, 100_000, 8192, 0, ssam.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bench.RawPing(pa, pb, bench.PingConfig{Count: 10, NoWarmup: true, Size: 58000}); err != nil {
+		t.Fatal(err)
+	}
+	close(finished)
+	stop.Wait()
+	if capErr != nil {
+		t.Fatal(capErr)
+	}
+	st := c.stats()
+	if err := sink.close(st.missed); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if k := os.Getenv("XAM_KEEP_CAPTURE"); k != "" {
+		exec.Command("cp", path, k).Run()
+	}
+	if st.frames == 0 || st.missed != 0 {
+		t.Fatalf("captured %d frames, missed %d", st.frames, st.missed)
+	}
+	out, err := exec.Command(tshark, "-X", "lua_script:"+script, "-r", path, "-T", "fields", "-E", "occurrence=a",
+		"-e", "frame.number", "-e", "frame.len", "-e", "frame.cap_len", "-e", "xam.cells", "-e", "xam.cell.hec_ok",
+		"-e", "xam.aal5.crc_ok", "-e", "xam.ssam.crc10_ok", "-e", "_ws.malformed", "-e", "_ws.lua.text", "-e", "_ws.expert.severity",
+		"-e", "xam.tr.type", "-e", "xam.raw.seq").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(lines) != st.frames {
+		t.Fatalf("tshark shows %d frames, the capture recorded %d", len(lines), st.frames)
+	}
+	big, transport, raw := 0, 0, 0
+	for _, line := range lines {
+		fs := strings.Split(line, "\t")
+		if len(fs) != 12 {
+			t.Fatalf("line %q: %d fields", line, len(fs))
+		}
+		n, _ := strconv.Atoi(fs[1])
+		if fs[1] != fs[2] {
+			t.Errorf("frame %s: %s bytes, %s captured", fs[0], fs[1], fs[2])
+		}
+		if fs[3] == "" {
+			t.Errorf("frame %s (%d bytes): not decoded as xam", fs[0], n)
+		}
+		for i, name := range map[int]string{4: "hec", 5: "aal5", 6: "crc10"} {
+			if slices.Contains(strings.Split(fs[i], ","), "0") {
+				t.Errorf("frame %s (%d bytes): a %s check failed", fs[0], n, name)
+			}
+		}
+		if fs[7] != "" || fs[8] != "" || fs[9] != "" {
+			t.Errorf("frame %s: malformed %q, lua %q, expert %q", fs[0], fs[7], fs[8], fs[9])
+		}
+		if n > 4096 {
+			big++
+			if fs[10] != "" {
+				transport++
+			}
+			if fs[11] != "" {
+				raw++
+			}
+		}
+	}
+	if raw != 2*10 || transport < 10 {
+		t.Errorf("frames past 4 KB: %d in all, %d raw (want %d), %d of the transport (want at least 10)", big, raw, 2*10, transport)
+	}
+	t.Logf("%d frames, %d past 4 KB", st.frames, big)
+}

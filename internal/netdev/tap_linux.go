@@ -31,6 +31,10 @@ type Tap struct {
 	oob []byte
 }
 
+// MaxFrame is the longest frame a Tap reads: an Ethernet frame of the
+// largest MTU (65535) with its header and a VLAN tag, rounded up.
+const MaxFrame = 1 << 17
+
 // TapTimeout is how long Read waits for a frame before it reports none,
 // so that a reader stops on time.
 const TapTimeout = 100 * time.Millisecond
@@ -52,7 +56,7 @@ func OpenTap(dev string, etherType uint16, buffer int) (*Tap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
 	}
-	t := &Tap{fd: fd, buf: make([]byte, 65536), oob: make([]byte, 256)}
+	t := &Tap{fd: fd, buf: make([]byte, MaxFrame), oob: make([]byte, 256)}
 	fail := func(what string, err error) (*Tap, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("tap on %s: %s: %w", dev, what, err)
@@ -98,12 +102,15 @@ func OpenTap(dev string, etherType uint16, buffer int) (*Tap, error) {
 // stamp, and whether the device sent it (rather than received it); ok is
 // false when none came within TapTimeout or a signal interrupted the wait.
 func (t *Tap) Read() (frame []byte, ts time.Time, outgoing, ok bool, err error) {
-	n, oobn, _, from, err := unix.Recvmsg(t.fd, t.buf, t.oob, 0)
+	n, oobn, flags, from, err := unix.Recvmsg(t.fd, t.buf, t.oob, 0)
 	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 		return nil, time.Time{}, false, false, nil
 	}
 	if err != nil {
 		return nil, time.Time{}, false, false, fmt.Errorf("recvmsg: %w", err)
+	}
+	if flags&unix.MSG_TRUNC != 0 {
+		return nil, time.Time{}, false, false, fmt.Errorf("recvmsg: a frame longer than %d bytes", len(t.buf))
 	}
 	ll, isLL := from.(*unix.SockaddrLinklayer)
 	return t.buf[:n], stamp(t.oob[:oobn]), isLL && ll.Pkttype == unix.PACKET_OUTGOING, true, nil

@@ -502,8 +502,10 @@ function xam.dissector(tvb, pinfo, tree)
 			local p = partial[key]
 			if p == nil then
 				-- It begins a PDU if an end of message on its circuit came
-				-- before it, or the frame says so.
-				p = { bytes = ByteArray.new(), cells = 0, whole = seen[key] or (i == 0 and start) }
+				-- before it, or the frame says so, or it is the first cell
+				-- of a raw frame (whose cells are the whole frame's).
+				local raw = vpi == 0 and vci == xam.prefs.raw_vci and i == 0
+				p = { bytes = ByteArray.new(), cells = 0, whole = seen[key] or (i == 0 and start) or raw }
 				partial[key] = p
 			end
 			p.bytes:append(tvb:bytes(o + 5, 48))
