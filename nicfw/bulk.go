@@ -6,8 +6,9 @@ import (
 )
 
 // Bulk messages in flight. A bulk message holds its endpoint's slot from
-// the moment it is taken until its last chunk is acknowledged or it is
-// returned and nothing of it is in flight any more. Its chunks leave as
+// the moment it is taken until its last chunk has left (then it waits
+// for its acknowledgements among the endpoint's tails, below), or until it
+// is returned and nothing of it is in flight any more. Its chunks leave as
 // fast as the window allows (EngineConfig.Window, shared with the
 // endpoint's short and medium messages still in flight), each on a
 // transport channel of its own, so that they may arrive in any order; the
@@ -27,11 +28,103 @@ import (
 // endpoint than its first (the endpoint was closed and replaced meanwhile)
 // is returned with ReasonIncomplete.
 
+//
+// Consecutive bulk messages of one endpoint do not wait a round trip for
+// each other: once every chunk of a message has left, the message leaves
+// the slot for the endpoint's tails (bulkTail), which wait for its
+// acknowledgements, and the slot takes the next message. At most
+// BulkAhead messages of an endpoint are in flight at once, the slot's
+// included, and a receiver keeps a record for as many per sending
+// endpoint (bulkRecord), so that their chunks may arrive interleaved. A
+// message of a pooled endpoint, or of an engine whose modules gate what
+// leaves, keeps the slot until it is acknowledged.
+
+// BulkAhead is the most bulk messages of one endpoint in flight at once:
+// the one in its slot and those whose chunks have all left (tails). A
+// receiver keeps the records of as many messages per sending endpoint.
+const BulkAhead = 4
+
+// bulkTail is a bulk message whose chunks have all left its endpoint's
+// slot, some of them not acknowledged yet: what returning it takes, the
+// host-table row and incarnation its chunks must reach (as bulkSame), and
+// whether it was returned already.
+type bulkTail struct {
+	id        uint32
+	d         endpoint.Descriptor
+	q         endpoint.Queue
+	chunksOut int
+	peer      *transport.Peer
+	epoch     uint32
+	returned  bool
+}
+
+// same is bulkSame for a tail.
+func (t *bulkTail) same(p *transport.Peer) bool {
+	if p != t.peer {
+		return false
+	}
+	if t.epoch == 0 {
+		t.epoch = p.Epoch()
+		return true
+	}
+	return p.Epoch() == t.epoch
+}
+
+// tailOf returns the index of s's tail with message number id, or -1.
+func (s *epState) tailOf(id uint32) int {
+	for i := range s.tails {
+		if s.tails[i].id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// mayDetach reports whether s's bulk message, every chunk of it gone,
+// may leave the slot for the tails.
+func (e *Engine) mayDetach(s *epState) bool {
+	return len(s.tails) < BulkAhead-1 && !s.pooledBulk() && !e.gated()
+}
+
+// detach moves s's bulk message, every chunk of it gone and some in
+// flight, from the slot to the tails, and empties the slot.
+func (e *Engine) detach(s *epState) {
+	s.tails = append(s.tails, bulkTail{id: s.bulkID, d: s.d, q: s.q, chunksOut: s.chunksOut, peer: s.bulkPeer, epoch: s.bulkEpoch})
+	s.chunksOut = 0
+	e.finish(s)
+}
+
+// tailLanded settles the landing of a chunk of s's tail i, sent to p:
+// acknowledged (reason 0) or returned with reason. A chunk that another
+// incarnation acknowledged, or a chunk returned, returns the message
+// once; the tail goes when its last chunk has landed.
+func (e *Engine) tailLanded(s *epState, i int, p *transport.Peer, reason endpoint.Reason) {
+	t := &s.tails[i]
+	t.chunksOut--
+	if reason == 0 && !t.same(p) {
+		reason = endpoint.ReasonRestarted
+	}
+	if reason != 0 && !t.returned {
+		t.returned = true
+		s.lastReturned = t.id
+		if !s.closed {
+			d := t.d
+			d.Class |= endpoint.ClassReturned
+			d.Tag = uint64(reason) | uint64(t.q)<<8
+			e.returnedFl = append(e.returnedFl, returnedFlight{s: s, d: d})
+		}
+	}
+	if t.chunksOut == 0 {
+		s.tails = append(s.tails[:i], s.tails[i+1:]...)
+	}
+}
+
 // bulkNext sets the state of s's slot, which holds a bulk message, after
 // one of its chunks left or landed or the message was returned: the next
 // chunk may leave (slotPending), or the slot waits for acknowledgements
-// (slotInflight), or the message is done (finish). A slot whose return is
-// queued (slotReturning) stays so: flushReturning empties it.
+// (slotInflight) or gives the message to the tails (detach), or the
+// message is done (finish). A slot whose return is queued
+// (slotReturning) stays so: flushReturning empties it.
 func (e *Engine) bulkNext(s *epState) {
 	switch {
 	case s.state == slotReturning:
@@ -45,6 +138,8 @@ func (e *Engine) bulkNext(s *epState) {
 		e.finish(s) // every chunk acknowledged
 	case !s.started || s.sent < s.d.Length:
 		s.state = slotPending // isPending applies the window
+	case e.mayDetach(s):
+		e.detach(s)
 	default:
 		s.state = slotInflight
 	}
@@ -88,32 +183,68 @@ func (e *Engine) isCurrentChunk(f *flight) bool {
 
 // bulkRecord returns the record of the bulk message that chunk m, from
 // host src for endpoint s (nil: none), belongs to: a new one for the first
-// chunk of a message to arrive. A chunk of the recorded message for
-// another endpoint than its first gets a record of its own and
-// ReasonIncomplete: the endpoint its first chunks went to was closed and
-// replaced by s. Messages are numbered per sending engine (bulkSeq), so
-// an endpoint that took a closed one's id never continues its message; a
-// sending host that restarted begins a new record (its epoch).
+// chunk of a message to arrive. A chunk of a recorded message for another
+// endpoint than its first gets a record of its own and ReasonIncomplete:
+// the endpoint its first chunks went to was closed and replaced by s.
+// Messages are numbered per sending engine (bulkSeq), so an endpoint that
+// took a closed one's id never continues its message; a sending host that
+// restarted begins its records afresh (its epoch). A sending endpoint has
+// at most BulkAhead messages in flight, so a new message takes the record
+// of a message complete here, or else the oldest: one its sender gave up
+// on, never to complete.
 func (e *Engine) bulkRecord(src HostID, m *msg, s *epState) (*bulkRx, endpoint.Reason) {
 	key := Name{src, m.src}
-	rx := e.bulkRx[key]
+	list := e.bulkRx[key]
 	var epoch uint32 // this host's own messages: 0
 	if p := e.tr.Peer(src); p != nil {
 		epoch = p.Epoch()
 	}
+	if len(list) > 0 && list[0].epoch != epoch {
+		for _, rx := range list {
+			poolDrop(rx)
+		}
+		list = list[:0]
+	}
+	for _, rx := range list {
+		switch {
+		case rx.id != m.id:
+		case rx.failed || rx.dst == s:
+			return rx, 0
+		default:
+			poolDrop(rx)
+			*rx = bulkRx{id: m.id, dst: s, src: src, epoch: epoch, begun: e.bulkBegun}
+			e.bulkBegun++
+			return rx, endpoint.ReasonIncomplete
+		}
+	}
+	var rx *bulkRx
+	if m.remote == endpoint.PoolOffset {
+		// A pooled message keeps its sender's slot until it is
+		// acknowledged (mayDetach): an earlier pooled message still
+		// incomplete here was given up, and its block goes now.
+		for _, r := range list {
+			if r.pooled && !r.put {
+				rx = r
+				break
+			}
+		}
+	}
 	switch {
-	case rx == nil:
+	case rx != nil:
+	case len(list) < BulkAhead:
 		rx = new(bulkRx)
-		e.bulkRx[key] = rx
-	case rx.epoch != epoch:
-	case rx.id == m.id && (rx.failed || rx.dst == s):
-		return rx, 0
-	case rx.id == m.id:
-		poolDrop(rx)
-		*rx = bulkRx{id: m.id, dst: s, src: src, epoch: epoch}
-		return rx, endpoint.ReasonIncomplete
+		list = append(list, rx)
+		e.bulkRx[key] = list
+	default:
+		rx = list[0]
+		for _, r := range list[1:] {
+			if r.done && !rx.done || r.done == rx.done && r.begun < rx.begun {
+				rx = r // complete first, then the oldest
+			}
+		}
 	}
 	poolDrop(rx) // a message its sender gave up on, if not complete
-	*rx = bulkRx{id: m.id, dst: s, src: src, epoch: epoch}
+	*rx = bulkRx{id: m.id, dst: s, src: src, epoch: epoch, begun: e.bulkBegun}
+	e.bulkBegun++
 	return rx, 0
 }

@@ -244,6 +244,11 @@ type epState struct {
 	bulkEpoch    uint32
 	abort        bool
 	lastReturned uint32
+	// tails are the endpoint's earlier bulk messages whose chunks have
+	// all left and some are not acknowledged yet: the slot moved on to
+	// the next message without waiting a round trip (bulk.go). At most
+	// BulkAhead-1.
+	tails []bulkTail
 	// aead authenticates the endpoint's messages (VNet.Key; auth.go):
 	// nil without a key.
 	aead cipher.AEAD
@@ -259,7 +264,7 @@ type epState struct {
 	// flying counts the endpoint's messages in flight, each a flight
 	// record of its own (at most Window). A short or medium message
 	// leaves the slot when it is sent, and the slot takes the next one; a
-	// bulk message keeps the slot until its last chunk is acknowledged.
+	// bulk message keeps the slot until its last chunk has left (bulk.go).
 	flying int
 
 	// owner is what the engine counts of the endpoint's owner
@@ -296,6 +301,10 @@ type bulkRx struct {
 	// epoch is the sending host's incarnation (transport.Peer.Epoch) when
 	// the record began: a restarted sender numbers its messages afresh.
 	epoch uint32
+	// begun orders a sending endpoint's records (Engine.bulkBegun when
+	// each began); done: the message is complete here.
+	begun uint64
+	done  bool
 }
 
 // flight is the engine's one record of a message in flight, whatever the
@@ -359,7 +368,8 @@ type Engine struct {
 	returnedFl []returnedFlight
 	returns    []remoteReturn
 	down       map[HostID]time.Time           // host -> until when sends to it are returned at once
-	bulkRx     map[Name]*bulkRx               // sending endpoint -> its bulk message arriving here
+	bulkRx     map[Name][]*bulkRx             // sending endpoint -> its bulk messages arriving here (at most BulkAhead)
+	bulkBegun  uint64                         // bulk records begun (bulkRx.begun)
 	admits     map[*transport.Peer]*admission // pooled bulk messages under way per host (pool.go)
 	closing    []*epState                     // closed endpoints whose id was reused before their slot was done
 	closeErr   error                          // the first error of closing an endpoint's memory late
@@ -407,7 +417,7 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 		cfg:     cfg,
 		clk:     cfg.Transport.Clock,
 		down:    make(map[HostID]time.Time),
-		bulkRx:  make(map[Name]*bulkRx),
+		bulkRx:  make(map[Name][]*bulkRx),
 		admits:  make(map[*transport.Peer]*admission),
 		owners:  make(map[uint32]*ownerCount),
 		hostRet: make(map[HostID]*hostReturns),

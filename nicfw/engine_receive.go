@@ -207,7 +207,7 @@ func (e *Engine) store(src HostID, s *epState, m *msg, rx *bulkRx) bool {
 		return true
 	}
 	if rx != nil {
-		rx.got = m.length
+		rx.got, rx.done = m.length, true
 	}
 	e.stats.Delivered++
 	s.counts.Received++
@@ -261,6 +261,10 @@ func (e *Engine) acceptReturn(src HostID, s *epState, m *msg) bool {
 		e.stats.ReturnsLost++ // returned by this engine already (unreachable, say)
 		return true
 	}
+	if i := s.tailOf(m.id); m.class == endpoint.ClassBulk && i >= 0 && s.tails[i].returned {
+		e.stats.ReturnsLost++ // returned by this engine already
+		return true
+	}
 	if !e.touch(s) {
 		e.stats.NotResident++
 		return false
@@ -287,6 +291,9 @@ func (e *Engine) acceptReturn(src HostID, s *epState, m *msg) bool {
 	}
 	switch {
 	case err == nil:
+		if i := s.tailOf(m.id); m.class == endpoint.ClassBulk && i >= 0 {
+			s.tails[i].returned = true // its receiver returned it: not a second time from here
+		}
 		e.stats.Returned++
 		s.countReturn(m.reason)
 		if src != e.cfg.Host {

@@ -131,6 +131,8 @@ func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) 
 		current := e.isCurrentChunk(&fl)
 		if current {
 			fl.s.chunksOut--
+		} else if i := fl.s.tailOf(fl.id); i >= 0 {
+			e.tailLanded(fl.s, i, fl.peer, reason)
 		}
 		e.land(fl.s, fl.peer)
 		if current {

@@ -18,7 +18,7 @@ import (
 // returned, a medium message with the bytes the transport kept. They are
 // then in order per channel only, as in AM-II: a lost message, sent again,
 // arrives after those that left after it. A bulk message holds the slot
-// until its last chunk is acknowledged; its chunks share the window
+// until its last chunk has left, and its chunks share the window
 // (bulk.go). The scheduler is asked only
 // about endpoints whose next message could leave now (a free channel, a
 // frame to pin), so a blocked endpoint is not charged a send. The sender is
@@ -493,9 +493,18 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 		return // a return message
 	}
 	s, chunk, p := f.s, f.chunk && e.isCurrentChunk(f), f.peer
+	tail := -1
+	if f.chunk && !chunk {
+		tail = s.tailOf(f.id)
+	}
 	e.freeFlight(cookie)
 	e.stats.Acked++
 	e.acked++
+	if tail >= 0 {
+		e.tailLanded(s, tail, p, 0)
+		e.land(s, p)
+		return
+	}
 	if chunk {
 		s.chunksOut--
 		if s.admit == admitProbing {

@@ -127,17 +127,19 @@ func (e *Engine) sweepPool(s *epState) {
 	first := p.swept.IsZero()
 	p.swept = now
 	clear(p.waiting) // those still waiting say so again with their next chunk
-	for _, rx := range e.bulkRx {
-		if rx.dst != s || !rx.pooled || rx.put {
-			continue
+	for _, list := range e.bulkRx {
+		for _, rx := range list {
+			if rx.dst != s || !rx.pooled || rx.put {
+				continue
+			}
+			if !first && rx.got == rx.swept {
+				poolDrop(rx)
+				rx.expired = true
+				e.stats.PoolExpired++
+				continue
+			}
+			rx.swept = rx.got
 		}
-		if !first && rx.got == rx.swept {
-			poolDrop(rx)
-			rx.expired = true
-			e.stats.PoolExpired++
-			continue
-		}
-		rx.swept = rx.got
 	}
 }
 
