@@ -376,6 +376,7 @@ type Engine struct {
 	polls      uint64
 	pending    PendingFunc
 	maxPL      int           // the transport's MaxPayload
+	chunkMsg   msg           // the bulk chunk being sent (message)
 	frameRoom  int           // the transport's FrameRoom
 	giveUp     time.Duration // the transport's GiveUpAfter
 	buf        []byte        // a message being built: short, or a bulk chunk

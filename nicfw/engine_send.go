@@ -191,6 +191,9 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		return true, nil
 	}
 	dst := s.table[s.d.Dest] // Take checked Dest against the table's size
+	if m == nil && (dst.Host == e.cfg.Host || e.mods != nil || s.aead != nil) {
+		m = e.chunkBytes() // a bulk chunk, needed whole before it goes
+	}
 	if dst.Host == e.cfg.Host {
 		ok, reason := e.accept(e.cfg.Host, m, true, true) // this host's own: no envelope
 		switch {
@@ -235,7 +238,13 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		m = e.seal(s.aead, dst.Host, m) // auth.go
 	}
 	cookie := e.newFlight(s, p)
-	err := e.tr.SendTo(p, m, cookie)
+	var err error
+	if m == nil {
+		err = e.tr.SendToFill(p, e.chunkMsg.size(), (*chunkFill)(e), cookie)
+		e.chunkMsg.data = nil
+	} else {
+		err = e.tr.SendTo(p, m, cookie)
+	}
 	if err != nil {
 		e.freeFlight(cookie)
 	}
@@ -399,9 +408,12 @@ func (e *Engine) header(s *epState) msg {
 }
 
 // message returns the engine message to send for s's slot: a short message
-// built in e.buf, a medium message as begin built it, the next chunk of a
-// bulk message built in e.buf from the staging area (of a cut-through
-// message, of the bytes its application has published so far). A message larger than
+// built in e.buf, a medium message as begin built it; for the next chunk
+// of a bulk message nil, and the chunk is in e.chunkMsg, its data in the
+// staging area (of a cut-through message, the bytes its application has
+// published so far), to be built where it goes: into the transport's
+// buffer (chunkFill), so that its bytes are copied once, or into e.buf
+// (chunkBytes) where the message is needed whole first. A message larger than
 // the transport carries is to be returned with ReasonTooLarge.
 func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 	d := &s.d
@@ -424,11 +436,23 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 		m.offset, m.length, m.remote, m.id, m.chunk = d.Offset, d.Length, d.RemoteOffset, s.bulkID, s.sent
 		from := d.Offset + s.sent // Take checked Offset+Length against the staging area
 		m.data = s.mem.Staging()[from : from+s.chunk]
-		return e.buf[:encodeMsg(e.buf, &m)], 0
+		e.chunkMsg = m
+		return nil, 0 // built where it goes (chunkBytes, chunkFill)
 	}
 	m := e.header(s)
 	return e.buf[:encodeMsg(e.buf, &m)], 0
 }
+
+// chunkBytes builds the bulk chunk in e.chunkMsg in e.buf.
+func (e *Engine) chunkBytes() []byte {
+	return e.buf[:encodeMsg(e.buf, &e.chunkMsg)]
+}
+
+// chunkFill builds the bulk chunk in e.chunkMsg in the transport's buffer
+// (transport.Filler).
+type chunkFill Engine
+
+func (c *chunkFill) Fill(b []byte) { encodeMsg(b, &c.chunkMsg) }
 
 // room returns the largest message s may send: the transport's largest
 // payload, less an envelope's bytes with a key.

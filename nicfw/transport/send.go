@@ -48,17 +48,39 @@ func (t *Transport) SendTo(p *Peer, payload []byte, cookie uint64) error {
 	return err
 }
 
+// Filler writes a payload into the buffer it is given, all of it
+// (SendToFill).
+type Filler interface {
+	Fill(payload []byte)
+}
+
+// SendToFill is SendTo for a payload of n bytes that f writes straight
+// into the transport's buffer, where SendTo copies one built elsewhere:
+// a sender that builds its message from data of its own (a bulk chunk
+// from its staging area) touches the bytes once. Fill is called at most
+// once, before SendToFill returns (not at all when the message cannot
+// have a channel: ErrBusy, ErrTooLarge, ErrUnknownHost).
+func (t *Transport) SendToFill(p *Peer, n int, f Filler, cookie uint64) error {
+	_, err := t.send(p, n, nil, f, cookie)
+	return err
+}
+
 // sendPeer is SendTo; it also returns the channel that holds the message
 // (-1 for an unreliable send).
 func (t *Transport) sendPeer(p *Peer, payload []byte, cookie uint64) (int, error) {
+	return t.send(p, len(payload), payload, nil, cookie)
+}
+
+// send sends a payload of n bytes to p: payload, or what f writes.
+func (t *Transport) send(p *Peer, n int, payload []byte, f Filler, cookie uint64) (int, error) {
 	if p == nil || p.gone {
 		return -1, fmt.Errorf("%w: the host left the host table", ErrUnknownHost)
 	}
-	if len(payload) > t.maxPL {
-		return -1, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(payload), t.maxPL)
+	if n > t.maxPL {
+		return -1, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, n, t.maxPL)
 	}
 	if t.cfg.Unreliable {
-		return -1, t.sendUnreliable(p, payload, cookie)
+		return -1, t.sendUnreliable(p, n, payload, f, cookie)
 	}
 	if p.unacked == len(p.send) {
 		return -1, ErrBusy
@@ -73,8 +95,8 @@ func (t *Transport) sendPeer(p *Peer, payload []byte, cookie uint64) (int, error
 		p.next = 0
 	}
 	c := &p.send[i]
-	t.load(c, i, c.seq, payload)
-	c.compact = t.compactable(payload)
+	t.load(c, i, c.seq, n, payload, f)
+	c.compact = t.compactable(t.payload(c))
 	c.cookie = cookie
 	c.retries = 0
 
@@ -87,7 +109,7 @@ func (t *Transport) sendPeer(p *Peer, payload []byte, cookie uint64) (int, error
 	t.setTimers(c)
 	t.stats.Sent++
 	p.stats.Sent++
-	p.stats.SentBytes += uint64(len(payload))
+	p.stats.SentBytes += uint64(n)
 	return i, nil
 }
 
@@ -109,9 +131,9 @@ func (t *Transport) setTimers(c *sendChannel) {
 // done once it has left, and Acked says so at the next Poll. Its frames
 // are built in the one buffer all unreliable sends share, so within a
 // pass they go to the link at once, with what the pass queued before them.
-func (t *Transport) sendUnreliable(p *Peer, payload []byte, cookie uint64) error {
+func (t *Transport) sendUnreliable(p *Peer, n int, payload []byte, f Filler, cookie uint64) error {
 	c := &t.uc
-	t.load(c, 0, 0, payload)
+	t.load(c, 0, 0, n, payload, f)
 	err := t.transmit(p, c)
 	if err == nil {
 		err = t.flushOut()
@@ -121,7 +143,7 @@ func (t *Transport) sendUnreliable(p *Peer, payload []byte, cookie uint64) error
 	}
 	t.stats.Sent++
 	p.stats.Sent++
-	p.stats.SentBytes += uint64(len(payload))
+	p.stats.SentBytes += uint64(n)
 	if t.cfg.Acked != nil {
 		t.left = append(t.left, sentMsg{p.id, cookie})
 	}
@@ -134,19 +156,23 @@ type sentMsg struct {
 	cookie uint64
 }
 
-// load puts a DATA message with payload into c, which keeps it to
-// retransmit: the payload at a fixed place in c.buf, with room before it
-// for the transport header and as many acknowledgements as a frame may
-// carry (transmit writes them there), and the header in c.hdr.
-func (t *Transport) load(c *sendChannel, ch int, seq uint16, payload []byte) {
+// load puts a DATA message of n bytes, payload or what f writes, into c,
+// which keeps it to retransmit: the payload at a fixed place in c.buf,
+// with room before it for the transport header and as many
+// acknowledgements as a frame may carry (transmit writes them there), and
+// the header in c.hdr.
+func (t *Transport) load(c *sendChannel, ch int, seq uint16, n int, payload []byte, f Filler) {
 	at := headerLen + ackEntryLen*t.maxAcks
-	n := at + len(payload)
-	if cap(c.buf) < n {
-		c.buf = make([]byte, n, max(n, 2*cap(c.buf)))
+	if cap(c.buf) < at+n {
+		c.buf = make([]byte, at+n, max(at+n, 2*cap(c.buf)))
 	}
-	c.buf = c.buf[:n]
-	header(c.hdr[:]).put(typeData, ch, seq, 0, len(payload), t.epoch, 0)
-	copy(c.buf[at:], payload)
+	c.buf = c.buf[:at+n]
+	header(c.hdr[:]).put(typeData, ch, seq, 0, n, t.epoch, 0)
+	if f != nil {
+		f.Fill(c.buf[at:])
+	} else {
+		copy(c.buf[at:], payload)
+	}
 }
 
 // payload returns the payload of the message in c.

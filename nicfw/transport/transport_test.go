@@ -894,3 +894,57 @@ func TestForgedCircuitsDoNotWedge(t *testing.T) {
 	p.transfer(t, 200, 300, time.Millisecond, p.b)
 	checkExactlyOnce(t, p.a, hostB, 200)
 }
+
+// fillPayload is a Filler of message n (payload), counting its calls.
+type fillPayload struct {
+	n, maxLen uint32
+	calls     int
+}
+
+func (f *fillPayload) Fill(b []byte) {
+	f.calls++
+	copy(b, payload(f.n, int(f.maxLen)))
+}
+
+// SendToFill sends what its Filler writes into the transport's buffer,
+// retransmitted under loss as any message is; a message that finds no
+// channel (ErrBusy) or does not fit (ErrTooLarge) is never filled.
+func TestSendToFill(t *testing.T) {
+	const count, maxLen = 200, 5000
+	p := newPair(t, memlink.Options{Loss: 0.1, Seed: 3}, Config{Channels: 2, RetransmitAfter: 10 * time.Millisecond})
+	peer := p.a.tr.Peer(hostB)
+	busy := false
+	for n := uint32(0); n < count; {
+		f := &fillPayload{n: n, maxLen: maxLen}
+		err := p.a.tr.SendToFill(peer, len(payload(n, maxLen)), f, uint64(n))
+		switch {
+		case errors.Is(err, ErrBusy):
+			busy = true
+			if f.calls != 0 {
+				t.Fatalf("message %d filled %d times with ErrBusy", n, f.calls)
+			}
+			if !p.poll(t) {
+				p.clk.Advance(time.Millisecond)
+			}
+			continue
+		case err != nil:
+			t.Fatal(err)
+		case f.calls != 1:
+			t.Fatalf("message %d filled %d times", n, f.calls)
+		}
+		n++
+	}
+	for p.a.tr.Unacked(hostB) > 0 {
+		if !p.poll(t) {
+			p.clk.Advance(time.Millisecond)
+		}
+	}
+	checkExactlyOnce(t, p.b, hostA, count)
+	if st := p.a.tr.Stats(); !busy || st.Retransmits == 0 {
+		t.Errorf("busy %v, stats %+v: want both ErrBusy and retransmissions", busy, st)
+	}
+	f := &fillPayload{n: 1, maxLen: maxLen}
+	if err := p.a.tr.SendToFill(peer, p.a.tr.MaxPayload()+1, f, 0); !errors.Is(err, ErrTooLarge) || f.calls != 0 {
+		t.Errorf("an oversize message: %v, filled %d times", err, f.calls)
+	}
+}
