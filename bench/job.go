@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/cluster"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/loader"
 )
@@ -61,8 +62,11 @@ type HostSetup struct {
 	MTU     int    `json:"mtu"`
 	XDPMode string `json:"xdp_mode"` // native or generic, as xam attaches
 	XSKMode string `json:"xsk_mode"` // zero-copy or copy
-	Kernel  string `json:"kernel"`
-	CPUs    int    `json:"cpus"`
+	// MultiBuffer: the device's frames span several UMEM chunks (an MTU
+	// past one chunk's, on a kernel and driver that have multi-buffer).
+	MultiBuffer bool   `json:"multi_buffer"`
+	Kernel      string `json:"kernel"`
+	CPUs        int    `json:"cpus"`
 }
 
 // jobExperiment is one experiment of RunJob: every rank runs run, and
@@ -156,6 +160,8 @@ func RunJob(ctx context.Context, j *cluster.Job, cfg JobConfig) (*Report, error)
 		ex.Finish(took[i], x.stopped(), errs[i])
 	}
 	rep.Seconds = time.Since(rep.Started).Round(time.Second).Seconds()
+	xsk := datapath.XSKInUse()
+	rep.Setup.XSK = &xsk
 	rep.Interrupted = x.stopped()
 	return rep, nil
 }
@@ -289,6 +295,13 @@ func describeHost(j *cluster.Job, cfg JobConfig) (HostSetup, error) {
 	h.Kernel = netdev.Probe().Kernel
 	if d, err := netdev.Describe(dev); err == nil {
 		h.Driver, h.XDPMode, h.XSKMode = d.Driver, d.XDPMode, d.XSKMode
+		h.MultiBuffer = d.MultiBuffer && ifc.MTU > datapath.MaxMTU(false)
+	}
+	switch datapath.XSKInUse().Policy {
+	case "off":
+		h.XSKMode = "copy"
+	case "require":
+		h.XSKMode = "zero-copy"
 	}
 	if cfg.XDP != loader.ModeAuto {
 		h.XDPMode = cfg.XDP.String()
@@ -300,8 +313,12 @@ func describeHost(j *cluster.Job, cfg JobConfig) (HostSetup, error) {
 func hostsMarkdown(w io.Writer, hosts []HostSetup) {
 	fmt.Fprintf(w, "| rank | node | host id | device | driver | MAC | address | MTU | XDP | AF_XDP socket | kernel | CPUs |\n|--:|---|--:|---|---|---|---|--:|---|---|---|--:|\n")
 	for _, h := range hosts {
-		fmt.Fprintf(w, "| %d | %s | %d | %s | %s | %s | %s | %d | %s | %s | %s | %d |\n", h.Rank, h.Node, h.HostID, h.Device,
-			orDash(h.Driver), h.MAC, orDash(h.Addr), h.MTU, orDash(h.XDPMode), orDash(h.XSKMode), h.Kernel, h.CPUs)
+		mtu := fmt.Sprint(h.MTU)
+		if h.MultiBuffer {
+			mtu += " (multi-buffer)"
+		}
+		fmt.Fprintf(w, "| %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", h.Rank, h.Node, h.HostID, h.Device,
+			orDash(h.Driver), h.MAC, orDash(h.Addr), mtu, orDash(h.XDPMode), orDash(h.XSKMode), h.Kernel, h.CPUs)
 	}
 	fmt.Fprintln(w)
 }

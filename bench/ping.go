@@ -118,6 +118,9 @@ type RunConfig struct {
 	FWLayout     string  `json:"fw_layout,omitempty"`     // firmware mode: where the engines ran (FirmwareShape: daemons, group, threads)
 	MTU          int     `json:"mtu,omitempty"`           // the device's (or the lab's) MTU
 	MultiBuffer  bool    `json:"multi_buffer"`            // frames span several UMEM chunks (datapath.MultiBuffer)
+	// The AF_XDP mode of the run's sockets and the --zerocopy it ran with
+	// (datapath.XSKInUse).
+	datapath.XSKUse
 }
 
 // newResult starts the result of a run of api with size-byte messages.

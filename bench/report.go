@@ -323,6 +323,13 @@ func (s Setup) describe() string {
 	if s.CPUs > 0 {
 		where = append(where, fmt.Sprintf("%d CPUs", s.CPUs))
 	}
+	if x := s.XSK; x != nil && x.Mode != "" {
+		m := "AF_XDP in " + x.Mode + " mode (--zerocopy " + x.Policy
+		if x.Why != "" {
+			m += "; " + x.Why
+		}
+		where = append(where, m+")")
+	}
 	if len(where) == 0 {
 		return "this machine"
 	}

@@ -176,6 +176,9 @@ type Setup struct {
 	// Hosts are a job's hosts (`xam bench all --job`), by rank; none for
 	// a lab on this machine.
 	Hosts []HostSetup `json:"hosts,omitempty"`
+	// XSK is the AF_XDP mode of the run's sockets (datapath.XSKInUse),
+	// and the --zerocopy it ran with.
+	XSK *datapath.XSKUse `json:"xsk,omitempty"`
 }
 
 // ssamTablesResult is the outcome of runSSAMTables (the JSON of `xam bench ssam`).

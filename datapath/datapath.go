@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -87,7 +88,7 @@ func MultiBuffer(mtu int) bool {
 // chunk holds, as the socket's Info (MultiBuffer false, MTU) says.
 func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit ...uint16) (*Endpoint, error) {
 	e := &Endpoint{MAC: p.MAC}
-	opts := afxdp.Options{Queue: queue}
+	opts := afxdp.Options{Queue: queue, Mode: zeroCopyMode()}
 	err := p.Do(func() (err error) {
 		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil {
 			mtu := link.Attrs().MTU
@@ -120,8 +121,12 @@ func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit .
 			e.Sock, err = afxdp.Open(p.Ifindex, opts)
 		}
 		if err != nil {
+			if opts.Mode == afxdp.ModeZeroCopy {
+				err = zeroCopyError(devName(p), err)
+			}
 			return err
 		}
+		noteXSK(devName(p), e.Sock.Info())
 		return e.Prog.Register(queue, e.Sock.FD())
 	})
 	if err != nil {
@@ -129,6 +134,17 @@ func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit .
 		return nil, err
 	}
 	return e, nil
+}
+
+// devName names p's device for messages.
+func devName(p Place) string {
+	if p.Dev != "" {
+		return p.Dev
+	}
+	if ifc, err := net.InterfaceByIndex(p.Ifindex); err == nil {
+		return ifc.Name
+	}
+	return fmt.Sprintf("ifindex %d", p.Ifindex)
 }
 
 // Close closes the socket and detaches and unloads the program.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
@@ -58,6 +59,7 @@ type benchFlags struct {
 	asJSON, quick, job          *bool
 	dev, hostfile               *string
 	rank                        *int
+	zeroCopy                    *string
 	set                         map[string]bool // the flags given
 }
 
@@ -73,6 +75,7 @@ func runBench(e *env, args []string) error {
 		count:      fs.Int("count", 20000, "round trips per path, and calls timed per cost"),
 		bulk:       fs.Int64("bulk", 64<<20, "bytes of each bandwidth run (SSAM bulk write, AM-II Stores, TCP stream, UDP blast)"),
 		mode:       fs.String("mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native"),
+		zeroCopy:   fs.String("zerocopy", "auto", "AF_XDP sockets: auto (zero-copy where the driver has it, else copy mode, said in the results), require (zero-copy or fail) or off (copy mode)"),
 		clients:    fs.Int("clients", 7, "logp: the most clients of the contention experiment"),
 		dup:        fs.Float64("dup", 0, "hostile: the fraction of xam frames delivered twice throughout, in [0, 1) (the lab gets a switch, whose ports copy them)"),
 		flood:      fs.Int("flood", 100_000, "hostile: forged frames of the wire and on-path scenarios, and a twentieth as many connections of the other user (pings: --count/10)"),
@@ -142,12 +145,16 @@ func runBench(e *env, args []string) error {
 			return err
 		}
 	}
+	xsk := datapath.XSKInUse()
 	if *f.asJSON {
+		results["xsk"] = xsk
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(results); err != nil {
 			return err
 		}
+	} else if xsk.Mode != "" {
+		fmt.Fprintf(e.stdout, "\nAF_XDP sockets: %s mode (--zerocopy %s)%s\n", xsk.Mode, xsk.Policy, whyText(xsk.Why))
 	}
 	if in.interrupted() {
 		return fmt.Errorf("%w: the results hold what was measured", errInterrupted)
@@ -207,6 +214,9 @@ func (f benchFlags) params(names []string) (bench.Params, error) {
 	m, err := loader.ParseMode(*f.mode)
 	if err != nil {
 		return p, usageError("--mode: %v", err)
+	}
+	if err := f.setZeroCopy(); err != nil {
+		return p, err
 	}
 	plots := false
 	for _, n := range names {
@@ -319,4 +329,22 @@ func incastFlags(senders, sizes, rate, buffer string) (bench.IncastParams, error
 	}
 	c.PortRate, c.PortBuffer = r, int(b)
 	return c, nil
+}
+
+// setZeroCopy sets the process's AF_XDP bind mode from --zerocopy.
+func (f benchFlags) setZeroCopy() error {
+	zc, err := datapath.ParseZeroCopy(*f.zeroCopy)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	datapath.SetZeroCopy(zc)
+	return nil
+}
+
+// whyText is why, the reason for copy mode, as the end of a sentence.
+func whyText(why string) string {
+	if why == "" {
+		return ""
+	}
+	return ": " + why
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/loader"
 )
@@ -43,7 +44,7 @@ const maxReportRuns = 20
 func runBenchAll(e *env, f benchFlags) error {
 	for name := range f.set {
 		switch name {
-		case "quick", "json", "out", "mode", "runs", "job", "dev", "hostfile", "rank":
+		case "quick", "json", "out", "mode", "runs", "job", "dev", "hostfile", "rank", "zerocopy":
 		default:
 			return usageError("--%s: not with all (its iterations are fixed; --quick makes them fewer)", name)
 		}
@@ -51,6 +52,9 @@ func runBenchAll(e *env, f benchFlags) error {
 	m, err := loader.ParseMode(*f.mode)
 	if err != nil {
 		return usageError("--mode: %v", err)
+	}
+	if err := f.setZeroCopy(); err != nil {
+		return err
 	}
 	runs := *f.runs
 	if runs < bench.MinRuns || runs > maxReportRuns {
@@ -91,6 +95,8 @@ func runBenchAll(e *env, f benchFlags) error {
 		if written == nil && writeErr == nil {
 			rep.Seconds = time.Since(rep.Started).Round(time.Second).Seconds()
 			rep.Interrupted = in.interrupted()
+			xsk := datapath.XSKInUse()
+			rep.Setup.XSK = &xsk
 			written, writeErr = rep.WriteFiles(dir)
 		}
 		return writeErr

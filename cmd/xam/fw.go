@@ -115,6 +115,7 @@ type fwConfig struct {
 	giveUp        time.Duration
 	retransmit    time.Duration
 	xdpMode       string
+	zeroCopy      string
 	queue         int
 	useMap        bool
 	follow        bool
@@ -191,6 +192,7 @@ func unlessStopped(ctx context.Context, err error) error {
 // registry (nicfw.RegisterModule), as their flags do.
 func fwUsage(kinds []nicfw.ModuleKind) string {
 	return "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow] | --job | --hostfile FILE --rank N) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n" +
+		"       [--zerocopy auto|require|off] [--xdp-mode auto|generic|native] [--queue N]\n" +
 		"       [--metrics ADDR]  (Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464)\n" +
 		moduleUsage(kinds) +
 		"       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]"
@@ -215,6 +217,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.DurationVar(&c.giveUp, "give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
 	fs.DurationVar(&c.retransmit, "retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
 	fs.StringVar(&c.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
+	fs.StringVar(&c.zeroCopy, "zerocopy", "auto", "AF_XDP socket: auto (zero-copy where the driver has it, else copy mode, said by xam fw stats), require (zero-copy or fail) or off (copy mode)")
 	fs.IntVar(&c.queue, "queue", 0, "the device queue to own")
 	fs.BoolVar(&c.useMap, "map", false, "find the hosts with the mapper protocol instead of --id and --host")
 	fs.BoolVar(&c.job, "job", false, "run as a step of a Slurm job, one task per node (srun --ntasks-per-node=1 --mpi=pmi2): learn this host's id and the peers from the job, instead of --id and --host; the socket defaults to /run/xam/job-$SLURM_JOB_ID.sock")
@@ -315,6 +318,11 @@ func (c *fwConfig) resolve() error {
 	if c.mode, err = loader.ParseMode(c.xdpMode); err != nil {
 		return usageError("--xdp-mode: %v", err)
 	}
+	zc, err := datapath.ParseZeroCopy(c.zeroCopy)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	datapath.SetZeroCopy(zc)
 	if c.metrics != "" {
 		return checkMetricsAddr(c.metrics)
 	}
@@ -386,6 +394,8 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 		return err
 	}
 	c.announce(e, here.MAC)
+	x := datapath.XSKInUse()
+	fmt.Fprintf(e.stderr, "xam fw: AF_XDP socket on %s queue %d in %s mode (--zerocopy %s)%s\n", c.dev, c.queue, x.Mode, x.Policy, whyText(x.Why))
 	if j != nil {
 		c.announceJob(e, j)
 	}
@@ -466,6 +476,13 @@ func runFwStats(e *env, args []string) error {
 	epoch := "static"
 	if s.Epoch != 0 {
 		epoch = fmt.Sprintf("mapper epoch %d", s.Epoch)
+	}
+	if l := s.Link; l != nil {
+		mb := ""
+		if l.MultiBuffer {
+			mb = ", multi-buffer frames"
+		}
+		fmt.Fprintf(w, "link: %s queue %d, MTU %d%s, AF_XDP in %s mode%s\n", l.Device, l.Queue, l.MTU, mb, l.XSKMode, whyText(l.XSKWhy))
 	}
 	fmt.Fprintf(w, "hosts (%s):\n", epoch)
 	for _, h := range s.Hosts {

@@ -564,9 +564,17 @@ func TestBenchEngine(t *testing.T) {
 			TransportAuthRateRatio float64 `json:"transport_auth_rate_ratio"`
 			TransportAuthPingRatio float64 `json:"transport_auth_ping_ratio"`
 		} `json:"engine"`
+		XSK struct {
+			Policy string `json:"zerocopy"`
+			Mode   string `json:"xsk_mode"`
+			Why    string `json:"xsk_mode_why"`
+		} `json:"xsk"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	if x := doc.XSK; x.Policy != "auto" || x.Mode != "copy" || !strings.Contains(x.Why, "refused zero-copy") {
+		t.Errorf("the run's AF_XDP mode: %+v, want copy mode with veth's refusal", x)
 	}
 	r := doc.Engine
 	const perMTU = 6 // raw, tcp, ssam, amii, grim cut-through and store-and-forward

@@ -27,7 +27,7 @@ import (
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
-const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--dup P] [--mtu M] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
+const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--dup P] [--mtu M] [--zerocopy auto|require|off] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
 
 // maxPingSize bounds --size: a message larger than the device's MTU is
 // refused by the path itself, with the MTU in its error.
@@ -47,7 +47,8 @@ type pingOptions struct {
 	fwShape    bench.FirmwareShape
 	warmup     int
 	dev        string
-	mtu        int // --mtu: the lab's
+	mtu        int    // --mtu: the lab's
+	zeroCopy   string // --zerocopy
 	peer       string
 	serve      bool
 	asJSON     bool
@@ -103,6 +104,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.StringVar(&o.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto (as xam doctor recommends), generic or native")
 	fs.IntVar(&o.cfg.Queue, "queue", 0, "device queue for the AF_XDP socket (--dev)")
 	fs.StringVar(&o.dev, "dev", "", "ping over this device instead of a lab built for the run")
+	fs.StringVar(&o.zeroCopy, "zerocopy", "auto", "AF_XDP sockets: auto (zero-copy where the driver has it, else copy mode, said in the result), require (zero-copy or fail) or off (copy mode)")
 	fs.IntVar(&o.mtu, "mtu", 0, fmt.Sprintf("MTU of the lab built for the run (default 1500; up to %d: frames past one 4 KB chunk are multi-buffer frames)", datapath.MaxMTU(true)))
 	fs.StringVar(&o.peer, "peer", "", "with --dev: the MAC address of the peer, which runs `xam ping --dev IF --serve`")
 	fs.BoolVar(&o.serve, "serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
@@ -125,6 +127,11 @@ func (o *pingOptions) check() error {
 	if o.cfg.Mode, err = loader.ParseMode(o.xdpMode); err != nil {
 		return usageError("--xdp-mode: %v", err)
 	}
+	zc, err := datapath.ParseZeroCopy(o.zeroCopy)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	datapath.SetZeroCopy(zc)
 	if o.api == "grim" && !seen(o.fs, "size") {
 		o.cfg.Size = 4 * grim.ShortArgs // a short message
 	}
@@ -369,6 +376,7 @@ func reportPing(e *env, r any, run bench.RunConfig, asJSON bool) error {
 	pr.Config.InjectedLoss, pr.Config.InjectedDup = run.InjectedLoss, run.InjectedDup
 	pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWLayout = run.EngineMode, run.FWSleepNS, run.FWLayout
 	pr.Config.MTU, pr.Config.MultiBuffer = run.MTU, run.MultiBuffer
+	pr.Config.XSKUse = datapath.XSKInUse()
 	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err
@@ -461,6 +469,9 @@ func printPing(e *env, r *bench.PingResult) {
 	}
 	fmt.Fprintf(e.stdout, "RTT  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n",
 		d(r.RTT.P50), d(r.RTT.P90), d(r.RTT.P99), d(r.RTT.P999), d(r.RTT.Max), d(r.RTT.Mean))
+	if x := r.Config.XSKUse; x.Mode != "" {
+		fmt.Fprintf(e.stdout, "AF_XDP sockets: %s mode (--zerocopy %s)%s\n", x.Mode, x.Policy, whyText(x.Why))
+	}
 }
 
 // serveRaw echoes raw pings until SIGINT or SIGTERM.
@@ -493,6 +504,7 @@ func pingSSAMDevice(e *env, here datapath.Place, peer net.HardwareAddr, serve bo
 	}
 	r.Config.Device, r.Config.Peer = run.Device, run.Peer
 	r.Config.MTU, r.Config.MultiBuffer = run.MTU, run.MultiBuffer
+	r.Config.XSKUse = datapath.XSKInUse()
 	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
 			return err

@@ -5,6 +5,7 @@ package daemon
 import (
 	"slices"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/mapper"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -47,6 +48,40 @@ type Stats struct {
 	// for them. Both are absent without modules.
 	Modules   []ModuleReport     `json:"modules,omitempty"`
 	Backplane *nicfw.ModuleStats `json:"backplane,omitempty"`
+	// Link is the daemon's AF_XDP socket: its device and queue, MTU and
+	// mode; absent on another kind of link.
+	Link *LinkInfo `json:"link,omitempty"`
+}
+
+// LinkInfo is what Stats says of the daemon's AF_XDP socket.
+type LinkInfo struct {
+	Device      string `json:"device"`
+	Queue       int    `json:"queue"`
+	MTU         int    `json:"mtu"`
+	MultiBuffer bool   `json:"multi_buffer"`
+	// XSKMode is zero-copy or copy; XSKWhy, in copy mode, why: the
+	// driver's refusal of zero-copy, or copy mode asked for.
+	XSKMode string `json:"xsk_mode"`
+	XSKWhy  string `json:"xsk_mode_why,omitempty"`
+}
+
+// linkInfo returns what Stats says of link, if it is an AF_XDP socket.
+func linkInfo(link afxdp.Link) *LinkInfo {
+	s, ok := link.(interface{ Info() afxdp.Info })
+	if !ok {
+		return nil
+	}
+	i := s.Info()
+	l := &LinkInfo{Device: i.Ifname, Queue: i.Queue, MTU: i.MTU, MultiBuffer: i.MultiBuffer, XSKMode: "copy"}
+	switch {
+	case i.ZeroCopy:
+		l.XSKMode = "zero-copy"
+	case i.ZeroCopyErr != nil:
+		l.XSKWhy = "zero-copy refused: " + i.ZeroCopyErr.Error()
+	case i.Options.Mode == afxdp.ModeCopy:
+		l.XSKWhy = "copy mode asked for (--zerocopy off)"
+	}
+	return l
 }
 
 // ModuleReport is a module of the daemon's engine and what it reports.
@@ -79,6 +114,7 @@ func (d *Daemon) statsNow() Stats {
 		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps, BigReleased: d.bigReleased.Load(),
 		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
 		Epoch: d.epoch, List: d.eng.EndpointList(), Peers: d.eng.PeerList(), Networks: d.networksFor(&peer{privileged: true}),
+		Link: linkInfo(d.link),
 	}
 	for id, mac := range d.hosts {
 		s.Hosts = append(s.Hosts, Host{ID: id, MAC: mac.String()})

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
+	"github.com/xam-project/xam/nicfw/daemon"
+)
+
+// TestZeroCopyFlag: --zerocopy on a veth, whose driver has no AF_XDP
+// zero-copy. require fails before anything runs, naming the device and
+// the refusal, for ping and for the daemon; auto runs in copy mode and
+// says why, in the ping's text and JSON, in the daemon's announcement
+// and in `xam fw stats`; off runs in copy mode and says it was asked for.
+func TestZeroCopyFlag(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	for _, args := range [][]string{{"ping", "--count", "10"}, {"ping", "--api", "amii", "--count", "10"}} {
+		code, _, errs := xam(t, nil, append(args, "--zerocopy", "require")...)
+		if code != 1 || !strings.Contains(errs, "zero-copy required (--zerocopy require), and device eth0 refuses it") {
+			t.Errorf("%v --zerocopy require on veth: exit %d, %q", args, code, errs)
+		}
+	}
+	for _, c := range []struct{ policy, why string }{{"auto", "eth0 refused zero-copy"}, {"off", "--zerocopy off"}} {
+		code, out, errs := xam(t, nil, "ping", "--count", "10", "--zerocopy", c.policy, "--json")
+		var r struct {
+			Config struct {
+				Policy string `json:"zerocopy"`
+				Mode   string `json:"xsk_mode"`
+				Why    string `json:"xsk_mode_why"`
+			} `json:"config"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Config.Policy != c.policy || r.Config.Mode != "copy" || !strings.Contains(r.Config.Why, c.why) {
+			t.Errorf("ping --zerocopy %s: exit %d, %+v (%s)", c.policy, code, r.Config, errs)
+		}
+		code, out, _ = xam(t, nil, "ping", "--count", "10", "--zerocopy", c.policy)
+		if code != 0 || !strings.Contains(out, "AF_XDP sockets: copy mode (--zerocopy "+c.policy+"): "+c.why) {
+			t.Errorf("ping --zerocopy %s: exit %d\n%s", c.policy, code, out)
+		}
+	}
+	if code, _, errs := xam(t, nil, "ping", "--zerocopy", "maybe"); code != 2 || !strings.Contains(errs, `--zerocopy "maybe": want auto, require or off`) {
+		t.Errorf("ping --zerocopy maybe: exit %d, %q", code, errs)
+	}
+
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("zc%d", os.Getpid()), Hosts: 2, MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	h, peer := l.Hosts[0], l.Hosts[1]
+	sock := filepath.Join(t.TempDir(), "fw.sock")
+	fw := func(policy string) []string {
+		return []string{"fw", "--dev", h.Link, "--netns", h.NS, "--id", "1", "--host", "2=" + peer.MAC.String(), "--socket", sock, "--sleep", "1ms", "--zerocopy", policy}
+	}
+	if code, _, errs := xam(t, nil, fw("require")...); code != 1 || !strings.Contains(errs, "zero-copy required (--zerocopy require), and device eth0 refuses it") {
+		t.Errorf("xam fw --zerocopy require on veth: exit %d, %q", code, errs)
+	}
+	_, _, stderr := xamProcess(t, fw("auto")...)
+	seen := waitLine(t, stderr, "xam fw: AF_XDP socket on eth0 queue 0 in copy mode (--zerocopy auto): eth0 refused zero-copy")
+	go func() {
+		for stderr.Scan() {
+		}
+	}()
+	var s daemon.Stats
+	for bound := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
+		if code == 0 && json.Unmarshal([]byte(out), &s) == nil {
+			break
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("no stats from the daemon; it said:\n%s", seen)
+		}
+	}
+	if l := s.Link; l == nil || l.Device != "eth0" || l.MTU != 9000 || !l.MultiBuffer || l.XSKMode != "copy" || !strings.Contains(l.XSKWhy, "zero-copy refused") {
+		t.Errorf("fw stats link: %+v", s.Link)
+	}
+	if code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock); code != 0 || !strings.Contains(out, "link: eth0 queue 0, MTU 9000, multi-buffer frames, AF_XDP in copy mode: zero-copy refused") {
+		t.Errorf("fw stats: exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,126 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/xam-project/xam/afxdp"
+)
+
+// The AF_XDP bind mode. Open and OpenConfig bind their sockets in the
+// mode SetZeroCopy set for the process (a command's --zerocopy):
+//
+//   - auto (the default): zero-copy where the driver has it, else copy
+//     mode, and the refusal is kept (XSKInUse) for the JSON and the report
+//     of the run, so that a fallback is never silent;
+//   - require: zero-copy or Open fails, saying why;
+//   - off: copy mode.
+//
+// XSKInUse sums up the sockets the process opened, for the records of
+// the run: one mode, or "mixed".
+
+// xsk is the process's mode and what its sockets got.
+var xsk struct {
+	sync.Mutex
+	mode           afxdp.Mode
+	zeroCopy, copy int
+	why            string // the first fallback's reason, or why copy mode
+}
+
+// ZeroCopyPolicies are the names --zerocopy takes, in the order of
+// afxdp's modes: auto, off (copy) and require (zero-copy).
+var ZeroCopyPolicies = map[string]afxdp.Mode{"auto": afxdp.ModeAuto, "off": afxdp.ModeCopy, "require": afxdp.ModeZeroCopy}
+
+// ParseZeroCopy returns the mode a --zerocopy value names.
+func ParseZeroCopy(s string) (afxdp.Mode, error) {
+	m, ok := ZeroCopyPolicies[s]
+	if !ok {
+		return 0, fmt.Errorf("--zerocopy %q: want auto, require or off", s)
+	}
+	return m, nil
+}
+
+// policyName is the --zerocopy name of m.
+func policyName(m afxdp.Mode) string {
+	for name, v := range ZeroCopyPolicies {
+		if v == m {
+			return name
+		}
+	}
+	return m.String()
+}
+
+// SetZeroCopy sets the bind mode of the sockets the process opens from
+// now on, and starts XSKInUse's summary afresh: a command calls it once,
+// before it opens any.
+func SetZeroCopy(m afxdp.Mode) {
+	xsk.Lock()
+	defer xsk.Unlock()
+	xsk.mode, xsk.zeroCopy, xsk.copy, xsk.why = m, 0, 0, ""
+}
+
+func zeroCopyMode() afxdp.Mode {
+	xsk.Lock()
+	defer xsk.Unlock()
+	return xsk.mode
+}
+
+// XSKUse is what XSKInUse reports.
+type XSKUse struct {
+	// Policy is the --zerocopy in force: auto, require or off.
+	Policy string `json:"zerocopy"`
+	// Mode is the sockets' mode: zero-copy, copy, mixed, or "" if none
+	// was opened.
+	Mode string `json:"xsk_mode"`
+	// Why says why copy mode, where it is: the driver's refusal of
+	// zero-copy (auto) or the policy (off).
+	Why string `json:"xsk_mode_why,omitempty"`
+}
+
+// XSKInUse sums up the sockets Open and OpenConfig opened in this
+// process.
+func XSKInUse() XSKUse {
+	xsk.Lock()
+	defer xsk.Unlock()
+	u := XSKUse{Policy: policyName(xsk.mode), Why: xsk.why}
+	switch {
+	case xsk.zeroCopy > 0 && xsk.copy > 0:
+		u.Mode = "mixed"
+	case xsk.zeroCopy > 0:
+		u.Mode = "zero-copy"
+	case xsk.copy > 0:
+		u.Mode = "copy"
+	}
+	return u
+}
+
+// noteXSK records the mode of a socket opened on dev.
+func noteXSK(dev string, info afxdp.Info) {
+	xsk.Lock()
+	defer xsk.Unlock()
+	if info.ZeroCopy {
+		xsk.zeroCopy++
+		return
+	}
+	xsk.copy++
+	if xsk.why != "" {
+		return
+	}
+	switch {
+	case info.ZeroCopyErr != nil:
+		xsk.why = fmt.Sprintf("%s refused zero-copy: %v", dev, info.ZeroCopyErr)
+	case info.Options.Mode == afxdp.ModeCopy:
+		xsk.why = "--zerocopy off"
+	}
+}
+
+// zeroCopyError explains a socket that could not bind in zero-copy mode
+// when the policy requires it.
+func zeroCopyError(dev string, err error) error {
+	if !errors.Is(err, afxdp.ErrNotSupported) {
+		return err
+	}
+	return fmt.Errorf("zero-copy required (--zerocopy require), and device %s refuses it: %w; "+
+		"`xam doctor --dev %s` shows what its driver offers, and --zerocopy auto runs in copy mode, saying so", dev, err, dev)
+}
