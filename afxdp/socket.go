@@ -504,6 +504,17 @@ func (s *Socket) Wait(timeout time.Duration) (bool, error) {
 	}
 }
 
+// kickRx wakes the kernel's receive side if the fill ring asks for it
+// (need_wakeup), before a sleep on the socket (Queues.Wait).
+func (s *Socket) kickRx() {
+	s.rx.Lock()
+	defer s.rx.Unlock()
+	if !s.closed.Load() && s.rx.needWakeup && s.rx.fill.needWakeup() {
+		s.stats.rxKicks.Add(1)
+		wakeRx(s.rx.sock)
+	}
+}
+
 // eventOne is the 8-byte counter increment written to the eventfd.
 var eventOne = func() (b [8]byte) {
 	*(*uint64)(unsafe.Pointer(&b)) = 1

@@ -46,7 +46,10 @@ type Endpoint struct {
 	MAC  net.HardwareAddr
 	Prog *loader.Program
 	Att  *loader.Attachment
-	Sock *afxdp.Socket
+	Sock *afxdp.Socket // the socket (OpenQueues: the first queue's)
+	// Queues is the link over the sockets of OpenQueues; nil for one
+	// socket. Link returns whichever there is.
+	Queues *afxdp.Queues
 }
 
 // Open loads and attaches the XDP program on the device at p and opens an
@@ -87,8 +90,25 @@ func MultiBuffer(mtu int) bool {
 // MTU is the device's. A kernel without them gets the largest frame one
 // chunk holds, as the socket's Info (MultiBuffer false, MTU) says.
 func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit ...uint16) (*Endpoint, error) {
+	return open(p, mode, []int{queue}, cfg, admit)
+}
+
+// OpenQueues is Open with a socket on each of queues, sharing one UMEM
+// (afxdp.OpenShared), each registered in the program for its queue:
+// frames that the device spreads over those queues all reach the
+// Endpoint's Link, an afxdp.Queues. Shared sockets take frames of one
+// chunk only: a device whose MTU needs multi-buffer frames is refused.
+func OpenQueues(p Place, mode loader.Mode, queues []int) (*Endpoint, error) {
+	if len(queues) == 0 {
+		return nil, errors.New("datapath: no queue to open")
+	}
+	return open(p, mode, queues, loader.Config{DstMAC: p.MAC}, nil)
+}
+
+// open is OpenConfig and OpenQueues.
+func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []uint16) (*Endpoint, error) {
 	e := &Endpoint{MAC: p.MAC}
-	opts := afxdp.Options{Queue: queue, Mode: zeroCopyMode()}
+	opts := afxdp.Options{Queue: queues[0], Mode: zeroCopyMode()}
 	err := p.Do(func() (err error) {
 		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil {
 			mtu := link.Attrs().MTU
@@ -96,6 +116,9 @@ func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit .
 				opts.FrameSize = BigChunk // 2 KB chunks hold frames of up to 1792 bytes
 			}
 			if mtu > afxdp.MaxMTU(BigChunk, 0) {
+				if len(queues) > 1 {
+					return fmt.Errorf("datapath: %s: MTU %d needs multi-buffer frames, which sockets on several queues (a shared UMEM) do not take: at most MTU %d, or one queue", devName(p), mtu, MaxMTU(false))
+				}
 				cfg.Frags, opts.MultiBuffer = true, true
 			}
 		}
@@ -115,10 +138,18 @@ func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit .
 		if e.Att, err = e.Prog.Attach(p.Ifindex, mode); err != nil {
 			return err
 		}
-		if e.Sock, err = afxdp.Open(p.Ifindex, opts); errors.Is(err, afxdp.ErrNotSupported) && opts.MultiBuffer {
-			// A kernel before 6.6: no XDP_USE_SG.
-			opts.MultiBuffer = false
-			e.Sock, err = afxdp.Open(p.Ifindex, opts)
+		var socks []*afxdp.Socket
+		if len(queues) == 1 {
+			var s *afxdp.Socket
+			if s, err = afxdp.Open(p.Ifindex, opts); errors.Is(err, afxdp.ErrNotSupported) && opts.MultiBuffer {
+				// A kernel before 6.6: no XDP_USE_SG.
+				opts.MultiBuffer = false
+				s, err = afxdp.Open(p.Ifindex, opts)
+			}
+			socks = []*afxdp.Socket{s}
+		} else {
+			opts.Queue = 0
+			socks, err = afxdp.OpenShared(p.Ifindex, queues, opts)
 		}
 		if err != nil {
 			if opts.Mode == afxdp.ModeZeroCopy {
@@ -126,14 +157,38 @@ func OpenConfig(p Place, mode loader.Mode, queue int, cfg loader.Config, admit .
 			}
 			return err
 		}
-		noteXSK(devName(p), e.Sock.Info())
-		return e.Prog.Register(queue, e.Sock.FD())
+		e.Sock = socks[0]
+		if len(socks) > 1 {
+			if e.Queues, err = afxdp.NewQueues(socks); err != nil {
+				for _, s := range socks {
+					s.Close()
+				}
+				e.Sock = nil
+				return err
+			}
+		}
+		for i, s := range socks {
+			noteXSK(devName(p), s.Info())
+			if err := e.Prog.Register(queues[i], s.FD()); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		e.Close()
 		return nil, err
 	}
 	return e, nil
+}
+
+// Link returns the Endpoint's link: its socket, or with several queues
+// (OpenQueues) the Queues over their sockets.
+func (e *Endpoint) Link() afxdp.Link {
+	if e.Queues != nil {
+		return e.Queues
+	}
+	return e.Sock
 }
 
 // devName names p's device for messages.
@@ -150,7 +205,12 @@ func devName(p Place) string {
 // Close closes the socket and detaches and unloads the program.
 func (e *Endpoint) Close() error {
 	var errs []error
-	if e.Sock != nil {
+	if e.Queues != nil {
+		errs = append(errs, e.Queues.Close())
+		for _, s := range e.Queues.Sockets() {
+			s.Recv(nil) // gives back lent frames, which keep the UMEM mapped until then
+		}
+	} else if e.Sock != nil {
 		errs = append(errs, e.Sock.Close())
 		e.Sock.Recv(nil) // gives back lent frames, which keep the UMEM mapped until then
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cluster"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/units"
@@ -116,6 +117,8 @@ type fwConfig struct {
 	retransmit    time.Duration
 	xdpMode       string
 	zeroCopy      string
+	queueList     string // --queues, as given
+	queues        []int
 	queue         int
 	useMap        bool
 	follow        bool
@@ -192,7 +195,7 @@ func unlessStopped(ctx context.Context, err error) error {
 // registry (nicfw.RegisterModule), as their flags do.
 func fwUsage(kinds []nicfw.ModuleKind) string {
 	return "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow] | --job | --hostfile FILE --rank N) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n" +
-		"       [--zerocopy auto|require|off] [--xdp-mode auto|generic|native] [--queue N]\n" +
+		"       [--zerocopy auto|require|off] [--xdp-mode auto|generic|native] [--queue N | --queues LIST]\n" +
 		"       [--metrics ADDR]  (Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464)\n" +
 		moduleUsage(kinds) +
 		"       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]"
@@ -219,6 +222,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.StringVar(&c.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	fs.StringVar(&c.zeroCopy, "zerocopy", "auto", "AF_XDP socket: auto (zero-copy where the driver has it, else copy mode, said by xam fw stats), require (zero-copy or fail) or off (copy mode)")
 	fs.IntVar(&c.queue, "queue", 0, "the device queue to own")
+	fs.StringVar(&c.queueList, "queues", "", "own several device queues, e.g. 0-3 or 0,2: a socket on each (one UMEM), so that frames the NIC spreads over them all arrive (instead of --queue)")
 	fs.BoolVar(&c.useMap, "map", false, "find the hosts with the mapper protocol instead of --id and --host")
 	fs.BoolVar(&c.job, "job", false, "run as a step of a Slurm job, one task per node (srun --ntasks-per-node=1 --mpi=pmi2): learn this host's id and the peers from the job, instead of --id and --host; the socket defaults to /run/xam/job-$SLURM_JOB_ID.sock")
 	fs.StringVar(&c.hostfile, "hostfile", "", "learn this host's id and the peers from a hostfile's job (docs/cluster.md), as --rank, instead of --id and --host; --dev defaults to the rank's device there")
@@ -315,6 +319,12 @@ func (c *fwConfig) resolve() error {
 	if c.cores, err = parseCores(c.coreList); err != nil {
 		return usageError("--cores: %v", err)
 	}
+	if c.queues, err = parseCores(c.queueList); err != nil {
+		return usageError("--queues: %v", strings.Replace(err.Error(), "CPU numbers", "queue numbers", 1))
+	}
+	if len(c.queues) > 0 && c.given["queue"] {
+		return usageError("--queue and --queues: give one")
+	}
 	if c.mode, err = loader.ParseMode(c.xdpMode); err != nil {
 		return usageError("--xdp-mode: %v", err)
 	}
@@ -366,7 +376,12 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 	if err != nil {
 		return c.failJob(j, err)
 	}
-	raw, err := datapath.Open(here, c.mode, c.queue)
+	var raw *datapath.Endpoint
+	if len(c.queues) > 0 {
+		raw, err = datapath.OpenQueues(here, c.mode, c.queues)
+	} else {
+		raw, err = datapath.Open(here, c.mode, c.queue)
+	}
 	if err != nil {
 		return c.failJob(j, err)
 	}
@@ -385,17 +400,21 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 		// The server is built before the daemon, so that nothing is left
 		// to undo if it cannot be, and serves once the daemon is made.
 		stats := func() (daemon.Stats, error) { return d.Stats() }
-		if srv, err = metricsServer(metrics.Sources{Stats: stats, XDP: raw.Prog.Counters, Socket: raw.Sock.Stats}, e.stderr); err != nil {
+		if srv, err = metricsServer(metrics.Sources{Stats: stats, XDP: raw.Prog.Counters, Socket: raw.Link().(afxdp.Statser).Stats}, e.stderr); err != nil {
 			return err
 		}
 	}
-	d, err = daemon.New(raw.Sock, c.daemonConfig(e))
+	d, err = daemon.New(raw.Link(), c.daemonConfig(e))
 	if err != nil {
 		return err
 	}
 	c.announce(e, here.MAC)
 	x := datapath.XSKInUse()
-	fmt.Fprintf(e.stderr, "xam fw: AF_XDP socket on %s queue %d in %s mode (--zerocopy %s)%s\n", c.dev, c.queue, x.Mode, x.Policy, whyText(x.Why))
+	where := fmt.Sprintf("socket on %s queue %d", c.dev, c.queue)
+	if len(c.queues) > 0 {
+		where = fmt.Sprintf("sockets on %s queues %v (one UMEM)", c.dev, c.queues)
+	}
+	fmt.Fprintf(e.stderr, "xam fw: AF_XDP %s in %s mode (--zerocopy %s)%s\n", where, x.Mode, x.Policy, whyText(x.Why))
 	if j != nil {
 		c.announceJob(e, j)
 	}
@@ -482,7 +501,11 @@ func runFwStats(e *env, args []string) error {
 		if l.MultiBuffer {
 			mb = ", multi-buffer frames"
 		}
-		fmt.Fprintf(w, "link: %s queue %d, MTU %d%s, AF_XDP in %s mode%s\n", l.Device, l.Queue, l.MTU, mb, l.XSKMode, whyText(l.XSKWhy))
+		queues := fmt.Sprintf("queue %d", l.Queue)
+		if len(l.Queues) > 0 {
+			queues = fmt.Sprintf("queues %v", l.Queues)
+		}
+		fmt.Fprintf(w, "link: %s %s, MTU %d%s, AF_XDP in %s mode%s\n", l.Device, queues, l.MTU, mb, l.XSKMode, whyText(l.XSKWhy))
 	}
 	fmt.Fprintf(w, "hosts (%s):\n", epoch)
 	for _, h := range s.Hosts {

@@ -84,3 +84,58 @@ func TestZeroCopyFlag(t *testing.T) {
 		t.Errorf("fw stats: exit %d\n%s", code, out)
 	}
 }
+
+// TestFwQueues: `xam fw --queues 0-3` owns four queues of a 4-queue veth
+// (a socket on each, one UMEM), as `xam fw stats` shows; --queue and
+// --queues together are refused, and so are several queues on a device
+// whose MTU needs multi-buffer frames, which a shared UMEM does not take.
+func TestFwQueues(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if code, _, errs := xam(t, nil, "fw", "--dev", "x", "--map", "--queue", "1", "--queues", "0-3"); code != 2 || !strings.Contains(errs, "--queue and --queues: give one") {
+		t.Errorf("--queue with --queues: exit %d, %q", code, errs)
+	}
+	if code, _, errs := xam(t, nil, "fw", "--dev", "x", "--map", "--queues", "2-1"); code != 2 || !strings.Contains(errs, "--queues: ") || !strings.Contains(errs, "queue numbers") {
+		t.Errorf("--queues 2-1: exit %d, %q", code, errs)
+	}
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("fwq%d", os.Getpid()), Hosts: 2, Queues: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	h, peer := l.Hosts[0], l.Hosts[1]
+	sock := filepath.Join(t.TempDir(), "fw.sock")
+	_, _, stderr := xamProcess(t, "fw", "--dev", h.Link, "--netns", h.NS, "--id", "1", "--host", "2="+peer.MAC.String(), "--socket", sock, "--sleep", "1ms", "--queues", "0-3")
+	waitLine(t, stderr, "xam fw: AF_XDP sockets on eth0 queues [0 1 2 3] (one UMEM) in copy mode")
+	go func() {
+		for stderr.Scan() {
+		}
+	}()
+	var s daemon.Stats
+	for bound := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
+		if code == 0 && json.Unmarshal([]byte(out), &s) == nil {
+			break
+		}
+		if time.Now().After(bound) {
+			t.Fatal("no stats from the daemon")
+		}
+	}
+	if l := s.Link; l == nil || fmt.Sprint(l.Queues) != "[0 1 2 3]" {
+		t.Errorf("fw stats link: %+v", s.Link)
+	}
+	if code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock); code != 0 || !strings.Contains(out, "link: eth0 queues [0 1 2 3], MTU 1500") {
+		t.Errorf("fw stats: exit %d\n%s", code, out)
+	}
+
+	jl, err := lab.Up(lab.Config{Name: fmt.Sprintf("fwqj%d", os.Getpid()), Hosts: 2, Queues: 2, MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { jl.Down() })
+	jh := jl.Hosts[0]
+	code, _, errs := xam(t, nil, "fw", "--dev", jh.Link, "--netns", jh.NS, "--id", "1", "--host", "2="+jl.Hosts[1].MAC.String(),
+		"--socket", filepath.Join(t.TempDir(), "j.sock"), "--queues", "0-1")
+	if code != 1 || !strings.Contains(errs, "MTU 9000 needs multi-buffer frames, which sockets on several queues (a shared UMEM) do not take") {
+		t.Errorf("--queues on MTU 9000: exit %d, %q", code, errs)
+	}
+}

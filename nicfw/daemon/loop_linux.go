@@ -183,7 +183,11 @@ func sleepAll(ds []*Daemon) error {
 		}
 		d.sleeps++
 		fds = append(fds, unix.PollFd{Fd: int32(d.wake), Events: unix.POLLIN})
-		if f, ok := d.link.(afxdp.FDer); ok {
+		if f, ok := d.link.(interface{ FDs() []int }); ok {
+			for _, fd := range f.FDs() { // a link over several queues (afxdp.Queues)
+				fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+			}
+		} else if f, ok := d.link.(afxdp.FDer); ok {
 			fds = append(fds, unix.PollFd{Fd: int32(f.FD()), Events: unix.POLLIN})
 		} else {
 			earlier(1) // a link without a descriptor: nap briefly

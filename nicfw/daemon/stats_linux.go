@@ -63,6 +63,8 @@ type LinkInfo struct {
 	// driver's refusal of zero-copy, or copy mode asked for.
 	XSKMode string `json:"xsk_mode"`
 	XSKWhy  string `json:"xsk_mode_why,omitempty"`
+	// Queues are the queues with a socket, with several (afxdp.Queues).
+	Queues []int `json:"queues,omitempty"`
 }
 
 // linkInfo returns what Stats says of link, if it is an AF_XDP socket.
@@ -73,6 +75,11 @@ func linkInfo(link afxdp.Link) *LinkInfo {
 	}
 	i := s.Info()
 	l := &LinkInfo{Device: i.Ifname, Queue: i.Queue, MTU: i.MTU, MultiBuffer: i.MultiBuffer, XSKMode: "copy"}
+	if q, ok := link.(interface{ Sockets() []*afxdp.Socket }); ok {
+		for _, s := range q.Sockets() {
+			l.Queues = append(l.Queues, s.Info().Queue)
+		}
+	}
 	switch {
 	case i.ZeroCopy:
 		l.XSKMode = "zero-copy"
