@@ -38,7 +38,7 @@ func NewQueues(socks []*Socket) (*Queues, error) {
 		return nil, fmt.Errorf("afxdp: %w: no socket for Queues", ErrInvalidOptions)
 	}
 	for _, s := range socks[1:] {
-		if s.info.Ifindex != socks[0].info.Ifindex {
+		if s.info.Ifindex != socks[0].info.Ifindex || s.mac.String() != socks[0].mac.String() {
 			return nil, fmt.Errorf("afxdp: %w: Queues over sockets of devices %s and %s", ErrInvalidOptions, socks[0].info.Ifname, s.info.Ifname)
 		}
 	}
