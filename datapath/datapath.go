@@ -108,7 +108,7 @@ func OpenQueues(p Place, mode loader.Mode, queues []int) (*Endpoint, error) {
 // open is OpenConfig and OpenQueues.
 func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []uint16) (*Endpoint, error) {
 	e := &Endpoint{MAC: p.MAC}
-	opts := afxdp.Options{Queue: queues[0], Mode: zeroCopyMode()}
+	opts := socketOptions(queues[0])
 	err := p.Do(func() (err error) {
 		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil {
 			mtu := link.Attrs().MTU

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/xam-project/xam/afxdp"
 )
@@ -24,6 +25,7 @@ import (
 var xsk struct {
 	sync.Mutex
 	mode           afxdp.Mode
+	busyPoll       time.Duration // SetBusyPoll: 0 the socket's default, negative off
 	zeroCopy, copy int
 	why            string // the first fallback's reason, or why copy mode
 }
@@ -60,10 +62,28 @@ func SetZeroCopy(m afxdp.Mode) {
 	xsk.mode, xsk.zeroCopy, xsk.copy, xsk.why = m, 0, 0, ""
 }
 
-func zeroCopyMode() afxdp.Mode {
+// SetBusyPoll sets the busy-polling time of the sockets the process
+// opens from now on (afxdp.Options.BusyPoll, with preferred busy polling):
+// 0 leaves afxdp's default, a negative time turns it off (NoBusyPoll).
+func SetBusyPoll(d time.Duration) {
 	xsk.Lock()
 	defer xsk.Unlock()
-	return xsk.mode
+	xsk.busyPoll = d
+}
+
+// socketOptions returns the options of a socket on queue, in the modes
+// the process set.
+func socketOptions(queue int) afxdp.Options {
+	xsk.Lock()
+	defer xsk.Unlock()
+	o := afxdp.Options{Queue: queue, Mode: xsk.mode}
+	switch {
+	case xsk.busyPoll < 0:
+		o.NoBusyPoll = true
+	case xsk.busyPoll > 0:
+		o.BusyPoll = xsk.busyPoll
+	}
+	return o
 }
 
 // XSKUse is what XSKInUse reports.

@@ -17,6 +17,9 @@ type doctorReport struct {
 	Device *netdev.Device `json:"device,omitempty"`
 	OK     bool           `json:"ok"`
 	Why    []string       `json:"problems,omitempty"`
+	// Advice is what would make xam run better here, one line each; none
+	// of it keeps xam from running.
+	Advice []string `json:"advice,omitempty"`
 }
 
 func runDoctor(e *env, args []string) error {
@@ -51,6 +54,9 @@ func runDoctor(e *env, args []string) error {
 		}
 		if d := r.Device; d != nil {
 			d.MaxMTU = datapath.MaxMTU(d.MultiBuffer)
+			if ok, advice := d.NAPITuned(); !ok {
+				r.Advice = append(r.Advice, advice)
+			}
 			if d.MTU > d.MaxMTU {
 				r.Why = append(r.Why, fmt.Sprintf("device %s: MTU %d exceeds the largest frame xam carries here, %d (%s): lower it with ip link set %s mtu %d", d.Name, d.MTU, d.MaxMTU, d.MultiBufferWhy, d.Name, d.MaxMTU))
 			}
@@ -108,6 +114,9 @@ func printDoctor(e *env, r *doctorReport) {
 		fmt.Fprintf(w, "multi-buffer     %s: %s; frames up to MTU %d\n", yes(d.MultiBuffer), d.MultiBufferWhy, d.MaxMTU)
 	}
 	fmt.Fprintln(w)
+	for _, a := range r.Advice {
+		fmt.Fprintln(w, "advice: "+a)
+	}
 	if r.OK {
 		fmt.Fprintln(w, "ok: xam can run here")
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cluster"
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
@@ -119,6 +120,8 @@ type fwConfig struct {
 	zeroCopy      string
 	queueList     string // --queues, as given
 	queues        []int
+	busyPoll      time.Duration
+	tuneNAPI      bool
 	queue         int
 	useMap        bool
 	follow        bool
@@ -195,7 +198,7 @@ func unlessStopped(ctx context.Context, err error) error {
 // registry (nicfw.RegisterModule), as their flags do.
 func fwUsage(kinds []nicfw.ModuleKind) string {
 	return "fw --dev IF [--netns NS] (--id N --host ID=MAC... | --map [--map-follow] | --job | --hostfile FILE --rank N) [--cores LIST] [--socket PATH] [--sleep D] [--retransmit D]\n" +
-		"       [--zerocopy auto|require|off] [--xdp-mode auto|generic|native] [--queue N | --queues LIST]\n" +
+		"       [--zerocopy auto|require|off] [--xdp-mode auto|generic|native] [--queue N | --queues LIST] [--busy-poll D] [--tune-napi]\n" +
 		"       [--metrics ADDR]  (Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464)\n" +
 		moduleUsage(kinds) +
 		"       xam fw stats [--socket PATH] [--json]\n       xam fw grant --tag T (--uid U | --gid G) [--revoke] [--socket PATH]"
@@ -222,6 +225,8 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.StringVar(&c.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	fs.StringVar(&c.zeroCopy, "zerocopy", "auto", "AF_XDP socket: auto (zero-copy where the driver has it, else copy mode, said by xam fw stats), require (zero-copy or fail) or off (copy mode)")
 	fs.IntVar(&c.queue, "queue", 0, "the device queue to own")
+	fs.DurationVar(&c.busyPoll, "busy-poll", afxdp.DefaultBusyPoll, "preferred busy polling of the AF_XDP socket: the time a recvfrom polls the device's queue (SO_BUSY_POLL with SO_PREFER_BUSY_POLL; 0: off); it takes effect on devices whose queues have a NAPI instance (not veth)")
+	fs.BoolVar(&c.tuneNAPI, "tune-napi", false, "set the device's napi_defer_hard_irqs and gro_flush_timeout for preferred busy polling while the daemon runs, and restore them on exit (needs sysfs of the device's namespace: ip netns exec)")
 	fs.StringVar(&c.queueList, "queues", "", "own several device queues, e.g. 0-3 or 0,2: a socket on each (one UMEM), so that frames the NIC spreads over them all arrive (instead of --queue)")
 	fs.BoolVar(&c.useMap, "map", false, "find the hosts with the mapper protocol instead of --id and --host")
 	fs.BoolVar(&c.job, "job", false, "run as a step of a Slurm job, one task per node (srun --ntasks-per-node=1 --mpi=pmi2): learn this host's id and the peers from the job, instead of --id and --host; the socket defaults to /run/xam/job-$SLURM_JOB_ID.sock")
@@ -333,6 +338,17 @@ func (c *fwConfig) resolve() error {
 		return usageError("%v", err)
 	}
 	datapath.SetZeroCopy(zc)
+	switch {
+	case c.busyPoll < 0:
+		return usageError("--busy-poll %v: want 0 (off) or a positive time", c.busyPoll)
+	case c.busyPoll == 0:
+		datapath.SetBusyPoll(-1)
+	default:
+		datapath.SetBusyPoll(c.busyPoll)
+	}
+	if c.tuneNAPI && c.busyPoll == 0 {
+		return usageError("--tune-napi is for preferred busy polling, which --busy-poll 0 turns off")
+	}
 	if c.metrics != "" {
 		return checkMetricsAddr(c.metrics)
 	}
@@ -375,6 +391,19 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 	here, err := devicePlace(c.dev, c.ns)
 	if err != nil {
 		return c.failJob(j, err)
+	}
+	if c.tuneNAPI {
+		var restore func() error
+		err := here.Do(func() (err error) { restore, err = netdev.TuneNAPI(c.dev); return err })
+		if err != nil {
+			return c.failJob(j, fmt.Errorf("--tune-napi: %w", err))
+		}
+		defer func() {
+			if err := here.Do(restore); err != nil {
+				fmt.Fprintf(e.stderr, "xam fw: restoring %s's NAPI settings: %v\n", c.dev, err)
+			}
+		}()
+		fmt.Fprintf(e.stderr, "xam fw: %s: napi_defer_hard_irqs %d, gro_flush_timeout %d ns while the daemon runs\n", c.dev, netdev.TunedDeferHardIRQs, netdev.TunedGROFlushTimeout.Nanoseconds())
 	}
 	var raw *datapath.Endpoint
 	if len(c.queues) > 0 {
@@ -506,6 +535,12 @@ func runFwStats(e *env, args []string) error {
 			queues = fmt.Sprintf("queues %v", l.Queues)
 		}
 		fmt.Fprintf(w, "link: %s %s, MTU %d%s, AF_XDP in %s mode%s\n", l.Device, queues, l.MTU, mb, l.XSKMode, whyText(l.XSKWhy))
+		switch {
+		case l.BusyPoll:
+			fmt.Fprintf(w, "      preferred busy polling on NAPI %d\n", l.NAPIID)
+		case l.BusyPollWhy != "":
+			fmt.Fprintf(w, "      no busy polling: %s\n", l.BusyPollWhy)
+		}
 	}
 	fmt.Fprintf(w, "hosts (%s):\n", epoch)
 	for _, h := range s.Hosts {

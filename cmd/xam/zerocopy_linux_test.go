@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,5 +140,88 @@ func TestFwQueues(t *testing.T) {
 		"--socket", filepath.Join(t.TempDir(), "j.sock"), "--queues", "0-1")
 	if code != 1 || !strings.Contains(errs, "MTU 9000 needs multi-buffer frames, which sockets on several queues (a shared UMEM) do not take") {
 		t.Errorf("--queues on MTU 9000: exit %d, %q", code, errs)
+	}
+}
+
+// TestFwTuneNAPI: `xam fw --tune-napi`, run where sysfs is the device's
+// namespace's (ip netns exec), sets napi_defer_hard_irqs and
+// gro_flush_timeout for preferred busy polling while it runs and puts the
+// values back when it stops; doctor advises it while they are 0. Through
+// --netns, where sysfs shows another namespace's devices, it refuses
+// rather than tune a device of the same name elsewhere. fw stats says why
+// a veth has no busy polling.
+func TestFwTuneNAPI(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("napi%d", os.Getpid()), Hosts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	h, peer := l.Hosts[0], l.Hosts[1]
+	sysfs := func() string {
+		t.Helper()
+		out, err := exec.Command("ip", "netns", "exec", h.NS, "cat", "/sys/class/net/eth0/napi_defer_hard_irqs", "/sys/class/net/eth0/gro_flush_timeout").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(strings.Fields(string(out)), " ")
+	}
+	if got := sysfs(); got != "0 0" {
+		t.Fatalf("a new veth's napi_defer_hard_irqs and gro_flush_timeout: %s", got)
+	}
+	sock := filepath.Join(t.TempDir(), "fw.sock")
+	args := []string{"fw", "--dev", "eth0", "--id", "1", "--host", "2=" + peer.MAC.String(), "--socket", sock, "--sleep", "1ms", "--tune-napi"}
+	if code, _, errs := xam(t, nil, append(args, "--netns", h.NS)...); code != 1 || !strings.Contains(errs, "--tune-napi: netdev: tuning eth0: sysfs shows another network namespace's devices") {
+		t.Errorf("--tune-napi through --netns: exit %d, %q", code, errs)
+	}
+	if got := sysfs(); got != "0 0" {
+		t.Fatalf("after the refusal: %s", got)
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", h.NS, os.Args[0]}, args...)...)
+	cmd.Env = append(os.Environ(), "XAM_TEST_AS_XAM=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	waitLine(t, sc, "xam fw: eth0: napi_defer_hard_irqs 2, gro_flush_timeout 200000 ns while the daemon runs")
+	waitLine(t, sc, "xam fw: AF_XDP socket on eth0 queue 0")
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	if got := sysfs(); got != "2 200000" {
+		t.Errorf("while the daemon runs: %s, want 2 200000", got)
+	}
+	var s daemon.Stats
+	for bound := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
+		if code == 0 && json.Unmarshal([]byte(out), &s) == nil {
+			break
+		}
+		if time.Now().After(bound) {
+			t.Fatal("no stats from the daemon")
+		}
+	}
+	if l := s.Link; l == nil || l.BusyPoll || !strings.Contains(l.BusyPollWhy, "no NAPI instance") {
+		t.Errorf("fw stats link: %+v", s.Link)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if got := sysfs(); got != "0 0" {
+		t.Errorf("after the daemon stopped: %s, want 0 0 again", got)
+	}
+	out, err := exec.Command("ip", "netns", "exec", h.NS, os.Args[0], "doctor", "--dev", "eth0", "--json").Output()
+	var doc struct {
+		Advice []string `json:"advice"`
+	}
+	if err != nil || json.Unmarshal(out, &doc) != nil || len(doc.Advice) != 1 || !strings.Contains(doc.Advice[0], "xam fw --tune-napi") {
+		t.Errorf("doctor's advice: %s (%v)", out, err)
 	}
 }

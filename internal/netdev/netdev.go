@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // XDP feature bits (NETDEV_XDP_ACT_*, include/uapi/linux/netdev.h).
@@ -181,4 +182,27 @@ func MissingBPF(caps map[string]bool) []string {
 		}
 	}
 	return missing
+}
+
+// Preferred busy polling (SO_PREFER_BUSY_POLL) keeps a device's
+// interrupts off while an application polls its queue, which it can do
+// only if the device defers them: napi_defer_hard_irqs above 0, and
+// gro_flush_timeout, the time after which they come back if nobody polls.
+// The kernel's documentation (busy_poll.rst) suggests 2 and 200 µs.
+const (
+	TunedDeferHardIRQs   = 2
+	TunedGROFlushTimeout = 200 * time.Microsecond
+)
+
+// NAPITuned reports whether d's settings let preferred busy polling keep
+// its interrupts off, and if not, the advice.
+func (d *Device) NAPITuned() (bool, string) {
+	if d.NapiDeferHardIRQs == "" {
+		return true, "" // not known here
+	}
+	if d.NapiDeferHardIRQs != "0" && d.GROFlushTimeout != "0" {
+		return true, ""
+	}
+	return false, fmt.Sprintf("%s: napi_defer_hard_irqs %s, gro_flush_timeout %s: preferred busy polling cannot keep the device's interrupts off; `xam fw --tune-napi` sets %d and %d ns for its run and restores them on exit",
+		d.Name, d.NapiDeferHardIRQs, d.GROFlushTimeout, TunedDeferHardIRQs, TunedGROFlushTimeout.Nanoseconds())
 }

@@ -65,6 +65,11 @@ type LinkInfo struct {
 	XSKWhy  string `json:"xsk_mode_why,omitempty"`
 	// Queues are the queues with a socket, with several (afxdp.Queues).
 	Queues []int `json:"queues,omitempty"`
+	// BusyPoll: preferred busy polling is in effect, on NAPI instance
+	// NAPIID; BusyPollWhy says why not, where it was asked for.
+	BusyPoll    bool   `json:"busy_poll"`
+	NAPIID      uint32 `json:"napi_id,omitempty"`
+	BusyPollWhy string `json:"busy_poll_why,omitempty"`
 }
 
 // linkInfo returns what Stats says of link, if it is an AF_XDP socket.
@@ -75,6 +80,16 @@ func linkInfo(link afxdp.Link) *LinkInfo {
 	}
 	i := s.Info()
 	l := &LinkInfo{Device: i.Ifname, Queue: i.Queue, MTU: i.MTU, MultiBuffer: i.MultiBuffer, XSKMode: "copy"}
+	l.BusyPoll, l.NAPIID = i.BusyPoll, i.NAPIID
+	switch {
+	case i.BusyPoll:
+	case i.Options.NoBusyPoll:
+		l.BusyPollWhy = "turned off (--busy-poll 0)"
+	case i.BusyPollErr != nil:
+		l.BusyPollWhy = i.BusyPollErr.Error()
+	case i.NAPIID == 0:
+		l.BusyPollWhy = "the queue has no NAPI instance (a veth's has none)"
+	}
 	if q, ok := link.(interface{ Sockets() []*afxdp.Socket }); ok {
 		for _, s := range q.Sockets() {
 			l.Queues = append(l.Queues, s.Info().Queue)
