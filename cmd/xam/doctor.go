@@ -109,6 +109,10 @@ func printDoctor(e *env, r *doctorReport) {
 		if d.NapiDeferHardIRQs != "" {
 			fmt.Fprintf(w, "busy polling     napi_defer_hard_irqs %s, gro_flush_timeout %s ns\n", d.NapiDeferHardIRQs, d.GROFlushTimeout)
 		}
+		if d.FeaturesKnown {
+			fmt.Fprintf(w, "XDP rx metadata  %s (what the driver gives XDP programs: kfuncs)\n", orNone(d.RxMetadata))
+			fmt.Fprintf(w, "AF_XDP tx meta   %s\n", orNone(d.XSKFeatures))
+		}
 		fmt.Fprintf(w, "XDP mode         %s: %s\n", d.XDPMode, d.XDPWhy)
 		fmt.Fprintf(w, "AF_XDP mode      %s: %s\n", d.XSKMode, d.XSKWhy)
 		fmt.Fprintf(w, "multi-buffer     %s: %s; frames up to MTU %d\n", yes(d.MultiBuffer), d.MultiBufferWhy, d.MaxMTU)
@@ -120,4 +124,12 @@ func printDoctor(e *env, r *doctorReport) {
 	if r.OK {
 		fmt.Fprintln(w, "ok: xam can run here")
 	}
+}
+
+// orNone joins names, or says none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, " ")
 }

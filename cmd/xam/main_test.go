@@ -269,11 +269,13 @@ func TestDoctor(t *testing.T) {
 	var r struct {
 		OK     bool
 		Device struct {
-			Driver      string `json:"driver"`
-			XDPMode     string `json:"xdp_mode"`
-			XSKMode     string `json:"xsk_mode"`
-			MultiBuffer bool   `json:"multi_buffer"`
-			MaxMTU      int    `json:"max_mtu"`
+			Driver      string   `json:"driver"`
+			XDPMode     string   `json:"xdp_mode"`
+			XSKMode     string   `json:"xsk_mode"`
+			MultiBuffer bool     `json:"multi_buffer"`
+			MaxMTU      int      `json:"max_mtu"`
+			RxMetadata  []string `json:"xdp_rx_metadata"`
+			XSKFeatures []string `json:"xsk_features"`
 		}
 		System struct {
 			Kernel      string `json:"kernel"`
@@ -285,6 +287,11 @@ func TestDoctor(t *testing.T) {
 	}
 	if !r.OK || r.Device.Driver != "veth" || r.Device.XDPMode != "generic" || r.Device.XSKMode != "copy" {
 		t.Errorf("doctor report %+v", r)
+	}
+	// veth gives XDP programs a timestamp (none from hardware) and a hash
+	// (Linux 6.3 and later), and takes no AF_XDP transmit metadata.
+	if !slices.Contains(r.Device.RxMetadata, "timestamp") || !slices.Contains(r.Device.RxMetadata, "hash") || r.Device.XSKFeatures == nil || len(r.Device.XSKFeatures) != 0 {
+		t.Errorf("doctor: rx metadata %q, AF_XDP tx metadata %q", r.Device.RxMetadata, r.Device.XSKFeatures)
 	}
 	// veth in generic mode carries multi-buffer frames wherever the kernel has them.
 	mb := netdev.KernelAtLeast(r.System.Kernel, netdev.MultiBufferKernel[0], netdev.MultiBufferKernel[1])

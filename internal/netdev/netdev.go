@@ -28,15 +28,26 @@ const (
 
 var xdpFeatureNames = []string{"basic", "redirect", "ndo-xmit", "xsk-zerocopy", "hw-offload", "rx-sg", "ndo-xmit-sg"}
 
+// The XDP receive metadata a driver gives programs through kfuncs
+// (NETDEV_XDP_RX_METADATA_*, Linux 6.3 and later), and the AF_XDP
+// transmit metadata it takes (NETDEV_XSK_FLAGS_*, 6.8 and later).
+var (
+	rxMetadataNames = []string{"timestamp", "hash", "vlan-tag"}
+	xskFeatureNames = []string{"tx-timestamp", "tx-checksum", "tx-launch-time-fifo"}
+)
+
 // XDPFeatureNames returns the names of the bits set in f.
-func XDPFeatureNames(f uint64) []string {
-	var names []string
-	for i, n := range xdpFeatureNames {
+func XDPFeatureNames(f uint64) []string { return bitNames(f, xdpFeatureNames) }
+
+// bitNames returns the names of the bits set in f.
+func bitNames(f uint64, names []string) []string {
+	list := []string{}
+	for i, n := range names {
 		if f&(1<<i) != 0 {
-			names = append(names, n)
+			list = append(list, n)
 		}
 	}
-	return names
+	return list
 }
 
 // Device describes one network device.
@@ -51,6 +62,12 @@ type Device struct {
 	XDPFeatures   []string `json:"xdp_features"`
 	XDPFeatureSet uint64   `json:"-"`
 	ZCMaxSegs     uint32   `json:"xdp_zc_max_segs"`
+	// RxMetadata is the receive metadata the driver gives XDP programs
+	// (timestamp, hash, vlan-tag; kfuncs, device-bound programs);
+	// XSKFeatures the AF_XDP transmit metadata it takes (tx-timestamp,
+	// tx-checksum, tx-launch-time-fifo).
+	RxMetadata    []string `json:"xdp_rx_metadata"`
+	XSKFeatures   []string `json:"xsk_features"`
 	FeaturesKnown bool     `json:"features_known"` // the kernel answered the netdev family query
 	// Busy polling (per device and system-wide).
 	NapiDeferHardIRQs string `json:"napi_defer_hard_irqs,omitempty"`
@@ -159,6 +176,14 @@ func parseDevAttrs(d *Device, attrs map[uint16][]byte) {
 	if v, ok := attrs[4]; ok && len(v) >= 4 { // NETDEV_A_DEV_XDP_ZC_MAX_SEGS
 		d.ZCMaxSegs = binary.NativeEndian.Uint32(v)
 	}
+	var meta, xsk uint64
+	if v, ok := attrs[5]; ok && len(v) >= 8 { // NETDEV_A_DEV_XDP_RX_METADATA_FEATURES
+		meta = binary.NativeEndian.Uint64(v)
+	}
+	if v, ok := attrs[6]; ok && len(v) >= 8 { // NETDEV_A_DEV_XSK_FEATURES
+		xsk = binary.NativeEndian.Uint64(v)
+	}
+	d.RxMetadata, d.XSKFeatures = bitNames(meta, rxMetadataNames), bitNames(xsk, xskFeatureNames)
 	d.XDPFeatures = XDPFeatureNames(d.XDPFeatureSet)
 	d.FeaturesKnown = true
 }
