@@ -463,9 +463,10 @@ func TestBenchSSAM(t *testing.T) {
 			Bulk float64 `json:"bulk_mb_per_s"`
 		} `json:"paper"`
 	}
-	// One document, with a member per benchmark run.
+	// One document, with a member per benchmark run and one of the
+	// sockets' AF_XDP mode.
 	var doc map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc) != 1 {
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc) != 2 || doc["xsk"] == nil {
 		t.Fatalf("%v: %d members\n%s", err, len(doc), out)
 	}
 	if err := json.Unmarshal(doc["ssam"], &r); err != nil {
