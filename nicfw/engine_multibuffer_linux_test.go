@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netnstest"
-	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -29,12 +29,11 @@ func TestEngineMultiBufferFaults(t *testing.T) {
 }
 
 func testEngineMultiBufferFaults(t *testing.T, mode loader.Mode) {
-	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	mtu := datapath.MaxMTU(true)
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1), netnstest.WithMTU(mtu))
-	n := &engNet{}
 	var progs []*loader.Program
-	for i, h := range []*netnstest.Host{v.A, v.B} {
+	cfg := EngineConfig{Window: 8, Transport: transport.Config{RetransmitAfter: 5 * time.Millisecond, GiveUpAfter: time.Minute}}
+	n := newEngNetOn(t, v, cfg, nil, func(i int, h *netnstest.Host) afxdp.Link {
 		e, err := datapath.Open(datapath.Place{Ifindex: h.Index, MAC: h.MAC, Do: h.Do}, mode, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -47,30 +46,13 @@ func testEngineMultiBufferFaults(t *testing.T, mode loader.Mode) {
 			t.Fatal(err)
 		}
 		progs = append(progs, e.Prog)
-		eng, err := NewEngine(e.Sock, EngineConfig{Host: []HostID{hostA, hostB}[i], Window: 8,
-			Transport: transport.Config{RetransmitAfter: 5 * time.Millisecond, GiveUpAfter: time.Minute}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { eng.Close() })
-		hh := &engHost{eng: eng, views: make(map[EndpointID]*endpoint.View)}
-		if i == 0 {
-			n.a = hh
-		} else {
-			n.b = hh
-		}
-	}
-	if err := n.a.eng.AddHost(hostB, v.B.MAC); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.b.eng.AddHost(hostA, v.A.MAC); err != nil {
-		t.Fatal(err)
-	}
+		return e.Sock
+	})
 	if got, want := n.a.eng.MaxPayload(), transport.MaxPayloadLimit(transport.DefaultChannels); got != want {
 		t.Fatalf("MaxPayload %d on MTU %d, want %d", got, mtu, want)
 	}
-	cfg := endpoint.Config{StagingSize: 1 << 20}
-	a1, _, b1, _ := twoNets(t, n, cfg, cfg)
+	ecfg := endpoint.Config{StagingSize: 1 << 20}
+	a1, _, b1, _ := twoNets(t, n, ecfg, ecfg)
 	const length, messages = 64 << 10, 40
 	var got []received
 	for i := range messages {

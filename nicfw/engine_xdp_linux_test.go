@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -24,11 +25,22 @@ func newXDPEngNet(t *testing.T, cfg EngineConfig, drop float64) *engNet {
 // newXDPEngNetWith is newXDPEngNet with per as in newEngNetWith.
 func newXDPEngNetWith(t *testing.T, cfg EngineConfig, drop float64, per func(HostID, *EngineConfig)) *engNet {
 	t.Helper()
-	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	return newEngNetOn(t, v, cfg, per, func(i int, h *netnstest.Host) afxdp.Link {
+		_, sock := xdptest.OpenHost(t, h, drop, uint64(11+i))
+		return sock
+	})
+}
+
+// newEngNetOn starts engines A and B (cfg, adjusted per host by per if it
+// is not nil) on the links that open gives for the ends of v, and tells
+// each of the other.
+func newEngNetOn(t *testing.T, v *netnstest.Pair, cfg EngineConfig, per func(HostID, *EngineConfig), open func(i int, h *netnstest.Host) afxdp.Link) *engNet {
+	t.Helper()
+	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	n := &engNet{}
 	for i, h := range []*netnstest.Host{v.A, v.B} {
-		_, sock := xdptest.OpenHost(t, h, drop, uint64(11+i))
+		sock := open(i, h)
 		c := cfg
 		c.Host = []HostID{hostA, hostB}[i]
 		if per != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/testenv"
+	"github.com/xam-project/xam/lab"
 )
 
 // TestWiresharkDissector captures live lab traffic of three kinds with
@@ -36,65 +37,30 @@ func TestWiresharkDissector(t *testing.T) {
 	}
 	l, c := switchCapture(t, "wsk", defaultCaptureBuffer)
 	a, b := l.Hosts[0], l.Hosts[1]
-	path := filepath.Join(t.TempDir(), "xam.pcapng")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink, err := newCaptureSink(f, "ether", l.Switch.Ports[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stop sync.WaitGroup
-	var capErr error
-	var finished = make(chan struct{})
-	stop.Go(func() {
-		capErr = c.run(sink, 0, func() bool {
-			select {
-			case <-finished:
-				return true
-			default:
-				return false
-			}
-		})
-	})
-	pa := datapath.OnHost(a)
-	pb := datapath.OnHost(b)
-	cfg := bench.PingConfig{Count: 50, NoWarmup: true}
-	if _, err := bench.SSAMPing(pa, pb, cfg, 0, ssam.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bench.SSAMBulk(pa, pb, 100_000, 4000, 0, ssam.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil { // 32 bytes: four arguments, AAL5 PDUs
-		t.Fatal(err)
-	}
-	cfg.Size = 16 // two arguments: compact cells
-	if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil {
-		t.Fatal(err)
-	}
-	// Raw frames of one cell and of three: no protocol's, named so.
-	for _, size := range []int{8, 100} {
-		if _, err := bench.RawPing(pa, pb, bench.PingConfig{Count: 20, NoWarmup: true, Size: size}); err != nil {
+	path, st := captureFile(t, c, l, "xam.pcapng", func() {
+		pa := datapath.OnHost(a)
+		pb := datapath.OnHost(b)
+		cfg := bench.PingConfig{Count: 50, NoWarmup: true}
+		if _, err := bench.SSAMPing(pa, pb, cfg, 0, ssam.Config{}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// Everything sent has crossed the port by now (veth delivers inside
-	// the sender's system call); the capture drains its socket and stops.
-	close(finished)
-	stop.Wait()
-	if capErr != nil {
-		t.Fatal(capErr)
-	}
-	st := c.stats()
-	if err := sink.close(st.missed); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if os.Getenv("XAM_KEEP_CAPTURE") != "" {
-		exec.Command("cp", path, os.Getenv("XAM_KEEP_CAPTURE")).Run()
-	}
+		if _, err := bench.SSAMBulk(pa, pb, 100_000, 4000, 0, ssam.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil { // 32 bytes: four arguments, AAL5 PDUs
+			t.Fatal(err)
+		}
+		cfg.Size = 16 // two arguments: compact cells
+		if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil {
+			t.Fatal(err)
+		}
+		// Raw frames of one cell and of three: no protocol's, named so.
+		for _, size := range []int{8, 100} {
+			if _, err := bench.RawPing(pa, pb, bench.PingConfig{Count: 20, NoWarmup: true, Size: size}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 	if st.frames == 0 || st.missed != 0 || st.pdus == 0 {
 		t.Fatalf("captured %d frames, %d PDUs, missed %d", st.frames, st.pdus, st.missed)
 	}
@@ -309,51 +275,18 @@ func TestWiresharkDissectorJumbo(t *testing.T) {
 	}
 	mtu := datapath.MaxMTU(true)
 	l, c := switchCaptureMTU(t, "wsj", defaultCaptureBuffer, mtu)
-	path := filepath.Join(t.TempDir(), "jumbo.pcapng")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink, err := newCaptureSink(f, "ether", l.Switch.Ports[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stop sync.WaitGroup
-	var capErr error
-	finished := make(chan struct{})
-	stop.Go(func() {
-		capErr = c.run(sink, 0, func() bool {
-			select {
-			case <-finished:
-				return true
-			default:
-				return false
-			}
-		})
+	path, st := captureFile(t, c, l, "jumbo.pcapng", func() {
+		pa, pb := datapath.OnHost(l.Hosts[0]), datapath.OnHost(l.Hosts[1])
+		if _, err := bench.GRIMPing(pa, pb, bench.PingConfig{Count: 10, NoWarmup: true, Size: 48 << 10}, 0, false, bench.FirmwareLayout{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bench.SSAMBulk(pa, pb, 100_000, 8192, 0, ssam.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bench.RawPing(pa, pb, bench.PingConfig{Count: 10, NoWarmup: true, Size: 58000}); err != nil {
+			t.Fatal(err)
+		}
 	})
-	pa, pb := datapath.OnHost(l.Hosts[0]), datapath.OnHost(l.Hosts[1])
-	if _, err := bench.GRIMPing(pa, pb, bench.PingConfig{Count: 10, NoWarmup: true, Size: 48 << 10}, 0, false, bench.FirmwareLayout{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bench.SSAMBulk(pa, pb, 100_000, 8192, 0, ssam.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bench.RawPing(pa, pb, bench.PingConfig{Count: 10, NoWarmup: true, Size: 58000}); err != nil {
-		t.Fatal(err)
-	}
-	close(finished)
-	stop.Wait()
-	if capErr != nil {
-		t.Fatal(capErr)
-	}
-	st := c.stats()
-	if err := sink.close(st.missed); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if k := os.Getenv("XAM_KEEP_CAPTURE"); k != "" {
-		exec.Command("cp", path, k).Run()
-	}
 	if st.frames == 0 || st.missed != 0 {
 		t.Fatalf("captured %d frames, missed %d", st.frames, st.missed)
 	}
@@ -403,4 +336,51 @@ func TestWiresharkDissectorJumbo(t *testing.T) {
 		t.Errorf("frames past 4 KB: %d in all, %d raw (want %d), %d of the transport (want at least 10)", big, raw, 2*10, transport)
 	}
 	t.Logf("%d frames, %d past 4 KB", st.frames, big)
+}
+
+// captureFile captures, with `xam capture --format ether`'s sink, what
+// crosses the lab's first switch port while traffic runs, into a file
+// name in a temporary directory (copied to $XAM_KEEP_CAPTURE if set), and
+// returns its path and what the capture counted.
+func captureFile(t *testing.T, c *capturer, l *lab.Lab, name string, traffic func()) (string, captureStats) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sink, err := newCaptureSink(f, "ether", l.Switch.Ports[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop sync.WaitGroup
+	var capErr error
+	finished := make(chan struct{})
+	stop.Go(func() {
+		capErr = c.run(sink, 0, func() bool {
+			select {
+			case <-finished:
+				return true
+			default:
+				return false
+			}
+		})
+	})
+	traffic()
+	// Everything sent has crossed the port by now (veth delivers inside
+	// the sender's system call); the capture drains its socket and stops.
+	close(finished)
+	stop.Wait()
+	if capErr != nil {
+		t.Fatal(capErr)
+	}
+	st := c.stats()
+	if err := sink.close(st.missed); err != nil {
+		t.Fatal(err)
+	}
+	if k := os.Getenv("XAM_KEEP_CAPTURE"); k != "" {
+		exec.Command("cp", path, k).Run()
+	}
+	return path, st
 }

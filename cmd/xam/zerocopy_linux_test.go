@@ -65,21 +65,12 @@ func TestZeroCopyFlag(t *testing.T) {
 		t.Errorf("xam fw --zerocopy require on veth: exit %d, %q", code, errs)
 	}
 	_, _, stderr := xamProcess(t, fw("auto")...)
-	seen := waitLine(t, stderr, "xam fw: AF_XDP socket on eth0 queue 0 in copy mode (--zerocopy auto): eth0 refused zero-copy")
+	waitLine(t, stderr, "xam fw: AF_XDP socket on eth0 queue 0 in copy mode (--zerocopy auto): eth0 refused zero-copy")
 	go func() {
 		for stderr.Scan() {
 		}
 	}()
-	var s daemon.Stats
-	for bound := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
-		if code == 0 && json.Unmarshal([]byte(out), &s) == nil {
-			break
-		}
-		if time.Now().After(bound) {
-			t.Fatalf("no stats from the daemon; it said:\n%s", seen)
-		}
-	}
+	s := fwStats(t, sock)
 	if l := s.Link; l == nil || l.Device != "eth0" || l.MTU != 9000 || !l.MultiBuffer || l.XSKMode != "copy" || !strings.Contains(l.XSKWhy, "zero-copy refused") {
 		t.Errorf("fw stats link: %+v", s.Link)
 	}
@@ -113,16 +104,7 @@ func TestFwQueues(t *testing.T) {
 		for stderr.Scan() {
 		}
 	}()
-	var s daemon.Stats
-	for bound := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
-		if code == 0 && json.Unmarshal([]byte(out), &s) == nil {
-			break
-		}
-		if time.Now().After(bound) {
-			t.Fatal("no stats from the daemon")
-		}
-	}
+	s := fwStats(t, sock)
 	if l := s.Link; l == nil || fmt.Sprint(l.Queues) != "[0 1 2 3]" {
 		t.Errorf("fw stats link: %+v", s.Link)
 	}
@@ -197,16 +179,7 @@ func TestFwTuneNAPI(t *testing.T) {
 	if got := sysfs(); got != "2 200000" {
 		t.Errorf("while the daemon runs: %s, want 2 200000", got)
 	}
-	var s daemon.Stats
-	for bound := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
-		if code == 0 && json.Unmarshal([]byte(out), &s) == nil {
-			break
-		}
-		if time.Now().After(bound) {
-			t.Fatal("no stats from the daemon")
-		}
-	}
+	s := fwStats(t, sock)
 	if l := s.Link; l == nil || l.BusyPoll || !strings.Contains(l.BusyPollWhy, "no NAPI instance") {
 		t.Errorf("fw stats link: %+v", s.Link)
 	}
@@ -223,5 +196,21 @@ func TestFwTuneNAPI(t *testing.T) {
 	}
 	if err != nil || json.Unmarshal(out, &doc) != nil || len(doc.Advice) != 1 || !strings.Contains(doc.Advice[0], "xam fw --tune-napi") {
 		t.Errorf("doctor's advice: %s (%v)", out, err)
+	}
+}
+
+// fwStats returns the statistics of the daemon at sock, asked with `xam
+// fw stats --json` until it answers (it may be starting).
+func fwStats(t *testing.T, sock string) daemon.Stats {
+	t.Helper()
+	for bound := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		var s daemon.Stats
+		code, out, errs := xam(t, nil, "fw", "stats", "--socket", sock, "--json")
+		if code == 0 && json.Unmarshal([]byte(out), &s) == nil {
+			return s
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("no stats from the daemon at %s: %s", sock, errs)
+		}
 	}
 }
