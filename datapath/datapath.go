@@ -138,6 +138,12 @@ func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []ui
 		if e.Att, err = e.Prog.Attach(p.Ifindex, mode); err != nil {
 			return err
 		}
+		var copyWhy string
+		if opts.Mode == afxdp.ModeAuto {
+			if copyWhy = noZeroCopy(devName(p)); copyWhy != "" {
+				opts.Mode = afxdp.ModeCopy // no bind that is sure to fail
+			}
+		}
 		var socks []*afxdp.Socket
 		if len(queues) == 1 {
 			var s *afxdp.Socket
@@ -168,7 +174,7 @@ func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []ui
 			}
 		}
 		for i, s := range socks {
-			noteXSK(devName(p), s.Info())
+			noteXSK(devName(p), s.Info(), copyWhy)
 			if err := e.Prog.Register(queues[i], s.FD()); err != nil {
 				return err
 			}

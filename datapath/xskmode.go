@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/internal/netdev"
 )
 
 // The AF_XDP bind mode. Open and OpenConfig bind their sockets in the
@@ -115,8 +116,21 @@ func XSKInUse() XSKUse {
 	return u
 }
 
-// noteXSK records the mode of a socket opened on dev.
-func noteXSK(dev string, info afxdp.Info) {
+// noZeroCopy is why a socket on dev is bound in copy mode without trying
+// zero-copy in auto mode: the driver does not offer it, as the kernel's
+// netdev family says ("" when it offers it, or the kernel cannot say: the
+// bind then tries).
+func noZeroCopy(dev string) string {
+	d, err := netdev.Describe(dev)
+	if err != nil || !d.FeaturesKnown || d.XDPFeatureSet&netdev.XDPXSKZeroCopy != 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s's driver (%s) has no AF_XDP zero-copy (netdev xdp-features)", dev, d.Driver)
+}
+
+// noteXSK records the mode of a socket opened on dev; why, if not "", is
+// why it was bound in copy mode (noZeroCopy).
+func noteXSK(dev string, info afxdp.Info, why string) {
 	xsk.Lock()
 	defer xsk.Unlock()
 	if info.ZeroCopy {
@@ -128,6 +142,8 @@ func noteXSK(dev string, info afxdp.Info) {
 		return
 	}
 	switch {
+	case why != "":
+		xsk.why = why
 	case info.ZeroCopyErr != nil:
 		xsk.why = fmt.Sprintf("%s refused zero-copy: %v", dev, info.ZeroCopyErr)
 	case info.Options.Mode == afxdp.ModeCopy:

@@ -433,7 +433,9 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 			return err
 		}
 	}
-	d, err = daemon.New(raw.Link(), c.daemonConfig(e))
+	dcfg := c.daemonConfig(e)
+	dcfg.CopyWhy = datapath.XSKInUse().Why
+	d, err = daemon.New(raw.Link(), dcfg)
 	if err != nil {
 		return err
 	}

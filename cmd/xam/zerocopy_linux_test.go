@@ -30,7 +30,7 @@ func TestZeroCopyFlag(t *testing.T) {
 			t.Errorf("%v --zerocopy require on veth: exit %d, %q", args, code, errs)
 		}
 	}
-	for _, c := range []struct{ policy, why string }{{"auto", "eth0 refused zero-copy"}, {"off", "--zerocopy off"}} {
+	for _, c := range []struct{ policy, why string }{{"auto", "eth0's driver (veth) has no AF_XDP zero-copy"}, {"off", "--zerocopy off"}} {
 		code, out, errs := xam(t, nil, "ping", "--count", "10", "--zerocopy", c.policy, "--json")
 		var r struct {
 			Config struct {
@@ -65,16 +65,16 @@ func TestZeroCopyFlag(t *testing.T) {
 		t.Errorf("xam fw --zerocopy require on veth: exit %d, %q", code, errs)
 	}
 	_, _, stderr := xamProcess(t, fw("auto")...)
-	waitLine(t, stderr, "xam fw: AF_XDP socket on eth0 queue 0 in copy mode (--zerocopy auto): eth0 refused zero-copy")
+	waitLine(t, stderr, "xam fw: AF_XDP socket on eth0 queue 0 in copy mode (--zerocopy auto): eth0's driver (veth) has no AF_XDP zero-copy")
 	go func() {
 		for stderr.Scan() {
 		}
 	}()
 	s := fwStats(t, sock)
-	if l := s.Link; l == nil || l.Device != "eth0" || l.MTU != 9000 || !l.MultiBuffer || l.XSKMode != "copy" || !strings.Contains(l.XSKWhy, "zero-copy refused") {
+	if l := s.Link; l == nil || l.Device != "eth0" || l.MTU != 9000 || !l.MultiBuffer || l.XSKMode != "copy" || !strings.Contains(l.XSKWhy, "has no AF_XDP zero-copy") {
 		t.Errorf("fw stats link: %+v", s.Link)
 	}
-	if code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock); code != 0 || !strings.Contains(out, "link: eth0 queue 0, MTU 9000, multi-buffer frames, AF_XDP in copy mode: zero-copy refused") {
+	if code, out, _ := xam(t, nil, "fw", "stats", "--socket", sock); code != 0 || !strings.Contains(out, "link: eth0 queue 0, MTU 9000, multi-buffer frames, AF_XDP in copy mode: eth0's driver (veth) has no AF_XDP zero-copy") {
 		t.Errorf("fw stats: exit %d\n%s", code, out)
 	}
 }

@@ -56,6 +56,10 @@ const (
 type Config struct {
 	// Engine configures the engine.
 	Engine nicfw.EngineConfig
+	// CopyWhy, when the link is an AF_XDP socket in copy mode, says why,
+	// as whoever opened it knows (Stats.Link; e.g. the driver offers no
+	// zero-copy). Empty: the socket's Info says what it can.
+	CopyWhy string
 	// Hosts is the host table: every peer host and its MAC.
 	Hosts map[nicfw.HostID]net.HardwareAddr
 	// Map, if set, runs the mapper protocol on the link with this

@@ -72,8 +72,9 @@ type LinkInfo struct {
 	BusyPollWhy string `json:"busy_poll_why,omitempty"`
 }
 
-// linkInfo returns what Stats says of link, if it is an AF_XDP socket.
-func linkInfo(link afxdp.Link) *LinkInfo {
+// linkInfo returns what Stats says of link, if it is an AF_XDP socket;
+// copyWhy is Config.CopyWhy.
+func linkInfo(link afxdp.Link, copyWhy string) *LinkInfo {
 	s, ok := link.(interface{ Info() afxdp.Info })
 	if !ok {
 		return nil
@@ -98,6 +99,8 @@ func linkInfo(link afxdp.Link) *LinkInfo {
 	switch {
 	case i.ZeroCopy:
 		l.XSKMode = "zero-copy"
+	case copyWhy != "":
+		l.XSKWhy = copyWhy
 	case i.ZeroCopyErr != nil:
 		l.XSKWhy = "zero-copy refused: " + i.ZeroCopyErr.Error()
 	case i.Options.Mode == afxdp.ModeCopy:
@@ -136,7 +139,7 @@ func (d *Daemon) statsNow() Stats {
 		Endpoints: d.eng.Endpoints(), Connections: len(d.conns), Refused: d.refused, Sleeps: d.sleeps, BigReleased: d.bigReleased.Load(),
 		Engine: d.eng.Stats(), Transport: d.eng.TransportStats(), Residency: d.eng.ResidencyStats(),
 		Epoch: d.epoch, List: d.eng.EndpointList(), Peers: d.eng.PeerList(), Networks: d.networksFor(&peer{privileged: true}),
-		Link: linkInfo(d.link),
+		Link: linkInfo(d.link, d.cfg.CopyWhy),
 	}
 	for id, mac := range d.hosts {
 		s.Hosts = append(s.Hosts, Host{ID: id, MAC: mac.String()})
