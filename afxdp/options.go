@@ -49,8 +49,9 @@ type Options struct {
 	FrameSize int
 
 	// Headroom is extra room, in bytes, that the kernel leaves in front of
-	// every received frame (the UMEM headroom); default 0. It lowers the
-	// largest frame by the same amount.
+	// every received frame (the UMEM headroom); default 0. Without
+	// MultiBuffer it lowers the largest frame by the same amount; with it,
+	// a frame takes one more chunk where it needs to.
 	Headroom int
 
 	// RxSize, FillSize, TxSize and CompletionSize are the numbers of

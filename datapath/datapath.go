@@ -159,7 +159,7 @@ func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []ui
 		}
 		if err != nil {
 			if opts.Mode == afxdp.ModeZeroCopy {
-				err = zeroCopyError(devName(p), err)
+				err = zeroCopyError(p, err)
 			}
 			return err
 		}

@@ -151,12 +151,17 @@ func noteXSK(dev string, info afxdp.Info, why string) {
 	}
 }
 
-// zeroCopyError explains a socket that could not bind in zero-copy mode
-// when the policy requires it.
-func zeroCopyError(dev string, err error) error {
+// zeroCopyError explains a socket on p's device that could not bind in
+// zero-copy mode when the policy requires it.
+func zeroCopyError(p Place, err error) error {
 	if !errors.Is(err, afxdp.ErrNotSupported) {
 		return err
 	}
+	dev, doctor := devName(p), "xam doctor --dev "+devName(p)
+	if p.Netns != "" {
+		doctor += " --netns " + p.Netns
+		dev += " (in network namespace " + p.Netns + ")"
+	}
 	return fmt.Errorf("zero-copy required (--zerocopy require), and device %s refuses it: %w; "+
-		"`xam doctor --dev %s` shows what its driver offers, and --zerocopy auto runs in copy mode, saying so", dev, err, dev)
+		"`%s` shows what its driver offers, and --zerocopy auto runs in copy mode, saying so", dev, err, doctor)
 }

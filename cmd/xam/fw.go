@@ -489,7 +489,7 @@ func devicePlace(dev, ns string) (datapath.Place, error) {
 		return datapath.Place{}, fmt.Errorf("device %s in %s: %w", dev, ns, err)
 	}
 	// The namespace stays open for the life of the command.
-	return datapath.Place{Ifindex: link.Attrs().Index, MAC: link.Attrs().HardwareAddr, Do: n.Do}, nil
+	return datapath.Place{Ifindex: link.Attrs().Index, MAC: link.Attrs().HardwareAddr, Do: n.Do, Dev: dev, Netns: ns}, nil
 }
 
 func dirOf(path string) string {

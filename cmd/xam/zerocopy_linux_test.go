@@ -26,7 +26,7 @@ func TestZeroCopyFlag(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	for _, args := range [][]string{{"ping", "--count", "10"}, {"ping", "--api", "amii", "--count", "10"}} {
 		code, _, errs := xam(t, nil, append(args, "--zerocopy", "require")...)
-		if code != 1 || !strings.Contains(errs, "zero-copy required (--zerocopy require), and device eth0 refuses it") {
+		if code != 1 || !strings.Contains(errs, "zero-copy required (--zerocopy require), and device eth0 (in network namespace ") || !strings.Contains(errs, "refuses it") {
 			t.Errorf("%v --zerocopy require on veth: exit %d, %q", args, code, errs)
 		}
 	}
@@ -61,7 +61,7 @@ func TestZeroCopyFlag(t *testing.T) {
 	fw := func(policy string) []string {
 		return []string{"fw", "--dev", h.Link, "--netns", h.NS, "--id", "1", "--host", "2=" + peer.MAC.String(), "--socket", sock, "--sleep", "1ms", "--zerocopy", policy}
 	}
-	if code, _, errs := xam(t, nil, fw("require")...); code != 1 || !strings.Contains(errs, "zero-copy required (--zerocopy require), and device eth0 refuses it") {
+	if code, _, errs := xam(t, nil, fw("require")...); code != 1 || !strings.Contains(errs, "zero-copy required (--zerocopy require), and device eth0 (in network namespace ") || !strings.Contains(errs, "refuses it") {
 		t.Errorf("xam fw --zerocopy require on veth: exit %d, %q", code, errs)
 	}
 	_, _, stderr := xamProcess(t, fw("auto")...)
