@@ -15,8 +15,9 @@ import (
 // TestOpenQueues: a veth pair of 4 queues, whose sender transmits on
 // every queue, so that B receives on every queue. With a socket on queue
 // 0 only, B's program finds no socket for the frames of the other queues
-// (RedirectMiss) and they never arrive; opened on all four
-// (OpenQueues), B receives every frame, once, through its one Link.
+// (RedirectMiss, and per queue QueueCounters) and they never arrive;
+// opened on all four (OpenQueues), B receives every frame, once, through
+// its one Link.
 func TestOpenQueues(t *testing.T) {
 	const queues, perQueue = 4, 200
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(queues))
@@ -87,9 +88,25 @@ func TestOpenQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	qs, err := one.Prog.QueueCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
 	one.Close()
 	if len(got) >= queues*perQueue || c.RedirectMiss == 0 {
 		t.Fatalf("one socket on queue 0 received %d of %d frames, %d found no socket: the frames did not spread over the queues", len(got), queues*perQueue, c.RedirectMiss)
+	}
+	// The program says on which queues they landed, and which had no socket.
+	var frames, missed uint64
+	for _, q := range qs {
+		frames += q.Frames
+		missed += q.NoSocket
+		if q.Queue == 0 && q.NoSocket != 0 || q.Queue != 0 && q.NoSocket != q.Frames {
+			t.Errorf("queue %d: %d frames, %d without a socket (the socket is on queue 0)", q.Queue, q.Frames, q.NoSocket)
+		}
+	}
+	if frames != queues*perQueue || missed != c.RedirectMiss || len(qs) < 2 {
+		t.Errorf("per queue %+v: %d frames, %d missed; want %d and %d", qs, frames, missed, queues*perQueue, c.RedirectMiss)
 	}
 
 	b, err := OpenQueues(at(p.B), loader.ModeGeneric, all)
@@ -111,6 +128,15 @@ func TestOpenQueues(t *testing.T) {
 	}
 	if c, err := b.Prog.Counters(); err != nil || c.RedirectMiss != 0 {
 		t.Errorf("with a socket on every queue: %+v, %v", c, err)
+	}
+	if qs, err := b.Prog.QueueCounters(); err != nil || len(qs) < 2 {
+		t.Errorf("with a socket on every queue, per queue: %+v, %v", qs, err)
+	} else {
+		for _, q := range qs {
+			if q.NoSocket != 0 {
+				t.Errorf("queue %d: %d frames without a socket", q.Queue, q.NoSocket)
+			}
+		}
 	}
 	t.Logf("one queue: %d received, %d without a socket; four queues: %d received", c.Received-c.RedirectMiss, c.RedirectMiss, len(got))
 }

@@ -262,6 +262,16 @@ type Counters struct {
 	NotAdmitted    uint64 `json:"not_admitted"`    // frames dropped for a cell of an unadmitted VPI/VCI
 }
 
+// QueueCount is what the program counted on one receive queue: the
+// frames of xam's that reached its redirect (Redirected and RedirectMiss),
+// and those of them that found no socket on the queue, passed to the
+// kernel, which drops them.
+type QueueCount struct {
+	Queue    int    `json:"queue"`
+	Frames   uint64 `json:"frames"`
+	NoSocket uint64 `json:"no_socket"`
+}
+
 // Duplicate configures the duplicator.
 type Duplicate struct {
 	// EtherType of the frames to duplicate; 0 means DefaultEtherType.

@@ -21,6 +21,7 @@ func (p *Program) Close() error                                       { return n
 func (p *Program) Register(queue int, xskFD int) error                { return ErrNotSupported }
 func (p *Program) Unregister(queue int) error                         { return ErrNotSupported }
 func (p *Program) Counters() (Counters, error)                        { return Counters{}, ErrNotSupported }
+func (p *Program) QueueCounters() ([]QueueCount, error)               { return nil, ErrNotSupported }
 func (p *Program) SetFaults(f Faults) error                           { return ErrNotSupported }
 func (p *Program) Admit(vpi, vci uint16) error                        { return ErrNotSupported }
 func (p *Program) Revoke(vpi, vci uint16) error                       { return ErrNotSupported }
@@ -50,3 +51,6 @@ func (d *Duplicator) Close() error                            { return nil }
 
 // CountersOn returns ErrNotSupported: XDP needs Linux.
 func CountersOn(ifindex int) (Counters, error) { return Counters{}, ErrNotSupported }
+
+// QueueCountersOn returns ErrNotSupported: XDP needs Linux.
+func QueueCountersOn(ifindex int) ([]QueueCount, error) { return nil, ErrNotSupported }

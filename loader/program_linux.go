@@ -20,11 +20,13 @@ type xdpObjects struct {
 	FaultCfg *ebpf.Map     `ebpf:"fault_cfg"`
 	Rng      *ebpf.Map     `ebpf:"rng"`
 	Circuits *ebpf.Map     `ebpf:"circuits"`
+	// QueueStats counts per receive queue (QueueCounters).
+	QueueStats *ebpf.Map `ebpf:"queue_stats"`
 }
 
 func (o *xdpObjects) close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{o.Prog, o.Xsks, o.Stats, o.FaultCfg, o.Rng, o.Circuits} {
+	for _, c := range []interface{ Close() error }{o.Prog, o.Xsks, o.Stats, o.FaultCfg, o.Rng, o.Circuits, o.QueueStats} {
 		if err := c.Close(); err != nil {
 			errs = append(errs, err)
 		}
@@ -57,6 +59,7 @@ func Load(cfg Config) (*Program, error) {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
 	spec.Maps[xamMapXsks].MaxEntries = uint32(cfg.MaxQueues)
+	spec.Maps[xamMapQueueStats].MaxEntries = uint32(cfg.MaxQueues)
 	spec.Maps[xamMapCircuits].MaxEntries = uint32(cfg.MaxCircuits)
 	var mac [6]byte
 	copy(mac[:], cfg.DstMAC)
@@ -175,6 +178,37 @@ func (p *Program) Counters() (Counters, error) {
 		return Counters{}, err
 	}
 	return readCounters(p.objs.Stats)
+}
+
+// QueueCounters returns, for each receive queue on which frames of xam's
+// reached the program's redirect, how many, and how many of them found no
+// socket registered for their queue (Counters.RedirectMiss, per queue).
+func (p *Program) QueueCounters() ([]QueueCount, error) {
+	if err := p.usable(); err != nil {
+		return nil, err
+	}
+	return readQueueCounters(p.objs.QueueStats)
+}
+
+// readQueueCounters sums the per-CPU counters of every queue in the
+// program's queue_stats map, and lists the queues that saw frames.
+func readQueueCounters(m *ebpf.Map) ([]QueueCount, error) {
+	var qs []QueueCount
+	var per []xamQueueCounters
+	for q := uint32(0); q < m.MaxEntries(); q++ {
+		if err := m.Lookup(q, &per); err != nil {
+			return nil, fmt.Errorf("loader: reading queue %d's counters: %w", q, err)
+		}
+		c := QueueCount{Queue: int(q)}
+		for _, v := range per {
+			c.Frames += v.Frames
+			c.NoSocket += v.NoSocket
+		}
+		if c.Frames > 0 {
+			qs = append(qs, c)
+		}
+	}
+	return qs, nil
 }
 
 // readCounters sums the per-CPU counters in the program's stats map.

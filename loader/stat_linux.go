@@ -12,25 +12,47 @@ import (
 // process attached it: it finds the program through the device, and the
 // program's counters map through the program.
 func CountersOn(ifindex int) (Counters, error) {
+	var c Counters
+	err := withMapOn(ifindex, xamMapStats, func(m *ebpf.Map) (err error) {
+		c, err = readCounters(m)
+		return err
+	})
+	return c, err
+}
+
+// QueueCountersOn is QueueCounters of xam's program attached to device
+// ifindex, from any process, as CountersOn.
+func QueueCountersOn(ifindex int) ([]QueueCount, error) {
+	var qs []QueueCount
+	err := withMapOn(ifindex, xamMapQueueStats, func(m *ebpf.Map) (err error) {
+		qs, err = readQueueCounters(m)
+		return err
+	})
+	return qs, err
+}
+
+// withMapOn calls f with the map called name of xam's program attached
+// to device ifindex.
+func withMapOn(ifindex int, name string, f func(*ebpf.Map) error) error {
 	link, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
-		return Counters{}, fmt.Errorf("loader: device %d: %w", ifindex, err)
+		return fmt.Errorf("loader: device %d: %w", ifindex, err)
 	}
 	x := link.Attrs().Xdp
 	if x == nil || x.ProgId == 0 {
-		return Counters{}, fmt.Errorf("%w: %s has no XDP program", ErrNotXam, link.Attrs().Name)
+		return fmt.Errorf("%w: %s has no XDP program", ErrNotXam, link.Attrs().Name)
 	}
 	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(x.ProgId))
 	if err != nil {
-		return Counters{}, fmt.Errorf("loader: program %d on %s: %w", x.ProgId, link.Attrs().Name, err)
+		return fmt.Errorf("loader: program %d on %s: %w", x.ProgId, link.Attrs().Name, err)
 	}
 	defer prog.Close()
 	info, err := prog.Info()
 	if err != nil {
-		return Counters{}, fmt.Errorf("loader: program %d: %w", x.ProgId, err)
+		return fmt.Errorf("loader: program %d: %w", x.ProgId, err)
 	}
 	if info.Name != xamProgXamXdp && info.Name != xamProgXamXdpFrags {
-		return Counters{}, fmt.Errorf("%w: %s runs %q (id %d)", ErrNotXam, link.Attrs().Name, info.Name, x.ProgId)
+		return fmt.Errorf("%w: %s runs %q (id %d)", ErrNotXam, link.Attrs().Name, info.Name, x.ProgId)
 	}
 	ids, _ := info.MapIDs()
 	for _, id := range ids {
@@ -39,12 +61,12 @@ func CountersOn(ifindex int) (Counters, error) {
 			continue
 		}
 		mi, err := m.Info()
-		if err == nil && mi.Name == xamMapStats {
-			c, err := readCounters(m)
+		if err == nil && mi.Name == name {
+			err := f(m)
 			m.Close()
-			return c, err
+			return err
 		}
 		m.Close()
 	}
-	return Counters{}, fmt.Errorf("%w: program %d on %s has no %q map", ErrNotXam, x.ProgId, link.Attrs().Name, xamMapStats)
+	return fmt.Errorf("%w: program %d on %s has no %q map", ErrNotXam, x.ProgId, link.Attrs().Name, name)
 }

@@ -48,6 +48,12 @@ type xamFaults struct {
 	Seeded  uint64
 }
 
+type xamQueueCounters struct {
+	_        structs.HostLayout
+	Frames   uint64
+	NoSocket uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -57,6 +63,7 @@ const (
 	xamMapDupRng       = "dup_rng"
 	xamMapDupStats     = "dup_stats"
 	xamMapFaultCfg     = "fault_cfg"
+	xamMapQueueStats   = "queue_stats"
 	xamMapRng          = "rng"
 	xamMapStats        = "stats"
 	xamMapXsks         = "xsks"
@@ -120,14 +127,15 @@ type xamProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xamMapSpecs struct {
-	Circuits *ebpf.MapSpec `ebpf:"circuits"`
-	DupCfg   *ebpf.MapSpec `ebpf:"dup_cfg"`
-	DupRng   *ebpf.MapSpec `ebpf:"dup_rng"`
-	DupStats *ebpf.MapSpec `ebpf:"dup_stats"`
-	FaultCfg *ebpf.MapSpec `ebpf:"fault_cfg"`
-	Rng      *ebpf.MapSpec `ebpf:"rng"`
-	Stats    *ebpf.MapSpec `ebpf:"stats"`
-	Xsks     *ebpf.MapSpec `ebpf:"xsks"`
+	Circuits   *ebpf.MapSpec `ebpf:"circuits"`
+	DupCfg     *ebpf.MapSpec `ebpf:"dup_cfg"`
+	DupRng     *ebpf.MapSpec `ebpf:"dup_rng"`
+	DupStats   *ebpf.MapSpec `ebpf:"dup_stats"`
+	FaultCfg   *ebpf.MapSpec `ebpf:"fault_cfg"`
+	QueueStats *ebpf.MapSpec `ebpf:"queue_stats"`
+	Rng        *ebpf.MapSpec `ebpf:"rng"`
+	Stats      *ebpf.MapSpec `ebpf:"stats"`
+	Xsks       *ebpf.MapSpec `ebpf:"xsks"`
 }
 
 // xamVariableSpecs contains global variables before they are loaded into the kernel.
@@ -160,14 +168,15 @@ func (o *xamObjects) Close() error {
 //
 // It can be passed to loadXamObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xamMaps struct {
-	Circuits *ebpf.Map `ebpf:"circuits"`
-	DupCfg   *ebpf.Map `ebpf:"dup_cfg"`
-	DupRng   *ebpf.Map `ebpf:"dup_rng"`
-	DupStats *ebpf.Map `ebpf:"dup_stats"`
-	FaultCfg *ebpf.Map `ebpf:"fault_cfg"`
-	Rng      *ebpf.Map `ebpf:"rng"`
-	Stats    *ebpf.Map `ebpf:"stats"`
-	Xsks     *ebpf.Map `ebpf:"xsks"`
+	Circuits   *ebpf.Map `ebpf:"circuits"`
+	DupCfg     *ebpf.Map `ebpf:"dup_cfg"`
+	DupRng     *ebpf.Map `ebpf:"dup_rng"`
+	DupStats   *ebpf.Map `ebpf:"dup_stats"`
+	FaultCfg   *ebpf.Map `ebpf:"fault_cfg"`
+	QueueStats *ebpf.Map `ebpf:"queue_stats"`
+	Rng        *ebpf.Map `ebpf:"rng"`
+	Stats      *ebpf.Map `ebpf:"stats"`
+	Xsks       *ebpf.Map `ebpf:"xsks"`
 }
 
 func (m *xamMaps) Close() error {
@@ -177,6 +186,7 @@ func (m *xamMaps) Close() error {
 		m.DupRng,
 		m.DupStats,
 		m.FaultCfg,
+		m.QueueStats,
 		m.Rng,
 		m.Stats,
 		m.Xsks,

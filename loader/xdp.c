@@ -102,6 +102,21 @@ struct {
 	__type(value, struct counters);
 } stats SEC(".maps");
 
+// Per receive queue: the frames of ours that reached the redirect, and
+// those of them that found no socket on their queue (a NIC spreads frames
+// over its queues; those on a queue without a socket go to the kernel).
+struct queue_counters {
+	__u64 frames;
+	__u64 no_socket;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 64); // rewritten by the loader (Config.MaxQueues)
+	__type(key, __u32);      // rx queue index
+	__type(value, struct queue_counters);
+} queue_stats SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -347,11 +362,19 @@ static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
 	}
 
 	// A miss (no socket on this queue) returns the flags' action, XDP_PASS.
-	act = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
-	if (act == XDP_REDIRECT)
+	__u32 q = ctx->rx_queue_index;
+	struct queue_counters *qc = bpf_map_lookup_elem(&queue_stats, &q);
+
+	act = bpf_redirect_map(&xsks, q, XDP_PASS);
+	if (qc)
+		qc->frames++;
+	if (act == XDP_REDIRECT) {
 		c->redirected++;
-	else
+	} else {
 		c->redirect_miss++;
+		if (qc)
+			qc->no_socket++;
+	}
 	return act;
 
 malformed:

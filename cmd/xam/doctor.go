@@ -9,6 +9,7 @@ import (
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/lab"
+	"github.com/xam-project/xam/loader"
 )
 
 // doctorReport is what `xam doctor --json` prints.
@@ -20,6 +21,10 @@ type doctorReport struct {
 	// Advice is what would make xam run better here, one line each; none
 	// of it keeps xam from running.
 	Advice []string `json:"advice,omitempty"`
+	// Queues are the device's receive queues on which xam's frames have
+	// landed, and how many found no socket, while xam's program runs on
+	// it (none otherwise).
+	Queues []loader.QueueCount `json:"queues,omitempty"`
 }
 
 func runDoctor(e *env, args []string) error {
@@ -53,6 +58,21 @@ func runDoctor(e *env, args []string) error {
 			r.Why = append(r.Why, r.Device.UnusableBy)
 		}
 		if d := r.Device; d != nil {
+			// Where xam's frames land, if xam's program runs there now.
+			var qs []loader.QueueCount
+			where := func() (err error) { qs, err = loader.QueueCountersOn(d.Index); return err }
+			if *ns != "" {
+				if n, err := lab.OpenNamespace(*ns); err == nil {
+					n.Do(where) //nolint:errcheck // no program: nothing to say
+					n.Close()
+				}
+			} else {
+				where() //nolint:errcheck // no program: nothing to say
+			}
+			r.Queues = qs
+			if advice := queueAdvice(d.Name, qs); advice != "" {
+				r.Advice = append(r.Advice, advice)
+			}
 			d.MaxMTU = datapath.MaxMTU(d.MultiBuffer)
 			if ok, advice := d.NAPITuned(); !ok {
 				r.Advice = append(r.Advice, advice)
@@ -116,6 +136,9 @@ func printDoctor(e *env, r *doctorReport) {
 		fmt.Fprintf(w, "XDP mode         %s: %s\n", d.XDPMode, d.XDPWhy)
 		fmt.Fprintf(w, "AF_XDP mode      %s: %s\n", d.XSKMode, d.XSKWhy)
 		fmt.Fprintf(w, "multi-buffer     %s: %s; frames up to MTU %d\n", yes(d.MultiBuffer), d.MultiBufferWhy, d.MaxMTU)
+		for _, q := range r.Queues {
+			fmt.Fprintf(w, "xam on queue %-3d %d frames, %d with no socket\n", q.Queue, q.Frames, q.NoSocket)
+		}
 	}
 	fmt.Fprintln(w)
 	for _, a := range r.Advice {

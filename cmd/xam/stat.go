@@ -29,12 +29,16 @@ func runStat(e *env, args []string) error {
 		return err
 	}
 	var c loader.Counters
+	var qs []loader.QueueCount
 	read := func() error {
 		link, err := netlink.LinkByName(*dev)
 		if err != nil {
 			return fmt.Errorf("device %s: %w", *dev, err)
 		}
-		c, err = loader.CountersOn(link.Attrs().Index)
+		if c, err = loader.CountersOn(link.Attrs().Index); err != nil {
+			return err
+		}
+		qs, err = loader.QueueCountersOn(link.Attrs().Index)
 		return err
 	}
 	var err error
@@ -52,9 +56,10 @@ func runStat(e *env, args []string) error {
 	}
 	if *asJSON {
 		return json.NewEncoder(e.stdout).Encode(struct {
-			Device string          `json:"device"`
-			XDP    loader.Counters `json:"xdp"`
-		}{*dev, c})
+			Device string              `json:"device"`
+			XDP    loader.Counters     `json:"xdp"`
+			Queues []loader.QueueCount `json:"queues"`
+		}{*dev, c, qs})
 	}
 	tw := tabwriter.NewWriter(e.stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
 	for _, row := range []struct {
@@ -70,5 +75,34 @@ func runStat(e *env, args []string) error {
 	} {
 		fmt.Fprintf(tw, "%s\t%d\t\n", row.name, row.v)
 	}
-	return tw.Flush()
+	for _, q := range qs {
+		fmt.Fprintf(tw, "queue %d: xam frames\t%d\t", q.Queue, q.Frames)
+		if q.NoSocket > 0 {
+			fmt.Fprintf(tw, " %d with no socket on the queue", q.NoSocket)
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if advice := queueAdvice(*dev, qs); advice != "" {
+		fmt.Fprintln(e.stdout, "advice: "+advice)
+	}
+	return nil
+}
+
+// queueAdvice says what to do about frames of xam's that land on queues
+// of dev without a socket ("" if none did).
+func queueAdvice(dev string, qs []loader.QueueCount) string {
+	var missed []int
+	for _, q := range qs {
+		if q.NoSocket > 0 {
+			missed = append(missed, q.Queue)
+		}
+	}
+	if len(missed) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("xam frames land on queues %v of %s, which have no socket, and are lost: give xam fw --queues with them all, "+
+		"or steer xam's EtherType to one queue (ethtool -N %s flow-type ether proto 0x88b5 action 0) where the driver can (docs/nics.md)", missed, dev, dev)
 }

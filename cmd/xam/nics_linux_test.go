@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
+	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw/daemon"
 )
 
@@ -212,5 +216,69 @@ func fwStats(t *testing.T, sock string) daemon.Stats {
 		if time.Now().After(bound) {
 			t.Fatalf("no stats from the daemon at %s: %s", sock, errs)
 		}
+	}
+}
+
+// TestStatQueues: xam's frames that land on queues without a socket are
+// counted per queue by the program, and `xam stat` and `xam doctor` show
+// where they landed and advise what to do.
+func TestStatQueues(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("statq%d", os.Getpid()), Hosts: 2, Queues: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	a, b := l.Hosts[0], l.Hosts[1]
+	rx, err := datapath.Open(datapath.OnHost(b), loader.ModeGeneric, 0) // a socket on queue 0 only
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	var senders []*afxdp.Socket
+	if err := a.Do(func() (err error) {
+		senders, err = afxdp.OpenShared(a.Index, []int{0, 1, 2, 3}, afxdp.Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, s := range senders {
+			s.Close()
+		}
+	}()
+	c := make(cells.Cell, cells.CellSize)
+	if err := c.Encode(cells.UNI, cells.Fields{VCI: 32, PTI: cells.PTIEndOfMessage}); err != nil {
+		t.Fatal(err)
+	}
+	frame, err := (&cells.Framer{Dst: b.MAC, Src: a.MAC, MTU: 1500}).Append(nil, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range senders {
+		for range 50 {
+			if _, err := s.Send([][]byte{frame}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	code, out, errs := xam(t, nil, "stat", "--dev", "eth0", "--netns", b.NS)
+	if code != 0 || !strings.Contains(out, "with no socket on the queue") || !strings.Contains(out, "advice: xam frames land on queues") {
+		t.Errorf("xam stat: exit %d %s\n%s", code, errs, out)
+	}
+	code, out, errs = xam(t, nil, "doctor", "--dev", "eth0", "--netns", b.NS, "--json")
+	var r struct {
+		Queues []loader.QueueCount `json:"queues"`
+		Advice []string            `json:"advice"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || len(r.Queues) < 2 || len(r.Advice) == 0 || !strings.Contains(strings.Join(r.Advice, "\n"), "xam fw --queues") {
+		t.Errorf("xam doctor: exit %d %s\n%s", code, errs, out)
+	}
+	var frames, missed uint64
+	for _, q := range r.Queues {
+		frames, missed = frames+q.Frames, missed+q.NoSocket
+	}
+	if frames != 4*50 || missed == 0 || missed == frames {
+		t.Errorf("doctor's queues: %+v", r.Queues)
 	}
 }
