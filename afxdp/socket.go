@@ -504,6 +504,13 @@ func (s *Socket) Wait(timeout time.Duration) (bool, error) {
 	}
 }
 
+// Metadata returns the n bytes in front of frame in its UMEM chunk: the
+// metadata an XDP program put there (bpf_xdp_adjust_meta) for a frame that
+// Recv lent; nil for a frame that Recv did not lend from this socket's
+// chunks (one gathered from several chunks, or a copy). Valid as long as
+// the frame is.
+func (s *Socket) Metadata(frame []byte, n int) []byte { return s.part.metadata(frame, n) }
+
 // kickRx wakes the kernel's receive side if the fill ring asks for it
 // (need_wakeup), before a sleep on the socket (Queues.Wait).
 func (s *Socket) kickRx() {

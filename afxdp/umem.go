@@ -136,3 +136,22 @@ func (p *share) frame(addr uint64, n uint32) ([]byte, bool) {
 	}
 	return p.mem[addr:end:end], true
 }
+
+// metadata returns the n bytes in front of frame, a frame that Recv lent
+// from one of the share's RX chunks, within its chunk; nil for a frame
+// that is not one (a gathered multi-buffer frame, a copy).
+func (p *share) metadata(frame []byte, n int) []byte {
+	if len(frame) == 0 || len(p.mem) == 0 || n < 0 {
+		return nil
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(p.mem)))
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(frame)))
+	if at < base || at-base >= uintptr(len(p.mem)) {
+		return nil
+	}
+	addr := uint64(at - base)
+	if !p.isRx(addr) || addr < uint64(n) || p.chunk(addr-uint64(n)) != p.chunk(addr) {
+		return nil
+	}
+	return p.mem[addr-uint64(n) : addr : addr]
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,11 @@ type PingConfig struct {
 	Queue   int           // device queue of the AF_XDP sockets
 	// NoWarmup measures from the first round trip (Warmup 0).
 	NoWarmup bool
+	// Timestamps (raw API) reads the receive metadata of every answer:
+	// the pinging host's data path is opened with the device-bound
+	// program that puts the NIC's receive stamp there
+	// (loader.Config.RxMetadata), in native mode.
+	Timestamps bool
 	// Key, where the API has it (AM-II inline), authenticates the
 	// messages (nicfw.VNet.Key).
 	Key []byte
@@ -84,11 +90,14 @@ type RTT struct {
 // unanswered within the timeout (Loss is the fraction), and RTT sums up
 // the answered ones (all zero when none was).
 type PingResult struct {
-	API         string    `json:"api"`
-	Count       int       `json:"count"`
-	Warmup      int       `json:"warmup"`
-	Size        int       `json:"size"`
-	FrameBytes  int       `json:"frame_bytes,omitempty"`
+	API        string `json:"api"`
+	Count      int    `json:"count"`
+	Warmup     int    `json:"warmup"`
+	Size       int    `json:"size"`
+	FrameBytes int    `json:"frame_bytes,omitempty"`
+	// RxStamps is what the answers' receive metadata said
+	// (PingConfig.Timestamps).
+	RxStamps    *RxStamps `json:"rx_stamps,omitempty"`
 	Done        int       `json:"done"`
 	Lost        int       `json:"lost"`
 	Loss        float64   `json:"loss"`
@@ -259,6 +268,7 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 	out := [][]byte{frame}
 	bufs := make([][]byte, e.Sock.BatchSize())
 	send := func() error { _, err := e.Sock.Send(out); return err }
+	note, stamps, finish := stampsOf(e)
 	answered := func(seq uint64) (bool, error) {
 		n, err := e.Sock.Recv(bufs)
 		if err != nil {
@@ -266,12 +276,61 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 		}
 		for _, f := range bufs[:n] {
 			if isAnswer(f, seq) {
+				note(f)
 				return true, nil
 			}
 		}
 		return false, nil
 	}
-	return pingFrames(cfg, "raw", frame, 1024, send, answered)
+	r, err := pingFrames(cfg, "raw", frame, 1024, send, answered)
+	if r != nil {
+		finish()
+		r.RxStamps = stamps
+	}
+	return r, err
+}
+
+// RxStamps counts the receive metadata of a ping's answers.
+type RxStamps struct {
+	Answers  int `json:"answers"`   // answers received
+	WithMeta int `json:"with_meta"` // of them, with xam's receive metadata in front
+	Stamped  int `json:"stamped"`   // of them, stamped by the NIC
+	// NICToAppNs is the median, over the stamped answers, of the system
+	// clock when the application took the answer less the NIC's stamp:
+	// the receive path's time if the NIC's clock follows the system's
+	// (phc2sys), an offset between the clocks otherwise.
+	NICToAppNs int64 `json:"nic_to_app_p50_ns,omitempty"`
+}
+
+// stampsOf returns a function that notes the receive metadata of an
+// answer f that e received, and the RxStamps it fills (nil if e's program
+// puts none there).
+func stampsOf(e *datapath.Endpoint) (func(f []byte), *RxStamps, func()) {
+	if e.Prog == nil || !e.Prog.Config().RxMetadata {
+		return func([]byte) {}, nil, func() {}
+	}
+	st := &RxStamps{}
+	var deltas []int64
+	note := func(f []byte) {
+		now := time.Now().UnixNano()
+		st.Answers++
+		m, ok := loader.ParseRxMeta(e.Sock.Metadata(f, loader.RxMetaLen))
+		if !ok {
+			return
+		}
+		st.WithMeta++
+		if m.Stamped {
+			st.Stamped++
+			deltas = append(deltas, now-int64(m.Timestamp))
+		}
+	}
+	finish := func() {
+		if len(deltas) > 0 {
+			slices.Sort(deltas)
+			st.NICToAppNs = deltas[len(deltas)/2]
+		}
+	}
+	return note, st, finish
 }
 
 // isAnswer reports whether frame f carries sequence number seq.
@@ -323,12 +382,17 @@ func RawPing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	ea, err := datapath.Open(a, cfg.Mode, cfg.Queue)
+	mode, acfg := cfg.Mode, loader.Config{DstMAC: a.MAC}
+	if cfg.Timestamps {
+		// The metadata program is bound to its device, in native mode.
+		mode, acfg.RxMetadata, acfg.Ifindex = loader.ModeNative, true, a.Ifindex
+	}
+	ea, err := datapath.OpenConfig(a, mode, cfg.Queue, acfg)
 	if err != nil {
 		return nil, fmt.Errorf("raw endpoint A: %w", err)
 	}
 	defer ea.Close()
-	eb, err := datapath.Open(b, cfg.Mode, cfg.Queue)
+	eb, err := datapath.Open(b, mode, cfg.Queue)
 	if err != nil {
 		return nil, fmt.Errorf("raw endpoint B: %w", err)
 	}

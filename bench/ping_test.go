@@ -53,6 +53,27 @@ func TestRawPing(t *testing.T) {
 	}
 }
 
+// TestRawPingTimestamps: with Timestamps, the pinging host's device-bound
+// program (native mode) puts xam's receive metadata in front of every
+// answer, where the socket finds it; a veth gives the kfunc but never a
+// hardware stamp, so none is stamped. Without Timestamps there is no
+// metadata to count.
+func TestRawPingTimestamps(t *testing.T) {
+	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	a, b := places(p)
+	const count = 300
+	r, err := RawPing(a, b, PingConfig{Count: count, NoWarmup: true, Timestamps: true})
+	checkResult(t, r, err, count)
+	if st := r.RxStamps; st == nil || st.Answers != count || st.WithMeta != count || st.Stamped != 0 || st.NICToAppNs != 0 {
+		t.Errorf("receive stamps %+v, want %d answers, each with metadata, none stamped (veth)", st, count)
+	}
+	r, err = RawPing(a, b, PingConfig{Count: 10, NoWarmup: true})
+	checkResult(t, r, err, 10)
+	if r.RxStamps != nil {
+		t.Errorf("receive stamps without Timestamps: %+v", r.RxStamps)
+	}
+}
+
 func TestKernelPings(t *testing.T) {
 	p := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	a, b := places(p)

@@ -3,6 +3,7 @@ package loader
 //go:generate bash gen.sh
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -157,6 +158,16 @@ type Config struct {
 	// refused (ERANGE on veth above an MTU of 3506).
 	Frags bool
 
+	// RxMetadata loads the device-bound program (xam_xdp_meta) for device
+	// Ifindex, which puts the frame's receive metadata (RxMeta: the NIC's
+	// timestamp, through the kernel's XDP metadata kfunc, Linux 6.3 and
+	// later) in front of every frame, where the AF_XDP socket finds it
+	// (afxdp.Socket.Metadata). It attaches in native mode only, to that
+	// device; not with Frags.
+	RxMetadata bool
+	// Ifindex is the device a RxMetadata program is bound to.
+	Ifindex int
+
 	// MaxQueues is the number of entries of the socket map, the highest
 	// queue index plus one that Register accepts; 0 means
 	// DefaultMaxQueues.
@@ -189,6 +200,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("loader: DropOnHEC needs HECCells > 0")
 	case c.NNI && !c.Admission:
 		return c, errors.New("loader: NNI only matters with Admission")
+	case c.RxMetadata && c.Ifindex <= 0:
+		return c, errors.New("loader: RxMetadata needs the Ifindex of the device it is bound to")
+	case c.RxMetadata && c.Frags:
+		return c, errors.New("loader: RxMetadata with Frags: the receive metadata program takes frames of one buffer")
 	case c.MaxQueues < 1 || c.MaxQueues > 1<<16:
 		return c, fmt.Errorf("loader: MaxQueues %d out of range [1, %d]", c.MaxQueues, 1<<16)
 	case c.MaxCircuits < 1 || c.MaxCircuits > 1<<20:
@@ -270,6 +285,30 @@ type QueueCount struct {
 	Queue    int    `json:"queue"`
 	Frames   uint64 `json:"frames"`
 	NoSocket uint64 `json:"no_socket"`
+}
+
+// RxMetaLen is the length of the receive metadata that a RxMetadata
+// program puts in front of every frame.
+const RxMetaLen = 16
+
+// rxMetaMagic marks the metadata area as xam's ("xam1").
+const rxMetaMagic = 0x78616d31
+
+// RxMeta is a frame's receive metadata (Config.RxMetadata).
+type RxMeta struct {
+	// Timestamp is the NIC's receive stamp, in ns on its clock, if
+	// Stamped; a NIC without hardware stamps (a veth) gives none.
+	Timestamp uint64
+	Stamped   bool
+}
+
+// ParseRxMeta reads the RxMetaLen bytes in front of a frame; ok is false
+// if they are not xam's (a program without RxMetadata put none there).
+func ParseRxMeta(b []byte) (m RxMeta, ok bool) {
+	if len(b) != RxMetaLen || binary.NativeEndian.Uint32(b[12:]) != rxMetaMagic {
+		return RxMeta{}, false
+	}
+	return RxMeta{Timestamp: binary.NativeEndian.Uint64(b), Stamped: binary.NativeEndian.Uint32(b[8:])&1 != 0}, true
 }
 
 // Duplicate configures the duplicator.

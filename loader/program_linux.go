@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // xdpObjects are the kernel objects of a Program: the XDP program and the
@@ -77,6 +78,14 @@ func Load(cfg Config) (*Program, error) {
 		// The frags-aware twin takes xam_xdp's place (its kernel name,
 		// xam_xdp_frags, tells them apart).
 		spec.Programs[xamProgXamXdp] = spec.Programs[xamProgXamXdpFrags]
+	}
+	if cfg.RxMetadata {
+		// The metadata program too, bound to its device: the kfunc it
+		// calls is the driver's.
+		ps := spec.Programs[xamProgXamXdpMeta].Copy()
+		ps.Ifindex = uint32(cfg.Ifindex)
+		ps.Flags |= unix.BPF_F_XDP_DEV_BOUND_ONLY
+		spec.Programs[xamProgXamXdp] = ps
 	}
 	p := &Program{cfg: cfg, attached: make(map[*Attachment]struct{})}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {

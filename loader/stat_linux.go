@@ -51,7 +51,7 @@ func withMapOn(ifindex int, name string, f func(*ebpf.Map) error) error {
 	if err != nil {
 		return fmt.Errorf("loader: program %d: %w", x.ProgId, err)
 	}
-	if info.Name != xamProgXamXdp && info.Name != xamProgXamXdpFrags {
+	if info.Name != xamProgXamXdp && info.Name != xamProgXamXdpFrags && info.Name != xamProgXamXdpMeta {
 		return fmt.Errorf("%w: %s runs %q (id %d)", ErrNotXam, link.Attrs().Name, info.Name, x.ProgId)
 	}
 	ids, _ := info.MapIDs()

@@ -70,6 +70,7 @@ const (
 	xamProgXamDup      = "xam_dup"
 	xamProgXamXdp      = "xam_xdp"
 	xamProgXamXdpFrags = "xam_xdp_frags"
+	xamProgXamXdpMeta  = "xam_xdp_meta"
 	xamVarXamDstMac    = "xam_dst_mac"
 	xamVarXamEthertype = "xam_ethertype"
 	xamVarXamFlags     = "xam_flags"
@@ -121,6 +122,7 @@ type xamProgramSpecs struct {
 	XamDup      *ebpf.ProgramSpec `ebpf:"xam_dup"`
 	XamXdp      *ebpf.ProgramSpec `ebpf:"xam_xdp"`
 	XamXdpFrags *ebpf.ProgramSpec `ebpf:"xam_xdp_frags"`
+	XamXdpMeta  *ebpf.ProgramSpec `ebpf:"xam_xdp_meta"`
 }
 
 // xamMapSpecs contains maps before they are loaded into the kernel.
@@ -210,6 +212,7 @@ type xamPrograms struct {
 	XamDup      *ebpf.Program `ebpf:"xam_dup"`
 	XamXdp      *ebpf.Program `ebpf:"xam_xdp"`
 	XamXdpFrags *ebpf.Program `ebpf:"xam_xdp_frags"`
+	XamXdpMeta  *ebpf.Program `ebpf:"xam_xdp_meta"`
 }
 
 func (p *xamPrograms) Close() error {
@@ -217,6 +220,7 @@ func (p *xamPrograms) Close() error {
 		p.XamDup,
 		p.XamXdp,
 		p.XamXdpFrags,
+		p.XamXdpMeta,
 	)
 }
 

@@ -5,6 +5,8 @@
 //   xam_xdp  XDP, on a receiving device: steer xam frames to the AF_XDP
 //            socket of the receiving queue, XDP_PASS everything else.
 //   xam_xdp_frags  the same, frags-aware (frames of several buffers).
+//   xam_xdp_meta   xam_xdp, device-bound, with the NIC's receive timestamp
+//            in the metadata in front of each frame.
 //   xam_dup  tcx ingress, on a bridge port: duplicate a fraction of xam frames.
 //
 // Build with loader/gen.sh (bpf2go); the generated xam_bpfel.{go,o} are
@@ -387,6 +389,45 @@ malformed:
 SEC("xdp")
 int xam_xdp(struct xdp_md *ctx)
 {
+	return xam_rx(ctx, 0);
+}
+
+// Receive metadata that xam_xdp_meta, a device-bound program (native
+// mode), puts in front of every frame, where an AF_XDP socket finds it
+// (the UMEM bytes just before the frame): the NIC's receive timestamp,
+// read through the kernel's XDP metadata kfunc (Linux 6.3 and later).
+// Kept in step with RxMeta in loader.go.
+struct xam_rx_meta {
+	__u64 rx_timestamp; // ns on the NIC's clock; 0: none
+	__u32 flags;        // META_RX_TIMESTAMP: the NIC stamped the frame
+	__u32 magic;        // XAM_META_MAGIC: the area is xam's
+};
+#define META_RX_TIMESTAMP 1
+#define XAM_META_MAGIC 0x78616d31 // "xam1"
+
+extern int bpf_xdp_metadata_rx_timestamp(const struct xdp_md *ctx, __u64 *timestamp) __ksym;
+
+// xam_xdp_meta is xam_xdp with the receive metadata in front of each
+// frame. It is loaded bound to its device (the kfunc is the driver's).
+SEC("xdp")
+int xam_xdp_meta(struct xdp_md *ctx)
+{
+	struct xam_rx_meta *m;
+	__u64 ts = 0;
+	__u32 flags = 0;
+
+	if (!bpf_xdp_metadata_rx_timestamp(ctx, &ts) && ts != 0)
+		flags |= META_RX_TIMESTAMP;
+	if (!bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m))) {
+		void *data = (void *)(long)ctx->data;
+
+		m = (void *)(long)ctx->data_meta;
+		if ((void *)(m + 1) <= data) {
+			m->rx_timestamp = ts;
+			m->flags = flags;
+			m->magic = XAM_META_MAGIC;
+		}
+	}
 	return xam_rx(ctx, 0);
 }
 

@@ -282,3 +282,33 @@ func TestStatQueues(t *testing.T) {
 		t.Errorf("doctor's queues: %+v", r.Queues)
 	}
 }
+
+// TestPingTimestamps: `xam ping --api raw --timestamps` reads the receive
+// metadata that the device-bound program puts in front of every answer,
+// and says that a veth gives no hardware stamp; it is refused for the
+// other APIs and for the serving side.
+func TestPingTimestamps(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	code, out, errs := xam(t, nil, "ping", "--api", "raw", "--timestamps", "--count", "50", "--json")
+	var r struct {
+		Warmup   int `json:"warmup"`
+		Count    int `json:"count"`
+		RxStamps *struct {
+			Answers  int `json:"answers"`
+			WithMeta int `json:"with_meta"`
+			Stamped  int `json:"stamped"`
+		} `json:"rx_stamps"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.RxStamps == nil || r.RxStamps.Answers != r.Count+r.Warmup ||
+		r.RxStamps.WithMeta != r.RxStamps.Answers || r.RxStamps.Stamped != 0 {
+		t.Errorf("ping --timestamps --json: exit %d %s\n%s", code, errs, out)
+	}
+	if code, out, errs := xam(t, nil, "ping", "--api", "raw", "--timestamps", "--count", "20"); code != 0 || !strings.Contains(out, "RX stamps: no hardware stamp: 0 of 22 answers stamped by the NIC") {
+		t.Errorf("ping --timestamps: exit %d %s\n%s", code, errs, out)
+	}
+	for _, args := range [][]string{{"--api", "amii"}, {"--api", "raw", "--dev", "eth0", "--serve"}} {
+		if code, _, errs := xam(t, nil, append([]string{"ping", "--timestamps"}, args...)...); code != 2 || !strings.Contains(errs, "--timestamps") {
+			t.Errorf("ping --timestamps %v: exit %d, %q", args, code, errs)
+		}
+	}
+}

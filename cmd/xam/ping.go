@@ -27,7 +27,7 @@ import (
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
 
-const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--dup P] [--mtu M] [--zerocopy auto|require|off] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
+const pingUsage = "ping [--api raw|ssam|amii|grim|udp|packet] [--mode inline|firmware] [--count N] [--warmup N] [--size B] [--timeout D] [--loss P] [--dup P] [--mtu M] [--zerocopy auto|require|off] [--timestamps] [--json] [--dev IF (--peer MAC | --serve)]\n       xam ping --api amii --socket PATH (--peer-host N | --serve --peer-host N) [--endpoint E]   through running firmware daemons (xam fw)"
 
 // maxPingSize bounds --size: a message larger than the device's MTU is
 // refused by the path itself, with the MTU in its error.
@@ -109,6 +109,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.StringVar(&o.peer, "peer", "", "with --dev: the MAC address of the peer, which runs: xam ping --dev IF --serve")
 	fs.BoolVar(&o.serve, "serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the result as one JSON document, and no progress")
+	fs.BoolVar(&o.cfg.Timestamps, "timestamps", false, "with --api raw: read the NIC's receive stamp of every answer, through a device-bound XDP program in native mode (XDP metadata kfuncs, Linux 6.3 and later), and say how many were stamped")
 	fs.StringVar(&o.socket, "socket", "", "with --api amii: ping through the running firmware daemon (xam fw) at this socket instead of building a lab")
 	fs.UintVar(&o.peerHost, "peer-host", 0, "with --socket (required): the other side's host id, 0..65535, as xam fw stats lists it (the mapper numbers hosts from 0)")
 	fs.UintVar(&o.endpoint, "endpoint", uint(daemon.FirstUserEndpoint), "with --socket: the endpoint each side opens (the same number on both hosts)")
@@ -163,6 +164,10 @@ func (o *pingOptions) check() error {
 		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", o.fwSleep)
 	case o.loss > 0 && o.engineMode == "firmware" && o.fwShape == bench.ShapeDaemons:
 		return usageError("--loss with --mode firmware needs --fw-layout group or threads: the daemons' XDP programs are their own")
+	case o.cfg.Timestamps && o.api != "raw":
+		return usageError("--timestamps works with --api raw")
+	case o.cfg.Timestamps && o.serve:
+		return usageError("--timestamps is for the pinging side: the server only echoes")
 	case o.api == "amii" && o.cfg.Size > endpoint.MaxMedium:
 		return usageError("--size %d: an AM-II ping is a short message (up to %d bytes) or a medium one (up to %d bytes)", o.cfg.Size, 8*amii.MaxArgs, endpoint.MaxMedium)
 	case o.api == "grim" && o.cfg.Size > grim.MaxBulk:
@@ -326,7 +331,11 @@ func (o *pingOptions) onDevice(e *env, mac net.HardwareAddr, run bench.RunConfig
 	if o.api == "ssam" {
 		return pingSSAMDevice(e, here, mac, o.serve, o.dev, o.cfg, run, o.asJSON, in)
 	}
-	ep, err := datapath.Open(here, o.cfg.Mode, o.cfg.Queue)
+	mode, cfg := o.cfg.Mode, loader.Config{DstMAC: here.MAC}
+	if o.cfg.Timestamps {
+		mode, cfg.RxMetadata, cfg.Ifindex = loader.ModeNative, true, here.Ifindex
+	}
+	ep, err := datapath.OpenConfig(here, mode, o.cfg.Queue, cfg)
 	if err != nil {
 		return err
 	}
@@ -469,6 +478,17 @@ func printPing(e *env, r *bench.PingResult) {
 	}
 	fmt.Fprintf(e.stdout, "RTT  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n",
 		d(r.RTT.P50), d(r.RTT.P90), d(r.RTT.P99), d(r.RTT.P999), d(r.RTT.Max), d(r.RTT.Mean))
+	if st := r.RxStamps; st != nil {
+		switch {
+		case st.WithMeta == 0:
+			fmt.Fprintf(e.stdout, "RX stamps: no receive metadata reached the socket in %d answers\n", st.Answers)
+		case st.Stamped == 0:
+			fmt.Fprintf(e.stdout, "RX stamps: no hardware stamp: 0 of %d answers stamped by the NIC (the driver has the kfunc, and gives no stamp; a veth never stamps)\n", st.Answers)
+		default:
+			fmt.Fprintf(e.stdout, "RX stamps: %d of %d answers stamped by the NIC; system clock at the application less the NIC's stamp, p50 %s (the receive path's time if phc2sys keeps the NIC's clock on the system's)\n",
+				st.Stamped, st.Answers, time.Duration(st.NICToAppNs))
+		}
+	}
 	if x := r.Config.XSKUse; x.Mode != "" {
 		fmt.Fprintf(e.stdout, "AF_XDP sockets: %s mode (--zerocopy %s)%s\n", x.Mode, x.Policy, whyText(x.Why))
 	}
