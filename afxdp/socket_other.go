@@ -58,4 +58,4 @@ func (u *UMEM) Options() UMEMOptions                            { return UMEMOpt
 func (u *UMEM) Chunks() (total, free int)                       { return 0, 0 }
 func (u *UMEM) Open(ifindex int, opts Options) (*Socket, error) { return nil, errNotLinux }
 func (u *UMEM) Close() error                                    { return net.ErrClosed }
-func (s *Socket) Metadata(frame []byte, n int) []byte { return nil }
+func (s *Socket) Metadata(frame []byte, n int) []byte           { return nil }
