@@ -323,6 +323,14 @@ func (s Setup) describe() string {
 	if s.CPUs > 0 {
 		where = append(where, fmt.Sprintf("%d CPUs", s.CPUs))
 	}
+	if d := s.Device; d != nil {
+		mb := "frames of one 4 KB chunk"
+		if d.MultiBuffer {
+			mb = "multi-buffer frames"
+		}
+		where = append(where, fmt.Sprintf("devices %s (XDP %s, AF_XDP %s, %s, XDP receive metadata: %s)",
+			d.Driver, d.XDPMode, d.XSKMode, mb, strings.Join(append([]string{}, d.RxMetadata...), " ")))
+	}
 	if x := s.XSK; x != nil && x.Mode != "" {
 		m := "AF_XDP in " + x.Mode + " mode (--zerocopy " + x.Policy
 		if x.Why != "" {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/internal/testenv"
 )
@@ -304,5 +306,18 @@ func TestIncastFiguresPartial(t *testing.T) {
 				t.Errorf("%s: peer %+v of a point not measured", f.Name, p)
 			}
 		}
+	}
+}
+
+// The report's header says what the labs' devices are and how xam used
+// them: doctor's facts and the sockets' AF_XDP mode.
+func TestSetupDescribesDevices(t *testing.T) {
+	s := Setup{Kernel: "6.18.0", CPUs: 2, Lab: "veth labs",
+		Device: &netdev.Device{Driver: "veth", XDPMode: "generic", XSKMode: "copy", MultiBuffer: true, RxMetadata: []string{"timestamp", "hash"}},
+		XSK:    &datapath.XSKUse{Policy: "auto", Mode: "copy", Why: "eth0's driver (veth) has no AF_XDP zero-copy"}}
+	want := "veth labs, Linux 6.18.0, 2 CPUs, devices veth (XDP generic, AF_XDP copy, multi-buffer frames, XDP receive metadata: timestamp hash), " +
+		"AF_XDP in copy mode (--zerocopy auto; eth0's driver (veth) has no AF_XDP zero-copy)"
+	if got := s.describe(); got != want {
+		t.Errorf("describe:\n got %s\nwant %s", got, want)
 	}
 }

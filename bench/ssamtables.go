@@ -12,6 +12,7 @@ import (
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/internal/netdev"
 )
 
 // SSAM's tables (von Eicken et al., section 4; shared/papers/README.md §1)
@@ -179,6 +180,10 @@ type Setup struct {
 	// XSK is the AF_XDP mode of the run's sockets (datapath.XSKInUse),
 	// and the --zerocopy it ran with.
 	XSK *datapath.XSKUse `json:"xsk,omitempty"`
+	// Device is what xam doctor says of the labs' devices (each lab host
+	// has one of the same kind): driver, XDP and AF_XDP modes,
+	// multi-buffer, metadata, queues.
+	Device *netdev.Device `json:"device,omitempty"`
 }
 
 // ssamTablesResult is the outcome of runSSAMTables (the JSON of `xam bench ssam`).

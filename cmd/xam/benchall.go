@@ -14,6 +14,7 @@ import (
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netdev"
+	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
 
@@ -140,7 +141,8 @@ func newReport(specs []bench.Spec, quick bool, runs int) (*bench.Report, []*benc
 	}
 	rep := &bench.Report{Command: cmd, Started: time.Now(), Quick: quick, Runs: runs, Setup: bench.Setup{
 		Kernel: netdev.Probe().Kernel, CPUs: runtime.NumCPU(),
-		Lab: "veth labs in network namespaces (two hosts; eight through a Linux bridge for permutations and incast)",
+		Lab:    "veth labs in network namespaces (two hosts; eight through a Linux bridge for permutations and incast)",
+		Device: labDevice(),
 	}}
 	sections := map[string]*bench.Section{}
 	entries := make([]*bench.Experiment, len(specs))
@@ -307,4 +309,20 @@ func (p *benchProgress) clear() {
 	if p.tty && !p.quiet {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
+}
+
+// labDevice returns what xam doctor says of a lab host's device, read on
+// a lab built for the purpose; nil if that fails.
+func labDevice() *netdev.Device {
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("probe%d", os.Getpid()), Hosts: 2})
+	if err != nil {
+		return nil
+	}
+	defer l.Down()
+	h := l.Hosts[0]
+	var d *netdev.Device
+	if err := h.Do(func() (err error) { d, err = netdev.Describe(h.Link); return err }); err != nil {
+		return nil
+	}
+	return d
 }
