@@ -70,9 +70,11 @@ func StartDaemon(name string, spec DaemonSpec) (*Daemon, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the daemon of %s: %w", spec.Host, err)
 	}
-	go cmd.Wait() // reaps it, should this process outlive it
 	d := &Daemon{Host: spec.Host, Socket: spec.Socket, Log: logPath, PID: cmd.Process.Pid, Args: spec.Args}
+	// Its start time is read before it is reaped: a daemon that exits at
+	// once stays a zombie, whose /proc/PID/stat is still there, until then.
 	st, err := procStat(d.PID)
+	go cmd.Wait() // reaps it, should this process outlive it
 	if err == nil {
 		d.Start = st.start
 		err = writeDaemon(recordPath(name, spec.Host), d)
