@@ -26,7 +26,7 @@ import (
 )
 
 // fuzzSegment segments sdu and fails the fuzz set-up on error.
-func fuzzSegment(f *testing.F, s cells.SAR, sdu []byte) []byte {
+func fuzzSegment(f testing.TB, s cells.SAR, sdu []byte) []byte {
 	f.Helper()
 	out, err := cells.Segment(s, sdu)
 	if err != nil {
