@@ -168,6 +168,15 @@ type Config struct {
 	// Ifindex is the device a RxMetadata program is bound to.
 	Ifindex int
 
+	// UDPPort, when non-zero, makes the program take xam's UDP form
+	// instead of raw frames of EtherType (docs/wire.md): IPv4 (no
+	// options, not a fragment) or IPv6 (UDP as the next header) carrying
+	// UDP to this port, addressed to DstMAC (the next hop's MAC: this
+	// device's) when it is set. Its checks and faults start at the frame
+	// header after the UDP header; everything else, other UDP ports
+	// included, passes to the kernel.
+	UDPPort uint16
+
 	// MaxQueues is the number of entries of the socket map, the highest
 	// queue index plus one that Register accepts; 0 means
 	// DefaultMaxQueues.

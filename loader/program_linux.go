@@ -69,6 +69,7 @@ func Load(cfg Config) (*Program, error) {
 		xamVarXamDstMac:    mac,
 		xamVarXamFlags:     cfg.flags(),
 		xamVarXamHecCells:  uint32(cfg.HECCells),
+		xamVarXamUdpPort:   cfg.UDPPort,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("loader: setting %s: %w", name, err)

@@ -75,6 +75,7 @@ const (
 	xamVarXamEthertype = "xam_ethertype"
 	xamVarXamFlags     = "xam_flags"
 	xamVarXamHecCells  = "xam_hec_cells"
+	xamVarXamUdpPort   = "xam_udp_port"
 )
 
 // loadXam returns the embedded CollectionSpec for xam.
@@ -148,6 +149,7 @@ type xamVariableSpecs struct {
 	XamEthertype *ebpf.VariableSpec `ebpf:"xam_ethertype"`
 	XamFlags     *ebpf.VariableSpec `ebpf:"xam_flags"`
 	XamHecCells  *ebpf.VariableSpec `ebpf:"xam_hec_cells"`
+	XamUdpPort   *ebpf.VariableSpec `ebpf:"xam_udp_port"`
 }
 
 // xamObjects contains all objects after they have been loaded into the kernel.
@@ -203,6 +205,7 @@ type xamVariables struct {
 	XamEthertype *ebpf.Variable `ebpf:"xam_ethertype"`
 	XamFlags     *ebpf.Variable `ebpf:"xam_flags"`
 	XamHecCells  *ebpf.Variable `ebpf:"xam_hec_cells"`
+	XamUdpPort   *ebpf.Variable `ebpf:"xam_udp_port"`
 }
 
 // xamPrograms contains all programs after they have been loaded into the kernel.

@@ -14,6 +14,9 @@
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -21,6 +24,10 @@ char __license[] SEC("license") = "Dual MIT/GPL";
 
 // Wire format (docs/wire.md).
 #define FRAME_HDR (ETH_HLEN + 4) // Ethernet II + version, flags, cells (BE16)
+// The UDP form: the frame header after IPv4 (no options) or IPv6 and UDP.
+#define PROTO_UDP 17
+#define UDP4_OFF (ETH_HLEN + 20 + 8)
+#define UDP6_OFF (ETH_HLEN + 40 + 8)
 #define CELL_LEN 53
 #define CELL_HDR 5
 #define CELL_PAYLOAD 48
@@ -29,8 +36,10 @@ char __license[] SEC("license") = "Dual MIT/GPL";
 // MAX_SCAN_CELLS bounds the per-cell loop (HEC check, admission): 169 cells
 // fill a 9000-byte MTU. Kept in step with MaxScanCells in loader.go.
 #define MAX_SCAN_CELLS 169
-// MAX_CELLS is the most cells a frame of at most 64 KiB can hold.
-#define MAX_CELLS ((0xffff - FRAME_HDR) / CELL_LEN)
+// MAX_CELL_AT is the last cell index whose payload bytes lie within 64 KiB
+// of the frame's start when the frame header is at off: the verifier
+// tracks packet offsets up to 0xffff.
+#define MAX_CELL_AT(off) ((0xffff - (off) - 4 - CELL_HDR - CELL_PAYLOAD) / CELL_LEN)
 
 // Configuration flags (xam_flags), kept in step with loader.go.
 #define F_DST_MAC (1 << 0)        // pass frames to another unicast MAC
@@ -52,6 +61,9 @@ volatile const __u16 xam_ethertype = 0x88B5;
 volatile const __u8 xam_dst_mac[ETH_ALEN];
 volatile const __u32 xam_flags;
 volatile const __u32 xam_hec_cells; // check the HEC of this many leading cells
+// Non-zero: xam's frames are its UDP form (IPv4 or IPv6, UDP to this
+// port) instead of raw Ethernet frames of xam_ethertype.
+volatile const __u16 xam_udp_port;
 
 // Per-CPU counters of xam_xdp. Every frame with our EtherType (and our
 // destination, when filtered) is "received" and ends in exactly one of
@@ -240,47 +252,34 @@ static __always_inline int for_us(const __u8 *dst)
 	       dst[4] == xam_dst_mac[4] && dst[5] == xam_dst_mac[5];
 }
 
-// xam_rx is xam_xdp's work. With frags (xam_xdp_frags, a frags-aware
-// program: frames larger than a page arrive in several buffers) the
-// frame's length is the whole buffer's, and bytes past the first buffer
-// are read and written through the helpers; without, every byte is in
-// the linear part, which the verifier checks.
-static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
+// xam_rx_at is xam_rx for a frame of ours whose xam frame header is at
+// off (a constant: ETH_HLEN raw, UDP4_OFF or UDP6_OFF in the UDP form),
+// counted received. With frags (xam_xdp_frags, a frags-aware program:
+// frames larger than a page arrive in several buffers) the frame's length
+// is the whole buffer's, and bytes past the first buffer are read and
+// written through the helpers; without, every byte is in the linear part,
+// which the verifier checks.
+static __always_inline int xam_rx_at(struct xdp_md *ctx, const int frags, struct counters *c, const __u32 off)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	struct counters *c;
 	struct faults *f;
 	__u32 zero = 0, ncells = 0, len;
 	long act;
 
-	c = bpf_map_lookup_elem(&stats, &zero);
-	if (!c)
-		return XDP_PASS; // cannot happen: an array always has its entry
-
-	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(xam_ethertype)) {
-		c->passed++;
-		return XDP_PASS;
-	}
-	if (!for_us(eth->h_dest)) {
-		c->passed++;
-		c->other_dst++;
-		return XDP_PASS;
-	}
 	c->received++;
 
 	len = frags ? bpf_xdp_get_buff_len(ctx) : end - data;
-	if (len >= FRAME_HDR)
-		ncells = (len - FRAME_HDR) / CELL_LEN;
+	if (len >= off + 4)
+		ncells = (len - off - 4) / CELL_LEN;
 	if (!(xam_flags & F_NO_FRAME_CHECK)) {
-		__u8 *h = data + ETH_HLEN;
+		__u8 *h = data + off;
 		__u32 n;
 
 		if ((void *)(h + 4) > end)
 			goto malformed;
 		n = (__u32)h[2] << 8 | h[3];
-		if (h[0] != WIRE_VERSION || n == 0 || len != FRAME_HDR + n * CELL_LEN)
+		if (h[0] != WIRE_VERSION || n == 0 || len != off + 4 + n * CELL_LEN)
 			goto malformed;
 		ncells = n;
 	}
@@ -298,17 +297,17 @@ static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
 
 		barrier_var(cell); // keep the range checks below for the verifier
 		barrier_var(byte);
-		if (cell < MAX_CELLS && byte < CELL_PAYLOAD) {
-			__u32 off = FRAME_HDR + cell * CELL_LEN + CELL_HDR + byte;
+		if (cell <= MAX_CELL_AT(off) && byte < CELL_PAYLOAD) {
+			__u32 at = off + 4 + cell * CELL_LEN + CELL_HDR + byte;
 			__u8 b;
 
-			p = data + off;
+			p = data + at;
 			if ((void *)(p + 1) <= end) {
 				*p ^= 0xff;
 				c->fault_corrupted++;
-			} else if (frags && !bpf_xdp_load_bytes(ctx, off, &b, 1)) {
+			} else if (frags && !bpf_xdp_load_bytes(ctx, at, &b, 1)) {
 				b ^= 0xff;
-				if (!bpf_xdp_store_bytes(ctx, off, &b, 1))
+				if (!bpf_xdp_store_bytes(ctx, at, &b, 1))
 					c->fault_corrupted++;
 			}
 		}
@@ -332,7 +331,7 @@ static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
 #pragma clang loop unroll(disable)
 		for (i = 0; i < MAX_SCAN_CELLS; i++) {
 			__u8 copy[CELL_HDR];
-			__u8 *h = data + FRAME_HDR + i * CELL_LEN;
+			__u8 *h = data + off + 4 + i * CELL_LEN;
 
 			if (i >= scan)
 				break;
@@ -340,7 +339,7 @@ static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
 			// (one path: the verifier would otherwise follow both, linear
 			// and not, for each cell); the other reads the linear frame.
 			if (frags) {
-				if (bpf_xdp_load_bytes(ctx, FRAME_HDR + i * CELL_LEN, copy, CELL_HDR))
+				if (bpf_xdp_load_bytes(ctx, off + 4 + i * CELL_LEN, copy, CELL_HDR))
 					break;
 				h = copy;
 			} else if ((void *)(h + CELL_HDR) > end) {
@@ -382,6 +381,62 @@ static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
 malformed:
 	c->malformed++;
 	return XDP_DROP;
+}
+
+// xam_rx is xam_xdp's work: find whether a frame is ours (our EtherType,
+// or in the UDP form our UDP port, and our destination MAC) and where its
+// xam frame header is; everything else passes to the kernel.
+static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct counters *c;
+	__u32 zero = 0;
+
+	c = bpf_map_lookup_elem(&stats, &zero);
+	if (!c)
+		return XDP_PASS; // cannot happen: an array always has its entry
+	if ((void *)(eth + 1) > end)
+		goto pass;
+	if (xam_udp_port) {
+		if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+			struct iphdr *ip = (void *)(eth + 1);
+			struct udphdr *udp = (void *)(ip + 1);
+
+			// No options, no fragments: xam sends neither.
+			if ((void *)(udp + 1) > end || ip->version != 4 || ip->ihl != 5 ||
+			    ip->protocol != PROTO_UDP || (ip->frag_off & bpf_htons(0x3fff)) ||
+			    udp->dest != bpf_htons(xam_udp_port))
+				goto pass;
+			if (!for_us(eth->h_dest))
+				goto other_dst;
+			return xam_rx_at(ctx, frags, c, UDP4_OFF);
+		}
+		if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+			struct ipv6hdr *ip6 = (void *)(eth + 1);
+			struct udphdr *udp = (void *)(ip6 + 1);
+
+			if ((void *)(udp + 1) > end || ip6->nexthdr != PROTO_UDP ||
+			    udp->dest != bpf_htons(xam_udp_port))
+				goto pass;
+			if (!for_us(eth->h_dest))
+				goto other_dst;
+			return xam_rx_at(ctx, frags, c, UDP6_OFF);
+		}
+		goto pass;
+	}
+	if (eth->h_proto != bpf_htons(xam_ethertype))
+		goto pass;
+	if (!for_us(eth->h_dest))
+		goto other_dst;
+	return xam_rx_at(ctx, frags, c, ETH_HLEN);
+
+other_dst:
+	c->other_dst++;
+pass:
+	c->passed++;
+	return XDP_PASS;
 }
 
 // xam_xdp is the program for frames of one buffer (every kernel xam runs
