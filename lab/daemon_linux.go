@@ -46,7 +46,7 @@ func StartDaemon(name string, spec DaemonSpec) (*Daemon, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	if !validNode.MatchString(spec.Host) || spec.Host == "sw" {
+	if !validNode.MatchString(spec.Host) || spec.Host == "sw" || spec.Host == "rt" {
 		return nil, fmt.Errorf("lab daemon: host %q: want h0, h1, ...", spec.Host)
 	}
 	if old, err := readDaemon(recordPath(name, spec.Host)); err == nil && old.Alive {

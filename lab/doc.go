@@ -3,7 +3,9 @@
 // joined point to point (two hosts) or in a star through a "switch"
 // namespace holding a Linux bridge with static FDB entries and, optionally,
 // a token-bucket filter (tbf) on each switch port to emulate a switch's
-// limited output buffers.
+// limited output buffers; or (Config.Routed) each on a subnet of its own,
+// joined by a router namespace whose kernel forwards IPv4 and IPv6
+// between them, for xam's UDP form across a router.
 //
 // # Names
 //
@@ -11,7 +13,10 @@
 // with a switch, "xam-X-sw", mounted under /run/netns as `ip netns add`
 // does, so that `ip netns exec xam-X-h0 ...` works on them too. Each host's
 // interface is "eth0" with the IPv4 address 10.0.0.(i+1)/24; the switch's
-// ports are "p0", "p1", ... on bridge "br0". Down removes one by name and
+// ports are "p0", "p1", ... on bridge "br0". In a routed lab, the
+// router is "xam-X-rt" with ports "r0", "r1", ...; host i is
+// 10.0.(i+1).1/24 and fd00:0:0:(i+1)::1/64 behind port ri (.254, ::fe).
+// Down removes one by name and
 // DownAll every lab, found by the "xam-" prefix.
 //
 // # Owners

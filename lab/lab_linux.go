@@ -31,6 +31,12 @@ type Config struct {
 	MTU        int    // 0: the kernel's default (1500)
 	Queues     int    // TX/RX queues per veth end; 0: 1
 	IPv6       bool   // leave IPv6 on (off by default, so links carry only what tests send)
+	// Routed puts each host on a subnet of its own, joined by a router
+	// namespace that forwards between them (the kernel's IPv4 and IPv6
+	// forwarding): host i is 10.0.(i+1).1/24 and fd00:0:0:(i+1)::1/64,
+	// the router's port toward it .254 and ::fe, and every host's default
+	// routes go through the router. Not with Switch.
+	Routed bool
 	// Persistent marks a lab built to outlive its process (`xam lab up`).
 	// Otherwise the lab is the building process's: it holds an owner
 	// lock on it while it lives, so that once the process is gone without
@@ -39,7 +45,7 @@ type Config struct {
 }
 
 var (
-	validNode = regexp.MustCompile(`^(sw|h[0-9]+)$`)
+	validNode = regexp.MustCompile(`^(sw|rt|h[0-9]+)$`)
 )
 
 func (c *Config) fill() error {
@@ -55,7 +61,10 @@ func (c *Config) fill() error {
 	if c.Hosts < 2 || c.Hosts > 250 {
 		return fmt.Errorf("%d hosts: a lab has 2 to 250", c.Hosts)
 	}
-	if c.Hosts > 2 {
+	if c.Routed && c.Switch {
+		return errors.New("a lab is routed or switched, not both")
+	}
+	if c.Hosts > 2 && !c.Routed {
 		c.Switch = true
 	}
 	if c.PortRate != 0 && !c.Switch {
@@ -82,6 +91,7 @@ type Lab struct {
 	Name   string   `json:"name"`
 	Hosts  []*Host  `json:"hosts"`
 	Switch *Switch  `json:"switch,omitempty"`
+	Router *Router  `json:"router,omitempty"`
 	owner  *os.File // the owner lock, nil for a persistent lab
 }
 
@@ -93,6 +103,7 @@ type Host struct {
 	Index      int              `json:"ifindex"`
 	MAC        net.HardwareAddr `json:"-"`
 	Addr       netip.Prefix     `json:"ipv4"`
+	Addr6      netip.Prefix     `json:"ipv6,omitzero"` // routed labs only
 	MTU        int              `json:"mtu"`
 	Queues     int              `json:"queues"`
 	*Namespace `json:"-"`
@@ -114,6 +125,15 @@ type Switch struct {
 	Ports      []string `json:"ports"` // Ports[i] faces Hosts[i]
 	PortRate   uint64   `json:"port_rate_bps,omitempty"`
 	PortBuffer uint32   `json:"port_buffer_bytes,omitempty"`
+	*Namespace `json:"-"`
+}
+
+// Router is the router namespace of a routed lab (Config.Routed).
+type Router struct {
+	NS         string         `json:"netns"`
+	Ports      []string       `json:"ports"` // Ports[i] faces Hosts[i]
+	Addrs      []netip.Prefix `json:"ipv4"`  // Addrs[i] is Ports[i]'s, the gateway of Hosts[i]
+	Addrs6     []netip.Prefix `json:"ipv6"`
 	*Namespace `json:"-"`
 }
 
@@ -157,10 +177,13 @@ func (l *Lab) build(cfg Config) error {
 		if err != nil {
 			return err
 		}
-		l.Hosts = append(l.Hosts, &Host{
-			Name: name, NS: ns.Name, Link: "eth0", Namespace: ns,
-			Addr: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 24),
-		})
+		h := &Host{Name: name, NS: ns.Name, Link: "eth0", Namespace: ns,
+			Addr: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 24)}
+		if cfg.Routed {
+			h.Addr = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i + 1), 1}), 24)
+			h.Addr6 = netip.PrefixFrom(subnet6(i, 1), 64)
+		}
+		l.Hosts = append(l.Hosts, h)
 	}
 	attrs := func(name string) netlink.LinkAttrs {
 		a := netlink.NewLinkAttrs()
@@ -198,6 +221,10 @@ func (l *Lab) build(cfg Config) error {
 			}
 			sw.Ports = append(sw.Ports, port)
 		}
+	} else if cfg.Routed {
+		if err := l.buildRouter(attrs); err != nil {
+			return err
+		}
 	} else {
 		a, b := l.Hosts[0], l.Hosts[1]
 		veth := &netlink.Veth{LinkAttrs: attrs(a.Link), PeerName: b.Link, PeerNamespace: netlink.NsFd(b.Handle)}
@@ -206,12 +233,17 @@ func (l *Lab) build(cfg Config) error {
 		}
 	}
 	for _, h := range l.Hosts {
-		if err := h.configure(cfg.IPv6); err != nil {
+		if err := h.configure(cfg.IPv6 || cfg.Routed); err != nil {
 			return err
 		}
 	}
 	if sw := l.Switch; sw != nil {
 		if err := sw.configure(l.Hosts, cfg); err != nil {
+			return err
+		}
+	}
+	if rt := l.Router; rt != nil {
+		if err := rt.configure(l.Hosts); err != nil {
 			return err
 		}
 	}
@@ -228,7 +260,89 @@ func (l *Lab) build(cfg Config) error {
 func (h *Host) configure(ipv6 bool) error {
 	info, err := h.ConfigureLink(h.Link, h.Addr, ipv6)
 	h.Index, h.MTU, h.Queues, h.MAC = info.Index, info.MTU, info.Queues, info.MAC
+	if err == nil && h.Addr6.IsValid() {
+		err = h.addAddr6(h.Index, h.Addr6)
+	}
 	return err
+}
+
+// subnet6 returns address host of routed host i's IPv6 subnet,
+// fd00:0:0:(i+1)::/64.
+func subnet6(i int, host byte) netip.Addr {
+	a := [16]byte{0: 0xfd, 6: byte((i + 1) >> 8), 7: byte(i + 1), 15: host}
+	return netip.AddrFrom16(a)
+}
+
+// addAddr6 adds an IPv6 address to a link without duplicate address
+// detection, so that it is usable at once.
+func (n *Namespace) addAddr6(index int, p netip.Prefix) error {
+	link, err := n.Netlink.LinkByIndex(index)
+	if err != nil {
+		return err
+	}
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 128)}, Flags: unix.IFA_F_NODAD}
+	if err := n.Netlink.AddrAdd(link, a); err != nil {
+		return fmt.Errorf("adding %v to %s: %w", p, link.Attrs().Name, err)
+	}
+	return nil
+}
+
+// buildRouter makes the router namespace and a veth from each of its
+// ports to a host.
+func (l *Lab) buildRouter(attrs func(string) netlink.LinkAttrs) error {
+	ns, err := NewNamespace(nsName(l.Name, "rt"))
+	if err != nil {
+		return err
+	}
+	rt := &Router{NS: ns.Name, Namespace: ns}
+	l.Router = rt
+	for i, h := range l.Hosts {
+		port := fmt.Sprintf("r%d", i)
+		veth := &netlink.Veth{LinkAttrs: attrs(port), PeerName: h.Link, PeerNamespace: netlink.NsFd(h.Handle)}
+		if err := ns.Netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("adding veth %s (router) to %s/%s: %w", port, h.NS, h.Link, err)
+		}
+		rt.Ports = append(rt.Ports, port)
+		rt.Addrs = append(rt.Addrs, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i + 1), 254}), 24))
+		rt.Addrs6 = append(rt.Addrs6, netip.PrefixFrom(subnet6(i, 0xfe), 64))
+	}
+	return nil
+}
+
+// configure addresses the router's ports, turns forwarding on and gives
+// every host its default routes through the router.
+func (rt *Router) configure(hosts []*Host) error {
+	err := rt.Do(func() error {
+		for _, f := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+			if err := os.WriteFile(f, []byte("1\n"), 0); err != nil {
+				return fmt.Errorf("turning forwarding on in %s: %w", rt.NS, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, name := range rt.Ports {
+		info, err := rt.ConfigureLink(name, rt.Addrs[i], true)
+		if err != nil {
+			return err
+		}
+		if err := rt.addAddr6(info.Index, rt.Addrs6[i]); err != nil {
+			return err
+		}
+		if err := WaitUp(rt.Netlink, info.Index, upTimeout); err != nil {
+			return fmt.Errorf("%s: %w", rt.NS, err)
+		}
+		h := hosts[i]
+		for _, gw := range []netip.Addr{rt.Addrs[i].Addr(), rt.Addrs6[i].Addr()} {
+			r := &netlink.Route{LinkIndex: h.Index, Gw: gw.AsSlice()}
+			if err := h.Netlink.RouteAdd(r); err != nil {
+				return fmt.Errorf("default route via %v in %s: %w", gw, h.NS, err)
+			}
+		}
+	}
+	return nil
 }
 
 // configure brings the ports up, installs a static FDB entry for each
@@ -326,6 +440,9 @@ func (l *Lab) Close() error {
 	}
 	if l.Switch != nil && l.Switch.Namespace != nil {
 		errs = append(errs, l.Switch.Namespace.Close())
+	}
+	if l.Router != nil && l.Router.Namespace != nil {
+		errs = append(errs, l.Router.Namespace.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -22,6 +22,7 @@ type Config struct {
 	MTU        int
 	Queues     int
 	IPv6       bool
+	Routed     bool
 	Persistent bool
 }
 

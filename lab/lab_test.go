@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -44,16 +45,22 @@ func testLab(t *testing.T, cfg Config) *Lab {
 // sockets created in each host's namespace.
 func udpExchange(t *testing.T, a, b *Host) {
 	t.Helper()
+	udpExchangeTo(t, a, b, b.Addr.Addr())
+}
+
+// udpExchangeTo is udpExchange to b's address to.
+func udpExchangeTo(t *testing.T, a, b *Host, to netip.Addr) {
+	t.Helper()
 	var ca, cb *net.UDPConn
 	if err := b.Do(func() (err error) {
-		cb, err = net.ListenUDP("udp4", &net.UDPAddr{IP: b.Addr.Addr().AsSlice(), Port: 7777})
+		cb, err = net.ListenUDP("udp", &net.UDPAddr{IP: to.AsSlice(), Port: 7777})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	defer cb.Close()
 	if err := a.Do(func() (err error) {
-		ca, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: b.Addr.Addr().AsSlice(), Port: 7777})
+		ca, err = net.DialUDP("udp", nil, &net.UDPAddr{IP: to.AsSlice(), Port: 7777})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -108,6 +115,45 @@ func TestPointToPoint(t *testing.T) {
 		if !strings.Contains(string(js), want) {
 			t.Errorf("JSON %s lacks %s", js, want)
 		}
+	}
+}
+
+// TestRouted: hosts on subnets of their own reach each other through the
+// router namespace, over IPv4 and IPv6, and the router's ports are the
+// hosts' gateways.
+func TestRouted(t *testing.T) {
+	l := testLab(t, Config{Hosts: 3, Routed: true, MTU: 9000})
+	if l.Switch != nil || l.Router == nil || len(l.Router.Ports) != 3 {
+		t.Fatalf("lab %+v, router %+v", l, l.Router)
+	}
+	for i, h := range l.Hosts {
+		if got, want := h.Addr.String(), fmt.Sprintf("10.0.%d.1/24", i+1); got != want {
+			t.Errorf("host %d: address %s, want %s", i, got, want)
+		}
+		if got, want := h.Addr6.String(), fmt.Sprintf("fd00:0:0:%d::1/64", i+1); got != want {
+			t.Errorf("host %d: address %s, want %s", i, got, want)
+		}
+		if got, want := l.Router.Addrs[i].String(), fmt.Sprintf("10.0.%d.254/24", i+1); got != want {
+			t.Errorf("router port %d: %s, want %s", i, got, want)
+		}
+	}
+	a, b := l.Hosts[0], l.Hosts[2]
+	for _, to := range []netip.Addr{b.Addr.Addr(), b.Addr6.Addr()} {
+		udpExchangeTo(t, a, b, to)
+	}
+	udpExchangeTo(t, l.Hosts[1], a, a.Addr6.Addr())
+	// The path goes through the router: h0's route to h2 has the router
+	// as its gateway.
+	var routes []netlink.Route
+	err := a.Do(func() (err error) {
+		routes, err = netlink.RouteGet(b.Addr.Addr().AsSlice())
+		return err
+	})
+	if err != nil || len(routes) != 1 || !routes[0].Gw.Equal(l.Router.Addrs[0].Addr().AsSlice()) {
+		t.Errorf("h0's route to %v: %+v, %v; want via %v", b.Addr, routes, err, l.Router.Addrs[0].Addr())
+	}
+	if _, err := Up(Config{Name: "bad", Routed: true, Switch: true}); err == nil {
+		t.Error("a routed and switched lab was built")
 	}
 }
 
