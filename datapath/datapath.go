@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/xam-project/xam/internal/netdev"
@@ -12,18 +14,25 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath/encap"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
 )
 
 // Place is where an endpoint lives: a device, its MAC, the host's IPv4
-// address (the zero Addr if it has none) and how to run code in its
-// network namespace.
+// address (the zero Addr if it has none), how to run code in its network
+// namespace, and how xam's frames travel there (Encap).
 type Place struct {
 	Ifindex int
 	MAC     net.HardwareAddr
 	Addr    netip.Addr
-	Do      func(func() error) error
+	// Addr6 is the host's IPv6 address, for the UDP form over IPv6 (the
+	// zero Addr: the device's first global one).
+	Addr6 netip.Addr
+	Do    func(func() error) error
+	// Encap is the frames' form: raw Ethernet (the zero Encap) or UDP.
+	Encap Encap
 	// Dev and Netns name the device and its named network namespace
 	// ("": the caller's), for a program started on the Place (`xam fw
 	// --dev Dev --netns Netns`); OnHost sets them.
@@ -37,7 +46,117 @@ func Here(ifindex int, mac net.HardwareAddr) Place {
 
 // OnHost returns the Place of a lab host's interface, in its namespace.
 func OnHost(h *lab.Host) Place {
-	return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do, Dev: h.Link, Netns: h.NS}
+	return Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Addr6: h.Addr6.Addr(), Do: h.Do, Dev: h.Link, Netns: h.NS}
+}
+
+// Encap is the form xam's frames take on a device (docs/wire.md): raw
+// Ethernet frames of xam's EtherType, the default on one LAN, or with UDP
+// its UDP form, IPv4 (IPv6 with IPv6) and UDP to Port, which crosses
+// routers and runs where only IP is carried (package encap).
+type Encap struct {
+	UDP  bool
+	IPv6 bool
+	Port uint16 // 0: cells.DefaultUDPPort
+}
+
+// ParseEncap reads an --encap flag: raw, udp[:PORT] or udp6[:PORT].
+func ParseEncap(s string) (Encap, error) {
+	kind, port, hasPort := strings.Cut(s, ":")
+	var e Encap
+	switch kind {
+	case "raw", "":
+		if hasPort {
+			return e, fmt.Errorf("--encap %q: raw frames have no port", s)
+		}
+		return e, nil
+	case "udp":
+		e.UDP = true
+	case "udp6":
+		e.UDP, e.IPv6 = true, true
+	default:
+		return e, fmt.Errorf("--encap %q: want raw, udp[:PORT] or udp6[:PORT]", s)
+	}
+	if hasPort {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 {
+			return e, fmt.Errorf("--encap %q: the port is a number in 1..65535", s)
+		}
+		e.Port = uint16(n)
+	}
+	if e.Port == 0 {
+		e.Port = cells.DefaultUDPPort
+	}
+	return e, nil
+}
+
+// String returns the flag's form of e: raw, udp:PORT or udp6:PORT.
+func (e Encap) String() string {
+	switch {
+	case !e.UDP:
+		return "raw"
+	case e.IPv6:
+		return fmt.Sprintf("udp6:%d", e.port())
+	}
+	return fmt.Sprintf("udp:%d", e.port())
+}
+
+func (e Encap) port() uint16 {
+	if e.Port == 0 {
+		return cells.DefaultUDPPort
+	}
+	return e.Port
+}
+
+// IP returns the address p's frames come from in the UDP form: Addr, or
+// Addr6 with Encap.IPv6; when it is not set, the device's first global
+// address of that family.
+func (p Place) IP() (netip.Addr, error) {
+	a := p.Addr
+	if p.Encap.IPv6 {
+		a = p.Addr6
+	}
+	if a.IsValid() {
+		return a, nil
+	}
+	family, name := netlink.FAMILY_V4, "IPv4"
+	if p.Encap.IPv6 {
+		family, name = netlink.FAMILY_V6, "IPv6"
+	}
+	err := p.Do(func() error {
+		link, err := netlink.LinkByIndex(p.Ifindex)
+		if err != nil {
+			return err
+		}
+		addrs, err := netlink.AddrList(link, family)
+		if err != nil {
+			return err
+		}
+		for _, ad := range addrs {
+			if ip, ok := netip.AddrFromSlice(ad.IP); ok && ip.IsGlobalUnicast() {
+				a = ip.Unmap()
+				return nil
+			}
+		}
+		return nil
+	})
+	if err == nil && !a.IsValid() {
+		err = fmt.Errorf("datapath: %s has no global %s address, which xam's UDP form needs", devName(p), name)
+	}
+	return a, err
+}
+
+// Address returns the address the protocol layers know the host at p by:
+// its MAC on raw Ethernet, the xam address of its IP in the UDP form
+// (encap.Addr).
+func (p Place) Address() (net.HardwareAddr, error) {
+	if !p.Encap.UDP {
+		return p.MAC, nil
+	}
+	ip, err := p.IP()
+	if err != nil {
+		return nil, err
+	}
+	return encap.Addr(ip), nil
 }
 
 // Endpoint is an AF_XDP socket on a device queue with xam's XDP program
@@ -48,8 +167,12 @@ type Endpoint struct {
 	Att  *loader.Attachment
 	Sock *afxdp.Socket // the socket (OpenQueues: the first queue's)
 	// Queues is the link over the sockets of OpenQueues; nil for one
-	// socket. Link returns whichever there is.
+	// socket.
 	Queues *afxdp.Queues
+	// UDP carries the frames in xam's UDP form over Queues or Sock, for
+	// a Place whose Encap is UDP; nil for raw frames. Link returns the
+	// topmost there is: UDP, Queues or Sock.
+	UDP *encap.UDP
 }
 
 // Open loads and attaches the XDP program on the device at p and opens an
@@ -109,6 +232,17 @@ func OpenQueues(p Place, mode loader.Mode, queues []int) (*Endpoint, error) {
 func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []uint16) (*Endpoint, error) {
 	e := &Endpoint{MAC: p.MAC}
 	opts := socketOptions(queues[0])
+	var local netip.Addr
+	if p.Encap.UDP {
+		var err error
+		if local, err = p.IP(); err != nil {
+			return nil, err
+		}
+		if cfg.RxMetadata {
+			return nil, errors.New("datapath: the UDP form with receive metadata: not built (the metadata sits in front of the Ethernet header the UDP form hides)")
+		}
+		cfg.UDPPort = p.Encap.port()
+	}
 	err := p.Do(func() (err error) {
 		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil {
 			mtu := link.Attrs().MTU
@@ -181,6 +315,12 @@ func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []ui
 		}
 		return nil
 	})
+	if err == nil && p.Encap.UDP {
+		e.UDP, err = encap.New(e.Link(), encap.Config{Local: local, Port: p.Encap.port(), Ifindex: p.Ifindex, Do: p.Do, EtherType: cfg.EtherType})
+		if err == nil {
+			e.MAC = e.UDP.HardwareAddr()
+		}
+	}
 	if err != nil {
 		e.Close()
 		return nil, err
@@ -189,8 +329,12 @@ func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []ui
 }
 
 // Link returns the Endpoint's link: its socket, or with several queues
-// (OpenQueues) the Queues over their sockets.
+// (OpenQueues) the Queues over their sockets, or in the UDP form the UDP
+// over either.
 func (e *Endpoint) Link() afxdp.Link {
+	if e.UDP != nil {
+		return e.UDP
+	}
 	if e.Queues != nil {
 		return e.Queues
 	}
@@ -208,10 +352,31 @@ func devName(p Place) string {
 	return fmt.Sprintf("ifindex %d", p.Ifindex)
 }
 
+// Peer returns the address that frames from e to the host at p carry:
+// p's MAC on raw Ethernet; in the UDP form, the xam address of p's IP,
+// once e has found the MAC of the next hop toward it (encap.UDP.Resolve).
+func (e *Endpoint) Peer(p Place) (net.HardwareAddr, error) {
+	if e.UDP == nil {
+		return p.MAC, nil
+	}
+	c := e.UDP.Config()
+	p.Encap = Encap{UDP: true, IPv6: !c.Local.Is4(), Port: c.Port}
+	ip, err := p.IP()
+	if err != nil {
+		return nil, err
+	}
+	return e.UDP.Resolve(ip)
+}
+
 // Close closes the socket and detaches and unloads the program.
 func (e *Endpoint) Close() error {
 	var errs []error
-	if e.Queues != nil {
+	if e.UDP != nil {
+		errs = append(errs, e.UDP.Close()) // closes the link below it
+		for _, s := range e.UDP.Sockets() {
+			s.Recv(nil)
+		}
+	} else if e.Queues != nil {
 		errs = append(errs, e.Queues.Close())
 		for _, s := range e.Queues.Sockets() {
 			s.Recv(nil) // gives back lent frames, which keep the UMEM mapped until then
@@ -229,9 +394,10 @@ func (e *Endpoint) Close() error {
 // Echo answers every xam frame the endpoint receives with the same frame,
 // addresses swapped, until stop is set. It spins on the ring.
 func (e *Endpoint) Echo(stop *atomic.Bool) error {
-	bufs := make([][]byte, e.Sock.BatchSize())
+	l := e.Link()
+	bufs := make([][]byte, l.BatchSize())
 	for !stop.Load() {
-		n, err := e.Sock.Recv(bufs)
+		n, err := l.Recv(bufs)
 		if err != nil {
 			return err
 		}
@@ -244,7 +410,7 @@ func (e *Endpoint) Echo(stop *atomic.Bool) error {
 			copy(f[0:6], f[6:12])
 			copy(f[6:12], mac[:])
 		}
-		if _, err := e.Sock.Send(bufs[:n]); err != nil {
+		if _, err := l.Send(bufs[:n]); err != nil {
 			return err
 		}
 	}

@@ -63,14 +63,15 @@ func TestOpenEcho(t *testing.T) {
 // each comes back echoed: the same bytes, addresses swapped.
 func pingEcho(t *testing.T, a *Endpoint, frame []byte, n int) {
 	t.Helper()
-	bufs := make([][]byte, a.Sock.BatchSize())
+	l := a.Link()
+	bufs := make([][]byte, l.BatchSize())
 	for i := range n {
-		if _, err := a.Sock.Send([][]byte{frame}); err != nil {
+		if _, err := l.Send([][]byte{frame}); err != nil {
 			t.Fatal(err)
 		}
 		var got []byte
 		for deadline := time.Now().Add(10 * time.Second); got == nil; {
-			k, err := a.Sock.Recv(bufs)
+			k, err := l.Recv(bufs)
 			if err != nil {
 				t.Fatal(err)
 			}

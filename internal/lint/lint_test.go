@@ -173,6 +173,10 @@ var sublayer = map[string]map[string]int{
 		"nicfw/daemon/daemontest": 4, // running daemons, for tests
 		"nicfw/daemon/metrics":    4, // a daemon's counters for Prometheus
 	},
+	"datapath": {
+		"datapath/encap": 0, // xam's UDP form, a link over the socket
+		"datapath":       1,
+	},
 	"am": {
 		"am/ssam": 0, "am/amii": 0, "am/grim": 0,
 		"am": 1, "am/grim/storage": 1,

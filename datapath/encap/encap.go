@@ -1,0 +1,416 @@
+package encap
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
+)
+
+// Config configures a UDP.
+type Config struct {
+	// Local is this host's address on the device, the source of every
+	// frame; its family is every peer's. Required.
+	Local netip.Addr
+	// Port is the UDP port of every host of the job; 0 means
+	// cells.DefaultUDPPort.
+	Port uint16
+	// Ifindex is the device's index in its namespace. Required.
+	Ifindex int
+	// Do runs f in the device's network namespace (netlink, the kernel
+	// socket that holds the port); nil runs it in the caller's.
+	Do func(f func() error) error
+	// EtherType is the EtherType of the frames the layers above send and
+	// receive; 0 means cells.EtherType.
+	EtherType uint16
+	// ResolveTimeout bounds how long Resolve waits for a next hop's MAC;
+	// 0 means 3 s.
+	ResolveTimeout time.Duration
+	// MaxLearned bounds the IPv6 peers learned from received frames
+	// (IPv6 addresses cannot be read back from their xam address); 0
+	// means 4096. Frames from more unknown IPv6 senders are dropped and
+	// counted in Stats.Unknown.
+	MaxLearned int
+}
+
+// Stats counts what a UDP did besides moving frames (the inner link
+// counts those).
+type Stats struct {
+	Sent       uint64 `json:"sent"`       // frames encapsulated and handed to the inner link
+	Received   uint64 `json:"received"`   // frames of the UDP form passed up
+	Malformed  uint64 `json:"malformed"`  // received frames that were not the UDP form (cells.ParseUDP failed)
+	Unresolved uint64 `json:"unresolved"` // frames dropped: no MAC for the peer's next hop yet
+	NoPeer     uint64 `json:"no_peer"`    // frames dropped: an address that names no IP (a group address, an unknown IPv6 peer)
+	Unknown    uint64 `json:"unknown"`    // frames dropped: from an IPv6 sender past MaxLearned
+	Resolved   uint64 `json:"resolved"`   // next hops found or changed
+}
+
+// Errors.
+var (
+	ErrFamily = errors.New("encap: address of the other family")
+	// ErrUnresolved: no MAC for a peer's next hop within the timeout.
+	ErrUnresolved = errors.New("encap: next hop not resolved")
+	// ErrRoute: the kernel's route to a peer does not leave by the device.
+	ErrRoute = errors.New("encap: no route through the device")
+)
+
+// UDP is an afxdp.Link that carries the frames of the layers above in
+// xam's UDP form over an inner link. It has the inner link's threads
+// rules: one sender, one receiver.
+type UDP struct {
+	inner   afxdp.Link
+	cfg     Config
+	self    [6]byte
+	devMAC  net.HardwareAddr
+	over    int
+	mtu     int
+	etype   [2]byte
+	hold    *net.UDPConn // holds the port; kicks neighbour resolution
+	changed chan struct{}
+
+	mu      sync.Mutex // peers, learned; the map's writers
+	peers   atomic.Pointer[map[[6]byte]*peer]
+	learned int
+
+	scratch [][]byte // Send's frames, one per batch slot
+	out     [][]byte
+
+	sent, received, malformed, unresolved, noPeer, unknown, resolvedN atomic.Uint64
+
+	resolved *sync.Cond // signalled after every resolution pass
+	rmu      sync.Mutex
+	pass     uint64 // resolution passes done, under rmu
+
+	done   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// peer is a host the UDP sends to.
+type peer struct {
+	ip    netip.Addr
+	hop   atomic.Pointer[hop]   // nil until resolved
+	route atomic.Pointer[error] // the last lookup's ErrRoute, nil if none
+}
+
+// hop is how frames reach a peer: the next hop's MAC and the source
+// address the route gives.
+type hop struct {
+	mac net.HardwareAddr
+	via netip.Addr
+}
+
+// registry maps the xam addresses of IPv6 hosts that Addr computed to
+// their IP addresses, process-wide.
+var registry sync.Map // [6]byte -> netip.Addr
+
+// Addr returns the xam address of the host at ip in the UDP form: 02:75
+// and the IPv4 address, or 06:75 and 32 bits of SHA-256 of the IPv6
+// address (which Addr then remembers, so that a UDP of this process can
+// send to it).
+func Addr(ip netip.Addr) net.HardwareAddr {
+	ip = ip.Unmap()
+	if ip.Is4() {
+		a := ip.As4()
+		return net.HardwareAddr{0x02, 0x75, a[0], a[1], a[2], a[3]}
+	}
+	b := ip.As16()
+	h := sha256.Sum256(b[:])
+	addr := [6]byte{0x06, 0x75, h[0], h[1], h[2], h[3]}
+	registry.LoadOrStore(addr, ip)
+	return addr[:]
+}
+
+// IP returns the IP address an xam address of the UDP form names: read
+// from an IPv4 one, looked up for an IPv6 one that Addr computed.
+func IP(addr net.HardwareAddr) (netip.Addr, bool) {
+	if len(addr) != 6 {
+		return netip.Addr{}, false
+	}
+	switch {
+	case addr[0] == 0x02 && addr[1] == 0x75:
+		return netip.AddrFrom4([4]byte(addr[2:6])), true
+	case addr[0] == 0x06 && addr[1] == 0x75:
+		ip, ok := registry.Load([6]byte(addr))
+		if ok {
+			return ip.(netip.Addr), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// New returns a UDP over inner, which it owns from then on (Close closes
+// it). It holds cfg.Port on cfg.Local with a kernel socket, and watches
+// the kernel's routes and neighbours in the device's namespace.
+func New(inner afxdp.Link, cfg Config) (*UDP, error) {
+	if !cfg.Local.IsValid() {
+		return nil, errors.New("encap: no local address")
+	}
+	cfg.Local = cfg.Local.Unmap()
+	if cfg.Port == 0 {
+		cfg.Port = cells.DefaultUDPPort
+	}
+	if cfg.EtherType == 0 {
+		cfg.EtherType = cells.EtherType
+	}
+	if cfg.ResolveTimeout == 0 {
+		cfg.ResolveTimeout = 3 * time.Second
+	}
+	if cfg.MaxLearned == 0 {
+		cfg.MaxLearned = 4096
+	}
+	if cfg.Do == nil {
+		cfg.Do = func(f func() error) error { return f() }
+	}
+	u := &UDP{
+		inner: inner, cfg: cfg, devMAC: inner.HardwareAddr(),
+		over: cells.UDPOverhead(cfg.Local), changed: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	u.resolved = sync.NewCond(&u.rmu)
+	u.mtu = inner.MTU() - u.over
+	if u.mtu < cells.FrameHeaderSize+cells.CellSize {
+		return nil, fmt.Errorf("encap: the device's MTU %d leaves no room for a cell after %d bytes of IP and UDP", inner.MTU(), u.over)
+	}
+	u.self = [6]byte(Addr(cfg.Local))
+	u.etype = [2]byte{byte(cfg.EtherType >> 8), byte(cfg.EtherType)}
+	empty := map[[6]byte]*peer{}
+	u.peers.Store(&empty)
+	batch := inner.BatchSize()
+	u.scratch = make([][]byte, batch)
+	for i := range u.scratch {
+		u.scratch[i] = make([]byte, inner.MTU()+afxdp.EthernetHeaderLen)
+	}
+	u.out = make([][]byte, 0, batch)
+
+	err := cfg.Do(func() (err error) {
+		u.hold, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(cfg.Local, cfg.Port)))
+		if err != nil {
+			return fmt.Errorf("encap: holding UDP port %d on %v: %w (is another program, or another xam, using it?)", cfg.Port, cfg.Local, err)
+		}
+		routes := make(chan netlink.RouteUpdate, 64)
+		neighs := make(chan netlink.NeighUpdate, 64)
+		cb := func(err error) { slog.Debug("encap: netlink subscription", "err", err) }
+		if err := netlink.RouteSubscribeWithOptions(routes, u.done, netlink.RouteSubscribeOptions{ErrorCallback: cb}); err != nil {
+			return fmt.Errorf("encap: watching routes: %w", err)
+		}
+		if err := netlink.NeighSubscribeWithOptions(neighs, u.done, netlink.NeighSubscribeOptions{ErrorCallback: cb}); err != nil {
+			return fmt.Errorf("encap: watching neighbours: %w", err)
+		}
+		u.wg.Add(1)
+		go u.watch(routes, neighs)
+		return nil
+	})
+	if err != nil {
+		close(u.done)
+		u.wg.Wait()
+		if u.hold != nil {
+			u.hold.Close()
+		}
+		return nil, err
+	}
+	return u, nil
+}
+
+// Config returns the configuration in use, defaults filled in.
+func (u *UDP) Config() Config { return u.cfg }
+
+// Inner returns the link the UDP carries its frames over.
+func (u *UDP) Inner() afxdp.Link { return u.inner }
+
+// EncapStats returns the UDP's own counters.
+func (u *UDP) EncapStats() Stats {
+	return Stats{
+		Sent: u.sent.Load(), Received: u.received.Load(), Malformed: u.malformed.Load(),
+		Unresolved: u.unresolved.Load(), NoPeer: u.noPeer.Load(), Unknown: u.unknown.Load(),
+		Resolved: u.resolvedN.Load(),
+	}
+}
+
+// peer returns the peer of address a, adding it (and starting its
+// resolution) if a names an IP of the UDP's family.
+func (u *UDP) peer(a [6]byte) *peer {
+	if p := (*u.peers.Load())[a]; p != nil {
+		return p
+	}
+	ip, ok := IP(a[:])
+	if !ok || ip.Is4() != u.cfg.Local.Is4() {
+		return nil
+	}
+	return u.add(a, ip)
+}
+
+// add adds the peer at ip, address a, unless it is there, and has the
+// watcher resolve it.
+func (u *UDP) add(a [6]byte, ip netip.Addr) *peer {
+	u.mu.Lock()
+	old := *u.peers.Load()
+	p := old[a]
+	if p == nil {
+		p = &peer{ip: ip}
+		m := make(map[[6]byte]*peer, len(old)+1)
+		for k, v := range old {
+			m[k] = v
+		}
+		m[a] = p
+		u.peers.Store(&m)
+	}
+	u.mu.Unlock()
+	u.poke()
+	return p
+}
+
+// poke has the watcher look at the routes and neighbours again.
+func (u *UDP) poke() {
+	select {
+	case u.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Resolve adds the host at ip as a peer and waits until its next hop's MAC
+// is known (or cfg.ResolveTimeout passes: ErrUnresolved, or ErrRoute when
+// the kernel routes ip by another device). It returns the peer's xam
+// address, the address the layers above send to.
+func (u *UDP) Resolve(ip netip.Addr) (net.HardwareAddr, error) {
+	ip = ip.Unmap()
+	if ip.Is4() != u.cfg.Local.Is4() {
+		return nil, fmt.Errorf("%w: peer %v, local %v", ErrFamily, ip, u.cfg.Local)
+	}
+	a := Addr(ip)
+	p := u.add([6]byte(a), ip)
+	deadline := time.Now().Add(u.cfg.ResolveTimeout)
+	timer := time.AfterFunc(u.cfg.ResolveTimeout, func() {
+		u.rmu.Lock()
+		u.resolved.Broadcast()
+		u.rmu.Unlock()
+	})
+	defer timer.Stop()
+	u.rmu.Lock()
+	defer u.rmu.Unlock()
+	for p.hop.Load() == nil {
+		if u.closed.Load() {
+			return nil, net.ErrClosed
+		}
+		if err := p.route.Load(); err != nil {
+			return nil, *err // waiting would not change it
+		}
+		if !time.Now().Before(deadline) {
+			_, err := u.lookup(ip)
+			if err == nil {
+				err = fmt.Errorf("%w: %v, after %v", ErrUnresolved, ip, u.cfg.ResolveTimeout)
+			}
+			return nil, err
+		}
+		u.resolved.Wait()
+	}
+	return a, nil
+}
+
+// Passes returns how many times the UDP has looked up its peers' next
+// hops (after every route or neighbour change, peer added, and while one
+// is unresolved, every 100 ms).
+func (u *UDP) Passes() uint64 {
+	u.rmu.Lock()
+	defer u.rmu.Unlock()
+	return u.pass
+}
+
+// WaitPass waits until a pass after the n-th is done, or timeout, and
+// returns Passes.
+func (u *UDP) WaitPass(n uint64, timeout time.Duration) uint64 {
+	timer := time.AfterFunc(timeout, func() {
+		u.rmu.Lock()
+		u.resolved.Broadcast()
+		u.rmu.Unlock()
+	})
+	defer timer.Stop()
+	deadline := time.Now().Add(timeout)
+	u.rmu.Lock()
+	defer u.rmu.Unlock()
+	for u.pass <= n && time.Now().Before(deadline) && !u.closed.Load() {
+		u.resolved.Wait()
+	}
+	return u.pass
+}
+
+// NextHop returns the MAC that frames to the peer at ip go to, if the
+// peer's next hop is resolved.
+func (u *UDP) NextHop(ip netip.Addr) (net.HardwareAddr, bool) {
+	p := (*u.peers.Load())[[6]byte(Addr(ip))]
+	if p == nil {
+		return nil, false
+	}
+	if h := p.hop.Load(); h != nil {
+		return h.mac, true
+	}
+	return nil, false
+}
+
+// watch resolves the peers' next hops whenever a peer is added, a route
+// or a neighbour changes, and, while a peer is unresolved, every 100 ms
+// (making the kernel resolve it again).
+func (u *UDP) watch(routes <-chan netlink.RouteUpdate, neighs <-chan netlink.NeighUpdate) {
+	defer u.wg.Done()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		pending := u.resolveAll()
+		u.rmu.Lock()
+		u.pass++
+		u.resolved.Broadcast()
+		u.rmu.Unlock()
+		for waiting := true; waiting; {
+			select {
+			case <-u.done:
+				return
+			case _, ok := <-routes:
+				if !ok {
+					routes = nil
+				}
+				waiting = false
+			case _, ok := <-neighs:
+				if !ok {
+					neighs = nil
+				}
+				waiting = false
+			case <-u.changed:
+				waiting = false
+			case <-tick.C:
+				waiting = !pending
+			}
+		}
+	}
+}
+
+// resolveAll looks up every peer's next hop and reports whether one is
+// left unresolved.
+func (u *UDP) resolveAll() (pending bool) {
+	for _, p := range *u.peers.Load() {
+		h, err := u.lookup(p.ip)
+		if errors.Is(err, ErrRoute) {
+			p.route.Store(&err)
+		} else {
+			p.route.Store(nil)
+		}
+		if err != nil {
+			pending = true
+			continue // keep the hop known last: a stale neighbour is still the best guess
+		}
+		if old := p.hop.Load(); old == nil || !bytes.Equal(old.mac, h.mac) || old.via != h.via {
+			p.hop.Store(h)
+			u.resolvedN.Add(1)
+		}
+	}
+	return pending
+}
