@@ -115,11 +115,15 @@ func openAMIIHost(p datapath.Place, ec nicfw.EngineConfig, peers map[nicfw.HostI
 	if h.raw, err = datapath.Open(p, mode, queue); err != nil {
 		return nil, err
 	}
-	if h.eng, err = nicfw.NewEngine(h.raw.Sock, ec); err != nil {
+	if h.eng, err = nicfw.NewEngine(h.raw.Link(), ec); err != nil {
 		return nil, err
 	}
 	for id, peer := range peers {
-		if err = h.eng.AddHost(id, peer.MAC); err != nil {
+		addr, err := h.raw.Peer(peer)
+		if err != nil {
+			return nil, err
+		}
+		if err = h.eng.AddHost(id, addr); err != nil {
 			return nil, err
 		}
 	}

@@ -174,11 +174,15 @@ func openGRIM(a, b datapath.Place, mode loader.Mode, queue int, s grimSetup) (_ 
 		}
 		c := ec
 		c.Host = ids[i]
-		if p.engs[i], err = nicfw.NewEngine(p.raws[i].Sock, c); err != nil {
+		if p.engs[i], err = nicfw.NewEngine(p.raws[i].Link(), c); err != nil {
 			return nil, err
 		}
 		p.closers = append(p.closers, p.engs[i].Close)
-		if err := p.engs[i].AddHost(ids[1-i], places[1-i].MAC); err != nil {
+		peer, err := p.raws[i].Peer(places[1-i])
+		if err != nil {
+			return nil, err
+		}
+		if err := p.engs[i].AddHost(ids[1-i], peer); err != nil {
 			return nil, err
 		}
 		ep, err := grim.New(p.engs[i], cfg(i))

@@ -127,6 +127,8 @@ type RunConfig struct {
 	FWLayout     string  `json:"fw_layout,omitempty"`     // firmware mode: where the engines ran (FirmwareShape: daemons, group, threads)
 	MTU          int     `json:"mtu,omitempty"`           // the device's (or the lab's) MTU
 	MultiBuffer  bool    `json:"multi_buffer"`            // frames span several UMEM chunks (datapath.MultiBuffer)
+	Encap        string  `json:"encap,omitempty"`         // the frames' form: raw, udp:PORT or udp6:PORT (datapath.Encap)
+	Routed       bool    `json:"routed,omitempty"`        // the lab's hosts were on two subnets joined by a router
 	// The AF_XDP mode of the run's sockets and the --zerocopy it ran with
 	// (datapath.XSKInUse).
 	datapath.XSKUse
@@ -262,15 +264,16 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 	if err != nil {
 		return nil, err
 	}
-	if len(frame) > cells.EthernetHeaderSize+e.Sock.MTU() {
-		return nil, fmt.Errorf("a %d-byte message needs a %d-byte frame; the device's MTU is %d", cfg.Size, len(frame), e.Sock.MTU())
+	l := e.Link()
+	if len(frame) > cells.EthernetHeaderSize+l.MTU() {
+		return nil, fmt.Errorf("a %d-byte message needs a %d-byte frame; the link's MTU is %d", cfg.Size, len(frame), l.MTU())
 	}
 	out := [][]byte{frame}
-	bufs := make([][]byte, e.Sock.BatchSize())
-	send := func() error { _, err := e.Sock.Send(out); return err }
+	bufs := make([][]byte, l.BatchSize())
+	send := func() error { _, err := l.Send(out); return err }
 	note, stamps, finish := stampsOf(e)
 	answered := func(seq uint64) (bool, error) {
-		n, err := e.Sock.Recv(bufs)
+		n, err := l.Recv(bufs)
 		if err != nil {
 			return false, err
 		}
@@ -397,11 +400,18 @@ func RawPing(a, b datapath.Place, cfg PingConfig) (*PingResult, error) {
 		return nil, fmt.Errorf("raw endpoint B: %w", err)
 	}
 	defer eb.Close()
+	peer, err := ea.Peer(b)
+	if err != nil {
+		return nil, fmt.Errorf("raw endpoint A: %w", err)
+	}
+	if _, err := eb.Peer(a); err != nil { // B's answers go to A
+		return nil, fmt.Errorf("raw endpoint B: %w", err)
+	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var echoErr error
 	wg.Go(func() { echoErr = eb.Echo(&stop) })
-	r, err := RawPingFrom(ea, b.MAC, cfg)
+	r, err := RawPingFrom(ea, peer, cfg)
 	stop.Store(true)
 	wg.Wait()
 	return r, errors.Join(err, echoErr)

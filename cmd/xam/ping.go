@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -36,6 +37,9 @@ const maxPingSize = 65535
 // pingOptions is `xam ping`'s command line.
 type pingOptions struct {
 	fs         *flag.FlagSet    // to tell a flag given from its default (seen)
+	encapFlag  string
+	encap      datapath.Encap
+	peerIP     netip.Addr // --peer with --encap udp
 	cfg        bench.PingConfig // --count, --size, --timeout, --queue; the XDP mode and warm-up once checked
 	api        string
 	engineMode string // --mode: inline or firmware
@@ -76,7 +80,12 @@ func runPing(e *env, args []string) error {
 		return err
 	}
 	var mac net.HardwareAddr
-	if o.peer != "" {
+	switch {
+	case o.peer != "" && o.encap.UDP:
+		if o.peerIP, err = netip.ParseAddr(o.peer); err != nil || o.peerIP.Is4() == o.encap.IPv6 {
+			return usageError("--peer %q: with --encap %s, the peer's IP address of that family", o.peer, o.encap)
+		}
+	case o.peer != "":
 		if mac, err = net.ParseMAC(o.peer); err != nil {
 			return usageError("--peer %q: %v", o.peer, err)
 		}
@@ -106,7 +115,8 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.StringVar(&o.dev, "dev", "", "ping over this device instead of a lab built for the run")
 	fs.StringVar(&o.zeroCopy, "zerocopy", "auto", "AF_XDP sockets: auto (zero-copy where the driver has it, else copy mode, said in the result), require (zero-copy or fail) or off (copy mode)")
 	fs.IntVar(&o.mtu, "mtu", 0, fmt.Sprintf("MTU of the lab built for the run, %d..%d (default 1500; frames past one 4 KB chunk are multi-buffer frames)", 1280, datapath.MaxMTU(true)))
-	fs.StringVar(&o.peer, "peer", "", "with --dev: the MAC address of the peer, which runs: xam ping --dev IF --serve")
+	fs.StringVar(&o.encapFlag, "encap", "raw", "the frames' form: raw (Ethernet frames of xam's EtherType, one LAN) or udp[:PORT] / udp6[:PORT] (xam's UDP form over IPv4 / IPv6, which crosses routers: the lab built for the run then has its two hosts on two subnets joined by a router namespace); with --api raw, amii or grim")
+	fs.StringVar(&o.peer, "peer", "", "with --dev: the MAC address of the peer (with --encap udp, its IP address), which runs: xam ping --dev IF --serve")
 	fs.BoolVar(&o.serve, "serve", false, "with --dev: answer pings until interrupted, any number of clients in turn (--api ssam: with --peer, the pinging host's MAC)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the result as one JSON document, and no progress")
 	fs.BoolVar(&o.cfg.Timestamps, "timestamps", false, "with --api raw: read the NIC's receive stamp of every answer, through a device-bound XDP program in native mode (XDP metadata kfuncs, Linux 6.3 and later), and say how many were stamped")
@@ -148,6 +158,21 @@ func (o *pingOptions) check() error {
 	case "raw", "ssam", "amii", "grim", "udp", "packet":
 	default:
 		return usageError("--api %q: want raw, ssam, amii, grim, udp or packet", o.api)
+	}
+	if o.encap, err = datapath.ParseEncap(o.encapFlag); err != nil {
+		return usageError("%v", err)
+	}
+	if o.encap.UDP {
+		switch {
+		case o.api != "raw" && o.api != "amii" && o.api != "grim":
+			return usageError("--encap %s works with --api raw, amii or grim", o.encap)
+		case o.engineMode == "firmware":
+			return usageError("--encap %s runs the engines inline (--mode inline)", o.encap)
+		case o.dup > 0:
+			return usageError("--dup needs a switch's ports; --encap %s's lab is routed", o.encap)
+		case o.cfg.Timestamps:
+			return usageError("--timestamps works with raw frames (--encap raw)")
+		}
 	}
 	switch {
 	case o.cfg.Count < 1:
@@ -211,7 +236,7 @@ func xamExe() string {
 
 // runConfig returns how the ping ran, as its result records it.
 func (o *pingOptions) runConfig() bench.RunConfig {
-	run := bench.RunConfig{Device: o.dev, Peer: o.peer, InjectedLoss: o.loss, InjectedDup: o.dup}
+	run := bench.RunConfig{Device: o.dev, Peer: o.peer, InjectedLoss: o.loss, InjectedDup: o.dup, Encap: o.encap.String(), Routed: o.encap.UDP && o.dev == ""}
 	if o.api == "amii" || o.api == "grim" {
 		run.EngineMode = o.engineMode
 		if o.engineMode == "firmware" {
@@ -327,6 +352,7 @@ func (o *pingOptions) onDevice(e *env, mac net.HardwareAddr, run bench.RunConfig
 		return fmt.Errorf("device %s: %w", o.dev, err)
 	}
 	here := datapath.Here(link.Attrs().Index, link.Attrs().HardwareAddr)
+	here.Dev, here.Encap = o.dev, o.encap
 	run.MTU, run.MultiBuffer = link.Attrs().MTU, datapath.MultiBuffer(link.Attrs().MTU)
 	if o.api == "ssam" {
 		return pingSSAMDevice(e, here, mac, o.serve, o.dev, o.cfg, run, o.asJSON, in)
@@ -343,6 +369,11 @@ func (o *pingOptions) onDevice(e *env, mac net.HardwareAddr, run bench.RunConfig
 	if o.serve {
 		return serveRaw(e, ep, o.dev, in)
 	}
+	if ep.UDP != nil {
+		if mac, err = ep.UDP.Resolve(o.peerIP); err != nil {
+			return err
+		}
+	}
 	pr, err := bench.RawPingFrom(ep, mac, o.cfg)
 	if err != nil {
 		return err
@@ -354,7 +385,7 @@ func (o *pingOptions) onDevice(e *env, mac net.HardwareAddr, run bench.RunConfig
 // inLab pings between the two hosts of a lab built for the run, removed
 // when the ping ends or is interrupted.
 func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
-	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid()), Switch: o.dup > 0, MTU: o.mtu})
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("ping%d", os.Getpid()), Switch: o.dup > 0, MTU: o.mtu, Routed: o.encap.UDP})
 	if err != nil {
 		return err
 	}
@@ -371,6 +402,7 @@ func (o *pingOptions) inLab(e *env, run bench.RunConfig, in *interrupts) error {
 	run.MTU, run.MultiBuffer = a.MTU, datapath.MultiBuffer(a.MTU)
 	pa := datapath.OnHost(a)
 	pb := datapath.OnHost(b)
+	pa.Encap, pb.Encap = o.encap, o.encap
 	r, err := pingLab(o.api, o.engineMode, pa, pb, a, b, o.cfg, o.loss, o.firmwareLayout())
 	if err != nil {
 		return err
@@ -385,6 +417,7 @@ func reportPing(e *env, r any, run bench.RunConfig, asJSON bool) error {
 	pr.Config.InjectedLoss, pr.Config.InjectedDup = run.InjectedLoss, run.InjectedDup
 	pr.Config.EngineMode, pr.Config.FWSleepNS, pr.Config.FWLayout = run.EngineMode, run.FWSleepNS, run.FWLayout
 	pr.Config.MTU, pr.Config.MultiBuffer = run.MTU, run.MultiBuffer
+	pr.Config.Encap, pr.Config.Routed = run.Encap, run.Routed
 	pr.Config.XSKUse = datapath.XSKInUse()
 	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(r); err != nil {
@@ -488,6 +521,13 @@ func printPing(e *env, r *bench.PingResult) {
 			fmt.Fprintf(e.stdout, "RX stamps: %d of %d answers stamped by the NIC; system clock at the application less the NIC's stamp, p50 %s (the receive path's time if phc2sys keeps the NIC's clock on the system's)\n",
 				st.Stamped, st.Answers, time.Duration(st.NICToAppNs))
 		}
+	}
+	if c := r.Config; c.Encap != "" && c.Encap != "raw" {
+		where := ""
+		if c.Routed {
+			where = ", through the lab's router (two subnets)"
+		}
+		fmt.Fprintf(e.stdout, "frames: xam's UDP form (--encap %s)%s\n", c.Encap, where)
 	}
 	if x := r.Config.XSKUse; x.Mode != "" {
 		fmt.Fprintf(e.stdout, "AF_XDP sockets: %s mode (--zerocopy %s)%s\n", x.Mode, x.Policy, whyText(x.Why))
