@@ -36,10 +36,10 @@ const maxPingSize = 65535
 
 // pingOptions is `xam ping`'s command line.
 type pingOptions struct {
-	fs         *flag.FlagSet    // to tell a flag given from its default (seen)
+	fs         *flag.FlagSet // to tell a flag given from its default (seen)
 	encapFlag  string
 	encap      datapath.Encap
-	peerIP     netip.Addr // --peer with --encap udp
+	peerIP     netip.Addr       // --peer with --encap udp
 	cfg        bench.PingConfig // --count, --size, --timeout, --queue; the XDP mode and warm-up once checked
 	api        string
 	engineMode string // --mode: inline or firmware
