@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/lab"
 )
@@ -24,6 +25,7 @@ func runCapture(e *env, args []string) error {
 	count := fs.Int("count", 0, "stop after this many frames (0: no limit)")
 	dur := fs.Duration("duration", 10*time.Second, "stop after this long (0: no limit)")
 	buffer := fs.Int("buffer", defaultCaptureBuffer, "the capture socket's receive buffer in bytes: frames that arrive while it is full are missed (and counted)")
+	encapFlag := fs.String("encap", "raw", "the frames' form: raw, or udp[:PORT] (udp6[:PORT] is the same) to keep xam's UDP form to PORT as well")
 	format := fs.String("format", "erf", "erf: pcap of ATM cells and reassembled AAL5 PDUs (Wireshark's own ATM dissectors; open with -o erf.aal5_type:Unspecified); ether: pcapng of the Ethernet frames with their direction and the missed count (Wireshark with tools/wireshark/xam.lua)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -43,15 +45,22 @@ func runCapture(e *env, args []string) error {
 	if *buffer < minCaptureBuffer || *buffer > maxCaptureBuffer {
 		return usageError("--buffer %d: want %d..%d bytes", *buffer, minCaptureBuffer, maxCaptureBuffer)
 	}
+	enc, err := datapath.ParseEncap(*encapFlag)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	var udpPort uint16
+	if enc.UDP {
+		udpPort = enc.Port
+	}
 	if err := needPrivileges("xam capture"); err != nil {
 		return err
 	}
 	var c *capturer
 	open := func() (err error) {
-		c, err = openCapture(*dev, *buffer)
+		c, err = openCaptureUDP(*dev, udpPort, *buffer)
 		return err
 	}
-	var err error
 	if *ns != "" {
 		var n *lab.Namespace
 		if n, err = lab.OpenNamespace(*ns); err == nil {
@@ -111,10 +120,11 @@ const (
 // that keeps xam's EtherType) on one device, with the kernel's time stamps,
 // and counts what the kernel dropped for a full receive buffer as missed.
 type capturer struct {
-	tap    *netdev.Tap
-	frames atomic.Int64 // frames recorded, for a reader in another goroutine
-	missed atomic.Int64
-	st     captureStats
+	tap     *netdev.Tap
+	udpPort uint16       // xam's UDP form is kept too, to this port; 0: raw frames only
+	frames  atomic.Int64 // frames recorded, for a reader in another goroutine
+	missed  atomic.Int64
+	st      captureStats
 }
 
 type captureStats struct{ frames, cells, pdus, bad, missed int }
@@ -122,11 +132,17 @@ type captureStats struct{ frames, cells, pdus, bad, missed int }
 // openCapture opens the capture's tap on dev with a receive buffer of
 // buffer bytes.
 func openCapture(dev string, buffer int) (*capturer, error) {
-	tap, err := netdev.OpenTap(dev, cells.EtherType, buffer)
+	return openCaptureUDP(dev, 0, buffer)
+}
+
+// openCaptureUDP is openCapture that also keeps xam's UDP form to
+// udpPort.
+func openCaptureUDP(dev string, udpPort uint16, buffer int) (*capturer, error) {
+	tap, err := netdev.OpenTapUDP(dev, cells.EtherType, udpPort, buffer)
 	if err != nil {
 		return nil, err
 	}
-	return &capturer{tap: tap}, nil
+	return &capturer{tap: tap, udpPort: udpPort}, nil
 }
 
 func (c *capturer) close() error { return c.tap.Close() }
@@ -235,10 +251,19 @@ func (c *capturer) run(sink captureSink, count int, done func() bool) error {
 			}
 			continue
 		}
-		if len(buf) < cells.EthernetHeaderSize || uint16(buf[12])<<8|uint16(buf[13]) != cells.EtherType {
-			continue // not xam's (the filter keeps only xam's)
+		if len(buf) < cells.EthernetHeaderSize {
+			continue
 		}
-		body, _, err := cells.Unpack(buf, 0)
+		var body []byte
+		if t := uint16(buf[12])<<8 | uint16(buf[13]); t == cells.EtherType {
+			body, _, err = cells.Unpack(buf, 0)
+		} else if c.udpPort == 0 {
+			continue // not xam's (the filter keeps only xam's)
+		} else if u, uerr := cells.ParseUDP(buf, c.udpPort); uerr != nil {
+			err = uerr
+		} else {
+			body, _, err = cells.UnpackPayload(buf[u.Off:u.End])
+		}
 		if err != nil {
 			st.bad++
 			continue

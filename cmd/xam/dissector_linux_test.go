@@ -13,6 +13,7 @@ import (
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
+	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/lab"
@@ -338,6 +339,88 @@ func TestWiresharkDissectorJumbo(t *testing.T) {
 	t.Logf("%d frames, %d past 4 KB", st.frames, big)
 }
 
+// TestWiresharkDissectorUDP: the dissector decodes xam's UDP form as
+// captured on the router between two subnets: raw pings and GRIM over
+// IPv4 and IPv6, every frame xam's with HECs and CRCs correct.
+func TestWiresharkDissectorUDP(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	tshark := testenv.RequireCommand(t, "tshark")
+	script, err := filepath.Abs("../../tools/wireshark/xam.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("wsu%d", os.Getpid()), Routed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	var c *capturer
+	if err := l.Router.Do(func() (err error) {
+		c, err = openCaptureUDP(l.Router.Ports[0], cells.DefaultUDPPort, defaultCaptureBuffer)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.close() })
+	path, st := captureFile(t, c, l, "udp.pcapng", func() {
+		for _, ipv6 := range []bool{false, true} {
+			pa, pb := datapath.OnHost(l.Hosts[0]), datapath.OnHost(l.Hosts[1])
+			pa.Encap = datapath.Encap{UDP: true, IPv6: ipv6}
+			pb.Encap = pa.Encap
+			if _, err := bench.RawPing(pa, pb, bench.PingConfig{Count: 10, NoWarmup: true, Size: 1000}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bench.GRIMPing(pa, pb, bench.PingConfig{Count: 10, NoWarmup: true, Size: 3000}, 0, false, bench.FirmwareLayout{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if st.frames == 0 || st.missed != 0 || st.bad != 0 {
+		t.Fatalf("captured %d frames, missed %d, bad %d", st.frames, st.missed, st.bad)
+	}
+	out, err := exec.Command(tshark, "-X", "lua_script:"+script, "-r", path, "-T", "fields", "-E", "occurrence=a",
+		"-e", "frame.number", "-e", "ip.version", "-e", "ipv6.version", "-e", "udp.dstport", "-e", "xam.cells", "-e", "xam.cell.hec_ok",
+		"-e", "xam.aal5.crc_ok", "-e", "_ws.malformed", "-e", "_ws.expert.severity", "-e", "xam.raw.seq").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(lines) != st.frames {
+		t.Fatalf("tshark shows %d frames, the capture recorded %d", len(lines), st.frames)
+	}
+	v4, v6, raw := 0, 0, 0
+	for _, line := range lines {
+		fs := strings.Split(line, "\t")
+		if len(fs) != 10 {
+			t.Fatalf("line %q: %d fields", line, len(fs))
+		}
+		if fs[3] != strconv.Itoa(int(cells.DefaultUDPPort)) || fs[4] == "" {
+			t.Errorf("frame %s: UDP port %q, cells %q: not decoded as xam's UDP form", fs[0], fs[3], fs[4])
+		}
+		for i, name := range map[int]string{5: "hec", 6: "aal5"} {
+			if slices.Contains(strings.Split(fs[i], ","), "0") {
+				t.Errorf("frame %s: a %s check failed", fs[0], name)
+			}
+		}
+		if fs[7] != "" || fs[8] != "" {
+			t.Errorf("frame %s: malformed %q, expert %q", fs[0], fs[7], fs[8])
+		}
+		switch {
+		case fs[1] == "4":
+			v4++
+		case fs[2] == "6":
+			v6++
+		}
+		if fs[9] != "" {
+			raw++
+		}
+	}
+	if v4 == 0 || v6 == 0 || raw != 2*2*10 {
+		t.Errorf("%d IPv4 frames, %d IPv6, %d raw pings (want %d)", v4, v6, raw, 2*2*10)
+	}
+	t.Logf("%d frames: %d over IPv4, %d over IPv6", st.frames, v4, v6)
+}
+
 // captureFile captures, with `xam capture --format ether`'s sink, what
 // crosses the lab's first switch port while traffic runs, into a file
 // name in a temporary directory (copied to $XAM_KEEP_CAPTURE if set), and
@@ -350,7 +433,13 @@ func captureFile(t *testing.T, c *capturer, l *lab.Lab, name string, traffic fun
 		t.Fatal(err)
 	}
 	defer f.Close()
-	sink, err := newCaptureSink(f, "ether", l.Switch.Ports[0])
+	port := ""
+	if l.Switch != nil {
+		port = l.Switch.Ports[0]
+	} else {
+		port = l.Router.Ports[0]
+	}
+	sink, err := newCaptureSink(f, "ether", port)
 	if err != nil {
 		t.Fatal(err)
 	}

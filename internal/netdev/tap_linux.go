@@ -43,6 +43,13 @@ const TapTimeout = 100 * time.Millisecond
 // network namespace) for frames of etherType, with a receive buffer of
 // buffer bytes.
 func OpenTap(dev string, etherType uint16, buffer int) (*Tap, error) {
+	return OpenTapUDP(dev, etherType, 0, buffer)
+}
+
+// OpenTapUDP is OpenTap that also keeps the UDP datagrams to udpPort
+// (xam's UDP form) over IPv4, not fragments, and over IPv6 without
+// extension headers; a udpPort of 0 keeps none.
+func OpenTapUDP(dev string, etherType, udpPort uint16, buffer int) (*Tap, error) {
 	ifi, err := net.InterfaceByName(dev)
 	if err != nil {
 		return nil, fmt.Errorf("device %q: %w", dev, err)
@@ -66,6 +73,32 @@ func OpenTap(dev string, etherType uint16, buffer int) (*Tap, error) {
 		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: uint32(etherType)},
 		{Code: unix.BPF_RET | unix.BPF_K, K: 0xffff},
 		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+	}
+	if udpPort != 0 {
+		const accept, drop = 17, 18 // the last two instructions
+		filter = []unix.SockFilter{
+			/* 0 */ {Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 12},
+			/* 1 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: accept - 2, Jf: 0, K: uint32(etherType)},
+			/* 2 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 10 - 3, K: 0x0800},
+			// IPv4: UDP, not a fragment, to the port after the header.
+			/* 3 */ {Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 23},
+			/* 4 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: drop - 5, K: 17},
+			/* 5 */ {Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 20},
+			/* 6 */ {Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, Jt: drop - 7, Jf: 0, K: 0x3fff},
+			/* 7 */ {Code: unix.BPF_LDX | unix.BPF_B | unix.BPF_MSH, K: 14},
+			/* 8 */ {Code: unix.BPF_LD | unix.BPF_H | unix.BPF_IND, K: 16},
+			/* 9 */ {Code: unix.BPF_JMP | unix.BPF_JA, K: 15 - 10},
+			/* 10 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: drop - 11, K: 0x86dd},
+			// IPv6: UDP as the next header, to the port.
+			/* 11 */ {Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 20},
+			/* 12 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: drop - 13, K: 17},
+			/* 13 */ {Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 14 + 40 + 2},
+			/* 14 */ {Code: unix.BPF_JMP | unix.BPF_JA, K: 0},
+			/* 15 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: accept - 16, Jf: drop - 16, K: uint32(udpPort)},
+			/* 16 */ {Code: unix.BPF_JMP | unix.BPF_JA, K: drop - 17},
+			/* 17 */ {Code: unix.BPF_RET | unix.BPF_K, K: 0xffff},
+			/* 18 */ {Code: unix.BPF_RET | unix.BPF_K, K: 0},
+		}
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {

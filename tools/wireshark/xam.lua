@@ -133,6 +133,7 @@ local ef_badsync = ProtoExpert.new("xam.ssam.bad_sync", "a sync of session 0 or 
 xam.experts = { ef_hec, ef_crc, ef_count, ef_cont, ef_refused, ef_badsync }
 
 xam.prefs.ethertype = Pref.uint("EtherType", 0x88B5, "the EtherType of xam's frames")
+xam.prefs.udp_port = Pref.uint("UDP port", 18553, "the UDP port of xam's UDP form (xam ping --encap udp:PORT)")
 xam.prefs.mapper_vpi = Pref.uint("Mapper VPI", 0, "the VPI of the mapper's circuit")
 xam.prefs.mapper_vci = Pref.uint("Mapper VCI", 16, "the VCI of the mapper's circuit")
 xam.prefs.raw_vci = Pref.uint("Raw VCI", 40, "the VCI of raw frames on VPI 0 (xam ping --api raw and packet, the frame-rate benchmarks): cells of no protocol")
@@ -532,3 +533,5 @@ function xam.dissector(tvb, pinfo, tree)
 end
 
 DissectorTable.get("ethertype"):add(xam.prefs.ethertype, xam)
+-- xam's UDP form: the same frame header and cells after IP and UDP.
+DissectorTable.get("udp.port"):add(xam.prefs.udp_port, xam)
