@@ -373,8 +373,12 @@ func (e *Endpoint) Close() error {
 	var errs []error
 	if e.UDP != nil {
 		errs = append(errs, e.UDP.Close()) // closes the link below it
-		for _, s := range e.UDP.Sockets() {
-			s.Recv(nil)
+		if e.Queues != nil {
+			for _, s := range e.Queues.Sockets() {
+				s.Recv(nil)
+			}
+		} else if e.Sock != nil {
+			e.Sock.Recv(nil)
 		}
 	} else if e.Queues != nil {
 		errs = append(errs, e.Queues.Close())

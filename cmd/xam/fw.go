@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"os/user"
@@ -26,6 +27,7 @@ import (
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cluster"
 	"github.com/xam-project/xam/datapath"
+	"github.com/xam-project/xam/datapath/encap"
 	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
@@ -53,24 +55,51 @@ type hostFlags map[nicfw.HostID]net.HardwareAddr
 
 func (h hostFlags) String() string { return fmt.Sprint(map[nicfw.HostID]net.HardwareAddr(h)) }
 
-func (h hostFlags) Set(s string) error {
-	id, mac, ok := strings.Cut(s, "=")
+func (h hostFlags) Set(s string) error { _, err := h.set(s); return err }
+
+// set adds the host of an ID=MAC or ID=IP flag; for an IP, the address
+// it takes is the IP's in xam's UDP form (encap.Addr), and set returns
+// the IP.
+func (h hostFlags) set(s string) (netip.Addr, error) {
+	id, addr, ok := strings.Cut(s, "=")
 	if !ok {
-		return fmt.Errorf("%q: want ID=MAC", s)
+		return netip.Addr{}, fmt.Errorf("%q: want ID=MAC (or ID=IP with --encap udp)", s)
 	}
 	n, err := strconv.ParseUint(id, 10, 16)
 	if err != nil {
-		return fmt.Errorf("%q: host id: %v", s, err)
-	}
-	hw, err := net.ParseMAC(mac)
-	if err != nil {
-		return fmt.Errorf("%q: %v", s, err)
+		return netip.Addr{}, fmt.Errorf("%q: host id: %v", s, err)
 	}
 	if _, dup := h[nicfw.HostID(n)]; dup {
-		return fmt.Errorf("host %d given twice", n)
+		return netip.Addr{}, fmt.Errorf("host %d given twice", n)
+	}
+	if ip, err := netip.ParseAddr(addr); err == nil {
+		h[nicfw.HostID(n)] = encap.Addr(ip)
+		return ip.Unmap(), nil
+	}
+	hw, err := net.ParseMAC(addr)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%q: neither a MAC nor an IP address", s)
 	}
 	h[nicfw.HostID(n)] = hw
-	return nil
+	return netip.Addr{}, nil
+}
+
+// hostFlag is --host: hostFlags that also keeps the IPs given.
+type hostFlag struct{ c *fwConfig }
+
+func (f hostFlag) String() string {
+	if f.c == nil {
+		return ""
+	}
+	return f.c.hosts.String()
+}
+
+func (f hostFlag) Set(s string) error {
+	ip, err := f.c.hosts.set(s)
+	if err == nil && ip.IsValid() {
+		f.c.hostIPs = append(f.c.hostIPs, ip)
+	}
+	return err
 }
 
 // parseCores parses a CPU list such as "2,3" or "2-5".
@@ -106,6 +135,9 @@ func parseCores(s string) ([]int, error) {
 // then (resolve) as the daemon takes them.
 type fwConfig struct {
 	dev, ns       string // the device, and the network namespace it is in
+	encapFlag     string
+	encap         datapath.Encap
+	hostIPs       []netip.Addr // the peers given as --host ID=IP
 	id            int
 	hosts         hostFlags
 	coreList      string
@@ -213,7 +245,8 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.StringVar(&c.dev, "dev", "", "the device whose AF_XDP queue the engine owns")
 	fs.StringVar(&c.ns, "netns", "", "the named network namespace the device is in")
 	fs.IntVar(&c.id, "id", -1, "this host's id in the host table (0..65535, as the mapper numbers them)")
-	fs.Var(c.hosts, "host", "a peer host: ID=MAC (repeat for each peer)")
+	fs.Var(hostFlag{c}, "host", "a peer host: ID=MAC, or with --encap udp ID=IP (repeat for each peer)")
+	fs.StringVar(&c.encapFlag, "encap", "raw", "the frames' form: raw (Ethernet frames of xam's EtherType, one LAN) or udp[:PORT] / udp6[:PORT] (xam's UDP form over IPv4 / IPv6, which crosses routers; every host of the job on the same port; peers given as --host ID=IP)")
 	fs.StringVar(&c.coreList, "cores", "", "CPUs the engine thread runs on, e.g. 2 or 2,3 or 2-3 (default: any)")
 	fs.StringVar(&c.socket, "socket", "/run/xam/fw.sock", "the unix socket applications connect to")
 	fs.DurationVar(&c.sleep, "sleep", daemon.DefaultSleep, "without work the engine polls on, yielding the CPU, and blocks in poll(2) after this long (0: busy-poll, never yield or block: give it --cores of its own)")
@@ -252,6 +285,25 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 // checkHosts checks how the daemon is told its hosts: given (--id and
 // --host) or found by the mapper (--map), never both.
 func (c *fwConfig) checkHosts() error {
+	var err error
+	if c.encap, err = datapath.ParseEncap(c.encapFlag); err != nil {
+		return usageError("%v", err)
+	}
+	switch {
+	case c.encap.UDP && c.useMap:
+		return usageError("--map finds hosts on one LAN by broadcast; with --encap %s give the peers with --host ID=IP", c.encap)
+	case !c.encap.UDP && len(c.hostIPs) > 0:
+		return usageError("--host ID=IP needs --encap udp (or udp6): raw frames go to MACs")
+	case c.encap.UDP && len(c.hostIPs) != len(c.hosts):
+		return usageError("with --encap %s give every peer as --host ID=IP", c.encap)
+	case c.encap.IPv6 && (c.job || c.given["hostfile"]):
+		return usageError("--encap udp6 with a job: not built (a job's cards carry IPv4 addresses of the UDP form only)")
+	}
+	for _, ip := range c.hostIPs {
+		if ip.Is4() == c.encap.IPv6 {
+			return usageError("--host %v: --encap %s takes addresses of the other family", ip, c.encap)
+		}
+	}
 	if c.job || c.given["hostfile"] || c.given["rank"] {
 		return c.checkJob()
 	}
@@ -392,6 +444,7 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 	if err != nil {
 		return c.failJob(j, err)
 	}
+	here.Encap = c.encap
 	if c.tuneNAPI {
 		var restore func() error
 		err := here.Do(func() (err error) { restore, err = netdev.TuneNAPI(c.dev); return err })
@@ -418,8 +471,17 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 	if err := os.MkdirAll(dirOf(c.socket), 0o755); err != nil {
 		return c.failJob(j, err)
 	}
+	if raw.UDP != nil {
+		// The next hops toward the peers, looked up now rather than at
+		// the first frames (which would be lost, and sent again).
+		for _, ip := range c.hostIPs {
+			if _, err := raw.UDP.Resolve(ip); err != nil {
+				fmt.Fprintf(e.stderr, "xam fw: %v (frames to it wait until the kernel knows its next hop)\n", err)
+			}
+		}
+	}
 	if j != nil {
-		if err := c.exchangeHosts(ctx, e, j, here.MAC); err != nil {
+		if err := c.exchangeHosts(ctx, e, j, raw.MAC); err != nil {
 			return err
 		}
 	}
@@ -439,7 +501,11 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 	if err != nil {
 		return err
 	}
-	c.announce(e, here.MAC)
+	c.announce(e, raw.MAC)
+	if raw.UDP != nil {
+		u := raw.UDP.Config()
+		fmt.Fprintf(e.stderr, "xam fw: xam's UDP form (--encap %s) from %v\n", c.encap, netip.AddrPortFrom(u.Local, u.Port))
+	}
 	x := datapath.XSKInUse()
 	where := fmt.Sprintf("socket on %s queue %d", c.dev, c.queue)
 	if len(c.queues) > 0 {
@@ -542,6 +608,21 @@ func runFwStats(e *env, args []string) error {
 			fmt.Fprintf(w, "      preferred busy polling on NAPI %d\n", l.NAPIID)
 		case l.BusyPollWhy != "":
 			fmt.Fprintf(w, "      no busy polling: %s\n", l.BusyPollWhy)
+		}
+		if u := l.Encap; u != nil {
+			st := u.Stats
+			fmt.Fprintf(w, "      xam's UDP form (%s) from %s, %d bytes after IP and UDP; sent %d, received %d, dropped: %d unresolved, %d no peer, %d malformed\n",
+				u.Form, u.Local, u.MTU, st.Sent, st.Received, st.Unresolved, st.NoPeer, st.Malformed)
+			for _, p := range u.Peers {
+				switch {
+				case p.MAC == "":
+					fmt.Fprintf(w, "      peer %s: next hop not resolved yet\n", p.Peer)
+				case p.Via != "":
+					fmt.Fprintf(w, "      peer %s: via %s (%s)\n", p.Peer, p.Via, p.MAC)
+				default:
+					fmt.Fprintf(w, "      peer %s: on the link (%s)\n", p.Peer, p.MAC)
+				}
+			}
 		}
 	}
 	fmt.Fprintf(w, "hosts (%s):\n", epoch)

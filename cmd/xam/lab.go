@@ -31,7 +31,7 @@ func runLab(e *env, args []string) error {
 }
 
 func runLabUp(e *env, args []string) error {
-	fs := newFlags(e, "lab up", "lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--mtu M] [--queues Q] [--fw [--fw-args \"...\"]] [--json]")
+	fs := newFlags(e, "lab up", "lab up [--hosts N] [--switch] [--port-rate R --port-buffer B] [--name X] [--mtu M] [--queues Q] [--routed] [--fw [--fw-args \"...\"]] [--json]")
 	var cfg lab.Config
 	fs.StringVar(&cfg.Name, "name", "lab", "lab name: namespaces are xam-NAME-h0, xam-NAME-h1, ... (and xam-NAME-sw)")
 	fs.IntVar(&cfg.Hosts, "hosts", 2, "number of host namespaces")
@@ -41,6 +41,7 @@ func runLabUp(e *env, args []string) error {
 	fs.IntVar(&cfg.MTU, "mtu", 0, "MTU of the links (default the kernel's, 1500)")
 	fs.IntVar(&cfg.Queues, "queues", 1, "TX/RX queues per veth end")
 	fs.BoolVar(&cfg.IPv6, "ipv6", false, "leave IPv6 enabled on the links")
+	fs.BoolVar(&cfg.Routed, "routed", false, "put each host on a subnet of its own (10.0.I.1/24, fd00:0:0:I::1/64), joined by a router namespace (xam-NAME-rt) that forwards between them: for xam's UDP form (--encap udp; with --fw the daemons use it)")
 	fw := fs.Bool("fw", false, "start a firmware daemon (xam fw) on each host, its own socket in the lab's state dir, every other host its peer; xam lab down stops them")
 	fwArgs := fs.String("fw-args", "", "with --fw: more options for every daemon, e.g. \"--sleep 50us -v\" (see xam fw -h; not --dev, --netns, --id, --host or --socket)")
 	asJSON := fs.Bool("json", false, "describe the lab (and its daemons) as JSON")
@@ -75,6 +76,8 @@ func runLabUp(e *env, args []string) error {
 		return usageError("--hosts %d: want 2..250", cfg.Hosts)
 	case *buffer != "" && *rate == "":
 		return usageError("--port-buffer needs --port-rate (the buffer is the shaper's queue)")
+	case cfg.Routed && (cfg.Switch || cfg.PortRate != 0):
+		return usageError("--routed joins the hosts through a router: no --switch or --port-rate")
 	case cfg.MTU != 0 && (cfg.MTU < 68 || cfg.MTU > 65535):
 		return usageError("--mtu %d: want 68..65535", cfg.MTU)
 	case cfg.Queues < 1 || cfg.Queues > 64:
@@ -130,6 +133,11 @@ func printLab(w io.Writer, l *lab.Lab) {
 			shaped = fmt.Sprintf(", ports shaped to %d bit/s with %d-byte buffers", sw.PortRate, sw.PortBuffer)
 		}
 		fmt.Fprintf(w, "  switch netns %s, bridge %s, ports %s%s\n", sw.NS, sw.Bridge, strings.Join(sw.Ports, " "), shaped)
+	}
+	if rt := l.Router; rt != nil {
+		for i, h := range l.Hosts {
+			fmt.Fprintf(w, "  %s is also %v, behind router port %s (%v, %v) of netns %s\n", h.Name, h.Addr6, rt.Ports[i], rt.Addrs[i].Addr(), rt.Addrs6[i].Addr(), rt.NS)
+		}
 	}
 }
 

@@ -117,8 +117,15 @@ func spawnLabDaemons(l *lab.Lab, extra []string) ([]*lab.Daemon, error) {
 	for i, h := range l.Hosts {
 		socket := filepath.Join(lab.StateDir(l.Name), h.Name+".sock")
 		args := []string{"fw", "--dev", h.Link, "--netns", h.NS, "--id", strconv.Itoa(i), "--socket", socket}
+		if l.Router != nil {
+			args = append(args, "--encap", "udp") // across the router
+		}
 		for j, p := range l.Hosts {
-			if j != i {
+			switch {
+			case j == i:
+			case l.Router != nil:
+				args = append(args, "--host", fmt.Sprintf("%d=%s", j, p.Addr.Addr()))
+			default:
 				args = append(args, "--host", fmt.Sprintf("%d=%s", j, p.MAC))
 			}
 		}

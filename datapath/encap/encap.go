@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -413,4 +415,44 @@ func (u *UDP) resolveAll() (pending bool) {
 		}
 	}
 	return pending
+}
+
+// Report is what a UDP says of itself: its form, its counters and its
+// peers' next hops (xam fw stats, xam stat).
+type Report struct {
+	Form  string `json:"form"`  // udp:PORT or udp6:PORT
+	Local string `json:"local"` // the address and port frames come from
+	// MTU is what the layers above get: the device's, less IP and UDP.
+	MTU   int       `json:"mtu"`
+	Stats Stats     `json:"stats"`
+	Peers []NextHop `json:"peers,omitempty"`
+}
+
+// NextHop is a peer and the MAC its frames go to ("" until resolved).
+type NextHop struct {
+	Peer string `json:"peer"`
+	Via  string `json:"via,omitempty"` // the gateway, where the peer is not on the device's subnet
+	MAC  string `json:"mac,omitempty"`
+}
+
+// Report returns what u says of itself.
+func (u *UDP) Report() Report {
+	form := "udp"
+	if !u.cfg.Local.Is4() {
+		form = "udp6"
+	}
+	r := Report{Form: fmt.Sprintf("%s:%d", form, u.cfg.Port), Local: netip.AddrPortFrom(u.cfg.Local, u.cfg.Port).String(),
+		MTU: u.mtu, Stats: u.EncapStats()}
+	for _, p := range *u.peers.Load() {
+		n := NextHop{Peer: p.ip.String()}
+		if h := p.hop.Load(); h != nil {
+			n.MAC = h.mac.String()
+			if h.via != p.ip {
+				n.Via = h.via.String()
+			}
+		}
+		r.Peers = append(r.Peers, n)
+	}
+	slices.SortFunc(r.Peers, func(a, b NextHop) int { return strings.Compare(a.Peer, b.Peer) })
+	return r
 }

@@ -253,13 +253,11 @@ func (u *UDP) Info() afxdp.Info {
 	return afxdp.Info{}
 }
 
-// Sockets returns the inner link's sockets, for counters.
+// Sockets returns the sockets of an inner link over several queues
+// (afxdp.Queues), for counters; nil for one socket.
 func (u *UDP) Sockets() []*afxdp.Socket {
-	switch l := u.inner.(type) {
-	case interface{ Sockets() []*afxdp.Socket }:
+	if l, ok := u.inner.(interface{ Sockets() []*afxdp.Socket }); ok {
 		return l.Sockets()
-	case *afxdp.Socket:
-		return []*afxdp.Socket{l}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/datapath/encap"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/mapper"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -70,6 +71,9 @@ type LinkInfo struct {
 	BusyPoll    bool   `json:"busy_poll"`
 	NAPIID      uint32 `json:"napi_id,omitempty"`
 	BusyPollWhy string `json:"busy_poll_why,omitempty"`
+	// Encap is the UDP form's report, on a link that carries it
+	// (package encap); nil for raw frames.
+	Encap *encap.Report `json:"encap,omitempty"`
 }
 
 // linkInfo returns what Stats says of link, if it is an AF_XDP socket;
@@ -95,6 +99,10 @@ func linkInfo(link afxdp.Link, copyWhy string) *LinkInfo {
 		for _, s := range q.Sockets() {
 			l.Queues = append(l.Queues, s.Info().Queue)
 		}
+	}
+	if u, ok := link.(*encap.UDP); ok {
+		r := u.Report()
+		l.Encap = &r
 	}
 	switch {
 	case i.ZeroCopy:
