@@ -290,3 +290,70 @@ func benchBulk(b *testing.B, mtu int) {
 		return amiiBulk(pa, pb, total, 64<<10, 16, loader.ModeAuto)
 	})
 }
+
+// BenchmarkEncap measures what xam's UDP form costs against raw Ethernet
+// frames on the same veth pair, in one run: the round trip of raw frames
+// and of AM-II (inline engines) in alternation (ratios to raw Ethernet
+// frames), then bulk goodput of raw frames and of AM-II 64 KB Stores in
+// each form, at MTU 1500 and 9000.
+func BenchmarkEncap(b *testing.B) {
+	udp := datapath.Encap{UDP: true}
+	b.Run("ping", func(b *testing.B) {
+		p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
+		pa, pb := places(p)
+		ua, ub := pa, pb
+		ua.Encap, ub.Encap = udp, udp
+		amii := func(a, b datapath.Place) func(PingConfig) (*PingResult, error) {
+			return func(c PingConfig) (*PingResult, error) {
+				r, err := AMIIPing(a, b, c, 0)
+				if err != nil {
+					return nil, err
+				}
+				return &r.PingResult, nil
+			}
+		}
+		c, err := comparePaths(PingConfig{Count: max(b.N, 10), Size: 32}, 10,
+			pinger{"raw-eth", func(c PingConfig) (*PingResult, error) { return RawPing(pa, pb, c) }},
+			pinger{"raw-udp", func(c PingConfig) (*PingResult, error) { return RawPing(ua, ub, c) }},
+			pinger{"amii-eth", amii(pa, pb)},
+			pinger{"amii-udp", amii(ua, ub)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range c.Paths {
+			if r.Lost != 0 {
+				b.Fatalf("%s: %d round trips lost", r.Name, r.Lost)
+			}
+			b.ReportMetric(float64(r.RTT.P50), r.Name+"-p50-ns")
+			if r.Name != "raw-eth" {
+				b.ReportMetric(r.Ratio, r.Name+"/raw-eth")
+			}
+		}
+	})
+	for _, mtu := range []int{1500, 9000} {
+		b.Run(fmt.Sprintf("bulk/mtu=%d", mtu), func(b *testing.B) {
+			p := netnstest.NewVethPair(b, netnstest.WithQueues(1), netnstest.WithMTU(mtu))
+			pa, pb := places(p)
+			ua, ub := pa, pb
+			ua.Encap, ub.Encap = udp, udp
+			run := func(name string, f func(total int64) (*BulkResult, error)) {
+				b.Run(name, func(b *testing.B) {
+					r, err := f(max(int64(b.N), 8<<20))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(r.MBPerSec, "MB/s")
+				})
+			}
+			for _, form := range []struct {
+				name string
+				a, b datapath.Place
+			}{{"eth", pa, pb}, {"udp", ua, ub}} {
+				run("raw-"+form.name, func(total int64) (*BulkResult, error) { return rawBulk(form.a, form.b, total, loader.ModeAuto) })
+				run("amii-store-64k-"+form.name, func(total int64) (*BulkResult, error) {
+					return amiiBulk(form.a, form.b, total, 64<<10, 16, loader.ModeAuto)
+				})
+			}
+		})
+	}
+}

@@ -48,6 +48,13 @@ func rawBulk(a, b datapath.Place, total int64, mode loader.Mode) (*BulkResult, e
 	}); err != nil {
 		return nil, err
 	}
+	if a.Encap.UDP {
+		ip, err := a.IP()
+		if err != nil {
+			return nil, err
+		}
+		mtu -= cells.UDPOverhead(ip)
+	}
 	per := (mtu - cells.FrameHeaderSize) / cells.CellSize * cells.PayloadSize
 	n := int((total + int64(per) - 1) / int64(per))
 	r, err := rawStream(a, b, n, 32, per, mode)
@@ -72,7 +79,11 @@ func rawStream(a, b datapath.Place, n, batch, size int, mode loader.Mode) (*rate
 		return nil, err
 	}
 	defer eb.Close()
-	frame, err := rawFrame(b.MAC, a.MAC, size)
+	peer, err := ea.Peer(b)
+	if err != nil {
+		return nil, err
+	}
+	frame, err := rawFrame(peer, ea.MAC, size)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +94,7 @@ func rawStream(a, b datapath.Place, n, batch, size int, mode loader.Mode) (*rate
 	wait := countFrames(eb)
 	start := time.Now()
 	for sent := 0; sent < n; sent += batch {
-		if _, err := ea.Sock.Send(frames[:min(batch, n-sent)]); err != nil {
+		if _, err := ea.Link().Send(frames[:min(batch, n-sent)]); err != nil {
 			wait(0, start)
 			return nil, err
 		}
@@ -106,9 +117,10 @@ func countFrames(e *datapath.Endpoint) (wait func(n int, start time.Time) (int, 
 	var wg sync.WaitGroup
 	var rxErr error
 	wg.Go(func() {
-		bufs := make([][]byte, e.Sock.BatchSize())
+		l := e.Link()
+		bufs := make([][]byte, l.BatchSize())
 		for !stop.Load() {
-			k, err := e.Sock.Recv(bufs)
+			k, err := l.Recv(bufs)
 			if err != nil {
 				rxErr = err
 				return
