@@ -25,6 +25,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/cluster"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netdev"
@@ -101,6 +102,7 @@ type fwConfig struct {
 	queues        []int
 	busyPoll      time.Duration
 	tuneNAPI      bool
+	steer         bool
 	queue         int
 	useMap        bool
 	follow        bool
@@ -206,6 +208,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.StringVar(&c.zeroCopy, "zerocopy", "auto", "AF_XDP socket: auto (zero-copy where the driver has it, else copy mode, said by xam fw stats), require (zero-copy or fail) or off (copy mode)")
 	fs.IntVar(&c.queue, "queue", 0, "the device queue to own")
 	fs.DurationVar(&c.busyPoll, "busy-poll", afxdp.DefaultBusyPoll, "preferred busy polling of the AF_XDP socket: the time a recvfrom polls the device's queue (SO_BUSY_POLL with SO_PREFER_BUSY_POLL; 0: off); it takes effect on devices whose queues have a NAPI instance (not veth)")
+	fs.BoolVar(&c.steer, "steer", false, "install an n-tuple rule on the device that steers xam's frames (its EtherType, or with --encap udp its UDP port) to --queue, and remove it on exit: for NICs that spread frames over queues (ethtool -N; a veth takes none)")
 	fs.BoolVar(&c.tuneNAPI, "tune-napi", false, "set the device's napi_defer_hard_irqs and gro_flush_timeout for preferred busy polling while the daemon runs, and restore them on exit (needs sysfs of the device's namespace: ip netns exec)")
 	fs.StringVar(&c.queueList, "queues", "", "own several device queues, e.g. 0-3 or 0,2: a socket on each (one UMEM), so that frames the NIC spreads over them all arrive (instead of --queue)")
 	fs.BoolVar(&c.useMap, "map", false, "find the hosts with the mapper protocol instead of --id and --host")
@@ -345,6 +348,9 @@ func (c *fwConfig) resolve() error {
 	default:
 		datapath.SetBusyPoll(c.busyPoll)
 	}
+	if c.steer && len(c.queues) > 0 {
+		return usageError("--steer steers to the one --queue; with --queues the frames may land on any of them")
+	}
 	if c.tuneNAPI && c.busyPoll == 0 {
 		return usageError("--tune-napi is for preferred busy polling, which --busy-poll 0 turns off")
 	}
@@ -404,6 +410,26 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 			}
 		}()
 		fmt.Fprintf(e.stderr, "xam fw: %s: napi_defer_hard_irqs %d, gro_flush_timeout %d ns while the daemon runs\n", c.dev, netdev.TunedDeferHardIRQs, netdev.TunedGROFlushTimeout.Nanoseconds())
+	}
+	if c.steer {
+		var port uint16
+		if c.encap.UDP {
+			port = c.encap.Port
+		}
+		var rule *netdev.SteerRule
+		err := here.Do(func() (err error) {
+			rule, err = netdev.Steer(c.dev, cells.EtherType, port, c.encap.IPv6, c.queue)
+			return err
+		})
+		if err != nil {
+			return c.failJob(j, fmt.Errorf("--steer: %w", err))
+		}
+		defer func() {
+			if err := here.Do(rule.Remove); err != nil {
+				fmt.Fprintf(e.stderr, "xam fw: %v\n", err)
+			}
+		}()
+		fmt.Fprintf(e.stderr, "xam fw: %s: n-tuple rule %d, %s, while the daemon runs\n", c.dev, rule.Location, rule.What)
 	}
 	var raw *datapath.Endpoint
 	if len(c.queues) > 0 {

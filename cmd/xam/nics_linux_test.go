@@ -312,3 +312,27 @@ func TestPingTimestamps(t *testing.T) {
 		}
 	}
 }
+
+// TestFwSteer: --steer asks the device for an n-tuple rule toward the
+// daemon's queue; a veth takes none, and the daemon says so and stops
+// before it serves. --steer with several queues is refused.
+func TestFwSteer(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("steer%d", os.Getpid()), Hosts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	h, peer := l.Hosts[0], l.Hosts[1]
+	sock := filepath.Join(t.TempDir(), "fw.sock")
+	args := []string{"fw", "--dev", "eth0", "--netns", h.NS, "--id", "1", "--host", "2=" + peer.MAC.String(), "--socket", sock, "--steer"}
+	if code, _, errs := xam(t, nil, args...); code != 1 || !strings.Contains(errs, "--steer: netdev: eth0: the device takes no n-tuple steering rules") {
+		t.Errorf("--steer on a veth: exit %d, %q", code, errs)
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Error("the daemon served after --steer failed")
+	}
+	if code, _, errs := xam(t, nil, append(args, "--queues", "0,1")...); code != 2 || !strings.Contains(errs, "--steer steers to the one --queue") {
+		t.Errorf("--steer --queues: exit %d, %q", code, errs)
+	}
+}
