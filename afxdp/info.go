@@ -32,6 +32,12 @@ type Info struct {
 	// (Options.MultiBuffer): frames larger than a chunk span several.
 	MultiBuffer bool
 
+	// TxMetadata reports whether the UMEM was registered with room for TX
+	// metadata (Options.TxTimestamps); TxMetadataErr is the kernel's
+	// refusal (before Linux 6.8) where it was asked for.
+	TxMetadata    bool
+	TxMetadataErr error
+
 	// TxBudget is the copy-mode transmit budget in force: frames per sendto
 	// (XDP_MAX_TX_SKB_BUDGET; the kernel's default, 32, when not set).
 	TxBudget int

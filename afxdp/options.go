@@ -112,7 +112,25 @@ type Options struct {
 	// fits one chunk is lent as before. A kernel without it refuses the
 	// bind, reported as ErrNotSupported. Not with a shared UMEM.
 	MultiBuffer bool
+
+	// TxTimestamps asks for every frame's transmit time stamp through
+	// AF_XDP TX metadata (Linux 6.8 and later): the UMEM is registered
+	// with TxMetadataLen bytes of metadata in front of each transmit
+	// frame, every descriptor carries XDP_TX_METADATA with
+	// XDP_TXMD_FLAGS_TIMESTAMP, and the kernel writes the stamp there when
+	// the frame completes: the NIC's, where the driver takes them (xam
+	// doctor's xsk_features: tx-timestamp), or in copy mode the kernel's
+	// clock (CLOCK_TAI) as the frame's buffer is released. TxStamp reads
+	// the last. A kernel without TX metadata refuses the registration
+	// (Info.TxMetadataErr) and the socket opens without stamps. Not with
+	// MultiBuffer or a shared UMEM.
+	TxTimestamps bool
 }
+
+// TxMetadataLen is the room the UMEM keeps for TX metadata in front of
+// each transmit frame with Options.TxTimestamps: union xsk_tx_metadata
+// (flags, then the request or the completion), 24 bytes since Linux 6.15.
+const TxMetadataLen = 24
 
 // Defaults.
 const (

@@ -3,6 +3,7 @@
 package afxdp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -90,6 +91,12 @@ type Socket struct {
 		zeroCopy bool
 		kickAll  bool // kick on every send (no need_wakeup, or copy mode)
 		rawKick  bool // make the sendto calls raw system calls (see kick)
+		// meta is the TX metadata in front of each frame (TxMetadataLen
+		// with Options.TxTimestamps, else 0); lastStamp and stamped the
+		// last completed frame's stamp and how many were stamped.
+		meta      uint64
+		lastStamp uint64
+		stamped   uint64
 	}
 
 	stats struct {
@@ -167,8 +174,13 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 		for i := uint32(0); i < n; i++ {
 			f := frames[sent+int(i)]
 			addr := free[len(free)-1-int(i)]
-			copy(s.part.mem[addr:addr+s.part.frameSize], f)
-			s.tx.tx.set(i, unix.XDPDesc{Addr: addr, Len: uint32(len(f))})
+			d := unix.XDPDesc{Addr: addr, Len: uint32(len(f))}
+			if m := s.tx.meta; m != 0 {
+				s.requestStamp(addr)
+				d.Addr, d.Options = addr+m, unix.XDP_TX_METADATA
+			}
+			copy(s.part.mem[d.Addr:addr+s.part.frameSize], f)
+			s.tx.tx.set(i, d)
 			bytes += uint64(len(f))
 		}
 		s.tx.free = free[:len(free)-int(n)]
@@ -263,11 +275,60 @@ func (s *Socket) reap() {
 	k := 0
 	for _, a := range spare[:n] {
 		if s.part.isTx(a) {
-			spare[k] = s.part.chunk(a)
+			c := s.part.chunk(a)
+			if s.tx.meta != 0 {
+				s.readStamp(c)
+			}
+			spare[k] = c
 			k++
 		}
 	}
 	s.tx.free = free[:len(free)+k]
+}
+
+// requestStamp writes the TX metadata of the chunk at addr: a time stamp
+// requested, none yet.
+func (s *Socket) requestStamp(addr uint64) {
+	m := s.part.mem[addr : addr+TxMetadataLen]
+	binary.LittleEndian.PutUint64(m[0:], unix.XDP_TXMD_FLAGS_TIMESTAMP)
+	clear(m[8:])
+}
+
+// readStamp notes the time stamp the kernel wrote in the completed chunk
+// at addr, if any.
+func (s *Socket) readStamp(addr uint64) {
+	m := s.part.mem[addr : addr+TxMetadataLen]
+	if binary.LittleEndian.Uint64(m[0:])&unix.XDP_TXMD_FLAGS_TIMESTAMP == 0 {
+		return
+	}
+	if ts := binary.LittleEndian.Uint64(m[8:]); ts != 0 {
+		s.tx.lastStamp = ts
+		s.tx.stamped++
+	}
+}
+
+// TxStamp returns the transmit time stamp of the last frame that has
+// completed (Options.TxTimestamps; 0 if none was stamped) and how many
+// were stamped since Open. It takes the completions waiting first. The
+// stamp is in ns on the NIC's clock where the driver stamps, or on
+// CLOCK_TAI (TAINow) in copy mode.
+func (s *Socket) TxStamp() (ns, stamped uint64) {
+	s.tx.Lock()
+	defer s.tx.Unlock()
+	if !s.closed.Load() {
+		s.reap()
+	}
+	return s.tx.lastStamp, s.tx.stamped
+}
+
+// TAINow returns CLOCK_TAI in ns: the clock of copy mode's transmit
+// stamps.
+func TAINow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_TAI, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano())
 }
 
 // flush makes the kernel process the TX ring. In copy mode it calls sendto

@@ -63,6 +63,9 @@ func open(ifindex int, o Options, j *join) (*Socket, error) {
 		},
 	}
 	s.mtu = min(ifi.MTU, MaxMTU(o.FrameSize, o.Headroom))
+	if o.TxTimestamps && (o.MultiBuffer || j != nil) {
+		return nil, fmt.Errorf("afxdp: %w: TX timestamps with multi-buffer frames or a shared UMEM", ErrNotSupported)
+	}
 	if o.MultiBuffer {
 		if j != nil {
 			return nil, fmt.Errorf("afxdp: %w: multi-buffer with a shared UMEM", ErrNotSupported)
@@ -159,7 +162,16 @@ func (s *Socket) useUMEM(fd int, o Options, j *join) (register bool, err error) 
 		s.info.SharedUMEM = !register
 	}
 	if register {
-		if err := s.umem.register(fd, o.Headroom); err != nil {
+		if o.TxTimestamps {
+			err := s.umem.register(fd, o.Headroom, TxMetadataLen)
+			if err == nil {
+				s.info.TxMetadata, s.tx.meta = true, TxMetadataLen
+				return register, nil
+			}
+			// A kernel before 6.8: no TX metadata, no stamps.
+			s.info.TxMetadataErr = fmt.Errorf("registering the UMEM with TX metadata: %w", err)
+		}
+		if err := s.umem.register(fd, o.Headroom, 0); err != nil {
 			return register, fmt.Errorf("registering %d-byte UMEM (XDP_UMEM_REG; memlock limit?): %w", len(s.umem.mem), err)
 		}
 	}

@@ -58,13 +58,24 @@ func mapMemfd(size int) ([]byte, error) {
 	return unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 }
 
-// register registers the UMEM with socket fd (XDP_UMEM_REG).
-func (u *umem) register(fd, headroom int) error {
+// register registers the UMEM with socket fd (XDP_UMEM_REG), with txMeta
+// bytes of TX metadata in front of each transmit frame (0: none). Kernels
+// from 6.8 to 6.10 take the length without XDP_UMEM_TX_METADATA_LEN, which
+// later ones require: the flag is tried first.
+func (u *umem) register(fd, headroom, txMeta int) error {
 	reg := unix.XDPUmemReg{
 		Addr:     uint64(uintptr(unsafe.Pointer(&u.mem[0]))),
 		Len:      uint64(len(u.mem)),
 		Size:     uint32(u.frameSize),
 		Headroom: uint32(headroom),
+	}
+	if txMeta > 0 {
+		reg.Tx_metadata_len, reg.Flags = uint32(txMeta), unix.XDP_UMEM_TX_METADATA_LEN
+		err := setsockopt(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg))
+		if err != unix.EINVAL {
+			return err
+		}
+		reg.Flags = 0
 	}
 	return setsockopt(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg))
 }
