@@ -12,6 +12,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
@@ -97,7 +98,10 @@ type PingResult struct {
 	FrameBytes int    `json:"frame_bytes,omitempty"`
 	// RxStamps is what the answers' receive metadata said
 	// (PingConfig.Timestamps).
-	RxStamps    *RxStamps `json:"rx_stamps,omitempty"`
+	RxStamps *RxStamps `json:"rx_stamps,omitempty"`
+	// TxStamps is what the requests' transmit stamps said (AF_XDP TX
+	// metadata, with --timestamps).
+	TxStamps    *TxStamps `json:"tx_stamps,omitempty"`
 	Done        int       `json:"done"`
 	Lost        int       `json:"lost"`
 	Loss        float64   `json:"loss"`
@@ -270,8 +274,13 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 	}
 	out := [][]byte{frame}
 	bufs := make([][]byte, l.BatchSize())
-	send := func() error { _, err := l.Send(out); return err }
 	note, stamps, finish := stampsOf(e)
+	tx := txStampsOf(e)
+	send := func() error {
+		tx.sending()
+		_, err := l.Send(out)
+		return err
+	}
 	answered := func(seq uint64) (bool, error) {
 		n, err := l.Recv(bufs)
 		if err != nil {
@@ -279,7 +288,7 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 		}
 		for _, f := range bufs[:n] {
 			if isAnswer(f, seq) {
-				note(f)
+				tx.answered(note(f))
 				return true, nil
 			}
 		}
@@ -289,8 +298,93 @@ func RawPingFrom(e *datapath.Endpoint, peer net.HardwareAddr, cfg PingConfig) (*
 	if r != nil {
 		finish()
 		r.RxStamps = stamps
+		r.TxStamps = tx.finish()
 	}
 	return r, err
+}
+
+// TxStamps counts the transmit stamps of a ping's requests (AF_XDP TX
+// metadata) and splits the round trip where it can.
+type TxStamps struct {
+	Requests int `json:"requests"` // requests answered
+	Stamped  int `json:"stamped"`  // of them, with a transmit stamp
+	// AppToTxNs is the median of the stamp less CLOCK_TAI when the
+	// application sent: in copy mode, where the kernel stamps on its clock
+	// as the frame's buffer is released, the send path's time.
+	AppToTxNs int64 `json:"app_to_tx_p50_ns,omitempty"`
+	// NICToNICNs is the median of the answer's receive stamp less the
+	// request's transmit stamp, where the NIC stamped both (one clock):
+	// the wire and the peer. HostNs is the round trip's median less it:
+	// this host's send and receive paths.
+	NICToNICNs int64 `json:"nic_to_nic_p50_ns,omitempty"`
+	HostNs     int64 `json:"host_p50_ns,omitempty"`
+}
+
+// txStamper notes the transmit stamp of each answered request.
+type txStamper struct {
+	s                 *afxdp.Socket
+	st                TxStamps
+	sentAt, stamped   uint64
+	appToTx, nicToNIC []int64
+	rtts              []int64
+	sentWall          time.Time
+}
+
+// txStampsOf returns the stamper of e's requests; nil (which does nothing)
+// if e's socket takes no TX metadata.
+func txStampsOf(e *datapath.Endpoint) *txStamper {
+	if e.Sock == nil || !e.Sock.Info().TxMetadata {
+		return nil
+	}
+	return &txStamper{s: e.Sock}
+}
+
+func (t *txStamper) sending() {
+	if t != nil {
+		t.sentAt, t.sentWall = afxdp.TAINow(), time.Now()
+	}
+}
+
+// answered notes the stamp of the request just answered, whose answer's
+// receive stamp (the NIC's, 0 if none) is rx.
+func (t *txStamper) answered(rx uint64) {
+	if t == nil {
+		return
+	}
+	rtt := time.Since(t.sentWall).Nanoseconds()
+	t.st.Requests++
+	ns, n := t.s.TxStamp()
+	if n == t.stamped {
+		return // no new stamp: the request's completion did not carry one
+	}
+	t.stamped = n
+	t.st.Stamped++
+	if ns >= t.sentAt {
+		t.appToTx = append(t.appToTx, int64(ns-t.sentAt))
+	}
+	if rx > ns {
+		t.nicToNIC = append(t.nicToNIC, int64(rx-ns))
+		t.rtts = append(t.rtts, rtt)
+	}
+}
+
+func (t *txStamper) finish() *TxStamps {
+	if t == nil {
+		return nil
+	}
+	median := func(v []int64) int64 {
+		if len(v) == 0 {
+			return 0
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	t.st.AppToTxNs = median(t.appToTx)
+	if len(t.nicToNIC) > 0 {
+		t.st.NICToNICNs = median(t.nicToNIC)
+		t.st.HostNs = median(t.rtts) - t.st.NICToNICNs
+	}
+	return &t.st
 }
 
 // RxStamps counts the receive metadata of a ping's answers.
@@ -308,24 +402,26 @@ type RxStamps struct {
 // stampsOf returns a function that notes the receive metadata of an
 // answer f that e received, and the RxStamps it fills (nil if e's program
 // puts none there).
-func stampsOf(e *datapath.Endpoint) (func(f []byte), *RxStamps, func()) {
+func stampsOf(e *datapath.Endpoint) (func(f []byte) uint64, *RxStamps, func()) {
 	if e.Prog == nil || !e.Prog.Config().RxMetadata {
-		return func([]byte) {}, nil, func() {}
+		return func([]byte) uint64 { return 0 }, nil, func() {}
 	}
 	st := &RxStamps{}
 	var deltas []int64
-	note := func(f []byte) {
+	note := func(f []byte) uint64 {
 		now := time.Now().UnixNano()
 		st.Answers++
 		m, ok := loader.ParseRxMeta(e.Sock.Metadata(f, loader.RxMetaLen))
 		if !ok {
-			return
+			return 0
 		}
 		st.WithMeta++
-		if m.Stamped {
-			st.Stamped++
-			deltas = append(deltas, now-int64(m.Timestamp))
+		if !m.Stamped {
+			return 0
 		}
+		st.Stamped++
+		deltas = append(deltas, now-int64(m.Timestamp))
+		return m.Timestamp
 	}
 	finish := func() {
 		if len(deltas) > 0 {

@@ -67,10 +67,15 @@ func TestRawPingTimestamps(t *testing.T) {
 	if st := r.RxStamps; st == nil || st.Answers != count || st.WithMeta != count || st.Stamped != 0 || st.NICToAppNs != 0 {
 		t.Errorf("receive stamps %+v, want %d answers, each with metadata, none stamped (veth)", st, count)
 	}
+	// Copy mode stamps every request on the kernel's clock; without a
+	// receive stamp there is no split.
+	if st := r.TxStamps; st == nil || st.Requests != count || st.Stamped != count || st.AppToTxNs <= 0 || st.AppToTxNs > r.RTT.Max || st.NICToNICNs != 0 {
+		t.Errorf("transmit stamps %+v (round trip max %d ns), want each of %d requests stamped, none split", st, r.RTT.Max, count)
+	}
 	r, err = RawPing(a, b, PingConfig{Count: 10, NoWarmup: true})
 	checkResult(t, r, err, 10)
-	if r.RxStamps != nil {
-		t.Errorf("receive stamps without Timestamps: %+v", r.RxStamps)
+	if r.RxStamps != nil || r.TxStamps != nil {
+		t.Errorf("stamps without Timestamps: %+v %+v", r.RxStamps, r.TxStamps)
 	}
 }
 

@@ -232,6 +232,9 @@ func OpenQueues(p Place, mode loader.Mode, queues []int) (*Endpoint, error) {
 func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []uint16) (*Endpoint, error) {
 	e := &Endpoint{MAC: p.MAC}
 	opts := socketOptions(queues[0])
+	// Time stamps both ways: the receive metadata program, and transmit
+	// stamps through TX metadata where the frames fit one chunk.
+	opts.TxTimestamps = cfg.RxMetadata && len(queues) == 1
 	var local netip.Addr
 	if p.Encap.UDP {
 		var err error
@@ -239,7 +242,7 @@ func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []ui
 			return nil, err
 		}
 		if cfg.RxMetadata {
-			return nil, errors.New("datapath: the UDP form with receive metadata: not built (the metadata sits in front of the Ethernet header the UDP form hides)")
+			return nil, errors.New("datapath: the UDP form with time stamps: not built (the receive metadata sits in front of the Ethernet header the UDP form hides)")
 		}
 		cfg.UDPPort = p.Encap.port()
 	}
@@ -254,6 +257,7 @@ func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []ui
 					return fmt.Errorf("datapath: %s: MTU %d needs multi-buffer frames, which sockets on several queues (a shared UMEM) do not take: at most MTU %d, or one queue", devName(p), mtu, MaxMTU(false))
 				}
 				cfg.Frags, opts.MultiBuffer = true, true
+				opts.TxTimestamps = false
 			}
 		}
 		if e.Prog, err = loader.Load(cfg); err != nil && cfg.Frags {

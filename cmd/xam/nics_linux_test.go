@@ -298,12 +298,19 @@ func TestPingTimestamps(t *testing.T) {
 			WithMeta int `json:"with_meta"`
 			Stamped  int `json:"stamped"`
 		} `json:"rx_stamps"`
+		TxStamps *struct {
+			Requests int   `json:"requests"`
+			Stamped  int   `json:"stamped"`
+			AppToTx  int64 `json:"app_to_tx_p50_ns"`
+		} `json:"tx_stamps"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.RxStamps == nil || r.RxStamps.Answers != r.Count+r.Warmup ||
-		r.RxStamps.WithMeta != r.RxStamps.Answers || r.RxStamps.Stamped != 0 {
+		r.RxStamps.WithMeta != r.RxStamps.Answers || r.RxStamps.Stamped != 0 ||
+		r.TxStamps == nil || r.TxStamps.Stamped != r.TxStamps.Requests || r.TxStamps.Requests != r.Count+r.Warmup || r.TxStamps.AppToTx <= 0 {
 		t.Errorf("ping --timestamps --json: exit %d %s\n%s", code, errs, out)
 	}
-	if code, out, errs := xam(t, nil, "ping", "--api", "raw", "--timestamps", "--count", "20"); code != 0 || !strings.Contains(out, "RX stamps: no hardware stamp: 0 of 22 answers stamped by the NIC") {
+	if code, out, errs := xam(t, nil, "ping", "--api", "raw", "--timestamps", "--count", "20"); code != 0 || !strings.Contains(out, "RX stamps: no hardware stamp: 0 of 22 answers stamped by the NIC") ||
+		!strings.Contains(out, "TX stamps: 22 of 22 requests stamped") || !strings.Contains(out, "round trip split: none") {
 		t.Errorf("ping --timestamps: exit %d %s\n%s", code, errs, out)
 	}
 	for _, args := range [][]string{{"--api", "amii"}, {"--api", "raw", "--dev", "eth0", "--serve"}} {

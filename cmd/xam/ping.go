@@ -522,6 +522,21 @@ func printPing(e *env, r *bench.PingResult) {
 				st.Stamped, st.Answers, time.Duration(st.NICToAppNs))
 		}
 	}
+	if st := r.TxStamps; st != nil {
+		switch {
+		case st.Stamped == 0:
+			fmt.Fprintf(e.stdout, "TX stamps: none of %d requests stamped (AF_XDP TX metadata taken, no stamp written back)\n", st.Requests)
+		default:
+			fmt.Fprintf(e.stdout, "TX stamps: %d of %d requests stamped; stamp less the application's send (CLOCK_TAI), p50 %s (copy mode: the kernel's clock as the frame's buffer is released)\n",
+				st.Stamped, st.Requests, time.Duration(st.AppToTxNs))
+		}
+		if st.NICToNICNs != 0 {
+			fmt.Fprintf(e.stdout, "round trip split: p50 %s from the request's TX stamp to the answer's RX stamp (wire and peer), %s on this host\n",
+				time.Duration(st.NICToNICNs), time.Duration(st.HostNs))
+		} else if rx := r.RxStamps; rx != nil {
+			fmt.Fprintln(e.stdout, "round trip split: none (it needs the NIC's stamps both ways, on one clock)")
+		}
+	}
 	if c := r.Config; c.Encap != "" && c.Encap != "raw" {
 		where := ""
 		if c.Routed {
