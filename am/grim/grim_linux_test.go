@@ -78,8 +78,13 @@ func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 	}
 	var hosts []*host
 	for i, l := range links {
+		// A call waits up to a minute for the engine, as the transport
+		// retries for a minute: the default, 10 s, ran out once
+		// (TestGRIMOverAFXDP, "channel 1 full") in a CI run of the whole
+		// suite on 2 CPUs, and not in eight runs beside other packages'
+		// tests, with this tree's binary or the one before it.
 		cfg := Config{Peers: peers, Self: i, Channels: cc.channels, CutThrough: cc.cutThrough && i%2 == 0, PoolSize: cc.pool,
-			ReplyTimeout: cc.replyTimeout, Key: cc.key}
+			ReplyTimeout: cc.replyTimeout, Key: cc.key, GiveUp: time.Minute}
 		if cc.firmware {
 			ep, err := Dial(sockets[i], cfg)
 			if err != nil {
