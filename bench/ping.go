@@ -392,6 +392,7 @@ type RxStamps struct {
 	Answers  int `json:"answers"`   // answers received
 	WithMeta int `json:"with_meta"` // of them, with xam's receive metadata in front
 	Stamped  int `json:"stamped"`   // of them, stamped by the NIC
+	Hashed   int `json:"hashed"`    // of them, with the NIC's RSS hash (the metadata kfunc's; a veth hashes in software)
 	// NICToAppNs is the median, over the stamped answers, of the system
 	// clock when the application took the answer less the NIC's stamp:
 	// the receive path's time if the NIC's clock follows the system's
@@ -416,6 +417,9 @@ func stampsOf(e *datapath.Endpoint) (func(f []byte) uint64, *RxStamps, func()) {
 			return 0
 		}
 		st.WithMeta++
+		if m.Hashed {
+			st.Hashed++
+		}
 		if !m.Stamped {
 			return 0
 		}

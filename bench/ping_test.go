@@ -64,8 +64,8 @@ func TestRawPingTimestamps(t *testing.T) {
 	const count = 300
 	r, err := RawPing(a, b, PingConfig{Count: count, NoWarmup: true, Timestamps: true})
 	checkResult(t, r, err, count)
-	if st := r.RxStamps; st == nil || st.Answers != count || st.WithMeta != count || st.Stamped != 0 || st.NICToAppNs != 0 {
-		t.Errorf("receive stamps %+v, want %d answers, each with metadata, none stamped (veth)", st, count)
+	if st := r.RxStamps; st == nil || st.Answers != count || st.WithMeta != count || st.Stamped != 0 || st.NICToAppNs != 0 || st.Hashed != count {
+		t.Errorf("receive stamps %+v, want %d answers, each with metadata and a hash, none stamped (veth)", st, count)
 	}
 	// Copy mode stamps every request on the kernel's clock; without a
 	// receive stamp there is no split.

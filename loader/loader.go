@@ -298,7 +298,7 @@ type QueueCount struct {
 
 // RxMetaLen is the length of the receive metadata that a RxMetadata
 // program puts in front of every frame.
-const RxMetaLen = 16
+const RxMetaLen = 24
 
 // rxMetaMagic marks the metadata area as xam's ("xam1").
 const rxMetaMagic = 0x78616d31
@@ -309,15 +309,24 @@ type RxMeta struct {
 	// Stamped; a NIC without hardware stamps (a veth) gives none.
 	Timestamp uint64
 	Stamped   bool
+	// Hash is the NIC's RSS hash of the frame, if Hashed, and RSSType
+	// what it covered (enum xdp_rss_hash_type: L3, L4, IPv4, IPv6, ...;
+	// 0 for a frame the NIC hashed as no known protocol, as xam's raw
+	// frames).
+	Hash    uint32
+	RSSType uint32
+	Hashed  bool
 }
 
 // ParseRxMeta reads the RxMetaLen bytes in front of a frame; ok is false
 // if they are not xam's (a program without RxMetadata put none there).
 func ParseRxMeta(b []byte) (m RxMeta, ok bool) {
-	if len(b) != RxMetaLen || binary.NativeEndian.Uint32(b[12:]) != rxMetaMagic {
+	if len(b) != RxMetaLen || binary.NativeEndian.Uint32(b[20:]) != rxMetaMagic {
 		return RxMeta{}, false
 	}
-	return RxMeta{Timestamp: binary.NativeEndian.Uint64(b), Stamped: binary.NativeEndian.Uint32(b[8:])&1 != 0}, true
+	flags := binary.NativeEndian.Uint32(b[16:])
+	return RxMeta{Timestamp: binary.NativeEndian.Uint64(b), Stamped: flags&1 != 0,
+		Hash: binary.NativeEndian.Uint32(b[8:]), RSSType: binary.NativeEndian.Uint32(b[12:]), Hashed: flags&2 != 0}, true
 }
 
 // Duplicate configures the duplicator.

@@ -449,36 +449,60 @@ int xam_xdp(struct xdp_md *ctx)
 
 // Receive metadata that xam_xdp_meta, a device-bound program (native
 // mode), puts in front of every frame, where an AF_XDP socket finds it
-// (the UMEM bytes just before the frame): the NIC's receive timestamp,
-// read through the kernel's XDP metadata kfunc (Linux 6.3 and later).
-// Kept in step with RxMeta in loader.go.
+// (the UMEM bytes just before the frame): the NIC's receive timestamp and
+// RSS hash, read through the kernel's XDP metadata kfuncs (Linux 6.3 and
+// later). Kept in step with RxMeta in loader.go.
 struct xam_rx_meta {
 	__u64 rx_timestamp; // ns on the NIC's clock; 0: none
-	__u32 flags;        // META_RX_TIMESTAMP: the NIC stamped the frame
+	__u32 rx_hash;      // the NIC's RSS hash, if META_RX_HASH
+	__u32 rss_type;     // enum xdp_rss_hash_type: what the hash covered
+	__u32 flags;        // META_RX_TIMESTAMP, META_RX_HASH
 	__u32 magic;        // XAM_META_MAGIC: the area is xam's
 };
 #define META_RX_TIMESTAMP 1
+#define META_RX_HASH 2
 #define XAM_META_MAGIC 0x78616d31 // "xam1"
 
 extern int bpf_xdp_metadata_rx_timestamp(const struct xdp_md *ctx, __u64 *timestamp) __ksym;
+// What an RSS hash covered (the kernel's include/net/xdp.h; not in the
+// UAPI headers), bits of rss_type.
+enum xdp_rss_hash_type {
+	XDP_RSS_TYPE_NONE = 0,
+	XDP_RSS_L3_IPV4 = 1 << 0,
+	XDP_RSS_L3_IPV6 = 1 << 1,
+	XDP_RSS_L3_DYNHDR = 1 << 2,
+	XDP_RSS_L4 = 1 << 3,
+	XDP_RSS_L4_TCP = 1 << 4,
+	XDP_RSS_L4_UDP = 1 << 5,
+	XDP_RSS_L4_SCTP = 1 << 6,
+	XDP_RSS_L4_IPSEC = 1 << 7,
+	XDP_RSS_L4_ICMP = 1 << 8,
+};
+
+extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash, enum xdp_rss_hash_type *rss_type) __ksym;
 
 // xam_xdp_meta is xam_xdp with the receive metadata in front of each
-// frame. It is loaded bound to its device (the kfunc is the driver's).
+// frame. It is loaded bound to its device (the kfuncs are the driver's).
 SEC("xdp")
 int xam_xdp_meta(struct xdp_md *ctx)
 {
 	struct xam_rx_meta *m;
 	__u64 ts = 0;
-	__u32 flags = 0;
+	__u32 hash = 0, flags = 0;
+	enum xdp_rss_hash_type rss_type = XDP_RSS_TYPE_NONE;
 
 	if (!bpf_xdp_metadata_rx_timestamp(ctx, &ts) && ts != 0)
 		flags |= META_RX_TIMESTAMP;
+	if (!bpf_xdp_metadata_rx_hash(ctx, &hash, &rss_type))
+		flags |= META_RX_HASH;
 	if (!bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m))) {
 		void *data = (void *)(long)ctx->data;
 
 		m = (void *)(long)ctx->data_meta;
 		if ((void *)(m + 1) <= data) {
 			m->rx_timestamp = ts;
+			m->rx_hash = hash;
+			m->rss_type = rss_type;
 			m->flags = flags;
 			m->magic = XAM_META_MAGIC;
 		}

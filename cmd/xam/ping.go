@@ -522,6 +522,9 @@ func printPing(e *env, r *bench.PingResult) {
 				st.Stamped, st.Answers, time.Duration(st.NICToAppNs))
 		}
 	}
+	if st := r.RxStamps; st != nil && st.WithMeta > 0 {
+		fmt.Fprintf(e.stdout, "RSS hash: %d of %d answers carried the driver's hash (XDP metadata kfunc; a veth computes it in software)\n", st.Hashed, st.Answers)
+	}
 	if st := r.TxStamps; st != nil {
 		switch {
 		case st.Stamped == 0:
