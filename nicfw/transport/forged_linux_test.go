@@ -1,7 +1,7 @@
 package transport
 
 import (
-	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
@@ -29,9 +31,37 @@ func TestForgerWithEpochsOverAFXDP(t *testing.T) {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
 	_, sockA := xdptest.OpenHost(t, v.A, 0.02, 31)
 	_, sockB := xdptest.OpenHost(t, v.B, 0.02, 32)
+	forgeOver(t, v, sockA, sockB, func(fr []byte, _, _ *netnstest.Host) []byte { return fr })
+}
+
+// TestForgerWithEpochsOverUDP is TestForgerWithEpochsOverAFXDP in xam's
+// UDP form (datapath/encap): the forgers send UDP datagrams to the xam
+// port from the other host's IP address, with the frames of forged PDUs
+// in them.
+func TestForgerWithEpochsOverUDP(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	_, la := xdptest.OpenUDP(t, v.A, 0.02, 33)
+	_, lb := xdptest.OpenUDP(t, v.B, 0.02, 34)
+	forgeOver(t, v, la, lb, func(fr []byte, from, to *netnstest.Host) []byte {
+		h := &cells.UDPHeader{DstMAC: to.MAC, SrcMAC: from.MAC,
+			Src: netip.AddrPortFrom(from.Addr.Addr(), cells.DefaultUDPPort), Dst: netip.AddrPortFrom(to.Addr.Addr(), cells.DefaultUDPPort)}
+		payload := fr[afxdp.EthernetHeaderLen:]
+		out := make([]byte, h.Len()+len(payload))
+		copy(out[h.Len():], payload)
+		if _, err := cells.PutUDP(out, h, len(payload)); err != nil {
+			panic(err)
+		}
+		return out
+	})
+}
+
+// forgeOver runs the forgers' test between hosts v.A and v.B on links la
+// and lb; wrap puts a forged frame (addressed as the links address) in
+// the form the wire carries, from one host's namespace to the other.
+func forgeOver(t *testing.T, v *netnstest.Pair, la, lb afxdp.Link, wrap func(fr []byte, from, to *netnstest.Host) []byte) {
 	const channels = 4
-	p := pairOn(t, sockA, sockB, nil, Config{Channels: channels, RetransmitAfter: time.Millisecond})
-	mtu := sockA.MTU()
+	p := pairOn(t, la, lb, nil, Config{Channels: channels, RetransmitAfter: time.Millisecond})
+	mtu := la.MTU()
 
 	var (
 		stop atomic.Bool
@@ -41,7 +71,7 @@ func TestForgerWithEpochsOverAFXDP(t *testing.T) {
 	)
 	// forge sends frames of f from host from's namespace to the address
 	// to until stop.
-	forge := func(i int, from *netnstest.Host, to net.HardwareAddr, f *forger) {
+	forge := func(i int, from, to *netnstest.Host, f *forger) {
 		wg.Go(func() {
 			errs[i] = from.Do(func() error {
 				fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
@@ -50,13 +80,13 @@ func TestForgerWithEpochsOverAFXDP(t *testing.T) {
 				}
 				defer unix.Close(fd)
 				sa := &unix.SockaddrLinklayer{Ifindex: from.Index, Halen: 6}
-				copy(sa.Addr[:], to)
+				copy(sa.Addr[:], to.MAC)
 				for !stop.Load() {
 					fr, err := f.frame(mtu)
 					if err != nil {
 						return err
 					}
-					if err := unix.Sendto(fd, fr, 0, sa); err != nil && err != unix.ENOBUFS {
+					if err := unix.Sendto(fd, wrap(fr, from, to), 0, sa); err != nil && err != unix.ENOBUFS {
 						return err
 					}
 					sent[i].Add(1)
@@ -71,8 +101,9 @@ func TestForgerWithEpochsOverAFXDP(t *testing.T) {
 			return
 		}
 		started = true
-		forge(0, v.B, v.A.MAC, newForger(v.A.MAC, v.B.MAC, p.a.tr.epoch, p.b.tr.epoch, channels, 3))
-		forge(1, v.A, v.B.MAC, newForger(v.B.MAC, v.A.MAC, p.b.tr.epoch, p.a.tr.epoch, channels, 4))
+		a, b := la.HardwareAddr(), lb.HardwareAddr()
+		forge(0, v.B, v.A, newForger(a, b, p.a.tr.epoch, p.b.tr.epoch, channels, 3))
+		forge(1, v.A, v.B, newForger(b, a, p.b.tr.epoch, p.a.tr.epoch, channels, 4))
 	}
 	const count = 10_000
 	p.transfer(t, count, 64, 0, p.a, p.b)

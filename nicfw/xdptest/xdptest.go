@@ -32,6 +32,21 @@ func Open(tb testing.TB, do func(func() error) error, ifindex int, mac net.Hardw
 	return e.Prog, e.Sock
 }
 
+// OpenUDP is Open for xam's UDP form (datapath.Encap) on h's veth end,
+// from its IPv4 address: the link it returns carries the frames in UDP.
+func OpenUDP(t *testing.T, h *netnstest.Host, drop float64, seed uint64) (*loader.Program, afxdp.Link) {
+	t.Helper()
+	e, err := datapath.Open(datapath.Place{Ifindex: h.Index, MAC: h.MAC, Addr: h.Addr.Addr(), Do: h.Do, Encap: datapath.Encap{UDP: true}}, loader.ModeAuto, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if err := e.Prog.SetFaults(loader.Faults{DropRate: drop, Seed: seed}); err != nil {
+		t.Fatal(err)
+	}
+	return e.Prog, e.Link()
+}
+
 // OpenHost is Open on h's veth end.
 func OpenHost(t *testing.T, h *netnstest.Host, drop float64, seed uint64) (*loader.Program, *afxdp.Socket) {
 	t.Helper()
