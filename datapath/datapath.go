@@ -244,7 +244,7 @@ func open(p Place, mode loader.Mode, queues []int, cfg loader.Config, admit []ui
 		if cfg.RxMetadata {
 			return nil, errors.New("datapath: the UDP form with time stamps: not built (the receive metadata sits in front of the Ethernet header the UDP form hides)")
 		}
-		cfg.UDPPort = p.Encap.port()
+		cfg.UDPPort, cfg.UDPLocal = p.Encap.port(), local
 	}
 	err := p.Do(func() (err error) {
 		if link, err := netlink.LinkByIndex(p.Ifindex); err == nil {

@@ -236,6 +236,38 @@ func TestUDPEncapNeighbourChange(t *testing.T) {
 		pass = next
 	}
 	pingEcho(t, a, xamFrame(t, peer, a.MAC, 2, 1472), 3)
+
+	// A route to B by another device (lo): frames to B are not sent the
+	// old way; once the route goes, the old way is found again.
+	waitHop := func(want bool) {
+		t.Helper()
+		pass := a.UDP.Passes()
+		for {
+			if _, ok := a.UDP.NextHop(pb.Addr); ok == want {
+				return
+			}
+			next := a.UDP.WaitPass(pass, time.Minute)
+			if next == pass {
+				t.Fatalf("no resolution pass in a minute; want a next hop: %v", want)
+			}
+			pass = next
+		}
+	}
+	h0 := l.Hosts[0]
+	lo, err := h0.Netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: &net.IPNet{IP: pb.Addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if err := h0.Netlink.RouteAdd(r); err != nil {
+		t.Fatal(err)
+	}
+	waitHop(false)
+	if err := h0.Netlink.RouteDel(r); err != nil {
+		t.Fatal(err)
+	}
+	waitHop(true)
+	pingEcho(t, a, xamFrame(t, peer, a.MAC, 2, 1472), 3)
 }
 
 // TestUDPEncapRefusals: the UDP form says what it lacks: an address, a

@@ -18,7 +18,7 @@ func TestRunFrags(t *testing.T) {
 		{"Malformed", TestRunMalformed}, {"EtherType", TestRunEtherType}, {"DstMAC", TestRunDstMAC}, {"HEC", TestRunHEC},
 		{"HECMatchesReference", TestRunHECMatchesReference}, {"Admission", TestRunAdmission}, {"FaultRates", TestRunFaultRates},
 		{"FaultsAlwaysAndOff", TestRunFaultsAlwaysAndOff}, {"SeededFaultsRepeat", TestRunSeededFaultsRepeat},
-		{"CorruptFlipsOnePayloadByte", TestRunCorruptFlipsOnePayloadByte}, {"UDP", TestRunUDP}, {"UDPCorrupt", TestRunUDPCorrupt},
+		{"CorruptFlipsOnePayloadByte", TestRunCorruptFlipsOnePayloadByte}, {"UDP", TestRunUDP}, {"UDPCorrupt", TestRunUDPCorrupt}, {"UDPLocal", TestRunUDPLocal},
 	} {
 		t.Run(c.name, c.f)
 	}

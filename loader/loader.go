@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 )
 
 // Wire and program limits.
@@ -40,6 +41,8 @@ const (
 	flagDropOnHEC    = 1 << 2
 	flagAdmission    = 1 << 3
 	flagNNI          = 1 << 4
+	flagUDPIP4       = 1 << 5
+	flagUDPIP6       = 1 << 6
 )
 
 // Sentinel errors; test with errors.Is.
@@ -176,6 +179,11 @@ type Config struct {
 	// header after the UDP header; everything else, other UDP ports
 	// included, passes to the kernel.
 	UDPPort uint16
+	// UDPLocal, with UDPPort, is the one destination address taken: the
+	// program steers only its family, to it, and passes UDP to the port
+	// for other addresses (a host that forwards carries other hosts'
+	// datagrams). The zero Addr takes both families, any destination.
+	UDPLocal netip.Addr
 
 	// MaxQueues is the number of entries of the socket map, the highest
 	// queue index plus one that Register accepts; 0 means
@@ -238,6 +246,13 @@ func (c Config) flags() uint32 {
 	}
 	if c.NNI {
 		f |= flagNNI
+	}
+	switch a := c.UDPLocal.Unmap(); {
+	case c.UDPPort == 0 || !a.IsValid():
+	case a.Is4():
+		f |= flagUDPIP4
+	default:
+		f |= flagUDPIP6
 	}
 	return f
 }

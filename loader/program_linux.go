@@ -3,6 +3,7 @@
 package loader
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -64,12 +65,22 @@ func Load(cfg Config) (*Program, error) {
 	spec.Maps[xamMapCircuits].MaxEntries = uint32(cfg.MaxCircuits)
 	var mac [6]byte
 	copy(mac[:], cfg.DstMAC)
+	var ip4 uint32
+	var ip6 [16]byte
+	if a := cfg.UDPLocal.Unmap(); a.Is4() {
+		b := a.As4()
+		ip4 = binary.NativeEndian.Uint32(b[:]) // the bytes as they are in the header
+	} else if a.IsValid() {
+		ip6 = a.As16()
+	}
 	for name, v := range map[string]any{
 		xamVarXamEthertype: cfg.EtherType,
 		xamVarXamDstMac:    mac,
 		xamVarXamFlags:     cfg.flags(),
 		xamVarXamHecCells:  uint32(cfg.HECCells),
 		xamVarXamUdpPort:   cfg.UDPPort,
+		xamVarXamUdpIp4:    ip4,
+		xamVarXamUdpIp6:    ip6,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("loader: setting %s: %w", name, err)

@@ -5,6 +5,7 @@ package loader
 import (
 	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -138,5 +139,33 @@ func TestRunUDPCorrupt(t *testing.T) {
 	}
 	if c := counters(t, p); c.FaultCorrupted != c.Received || c.HECErrors != 0 {
 		t.Errorf("counters %+v: want every frame corrupted, headers intact", c)
+	}
+}
+
+// TestRunUDPLocal: with Config.UDPLocal the program takes only its
+// family, to that address; UDP to the port for another address (a host
+// that forwards) and the other family pass to the kernel.
+func TestRunUDPLocal(t *testing.T) {
+	for _, c := range []struct {
+		local  string
+		v6     bool
+		others []byte
+	}{
+		{"10.0.2.1", false, udpForm(ours(2), true, testUDPPort)},
+		{"fd00::2", true, udpForm(ours(2), false, testUDPPort)},
+	} {
+		p := load(t, Config{DstMAC: macB, UDPPort: testUDPPort, UDPLocal: netip.MustParseAddr(c.local)})
+		run(t, p, udpForm(ours(3), c.v6, testUDPPort), ActionPass) // ours: a redirect miss
+		run(t, p, c.others, ActionPass)                            // the other family
+		elsewhere := udpForm(ours(2), c.v6, testUDPPort)
+		if c.v6 {
+			elsewhere[14+24+15] = 9 // fd00::9
+		} else {
+			elsewhere[14+16+3] = 9 // 10.0.2.9
+			elsewhere[14+10], elsewhere[14+11] = 0, 0
+			binary.BigEndian.PutUint16(elsewhere[14+10:], inetChecksum(elsewhere[14:14+20]))
+		}
+		run(t, p, elsewhere, ActionPass)
+		wantCounters(t, p, Counters{Received: 1, RedirectMiss: 1, Passed: 2})
 	}
 }

@@ -75,6 +75,8 @@ const (
 	xamVarXamEthertype = "xam_ethertype"
 	xamVarXamFlags     = "xam_flags"
 	xamVarXamHecCells  = "xam_hec_cells"
+	xamVarXamUdpIp4    = "xam_udp_ip4"
+	xamVarXamUdpIp6    = "xam_udp_ip6"
 	xamVarXamUdpPort   = "xam_udp_port"
 )
 
@@ -149,6 +151,8 @@ type xamVariableSpecs struct {
 	XamEthertype *ebpf.VariableSpec `ebpf:"xam_ethertype"`
 	XamFlags     *ebpf.VariableSpec `ebpf:"xam_flags"`
 	XamHecCells  *ebpf.VariableSpec `ebpf:"xam_hec_cells"`
+	XamUdpIp4    *ebpf.VariableSpec `ebpf:"xam_udp_ip4"`
+	XamUdpIp6    *ebpf.VariableSpec `ebpf:"xam_udp_ip6"`
 	XamUdpPort   *ebpf.VariableSpec `ebpf:"xam_udp_port"`
 }
 
@@ -205,6 +209,8 @@ type xamVariables struct {
 	XamEthertype *ebpf.Variable `ebpf:"xam_ethertype"`
 	XamFlags     *ebpf.Variable `ebpf:"xam_flags"`
 	XamHecCells  *ebpf.Variable `ebpf:"xam_hec_cells"`
+	XamUdpIp4    *ebpf.Variable `ebpf:"xam_udp_ip4"`
+	XamUdpIp6    *ebpf.Variable `ebpf:"xam_udp_ip6"`
 	XamUdpPort   *ebpf.Variable `ebpf:"xam_udp_port"`
 }
 

@@ -47,6 +47,8 @@ char __license[] SEC("license") = "Dual MIT/GPL";
 #define F_DROP_ON_HEC (1 << 2)    // drop frames with a bad HEC
 #define F_ADMISSION (1 << 3)      // drop frames with a cell of an unadmitted VPI/VCI
 #define F_NNI (1 << 4)            // cell headers are NNI (12-bit VPI)
+#define F_UDP_IP4 (1 << 5)        // UDP form: IPv4 to xam_udp_ip4 only
+#define F_UDP_IP6 (1 << 6)        // UDP form: IPv6 to xam_udp_ip6 only
 
 // Mark carried by clones made by xam_dup, so they are not duplicated again
 // ("xam" in ASCII).
@@ -64,6 +66,10 @@ volatile const __u32 xam_hec_cells; // check the HEC of this many leading cells
 // Non-zero: xam's frames are its UDP form (IPv4 or IPv6, UDP to this
 // port) instead of raw Ethernet frames of xam_ethertype.
 volatile const __u16 xam_udp_port;
+// With F_UDP_IP4 or F_UDP_IP6, the one destination address taken (network
+// order), and the other family passes.
+volatile const __u32 xam_udp_ip4;
+volatile const __u8 xam_udp_ip6[16];
 
 // Per-CPU counters of xam_xdp. Every frame with our EtherType (and our
 // destination, when filtered) is "received" and ends in exactly one of
@@ -405,10 +411,12 @@ static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
 			struct udphdr *udp = (void *)(ip + 1);
 
 			// No options, no fragments: xam sends neither.
-			if ((void *)(udp + 1) > end || ip->version != 4 || ip->ihl != 5 ||
+			if ((xam_flags & F_UDP_IP6) || (void *)(udp + 1) > end || ip->version != 4 || ip->ihl != 5 ||
 			    ip->protocol != PROTO_UDP || (ip->frag_off & bpf_htons(0x3fff)) ||
 			    udp->dest != bpf_htons(xam_udp_port))
 				goto pass;
+			if ((xam_flags & F_UDP_IP4) && ip->daddr != xam_udp_ip4)
+				goto pass; // another host's, on a host that forwards
 			if (!for_us(eth->h_dest))
 				goto other_dst;
 			return xam_rx_at(ctx, frags, c, UDP4_OFF);
@@ -417,9 +425,18 @@ static __always_inline int xam_rx(struct xdp_md *ctx, const int frags)
 			struct ipv6hdr *ip6 = (void *)(eth + 1);
 			struct udphdr *udp = (void *)(ip6 + 1);
 
-			if ((void *)(udp + 1) > end || ip6->nexthdr != PROTO_UDP ||
+			if ((xam_flags & F_UDP_IP4) || (void *)(udp + 1) > end || ip6->nexthdr != PROTO_UDP ||
 			    udp->dest != bpf_htons(xam_udp_port))
 				goto pass;
+			if (xam_flags & F_UDP_IP6) {
+				const __u8 *d = (const __u8 *)&ip6->daddr;
+				int i;
+
+#pragma clang loop unroll(full)
+				for (i = 0; i < 16; i++)
+					if (d[i] != xam_udp_ip6[i])
+						goto pass;
+			}
 			if (!for_us(eth->h_dest))
 				goto other_dst;
 			return xam_rx_at(ctx, frags, c, UDP6_OFF);

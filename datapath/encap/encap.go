@@ -106,32 +106,41 @@ type peer struct {
 	route atomic.Pointer[error] // the last lookup's ErrRoute, nil if none
 }
 
-// hop is how frames reach a peer: the next hop's MAC and the source
-// address the route gives.
+// hop is how frames reach a peer: the next hop's MAC and its address (the
+// gateway, or the peer itself on the device's subnet).
 type hop struct {
 	mac net.HardwareAddr
 	via netip.Addr
 }
 
 // registry maps the xam addresses of IPv6 hosts that Addr computed to
-// their IP addresses, process-wide.
+// their IP addresses, process-wide. The first IP to claim an address
+// keeps it: Addr never rebinds one.
 var registry sync.Map // [6]byte -> netip.Addr
 
-// Addr returns the xam address of the host at ip in the UDP form: 02:75
-// and the IPv4 address, or 06:75 and 32 bits of SHA-256 of the IPv6
-// address (which Addr then remembers, so that a UDP of this process can
-// send to it).
-func Addr(ip netip.Addr) net.HardwareAddr {
+// addrOf returns the xam address of ip (Addr) without remembering it.
+func addrOf(ip netip.Addr) [6]byte {
 	ip = ip.Unmap()
 	if ip.Is4() {
 		a := ip.As4()
-		return net.HardwareAddr{0x02, 0x75, a[0], a[1], a[2], a[3]}
+		return [6]byte{0x02, 0x75, a[0], a[1], a[2], a[3]}
 	}
 	b := ip.As16()
 	h := sha256.Sum256(b[:])
-	addr := [6]byte{0x06, 0x75, h[0], h[1], h[2], h[3]}
-	registry.LoadOrStore(addr, ip)
-	return addr[:]
+	return [6]byte{0x06, h[0], h[1], h[2], h[3], h[4]}
+}
+
+// Addr returns the xam address of the host at ip in the UDP form: 02:75
+// and the IPv4 address, or 06 and 40 bits of SHA-256 of the IPv6 address
+// (which Addr then remembers, so that a UDP of this process can send to
+// it; an address already claimed by another IPv6 address stays that
+// one's, and frames from the newcomer are refused as impersonation).
+func Addr(ip netip.Addr) net.HardwareAddr {
+	a := addrOf(ip)
+	if ip = ip.Unmap(); !ip.Is4() {
+		registry.LoadOrStore(a, ip)
+	}
+	return a[:]
 }
 
 // IP returns the IP address an xam address of the UDP form names: read
@@ -143,7 +152,7 @@ func IP(addr net.HardwareAddr) (netip.Addr, bool) {
 	switch {
 	case addr[0] == 0x02 && addr[1] == 0x75:
 		return netip.AddrFrom4([4]byte(addr[2:6])), true
-	case addr[0] == 0x06 && addr[1] == 0x75:
+	case addr[0] == 0x06:
 		ip, ok := registry.Load([6]byte(addr))
 		if ok {
 			return ip.(netip.Addr), true
@@ -152,8 +161,8 @@ func IP(addr net.HardwareAddr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// New returns a UDP over inner, which it owns from then on (Close closes
-// it). It holds cfg.Port on cfg.Local with a kernel socket, and watches
+// New returns a UDP over inner, which it owns once New succeeds (Close
+// closes it; on an error it is the caller's still). It holds cfg.Port on cfg.Local with a kernel socket, and watches
 // the kernel's routes and neighbours in the device's namespace.
 func New(inner afxdp.Link, cfg Config) (*UDP, error) {
 	if !cfg.Local.IsValid() {
@@ -183,6 +192,9 @@ func New(inner afxdp.Link, cfg Config) (*UDP, error) {
 	u.mtu = inner.MTU() - u.over
 	if u.mtu < cells.FrameHeaderSize+cells.CellSize {
 		return nil, fmt.Errorf("encap: the device's MTU %d leaves no room for a cell after %d bytes of IP and UDP", inner.MTU(), u.over)
+	}
+	if !cfg.Local.Is4() && !cfg.Local.Is6() {
+		return nil, fmt.Errorf("encap: local address %v", cfg.Local)
 	}
 	u.self = [6]byte(Addr(cfg.Local))
 	u.etype = [2]byte{byte(cfg.EtherType >> 8), byte(cfg.EtherType)}
@@ -246,7 +258,7 @@ func (u *UDP) peer(a [6]byte) *peer {
 		return p
 	}
 	ip, ok := IP(a[:])
-	if !ok || ip.Is4() != u.cfg.Local.Is4() {
+	if !ok || ip.Is4() != u.cfg.Local.Is4() || addrOf(ip) != a {
 		return nil
 	}
 	return u.add(a, ip)
@@ -255,6 +267,7 @@ func (u *UDP) peer(a [6]byte) *peer {
 // add adds the peer at ip, address a, unless it is there, and has the
 // watcher resolve it.
 func (u *UDP) add(a [6]byte, ip netip.Addr) *peer {
+	ip = ip.Unmap()
 	u.mu.Lock()
 	old := *u.peers.Load()
 	p := old[a]
@@ -290,7 +303,13 @@ func (u *UDP) Resolve(ip netip.Addr) (net.HardwareAddr, error) {
 		return nil, fmt.Errorf("%w: peer %v, local %v", ErrFamily, ip, u.cfg.Local)
 	}
 	a := Addr(ip)
+	if held, ok := IP(a); !ok || held != ip {
+		return nil, fmt.Errorf("encap: %v's address %v is %v's already (a 40-bit hash collision)", ip, a, held)
+	}
 	p := u.add([6]byte(a), ip)
+	if p.ip != ip {
+		return nil, fmt.Errorf("encap: %v's address %v is %v's already (a 40-bit hash collision)", ip, a, p.ip)
+	}
 	deadline := time.Now().Add(u.cfg.ResolveTimeout)
 	timer := time.AfterFunc(u.cfg.ResolveTimeout, func() {
 		u.rmu.Lock()
@@ -300,19 +319,21 @@ func (u *UDP) Resolve(ip netip.Addr) (net.HardwareAddr, error) {
 	defer timer.Stop()
 	u.rmu.Lock()
 	defer u.rmu.Unlock()
+	start := u.pass
 	for p.hop.Load() == nil {
 		if u.closed.Load() {
 			return nil, net.ErrClosed
 		}
-		if err := p.route.Load(); err != nil {
-			return nil, *err // waiting would not change it
+		// A route by another device, found by a pass that began after
+		// this call: waiting would not change it.
+		if err := p.route.Load(); err != nil && u.pass > start+1 {
+			return nil, *err
 		}
 		if !time.Now().Before(deadline) {
-			_, err := u.lookup(ip)
-			if err == nil {
-				err = fmt.Errorf("%w: %v, after %v", ErrUnresolved, ip, u.cfg.ResolveTimeout)
+			if err := p.route.Load(); err != nil {
+				return nil, *err
 			}
-			return nil, err
+			return nil, fmt.Errorf("%w: %v, after %v", ErrUnresolved, ip, u.cfg.ResolveTimeout)
 		}
 		u.resolved.Wait()
 	}
@@ -320,8 +341,7 @@ func (u *UDP) Resolve(ip netip.Addr) (net.HardwareAddr, error) {
 }
 
 // Passes returns how many times the UDP has looked up its peers' next
-// hops (after every route or neighbour change, peer added, and while one
-// is unresolved, every 100 ms).
+// hops (watch says when it does).
 func (u *UDP) Passes() uint64 {
 	u.rmu.Lock()
 	defer u.rmu.Unlock()
@@ -359,55 +379,129 @@ func (u *UDP) NextHop(ip netip.Addr) (net.HardwareAddr, bool) {
 	return nil, false
 }
 
-// watch resolves the peers' next hops whenever a peer is added, a route
-// or a neighbour changes, and, while a peer is unresolved, every 100 ms
-// (making the kernel resolve it again).
+// watch resolves the peers' next hops after every route or neighbour
+// change and every peer added; while a peer is unresolved, again after
+// 100 ms, backing off to 2 s; and every 5 s in any case (the kernel's
+// neighbour entries go stale while xam's frames bypass it, and a
+// subscription that the kernel overran stops). Events that arrive while a
+// pass runs are taken together by the next.
 func (u *UDP) watch(routes <-chan netlink.RouteUpdate, neighs <-chan netlink.NeighUpdate) {
 	defer u.wg.Done()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	defer func() {
+		// The library's readers block on full channels: drain them until
+		// they close (they do once done is closed).
+		if routes != nil {
+			go func() {
+				for range routes {
+				}
+			}()
+		}
+		if neighs != nil {
+			go func() {
+				for range neighs {
+				}
+			}()
+		}
+	}()
+	const (
+		quick    = 100 * time.Millisecond
+		slowest  = 2 * time.Second
+		periodic = 5 * time.Second
+	)
+	retry := quick
+	timer := time.NewTimer(quick)
+	defer timer.Stop()
 	for {
 		pending := u.resolveAll()
 		u.rmu.Lock()
 		u.pass++
 		u.resolved.Broadcast()
 		u.rmu.Unlock()
-		for waiting := true; waiting; {
+		wait := periodic
+		if pending {
+			wait = retry
+			retry = min(2*retry, slowest)
+		} else {
+			retry = quick
+		}
+		timer.Reset(wait)
+		select {
+		case <-u.done:
+			return
+		case _, ok := <-routes:
+			if !ok {
+				routes = u.resubscribeRoutes()
+			}
+		case _, ok := <-neighs:
+			if !ok {
+				neighs = u.resubscribeNeighs()
+			}
+		case <-u.changed:
+			retry = quick
+		case <-timer.C:
+		}
+		// Take what else came in: one pass for all of it.
+		for more := true; more; {
 			select {
-			case <-u.done:
-				return
 			case _, ok := <-routes:
 				if !ok {
-					routes = nil
+					routes = u.resubscribeRoutes()
 				}
-				waiting = false
 			case _, ok := <-neighs:
 				if !ok {
-					neighs = nil
+					neighs = u.resubscribeNeighs()
 				}
-				waiting = false
 			case <-u.changed:
-				waiting = false
-			case <-tick.C:
-				waiting = !pending
+				retry = quick
+			default:
+				more = false
 			}
 		}
 	}
 }
 
+// resubscribeRoutes and resubscribeNeighs subscribe again to the
+// kernel's changes after the library closed a subscription (a receive
+// error: the kernel overran it); nil (the periodic pass stands in) if they
+// cannot.
+func (u *UDP) resubscribeRoutes() <-chan netlink.RouteUpdate {
+	c := make(chan netlink.RouteUpdate, 64)
+	if err := u.cfg.Do(func() error {
+		return netlink.RouteSubscribeWithOptions(c, u.done, netlink.RouteSubscribeOptions{})
+	}); err != nil {
+		return nil
+	}
+	return c
+}
+
+func (u *UDP) resubscribeNeighs() <-chan netlink.NeighUpdate {
+	c := make(chan netlink.NeighUpdate, 64)
+	if err := u.cfg.Do(func() error {
+		return netlink.NeighSubscribeWithOptions(c, u.done, netlink.NeighSubscribeOptions{})
+	}); err != nil {
+		return nil
+	}
+	return c
+}
+
 // resolveAll looks up every peer's next hop and reports whether one is
-// left unresolved.
+// left unresolved. A peer whose route leaves by another device loses its
+// hop (its frames are dropped, counted, rather than sent by the wrong
+// way); one whose lookup failed otherwise keeps the hop known last, a
+// stale neighbour being the best guess.
 func (u *UDP) resolveAll() (pending bool) {
+	neighs := map[int][]netlink.Neigh{} // by family, read once per pass
 	for _, p := range *u.peers.Load() {
-		h, err := u.lookup(p.ip)
+		h, err := u.lookup(p.ip, neighs)
 		if errors.Is(err, ErrRoute) {
 			p.route.Store(&err)
+			p.hop.Store(nil)
 		} else {
 			p.route.Store(nil)
 		}
 		if err != nil {
 			pending = true
-			continue // keep the hop known last: a stale neighbour is still the best guess
+			continue
 		}
 		if old := p.hop.Load(); old == nil || !bytes.Equal(old.mac, h.mac) || old.via != h.via {
 			p.hop.Store(h)

@@ -65,13 +65,19 @@ func pair(t *testing.T, local string, cfg Config) (*UDP, *memlink.Link) {
 // frame of one cell.
 func udpFrom(t *testing.T, u *UDP, src netip.Addr) []byte {
 	t.Helper()
+	return udpFromTo(t, u, src, u.cfg.Local)
+}
+
+// udpFromTo is udpFrom to the address dst.
+func udpFromTo(t *testing.T, u *UDP, src, dst netip.Addr) []byte {
+	t.Helper()
 	c := make([]byte, cells.CellSize)
 	if err := cells.Cell(c).Encode(cells.UNI, cells.Fields{VCI: 40, PTI: cells.PTIEndOfMessage}); err != nil {
 		t.Fatal(err)
 	}
 	payload := append([]byte{cells.FrameVersion, 0, 0, 1}, c...)
 	h := &cells.UDPHeader{DstMAC: u.devMAC, SrcMAC: net.HardwareAddr{2, 9, 9, 9, 9, 9},
-		Src: netip.AddrPortFrom(src, u.cfg.Port), Dst: netip.AddrPortFrom(u.cfg.Local, u.cfg.Port)}
+		Src: netip.AddrPortFrom(src, u.cfg.Port), Dst: netip.AddrPortFrom(dst, u.cfg.Port)}
 	f := make([]byte, h.Len()+len(payload))
 	copy(f[h.Len():], payload)
 	if _, err := cells.PutUDP(f, h, len(payload)); err != nil {
@@ -130,6 +136,47 @@ func TestRecv(t *testing.T) {
 	}
 	if s := u.EncapStats(); s.Received != 3 || s.Unknown != 2 || s.Malformed != 2 {
 		t.Errorf("counters %+v: want 3 received, 2 unknown, 2 malformed", s)
+	}
+}
+
+// TestRecvRefusals: a frame to another address, from an IPv4-mapped
+// address, or from an IPv6 address whose xam address another IPv6
+// address holds (an impersonation: 40 bits of hash can be matched) is
+// dropped and counted; a batch of nothing usable returns none, not the
+// next batch.
+func TestRecvRefusals(t *testing.T) {
+	u, wire := pair(t, "::1", Config{})
+	victim, forger := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::66")
+	registry.Store(addrOf(forger), victim) // as if victim's hash were forger's
+	t.Cleanup(func() { registry.Delete(addrOf(forger)) })
+	mapped := udpFrom(t, u, netip.MustParseAddr("fd00::5"))
+	m := netip.MustParseAddr("::ffff:10.0.0.1").As16()
+	copy(mapped[14+8:14+24], m[:]) // an IPv4-mapped source (PutUDP makes none)
+	frames := [][]byte{
+		udpFromTo(t, u, netip.MustParseAddr("fd00::5"), netip.MustParseAddr("fd00::99")), // to another host
+		mapped,
+		udpFrom(t, u, forger),
+	}
+	if _, err := wire.Send(frames); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := u.Wait(time.Second); !ok || err != nil {
+		t.Fatalf("Wait: %v, %v", ok, err)
+	}
+	bufs := make([][]byte, 64)
+	if n, err := u.Recv(bufs); n != 0 || err != nil {
+		t.Errorf("Recv = %d, %v; want nothing", n, err)
+	}
+	if s := u.EncapStats(); s.Malformed != 1 || s.Unknown != 2 || s.Received != 0 {
+		t.Errorf("counters %+v: want 1 malformed (not to us), 2 unknown", s)
+	}
+	// An IPv4 UDP takes no IPv6 frame.
+	u4, wire4 := pair(t, "127.0.0.1", Config{})
+	if _, err := wire4.Send([][]byte{udpFromTo(t, u4, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("::1"))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvAll(t, u4); len(got) != 0 || u4.EncapStats().Malformed != 1 {
+		t.Errorf("an IPv6 frame on an IPv4 link: %d frames, counters %+v", len(got), u4.EncapStats())
 	}
 }
 

@@ -18,14 +18,17 @@ import (
 // listens), xam's XDP program passes it.
 const discardPort = 9
 
-// lookup finds the next hop toward ip in the kernel's tables, and makes
-// the kernel resolve it when it has no neighbour entry for it.
-func (u *UDP) lookup(ip netip.Addr) (*hop, error) {
+// lookup finds the next hop toward ip in the kernel's tables (neighs
+// caches the neighbour table by family for one pass), and makes the
+// kernel resolve the hop when it has no usable entry for it, or confirm
+// it when the entry is stale (xam's frames bypass the kernel, which would
+// otherwise never look at it again).
+func (u *UDP) lookup(ip netip.Addr, neighs map[int][]netlink.Neigh) (*hop, error) {
 	var h *hop
 	err := u.cfg.Do(func() error {
 		routes, err := netlink.RouteGet(ip.AsSlice())
 		if err != nil {
-			return fmt.Errorf("%w to %v: %w", ErrRoute, ip, err)
+			return fmt.Errorf("encap: the kernel's route to %v: %w", ip, err)
 		}
 		if len(routes) == 0 || routes[0].LinkIndex != u.cfg.Ifindex {
 			dev := 0
@@ -35,37 +38,47 @@ func (u *UDP) lookup(ip netip.Addr) (*hop, error) {
 			return fmt.Errorf("%w: the kernel routes %v by ifindex %d, xam's device is %d", ErrRoute, ip, dev, u.cfg.Ifindex)
 		}
 		via := ip
-		if gw, ok := netip.AddrFromSlice(routes[0].Gw); ok && routes[0].Gw != nil {
+		if gw, ok := netip.AddrFromSlice(routes[0].Gw); ok {
 			via = gw.Unmap()
 		}
 		family := netlink.FAMILY_V4
 		if !via.Is4() {
 			family = netlink.FAMILY_V6
 		}
-		neighs, err := netlink.NeighList(u.cfg.Ifindex, family)
-		if err != nil {
-			return fmt.Errorf("encap: reading the neighbours of ifindex %d: %w", u.cfg.Ifindex, err)
+		list, ok := neighs[family]
+		if !ok {
+			if list, err = netlink.NeighList(u.cfg.Ifindex, family); err != nil {
+				return fmt.Errorf("encap: reading the neighbours of ifindex %d: %w", u.cfg.Ifindex, err)
+			}
+			neighs[family] = list
 		}
 		resolving := false
-		for _, n := range neighs {
+		for _, n := range list {
 			if a, ok := netip.AddrFromSlice(n.IP); !ok || a.Unmap() != via {
 				continue
 			}
 			const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT | netlink.NUD_NOARP
 			if n.State&usable != 0 && len(n.HardwareAddr) == 6 {
 				h = &hop{mac: append(net.HardwareAddr(nil), n.HardwareAddr...), via: via}
+				if n.State&netlink.NUD_STALE != 0 {
+					u.kick(ip) // the kernel probes it again
+				}
 				return nil
 			}
 			resolving = n.State&netlink.NUD_INCOMPLETE != 0
 		}
 		if !resolving {
-			// The kernel resolves a neighbour when it has something to
-			// send to it: a datagram to the peer's discard port.
-			u.hold.WriteToUDPAddrPort(nil, netip.AddrPortFrom(ip, discardPort))
+			u.kick(ip)
 		}
 		return fmt.Errorf("%w: no neighbour entry for %v (next hop to %v) yet", ErrUnresolved, via, ip)
 	})
 	return h, err
+}
+
+// kick sends a datagram through the kernel to the peer's discard port:
+// the kernel resolves (or confirms) the next hop to send it.
+func (u *UDP) kick(ip netip.Addr) {
+	u.hold.WriteToUDPAddrPort(nil, netip.AddrPortFrom(ip, discardPort))
 }
 
 // Send implements afxdp.Link: each frame, addressed to a peer's xam
@@ -127,49 +140,55 @@ func (u *UDP) Send(frames [][]byte) (int, error) {
 // EtherType of the layers above, then the frame header and cells.
 // Frames that are not the UDP form are dropped and counted.
 func (u *UDP) Recv(frames [][]byte) (int, error) {
-	for {
-		n, err := u.inner.Recv(frames)
-		if n == 0 || err != nil {
-			return 0, err
-		}
-		j := 0
-		for _, f := range frames[:n] {
-			r, err := cells.ParseUDP(f, u.cfg.Port)
-			if err != nil {
-				u.malformed.Add(1)
-				continue
-			}
-			src := r.Src.Addr()
-			var from [6]byte
-			if src.Is4() {
-				from = [6]byte(Addr(src))
-			} else if from, err = u.learn(src); err != nil {
-				u.unknown.Add(1)
-				continue
-			}
-			v := f[r.Off-afxdp.EthernetHeaderLen : r.End]
-			copy(v[0:6], u.self[:])
-			copy(v[6:12], from[:])
-			v[12], v[13] = u.etype[0], u.etype[1]
-			frames[j] = v
-			j++
-		}
-		u.received.Add(uint64(j))
-		if j > 0 {
-			return j, nil
-		}
+	n, err := u.inner.Recv(frames)
+	if n == 0 || err != nil {
+		return 0, err
 	}
+	j := 0
+	for _, f := range frames[:n] {
+		r, err := cells.ParseUDP(f, u.cfg.Port)
+		if err != nil || r.Dst.Addr() != u.cfg.Local {
+			u.malformed.Add(1) // not ours: the XDP program checks less
+			continue
+		}
+		from, ok := u.sender(r.Src.Addr())
+		if !ok {
+			u.unknown.Add(1)
+			continue
+		}
+		v := f[r.Off-afxdp.EthernetHeaderLen : r.End]
+		copy(v[0:6], u.self[:])
+		copy(v[6:12], from[:])
+		v[12], v[13] = u.etype[0], u.etype[1]
+		frames[j] = v
+		j++
+	}
+	u.received.Add(uint64(j))
+	// A batch of nothing usable returns none: the caller polls again, as
+	// for an empty ring, rather than this loop running under a flood.
+	return j, nil
 }
 
-// errTooMany: an IPv6 sender past Config.MaxLearned.
-var errTooMany = errors.New("encap: too many IPv6 senders")
-
-// learn returns the xam address of the IPv6 sender ip, remembering it so
-// that frames can go back to it.
-func (u *UDP) learn(ip netip.Addr) ([6]byte, error) {
-	a := [6]byte(Addr(ip)) // remembers ip in the registry
-	if (*u.peers.Load())[a] != nil {
-		return a, nil
+// sender returns the xam address of a received frame's source src, and
+// whether to take the frame: src of the UDP's family (an IPv4-mapped
+// IPv6 source is not IPv4), and not another host's address. An IPv4
+// source's address is its own; an IPv6 source's is its hash's, taken if
+// no other IPv6 address holds it (in this UDP's peers or the process's
+// registry) and, for one not known yet, while fewer than MaxLearned are
+// learned.
+func (u *UDP) sender(src netip.Addr) ([6]byte, bool) {
+	if src.Is4() != u.cfg.Local.Is4() || src.Is4In6() {
+		return [6]byte{}, false
+	}
+	a := addrOf(src)
+	if p := (*u.peers.Load())[a]; p != nil {
+		return a, p.ip == src // another IP with the same hash: an impersonation
+	}
+	if src.Is4() {
+		return a, true
+	}
+	if ip, ok := registry.Load(a); ok && ip.(netip.Addr) != src {
+		return a, false
 	}
 	u.mu.Lock()
 	full := u.learned >= u.cfg.MaxLearned
@@ -178,10 +197,10 @@ func (u *UDP) learn(ip netip.Addr) ([6]byte, error) {
 	}
 	u.mu.Unlock()
 	if full {
-		return a, errTooMany
+		return a, false
 	}
-	u.add(a, ip)
-	return a, nil
+	u.add(a, src)
+	return a, true
 }
 
 // Wait implements afxdp.Link.
