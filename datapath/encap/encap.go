@@ -441,20 +441,16 @@ func (u *UDP) watch(routes <-chan netlink.RouteUpdate, neighs <-chan netlink.Nei
 		case <-timer.C:
 		}
 		// Take what else came in: one pass for all of it.
-		for more := true; more; {
-			select {
-			case _, ok := <-routes:
-				if !ok {
-					routes = u.resubscribeRoutes()
-				}
-			case _, ok := <-neighs:
-				if !ok {
-					neighs = u.resubscribeNeighs()
-				}
-			case <-u.changed:
-				retry = quick
-			default:
-				more = false
+		for n := len(routes); n > 0; n-- {
+			if _, ok := <-routes; !ok {
+				routes = u.resubscribeRoutes()
+				break
+			}
+		}
+		for n := len(neighs); n > 0; n-- {
+			if _, ok := <-neighs; !ok {
+				neighs = u.resubscribeNeighs()
+				break
 			}
 		}
 	}
@@ -465,20 +461,20 @@ func (u *UDP) watch(routes <-chan netlink.RouteUpdate, neighs <-chan netlink.Nei
 // error: the kernel overran it); nil (the periodic pass stands in) if they
 // cannot.
 func (u *UDP) resubscribeRoutes() <-chan netlink.RouteUpdate {
-	c := make(chan netlink.RouteUpdate, 64)
-	if err := u.cfg.Do(func() error {
+	return resubscribe(u, func(c chan netlink.RouteUpdate) error {
 		return netlink.RouteSubscribeWithOptions(c, u.done, netlink.RouteSubscribeOptions{})
-	}); err != nil {
-		return nil
-	}
-	return c
+	})
 }
 
 func (u *UDP) resubscribeNeighs() <-chan netlink.NeighUpdate {
-	c := make(chan netlink.NeighUpdate, 64)
-	if err := u.cfg.Do(func() error {
+	return resubscribe(u, func(c chan netlink.NeighUpdate) error {
 		return netlink.NeighSubscribeWithOptions(c, u.done, netlink.NeighSubscribeOptions{})
-	}); err != nil {
+	})
+}
+
+func resubscribe[T any](u *UDP, subscribe func(chan T) error) <-chan T {
+	c := make(chan T, 64)
+	if err := u.cfg.Do(func() error { return subscribe(c) }); err != nil {
 		return nil
 	}
 	return c
