@@ -25,10 +25,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xam-project/xam/afxdp"
-	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/cluster"
 	"github.com/xam-project/xam/datapath"
-	"github.com/xam-project/xam/internal/netdev"
 	"github.com/xam-project/xam/internal/units"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/loader"
@@ -103,6 +101,7 @@ type fwConfig struct {
 	busyPoll      time.Duration
 	tuneNAPI      bool
 	steer         bool
+	timestamps    bool
 	queue         int
 	useMap        bool
 	follow        bool
@@ -208,6 +207,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.StringVar(&c.zeroCopy, "zerocopy", "auto", "AF_XDP socket: auto (zero-copy where the driver has it, else copy mode, said by xam fw stats), require (zero-copy or fail) or off (copy mode)")
 	fs.IntVar(&c.queue, "queue", 0, "the device queue to own")
 	fs.DurationVar(&c.busyPoll, "busy-poll", afxdp.DefaultBusyPoll, "preferred busy polling of the AF_XDP socket: the time a recvfrom polls the device's queue (SO_BUSY_POLL with SO_PREFER_BUSY_POLL; 0: off); it takes effect on devices whose queues have a NAPI instance (not veth)")
+	fs.BoolVar(&c.timestamps, "timestamps", false, "load the device-bound XDP program (native mode) that puts the NIC's receive stamp in front of each frame, and have the engine count them: xam fw stats shows how many frames the NIC stamped and the mean time from its stamp to the engine (Linux 6.3 and later; one queue, raw frames)")
 	fs.BoolVar(&c.steer, "steer", false, "install an n-tuple rule on the device that steers xam's frames (its EtherType, or with --encap udp its UDP port) to --queue, and remove it on exit: for NICs that spread frames over queues (ethtool -N; a veth takes none)")
 	fs.BoolVar(&c.tuneNAPI, "tune-napi", false, "set the device's napi_defer_hard_irqs and gro_flush_timeout for preferred busy polling while the daemon runs, and restore them on exit (needs sysfs of the device's namespace: ip netns exec)")
 	fs.StringVar(&c.queueList, "queues", "", "own several device queues, e.g. 0-3 or 0,2: a socket on each (one UMEM), so that frames the NIC spreads over them all arrive (instead of --queue)")
@@ -348,6 +348,9 @@ func (c *fwConfig) resolve() error {
 	default:
 		datapath.SetBusyPoll(c.busyPoll)
 	}
+	if c.timestamps && (len(c.queues) > 0 || c.encap.UDP) {
+		return usageError("--timestamps takes one --queue and raw frames (no --queues, no --encap)")
+	}
 	if c.steer && len(c.queues) > 0 {
 		return usageError("--steer steers to the one --queue; with --queues the frames may land on any of them")
 	}
@@ -398,44 +401,21 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 		return c.failJob(j, err)
 	}
 	here.Encap = c.encap
-	if c.tuneNAPI {
-		var restore func() error
-		err := here.Do(func() (err error) { restore, err = netdev.TuneNAPI(c.dev); return err })
-		if err != nil {
-			return c.failJob(j, fmt.Errorf("--tune-napi: %w", err))
-		}
-		defer func() {
-			if err := here.Do(restore); err != nil {
-				fmt.Fprintf(e.stderr, "xam fw: restoring %s's NAPI settings: %v\n", c.dev, err)
-			}
-		}()
-		fmt.Fprintf(e.stderr, "xam fw: %s: napi_defer_hard_irqs %d, gro_flush_timeout %d ns while the daemon runs\n", c.dev, netdev.TunedDeferHardIRQs, netdev.TunedGROFlushTimeout.Nanoseconds())
+	undo, err := c.tuneDevice(e, here)
+	if err != nil {
+		return c.failJob(j, err)
 	}
-	if c.steer {
-		var port uint16
-		if c.encap.UDP {
-			port = c.encap.Port
-		}
-		var rule *netdev.SteerRule
-		err := here.Do(func() (err error) {
-			rule, err = netdev.Steer(c.dev, cells.EtherType, port, c.encap.IPv6, c.queue)
-			return err
-		})
-		if err != nil {
-			return c.failJob(j, fmt.Errorf("--steer: %w", err))
-		}
-		defer func() {
-			if err := here.Do(rule.Remove); err != nil {
-				fmt.Fprintf(e.stderr, "xam fw: %v\n", err)
-			}
-		}()
-		fmt.Fprintf(e.stderr, "xam fw: %s: n-tuple rule %d, %s, while the daemon runs\n", c.dev, rule.Location, rule.What)
-	}
+	defer undo()
 	var raw *datapath.Endpoint
 	if len(c.queues) > 0 {
 		raw, err = datapath.OpenQueues(here, c.mode, c.queues)
 	} else {
-		raw, err = datapath.Open(here, c.mode, c.queue)
+		mode, cfg := c.mode, loader.Config{DstMAC: here.MAC}
+		if c.timestamps {
+			// The metadata program is bound to its device, in native mode.
+			mode, cfg.RxMetadata, cfg.Ifindex = loader.ModeNative, true, here.Ifindex
+		}
+		raw, err = datapath.OpenConfig(here, mode, c.queue, cfg)
 	}
 	if err != nil {
 		return c.failJob(j, err)
@@ -470,6 +450,7 @@ func serveFw(ctx context.Context, e *env, c *fwConfig, j *cluster.Job) error {
 	}
 	dcfg := c.daemonConfig(e)
 	dcfg.CopyWhy = datapath.XSKInUse().Why
+	dcfg.Engine.Transport.RxStamps = c.timestamps
 	d, err = daemon.New(raw.Link(), dcfg)
 	if err != nil {
 		return err
@@ -567,36 +548,7 @@ func runFwStats(e *env, args []string) error {
 		epoch = fmt.Sprintf("mapper epoch %d", s.Epoch)
 	}
 	if l := s.Link; l != nil {
-		mb := ""
-		if l.MultiBuffer {
-			mb = ", multi-buffer frames"
-		}
-		queues := fmt.Sprintf("queue %d", l.Queue)
-		if len(l.Queues) > 0 {
-			queues = fmt.Sprintf("queues %v", l.Queues)
-		}
-		fmt.Fprintf(w, "link: %s %s, MTU %d%s, AF_XDP in %s mode%s\n", l.Device, queues, l.MTU, mb, l.XSKMode, whyText(l.XSKWhy))
-		switch {
-		case l.BusyPoll:
-			fmt.Fprintf(w, "      preferred busy polling on NAPI %d\n", l.NAPIID)
-		case l.BusyPollWhy != "":
-			fmt.Fprintf(w, "      no busy polling: %s\n", l.BusyPollWhy)
-		}
-		if u := l.Encap; u != nil {
-			st := u.Stats
-			fmt.Fprintf(w, "      xam's UDP form (%s) from %s, %d bytes after IP and UDP; sent %d, received %d, dropped: %d unresolved, %d no peer, %d malformed\n",
-				u.Form, u.Local, u.MTU, st.Sent, st.Received, st.Unresolved, st.NoPeer, st.Malformed)
-			for _, p := range u.Peers {
-				switch {
-				case p.MAC == "":
-					fmt.Fprintf(w, "      peer %s: next hop not resolved yet\n", p.Peer)
-				case p.Via != "":
-					fmt.Fprintf(w, "      peer %s: via %s (%s)\n", p.Peer, p.Via, p.MAC)
-				default:
-					fmt.Fprintf(w, "      peer %s: on the link (%s)\n", p.Peer, p.MAC)
-				}
-			}
-		}
+		printLink(w, l)
 	}
 	fmt.Fprintf(w, "hosts (%s):\n", epoch)
 	for _, h := range s.Hosts {
@@ -632,6 +584,14 @@ func runFwStats(e *env, args []string) error {
 	}
 	printCounters(w, "engine", s.Engine)
 	printCounters(w, "transport", s.Transport)
+	if t := s.Transport; t.RxMeta > 0 {
+		lag := "no NIC stamp (a veth never stamps)"
+		if t.RxStamped > 0 {
+			lag = fmt.Sprintf("%d stamped by the NIC, its stamp to the engine %v on average (the receive path's time where phc2sys keeps the NIC's clock on the system's)",
+				t.RxStamped, time.Duration(t.RxStampLagNs/t.RxStamped))
+		}
+		fmt.Fprintf(w, "receive stamps (--timestamps): %d frames with xam's receive metadata, %s\n", t.RxMeta, lag)
+	}
 	for _, p := range s.Peers {
 		printCounters(w, fmt.Sprintf("peer host %d", p.Host), p.Transport)
 		for r := range p.ReturnsSent {

@@ -343,3 +343,45 @@ func TestFwSteer(t *testing.T) {
 		t.Errorf("--steer --queues: exit %d, %q", code, errs)
 	}
 }
+
+// TestFwTimestamps: daemons started with --timestamps load the metadata
+// program and their engines count every frame's receive metadata; a
+// veth's NIC stamps none, and xam fw stats says so. --timestamps with
+// --queues or --encap is refused.
+func TestFwTimestamps(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	name := fmt.Sprintf("fwts%d", os.Getpid())
+	code, up, errs, _ := labUpFw(t, name, "--fw-args", "--timestamps --sleep 50us")
+	if code != 0 || len(up.Daemons) != 2 {
+		t.Fatalf("lab up --fw --fw-args --timestamps: exit %d: %s", code, errs)
+	}
+	serveThrough(t, up.Daemons[1])
+	args := append(strings.Fields(up.Daemons[0].Ping)[1:], "--count", "100", "--json")
+	if code, out, errs := xam(t, nil, args...); code != 0 {
+		t.Fatalf("%v: exit %d: %s %s", args, code, out, errs)
+	}
+	c, err := daemon.Dial(up.Daemons[1].Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Stats()
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := s.Transport; tr.RxMeta < 100 || tr.RxStamped != 0 {
+		t.Errorf("the serving daemon's transport: %d frames with metadata, %d stamped; want at least 100, none (veth)", tr.RxMeta, tr.RxStamped)
+	}
+	if _, out, _ := xam(t, nil, "fw", "stats", "--socket", up.Daemons[1].Socket); !strings.Contains(out, "receive stamps (--timestamps):") || !strings.Contains(out, "no NIC stamp (a veth never stamps)") {
+		t.Errorf("fw stats:\n%s", out)
+	}
+	for _, extra := range [][]string{{"--queues", "0,1"}, {"--encap", "udp", "--host", "2=10.0.0.2"}} {
+		a := append([]string{"fw", "--dev", "eth0", "--id", "1", "--timestamps"}, extra...)
+		if extra[0] == "--queues" {
+			a = append(a, "--host", "2=02:00:00:00:00:02")
+		}
+		if code, _, errs := xam(t, nil, a...); code != 2 || !strings.Contains(errs, "--timestamps takes one --queue and raw frames") {
+			t.Errorf("%v: exit %d, %q", a, code, errs)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/cells"
+	"github.com/xam-project/xam/loader"
 )
 
 // The receive path, in the engine thread, one batch per Poll:
@@ -59,6 +60,9 @@ func (t *Transport) poll() (int, error) {
 	n, err := t.link.Recv(t.rx)
 	if err != nil {
 		return 0, fmt.Errorf("nicfw: receive: %w", err)
+	}
+	if t.meta != nil && n > 0 {
+		t.rxStamps(t.rx[:n])
 	}
 	for _, f := range t.rx[:n] {
 		t.receive(f)
@@ -132,6 +136,25 @@ func (t *Transport) scanDue() bool {
 }
 
 // receive handles one frame.
+// rxStamps counts the receive metadata of the frames of a batch
+// (Config.RxStamps), with one reading of the system clock.
+func (t *Transport) rxStamps(frames [][]byte) {
+	now := uint64(time.Now().UnixNano())
+	for _, f := range frames {
+		m, ok := loader.ParseRxMeta(t.meta.Metadata(f, loader.RxMetaLen))
+		if !ok {
+			continue
+		}
+		t.stats.RxMeta++
+		if m.Stamped {
+			t.stats.RxStamped++
+			if now > m.Timestamp {
+				t.stats.RxStampLagNs += now - m.Timestamp
+			}
+		}
+	}
+}
+
 func (t *Transport) receive(f []byte) {
 	if len(f) < 12 || [6]byte(f[:6]) != t.mac {
 		t.stats.NotForUs++

@@ -122,6 +122,13 @@ type Config struct {
 	Key []byte
 	// EtherType of the frames (default cells.EtherType, 0x88B5).
 	EtherType uint16
+	// RxStamps reads every received frame's receive metadata (the NIC's
+	// stamp that xam's metadata program puts in front of it:
+	// loader.Config.RxMetadata) where the link lends it (a link with
+	// Metadata, an AF_XDP socket), and counts it in Stats: frames with
+	// metadata, those the NIC stamped, and the time from the NIC's stamp
+	// to the transport's taking the frame.
+	RxStamps bool
 	// VPI and VCI of the circuit the transport's PDUs travel on (default
 	// 0/DefaultVCI); compact cells (compact.go) travel on VPI/VCI+1.
 	VPI, VCI uint16
@@ -210,18 +217,31 @@ type Stats struct {
 	// without a valid trailer under Config.Key, or, without a key, with a
 	// trailer (a keyed host's).
 	AuthFailed uint64
+
+	// With Config.RxStamps: RxMeta counts frames that carried xam's
+	// receive metadata, RxStamped those of them the NIC stamped, and
+	// RxStampLagNs sums, over the stamped ones, the system clock when the
+	// transport took the frame less the NIC's stamp (RxStampLagNs /
+	// RxStamped: the receive path's mean time, where phc2sys keeps the
+	// NIC's clock on the system's).
+	RxMeta       uint64
+	RxStamped    uint64
+	RxStampLagNs uint64
 }
 
 // Transport is the reliable transport of one host on one link. See the
 // package documentation for the protocol and the threading contract.
 type Transport struct {
 	link afxdp.Link
-	cfg  Config
-	clk  clock.Clock
-	mac  [6]byte
-	seg  *cells.Segmenter
-	vc   cells.VC
-	eth  [afxdp.EthernetHeaderLen + cells.FrameHeaderSize]byte // template: dst filled per frame
+	meta interface {
+		Metadata(frame []byte, n int) []byte
+	} // the link's, with Config.RxStamps
+	cfg Config
+	clk clock.Clock
+	mac [6]byte
+	seg *cells.Segmenter
+	vc  cells.VC
+	eth [afxdp.EthernetHeaderLen + cells.FrameHeaderSize]byte // template: dst filled per frame
 
 	compactHdr [cells.HeaderSize]byte // the ATM header of compact cells (compact.go)
 	compactKey uint32                 // its GFC, VPI and VCI bits, as receive tells compact cells apart
@@ -353,6 +373,11 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 	}
 	if err := t.makeHeaders(); err != nil {
 		return nil, err
+	}
+	if m, ok := link.(interface {
+		Metadata(frame []byte, n int) []byte
+	}); ok && cfg.RxStamps {
+		t.meta = m
 	}
 	t.makeBuffers(max(link.BatchSize(), 1))
 	return t, nil

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/loader"
 	"github.com/xam-project/xam/nicfw/xdptest"
@@ -118,4 +120,36 @@ func TestRestartOverAFXDP(t *testing.T) {
 	cfg := Config{Channels: 4, RetransmitAfter: time.Millisecond}
 	p := pairOn(t, sockA, sockB, nil, cfg)
 	restartBody(t, p, sockB, cfg)
+}
+
+// TestRxStampsOverAFXDP: with Config.RxStamps over sockets whose program
+// puts receive metadata in front of each frame (the device-bound program,
+// native mode), the transport counts every frame's metadata; a veth's NIC
+// stamps none. Without the program there is nothing to count.
+func TestRxStampsOverAFXDP(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	var links [2]afxdp.Link
+	for i, h := range []*netnstest.Host{v.A, v.B} {
+		p := datapath.Place{Ifindex: h.Index, MAC: h.MAC, Do: h.Do}
+		e, err := datapath.OpenConfig(p, loader.ModeNative, 0, loader.Config{DstMAC: h.MAC, RxMetadata: true, Ifindex: h.Index})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		links[i] = e.Link()
+	}
+	p := pairOn(t, links[0], links[1], nil, Config{Channels: 4, RxStamps: true})
+	p.transfer(t, 200, 64, 0, p.a, p.b)
+	for _, e := range []*end{p.a, p.b} {
+		s := e.tr.Stats()
+		if s.RxMeta < 200 || s.RxStamped != 0 || s.RxStampLagNs != 0 {
+			t.Errorf("receive metadata: %d frames with it, %d stamped, lag %d ns; want every frame, none stamped (veth)", s.RxMeta, s.RxStamped, s.RxStampLagNs)
+		}
+	}
+	// The same sockets' frames without RxStamps are not looked at.
+	q := pairOn(t, links[0], links[1], nil, Config{Channels: 4})
+	q.transfer(t, 20, 64, 0, q.a, q.b)
+	if s := q.b.tr.Stats(); s.RxMeta != 0 {
+		t.Errorf("RxMeta %d without RxStamps", s.RxMeta)
+	}
 }

@@ -59,7 +59,8 @@ func New(src Sources) (*Collector, error) {
 		"Busy":      {name: "sends_busy", help: "Sends put off because every channel to their host was in use (nicfw.EngineStats.Busy)."},
 	})
 	c.transport = newStructFamily(transport.Stats{}, "xam_transport", "The transport's counter %s, all peers together (transport.Stats).", map[string]override{
-		"NotForUs": {name: "frames_for_others", help: "Frames addressed to another MAC, dropped (transport.Stats.NotForUs)."},
+		"NotForUs":     {name: "frames_for_others", help: "Frames addressed to another MAC, dropped (transport.Stats.NotForUs)."},
+		"RxStampLagNs": {name: "rx_stamp_lag", help: "Nanoseconds from the NIC's receive stamps to the transport's taking the frames, summed over the stamped frames (transport.Stats.RxStampLagNs; over xam_transport_rx_stamped_total: the mean)."},
 	})
 	c.residency = newStructFamily(nicfw.ResidencyStats{}, "xam_residency", "The endpoint residency's counter %s (nicfw.ResidencyStats).", nil)
 	c.backplane = newStructFamily(nicfw.ModuleStats{}, "xam_modules", "What the engine did for its modules: %s (nicfw.ModuleStats).", nil)
