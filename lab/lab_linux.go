@@ -25,7 +25,7 @@ const upTimeout = 5 * time.Second
 type Config struct {
 	Name       string // letters, digits and '_', at most 24; default "lab"
 	Hosts      int    // at least 2; default 2
-	Switch     bool   // join the hosts through a bridge namespace (always with more than 2 hosts)
+	Switch     bool   // join the hosts through a bridge namespace (always with more than 2 hosts, unless Routed)
 	PortRate   uint64 // bits per second of a tbf on each switch port toward a host; 0: none
 	PortBuffer uint32 // bytes the tbf queues (its limit); 0 with a rate: 64 KiB
 	MTU        int    // 0: the kernel's default (1500)

@@ -23,10 +23,16 @@
 //
 // The link Open takes is an AF_XDP socket with xam's XDP program in front
 // of it: datapath.Open(datapath.Here(ifindex, mac), loader.ModeAuto, 0)
-// returns it (its Sock; a lab host's place is datapath.OnHost), or
-// afxdp.Open behind a program the caller loaded. Inline.Hosts maps the
-// other hosts' ids to their MACs; this host is Inline.Host, not in the
-// map. The endpoint's id (VNet.ID) is the caller's to choose inline.
+// returns it (its Link(): the UDP form's link where the Place's Encap asks
+// for it; a lab host's place is datapath.OnHost), or afxdp.Open behind a
+// program the caller loaded. Inline.Hosts maps the other hosts' ids to
+// their addresses (MACs on raw Ethernet; Endpoint.Peer gives the UDP
+// form's); this host is Inline.Host, not in the map. Host ids and the
+// endpoint's id (VNet.ID) are the caller's to choose inline. A host that
+// stops polling stops acknowledging: its peers' transports give up on
+// what they sent it last and return it (endpoint.ReasonUnreachable), though it may
+// have been delivered; and replies still unsent when an endpoint closes
+// are lost, their requests coming back to the sender as endpoint.ReasonNoReply.
 //
 // Endpoint ids through a daemon: ids below daemon.FirstUserEndpoint (16)
 // are for root and the daemon's user; others open ids from 16 up, or 0

@@ -35,7 +35,7 @@ func runLabUp(e *env, args []string) error {
 	var cfg lab.Config
 	fs.StringVar(&cfg.Name, "name", "lab", "lab name: namespaces are xam-NAME-h0, xam-NAME-h1, ... (and xam-NAME-sw)")
 	fs.IntVar(&cfg.Hosts, "hosts", 2, "number of host namespaces")
-	fs.BoolVar(&cfg.Switch, "switch", false, "join the hosts through a bridge namespace (implied by more than 2 hosts)")
+	fs.BoolVar(&cfg.Switch, "switch", false, "join the hosts through a bridge namespace (implied by more than 2 hosts, unless --routed)")
 	rate := fs.String("port-rate", "", "shape each switch port toward a host with tbf at this rate (e.g. 100mbit, 1gbit)")
 	buffer := fs.String("port-buffer", "", "tbf queue limit of each switch port (e.g. 64k; default 64k with a rate)")
 	fs.IntVar(&cfg.MTU, "mtu", 0, "MTU of the links (default the kernel's, 1500)")

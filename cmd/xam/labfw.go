@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/xam-project/xam/datapath/encap"
 	"github.com/xam-project/xam/lab"
 	"github.com/xam-project/xam/nicfw/daemon"
 )
@@ -99,7 +100,11 @@ func startLabDaemons(l *lab.Lab, extra []string, in *interrupts) ([]labDaemon, e
 	out := make([]labDaemon, len(ds))
 	n := len(l.Hosts)
 	for i, h := range l.Hosts {
-		out[i] = labDaemon{Host: h.Name, NS: h.NS, MAC: h.MAC.String(), ID: i, Socket: ds[i].Socket, Log: ds[i].Log, PID: ds[i].PID,
+		addr := h.MAC.String()
+		if l.Router != nil {
+			addr = encap.Addr(h.Addr.Addr()).String() // the daemons' host table: the UDP form's address
+		}
+		out[i] = labDaemon{Host: h.Name, NS: h.NS, MAC: addr, ID: i, Socket: ds[i].Socket, Log: ds[i].Log, PID: ds[i].PID,
 			Ping:  fmt.Sprintf("xam ping --api amii --socket %s --peer-host %d", ds[i].Socket, (i+1)%n),
 			Serve: fmt.Sprintf("xam ping --api amii --socket %s --peer-host %d --serve", ds[i].Socket, (i+n-1)%n)}
 	}
