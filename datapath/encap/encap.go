@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -54,7 +55,7 @@ type Stats struct {
 	Malformed  uint64 `json:"malformed"`  // received frames that were not the UDP form (cells.ParseUDP failed)
 	Unresolved uint64 `json:"unresolved"` // frames dropped: no MAC for the peer's next hop yet
 	NoPeer     uint64 `json:"no_peer"`    // frames dropped: an address that names no IP (a group address, an unknown IPv6 peer)
-	Unknown    uint64 `json:"unknown"`    // frames dropped: from an IPv6 sender past MaxLearned
+	Unknown    uint64 `json:"unknown"`    // frames dropped: from a source refused (another family, IPv4-mapped, another IP's address, an IPv6 sender past MaxLearned)
 	Resolved   uint64 `json:"resolved"`   // next hops found or changed
 }
 
@@ -81,8 +82,8 @@ type UDP struct {
 	hold    *net.UDPConn // holds the port; kicks neighbour resolution
 	changed chan struct{}
 
-	mu      sync.Mutex // peers, learned; the map's writers
-	peers   atomic.Pointer[map[[6]byte]*peer]
+	mu      sync.Mutex // peers, learned; the table's writers
+	peers   atomic.Pointer[peerTable]
 	learned int
 
 	scratch [][]byte // Send's frames, one per batch slot
@@ -97,6 +98,14 @@ type UDP struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
+}
+
+// peerTable is the UDP's peers, copied on write: by xam address, and the
+// address of each by IP (so that a received frame's source finds its
+// address without hashing an IPv6 address again).
+type peerTable struct {
+	byAddr map[[6]byte]*peer
+	byIP   map[netip.Addr][6]byte
 }
 
 // peer is a host the UDP sends to.
@@ -162,8 +171,9 @@ func IP(addr net.HardwareAddr) (netip.Addr, bool) {
 }
 
 // New returns a UDP over inner, which it owns once New succeeds (Close
-// closes it; on an error it is the caller's still). It holds cfg.Port on cfg.Local with a kernel socket, and watches
-// the kernel's routes and neighbours in the device's namespace.
+// closes it; on an error it is the caller's still). It holds cfg.Port on
+// cfg.Local with a kernel socket, and watches the kernel's routes and
+// neighbours in the device's namespace.
 func New(inner afxdp.Link, cfg Config) (*UDP, error) {
 	if !cfg.Local.IsValid() {
 		return nil, errors.New("encap: no local address")
@@ -198,8 +208,7 @@ func New(inner afxdp.Link, cfg Config) (*UDP, error) {
 	}
 	u.self = [6]byte(Addr(cfg.Local))
 	u.etype = [2]byte{byte(cfg.EtherType >> 8), byte(cfg.EtherType)}
-	empty := map[[6]byte]*peer{}
-	u.peers.Store(&empty)
+	u.peers.Store(&peerTable{byAddr: map[[6]byte]*peer{}, byIP: map[netip.Addr][6]byte{}})
 	batch := inner.BatchSize()
 	u.scratch = make([][]byte, batch)
 	for i := range u.scratch {
@@ -239,9 +248,6 @@ func New(inner afxdp.Link, cfg Config) (*UDP, error) {
 // Config returns the configuration in use, defaults filled in.
 func (u *UDP) Config() Config { return u.cfg }
 
-// Inner returns the link the UDP carries its frames over.
-func (u *UDP) Inner() afxdp.Link { return u.inner }
-
 // EncapStats returns the UDP's own counters.
 func (u *UDP) EncapStats() Stats {
 	return Stats{
@@ -254,7 +260,7 @@ func (u *UDP) EncapStats() Stats {
 // peer returns the peer of address a, adding it (and starting its
 // resolution) if a names an IP of the UDP's family.
 func (u *UDP) peer(a [6]byte) *peer {
-	if p := (*u.peers.Load())[a]; p != nil {
+	if p := u.peers.Load().byAddr[a]; p != nil {
 		return p
 	}
 	ip, ok := IP(a[:])
@@ -269,16 +275,13 @@ func (u *UDP) peer(a [6]byte) *peer {
 func (u *UDP) add(a [6]byte, ip netip.Addr) *peer {
 	ip = ip.Unmap()
 	u.mu.Lock()
-	old := *u.peers.Load()
-	p := old[a]
+	old := u.peers.Load()
+	p := old.byAddr[a]
 	if p == nil {
 		p = &peer{ip: ip}
-		m := make(map[[6]byte]*peer, len(old)+1)
-		for k, v := range old {
-			m[k] = v
-		}
-		m[a] = p
-		u.peers.Store(&m)
+		t := &peerTable{byAddr: maps.Clone(old.byAddr), byIP: maps.Clone(old.byIP)}
+		t.byAddr[a], t.byIP[ip] = p, a
+		u.peers.Store(t)
 	}
 	u.mu.Unlock()
 	u.poke()
@@ -303,12 +306,14 @@ func (u *UDP) Resolve(ip netip.Addr) (net.HardwareAddr, error) {
 		return nil, fmt.Errorf("%w: peer %v, local %v", ErrFamily, ip, u.cfg.Local)
 	}
 	a := Addr(ip)
-	if held, ok := IP(a); !ok || held != ip {
-		return nil, fmt.Errorf("encap: %v's address %v is %v's already (a 40-bit hash collision)", ip, a, held)
+	held, _ := IP(a)
+	var p *peer
+	if held == ip {
+		p = u.add([6]byte(a), ip)
+		held = p.ip // a sender learned before, with the same hash
 	}
-	p := u.add([6]byte(a), ip)
-	if p.ip != ip {
-		return nil, fmt.Errorf("encap: %v's address %v is %v's already (a 40-bit hash collision)", ip, a, p.ip)
+	if held != ip {
+		return nil, fmt.Errorf("encap: %v's address %v is %v's already (a 40-bit hash collision)", ip, a, held)
 	}
 	deadline := time.Now().Add(u.cfg.ResolveTimeout)
 	timer := time.AfterFunc(u.cfg.ResolveTimeout, func() {
@@ -369,7 +374,7 @@ func (u *UDP) WaitPass(n uint64, timeout time.Duration) uint64 {
 // NextHop returns the MAC that frames to the peer at ip go to, if the
 // peer's next hop is resolved.
 func (u *UDP) NextHop(ip netip.Addr) (net.HardwareAddr, bool) {
-	p := (*u.peers.Load())[[6]byte(Addr(ip))]
+	p := u.peers.Load().byAddr[addrOf(ip)]
 	if p == nil {
 		return nil, false
 	}
@@ -487,7 +492,7 @@ func resubscribe[T any](u *UDP, subscribe func(chan T) error) <-chan T {
 // stale neighbour being the best guess.
 func (u *UDP) resolveAll() (pending bool) {
 	neighs := map[int][]netlink.Neigh{} // by family, read once per pass
-	for _, p := range *u.peers.Load() {
+	for _, p := range u.peers.Load().byAddr {
 		h, err := u.lookup(p.ip, neighs)
 		if errors.Is(err, ErrRoute) {
 			p.route.Store(&err)
@@ -533,7 +538,7 @@ func (u *UDP) Report() Report {
 	}
 	r := Report{Form: fmt.Sprintf("%s:%d", form, u.cfg.Port), Local: netip.AddrPortFrom(u.cfg.Local, u.cfg.Port).String(),
 		MTU: u.mtu, Stats: u.EncapStats()}
-	for _, p := range *u.peers.Load() {
+	for _, p := range u.peers.Load().byAddr {
 		n := NextHop{Peer: p.ip.String()}
 		if h := p.hop.Load(); h != nil {
 			n.MAC = h.mac.String()

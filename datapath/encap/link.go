@@ -180,12 +180,16 @@ func (u *UDP) sender(src netip.Addr) ([6]byte, bool) {
 	if src.Is4() != u.cfg.Local.Is4() || src.Is4In6() {
 		return [6]byte{}, false
 	}
-	a := addrOf(src)
-	if p := (*u.peers.Load())[a]; p != nil {
-		return a, p.ip == src // another IP with the same hash: an impersonation
-	}
 	if src.Is4() {
-		return a, true
+		return addrOf(src), true // the address is the IP's own
+	}
+	t := u.peers.Load()
+	if a, ok := t.byIP[src]; ok {
+		return a, true // a peer already: no hash
+	}
+	a := addrOf(src)
+	if t.byAddr[a] != nil {
+		return a, false // another IP with the same hash: an impersonation
 	}
 	if ip, ok := registry.Load(a); ok && ip.(netip.Addr) != src {
 		return a, false
