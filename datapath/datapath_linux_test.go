@@ -35,17 +35,7 @@ func TestOpenEcho(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var echoErr error
-	wg.Go(func() { echoErr = b.Echo(&stop) })
-	defer func() {
-		stop.Store(true)
-		wg.Wait()
-		if echoErr != nil {
-			t.Error(echoErr)
-		}
-	}()
+	defer startEcho(t, b)()
 	c := make(cells.Cell, cells.CellSize)
 	if err := c.Encode(cells.UNI, cells.Fields{VCI: 32, PTI: cells.PTIEndOfMessage}); err != nil {
 		t.Fatal(err)
@@ -57,6 +47,23 @@ func TestOpenEcho(t *testing.T) {
 		t.Fatal(err)
 	}
 	pingEcho(t, a, frame, 10)
+}
+
+// startEcho has b echo what it receives (Endpoint.Echo) in a goroutine
+// of its own, and returns the function that stops it and reports its
+// error; deferred after b's Close, it runs before it.
+func startEcho(t *testing.T, b *Endpoint) (stop func()) {
+	var halt atomic.Bool
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() { err = b.Echo(&halt) })
+	return func() {
+		halt.Store(true)
+		wg.Wait()
+		if err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // pingEcho sends frame from a n times, one at a time, and checks that
@@ -112,17 +119,7 @@ func TestOpenJumbo(t *testing.T) {
 			if !info.MultiBuffer || info.MTU != min(c.mtu, afxdp.MaxMultiBufferMTU(4096)) || a.Prog.Config().Frags != true {
 				t.Fatalf("socket %+v, frags %v: want multi-buffer at the device's MTU", info, a.Prog.Config().Frags)
 			}
-			var stop atomic.Bool
-			var wg sync.WaitGroup
-			var echoErr error
-			wg.Go(func() { echoErr = b.Echo(&stop) })
-			defer func() {
-				stop.Store(true)
-				wg.Wait()
-				if echoErr != nil {
-					t.Error(echoErr)
-				}
-			}()
+			defer startEcho(t, b)()
 			f := cells.Framer{Dst: p.B.MAC, Src: p.A.MAC, MTU: info.MTU}
 			var cs []byte
 			for i := range f.CellsPerFrame() {

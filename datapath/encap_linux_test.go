@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,17 +102,7 @@ func TestUDPEncap(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			var stop atomic.Bool
-			var wg sync.WaitGroup
-			var echoErr error
-			wg.Go(func() { echoErr = b.Echo(&stop) })
-			defer func() {
-				stop.Store(true)
-				wg.Wait()
-				if echoErr != nil {
-					t.Error(echoErr)
-				}
-			}()
+			defer startEcho(t, b)()
 			most := cells.CellsPerFrame(a.Link().MTU())
 			for _, n := range []int{1, 3, most} {
 				pingEcho(t, a, xamFrame(t, peer, a.MAC, n, a.Link().MTU()), 5)
@@ -201,10 +190,7 @@ func TestUDPEncapNeighbourChange(t *testing.T) {
 	if _, err := b.Peer(pa); err != nil {
 		t.Fatal(err)
 	}
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Go(func() { b.Echo(&stop) })
-	defer func() { stop.Store(true); wg.Wait() }()
+	defer startEcho(t, b)()
 	pingEcho(t, a, xamFrame(t, peer, a.MAC, 2, 1472), 3)
 
 	// A new MAC on the router's port toward A, and A's neighbour entry

@@ -356,6 +356,17 @@ func TestRunSeededFaultsRepeat(t *testing.T) {
 	}
 }
 
+// changed returns the offsets at which out differs from in.
+func changed(in, out []byte) []int {
+	var diffs []int
+	for i := range in {
+		if in[i] != out[i] {
+			diffs = append(diffs, i)
+		}
+	}
+	return diffs
+}
+
 func TestRunCorruptFlipsOnePayloadByte(t *testing.T) {
 	p := load(t, Config{HECCells: MaxScanCells})
 	if err := p.SetFaults(Faults{CorruptRate: 1}); err != nil {
@@ -371,12 +382,7 @@ func TestRunCorruptFlipsOnePayloadByte(t *testing.T) {
 		if Action(ret) != ActionPass {
 			t.Fatalf("verdict %v", Action(ret))
 		}
-		var diffs []int
-		for i := range in {
-			if in[i] != out[i] {
-				diffs = append(diffs, i)
-			}
-		}
+		diffs := changed(in, out)
 		if len(diffs) != 1 {
 			t.Fatalf("%d bytes changed, want 1", len(diffs))
 		}

@@ -126,12 +126,7 @@ func TestRunUDPCorrupt(t *testing.T) {
 			if Action(ret) != ActionPass {
 				t.Fatalf("verdict %v", Action(ret))
 			}
-			var diffs []int
-			for i := range in {
-				if in[i] != out[i] {
-					diffs = append(diffs, i)
-				}
-			}
+			diffs := changed(in, out)
 			if len(diffs) != 1 || diffs[0] < off || (diffs[0]-off)%53 < 5 {
 				t.Fatalf("v6 %v: bytes %v changed, want one in a cell payload (cells from %d)", v6, diffs, off)
 			}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/xam-project/xam/bench"
 	"github.com/xam-project/xam/internal/testenv"
-	"github.com/xam-project/xam/nicfw/daemon"
 )
 
 // TestPingEncap: xam ping --encap udp|udp6 runs raw frames, AM-II and
@@ -92,15 +91,7 @@ func TestLabUpFwRouted(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Done != 200 || r.Lost != 0 {
 		t.Fatalf("%v: exit %d: %s %s", args, code, out, errs)
 	}
-	c, err := daemon.Dial(up.Daemons[0].Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Stats()
-	c.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := daemonStats(t, up.Daemons[0].Socket)
 	u := s.Link.Encap
 	if u == nil || u.Form != "udp:18553" || u.Local != "10.0.1.1:18553" || u.MTU != 1500-28 || u.Stats.Sent < 200 || u.Stats.Received < 200 || len(u.Peers) != 2 {
 		t.Fatalf("h0's daemon: link %+v, encap %+v", s.Link, u)

@@ -11,13 +11,11 @@ import (
 	"github.com/xam-project/xam/nicfw"
 )
 
-// hostFlags collects repeated --host ID=MAC (or ID=IP) flags: xam fw's
-// host table.
+// hostFlags is xam fw's host table, from its --host flags (hostFlag) or
+// a job.
 type hostFlags map[nicfw.HostID]net.HardwareAddr
 
 func (h hostFlags) String() string { return fmt.Sprint(map[nicfw.HostID]net.HardwareAddr(h)) }
-
-func (h hostFlags) Set(s string) error { _, err := h.set(s); return err }
 
 // set adds the host of an ID=MAC or ID=IP flag; for an IP, the address
 // it takes is the IP's in xam's UDP form (encap.Addr), and set returns

@@ -74,6 +74,21 @@ func labUpFw(t *testing.T, name string, args ...string) (int, labUp, string, []l
 	return code, up, errb.String(), recs
 }
 
+// daemonStats returns the statistics of the daemon at socket.
+func daemonStats(t *testing.T, socket string) daemon.Stats {
+	t.Helper()
+	c, err := daemon.Dial(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // openEndpoints returns the endpoints open on the daemon at socket.
 func openEndpoints(t *testing.T, socket string) int {
 	t.Helper()
@@ -211,15 +226,7 @@ func TestLabUpFwSwitched(t *testing.T) {
 		t.Fatalf("lab up --fw --hosts 3: exit %d: %+v %s", code, up, errs)
 	}
 	for i, d := range up.Daemons {
-		c, err := daemon.Dial(d.Socket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Stats()
-		c.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := daemonStats(t, d.Socket)
 		if len(s.Hosts) != 3 {
 			t.Errorf("the daemon of h%d knows hosts %+v, want all 3", i, s.Hosts)
 		}

@@ -360,15 +360,7 @@ func TestFwTimestamps(t *testing.T) {
 	if code, out, errs := xam(t, nil, args...); code != 0 {
 		t.Fatalf("%v: exit %d: %s %s", args, code, out, errs)
 	}
-	c, err := daemon.Dial(up.Daemons[1].Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Stats()
-	c.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := daemonStats(t, up.Daemons[1].Socket)
 	if tr := s.Transport; tr.RxMeta < 100 || tr.RxStamped != 0 {
 		t.Errorf("the serving daemon's transport: %d frames with metadata, %d stamped; want at least 100, none (veth)", tr.RxMeta, tr.RxStamped)
 	}
