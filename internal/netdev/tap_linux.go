@@ -75,7 +75,7 @@ func OpenTapUDP(dev string, etherType, udpPort uint16, buffer int) (*Tap, error)
 		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
 	}
 	if udpPort != 0 {
-		const accept, drop = 17, 18 // the last two instructions
+		const accept, drop = 15, 16 // the last two instructions
 		filter = []unix.SockFilter{
 			/* 0 */ {Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 12},
 			/* 1 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: accept - 2, Jf: 0, K: uint32(etherType)},
@@ -87,17 +87,16 @@ func OpenTapUDP(dev string, etherType, udpPort uint16, buffer int) (*Tap, error)
 			/* 6 */ {Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, Jt: drop - 7, Jf: 0, K: 0x3fff},
 			/* 7 */ {Code: unix.BPF_LDX | unix.BPF_B | unix.BPF_MSH, K: 14},
 			/* 8 */ {Code: unix.BPF_LD | unix.BPF_H | unix.BPF_IND, K: 16},
-			/* 9 */ {Code: unix.BPF_JMP | unix.BPF_JA, K: 15 - 10},
+			/* 9 */ {Code: unix.BPF_JMP | unix.BPF_JA, K: 14 - 10},
 			/* 10 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: drop - 11, K: 0x86dd},
 			// IPv6: UDP as the next header, to the port.
 			/* 11 */ {Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 20},
 			/* 12 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: drop - 13, K: 17},
 			/* 13 */ {Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 14 + 40 + 2},
-			/* 14 */ {Code: unix.BPF_JMP | unix.BPF_JA, K: 0},
-			/* 15 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: accept - 16, Jf: drop - 16, K: uint32(udpPort)},
-			/* 16 */ {Code: unix.BPF_JMP | unix.BPF_JA, K: drop - 17},
-			/* 17 */ {Code: unix.BPF_RET | unix.BPF_K, K: 0xffff},
-			/* 18 */ {Code: unix.BPF_RET | unix.BPF_K, K: 0},
+			// Either way, the destination port is in A.
+			/* 14 */ {Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: accept - 15, Jf: drop - 15, K: uint32(udpPort)},
+			/* 15 */ {Code: unix.BPF_RET | unix.BPF_K, K: 0xffff},
+			/* 16 */ {Code: unix.BPF_RET | unix.BPF_K, K: 0},
 		}
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
