@@ -434,9 +434,10 @@ func amiiPing(a *amii.Endpoint, mode string, cfg PingConfig, m amiiPingMessage, 
 	r := &AMIIResult{Mode: mode, PingResult: *cfg.newResult("amii", m.size())}
 	block := mode == "firmware"
 	args := make([]uint64, m.nargs)
-	// A message is answered or returned within the transport's give-up
-	// time; past it and cfg.Timeout the peer is taken to be gone.
-	limit := cfg.Timeout + transport.DefaultGiveUpAfter
+	// A request is answered or returned within the endpoint's reply
+	// timeout (the default: bench's endpoints set none); past it and
+	// cfg.Timeout the peer is taken to be gone.
+	limit := cfg.Timeout + amii.DefaultReplyTimeout
 	// The round trip's wait, made once: cur is the message waited for.
 	cur := 0
 	var wait func() error

@@ -193,7 +193,7 @@ func runHostile(a, b datapath.Place, cfg hostileConfig) (*hostileResult, error) 
 	for _, sc := range []func(*firmwareHost, *firmwareHost, datapath.Place, datapath.Place, hostileConfig) (hostileRow, error){hostileBaseline, hostileWire, hostileLocal, hostilePool, user, share, registry, forger} {
 		row, err := sc(hosts[0], hosts[1], a, b, cfg)
 		if err != nil {
-			return res, err
+			return res, fmt.Errorf("hostile scenario %q: %w", row.Scenario, err)
 		}
 		res.Rows = append(res.Rows, row)
 	}
@@ -248,7 +248,14 @@ func pingWhile(ha, hb *firmwareHost, n int, attack func(stop *atomic.Bool, start
 	}
 	var r *AMIIResult
 	if err == nil {
-		r, err = pingAMII(client, PingConfig{Count: n, NoWarmup: true, Timeout: time.Second}, amiiPingMessage{nargs: 1})
+		// A round trip is timed, never lost by a deadline: a request the
+		// daemons lose comes back to its sender (its reply timeout) and
+		// fails the exactly-once check with its reason. The generous
+		// limit only ends a run whose daemons stopped altogether.
+		r, err = pingAMII(client, PingConfig{Count: n, NoWarmup: true, Timeout: 30 * time.Second}, amiiPingMessage{nargs: 1})
+		if err != nil {
+			err = fmt.Errorf("%w (client: %+v; echo: %d handled, %d duplicates)", err, client.Stats(), counts.Delivered(), counts.Duplicates())
+		}
 		client.Close()
 	}
 	attackStop.Store(true)
