@@ -300,8 +300,14 @@ func coordStream(client *amii.Endpoint, sink *coordSink, forger *coordForger, st
 			return fmt.Errorf("%d of %d Stores delivered after a minute", sink.delivered(), coordStores)
 		}
 	}
-	for !stop.Load() && forger.sent.Load() == 0 {
-		time.Sleep(time.Millisecond) // at least one round of forgeries
+	// At least one round of forgeries, even when the pings are done
+	// first: the module ticks every Retry/2, and 200 Stores and the
+	// pings can take less.
+	for forger.sent.Load() == 0 {
+		if time.Now().After(deadline) {
+			return errors.New("the forging module sent nothing in a minute")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	return nil
 }
