@@ -79,6 +79,10 @@ func (t *Transport) flushAcks(force bool) {
 		if !force && (p.ackPoll == t.polls || t.cfg.AckDelay > 0 && t.now().Sub(p.ackAt) < t.cfg.AckDelay) {
 			continue
 		}
+		if len(p.ackList) <= compactAckMax && !t.cfg.NoCompact {
+			t.flushCompactAck(p)
+			continue
+		}
 		n := min(len(p.ackList), t.ackOneMax)
 		fl := frameLen(ackEntryLen*(n-1)) + t.trail
 		if cap(p.ackFrame) < fl {
@@ -94,6 +98,20 @@ func (t *Transport) flushAcks(force bool) {
 			p.ackPoll = t.polls // the rest go at the next flush
 		}
 	}
+}
+
+// flushCompactAck queues (into t.tx) a frame of one compact ACK cell that
+// carries every acknowledgement owed to p (at most compactAckMax).
+func (t *Transport) flushCompactAck(p *Peer) {
+	fl := len(t.eth) + cells.CellSize + t.trail
+	if cap(p.ackFrame) < fl {
+		p.ackFrame = make([]byte, max(fl, frameLen(ackEntryLen*(t.ackOneMax-1))+t.trail))
+	}
+	f := p.ackFrame[:fl]
+	t.putHeaders(f, p, 1, cells.FlagStart)
+	t.putCompactAck(cells.Cell(f[len(t.eth):]), p, len(p.ackList))
+	t.tx = append(t.tx, f)
+	t.stats.AckFrames++
 }
 
 // scratchSDU returns the transport's scratch buffer with length n.

@@ -27,6 +27,22 @@ import (
 // in the same frame, as an ACK PDU of their own (transmitCompact). The
 // receiver checks the cell (HEC, CRC, type, length, channel) and handles
 // it as a DATA PDU with the same fields (receiveCompact).
+//
+// The acknowledgements owed to the destination travel as a compact ACK
+// cell of their own when they fit in one (compactAckMax: the ACK's own
+// channel and ten entries), so that request/reply traffic of short
+// messages never builds an AAL5 PDU: same header, type typeCompactAck,
+// length the number of entries, and each entry three bytes (channel,
+// sequence number):
+//
+//	 0      1      2         4         6           10          14     15                       46
+//	+------+------+---------+---------+-----------+-----------+------+------------------------+--------+
+//	| type | chan |   seq   | stamp16 | src epoch | dst epoch |  n   | entries, 3n, zero fill | CRC-10 |
+//	+------+------+---------+---------+-----------+-----------+------+------------------------+--------+
+//
+// It stands for the ACK PDU with the same header and entries, and is
+// checked (channels, length, CRC) before any of it counts. Flushed
+// acknowledgements (flushAcks) go the same way when they fit.
 const (
 	// CompactPayload is the largest payload a compact cell carries.
 	CompactPayload = cells.PayloadSize - compactHeaderLen - compactCRCLen
@@ -37,9 +53,20 @@ const (
 	compactOffCRC    = cells.PayloadSize - compactCRCLen
 )
 
-// typeCompact is the type byte of a compact DATA cell. It never appears in
-// an AAL5 PDU's header.
-const typeCompact uint8 = 5
+// typeCompact is the type byte of a compact DATA cell, typeCompactAck that
+// of a compact ACK cell. Neither appears in an AAL5 PDU's header.
+const (
+	typeCompact    uint8 = 5
+	typeCompactAck uint8 = 6
+)
+
+// A compact ACK cell's entries (3 bytes each), and the acknowledgements it
+// carries in all: its header's and the entries'.
+const (
+	compactAckEntryLen = 3
+	compactAckEntries  = (compactOffCRC - compactHeaderLen) / compactAckEntryLen
+	compactAckMax      = compactAckEntries + 1
+)
 
 // compactable reports whether a message with payload goes as a compact
 // cell.
@@ -56,14 +83,17 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	h.setStamp(c.stamp)
 	h.setDst(p.dstOut) // learnt since the last transmission, perhaps
 
+	// The acknowledgements owed to p go first: in a compact ACK cell when
+	// they fit, else as many as the frame has room for in an ACK PDU.
 	var ackSDU []byte
-	if n := min(len(p.ackList), t.ackCompactMax); n > 0 {
-		ackSDU = t.ackPDU(p, n)
+	ackCells, ackCompact := 0, 0
+	if n := len(p.ackList); n > 0 && n <= compactAckMax {
+		ackCells, ackCompact = 1, n
 		t.stats.AcksPiggybacked += uint64(n)
-	}
-	ackCells := 0
-	if ackSDU != nil {
+	} else if n = min(n, t.ackCompactMax); n > 0 {
+		ackSDU = t.ackPDU(p, n)
 		ackCells = cells.CellCount(len(ackSDU))
+		t.stats.AcksPiggybacked += uint64(n)
 	}
 	total := len(t.eth) + (ackCells+1)*cells.CellSize + t.trail
 	if cap(c.frameBuf) < total {
@@ -72,7 +102,11 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	f := c.frameBuf[:total]
 	t.putHeaders(f, p, ackCells+1, cells.FlagStart)
 	at := len(t.eth)
-	if ackSDU != nil {
+	switch {
+	case ackCompact > 0:
+		t.putCompactAck(cells.Cell(f[at:at+cells.CellSize]), p, ackCompact)
+		at += cells.CellSize
+	case ackSDU != nil:
 		if _, err := t.seg.Put(f[at:], ackSDU); err != nil {
 			return err
 		}
@@ -99,15 +133,79 @@ func putCompact(b []byte, h header, payload []byte) {
 	binary.BigEndian.PutUint16(b[compactOffCRC:], cells.CRC10(b[:compactOffCRC]))
 }
 
+// putCompactAck writes into cell the compact ACK cell that carries the
+// first n (1 to compactAckMax) acknowledgements owed to p, and forgets
+// them: its header answers the first (echoing the low 16 bits of its
+// stamp), its entries the others.
+func (t *Transport) putCompactAck(cell cells.Cell, p *Peer, n int) {
+	copy(cell, t.compactHdr[:])
+	b := cell.Payload()
+	ch0 := p.ackList[0]
+	b[0], b[1] = typeCompactAck, ch0
+	binary.BigEndian.PutUint16(b[2:], p.ackSeq[ch0])
+	binary.BigEndian.PutUint16(b[4:], uint16(p.ackStamp[ch0]))
+	binary.BigEndian.PutUint32(b[6:], t.epoch)
+	binary.BigEndian.PutUint32(b[10:], p.dstOut)
+	b[compactOffLength] = uint8(n - 1)
+	p.ackOn[ch0] = false
+	e := b[compactHeaderLen:compactOffCRC]
+	for j, ch := range p.ackList[1:n] {
+		e[j*compactAckEntryLen] = ch
+		binary.BigEndian.PutUint16(e[j*compactAckEntryLen+1:], p.ackSeq[ch])
+		p.ackOn[ch] = false
+	}
+	clear(e[(n-1)*compactAckEntryLen:])
+	binary.BigEndian.PutUint16(b[compactOffCRC:], cells.CRC10(b[:compactOffCRC]))
+	t.dropAcks(p, n)
+}
+
 // receiveCompact handles a compact cell from p: checked, it is dispatched
-// as the DATA PDU it stands for.
+// as the DATA or ACK PDU it stands for.
 func (t *Transport) receiveCompact(p *Peer, cell cells.Cell) bool {
 	var h [headerLen]byte
+	if cell.Payload()[0] == typeCompactAck {
+		var acks [compactAckEntries * ackEntryLen]byte
+		n, ok := decodeCompactAck(cell, t.vc.VPI, len(p.send), h[:], acks[:])
+		if ok {
+			t.dispatch(p, h[:], acks[:n*ackEntryLen], nil)
+		}
+		return ok
+	}
 	payload, ok := decodeCompact(cell, t.vc.VPI, len(p.send), h[:])
 	if ok {
 		t.dispatch(p, h[:], nil, payload)
 	}
 	return ok
+}
+
+// decodeCompactAck checks a compact ACK cell on VPI vpi for a transport
+// of channels channels, writes the header of the ACK PDU it stands for
+// into h and its entries, in the ACK PDU's form, into acks (room for
+// compactAckEntries), and returns their number.
+func decodeCompactAck(cell cells.Cell, vpi uint16, channels int, h header, acks []byte) (n int, ok bool) {
+	b := cell.Payload()
+	n = int(b[compactOffLength])
+	switch {
+	case !cell.Valid(), cell.VPI(cells.UNI) != vpi,
+		b[0] != typeCompactAck, n > compactAckEntries, int(b[1]) >= channels,
+		binary.BigEndian.Uint16(b[compactOffCRC:]) != cells.CRC10(b[:compactOffCRC]):
+		return 0, false
+	}
+	e := b[compactHeaderLen:]
+	for i := range n {
+		ch := e[i*compactAckEntryLen]
+		if int(ch) >= channels {
+			return 0, false
+		}
+		putAck(acks, i, int(ch), binary.BigEndian.Uint16(e[i*compactAckEntryLen+1:]))
+	}
+	h.put(typeAck, int(b[1]), binary.BigEndian.Uint16(b[2:]), uint32(binary.BigEndian.Uint16(b[4:])), 0,
+		binary.BigEndian.Uint32(b[6:]), binary.BigEndian.Uint32(b[10:]))
+	h.setAcks(n)
+	if h.src() == 0 {
+		return 0, false
+	}
+	return n, true
 }
 
 // decodeCompact checks a compact cell on VPI vpi for a transport of

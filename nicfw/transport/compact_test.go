@@ -23,8 +23,9 @@ func frameCells(tb testing.TB, f []byte) []uint16 {
 
 // Messages of up to CompactPayload bytes travel as one compact cell each,
 // packed into one frame when sent in one pass; the answers' owed
-// acknowledgements ride in front of the compact cells going back (an ACK
-// PDU in the same frame), so no ACK frame of its own is needed; longer
+// acknowledgements ride in front of the compact cells going back (a
+// compact ACK cell in the same frame, or an ACK PDU when more are owed
+// than one carries), so no ACK frame of its own is needed; longer
 // messages stay AAL5 PDUs; NoCompact sends every message as a PDU.
 func TestCompactCells(t *testing.T) {
 	for _, off := range []bool{false, true} {
@@ -76,20 +77,33 @@ func TestCompactCells(t *testing.T) {
 		if len(got) != 1 || len(got[0]) != n || got[0][0] != DefaultVCI+1 || p.a.tr.Stats().Compact != n {
 			t.Fatalf("%d short messages in one pass: frames %v, stats %+v", n, got, p.a.tr.Stats())
 		}
-		// B answers with short messages: the acknowledgements it owes go
-		// in front of the first, as an ACK PDU on the PDU circuit.
+		// B answers with short messages: the 10 acknowledgements it owes
+		// go in front of the first, in a compact ACK cell.
 		send(p.b, hostA, 100, 2, CompactPayload)
 		got = take(p.a.link, p.a.tr)
-		if len(got) != 1 || got[0][0] != DefaultVCI || got[0][len(got[0])-1] != DefaultVCI+1 {
+		if len(got) != 1 || len(got[0]) != 3 || got[0][0] != DefaultVCI+1 || got[0][2] != DefaultVCI+1 {
 			t.Fatalf("the answers: frames %v", got)
 		}
 		if sa, sb := p.a.tr.Stats(), p.b.tr.Stats(); sa.Acked != n || sb.AckFrames != 0 || sb.AcksPiggybacked != n {
 			t.Errorf("after the answers: A %+v, B %+v", sa, sb)
 		}
-		// A longer message (message n: 42 bytes) is a PDU.
-		send(p.a, hostB, n, 1, CompactPayload+20)
-		if pl := payload(n, CompactPayload+20); len(pl) <= CompactPayload {
-			t.Fatalf("message %d has %d bytes: it fits a compact cell", n, len(pl))
+		// 16 owed (more than a compact ACK cell carries): an ACK PDU on
+		// the PDU circuit goes in front.
+		const m = 16
+		send(p.a, hostB, n, m, CompactPayload)
+		take(p.b.link, p.b.tr)
+		send(p.b, hostA, 102, 1, CompactPayload)
+		got = take(p.a.link, p.a.tr)
+		if len(got) != 1 || got[0][0] != DefaultVCI || got[0][len(got[0])-1] != DefaultVCI+1 {
+			t.Fatalf("the answer to %d: frames %v", m, got)
+		}
+		if sa, sb := p.a.tr.Stats(), p.b.tr.Stats(); sa.Acked != n+m || sb.AckFrames != 0 || sb.AcksPiggybacked != n+m {
+			t.Errorf("after the answer to %d: A %+v, B %+v", m, sa, sb)
+		}
+		// A longer message (message n+m: 62 bytes) is a PDU.
+		send(p.a, hostB, n+m, 1, CompactPayload+40)
+		if pl := payload(n+m, CompactPayload+40); len(pl) <= CompactPayload {
+			t.Fatalf("message %d has %d bytes: it fits a compact cell", n+m, len(pl))
 		}
 		if got := take(p.b.link, p.b.tr); len(got) != 1 || got[0][len(got[0])-1] != DefaultVCI {
 			t.Errorf("a longer message: frames %v", got)
@@ -98,6 +112,69 @@ func TestCompactCells(t *testing.T) {
 			p.poll(t)
 			p.clk.Advance(DefaultRetransmitAfter)
 		}
-		checkExactlyOnce(t, p.b, hostA, n+1)
+		checkExactlyOnce(t, p.b, hostA, n+m+1)
+	}
+}
+
+// compactPDU decodes compact cell c (DATA or ACK) into the PDU it stands
+// for: its header, then its acknowledgement entries or its payload.
+func compactPDU(tb testing.TB, c cells.Cell) header {
+	tb.Helper()
+	h := make(header, headerLen, headerLen+CompactPayload)
+	if c.Payload()[0] == typeCompactAck {
+		acks := make([]byte, compactAckEntries*ackEntryLen)
+		n, ok := decodeCompactAck(c, 0, MaxChannels, h, acks)
+		if !ok {
+			tb.Fatalf("bad compact ACK cell % x", []byte(c))
+		}
+		return append(h, acks[:n*ackEntryLen]...)
+	}
+	body, ok := decodeCompact(c, 0, MaxChannels, h)
+	if !ok {
+		tb.Fatalf("bad compact cell % x", []byte(c))
+	}
+	return append(h, body...)
+}
+
+// A compact ACK cell is checked whole before any of it counts: a bad
+// CRC, an entry naming a channel the transport does not have, or more
+// entries than fit are bad frames, and acknowledge nothing (good ones
+// acknowledge in TestCompactCells).
+func TestCompactAckChecked(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	p.a.tr.BeginPass()
+	for i := range uint32(2) {
+		if err := p.a.tr.Send(hostB, payload(i, CompactPayload), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.a.tr.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	rx := make([][]byte, 8)
+	if _, err := p.b.link.Recv(rx); err != nil { // B never sees them
+		t.Fatal(err)
+	}
+	inject := func(c []byte) {
+		t.Helper()
+		fr := cells.Framer{Dst: p.a.link.HardwareAddr(), Src: p.b.link.HardwareAddr()}
+		f, err := fr.Append(nil, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.b.link.Send([][]byte{f}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.a.tr.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := compactAckCell(0, 0, 1, 1)
+	bad[cells.HeaderSize+20] ^= 4
+	inject(bad)
+	inject(compactAckCell(0, 0, 1, 2))  // its entry names channel 2
+	inject(compactAckCell(0, 0, 11, 0)) // 11 entries
+	if st := p.a.tr.Stats(); st.BadFrames != 3 || st.Acked != 0 || p.a.tr.Unacked(hostB) != 2 {
+		t.Fatalf("after 3 bad compact ACK cells: %+v, %d unacknowledged", st, p.a.tr.Unacked(hostB))
 	}
 }

@@ -278,12 +278,7 @@ func framePDUs(tb testing.TB, f []byte) []header {
 	for o := 0; o < len(cs); o += cells.CellSize {
 		c := cells.Cell(cs[o : o+cells.CellSize])
 		if c.VCI() == DefaultVCI+1 {
-			h := make(header, headerLen)
-			body, ok := decodeCompact(c, 0, MaxChannels, h)
-			if !ok {
-				tb.Fatalf("bad compact cell % x", []byte(c))
-			}
-			out = append(out, append(h, body...))
+			out = append(out, compactPDU(tb, c))
 			continue
 		}
 		r.PushCells(c, func(pdu cells.PDU, err error) {

@@ -85,7 +85,8 @@ func compactCell(h header, payload []byte) []byte {
 
 // FuzzPackedFrame feeds a transport frames of several PDUs and compact
 // cells built from the fuzzer's bytes (each piece a DATA message with its
-// channel and sequence number, or an invalid SDU or cell), each frame
+// channel and sequence number, a compact ACK cell, or an invalid SDU or
+// cell), each frame
 // twice: the transport never panics, counts what is bad, and delivers no
 // message twice.
 func FuzzPackedFrame(f *testing.F) {
@@ -94,6 +95,7 @@ func FuzzPackedFrame(f *testing.F) {
 	f.Add([]byte{9, 0, 0, 0, 0, 0, 0, 0, 200, 0, 1, 1})
 	f.Add([]byte{100, 0, 10, 100, 1, 5, 1, 0, 20, 101, 0, 10}) // compact cells, one corrupt, and a PDU
 	f.Add([]byte{100, 0, 40, 100, 0, 40, 150, 1, 3})
+	f.Add([]byte{100, 0, 10, 50, 0, 2, 51, 1, 3, 52, 2, 11, 0, 1, 20}) // compact ACK cells: good, corrupt, bad channel and count
 	f.Fuzz(func(t *testing.T, spec []byte) {
 		if len(spec) > 300 {
 			return
@@ -132,6 +134,16 @@ func FuzzPackedFrame(f *testing.F) {
 			if typ >= 100 && typ < 200 {
 				// A compact cell: typ odd, one of its bytes flipped.
 				c := compactCell(sdu, body[:min(len(body), CompactPayload)])
+				if typ%2 == 1 {
+					c[cells.HeaderSize+n%cells.PayloadSize] ^= 1 << (typ % 8)
+				}
+				cs = append(cs, c...)
+				continue
+			}
+			if typ >= 50 && typ < 100 {
+				// A compact ACK cell of n%12 entries (more than 10 is
+				// invalid): typ odd, one of its bytes flipped.
+				c := compactAckCell(ch%3, uint16(spec[i+1]>>4), n%12, i)
 				if typ%2 == 1 {
 					c[cells.HeaderSize+n%cells.PayloadSize] ^= 1 << (typ % 8)
 				}
@@ -195,4 +207,25 @@ func TestUnreliableInPass(t *testing.T) {
 	if len(acked) != 10 || acked[0] != 1 || acked[9] != 10 {
 		t.Errorf("Acked for %v, want 1..10", acked)
 	}
+}
+
+// compactAckCell returns a compact ACK cell (compact.go) on the default
+// circuit that answers message seq on channel ch and carries n entries
+// (channel (k+j)%3, sequence number j), its CRC right whatever n is.
+func compactAckCell(ch int, seq uint16, n, k int) []byte {
+	c := cells.Cell(make([]byte, cells.CellSize))
+	if err := c.Encode(cells.UNI, cells.Fields{VCI: DefaultVCI + 1, PTI: cells.PTIEndOfMessage}); err != nil {
+		panic(err)
+	}
+	b := c.Payload()
+	b[0], b[1] = typeCompactAck, uint8(ch)
+	binary.BigEndian.PutUint16(b[2:], seq)
+	binary.BigEndian.PutUint32(b[6:], 9)
+	b[compactOffLength] = uint8(n)
+	for j := range min(n, compactAckEntries) {
+		b[compactHeaderLen+j*compactAckEntryLen] = uint8((k + j) % 3)
+		binary.BigEndian.PutUint16(b[compactHeaderLen+j*compactAckEntryLen+1:], uint16(j))
+	}
+	binary.BigEndian.PutUint16(b[compactOffCRC:], cells.CRC10(b[:compactOffCRC]))
+	return c
 }

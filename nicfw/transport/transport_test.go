@@ -336,12 +336,7 @@ func parseFrame(tb testing.TB, f []byte) header {
 	}
 	var h header
 	if c := cells.Cell(cs[len(cs)-cells.CellSize:]); c.VCI() == DefaultVCI+1 {
-		h = make(header, headerLen)
-		payload, ok := decodeCompact(c, 0, MaxChannels, h)
-		if !ok {
-			tb.Fatalf("bad compact cell % x", []byte(c))
-		}
-		return append(h, payload...)
+		return compactPDU(tb, c)
 	}
 	r := cells.NewReassembler(cells.ReassemblerConfig{})
 	r.PushCells(cs, func(pdu cells.PDU, err error) {
