@@ -131,7 +131,7 @@ func TestWiresharkDissector(t *testing.T) {
 	}
 	for _, want := range []string{"Direction: Inbound", "Direction: Outbound", "SSAM single-cell message", "SSAM bulk message: request",
 		"Session tag, high 16 bits: 0x", "Handler index: 0", "Session tag, low 7 bits: 0x", "[Session tag: 0x", "Session number: ", "Firmware transport: DATA",
-		"Firmware transport, compact cell: DATA (compact)", "AM-II engine message (compact): AM-II request short",
+		"Firmware transport, compact cell: DATA (compact)", "Firmware transport, compact cell: ACK (compact)", "AM-II engine message (compact): AM-II request short",
 		"Raw frame on 0/40, 1 cells, no protocol", "Raw frame on 0/40, 3 cells, no protocol", "Sequence: 19"} {
 		if !strings.Contains(string(v), want) {
 			t.Errorf("tshark -V shows no %q", want)

@@ -25,8 +25,9 @@
 --
 -- Which layer a reassembled PDU is: a single cell whose AAL5 trailer and
 -- CRC-32 check out is a one-cell PDU; a single cell whose first byte is 5
--- and whose CRC-10 over bytes 0-45 checks out is a compact transport cell
--- (an AM-II short message); any other single cell on a circuit is an SSAM
+-- or 6 and whose CRC-10 over bytes 0-45 checks out is a compact transport
+-- cell (an AM-II short message, or acknowledgements); any other single
+-- cell on a circuit is an SSAM
 -- single-cell message (its CRC-10 is checked); cells on the raw circuit
 -- (VPI 0, the "Raw VCI" preference, 40) are raw frames of no protocol
 -- (pings: a sequence number); a PDU on the mapper's circuit is a mapper
@@ -37,7 +38,7 @@
 local xam = Proto("xam", "xam: ATM cells over Ethernet")
 
 local kinds = { [0] = "request", [1] = "reply", [2] = "ack", [3] = "sync" }
-local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET", [5] = "DATA (compact)" }
+local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET", [5] = "DATA (compact)", [6] = "ACK (compact)" }
 local queues = { [0] = "request", [1] = "reply" }
 local syncs = { [0] = "ask", [1] = "answer" }
 local reject_index = 0xffff -- an ack's index when the request named no handler
@@ -334,9 +335,10 @@ end
 -- returns nil if its type or CRC-10 say it is not one.
 local function dissect_compact(tvb, tree)
 	local crc = tvb(46, 2):uint()
-	if tvb(0, 1):uint() ~= 5 or crc10(tvb:bytes(0, 46), 46, false) ~= crc then return nil end
+	local typ = tvb(0, 1):uint()
+	if (typ ~= 5 and typ ~= 6) or crc10(tvb:bytes(0, 46), 46, false) ~= crc then return nil end
 	local n = tvb(14, 1):uint()
-	if n > 31 then return nil end
+	if typ == 5 and n > 31 or typ == 6 and n > 10 then return nil end
 	local t = tree:add(xam, tvb(), "Firmware transport, compact cell")
 	t:add(f.tr_type, tvb(0, 1))
 	t:add(f.tr_channel, tvb(1, 1))
@@ -344,6 +346,20 @@ local function dissect_compact(tvb, tree)
 	t:add(f.tr_stamp16, tvb(4, 2))
 	t:add(f.tr_src_epoch, tvb(6, 4))
 	t:add(f.tr_dst_epoch, tvb(10, 4))
+	if typ == 6 then
+		-- acknowledgements: the header's, and n entries of 3 bytes
+		t:add(f.tr_k, tvb(14, 1))
+		for i = 0, n - 1 do
+			local e = t:add(xam, tvb(15 + 3 * i, 3), "Acknowledgement")
+			e:add(f.tr_ack_channel, tvb(15 + 3 * i, 1))
+			e:add(f.tr_ack_seq, tvb(16 + 3 * i, 2))
+		end
+		t:add(f.tr_crc, tvb(46, 2))
+		t:add(f.tr_crc_ok, tvb(46, 2), true)
+		local what = string.format("ACK (compact) ch %d seq %d, %d more", tvb(1, 1):uint(), tvb(2, 2):uint(), n)
+		t:append_text(": " .. what)
+		return what
+	end
 	t:add(f.tr_clen, tvb(14, 1))
 	t:add(f.tr_crc, tvb(46, 2))
 	t:add(f.tr_crc_ok, tvb(46, 2), true)
