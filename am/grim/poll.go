@@ -124,7 +124,7 @@ func (ep *Endpoint) Poll() (int, error) {
 			return 0, err
 		}
 	}
-	n := 0
+	n, requests := 0, 0
 	for _, c := range ep.chans {
 		if err := c.flushReplies(); err != nil {
 			return 0, err
@@ -132,6 +132,9 @@ func (ep *Endpoint) Poll() (int, error) {
 		for _, q := range receiveQueues {
 			k, err := ep.dispatch(c, q)
 			n += k
+			if q == endpoint.RequestReceive {
+				requests += k
+			}
 			if err != nil {
 				return n, err
 			}
@@ -140,7 +143,17 @@ func (ep *Endpoint) Poll() (int, error) {
 	if ep.polls++; ep.polls%replyCheckPolls == 0 && ep.cfg.ReplyTimeout > 0 {
 		n += ep.expire(time.Now())
 	}
-	return n, ep.pushTable()
+	if err := ep.pushTable(); err != nil {
+		return n, err
+	}
+	if requests > 0 && ep.eng != nil {
+		// The replies leave now, not at the next Poll (as AM-II's do): a
+		// server that polls now and then answers at once.
+		if _, err := ep.eng.Poll(); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // dispatch runs the handlers of what receive queue q of c holds.
