@@ -17,9 +17,12 @@
 // are idle. A Residency (residency.go) keeps the books of the R frames;
 // the engine moves the state (engine_residency.go): only resident
 // endpoints are scheduled and have their translation table in a frame,
-// and the others ring a doorbell in their shared header that faults them
-// in, evicting the least recently used endpoint without outstanding
-// messages. Faults are bounded per owner: one at its share of the frames
+// and the others ring a doorbell that faults them in, evicting the least
+// recently used endpoint without outstanding messages. Doorbells are bits
+// of a page each application shares with the engine (engine_bells.go), so
+// that an idle Poll reads one word per application however many endpoints
+// are open; resident endpoints idle for a while are parked behind their
+// doorbells too. Faults are bounded per owner: one at its share of the frames
 // (R over the owners with work) evicts its own endpoints, not others'.
 //
 // # Engine

@@ -52,10 +52,12 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 		e.owned--
 		e.forgetOwner(s.owner)
 	}
+	e.unlistParked(s)
 	e.sched.Remove(int(id))
 	if !s.resident {
 		e.unlistEvicted(s)
 	}
+	e.unbell(s)
 	e.returnedFl = slices.DeleteFunc(e.returnedFl, func(r returnedFlight) bool { return r.s == s })
 	if s.d.Class == endpoint.ClassBulk && s.state != slotEmpty {
 		e.abortBulk(s) // a SendGate that saw part of it leave hears it is done

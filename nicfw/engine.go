@@ -72,6 +72,10 @@ type VNet struct {
 	// window). Without it, messages in flight together may arrive in any
 	// order when frames are lost.
 	Ordered bool
+	// Group names the application the endpoint belongs to (a daemon's
+	// connection; 0 inline): the endpoints of a group share a page of
+	// doorbells (engine_bells.go; Engine.BellsFD).
+	Group uint64
 	// Key, if set (16 or 32 bytes; NewKey), authenticates the endpoint's
 	// messages between hosts (auth.go): what it sends travels in an
 	// envelope with an AES-GMAC tag, and it takes from other hosts only
@@ -109,6 +113,10 @@ type EngineConfig struct {
 	Resident int
 	// Loiter is the scheduler's k (default DefaultLoiter).
 	Loiter int
+	// ParkAfter is how many times in a row the scheduler finds an idle
+	// endpoint with nothing to send before it parks it, to be woken by
+	// its doorbell (engine_bells.go; default 64, negative: never).
+	ParkAfter int
 	// ReturnQueue bounds the return messages waiting for a channel to
 	// their host; a message to be returned while it is full is NACKed
 	// (default DefaultReturnQueue).
@@ -176,6 +184,11 @@ type EngineStats struct {
 	// busy-polling engine was busy.
 	Polls     uint64
 	BusyPolls uint64
+	// Parks counts endpoints parked (idle ParkAfter times in a row), and
+	// Rings the doorbells the pages rang (engine_bells.go): a parked
+	// endpoint's that woke it, or an evicted one's.
+	Parks uint64
+	Rings uint64
 }
 
 type slotState uint8
@@ -211,6 +224,13 @@ type epState struct {
 	ordTo    map[*transport.Peer]int // ordered: messages in flight per destination host
 	evIdx    int
 	rung     bool
+	// Doorbells (engine_bells.go): its page and bit (nil: none), whether
+	// it is parked, and its place in Engine.parked while it is.
+	bellPage *bellPage
+	bellBit  int
+	pageOK   bool // while evicted: its sends ring its page (ringsPage)
+	parked   bool
+	parkIdx  int
 
 	state   slotState
 	d       endpoint.Descriptor
@@ -359,34 +379,39 @@ type Engine struct {
 	// owners counts, by owner, the endpoints open and pinned: an owner
 	// may pin no more than its share of the frames (mayPin). owned is the
 	// owners with endpoints open.
-	owners     map[uint32]*ownerCount
-	owned      int
-	flights    []flight // by cookie-1: messages in flight, and free records
-	freeFl     []uint32 // indices of free records in flights
-	acked      int      // acknowledgements taken in since the start of this Poll
-	returning  []*epState
-	returnedFl []returnedFlight
-	returns    []remoteReturn
-	down       map[HostID]time.Time           // host -> until when sends to it are returned at once
-	bulkRx     map[Name][]*bulkRx             // sending endpoint -> its bulk messages arriving here (at most BulkAhead)
-	bulkBegun  uint64                         // bulk records begun (bulkRx.begun)
-	admits     map[*transport.Peer]*admission // pooled bulk messages under way per host (pool.go)
-	closing    []*epState                     // closed endpoints whose id was reused before their slot was done
-	closeErr   error                          // the first error of closing an endpoint's memory late
-	polls      uint64
-	pending    PendingFunc
-	maxPL      int           // the transport's MaxPayload
-	chunkMsg   msg           // the bulk chunk being sent (message)
-	frameRoom  int           // the transport's FrameRoom
-	giveUp     time.Duration // the transport's GiveUpAfter
-	buf        []byte        // a message being built: short, or a bulk chunk
-	auth       authState     // message authentication (auth.go)
-	mods       *modules      // nil: no modules loaded
-	evicted    []*epState    // open endpoints not resident (engine_residency.go)
-	frames     [][]Name      // the translation tables of the resident endpoints, by frame
-	yield      func(ep int) bool
-	stats      EngineStats
-	hostRet    map[HostID]*hostReturns // returns to and from each host (counters.go)
+	owners      map[uint32]*ownerCount
+	owned       int
+	flights     []flight // by cookie-1: messages in flight, and free records
+	freeFl      []uint32 // indices of free records in flights
+	acked       int      // acknowledgements taken in since the start of this Poll
+	returning   []*epState
+	returnedFl  []returnedFlight
+	returns     []remoteReturn
+	down        map[HostID]time.Time           // host -> until when sends to it are returned at once
+	bulkRx      map[Name][]*bulkRx             // sending endpoint -> its bulk messages arriving here (at most BulkAhead)
+	bulkBegun   uint64                         // bulk records begun (bulkRx.begun)
+	admits      map[*transport.Peer]*admission // pooled bulk messages under way per host (pool.go)
+	closing     []*epState                     // closed endpoints whose id was reused before their slot was done
+	closeErr    error                          // the first error of closing an endpoint's memory late
+	polls       uint64
+	pending     PendingFunc
+	maxPL       int           // the transport's MaxPayload
+	chunkMsg    msg           // the bulk chunk being sent (message)
+	frameRoom   int           // the transport's FrameRoom
+	giveUp      time.Duration // the transport's GiveUpAfter
+	buf         []byte        // a message being built: short, or a bulk chunk
+	auth        authState     // message authentication (auth.go)
+	mods        *modules      // nil: no modules loaded
+	evicted     []*epState    // open endpoints not resident (engine_residency.go)
+	parked      []*epState    // resident endpoints parked (engine_bells.go)
+	unbelled    int           // open endpoints without a doorbell bit
+	evictedRung bool          // an evicted endpoint may have rung: doorbells looks
+	bellPages   map[uint64]*bellPage
+	bellList    []*bellPage
+	frames      [][]Name // the translation tables of the resident endpoints, by frame
+	yield       func(ep int) bool
+	stats       EngineStats
+	hostRet     map[HostID]*hostReturns // returns to and from each host (counters.go)
 }
 
 // NewEngine returns an engine on link with a transport of its own.
@@ -426,6 +451,12 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	var err error
 	if e.sched, err = NewScheduler(cfg.Loiter); err != nil {
 		return nil, err
+	}
+	switch {
+	case cfg.ParkAfter == 0:
+		e.sched.SetParkAfter(parkAfter)
+	case cfg.ParkAfter > 0:
+		e.sched.SetParkAfter(cfg.ParkAfter)
 	}
 	if e.res, err = NewResidency(cfg.Resident); err != nil {
 		return nil, err
@@ -583,6 +614,7 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 		e.owned++
 	}
 	e.res.SetOwner(int(id), vnet.Owner)
+	e.bell(s, vnet.Group)
 	e.evict(s) // it starts out of the fast tables: its first send rings its doorbell
 	return nil
 }
@@ -614,6 +646,12 @@ func (e *Engine) Close() error {
 		}
 	}
 	e.closing, e.live = nil, 0
+	for _, pg := range e.bellList {
+		if cerr := pg.b.Close(); err == nil {
+			err = cerr
+		}
+	}
+	e.bellList, e.bellPages, e.parked = nil, nil, nil
 	return err
 }
 
@@ -662,6 +700,9 @@ func (e *Engine) Poll() (work int, err error) {
 	if err != nil {
 		return work, err
 	}
+	if len(e.bellList) > 0 {
+		work += e.ringBells()
+	}
 	if len(e.evicted) > 0 {
 		work += e.doorbells() // before the sends: a rung endpoint sends in this Poll
 	}
@@ -669,6 +710,9 @@ func (e *Engine) Poll() (work int, err error) {
 	work += n
 	if err != nil {
 		return work, err
+	}
+	if e.sched.Parked() {
+		e.parkIdle()
 	}
 	n, err = e.tr.Poll()
 	work += n

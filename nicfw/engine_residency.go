@@ -72,14 +72,19 @@ func (e *Engine) load(s *epState, frame int) {
 // message taken and not yet sent (or waiting to be returned to it): it
 // then asks to come back, as it does if it has descriptors waiting.
 func (e *Engine) evict(s *epState) {
+	e.unlistParked(s)
 	e.sched.Remove(int(s.id))
 	s.resident, s.table = false, nil
 	s.evIdx = len(e.evicted)
 	e.evicted = append(e.evicted, s)
+	if s.pageOK = ringsPage(s); !s.pageOK {
+		e.unbelled++
+	}
 	s.mem.SetEvicted(true)
 	// A descriptor published before the mark was visible rang no bell:
 	// look once more now that it is (endpoint.Memory.SetEvicted).
 	s.rung = s.state != slotEmpty || s.mem.Pending()
+	e.evictedRung = e.evictedRung || s.rung
 }
 
 // unlistEvicted takes s off the list of non-resident endpoints.
@@ -87,6 +92,9 @@ func (e *Engine) unlistEvicted(s *epState) {
 	i := s.evIdx
 	if i < 0 || i >= len(e.evicted) || e.evicted[i] != s {
 		return
+	}
+	if !s.pageOK {
+		e.unbelled--
 	}
 	last := len(e.evicted) - 1
 	e.evicted[i] = e.evicted[last]
@@ -112,20 +120,38 @@ func (e *Engine) unlistEvicted(s *epState) {
 // nothing it may take (Stuck). So one owner's many endpoints ringing
 // cannot keep another's few out, nor evict them.
 func (e *Engine) doorbells() int {
-	room := max(e.res.Frames()-1-e.pinned, 1)
-	e.res.BeginPass(e.hasWork)
+	// The pages tell of the rings of the endpoints that ring them
+	// (ringBells); the others' doorbells are read here.
+	if !e.evictedRung && e.unbelled == 0 {
+		return 0
+	}
 	rung := false
 	for _, s := range e.evicted {
-		if s.mem.Doorbell() {
-			s.rung = true
+		if !s.pageOK {
+			// An endpoint starts evicted, before its application maps
+			// the page: from then on the page tells of its rings. The
+			// mark is read first: a ring before the mapping rang the
+			// doorbell, which is read after it.
+			ok := ringsPage(s)
+			if s.mem.Doorbell() {
+				s.rung = true
+			}
+			if s.pageOK = ok; ok {
+				e.unbelled--
+			}
 		}
-		if s.rung {
-			e.res.Waiting(int(s.id)) // its owner has work
-			rung = true
-		}
+		rung = rung || s.rung
 	}
+	e.evictedRung = rung
 	if !rung {
 		return 0
+	}
+	room := max(e.res.Frames()-1-e.pinned, 1)
+	e.res.BeginPass(e.hasWork)
+	for _, s := range e.evicted {
+		if s.rung {
+			e.res.Waiting(int(s.id)) // its owner has work
+		}
 	}
 	loaded := 0
 	for _, under := range [2]bool{true, false} {

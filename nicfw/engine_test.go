@@ -90,8 +90,20 @@ func newEngNetWith(t *testing.T, opts memlink.Options, cfg EngineConfig, per fun
 	return n
 }
 
-// endpoint creates endpoint id on h and maps it as the application does.
+// endpoint creates endpoint id on h and maps it, and its page of
+// doorbells, as the application does.
 func (h *engHost) endpoint(t *testing.T, id EndpointID, cfg endpoint.Config, vnet VNet) *endpoint.View {
+	t.Helper()
+	v := h.endpointNoBells(t, id, cfg, vnet)
+	if err := v.MapBells(h.eng.BellsFD(id)); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// endpointNoBells is endpoint for an application that does not map its
+// page of doorbells (it rings its header's doorbell only).
+func (h *engHost) endpointNoBells(t *testing.T, id EndpointID, cfg endpoint.Config, vnet VNet) *endpoint.View {
 	t.Helper()
 	m, err := h.eng.CreateEndpoint(id, cfg, vnet)
 	if err != nil {

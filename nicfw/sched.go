@@ -51,6 +51,13 @@ import (
 // frames has fewer), within idle/schedSweep visits otherwise; the guarantees
 // above are for the endpoints noticed.
 
+//
+// Parking (SetParkAfter): an idle endpoint asked again and found with
+// nothing pending that many times in a row leaves the idle list and is
+// asked no more: Next reports it once through TakeParked, and it comes
+// back when its owner says so (Unpark; the engine's doorbells, so that
+// endpoints idle for long cost no decision anything).
+
 // Pending tells the scheduler whether an endpoint has sends pending.
 type Pending interface {
 	Pending(ep int) bool
@@ -86,6 +93,10 @@ type Scheduler struct {
 	sweep   int           // the next one of idle to ask about
 	calls   uint64        // Next calls, which p's answers are kept for
 	rounds  uint64
+	// Parking: after how many empty asks in a row (0: never), and the
+	// endpoints parked since the last TakeParked.
+	parkAfter int
+	parkedNew []int
 }
 
 // schedOwner is an owner: its endpoints, by place in the order they came,
@@ -115,6 +126,8 @@ type schedEntry struct {
 	pos    int    // its place in Scheduler.entries
 	asked  uint64 // the Next call that last asked p about it
 	pend   bool   // p's answer then
+	empty  int    // asks in a row, while idle, that found nothing pending
+	parked bool   // off the idle list, asked no more until Unpark
 }
 
 // NewScheduler returns an empty scheduler that loiters up to loiter sends
@@ -195,9 +208,11 @@ func (s *Scheduler) Remove(ep int) bool {
 	s.entries[e.pos].pos = e.pos
 	s.entries[last] = nil
 	s.entries = s.entries[:last]
-	if e.idleAt >= 0 {
+	switch {
+	case e.parked:
+	case e.idleAt >= 0:
 		s.unidle(e)
-	} else {
+	default:
 		s.unbusy(e)
 	}
 	o := e.owner
@@ -344,13 +359,57 @@ func (s *Scheduler) sweepIdle(p Pending) {
 			s.sweep = 0
 		}
 		e := s.idle[s.sweep]
-		if e.asked != s.calls && s.ask(p, e) {
+		switch {
+		case e.asked == s.calls:
+			s.sweep++
+		case s.ask(p, e):
 			s.unidle(e) // another takes its place in the list
 			s.wake(e)
-		} else {
+		case s.stillIdle(e):
 			s.sweep++
 		}
 	}
+}
+
+// stillIdle counts an ask of idle endpoint e that found nothing pending,
+// and parks e once it has been found so parkAfter times in a row; it
+// reports whether e is still on the idle list.
+func (s *Scheduler) stillIdle(e *schedEntry) bool {
+	if e.empty++; s.parkAfter == 0 || e.empty < s.parkAfter {
+		return true
+	}
+	s.unidle(e) // another takes its place in the list
+	e.parked = true
+	s.parkedNew = append(s.parkedNew, e.ep)
+	return false
+}
+
+// SetParkAfter makes the scheduler park an idle endpoint once it has been
+// asked n times in a row and found with nothing pending (0: never).
+func (s *Scheduler) SetParkAfter(n int) { s.parkAfter = max(n, 0) }
+
+// TakeParked calls f with each endpoint parked since the last call.
+func (s *Scheduler) TakeParked(f func(ep int)) {
+	for _, ep := range s.parkedNew {
+		f(ep)
+	}
+	s.parkedNew = s.parkedNew[:0]
+}
+
+// Parked reports whether there are endpoints parked since the last
+// TakeParked.
+func (s *Scheduler) Parked() bool { return len(s.parkedNew) > 0 }
+
+// Unpark brings parked endpoint ep back: busy, asked at its next turn. It
+// reports whether ep was parked.
+func (s *Scheduler) Unpark(ep int) bool {
+	e, ok := s.index[ep]
+	if !ok || !e.parked {
+		return false
+	}
+	e.parked, e.empty = false, 0
+	s.wake(e)
+	return true
 }
 
 // wakeAll asks every idle endpoint not asked in this Next and wakes those
@@ -359,13 +418,16 @@ func (s *Scheduler) wakeAll(p Pending) bool {
 	woke := false
 	for i := 0; i < len(s.idle); {
 		e := s.idle[i]
-		if e.asked == s.calls || !s.ask(p, e) {
+		switch {
+		case e.asked == s.calls:
 			i++
-			continue
+		case s.ask(p, e):
+			s.unidle(e) // the last takes its place, not asked yet
+			s.wake(e)
+			woke = true
+		case s.stillIdle(e):
+			i++
 		}
-		s.unidle(e) // the last takes its place, not asked yet
-		s.wake(e)
-		woke = true
 	}
 	return woke
 }
@@ -373,6 +435,7 @@ func (s *Scheduler) wakeAll(p Pending) bool {
 // rest makes busy endpoint e idle.
 func (s *Scheduler) rest(e *schedEntry) {
 	s.unbusy(e)
+	e.empty = 0
 	e.idleAt = len(s.idle)
 	s.idle = append(s.idle, e)
 }

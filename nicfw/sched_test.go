@@ -205,3 +205,75 @@ func TestSchedulerRandom(t *testing.T) {
 		}
 	}
 }
+
+// An idle endpoint asked and found with nothing pending ParkAfter times in
+// a row is parked: reported once by TakeParked, asked no more, and back in
+// the rotation after Unpark; an ask that finds it busy starts its count
+// over; Remove takes a parked endpoint out.
+func TestSchedParks(t *testing.T) {
+	s, err := NewScheduler(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetParkAfter(3)
+	for ep := range 2 {
+		if err := s.Add(ep, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := []bool{false, false}
+	asked := []int{0, 0}
+	p := PendingFunc(func(ep int) bool { asked[ep]++; return pending[ep] })
+	var parked []int
+	take := func() { s.TakeParked(func(ep int) { parked = append(parked, ep) }) }
+	for range 10 {
+		if _, ok := s.Next(p); ok {
+			t.Fatal("chose an endpoint with nothing pending")
+		}
+		take()
+	}
+	if len(parked) != 2 || s.Parked() {
+		t.Fatalf("parked %v", parked)
+	}
+	before := asked[0] + asked[1]
+	for range 10 {
+		s.Next(p)
+	}
+	if asked[0]+asked[1] != before {
+		t.Fatalf("parked endpoints asked %d times", asked[0]+asked[1]-before)
+	}
+	// Pending while parked: chosen only once unparked.
+	pending[1] = true
+	if _, ok := s.Next(p); ok {
+		t.Fatal("a parked endpoint chosen")
+	}
+	if !s.Unpark(1) || s.Unpark(1) {
+		t.Fatal("Unpark: not parked, or twice")
+	}
+	if ep, ok := s.Next(p); !ok || ep != 1 {
+		t.Fatalf("after Unpark: %d, %v", ep, ok)
+	}
+	if !s.Remove(0) || s.Len() != 1 {
+		t.Fatal("Remove of a parked endpoint")
+	}
+	// A busy spell starts the count over: two empty asks, busy, two
+	// empty asks again do not park it.
+	pending[1] = false
+	parked = parked[:0]
+	for round := range 2 {
+		for range 2 {
+			s.Next(p)
+		}
+		if round == 0 {
+			pending[1] = true
+			if ep, ok := s.Next(p); !ok || ep != 1 {
+				t.Fatalf("busy again: %d, %v", ep, ok)
+			}
+			pending[1] = false
+		}
+	}
+	take()
+	if len(parked) != 0 {
+		t.Fatalf("parked %v after a busy spell", parked)
+	}
+}

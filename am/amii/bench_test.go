@@ -1,6 +1,7 @@
 package amii
 
 import (
+	"fmt"
 	"net"
 	"testing"
 
@@ -32,11 +33,19 @@ func ownEnginePair(tb testing.TB) (ha, hb *Endpoint) {
 // its reply through the API and two inline engines on a memlink pair, all
 // run by the benchmark's goroutine as the two hosts of bench's AM-II ping
 // run theirs: each AMII polls its own engine only. A sends a request of
-// four arguments (Request runs A's engine, which sends it), B's Poll
+// two or four arguments (Request runs A's engine, which sends it), B's Poll
 // receives it and runs the handler, which replies, and sends the reply,
 // A's Poll receives it and runs the reply handler. With no wire and
 // no system calls it is what AM-II adds to the data path's round trip.
 func BenchmarkAMIIRoundTrip(b *testing.B) {
+	for _, nargs := range []int{2, 4} {
+		b.Run(fmt.Sprintf("args=%d", nargs), func(b *testing.B) { amiiRoundTrip(b, nargs) })
+	}
+}
+
+// amiiRoundTrip is BenchmarkAMIIRoundTrip with requests of nargs
+// arguments: two go in one compact cell, four in an AAL5 PDU.
+func amiiRoundTrip(b *testing.B, nargs int) {
 	ha, hb := ownEnginePair(b)
 	hb.Register(func(t *Token, args []uint64) {
 		if err := t.Reply(0, args...); err != nil {
@@ -50,10 +59,11 @@ func BenchmarkAMIIRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	args := []uint64{1, 2, 3, 4}[:nargs]
 	b.ReportAllocs()
 	for b.Loop() {
 		want := answered + 1
-		if err := ha.Request(0, 0, 1, 2, 3, 4); err != nil {
+		if err := ha.Request(0, 0, args...); err != nil {
 			b.Fatal(err)
 		}
 		for answered < want {

@@ -119,6 +119,11 @@ func New(eng *nicfw.Engine, vn VNet, cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	view, err := endpoint.Map(mem.FD())
+	if err == nil {
+		if err = view.MapBells(eng.BellsFD(vn.ID)); err != nil {
+			view.Close()
+		}
+	}
 	if err != nil {
 		eng.CloseEndpoint(vn.ID)
 		return nil, fmt.Errorf("amii: map endpoint %d: %w", vn.ID, err)

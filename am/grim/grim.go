@@ -292,6 +292,11 @@ func New(eng *nicfw.Engine, cfg Config) (*Endpoint, error) {
 			return nil, nil, err
 		}
 		v, err := endpoint.Map(mem.FD())
+		if err == nil {
+			if err = v.MapBells(eng.BellsFD(id)); err != nil {
+				v.Close()
+			}
+		}
 		if err != nil {
 			eng.CloseEndpoint(id)
 			return nil, nil, err

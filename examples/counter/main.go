@@ -118,6 +118,9 @@ func run(n int) ([]int64, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := v.MapBells(e.BellsFD(1)); err != nil {
+			return nil, err
+		}
 		defer v.Close()
 		engines[i], views[i] = e, v
 	}

@@ -139,13 +139,14 @@ type Daemon struct {
 	host atomic.Uint32 // this host's id, for the connections' replies
 
 	// Owned by the engine goroutine.
-	notify map[nicfw.EndpointID]int // endpoint -> its notification eventfd
-	hosts  map[nicfw.HostID]net.HardwareAddr
-	epoch  uint64
-	mapper *mapper.Module // the engine's mapper module; nil: static host table
-	nextID nicfw.EndpointID
-	sleeps uint64
-	wg     sync.WaitGroup
+	notify  map[nicfw.EndpointID]int // endpoint -> its notification eventfd
+	hosts   map[nicfw.HostID]net.HardwareAddr
+	epoch   uint64
+	mapper  *mapper.Module // the engine's mapper module; nil: static host table
+	nextID  nicfw.EndpointID
+	connSeq atomic.Uint64 // connections accepted: each one's number (daemonConn.group)
+	sleeps  uint64
+	wg      sync.WaitGroup
 }
 
 // New returns a daemon on link with a new engine; Run starts it. The

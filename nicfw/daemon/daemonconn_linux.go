@@ -26,6 +26,9 @@ type daemonConn struct {
 	raw  syscall.RawConn
 	peer *peer
 	eps  map[nicfw.EndpointID]held // open endpoints
+	// group is the connection's number, its endpoints' VNet.Group: they
+	// share a page of doorbells.
+	group uint64
 }
 
 // held is an endpoint a connection holds.
@@ -98,7 +101,7 @@ func (d *Daemon) newConn(conn *net.UnixConn) (*daemonConn, error) {
 		d.mu.Unlock()
 		return nil, err
 	}
-	c := &daemonConn{d: d, conn: conn, raw: raw, eps: make(map[nicfw.EndpointID]held)}
+	c := &daemonConn{d: d, conn: conn, raw: raw, eps: make(map[nicfw.EndpointID]held), group: d.connSeq.Add(1)}
 	d.conns[c] = struct{}{}
 	d.mu.Unlock()
 	raw.Control(func(fd uintptr) { c.peer = peerOf(int(fd), cred) })
@@ -301,7 +304,7 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 		refuse(err)
 		return
 	}
-	id, mem, notify, big, err := d.open(req, tag, size, uid)
+	id, mem, notify, bells, big, err := d.open(req, tag, size, uid, c.group)
 	if err != nil {
 		d.unreserve(c, reserved)
 		d.leave(tag)
@@ -316,7 +319,12 @@ func (c *daemonConn) open(req OpenRequest, log interface{ Info(string, ...any) }
 	d.owners[id] = owner{conn: c, uid: uid, tag: tag}
 	d.mu.Unlock()
 	log.Info("endpoint opened", "endpoint", id, "tag", tag, "table", len(req.Table))
-	c.send(Reply{Endpoint: id, Tag: tag}, mem.FD(), notify, d.wake)
+	if bells < 0 {
+		c.send(Reply{Endpoint: id, Tag: tag}, mem.FD(), notify, d.wake)
+		return
+	}
+	c.send(Reply{Endpoint: id, Tag: tag}, mem.FD(), notify, d.wake, bells)
+	unix.Close(bells)
 }
 
 func (c *daemonConn) replyErr(r Reply, err error) {
@@ -485,17 +493,27 @@ func (c *Conn) Open(req OpenRequest) (*Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(fds) != 3 {
+	if len(fds) != 3 && len(fds) != 4 {
 		closeFDs(fds)
-		return nil, fmt.Errorf("nicfw: daemon sent %d descriptors with the endpoint, want 3", len(fds))
+		return nil, fmt.Errorf("nicfw: daemon sent %d descriptors with the endpoint, want 3 or 4", len(fds))
 	}
 	for _, fd := range fds {
 		unix.CloseOnExec(fd)
 	}
+	// The memory, the notification, the engine's wake-up, and the page of
+	// doorbells unless the daemon had none to give.
 	v, err := endpoint.Map(fds[0])
+	if err == nil && len(fds) == 4 {
+		if err = v.MapBells(fds[3]); err != nil {
+			v.Close()
+		}
+	}
 	unix.Close(fds[0])
+	if len(fds) == 4 {
+		unix.Close(fds[3])
+	}
 	if err != nil {
-		closeFDs(fds[1:])
+		closeFDs(fds[1:3])
 		return nil, err
 	}
 	ep := &Endpoint{View: v, ID: r.Endpoint, Host: r.Host, Tag: r.Tag, notify: fds[1], kick: fds[2], conn: c}

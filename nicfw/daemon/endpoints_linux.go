@@ -29,23 +29,23 @@ var makeEndpointMemory = endpoint.NewMemory
 // engine goroutine. Permission and quotas are checked by the caller. For
 // a large endpoint it returns the daemon's hold on its memory
 // (bigMemory), for closeEndpoint.
-func (d *Daemon) open(req OpenRequest, tag uint64, size int64, uid uint32) (id nicfw.EndpointID, mem *endpoint.Memory, notify int, big *bigMemory, err error) {
+func (d *Daemon) open(req OpenRequest, tag uint64, size int64, uid uint32, group uint64) (id nicfw.EndpointID, mem *endpoint.Memory, notify, bells int, big *bigMemory, err error) {
 	if len(req.Table) == 0 {
-		return 0, nil, -1, nil, fmt.Errorf("%w: an empty translation table", nicfw.ErrConfig)
+		return 0, nil, -1, -1, nil, fmt.Errorf("%w: an empty translation table", nicfw.ErrConfig)
 	}
 	mem, err = makeEndpointMemory(endpoint.Config{QueueEntries: req.QueueEntries, StagingSize: req.StagingSize, TableSize: len(req.Table)})
 	if err != nil {
-		return 0, nil, -1, nil, err
+		return 0, nil, -1, -1, nil, err
 	}
 	if big, err = holdBig(mem, size); err != nil {
 		mem.Close()
-		return 0, nil, -1, nil, err
+		return 0, nil, -1, -1, nil, err
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		mem.Close()
 		big.close()
-		return 0, nil, -1, nil, fmt.Errorf("nicfw: endpoint eventfd: %w", err)
+		return 0, nil, -1, -1, nil, fmt.Errorf("nicfw: endpoint eventfd: %w", err)
 	}
 	// Whoever comes first owns mem and efd: the engine goroutine, which
 	// adds them (taken), or this one, once do has given up (abandoned).
@@ -73,10 +73,19 @@ func (d *Daemon) open(req OpenRequest, tag uint64, size int64, uid uint32) (id n
 			id = d.nextID
 			d.nextID++
 		}
-		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: tag, Table: req.Table, Weight: req.Weight, Ordered: req.Ordered, Owner: uid, Key: req.Key}); err != nil {
+		if err = d.eng.AddEndpoint(id, mem, nicfw.VNet{Tag: tag, Table: req.Table, Weight: req.Weight, Ordered: req.Ordered, Owner: uid, Key: req.Key, Group: group}); err != nil {
 			return
 		}
 		added = true
+		// The connection's page of doorbells, a descriptor of its own to
+		// send: the engine closes its own with the connection's last
+		// endpoint.
+		bells = -1
+		if fd := d.eng.BellsFD(id); fd >= 0 {
+			if bells, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+				bells, err = -1, nil // the endpoint rings its header's doorbell only
+			}
+		}
 		one := [8]byte{1}
 		mem.SetNotify(func() { unix.Write(efd, one[:]) })
 		d.notify[id] = efd
@@ -90,22 +99,22 @@ func (d *Daemon) open(req OpenRequest, tag uint64, size int64, uid uint32) (id n
 		mem.Close()
 		big.close()
 		unix.Close(efd)
-		return 0, nil, -1, nil, derr
+		return 0, nil, -1, -1, nil, derr
 	case derr != nil && added:
 		d.release(big) // the engine owns them, and is stopping: it lets go in closeAll
-		return 0, nil, -1, nil, derr
+		return 0, nil, -1, -1, nil, derr
 	case derr != nil:
 		mem.Close()
 		big.close()
 		unix.Close(efd)
-		return 0, nil, -1, nil, derr
+		return 0, nil, -1, -1, nil, derr
 	case !added:
 		mem.Close()
 		big.close()
 		unix.Close(efd)
-		return 0, nil, -1, nil, err
+		return 0, nil, -1, -1, nil, err
 	}
-	return id, mem, efd, big, nil
+	return id, mem, efd, bells, big, nil
 }
 
 // engineClosed is told, in the engine goroutine, how long the engine took

@@ -41,9 +41,19 @@
 // (Memory.signal has the argument). The unix-socket hand-over of
 // the memfd and the eventfds is the daemon's.
 //
-// The memory's layout is versioned (3: receive area, event words,
-// RemoteOffset, store region and handler count); Map refuses another
-// version.
+// Doorbells (bells.go): an endpoint the engine does not poll (not
+// resident, or parked after a while idle) is marked in the engine's word
+// (Memory.SetEvicted); View.Send then rings the endpoint's bit in a page
+// of doorbells (Bells) that all of the application's endpoints share with
+// the engine, which reads one summary word per page each Poll. The engine
+// makes the page (NewBells) and writes each endpoint's bit into its
+// header (Memory.SetBell); the application maps it (View.MapBells), which
+// the header tells the engine (Memory.RingsBells). The header's own
+// doorbell word rings too, for an engine that reads it.
+//
+// The memory's layout is versioned (5: receive area, event words,
+// RemoteOffset, store region and handler count, doorbell, doorbell bit);
+// Map refuses another version.
 //
 // Returned messages carry a Reason (reason.go); its numbers, and the
 // engine's messages that carry descriptors between hosts, are in

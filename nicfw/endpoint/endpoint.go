@@ -77,9 +77,10 @@ const (
 	maxStagingSize  = 1 << 30
 	maxTableSize    = 1 << 20
 
-	endpointMagic   = 0x5045_4d58    // "XMEP" little-endian
-	endpointVersion = 4              // 2: receive area, event words, RemoteOffset; 3: store region, handler count; 4: doorbell
-	endpointName    = "xam-endpoint" // the memfd's name, in /proc/*/maps
+	endpointMagic   = 0x5045_4d58     // "XMEP" little-endian
+	endpointVersion = 5               // 2: receive area, event words, RemoteOffset; 3: store region, handler count; 4: doorbell; 5: doorbell bit
+	endpointName    = "xam-endpoint"  // the memfd's name, in /proc/*/maps
+	bellsName       = "xam-doorbells" // the page of doorbells' (Bells)
 	pageSize        = 4096
 	cacheLine       = 64
 	descSize        = 96

@@ -3,6 +3,7 @@
 package endpoint
 
 import (
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -97,13 +98,95 @@ func Map(fd int) (*View, error) {
 	return v, nil
 }
 
-// Close unmaps the view. Close is idempotent.
+// MapBells maps the page of doorbells in fd (the engine's BellsFD, or the
+// one a daemon sent with the endpoint), which Send rings while the engine
+// has parked or evicted the endpoint, at the bit the engine wrote into the
+// header (Memory.SetBell). An application given a page must map it: the
+// engine reads the header's doorbell only now and then (it is served
+// late without). The view keeps its own mapping, unmapped by Close; it
+// does not own fd. fd -1 (no page) does nothing.
+func (v *View) MapBells(fd int) error {
+	if fd < 0 || v.mem == nil {
+		return nil
+	}
+	b, err := MapBells(fd)
+	if err != nil {
+		return err
+	}
+	v.bells.Close()
+	v.bells = b
+	v.ringsPage.Store(1) // the engine may count on the page from now on
+	return nil
+}
+
+// Close unmaps the view, and its page of doorbells. Close is idempotent.
 func (v *View) Close() error {
 	if v.mem == nil {
 		return nil
 	}
-	err := unix.Munmap(v.mem)
+	err := errors.Join(unix.Munmap(v.mem), v.bells.Close())
 	*v = View{}
+	return err
+}
+
+// NewBells makes a page of doorbells (Bells): a sealed memfd of
+// BellsSize bytes, zero, mapped shared. The engine closes it with Close.
+func NewBells() (*Bells, error) {
+	fd, err := unix.MemfdCreate(bellsName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("nicfw: doorbells memfd: %w", err)
+	}
+	fail := func(what string, err error) (*Bells, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("nicfw: doorbells %s: %w", what, err)
+	}
+	if err := unix.Ftruncate(fd, BellsSize); err != nil {
+		return fail("ftruncate", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return fail("seal", err)
+	}
+	mem, err := unix.Mmap(fd, 0, BellsSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return fail("mmap", err)
+	}
+	return newBells(fd, mem), nil
+}
+
+// MapBells maps the page of doorbells in fd, a memfd the application
+// received from the engine (sealed, BellsSize bytes). It does not own fd.
+func MapBells(fd int) (*Bells, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("nicfw: doorbells fstat: %w", err)
+	}
+	if st.Size != BellsSize {
+		return nil, fmt.Errorf("%w: doorbells of %d bytes, want %d", ErrBadEndpoint, st.Size, BellsSize)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("%w: doorbells not a memfd sealed against shrinking", ErrBadEndpoint)
+	}
+	mem, err := unix.Mmap(fd, 0, BellsSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("nicfw: doorbells mmap: %w", err)
+	}
+	return newBells(-1, mem), nil
+}
+
+// Close unmaps the page, and closes the memfd of the engine's. Endpoints'
+// views that ring it must be closed first. Close is idempotent.
+func (b *Bells) Close() error {
+	if b == nil || b.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(b.mem)
+	if b.fd >= 0 {
+		if cerr := unix.Close(b.fd); err == nil {
+			err = cerr
+		}
+	}
+	*b = Bells{fd: -1}
 	return err
 }
 

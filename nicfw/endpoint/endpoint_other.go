@@ -18,6 +18,18 @@ func NewMemory(Config) (*Memory, error) { return nil, ErrNoEndpointMemory }
 // Map returns ErrNoEndpointMemory: it needs Linux.
 func Map(int) (*View, error) { return nil, ErrNoEndpointMemory }
 
+// NewBells returns ErrNoEndpointMemory: it needs Linux.
+func NewBells() (*Bells, error) { return nil, ErrNoEndpointMemory }
+
+// MapBells returns ErrNoEndpointMemory: it needs Linux.
+func MapBells(int) (*Bells, error) { return nil, ErrNoEndpointMemory }
+
+// Close does nothing: there is no page to release.
+func (b *Bells) Close() error { return nil }
+
+// MapBells does nothing: there are no doorbells without Linux.
+func (v *View) MapBells(int) error { return nil }
+
 // Close does nothing: there is no memory to release.
 func (m *Memory) Close() error { return nil }
 

@@ -130,17 +130,19 @@ func (m *Memory) SetIdle(idle bool) {
 // The bits of the engine's word (hdrIdle).
 const (
 	wordIdle    = 1 // the engine sleeps: Send kicks it
-	wordEvicted = 2 // the endpoint is not resident: Send rings its doorbell
+	wordEvicted = 2 // the endpoint is not resident, or parked: Send rings its doorbells
 )
 
 // SetEvicted marks the endpoint resident (false) or not (true) in the
-// engine's word. While it is marked, the application's Send rings the
-// endpoint's doorbell (a word of its header the engine reads: Doorbell)
-// and kicks the engine if it has a kick function: a non-resident
+// engine's word; the engine also marks a resident endpoint it parked
+// (idle for a while, out of its polling). While it is marked, the
+// application's Send rings the endpoint's doorbells: its bit in the
+// application's page (Bells, View.MapBells) and the header's own word
+// (Doorbell), and kicks the engine if the engine sleeps: a marked
 // endpoint's queues are not polled, and the doorbell is how its work
-// reaches the engine. An engine that evicts an endpoint sets the mark,
-// then looks at its send queues once more (Pending), as SetIdle's caller
-// does, so that no send is missed.
+// reaches the engine. An engine that marks an endpoint then looks at its
+// send queues once more (Pending), as SetIdle's caller does, so that no
+// send is missed.
 func (m *Memory) SetEvicted(evicted bool) {
 	if m.mem == nil {
 		return
@@ -151,6 +153,20 @@ func (m *Memory) SetEvicted(evicted bool) {
 		m.idle.And(^uint32(wordEvicted))
 	}
 }
+
+// SetBell writes the endpoint's bit in its application's page of
+// doorbells (Bells.Alloc) into its header, where the application's Send
+// finds it (View.SetBells); 0: none, the header's doorbell only.
+func (m *Memory) SetBell(bit int) {
+	if m.mem != nil {
+		m.bellBit.Store(uint32(bit))
+	}
+}
+
+// RingsBells reports whether the application said it rings its page of
+// doorbells (View.MapBells). Untrusted: an application that says so and
+// does not ring only delays its own sends.
+func (m *Memory) RingsBells() bool { return m.mem != nil && m.ringsPage.Load() != 0 }
 
 // Doorbell reports whether the application rang the endpoint's doorbell
 // since the last call, and clears it.

@@ -14,8 +14,11 @@ import (
 //
 //	0                 header, 128 bytes (two cache lines), uint32 each:
 //	                  0 magic, 4 version, 8 queue entries, 12 staging
-//	                  size, 16 table size, 32 the engine's word (bit 0
-//	                  idle: SetIdle; bit 1 not resident: SetEvicted),
+//	                  size, 16 table size, 20 1 when the application
+//	                  rings its page of doorbells (View.MapBells; 0:
+//	                  its header's doorbell only), 32 the engine's word (bit 0
+//	                  idle: SetIdle; bit 1 not resident or parked:
+//	                  SetEvicted),
 //	                  36 the store region and 40 the handler count (the
 //	                  application's: SetStoreRegion, SetHandlers), 44 the
 //	                  doorbell (the application's: Send rings it while
@@ -23,7 +26,9 @@ import (
 //	                  receive pool's offset in the staging area and size
 //	                  (the application's: SetPool; 0: none), 56 the
 //	                  request send queue's messages done (the engine's:
-//	                  CountDone; View.Done), 64 the
+//	                  CountDone; View.Done), 60 the endpoint's bit in
+//	                  its application's page of doorbells (the engine's:
+//	                  SetBell; 0: none), 64 the
 //	                  armed event mask (Arm; a line of its own); the rest
 //	                  reserved, 0
 //	128 + q*ringSize  queue q (RequestSend, ReplySend, RequestReceive,
@@ -43,6 +48,7 @@ const (
 	hdrEntries = 8
 	hdrStaging = 12
 	hdrTable   = 16
+	hdrRings   = 20
 	hdrIdle    = 32
 	hdrStore   = 36
 	hdrHandler = 40
@@ -50,6 +56,7 @@ const (
 	hdrPoolOff = 48
 	hdrPoolLen = 52
 	hdrDone    = 56
+	hdrBellBit = 60
 	hdrArmed   = cacheLine
 	hdrSize    = 128
 
@@ -87,13 +94,13 @@ func (l layout) recvSlot(q Queue, pos uint32) int {
 // and handlers by the application (the engine clears armed when it
 // notifies).
 type hdrWords struct {
-	idle, armed, store, handlers, bell, poolOff, poolLen, done *atomic.Uint32
+	idle, armed, store, handlers, bell, poolOff, poolLen, done, bellBit, ringsPage *atomic.Uint32
 }
 
 func words(mem []byte) hdrWords {
 	w := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
 	return hdrWords{idle: w(hdrIdle), armed: w(hdrArmed), store: w(hdrStore), handlers: w(hdrHandler), bell: w(hdrBell),
-		poolOff: w(hdrPoolOff), poolLen: w(hdrPoolLen), done: w(hdrDone)}
+		poolOff: w(hdrPoolOff), poolLen: w(hdrPoolLen), done: w(hdrDone), bellBit: w(hdrBellBit), ringsPage: w(hdrRings)}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }

@@ -16,7 +16,8 @@ type View struct {
 	l     layout
 	rings [numQueues]descRing
 	hdrWords
-	kick func()
+	kick  func()
+	bells *Bells // the application's page of doorbells (SetBells), or nil
 }
 
 func newView(mem []byte) (*View, error) {
@@ -112,16 +113,27 @@ func (v *View) Send(q Queue, d *Descriptor) error {
 	return nil
 }
 
-// wake rings the doorbell of an evicted endpoint and kicks an engine that
-// sleeps, after the application published something the engine must see.
+// wake rings the doorbells of a parked or evicted endpoint and kicks an
+// engine that sleeps, after the application published something the
+// engine must see.
+//
+// The doorbells ring before the word is read again for the kick: an engine
+// going to sleep sets its idle word and then reads the doorbells, so
+// either it sees the ring or this second load sees the word and kicks
+// (the argument of Memory.SetIdle). An engine that is awake is not kicked:
+// it reads the doorbells every Poll.
 func (v *View) wake() {
-	if w := v.idle.Load(); w != 0 {
-		if w&wordEvicted != 0 {
-			v.bell.Store(1)
-		}
-		if v.kick != nil {
-			v.kick()
-		}
+	w := v.idle.Load()
+	if w == 0 {
+		return
+	}
+	if w&wordEvicted != 0 {
+		v.bell.Store(1)
+		v.bells.Ring(int(v.bellBit.Load()))
+		w = v.idle.Load()
+	}
+	if w&wordIdle != 0 && v.kick != nil {
+		v.kick()
 	}
 }
 

@@ -1,0 +1,115 @@
+package endpoint
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Bells is a page of doorbells that the endpoints of one application share
+// with the engine: one bit per endpoint, and a summary word with one bit
+// per word of them. An endpoint that the engine parked (idle a while) or
+// evicted (not resident) has its Send ring its bit (View.SetBells), and the
+// engine learns which endpoints rang from the summary: a Poll that finds
+// it zero has read one word, however many endpoints are parked (Take). So
+// idle endpoints cost the engine nothing per Poll, as a NIC's doorbell
+// registers cost its firmware nothing while no host writes them.
+//
+// The page is a sealed memfd of BellsSize bytes, which the engine makes
+// (NewBells) for each application (a daemon's connection, or an inline
+// engine's own process) and the application maps (MapBells). Its layout:
+// word 0 (64 bits) is the summary, bit w set when word w may have bits
+// set; words 1 to 63 hold endpoint bits, bit b of the page being bit b%64
+// of word b/64 (so bits 64 to 4095, BellsMax of them; Alloc hands them
+// out). Ringing sets
+// the endpoint's bit and then the word's summary bit; Take swaps the
+// summary to zero and then each word it names, so a ring between the two
+// is found at the next Take (it set the summary bit again). An
+// application can ring only its own endpoints' bits (the page is its
+// own), and a bit the engine did not hand out, or one of an endpoint that
+// is resident, only makes the engine look at an endpoint for nothing.
+//
+// The endpoint's header carries its bit (the engine writes it: SetBell),
+// so that the application needs no table: View.wake reads it when it
+// rings.
+
+// BellsSize is the size of a page of doorbells, and BellsMax the number
+// of endpoint bits in one. The summary word covers 63 words: the page's
+// first 64 words are used, the rest of it stays zero.
+const (
+	BellsSize     = 4096
+	bellUsedWords = 64
+	BellsMax      = (bellUsedWords - 1) * 64
+)
+
+// Bells is a mapped page of doorbells: the engine's (NewBells), which also
+// hands out its bits, or an application's (MapBells), which rings them.
+type Bells struct {
+	fd    int
+	mem   []byte
+	words *[bellUsedWords]atomic.Uint64
+	free  []int // the engine's: bits not handed out, last first
+	next  int   // the engine's: the lowest bit never handed out
+}
+
+func newBells(fd int, mem []byte) *Bells {
+	return &Bells{fd: fd, mem: mem, words: (*[bellUsedWords]atomic.Uint64)(unsafe.Pointer(&mem[0])), next: 64}
+}
+
+// FD returns the page's memfd, for handing to the application; the
+// engine's Bells owns it. An application's Bells has none (-1).
+func (b *Bells) FD() int { return b.fd }
+
+// Alloc hands out a bit of the page for an endpoint; ok is false when all
+// BellsMax bits of the page are out (the endpoint then rings its own
+// header's doorbell only, which the engine reads less often).
+func (b *Bells) Alloc() (bit int, ok bool) {
+	if n := len(b.free); n > 0 {
+		bit, b.free = b.free[n-1], b.free[:n-1]
+		return bit, true
+	}
+	if b.next >= bellUsedWords*64 {
+		return 0, false
+	}
+	b.next++
+	return b.next - 1, true
+}
+
+// Free gives back a bit handed out by Alloc, cleared.
+func (b *Bells) Free(bit int) {
+	if bit < 64 || bit >= bellUsedWords*64 {
+		return
+	}
+	b.words[bit/64].And(^(uint64(1) << (bit % 64)))
+	b.free = append(b.free, bit)
+}
+
+// Ring rings bit: sets it, then its word's summary bit. Bits outside the
+// page's endpoint bits are ignored.
+func (b *Bells) Ring(bit int) {
+	if b == nil || bit < 64 || bit >= bellUsedWords*64 {
+		return
+	}
+	w := bit / 64
+	b.words[w].Or(uint64(1) << (bit % 64))
+	b.words[0].Or(uint64(1) << w)
+}
+
+// Take calls f with each bit rung since the last Take, and clears them.
+// It reads one word when none rang.
+func (b *Bells) Take(f func(bit int)) {
+	if b.words[0].Load() == 0 {
+		return
+	}
+	sum := b.words[0].Swap(0)
+	for sum != 0 {
+		w := bits.TrailingZeros64(sum)
+		sum &= sum - 1
+		if w == 0 {
+			continue
+		}
+		for rung := b.words[w].Swap(0); rung != 0; rung &= rung - 1 {
+			f(w*64 + bits.TrailingZeros64(rung))
+		}
+	}
+}
