@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/am/grim"
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/datapath"
 	"github.com/xam-project/xam/loader"
@@ -135,10 +136,11 @@ func BenchmarkPingPong(b *testing.B) {
 }
 
 // BenchmarkPingCompare measures the round trip of a 32-byte message over
-// raw AF_XDP, SSAM and AM-II (inline engines) on one veth pair in
-// alternation (Compare, ten rounds), b.N round trips each: besides each
-// path's p50, the ratios of SSAM's and AM-II's p50 to raw's, which hold
-// still on a machine whose speed drifts.
+// raw AF_XDP, SSAM and AM-II (inline engines), and of GRIM's short
+// message (four integers), on one veth pair in alternation (Compare, ten
+// rounds), b.N round trips each: besides each path's p50, the ratios of
+// SSAM's, AM-II's and GRIM's p50 to raw's, which hold still on a machine
+// whose speed drifts.
 func BenchmarkPingCompare(b *testing.B) {
 	p := netnstest.NewVethPair(b, netnstest.WithQueues(1))
 	pa, pb := places(p)
@@ -153,6 +155,14 @@ func BenchmarkPingCompare(b *testing.B) {
 		}},
 		pinger{"amii", func(c PingConfig) (*PingResult, error) {
 			r, err := AMIIPing(pa, pb, c, 0)
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
+		}},
+		pinger{"grim", func(c PingConfig) (*PingResult, error) {
+			c.Size = 4 * grim.ShortArgs // a short message
+			r, err := GRIMPing(pa, pb, c, 0, false, FirmwareLayout{})
 			if err != nil {
 				return nil, err
 			}

@@ -97,11 +97,21 @@ func shortDesc(idx uint32, h HandlerID, args []uint32) (endpoint.Descriptor, err
 	if len(args) > ShortArgs {
 		return endpoint.Descriptor{}, fmt.Errorf("%w: %d integers, at most %d", ErrTooLarge, len(args), ShortArgs)
 	}
-	d := endpoint.Descriptor{Class: endpoint.ClassShort, Dest: idx, Handler: uint32(h), NArgs: ShortArgs}
-	for i, a := range args {
-		d.Args[i] = uint64(a)
-	}
+	var a [ShortArgs]uint32
+	copy(a[:], args)
+	d := endpoint.Descriptor{Class: endpoint.ClassShort, Dest: idx, Handler: uint32(h), NArgs: engineArgs}
+	d.Args[0], d.Args[1] = uint64(a[0])|uint64(a[1])<<32, uint64(a[2])|uint64(a[3])<<32
 	return d, nil
+}
+
+// engineArgs is the number of the engine's 64-bit arguments that carry a
+// message's ShortArgs 32-bit integers, two to each (low half first): two,
+// so that a short message travels in one compact cell (docs/wire.md).
+const engineArgs = 2
+
+// unpackArgs returns the ShortArgs integers that d's arguments carry.
+func unpackArgs(d *endpoint.Descriptor) [ShortArgs]uint32 {
+	return [ShortArgs]uint32{uint32(d.Args[0]), uint32(d.Args[0] >> 32), uint32(d.Args[1]), uint32(d.Args[1] >> 32)}
 }
 
 // Bulk sends data (up to MaxBulk bytes) on c to handler h of peer dest,

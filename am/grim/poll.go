@@ -72,8 +72,11 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 			if time.Now().After(deadline) {
 				return false, nil
 			}
+			// Now and then only: from a goroutine locked to its thread
+			// a yield hands the thread's processor to another thread and
+			// back, microseconds each time.
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 	}
 }
 
@@ -109,9 +112,11 @@ var (
 // requests outstanding.
 const replyCheckPolls = 64
 
-// Poll runs the engine once and then the handlers of what arrived on
-// every channel (and the error handler for what came back, or went
-// unanswered past Config.ReplyTimeout), and returns how many ran.
+// Poll runs the engine and the handlers of what arrived on every channel
+// (and the error handler for what came back, or went unanswered past
+// Config.ReplyTimeout), and returns how many ran. Inline, the engine runs
+// before the handlers (unless messages wait already) and after them if
+// they answered requests, so that the replies leave in this Poll.
 func (ep *Endpoint) Poll() (int, error) {
 	if err := ep.usable(); err != nil {
 		return 0, err
@@ -119,10 +124,16 @@ func (ep *Endpoint) Poll() (int, error) {
 	if ep.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
-	if ep.eng != nil {
+	// The engine runs first unless messages wait already (a Wait just ran
+	// it): their handlers' replies then leave in the run at the end,
+	// carrying the acknowledgements owed, where a run before them would
+	// flush those in an ACK frame of their own.
+	ran := false
+	if ep.eng != nil && !ep.ready() {
 		if _, err := ep.eng.Poll(); err != nil {
 			return 0, err
 		}
+		ran = true
 	}
 	n, requests := 0, 0
 	for _, c := range ep.chans {
@@ -146,7 +157,7 @@ func (ep *Endpoint) Poll() (int, error) {
 	if err := ep.pushTable(); err != nil {
 		return n, err
 	}
-	if requests > 0 && ep.eng != nil {
+	if ep.eng != nil && (requests > 0 || !ran) {
 		// The replies leave now, not at the next Poll (as AM-II's do): a
 		// server that polls now and then answers at once.
 		if _, err := ep.eng.Poll(); err != nil {
@@ -186,10 +197,7 @@ func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
 
 // run runs the handler d names, and answers a request its handler did not.
 func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, data []byte) {
-	var args [ShortArgs]uint32
-	for i := range args {
-		args[i] = uint32(d.Args[i])
-	}
+	args := unpackArgs(d)
 	h := HandlerID(d.Handler)
 	if d.Dest == endpoint.NoIndex {
 		// Not one of Config.Peers (its tag let it reach the engine

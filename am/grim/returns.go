@@ -86,10 +86,7 @@ type pendingRequest struct {
 
 // sentRequest records request d, just queued on c, as outstanding.
 func (c *Channel) sentRequest(d *endpoint.Descriptor) {
-	r := pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler)}
-	for i := range r.args {
-		r.args[i] = uint32(d.Args[i])
-	}
+	r := pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler), args: unpackArgs(d)}
 	if d.Class == endpoint.ClassBulk {
 		r.length = d.Length
 		if r.handler == HandlerMemory {
@@ -130,10 +127,7 @@ func (c *Channel) answered(dest uint32, like *pendingRequest) (pendingRequest, b
 // returned hands the message d describes, which came back to c with
 // reason, to the error handler.
 func (ep *Endpoint) returned(c *Channel, d *endpoint.Descriptor, reason endpoint.Reason, request bool) {
-	r := pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler)}
-	for i := range r.args {
-		r.args[i] = uint32(d.Args[i])
-	}
+	r := pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler), args: unpackArgs(d)}
 	if d.Class&^endpoint.ClassReturned == endpoint.ClassBulk {
 		r.length = d.Length
 		if r.handler == HandlerMemory {
