@@ -60,7 +60,7 @@ func (e *Engine) bell(s *epState, group uint64) {
 	}
 	pg.eps[bit] = s
 	s.bellPage, s.bellBit = pg, bit
-	s.mem.SetBell(bit)
+	s.mem.SetBell(pg.b, bit)
 }
 
 // unbell takes s's bit back, and closes its page when it was the last.
@@ -71,7 +71,7 @@ func (e *Engine) unbell(s *epState) {
 	}
 	delete(pg.eps, s.bellBit)
 	pg.b.Free(s.bellBit)
-	s.mem.SetBell(0)
+	s.mem.SetBell(nil, 0)
 	s.bellPage, s.bellBit = nil, 0
 	if len(pg.eps) > 0 {
 		return

@@ -34,6 +34,10 @@ type Channel struct {
 	replies []endpoint.Descriptor
 	// live: the payload regions of requests in flight, oldest first.
 	live []region
+	// bit: the channel's bit in the page of doorbells its endpoint shares
+	// with the engine, whose arrival bits say which channels have
+	// something to take (Endpoint.arrivals).
+	bit int
 }
 
 // flushReplies sends the replies deferred while the reply queue was full,

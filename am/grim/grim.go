@@ -233,6 +233,7 @@ type Endpoint struct {
 	cfg      Config
 	name     nicfw.Name
 	chans    []*Channel
+	arrivals *endpoint.Bells // the channels' page of doorbells, if they share one (useArrivals)
 	handlers map[HandlerID]Handler
 	names    map[string]HandlerID // this endpoint's registrations
 	registry *registry            // the central endpoint's (Peers[0])
@@ -403,7 +404,24 @@ func (ep *Endpoint) open(open opener) error {
 		v.SetHandlers(uint32(ep.handlerCap))
 		ep.chans = append(ep.chans, &Channel{ep: ep, id: id, n: i, view: v, close: closer, payload: payload})
 	}
+	ep.useArrivals()
 	return nil
+}
+
+// useArrivals makes Poll and Wait look at the channels' arrival bits
+// (endpoint.Bells.Arrivals) instead of each channel's receive queues, when
+// every channel has a bit in one page of doorbells: then a Poll with
+// nothing arrived reads one word, however many channels there are.
+func (ep *Endpoint) useArrivals() {
+	page, _ := ep.chans[0].view.Bells()
+	for _, c := range ep.chans {
+		b, bit := c.view.Bells()
+		if bit == 0 || !b.SamePage(page) {
+			return
+		}
+		c.bit = bit
+	}
+	ep.arrivals = page
 }
 
 // Name returns the endpoint's global name (its channel 0's).

@@ -60,6 +60,9 @@ type clusterConfig struct {
 	poolHold time.Duration
 	// key authenticates every endpoint's messages (Config.Key).
 	key []byte
+	// noArrivals makes the inline endpoints look at every channel's
+	// queues, as they do when their channels have no arrival bits.
+	noArrivals bool
 }
 
 // cluster makes hosts 1..n on links (one per host), each with a GRIM
@@ -90,6 +93,9 @@ func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if ep.arrivals == nil {
+				t.Fatal("the daemon gave the channels no page of doorbells: no arrival bits")
+			}
 			h := &host{ep: ep, jobs: make(chan func(*Endpoint)), done: make(chan struct{}), index: i}
 			t.Cleanup(func() {
 				h.halt()
@@ -112,6 +118,12 @@ func cluster(t *testing.T, links []afxdp.Link, cc clusterConfig) []*host {
 		ep, err := New(eng, cfg)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if ep.arrivals == nil {
+			t.Fatal("an inline endpoint's channels have no arrival bits")
+		}
+		if cc.noArrivals {
+			ep.arrivals = nil
 		}
 		h := &host{ep: ep, eng: eng, jobs: make(chan func(*Endpoint)), done: make(chan struct{}), index: i}
 		t.Cleanup(func() {
@@ -209,6 +221,13 @@ func TestGRIM(t *testing.T) {
 			grimBody(t, xdptest.Hub(t, 4, memlink.Options{Loss: loss, Seed: 11}), clusterConfig{})
 		})
 	}
+}
+
+// TestGRIMWithoutArrivalBits is TestGRIM's lossy run with the endpoints
+// looking at every channel's queues (the channels' arrival bits unused),
+// the way of endpoints whose engine gave them no page of doorbells.
+func TestGRIMWithoutArrivalBits(t *testing.T) {
+	grimBody(t, xdptest.Hub(t, 4, memlink.Options{Loss: 0.1, Seed: 11}), clusterConfig{noArrivals: true})
 }
 
 // TestGRIMPoolExhausted: three hosts send bulk messages at once to a

@@ -92,14 +92,21 @@ func (ep *Endpoint) yield() {
 	}
 }
 
-// ready reports whether a receive queue of a channel holds a message.
+// ready reports whether a receive queue of a channel holds a message (or,
+// with arrival bits, may: a message already taken leaves its bit set
+// until the next Poll).
 func (ep *Endpoint) ready() bool {
 	for _, c := range ep.chans {
-		if c.view.Ready() != 0 {
+		if ep.arrivals != nil && ep.arrived(c) || ep.arrivals == nil && c.view.Ready() != 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// arrived reports whether c's arrival bit is set.
+func (ep *Endpoint) arrived(c *Channel) bool {
+	return ep.arrivals.Arrivals(c.bit)&(1<<(c.bit%64)) != 0
 }
 
 // A channel's send and receive queues.
@@ -140,6 +147,14 @@ func (ep *Endpoint) Poll() (int, error) {
 		if err := c.flushReplies(); err != nil {
 			return 0, err
 		}
+		if ep.arrivals != nil {
+			// Nothing arrived: nothing to look at. Cleared before the
+			// queues are taken, an arrival meanwhile sets it again.
+			if !ep.arrived(c) {
+				continue
+			}
+			ep.arrivals.ClearArrival(c.bit)
+		}
 		for _, q := range receiveQueues {
 			k, err := ep.dispatch(c, q)
 			n += k
@@ -147,6 +162,7 @@ func (ep *Endpoint) Poll() (int, error) {
 				requests += k
 			}
 			if err != nil {
+				ep.arrivals.Arrive(c.bit) // what is left is looked at again
 				return n, err
 			}
 		}

@@ -32,6 +32,14 @@ import (
 // The endpoint's header carries its bit (the engine writes it: SetBell),
 // so that the application needs no table: View.wake reads it when it
 // rings.
+//
+// The other way, the page's next 64 words hold arrival bits, at the same
+// bit numbers: the engine sets an endpoint's after it puts a descriptor
+// into one of its receive queues (Memory.Put), and an application that
+// serves several endpoints (GRIM's channels) looks at those words instead
+// of every endpoint's queues (Arrivals, ClearArrival): it clears a bit
+// before it takes the queues' entries, so that an arrival while it does
+// sets it again and none is missed. Nothing in the engine reads them.
 
 // BellsSize is the size of a page of doorbells, and BellsMax the number
 // of endpoint bits in one. The summary word covers 63 words: the page's
@@ -40,20 +48,22 @@ const (
 	BellsSize     = 4096
 	bellUsedWords = 64
 	BellsMax      = (bellUsedWords - 1) * 64
+	arrivalWords  = bellUsedWords // the arrival bits' words follow the doorbells'
 )
 
 // Bells is a mapped page of doorbells: the engine's (NewBells), which also
 // hands out its bits, or an application's (MapBells), which rings them.
 type Bells struct {
 	fd    int
+	id    [2]uint64 // the memfd's device and inode: which page it is (SamePage)
 	mem   []byte
-	words *[bellUsedWords]atomic.Uint64
+	words *[bellUsedWords + arrivalWords]atomic.Uint64
 	free  []int // the engine's: bits not handed out, last first
 	next  int   // the engine's: the lowest bit never handed out
 }
 
-func newBells(fd int, mem []byte) *Bells {
-	return &Bells{fd: fd, mem: mem, words: (*[bellUsedWords]atomic.Uint64)(unsafe.Pointer(&mem[0])), next: 64}
+func newBells(fd int, id [2]uint64, mem []byte) *Bells {
+	return &Bells{fd: fd, id: id, mem: mem, words: (*[bellUsedWords + arrivalWords]atomic.Uint64)(unsafe.Pointer(&mem[0])), next: 64}
 }
 
 // FD returns the page's memfd, for handing to the application; the
@@ -75,13 +85,45 @@ func (b *Bells) Alloc() (bit int, ok bool) {
 	return b.next - 1, true
 }
 
-// Free gives back a bit handed out by Alloc, cleared.
+// Free gives back a bit handed out by Alloc, cleared, its arrival bit too.
 func (b *Bells) Free(bit int) {
 	if bit < 64 || bit >= bellUsedWords*64 {
 		return
 	}
 	b.words[bit/64].And(^(uint64(1) << (bit % 64)))
+	b.words[arrivalWords+bit/64].And(^(uint64(1) << (bit % 64)))
 	b.free = append(b.free, bit)
+}
+
+// SamePage reports whether b and o map the same page (two views of one
+// application's endpoints each map it).
+func (b *Bells) SamePage(o *Bells) bool { return b != nil && o != nil && b.mem != nil && b.id == o.id }
+
+// Arrive sets bit's arrival bit (the engine's, after a Put).
+func (b *Bells) Arrive(bit int) {
+	if b == nil || bit < 64 || bit >= bellUsedWords*64 {
+		return
+	}
+	b.words[arrivalWords+bit/64].Or(uint64(1) << (bit % 64))
+}
+
+// Arrivals returns the word of arrival bits that holds bit: bit b%64 of it
+// is set if something arrived for bit b's endpoint since its last
+// ClearArrival. 0 for a bit outside the page's.
+func (b *Bells) Arrivals(bit int) uint64 {
+	if b == nil || bit < 64 || bit >= bellUsedWords*64 {
+		return 0
+	}
+	return b.words[arrivalWords+bit/64].Load()
+}
+
+// ClearArrival clears bit's arrival bit, before the application takes its
+// endpoint's receive queues.
+func (b *Bells) ClearArrival(bit int) {
+	if b == nil || bit < 64 || bit >= bellUsedWords*64 {
+		return
+	}
+	b.words[arrivalWords+bit/64].And(^(uint64(1) << (bit % 64)))
 }
 
 // Ring rings bit: sets it, then its word's summary bit. Bits outside the

@@ -110,7 +110,7 @@ func TestViewRingsBells(t *testing.T) {
 	}
 	defer b.Close()
 	bit, _ := b.Alloc()
-	m.SetBell(bit)
+	m.SetBell(b, bit)
 	if m.RingsBells() {
 		t.Fatal("rings before mapping")
 	}
@@ -138,5 +138,56 @@ func TestViewRingsBells(t *testing.T) {
 	}
 	if got := rung(); !slices.Equal(got, []int{bit}) || !m.Doorbell() {
 		t.Fatalf("marked: rang %v, want [%d] and the header's doorbell", got, bit)
+	}
+}
+
+// Put sets the endpoint's arrival bit in its page, after the descriptor
+// is in the queue; the application clears it, and two mappings of one page
+// are the same page, another page's are not.
+func TestBellsArrivals(t *testing.T) {
+	m, v := newTestEndpoint(t, Config{})
+	b, err := NewBells()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bit, _ := b.Alloc()
+	m.SetBell(b, bit)
+	if err := v.MapBells(b.FD()); err != nil {
+		t.Fatal(err)
+	}
+	page, vbit := v.Bells()
+	if vbit != bit || !page.SamePage(b) {
+		t.Fatalf("the view's page and bit: %d, same page %v", vbit, page.SamePage(b))
+	}
+	other, err := NewBells()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if page.SamePage(other) {
+		t.Fatal("two pages taken for one")
+	}
+	mask := uint64(1) << (bit % 64)
+	if page.Arrivals(bit)&mask != 0 {
+		t.Fatal("an arrival before any Put")
+	}
+	d := Descriptor{Class: ClassShort, NArgs: 1}
+	if err := m.Put(RequestReceive, &d); err != nil {
+		t.Fatal(err)
+	}
+	if page.Arrivals(bit)&mask == 0 || v.Ready() == 0 {
+		t.Fatal("no arrival bit after Put")
+	}
+	page.ClearArrival(bit)
+	if page.Arrivals(bit)&mask != 0 {
+		t.Fatal("the arrival bit stays after ClearArrival")
+	}
+	m.SetBell(nil, 0)
+	if err := m.Put(RequestReceive, &d); err != nil {
+		t.Fatal(err)
+	}
+	if page.Arrivals(bit) != 0 {
+		t.Fatal("an arrival bit set for an endpoint without a page")
 	}
 }

@@ -146,11 +146,15 @@ func NewBells() (*Bells, error) {
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
 		return fail("seal", err)
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail("fstat", err)
+	}
 	mem, err := unix.Mmap(fd, 0, BellsSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return fail("mmap", err)
 	}
-	return newBells(fd, mem), nil
+	return newBells(fd, [2]uint64{uint64(st.Dev), st.Ino}, mem), nil
 }
 
 // MapBells maps the page of doorbells in fd, a memfd the application
@@ -171,7 +175,7 @@ func MapBells(fd int) (*Bells, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nicfw: doorbells mmap: %w", err)
 	}
-	return newBells(-1, mem), nil
+	return newBells(-1, [2]uint64{uint64(st.Dev), st.Ino}, mem), nil
 }
 
 // Close unmaps the page, and closes the memfd of the engine's. Endpoints'

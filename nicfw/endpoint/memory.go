@@ -26,8 +26,10 @@ type Memory struct {
 	l     layout
 	rings [numQueues]descRing
 	hdrWords
-	notify func()
-	stats  Stats
+	notify     func()
+	stats      Stats
+	arrivals   *Bells // the page whose arrival bit Put sets (SetBell), or nil
+	arrivalBit int
 }
 
 // Config returns the memory's sizes.
@@ -157,9 +159,13 @@ func (m *Memory) SetEvicted(evicted bool) {
 // SetBell writes the endpoint's bit in its application's page of
 // doorbells (Bells.Alloc) into its header, where the application's Send
 // finds it (View.SetBells); 0: none, the header's doorbell only.
-func (m *Memory) SetBell(bit int) {
+//
+// With a page (not nil), Put sets the endpoint's arrival bit in it after
+// each descriptor it puts (Bells.Arrive).
+func (m *Memory) SetBell(page *Bells, bit int) {
 	if m.mem != nil {
 		m.bellBit.Store(uint32(bit))
+		m.arrivals, m.arrivalBit = page, bit
 	}
 }
 
@@ -342,6 +348,7 @@ func (m *Memory) put(q Queue, d *Descriptor, data []byte) error {
 	switch {
 	case err == nil:
 		m.stats.Put++
+		m.arrivals.Arrive(m.arrivalBit)
 		m.signal(q)
 	case errors.Is(err, ErrQueueFull):
 		m.stats.PutFull++

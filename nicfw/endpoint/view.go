@@ -113,6 +113,16 @@ func (v *View) Send(q Queue, d *Descriptor) error {
 	return nil
 }
 
+// Bells returns the page of doorbells the view mapped (MapBells), or nil,
+// and the endpoint's bit in it (0: none): for an application that looks
+// at its endpoints' arrival bits (Bells.Arrivals).
+func (v *View) Bells() (*Bells, int) {
+	if v.bells == nil {
+		return nil, 0
+	}
+	return v.bells, int(v.bellBit.Load())
+}
+
 // wake rings the doorbells of a parked or evicted endpoint and kicks an
 // engine that sleeps, after the application published something the
 // engine must see.
