@@ -3,6 +3,8 @@ package nicfw
 import (
 	"testing"
 
+	"github.com/xam-project/xam/internal/testenv"
+
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
@@ -103,4 +105,33 @@ func TestEngineParksIdleEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.run(t, 100, delivered(6))
+}
+
+// Endpoints of one group share a page, those of another group have their
+// own; a page goes with its group's last endpoint, and none leaks.
+func TestEngineBellPages(t *testing.T) {
+	testenv.NoMemfdLeaks(t, "xam-doorbells")
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	vnet := func(group uint64) VNet { return VNet{Tag: tagRed, Table: []Name{{hostB, 1}}, Group: group} }
+	n.a.endpoint(t, 1, endpoint.Config{}, vnet(5))
+	n.a.endpoint(t, 2, endpoint.Config{}, vnet(5))
+	n.a.endpoint(t, 3, endpoint.Config{}, vnet(6))
+	e := n.a.eng
+	if len(e.bellList) != 2 || e.BellsFD(1) != e.BellsFD(2) || e.BellsFD(1) == e.BellsFD(3) || e.BellsFD(1) < 0 {
+		t.Fatalf("%d pages; descriptors %d %d %d", len(e.bellList), e.BellsFD(1), e.BellsFD(2), e.BellsFD(3))
+	}
+	for _, id := range []EndpointID{1, 3} {
+		if err := e.CloseEndpoint(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(e.bellList) != 1 || e.BellsFD(2) < 0 || e.BellsFD(1) != -1 {
+		t.Fatalf("after closing 1 and 3: %d pages", len(e.bellList))
+	}
+	if err := e.CloseEndpoint(2); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.bellList) != 0 || len(e.bellPages) != 0 {
+		t.Fatalf("after closing all: %d pages", len(e.bellList))
+	}
 }

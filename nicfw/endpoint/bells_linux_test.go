@@ -103,14 +103,7 @@ func TestMapBellsRefuses(t *testing.T) {
 // doorbell) when the engine marked the endpoint, and not otherwise; the
 // engine's memory reports that it rings.
 func TestViewRingsBells(t *testing.T) {
-	m, v := newTestEndpoint(t, Config{})
-	b, err := NewBells()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	bit, _ := b.Alloc()
-	m.SetBell(b, bit)
+	m, v, b, bit := belledEndpoint(t)
 	if m.RingsBells() {
 		t.Fatal("rings before mapping")
 	}
@@ -145,14 +138,7 @@ func TestViewRingsBells(t *testing.T) {
 // is in the queue; the application clears it, and two mappings of one page
 // are the same page, another page's are not.
 func TestBellsArrivals(t *testing.T) {
-	m, v := newTestEndpoint(t, Config{})
-	b, err := NewBells()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	bit, _ := b.Alloc()
-	m.SetBell(b, bit)
+	m, v, b, bit := belledEndpoint(t)
 	if err := v.MapBells(b.FD()); err != nil {
 		t.Fatal(err)
 	}
@@ -190,4 +176,19 @@ func TestBellsArrivals(t *testing.T) {
 	if page.Arrivals(bit) != 0 {
 		t.Fatal("an arrival bit set for an endpoint without a page")
 	}
+}
+
+// belledEndpoint is an endpoint, its view, and a page of doorbells in which
+// the engine gave it a bit (the view has not mapped the page).
+func belledEndpoint(t *testing.T) (*Memory, *View, *Bells, int) {
+	t.Helper()
+	m, v := newTestEndpoint(t, Config{})
+	b, err := NewBells()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	bit, _ := b.Alloc()
+	m.SetBell(b, bit)
+	return m, v, b, bit
 }

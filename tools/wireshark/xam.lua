@@ -331,6 +331,16 @@ local function dissect_am_compact(tvb, tree)
 	return what
 end
 
+-- add_acks adds n acknowledgement entries of size bytes each (a channel
+-- byte, then the sequence number in the last two bytes) from offset at.
+local function add_acks(tvb, t, at, n, size)
+	for i = 0, n - 1 do
+		local e = t:add(xam, tvb(at + size * i, size), "Acknowledgement")
+		e:add(f.tr_ack_channel, tvb(at + size * i, 1))
+		e:add(f.tr_ack_seq, tvb(at + size * i + size - 2, 2))
+	end
+end
+
 -- dissect_compact decodes a compact transport cell (docs/wire.md), or
 -- returns nil if its type or CRC-10 say it is not one.
 local function dissect_compact(tvb, tree)
@@ -349,11 +359,7 @@ local function dissect_compact(tvb, tree)
 	if typ == 6 then
 		-- acknowledgements: the header's, and n entries of 3 bytes
 		t:add(f.tr_k, tvb(14, 1))
-		for i = 0, n - 1 do
-			local e = t:add(xam, tvb(15 + 3 * i, 3), "Acknowledgement")
-			e:add(f.tr_ack_channel, tvb(15 + 3 * i, 1))
-			e:add(f.tr_ack_seq, tvb(16 + 3 * i, 2))
-		end
+		add_acks(tvb, t, 15, n, 3)
 		t:add(f.tr_crc, tvb(46, 2))
 		t:add(f.tr_crc_ok, tvb(46, 2), true)
 		local what = string.format("ACK (compact) ch %d seq %d, %d more", tvb(1, 1):uint(), tvb(2, 2):uint(), n)
@@ -420,11 +426,7 @@ local function dissect_transport(tvb, tree)
 	t:add(f.tr_k, tvb(10, 2))
 	t:add(f.tr_src_epoch, tvb(12, 4))
 	t:add(f.tr_dst_epoch, tvb(16, 4))
-	for i = 0, k - 1 do
-		local a = t:add(xam, tvb(20 + 4 * i, 4), "Acknowledgement")
-		a:add(f.tr_ack_channel, tvb(20 + 4 * i, 1))
-		a:add(f.tr_ack_seq, tvb(22 + 4 * i, 2))
-	end
+	add_acks(tvb, t, 20, k, 4)
 	local what = string.format("%s ch %d seq %d, %d acks", trtypes[typ], tvb(1, 1):uint(), tvb(2, 2):uint(), k)
 	t:append_text(": " .. what)
 	if typ == 1 and plen >= 24 then
