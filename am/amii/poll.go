@@ -17,7 +17,9 @@ import (
 // messages in the request and reply receive queues (at most a queue's worth
 // of each), and returns the number of handlers run (error handler
 // included). In inline mode, when request handlers ran, it runs the engine
-// once more, so that their replies leave before Poll returns. It may not be
+// once more, so that their replies leave before Poll returns; when
+// messages wait already as it starts (a Wait has just run the engine), it
+// runs their handlers first and the engine after them. It may not be
 // called from a handler.
 func (ep *Endpoint) Poll() (int, error) {
 	if err := ep.enter(); err != nil {
@@ -35,10 +37,16 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	if ep.depth > 0 {
 		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
-	if ep.poll != nil {
+	// The engine runs first unless messages wait already (a Wait just ran
+	// it): the replies their handlers send then leave in the run at the
+	// end with the acknowledgements owed, where a run before the handlers
+	// would flush those in an ACK frame of their own.
+	engineRan := false
+	if ep.poll != nil && ep.view.Ready() == 0 {
 		if _, err := ep.poll(); err != nil {
 			return 0, err
 		}
+		engineRan = true
 	}
 	ran, took := 0, 0
 	if ep.polls++; ep.polls%replyCheckPolls == 0 && ep.pending.Len() > 0 && ep.cfg.ReplyTimeout > 0 {
@@ -80,7 +88,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	if err := ep.sendNullReplies(); err != nil {
 		return ran, err
 	}
-	if requests > 0 && ep.poll != nil {
+	if ep.poll != nil && (requests > 0 || !engineRan) {
 		// The replies leave now, as a request does (sent), not at the
 		// next Poll: an application that polls now and then answers at
 		// once.
