@@ -375,7 +375,7 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	if err := c.ep.usable(); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(c.ep.cfg.GiveUp)
+	var deadline time.Time // read once the queue is found full: a send that finds room reads no clock
 	for {
 		err := c.view.Send(q, d)
 		if err == nil && q == endpoint.RequestSend {
@@ -399,7 +399,9 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		if _, err := c.ep.Poll(); err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if now := time.Now(); deadline.IsZero() {
+			deadline = now.Add(c.ep.cfg.GiveUp)
+		} else if now.After(deadline) {
 			return fmt.Errorf("%w: channel %d full", ErrTimeout, c.n)
 		}
 		if err := c.ep.alive(); err != nil {
