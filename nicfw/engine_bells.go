@@ -103,6 +103,9 @@ func (e *Engine) BellsFD(id EndpointID) int {
 func (e *Engine) ringBells() int {
 	n := 0
 	for _, pg := range e.bellList {
+		if !pg.b.Rung() {
+			continue
+		}
 		pg.b.Take(func(bit int) {
 			s := pg.eps[bit]
 			e.stats.Rings++

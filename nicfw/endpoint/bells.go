@@ -137,6 +137,10 @@ func (b *Bells) Ring(bit int) {
 	b.words[0].Or(uint64(1) << w)
 }
 
+// Rung reports whether a bit may have rung since the last Take: one load
+// of the summary word.
+func (b *Bells) Rung() bool { return b.words[0].Load() != 0 }
+
 // Take calls f with each bit rung since the last Take, and clears them.
 // It reads one word when none rang.
 func (b *Bells) Take(f func(bit int)) {
