@@ -51,12 +51,12 @@ import (
 // frames has fewer), within idle/schedSweep visits otherwise; the guarantees
 // above are for the endpoints noticed.
 
-//
 // Parking (SetParkAfter): an idle endpoint asked again and found with
 // nothing pending that many times in a row leaves the idle list and is
 // asked no more: Next reports it once through TakeParked, and it comes
-// back when its owner says so (Unpark; the engine's doorbells, so that
-// endpoints idle for long cost no decision anything).
+// back when its owner says so (Unpark, which the engine calls when the
+// endpoint's doorbell rings), so that endpoints idle for long cost the
+// decisions nothing.
 
 // Pending tells the scheduler whether an endpoint has sends pending.
 type Pending interface {
