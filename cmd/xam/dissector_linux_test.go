@@ -30,12 +30,7 @@ import (
 // must be the tag the docs derive from the session number and the tag that
 // the session's requests and answers carry.
 func TestWiresharkDissector(t *testing.T) {
-	testenv.RequirePrivileged(t)
-	tshark := testenv.RequireCommand(t, "tshark")
-	script, err := filepath.Abs("../../tools/wireshark/xam.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tshark, script := dissectorTools(t)
 	l, c := switchCapture(t, "wsk", defaultCaptureBuffer)
 	a, b := l.Hosts[0], l.Hosts[1]
 	path, st := captureFile(t, c, l, "xam.pcapng", func() {
@@ -66,26 +61,15 @@ func TestWiresharkDissector(t *testing.T) {
 		t.Fatalf("captured %d frames, %d PDUs, missed %d", st.frames, st.pdus, st.missed)
 	}
 
-	out, err := exec.Command(tshark, "-X", "lua_script:"+script, "-r", path, "-T", "fields", "-E", "occurrence=a",
-		"-e", "frame.number", "-e", "xam.cells", "-e", "xam.cell.hec_ok", "-e", "xam.ssam.kind", "-e", "xam.ssam.crc10_ok",
-		"-e", "xam.aal5.crc_ok", "-e", "xam.tr.type", "-e", "xam.tr.src_epoch", "-e", "xam.am.class", "-e", "xam.am.handler",
-		"-e", "_ws.malformed", "-e", "_ws.lua.text", "-e", "_ws.expert.severity", "-e", "xam.tr.crc10_ok",
-		"-e", "xam.ssam.index", "-e", "xam.ssam.tag", "-e", "xam.ssam.tag_hi", "-e", "xam.ssam.session", "-e", "xam.ssam.rejected",
-		"-e", "xam.raw.seq").Output()
-	if err != nil {
-		t.Fatalf("tshark: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) != st.frames {
-		t.Fatalf("tshark shows %d frames, the capture recorded %d:\n%s", len(lines), st.frames, out)
-	}
+	rows := tsharkFields(t, tshark, script, path, st.frames,
+		"frame.number", "xam.cells", "xam.cell.hec_ok", "xam.ssam.kind", "xam.ssam.crc10_ok",
+		"xam.aal5.crc_ok", "xam.tr.type", "xam.tr.src_epoch", "xam.am.class", "xam.am.handler",
+		"_ws.malformed", "_ws.lua.text", "_ws.expert.severity", "xam.tr.crc10_ok",
+		"xam.ssam.index", "xam.ssam.tag", "xam.ssam.tag_hi", "xam.ssam.session", "xam.ssam.rejected",
+		"xam.raw.seq")
 	seen := map[string]int{}
 	var msgs []ssamFields
-	for _, line := range lines {
-		fs := strings.Split(line, "\t")
-		if len(fs) != 20 {
-			t.Fatalf("line %q: %d fields", line, len(fs))
-		}
+	for _, fs := range rows {
 		if fs[1] == "" {
 			t.Errorf("frame %s: not decoded as xam", fs[0])
 		}
@@ -98,7 +82,7 @@ func TestWiresharkDissector(t *testing.T) {
 			t.Errorf("frame %s: malformed %q, lua %q, expert %q", fs[0], fs[10], fs[11], fs[12])
 		}
 		if fs[19] != "" && (fs[3] != "" || fs[5] != "" || fs[6] != "") {
-			t.Errorf("frame %s: a raw frame shown as a protocol's: %q", fs[0], line)
+			t.Errorf("frame %s: a raw frame shown as a protocol's: %q", fs[0], strings.Join(fs, "\t"))
 		}
 		for i, what := range map[int]string{3: "ssam", 6: "transport", 8: "am", 4: "crc10", 5: "aal5", 13: "compact", 19: "raw"} {
 			if fs[i] != "" {
@@ -268,12 +252,7 @@ func checkSSAMTags(t *testing.T, msgs []ssamFields) {
 // whole, and tshark with tools/wireshark/xam.lua decodes every frame as
 // xam's with every check correct and nothing malformed.
 func TestWiresharkDissectorJumbo(t *testing.T) {
-	testenv.RequirePrivileged(t)
-	tshark := testenv.RequireCommand(t, "tshark")
-	script, err := filepath.Abs("../../tools/wireshark/xam.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tshark, script := dissectorTools(t)
 	mtu := datapath.MaxMTU(true)
 	l, c := switchCaptureMTU(t, "wsj", defaultCaptureBuffer, mtu)
 	path, st := captureFile(t, c, l, "jumbo.pcapng", func() {
@@ -291,23 +270,12 @@ func TestWiresharkDissectorJumbo(t *testing.T) {
 	if st.frames == 0 || st.missed != 0 {
 		t.Fatalf("captured %d frames, missed %d", st.frames, st.missed)
 	}
-	out, err := exec.Command(tshark, "-X", "lua_script:"+script, "-r", path, "-T", "fields", "-E", "occurrence=a",
-		"-e", "frame.number", "-e", "frame.len", "-e", "frame.cap_len", "-e", "xam.cells", "-e", "xam.cell.hec_ok",
-		"-e", "xam.aal5.crc_ok", "-e", "xam.ssam.crc10_ok", "-e", "_ws.malformed", "-e", "_ws.lua.text", "-e", "_ws.expert.severity",
-		"-e", "xam.tr.type", "-e", "xam.raw.seq").Output()
-	if err != nil {
-		t.Fatalf("tshark: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) != st.frames {
-		t.Fatalf("tshark shows %d frames, the capture recorded %d", len(lines), st.frames)
-	}
+	rows := tsharkFields(t, tshark, script, path, st.frames,
+		"frame.number", "frame.len", "frame.cap_len", "xam.cells", "xam.cell.hec_ok",
+		"xam.aal5.crc_ok", "xam.ssam.crc10_ok", "_ws.malformed", "_ws.lua.text", "_ws.expert.severity",
+		"xam.tr.type", "xam.raw.seq")
 	big, transport, raw := 0, 0, 0
-	for _, line := range lines {
-		fs := strings.Split(line, "\t")
-		if len(fs) != 12 {
-			t.Fatalf("line %q: %d fields", line, len(fs))
-		}
+	for _, fs := range rows {
 		n, _ := strconv.Atoi(fs[1])
 		if fs[1] != fs[2] {
 			t.Errorf("frame %s: %s bytes, %s captured", fs[0], fs[1], fs[2])
@@ -343,12 +311,7 @@ func TestWiresharkDissectorJumbo(t *testing.T) {
 // captured on the router between two subnets: raw pings and GRIM over
 // IPv4 and IPv6, every frame xam's with HECs and CRCs correct.
 func TestWiresharkDissectorUDP(t *testing.T) {
-	testenv.RequirePrivileged(t)
-	tshark := testenv.RequireCommand(t, "tshark")
-	script, err := filepath.Abs("../../tools/wireshark/xam.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tshark, script := dissectorTools(t)
 	l, err := lab.Up(lab.Config{Name: fmt.Sprintf("wsu%d", os.Getpid()), Routed: true})
 	if err != nil {
 		t.Fatal(err)
@@ -378,22 +341,11 @@ func TestWiresharkDissectorUDP(t *testing.T) {
 	if st.frames == 0 || st.missed != 0 || st.bad != 0 {
 		t.Fatalf("captured %d frames, missed %d, bad %d", st.frames, st.missed, st.bad)
 	}
-	out, err := exec.Command(tshark, "-X", "lua_script:"+script, "-r", path, "-T", "fields", "-E", "occurrence=a",
-		"-e", "frame.number", "-e", "ip.version", "-e", "ipv6.version", "-e", "udp.dstport", "-e", "xam.cells", "-e", "xam.cell.hec_ok",
-		"-e", "xam.aal5.crc_ok", "-e", "_ws.malformed", "-e", "_ws.expert.severity", "-e", "xam.raw.seq").Output()
-	if err != nil {
-		t.Fatalf("tshark: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) != st.frames {
-		t.Fatalf("tshark shows %d frames, the capture recorded %d", len(lines), st.frames)
-	}
+	rows := tsharkFields(t, tshark, script, path, st.frames,
+		"frame.number", "ip.version", "ipv6.version", "udp.dstport", "xam.cells", "xam.cell.hec_ok",
+		"xam.aal5.crc_ok", "_ws.malformed", "_ws.expert.severity", "xam.raw.seq")
 	v4, v6, raw := 0, 0, 0
-	for _, line := range lines {
-		fs := strings.Split(line, "\t")
-		if len(fs) != 10 {
-			t.Fatalf("line %q: %d fields", line, len(fs))
-		}
+	for _, fs := range rows {
 		if fs[3] != strconv.Itoa(int(cells.DefaultUDPPort)) || fs[4] == "" {
 			t.Errorf("frame %s: UDP port %q, cells %q: not decoded as xam's UDP form", fs[0], fs[3], fs[4])
 		}
@@ -472,4 +424,43 @@ func captureFile(t *testing.T, c *capturer, l *lab.Lab, name string, traffic fun
 		exec.Command("cp", path, k).Run()
 	}
 	return path, st
+}
+
+// dissectorTools returns tshark's path and the dissector's, for a test
+// that needs root (its lab) and tshark.
+func dissectorTools(t *testing.T) (tshark, script string) {
+	t.Helper()
+	testenv.RequirePrivileged(t)
+	tshark = testenv.RequireCommand(t, "tshark")
+	script, err := filepath.Abs("../../tools/wireshark/xam.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tshark, script
+}
+
+// tsharkFields has tshark decode the capture at path with the dissector
+// and returns, for each of its frames (there must be frames of them), the
+// values of fields, all occurrences of each comma-separated.
+func tsharkFields(t *testing.T, tshark, script, path string, frames int, fields ...string) [][]string {
+	t.Helper()
+	args := []string{"-X", "lua_script:" + script, "-r", path, "-T", "fields", "-E", "occurrence=a"}
+	for _, f := range fields {
+		args = append(args, "-e", f)
+	}
+	out, err := exec.Command(tshark, args...).Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(lines) != frames {
+		t.Fatalf("tshark shows %d frames, the capture recorded %d:\n%s", len(lines), frames, out)
+	}
+	rows := make([][]string, len(lines))
+	for i, line := range lines {
+		if rows[i] = strings.Split(line, "\t"); len(rows[i]) != len(fields) {
+			t.Fatalf("line %q: %d fields, want %d", line, len(rows[i]), len(fields))
+		}
+	}
+	return rows
 }
