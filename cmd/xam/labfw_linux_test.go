@@ -92,16 +92,7 @@ func daemonStats(t *testing.T, socket string) daemon.Stats {
 // openEndpoints returns the endpoints open on the daemon at socket.
 func openEndpoints(t *testing.T, socket string) int {
 	t.Helper()
-	c, err := daemon.Dial(socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.Endpoints
+	return daemonStats(t, socket).Endpoints
 }
 
 // serveThrough runs the serving side of a ping as printed by `lab up
