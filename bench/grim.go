@@ -311,7 +311,10 @@ func grimPingLoop(a *grim.Endpoint, cfg PingConfig, channels int, mode string) (
 	if err := a.Handle(grimAnswer, func(_ *grim.Token, args [grim.ShortArgs]uint32, _ []byte) { answered = int(args[0]) }); err != nil {
 		return nil, err
 	}
-	limit := cfg.Timeout + transport.DefaultGiveUpAfter
+	// A request is answered, or returned, within the endpoint's reply
+	// timeout (the default: bench's endpoints set none), as for AM-II
+	// (amiiPing); past it and cfg.Timeout the peer is taken to be gone.
+	limit := cfg.Timeout + grim.DefaultReplyTimeout
 	// The round trip's wait, made once: cur is the message waited for.
 	cur := 0
 	var wait func() error
