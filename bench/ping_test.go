@@ -290,15 +290,7 @@ func BenchmarkBulk(b *testing.B) {
 func benchBulk(b *testing.B, mtu int) {
 	p := netnstest.NewVethPair(b, netnstest.WithQueues(1), netnstest.WithMTU(mtu))
 	pa, pb := places(p)
-	run := func(name string, f func(total int64) (*BulkResult, error)) {
-		b.Run(name, func(b *testing.B) {
-			r, err := f(max(int64(b.N), 8<<20))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(r.MBPerSec, "MB/s")
-		})
-	}
+	run := func(name string, f func(total int64) (*BulkResult, error)) { runBulk(b, name, f) }
 	run("raw", func(total int64) (*BulkResult, error) {
 		return rawBulk(pa, pb, total, loader.ModeAuto)
 	})
@@ -347,15 +339,7 @@ func BenchmarkEncap(b *testing.B) {
 			pa, pb := places(p)
 			ua, ub := pa, pb
 			ua.Encap, ub.Encap = udp, udp
-			run := func(name string, f func(total int64) (*BulkResult, error)) {
-				b.Run(name, func(b *testing.B) {
-					r, err := f(max(int64(b.N), 8<<20))
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportMetric(r.MBPerSec, "MB/s")
-				})
-			}
+			run := func(name string, f func(total int64) (*BulkResult, error)) { runBulk(b, name, f) }
 			for _, form := range []struct {
 				name string
 				a, b datapath.Place
@@ -367,4 +351,16 @@ func BenchmarkEncap(b *testing.B) {
 			}
 		})
 	}
+}
+
+// runBulk runs the sub-benchmark name: f moves b.N bytes (at least 8 MB)
+// and its goodput is reported in MB/s.
+func runBulk(b *testing.B, name string, f func(total int64) (*BulkResult, error)) {
+	b.Run(name, func(b *testing.B) {
+		r, err := f(max(int64(b.N), 8<<20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(r.MBPerSec, "MB/s")
+	})
 }
