@@ -49,6 +49,8 @@ type pingOptions struct {
 	fwSleep    time.Duration
 	fwLayout   string
 	fwShape    bench.FirmwareShape
+	fwCores    string   // --fw-cores
+	fwCoreSets [2][]int // its CPU lists: host a's engine, host b's
 	warmup     int
 	dev        string
 	mtu        int    // --mtu: the lab's
@@ -105,6 +107,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.Float64Var(&o.dup, "dup", 0, "with --api ssam, amii or grim: the fraction of xam frames delivered twice, in [0, 1) (the lab gets a switch, whose ports copy them)")
 	fs.DurationVar(&o.fwSleep, "fw-sleep", daemon.DefaultSleep, "with --mode firmware: how long the engines poll without work, yielding the CPU, before they block (0: busy-poll)")
 	fs.StringVar(&o.fwLayout, "fw-layout", "daemons", "with --mode firmware: where the two hosts' engines run: daemons (an xam fw process per host, as deployed; with --loss the default is group), group (one thread of this process runs both, as one NIC processor with two ports) or threads (a thread each in this process)")
+	fs.StringVar(&o.fwCores, "fw-cores", "", "with --mode firmware: pin the engines to CPUs, host a's and host b's lists separated by a slash (e.g. 2/3; with --fw-layout group one list, for the one thread); pin the applications elsewhere with taskset")
 	fs.StringVar(&o.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	fs.IntVar(&o.cfg.Count, "count", 10000, "measured round trips (at least 1)")
 	fs.IntVar(&o.warmup, "warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
@@ -185,6 +188,8 @@ func (o *pingOptions) check() error {
 		return usageError("--timeout %v: want a positive duration, e.g. 1s", o.cfg.Timeout)
 	case o.cfg.Queue < 0:
 		return usageError("--queue %d: want 0 or more", o.cfg.Queue)
+	case o.fwCores != "" && o.engineMode != "firmware":
+		return usageError("--fw-cores works with --mode firmware")
 	case o.fwSleep < 0:
 		return usageError("--fw-sleep %v: want 0 (busy-poll) or a positive duration", o.fwSleep)
 	case o.loss > 0 && o.engineMode == "firmware" && o.fwShape == bench.ShapeDaemons:
@@ -210,6 +215,9 @@ func (o *pingOptions) check() error {
 	case o.engineMode == "firmware" && o.api != "amii" && o.api != "grim":
 		return usageError("--mode firmware works with --api amii or grim only")
 	}
+	if err := o.parseFwCores(); err != nil {
+		return err
+	}
 	switch o.warmup {
 	case -1: // the default: bench's
 	case 0:
@@ -223,7 +231,34 @@ func (o *pingOptions) check() error {
 // firmwareLayout is where a firmware-mode ping's engines run: the
 // daemons are this program's `xam fw`.
 func (o *pingOptions) firmwareLayout() bench.FirmwareLayout {
-	return bench.FirmwareLayout{Shape: o.fwShape, Exe: xamExe(), Sleep: sleepConfig(o.fwSleep)}
+	return bench.FirmwareLayout{Shape: o.fwShape, Exe: xamExe(), Sleep: sleepConfig(o.fwSleep), Cores: o.fwCoreSets}
+}
+
+// parseFwCores parses --fw-cores: one CPU list per host, separated by a
+// slash; the one-thread group takes one.
+func (o *pingOptions) parseFwCores() error {
+	if o.fwCores == "" {
+		return nil
+	}
+	lists := strings.Split(o.fwCores, "/")
+	want := 2
+	if o.fwShape == bench.ShapeGroup {
+		want = 1
+	}
+	if len(lists) != want {
+		return usageError("--fw-cores %q: want %d CPU list(s) separated by '/' for --fw-layout %s, e.g. %s", o.fwCores, want, o.fwShape, map[int]string{1: "2", 2: "2/3"}[want])
+	}
+	for i, l := range lists {
+		cores, err := parseCores(l)
+		if err != nil {
+			return usageError("--fw-cores: %v", err)
+		}
+		if len(cores) == 0 {
+			return usageError("--fw-cores %q: an empty CPU list", o.fwCores)
+		}
+		o.fwCoreSets[i] = cores
+	}
+	return nil
 }
 
 // xamExe is this program, whose `xam fw` runs the daemons of the
