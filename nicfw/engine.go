@@ -374,6 +374,9 @@ type Engine struct {
 	// sending endpoint (bulkRx, keyed by its name) may still hold.
 	bulkSeq uint32
 	live    int // open endpoints
+	// answering: the message deliver is storing is a request that its
+	// application will answer (its acknowledgement may wait for the reply).
+	answering bool
 
 	pinned int // endpoints with a message in flight (residency Hold per message)
 	// owners counts, by owner, the endpoints open and pinned: an owner

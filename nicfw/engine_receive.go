@@ -23,6 +23,15 @@ import (
 
 // deliver is the transport's Deliver callback.
 func (e *Engine) deliver(src HostID, _ int, p []byte) (taken bool) {
+	// A request stored for an application that answers every request
+	// (View.SetAnswers) keeps its acknowledgement for the reply to carry;
+	// every other message has it sent at the next Poll (AckDelay).
+	e.answering = false
+	defer func() {
+		if !e.answering {
+			e.tr.AckNow()
+		}
+	}()
 	if len(e.down) > 0 {
 		delete(e.down, src)
 	}
@@ -210,6 +219,9 @@ func (e *Engine) store(src HostID, s *epState, m *msg, rx *bulkRx) bool {
 		rx.got, rx.done = m.length, true
 	}
 	e.stats.Delivered++
+	if m.kind == endpoint.RequestSend && m.class != endpoint.ClassBulk && s.mem.Answers() {
+		e.answering = true
+	}
 	s.counts.Received++
 	s.counts.ReceivedBytes += uint64(dataBytes(m.class, m.length))
 	return true

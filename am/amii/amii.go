@@ -382,6 +382,10 @@ func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.
 	// medium slots; requests may name registered handlers only.
 	view.SetStoreRegion(uint32(a.slotBase))
 	view.SetHandlers(0)
+	// Every request is answered (a handler's reply, or the implicit
+	// one): a daemon's engine may hold a request's acknowledgement for
+	// the reply to carry.
+	view.SetAnswers()
 	if cfg.Shared {
 		a.changed = make(chan struct{})
 	}

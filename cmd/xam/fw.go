@@ -48,6 +48,16 @@ func sleepConfig(d time.Duration) time.Duration {
 	return d
 }
 
+// ackDelayConfig is --ack-delay as transport.Config.AckDelay: 0 there
+// would be the daemon's default, so 0 here is the least delay there is,
+// the end of the next Poll.
+func ackDelayConfig(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Nanosecond
+	}
+	return d
+}
+
 // parseCores parses a CPU list such as "2,3" or "2-5".
 func parseCores(s string) ([]int, error) {
 	var cores []int
@@ -94,6 +104,7 @@ type fwConfig struct {
 	window        int
 	giveUp        time.Duration
 	retransmit    time.Duration
+	ackDelay      time.Duration
 	xdpMode       string
 	zeroCopy      string
 	queueList     string // --queues, as given
@@ -202,6 +213,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.IntVar(&c.channels, "channels", transport.DefaultChannels, "logical channels per peer host (C)")
 	fs.IntVar(&c.window, "window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
 	fs.DurationVar(&c.giveUp, "give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
+	fs.DurationVar(&c.ackDelay, "ack-delay", daemon.DefaultAckDelay, "how long the acknowledgement of a request to an endpoint that answers every request (AM-II's) waits for the reply to carry it before it leaves in a frame of its own; other messages are acknowledged at the next poll (0: at the next poll too; negative: every frame at once)")
 	fs.DurationVar(&c.retransmit, "retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
 	fs.StringVar(&c.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	fs.StringVar(&c.zeroCopy, "zerocopy", "auto", "AF_XDP socket: auto (zero-copy where the driver has it, else copy mode, said by xam fw stats), require (zero-copy or fail) or off (copy mode)")
@@ -297,6 +309,8 @@ func (c *fwConfig) checkLimits() error {
 		return usageError("--give-up %v: want a positive duration", c.giveUp)
 	case c.retransmit <= 0 || c.retransmit >= c.giveUp:
 		return usageError("--retransmit %v: want a positive duration below --give-up (%v)", c.retransmit, c.giveUp)
+	case c.ackDelay >= c.retransmit:
+		return usageError("--ack-delay %v: want less than --retransmit (%v)", c.ackDelay, c.retransmit)
 	case c.sleep < 0:
 		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", c.sleep)
 	case c.queue < 0:
@@ -371,7 +385,7 @@ func (c *fwConfig) daemonConfig(e *env) daemon.Config {
 	}
 	cfg := daemon.Config{
 		Engine: nicfw.EngineConfig{Host: nicfw.HostID(c.id), Resident: c.resident, Window: c.window, Modules: engineModules(c.mods),
-			Transport: transport.Config{Channels: c.channels, GiveUpAfter: c.giveUp, RetransmitAfter: c.retransmit}},
+			Transport: transport.Config{Channels: c.channels, GiveUpAfter: c.giveUp, RetransmitAfter: c.retransmit, AckDelay: ackDelayConfig(c.ackDelay)}},
 		Hosts: c.hosts, Socket: c.socket, Cores: c.cores, Sleep: sleepConfig(c.sleep),
 		MaxPerUser: c.maxEndpoints, MaxConnsPerUser: c.maxConns, MaxConns: c.maxConnsTotal, UserMemory: int64(c.memQuota),
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),

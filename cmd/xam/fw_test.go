@@ -82,6 +82,7 @@ func TestFwCoordUsage(t *testing.T) {
 		{[]string{"--module", "coord,coord"}, "--module coord given twice"},
 		{[]string{"--retransmit", "0s"}, "--retransmit 0s: want a positive duration below --give-up (3s)"},
 		{[]string{"--retransmit", "5s"}, "--retransmit 5s: want a positive duration below --give-up (3s)"},
+		{[]string{"--ack-delay", "5ms"}, "--ack-delay 5ms: want less than --retransmit (5ms)"},
 	} {
 		args := append(append([]string(nil), base...), tc.args...)
 		code, out, errs := xam(t, nil, args...)

@@ -50,6 +50,16 @@ const (
 	// yielding or blocking: the lowest latency on a core of its own, a
 	// whole core always.
 	BusyPoll time.Duration = -1
+	// DefaultAckDelay is the daemon engine's transport.Config.AckDelay
+	// where the configuration leaves it zero: how long the acknowledgement
+	// of a request to an endpoint that answers every request (AM-II's,
+	// endpoint.View.SetAnswers) waits for the reply to carry it. An inline
+	// engine runs in the application's thread, between its handlers, so
+	// "the next Poll" comes after the reply; a daemon polls on its own,
+	// many times while the application answers, and without a delay sends
+	// each such acknowledgement in a frame of its own. Other messages are
+	// acknowledged at the next Poll (the engine calls AckNow for them).
+	DefaultAckDelay = 50 * time.Microsecond
 )
 
 // Config configures a Daemon.
@@ -166,6 +176,9 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 	}
 	if cfg.Sleep == 0 {
 		cfg.Sleep = DefaultSleep
+	}
+	if cfg.Engine.Transport.AckDelay == 0 {
+		cfg.Engine.Transport.AckDelay = DefaultAckDelay
 	}
 	if cfg.MaxPerUser < 0 || cfg.MaxConnsPerUser < 0 || cfg.MaxConns < 0 || cfg.UserMemory < 0 || cfg.Sleep < 0 && cfg.Sleep != BusyPoll {
 		return nil, fmt.Errorf("%w: MaxPerUser %d, MaxConnsPerUser %d, MaxConns %d, UserMemory %d, Sleep %v",

@@ -163,60 +163,7 @@ func TestDaemonBlockingWait(t *testing.T) {
 			if client.ID < FirstUserEndpoint || client.Host != 1 || server.ID != 20 || server.Host != 2 {
 				t.Fatalf("endpoints %d@%d, %d@%d", client.ID, client.Host, server.ID, server.Host)
 			}
-			const rounds = 300
-			var wg sync.WaitGroup
-			var serr error
-			wg.Go(func() {
-				var d endpoint.Descriptor
-				for n := 0; n < rounds; {
-					if ok, err := server.Receive(endpoint.RequestReceive, &d); err != nil {
-						serr = err
-						return
-					} else if !ok {
-						if _, err := server.Wait(endpoint.EventRequest, 5*time.Second); err != nil {
-							serr = err
-							return
-						}
-						continue
-					}
-					d.Args[0]++
-					if err := server.Send(endpoint.ReplySend, &d); err != nil {
-						serr = err
-						return
-					}
-					n++
-				}
-			})
-			var d endpoint.Descriptor
-			for i := range uint64(rounds) {
-				// Give the server time to block first, now and then.
-				if i%50 == 0 {
-					time.Sleep(2 * time.Millisecond)
-				}
-				req := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 1, Args: [endpoint.MaxShortArgs]uint64{i}}
-				if err := client.Send(endpoint.RequestSend, &req); err != nil {
-					t.Fatal(err)
-				}
-				for {
-					if ok, err := client.Receive(endpoint.ReplyReceive, &d); err != nil {
-						t.Fatal(err)
-					} else if ok {
-						break
-					}
-					if ready, err := client.Wait(endpoint.EventReply, 5*time.Second); err != nil {
-						t.Fatal(err)
-					} else if !ready {
-						t.Fatalf("round %d: no reply in 5 s", i)
-					}
-				}
-				if d.Args[0] != i+1 {
-					t.Fatalf("round %d: reply %d", i, d.Args[0])
-				}
-			}
-			wg.Wait()
-			if serr != nil {
-				t.Fatal(serr)
-			}
+			pingPong(t, client, server, 300, 50, nil)
 			s, err := da.Stats()
 			if err != nil {
 				t.Fatal(err)
@@ -639,4 +586,140 @@ func TestDaemonRefusedOpen(t *testing.T) {
 		t.Fatalf("open with an empty table: %v, %v", ep, err)
 	}
 	dial(t, path, OpenRequest{Endpoint: FirstUserEndpoint, Table: []nicfw.Name{{Host: 2, Endpoint: 1}}})
+}
+
+// pingPong runs rounds request/reply round trips from client to server,
+// each answered with its argument plus one; with pause > 0 the client
+// sleeps 2 ms every pause rounds, to let the server block. The server
+// calls beforeReply (if not nil) before each reply.
+func pingPong(t *testing.T, client, server *Endpoint, rounds, pause int, beforeReply func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var serr error
+	wg.Go(func() {
+		var d endpoint.Descriptor
+		for n := 0; n < rounds; {
+			if ok, err := server.Receive(endpoint.RequestReceive, &d); err != nil {
+				serr = err
+				return
+			} else if !ok {
+				if _, err := server.Wait(endpoint.EventRequest, 5*time.Second); err != nil {
+					serr = err
+					return
+				}
+				continue
+			}
+			d.Args[0]++
+			if beforeReply != nil {
+				beforeReply()
+			}
+			if err := server.Send(endpoint.ReplySend, &d); err != nil {
+				serr = err
+				return
+			}
+			n++
+		}
+	})
+	defer func() {
+		wg.Wait()
+		if serr != nil {
+			t.Fatal(serr)
+		}
+	}()
+	var d endpoint.Descriptor
+	for i := range uint64(rounds) {
+		if pause > 0 && i%uint64(pause) == 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+		req := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 1, Args: [endpoint.MaxShortArgs]uint64{i}}
+		if err := client.Send(endpoint.RequestSend, &req); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if ok, err := client.Receive(endpoint.ReplyReceive, &d); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				break
+			}
+			if ready, err := client.Wait(endpoint.EventReply, 5*time.Second); err != nil {
+				t.Fatal(err)
+			} else if !ready {
+				t.Fatalf("round %d: no reply in 5 s", i)
+			}
+		}
+		if d.Args[0] != i+1 {
+			t.Fatalf("round %d: reply %d", i, d.Args[0])
+		}
+	}
+}
+
+// A daemon's engine polls many times while an application answers: the
+// acknowledgement of a request to an endpoint whose application answers
+// every request (View.SetAnswers, as AM-II's do) waits
+// (transport.Config.AckDelay, DefaultAckDelay unless set) for the reply to
+// carry it, and the server's daemon sends no ACK frame of its own. Before
+// the daemons had a delay it sent one a round trip; an endpoint that does
+// not promise answers (GRIM's) still has its requests acknowledged at
+// once.
+func TestDaemonAcksRideOnMessages(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	if d, err := New(la, Config{Engine: nicfw.EngineConfig{Host: 1}, Socket: filepath.Join(openDir(t), "x.sock")}); err != nil {
+		t.Fatal(err)
+	} else if d.cfg.Engine.Transport.AckDelay != DefaultAckDelay {
+		t.Fatalf("AckDelay %v by default, want DefaultAckDelay", d.cfg.Engine.Transport.AckDelay)
+	} else {
+		d.shutdown()
+	}
+	// Busy-polling, so that no engine flushes its acknowledgements to
+	// sleep; a delay far longer than any round trip, so that a test
+	// slowed down by others still sees none leave alone.
+	tc := transport.Config{AckDelay: time.Minute}
+	ca := Config{Engine: nicfw.EngineConfig{Host: 1, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Sleep: BusyPoll}
+	cb := Config{Engine: nicfw.EngineConfig{Host: 2, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{1: la.HardwareAddr()}, Sleep: BusyPoll}
+	dir := openDir(t)
+	ca.Socket, cb.Socket = filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
+	da, err := New(la, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := New(lb, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunGroup(ctx, da, db) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("daemons: %v", err)
+		}
+	})
+	client := dial(t, ca.Socket, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 20}}})
+	server := dial(t, cb.Socket, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
+	acks := func() uint64 {
+		s, err := db.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Transport.AckFrames
+	}
+	// No answers promised: each request's acknowledgement leaves alone
+	// while the server holds its reply back.
+	const rounds = 20
+	var round uint64
+	pingPong(t, client, server, rounds, 0, func() {
+		round++
+		waitFor(t, "the request's acknowledgement", func() bool { return acks() >= round })
+	})
+	server.SetAnswers()
+	before := acks()
+	pingPong(t, client, server, 300, 0, nil)
+	if n := acks() - before; n != 0 {
+		t.Errorf("answers promised: the server's daemon sent %d ACK frames in 300 round trips, want none", n)
+	}
 }

@@ -100,6 +100,10 @@ func (m *Memory) Queued(q Queue) uint32 {
 // (View.SetHandlers).
 func (m *Memory) AcceptsHandler(h uint32) bool { return h < m.handlers.Load() }
 
+// Answers reports whether the application answers every request
+// (View.SetAnswers).
+func (m *Memory) Answers() bool { return m.answers != nil && m.answers.Load() != 0 }
+
 // SetNotify sets the function that Put calls after it has put a
 // descriptor into a receive queue whose event the application armed
 // (View.Arm): the daemon's writes the eventfd the application

@@ -16,7 +16,9 @@ import (
 //	                  0 magic, 4 version, 8 queue entries, 12 staging
 //	                  size, 16 table size, 20 1 when the application
 //	                  rings its page of doorbells (View.MapBells; 0:
-//	                  its header's doorbell only), 32 the engine's word (bit 0
+//	                  its header's doorbell only), 24 1 when the
+//	                  application answers every request (View.SetAnswers),
+//	                  32 the engine's word (bit 0
 //	                  idle: SetIdle; bit 1 not resident or parked:
 //	                  SetEvicted),
 //	                  36 the store region and 40 the handler count (the
@@ -49,6 +51,7 @@ const (
 	hdrStaging = 12
 	hdrTable   = 16
 	hdrRings   = 20
+	hdrAnswers = 24
 	hdrIdle    = 32
 	hdrStore   = 36
 	hdrHandler = 40
@@ -94,13 +97,14 @@ func (l layout) recvSlot(q Queue, pos uint32) int {
 // and handlers by the application (the engine clears armed when it
 // notifies).
 type hdrWords struct {
-	idle, armed, store, handlers, bell, poolOff, poolLen, done, bellBit, ringsPage *atomic.Uint32
+	idle, armed, store, handlers, bell, poolOff, poolLen, done, bellBit, ringsPage, answers *atomic.Uint32
 }
 
 func words(mem []byte) hdrWords {
 	w := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
 	return hdrWords{idle: w(hdrIdle), armed: w(hdrArmed), store: w(hdrStore), handlers: w(hdrHandler), bell: w(hdrBell),
-		poolOff: w(hdrPoolOff), poolLen: w(hdrPoolLen), done: w(hdrDone), bellBit: w(hdrBellBit), ringsPage: w(hdrRings)}
+		poolOff: w(hdrPoolOff), poolLen: w(hdrPoolLen), done: w(hdrDone), bellBit: w(hdrBellBit), ringsPage: w(hdrRings),
+		answers: w(hdrAnswers)}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }

@@ -81,6 +81,18 @@ func (v *View) SetHandlers(n uint32) {
 	}
 }
 
+// SetAnswers tells the engine that the application answers every request
+// the endpoint receives (AM-II's do, with an implicit reply if a handler
+// does not): the engine may then hold a request's acknowledgement for its
+// reply to carry (transport.Config.AckDelay) instead of sending it in a
+// frame of its own. An application that may leave requests unanswered
+// does not set it; the acknowledgement then leaves at once.
+func (v *View) SetAnswers() {
+	if v.mem != nil {
+		v.answers.Store(1)
+	}
+}
+
 // Staging returns the staging area.
 func (v *View) Staging() []byte {
 	if v.mem == nil {

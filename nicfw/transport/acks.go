@@ -10,7 +10,8 @@ import "github.com/xam-project/xam/cells"
 // acknowledges the request, and the next request the reply, so a round
 // trip costs two frames, not four. What no DATA frame has carried by the
 // end of the Poll after the one that queued it, and at least
-// Config.AckDelay after it was queued, leaves in an ACK frame of its own
+// Config.AckDelay after it was queued (or as soon as half the peer's
+// channels are owed one), leaves in an ACK frame of its own
 // (flushAcks): the ACK header answers one channel and echoes its
 // stamp, the entries after it the others. NACKs are never delayed.
 //
@@ -29,6 +30,9 @@ func (t *Transport) queueAck(p *Peer, h header) {
 	}
 	ch := h.channel()
 	p.ackSeq[ch], p.ackStamp[ch] = h.seq(), h.stamp()
+	if t.ackNow {
+		p.ackUrgent = true
+	}
 	if p.ackOn[ch] {
 		return
 	}
@@ -63,6 +67,7 @@ func (t *Transport) dropAcks(p *Peer, n int) {
 	if rest > 0 {
 		return
 	}
+	p.ackUrgent = false
 	i, last := p.ackIdx, len(t.acking)-1
 	t.acking[i] = t.acking[last]
 	t.acking[i].ackIdx = i
@@ -76,7 +81,7 @@ func (t *Transport) dropAcks(p *Peer, n int) {
 func (t *Transport) flushAcks(force bool) {
 	for i := len(t.acking) - 1; i >= 0; i-- {
 		p := t.acking[i]
-		if !force && (p.ackPoll == t.polls || t.cfg.AckDelay > 0 && t.now().Sub(p.ackAt) < t.cfg.AckDelay) {
+		if !force && !t.ackDue(p) {
 			continue
 		}
 		if len(p.ackList) <= compactAckMax && !t.cfg.NoCompact {
@@ -99,6 +104,30 @@ func (t *Transport) flushAcks(force bool) {
 		}
 	}
 }
+
+// ackDue reports whether the acknowledgements owed to p are to leave in
+// an ACK frame now: not in the Poll that queued the first of them, and,
+// with an AckDelay, once it has passed or once half of p's channels are
+// owed one (a sender with no channel free waits for this frame, so a
+// stream in one direction is acknowledged at half its window, not at
+// the delay), or once one of them is for a message whose receiver said
+// AckNow (nothing will carry it soon).
+func (t *Transport) ackDue(p *Peer) bool {
+	if p.ackPoll == t.polls {
+		return false
+	}
+	if t.cfg.AckDelay <= 0 || p.ackUrgent || len(p.ackList) >= t.ackEarly {
+		return true
+	}
+	return t.now().Sub(p.ackAt) >= t.cfg.AckDelay
+}
+
+// AckNow, called by Config.Deliver for the message it is given, has that
+// message's acknowledgement leave at the end of the next Poll, whatever
+// the AckDelay: the receiver knows that no message to its sender will
+// carry it soon (one that will not be answered). With a delay, a
+// receiver calls it for every message but those it expects to answer.
+func (t *Transport) AckNow() { t.ackNow = true }
 
 // flushCompactAck queues (into t.tx) a frame of one compact ACK cell that
 // carries every acknowledgement owed to p (at most compactAckMax).

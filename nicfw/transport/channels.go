@@ -67,10 +67,13 @@ type Peer struct {
 	ackSeq   []uint16
 	ackStamp []uint32
 	ackList  []uint8
-	ackPoll  uint64
-	ackAt    time.Time
-	ackIdx   int    // position in Transport.acking, or -1
-	ackFrame []byte // the frame of a standalone ACK
+	// ackUrgent: one of the acknowledgements owed is for a message
+	// whose receiver said AckNow, or for a duplicate: no AckDelay.
+	ackUrgent bool
+	ackPoll   uint64
+	ackAt     time.Time
+	ackIdx    int    // position in Transport.acking, or -1
+	ackFrame  []byte // the frame of a standalone ACK
 
 	stats PeerStats // the peer's counters (PeerStats); InFlight is unacked
 }

@@ -281,6 +281,7 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 		case 1:
 			// The message delivered last, again: its ACK was lost.
 			t.stats.Duplicates++
+			t.ackNow = true
 			t.queueAck(p, h)
 			return
 		default:
@@ -289,6 +290,7 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 			t.stats.Late++
 			return
 		}
+		t.ackNow = false
 		if !t.cfg.Deliver(p.id, ch, payload) {
 			t.stats.Refused++
 			p.stats.Refused++

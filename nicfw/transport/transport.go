@@ -84,7 +84,9 @@ type Config struct {
 	// frame of its own. An acknowledgement always waits at least until the
 	// end of the Poll after the one that received the DATA frame, so that
 	// a reply the application makes in between carries it; 0 means just
-	// that. Negative: every DATA frame is acknowledged at the end of the
+	// that. With a delay, half the channels of a peer owed an
+	// acknowledgement send them at once (a one-way stream is not held up
+	// by it). Negative: every DATA frame is acknowledged at the end of the
 	// Poll that received it, nothing is piggy-backed.
 	AckDelay time.Duration
 	// Unreliable turns reliability off, for measuring what it costs (the
@@ -248,9 +250,11 @@ type Transport struct {
 	maxPL      int
 	frameRoom  int // the payload one DATA frame carries (FrameRoom)
 
-	perFrame  int // cells per frame
-	maxAcks   int // acknowledgements one DATA frame may carry
-	ackOneMax int // acknowledgements one ACK frame (one frame) may carry
+	perFrame  int  // cells per frame
+	maxAcks   int  // acknowledgements one DATA frame may carry
+	ackOneMax int  // acknowledgements one ACK frame (one frame) may carry
+	ackEarly  int  // acknowledgements owed to a peer that go at once, AckDelay or not: half its channels
+	ackNow    bool // Deliver called AckNow for the message it was given
 
 	ackCompactMax int // acknowledgements the frame of a compact cell may carry
 
@@ -364,6 +368,7 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		perFrame:  perFrame,
 		maxAcks:   cfg.Channels,
 		ackOneMax: min(oneFrame/ackEntryLen, cfg.Channels),
+		ackEarly:  max(cfg.Channels/2, 1),
 		byMAC:     make(map[[6]byte]*Peer),
 		epoch:     cfg.Epoch,
 	}

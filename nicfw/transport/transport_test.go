@@ -736,6 +736,34 @@ func TestAckDelay(t *testing.T) {
 	}
 }
 
+// With an AckDelay, a one-way stream is acknowledged once half the peer's
+// channels are owed one, not after the delay: the sender is never left
+// with no channel free for the whole delay.
+func TestAckDelayHalfWindow(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 8, AckDelay: time.Hour})
+	for i := range 3 {
+		if err := p.a.tr.Send(hostB, payload(uint32(i), 60), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 5 {
+		p.poll(t)
+	}
+	if n := p.a.tr.Unacked(hostB); n != 3 || p.b.tr.Stats().AckFrames != 0 {
+		t.Fatalf("3 of 8 channels owed: %d unacknowledged, B %+v; want all 3 held", n, p.b.tr.Stats())
+	}
+	if err := p.a.tr.Send(hostB, payload(3, 60), 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		p.poll(t)
+	}
+	if n := p.a.tr.Unacked(hostB); n != 0 || p.b.tr.Stats().AckFrames != 1 {
+		t.Fatalf("4 of 8 channels owed: %d unacknowledged, B %+v; want one ACK frame for all", n, p.b.tr.Stats())
+	}
+	checkExactlyOnce(t, p.b, hostA, 4)
+}
+
 // On a link whose frames carry more than DefaultMaxPayload (a jumbo or
 // multi-buffer MTU) MaxPayload defaults to MaxPayloadLimit, and messages
 // of that size, two frames each, arrive exactly once under loss; FrameRoom
