@@ -48,6 +48,11 @@ type Peer struct {
 	// to the peer: the peer's epoch, or what the peer's last RESET asked
 	// for.
 	dstIn, dstHeard, dstOut uint32
+	// srcOut is the epoch this transport names itself with in its frames
+	// to the peer (their src): the transport's own at first, a fresh
+	// random number for a row made again for an address that had one, or
+	// after a give-up (reincarnate, epochs.go).
+	srcOut uint32
 	// resetAt is when the last RESET went to the peer, and resetWant
 	// what it asked for: RESETs are rate-limited (reset, epochs.go).
 	resetAt   time.Time
@@ -152,9 +157,17 @@ type recvChannel struct {
 // heard from it yet, its frames to name this transport by its epoch.
 func (t *Transport) newPeer(id HostID, mac net.HardwareAddr) *Peer {
 	channels := t.cfg.Channels
+	src := t.epoch
+	if _, again := t.hadRow[[6]byte(mac)]; again {
+		// The peer may hold the channels of the row this one replaces:
+		// a new incarnation toward it makes both sides start again.
+		src = t.freshEpoch(0)
+	}
+	t.hadRow[[6]byte(mac)] = struct{}{}
 	return &Peer{
 		id:        id,
-		dstIn:     t.epoch,
+		srcOut:    src,
+		dstIn:     src,
 		mac:       append(net.HardwareAddr(nil), mac...),
 		send:      make([]sendChannel, channels),
 		recv:      make([]recvChannel, channels),

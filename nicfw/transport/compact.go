@@ -81,7 +81,7 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	c.stamp = t.nextStamp() & 0xffff
 	h := header(c.hdr[:])
 	h.setStamp(c.stamp)
-	h.setDst(p.dstOut) // learnt since the last transmission, perhaps
+	h.setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
 
 	// The acknowledgements owed to p go first: in a compact ACK cell when
 	// they fit, else as many as the frame has room for in an ACK PDU.
@@ -144,7 +144,7 @@ func (t *Transport) putCompactAck(cell cells.Cell, p *Peer, n int) {
 	b[0], b[1] = typeCompactAck, ch0
 	binary.BigEndian.PutUint16(b[2:], p.ackSeq[ch0])
 	binary.BigEndian.PutUint16(b[4:], uint16(p.ackStamp[ch0]))
-	binary.BigEndian.PutUint32(b[6:], t.epoch)
+	binary.BigEndian.PutUint32(b[6:], p.srcOut)
 	binary.BigEndian.PutUint32(b[10:], p.dstOut)
 	b[compactOffLength] = uint8(n - 1)
 	p.ackOn[ch0] = false
@@ -234,7 +234,7 @@ func decodeCompact(cell cells.Cell, vpi uint16, channels int, h header) (payload
 func (t *Transport) ackPDU(p *Peer, n int) []byte {
 	ch0 := int(p.ackList[0])
 	sdu := t.scratchSDU(headerLen + ackEntryLen*(n-1))
-	header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0, t.epoch, p.dstOut)
+	header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0, p.srcOut, p.dstOut)
 	header(sdu).setAcks(n - 1)
 	p.ackOn[ch0] = false
 	for j, ch := range p.ackList[1:n] {

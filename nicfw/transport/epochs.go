@@ -62,6 +62,22 @@ import (
 // may have been delivered to the old incarnation before it stopped; its
 // return (ErrRestarted) says so.
 //
+// New incarnations toward one peer. Two events leave this transport not
+// knowing what p holds of their channels: a message given up (timers.go)
+// may have been delivered with its acknowledgement lost, or not, so the
+// channel's next sequence number could be taken for a copy of it
+// (acknowledged and dropped: lost without a word) or refused as outside
+// the window for good; and a row of the host table made again for an
+// address that had one (SetPeers, after a mapper lost the host for a
+// while) starts its channels at 0 while p may keep the old row's. Either
+// starts a new incarnation toward p (reincarnate; newPeer): the frames to
+// p name a fresh epoch as their src (Peer.srcOut, the transport's own
+// epoch for a first row), which p takes as a restart of this host on the
+// challenge above, as for any restart; this side's channels with p start
+// again at 0, and each side returns what it had in flight to the other
+// (ErrUnreachable here, ErrRestarted there). Stats.Reincarnations counts
+// the give-ups that started one.
+//
 // Renewal. Epochs travel in every frame, so a host on the segment may
 // learn both of a pair's (by taking one's address on a bridge for a
 // while); its frames then pass these checks, and only the sequence numbers
@@ -103,7 +119,7 @@ func (t *Transport) checkEpochs(p *Peer, h header) bool {
 		p.confirmed, p.dstHeard = true, dst
 		return true
 	case dst == 0:
-		if !p.confirmed && p.dstIn == t.epoch && typ != typeReset && t.aead == nil {
+		if !p.confirmed && p.dstIn == p.srcOut && typ != typeReset && t.aead == nil {
 			return true
 		}
 		t.stats.ZeroEpoch++
@@ -133,7 +149,7 @@ func (t *Transport) challenge(p *Peer, src uint32) uint32 {
 	binary.BigEndian.PutUint32(b[10:], p.believed)
 	t.prf.Encrypt(b[:], b[:])
 	c := binary.BigEndian.Uint32(b[:])
-	for c == 0 || c == t.epoch {
+	for c == 0 || c == p.srcOut {
 		c++
 	}
 	return c
@@ -163,7 +179,7 @@ func (t *Transport) believe(p *Peer, src, challenge uint32) {
 // turned out forged, and tells p in a RESET.
 func (t *Transport) renew(p *Peer, h header) {
 	old := p.dstIn
-	for p.dstIn == old || p.dstIn == 0 || p.dstIn == t.epoch {
+	for p.dstIn == old || p.dstIn == 0 || p.dstIn == p.srcOut {
 		p.dstIn = rand.Uint32()
 	}
 	t.stats.Renewals++
@@ -186,6 +202,39 @@ func (t *Transport) reset(p *Peer, h header, dst, want uint32) {
 	p.resetAt, p.resetWant = now, want
 	t.control(p, typeReset, h, dst, want)
 	t.stats.ResetsSent++
+}
+
+// freshEpoch returns a random epoch other than 0, old and this
+// transport's own.
+func (t *Transport) freshEpoch(old uint32) uint32 {
+	e := old
+	for e == old || e == 0 || e == t.epoch {
+		e = rand.Uint32()
+	}
+	return e
+}
+
+// reincarnate starts a new incarnation of this transport toward p, whose
+// state of the channels between them is no longer known: a message given
+// up may have been delivered (its acknowledgement lost) or not, so the
+// sequence number after it could be taken for a copy of it or refused as
+// out of the window for good. Every message in flight to p goes back
+// (Returned, ErrUnreachable), both directions' channels start again at
+// 0, and the frames to p name a fresh epoch: p takes it as a restart of
+// this host (on the challenge, as for any), and starts its own channels
+// again, returning what it had in flight.
+func (t *Transport) reincarnate(p *Peer) {
+	t.stats.Reincarnations++
+	p.srcOut = t.freshEpoch(p.srcOut)
+	p.dstIn, p.dstHeard, p.confirmed = p.srcOut, 0, false
+	t.forgetReceived(p)
+	for i := range p.send {
+		c := &p.send[i]
+		if c.inUse {
+			t.giveUp(p, c)
+		}
+		c.seq = 0
+	}
 }
 
 // forgetReceived resets the receive side of p's channels: they expect 0,

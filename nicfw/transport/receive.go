@@ -397,7 +397,7 @@ func (t *Transport) control(p *Peer, typ uint8, h header, dst, want uint32) {
 		n = resetLen
 		binary.BigEndian.PutUint32(sdu[headerLen:], want)
 	}
-	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), n, t.epoch, dst)
+	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), n, p.srcOut, dst)
 	f := t.ctl[len(t.tx)]
 	t.putHeaders(f, p, 1, cells.FlagStart)
 	t.seg.Put(f[len(t.eth):], sdu[:headerLen+n])

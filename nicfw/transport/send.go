@@ -167,7 +167,7 @@ func (t *Transport) load(c *sendChannel, ch int, seq uint16, n int, payload []by
 		c.buf = make([]byte, at+n, max(at+n, 2*cap(c.buf)))
 	}
 	c.buf = c.buf[:at+n]
-	header(c.hdr[:]).put(typeData, ch, seq, 0, n, t.epoch, 0)
+	header(c.hdr[:]).put(typeData, ch, seq, 0, n, 0, 0) // epochs: transmit's
 	if f != nil {
 		f.Fill(c.buf[at:])
 	} else {
@@ -198,7 +198,7 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 	sdu := c.buf[start:]
 	copy(sdu, h)
 	header(sdu).setAcks(n)
-	header(sdu).setDst(p.dstOut) // learnt since the last transmission, perhaps
+	header(sdu).setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
 	if n > 0 {
 		t.takeAcks(p, sdu[headerLen:headerLen+ackEntryLen*n])
 		t.stats.AcksPiggybacked += uint64(n)

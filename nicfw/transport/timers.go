@@ -40,6 +40,7 @@ func (t *Transport) scan(now time.Time) error {
 			}
 			if now.Sub(c.heard) >= t.cfg.GiveUpAfter {
 				t.giveUp(p, c)
+				t.reincarnate(p) // whether p got it is not known (epochs.go)
 				continue
 			}
 			c.retries++

@@ -201,6 +201,9 @@ type Stats struct {
 	// Renewals counts the destination epochs renewed (a fresh random
 	// number asked of a peer) after a forged frame named the old one.
 	Renewals uint64
+	// Reincarnations counts the new incarnations started toward a peer
+	// after a give-up (epochs.go).
+	Reincarnations uint64
 
 	Scans      uint64 // timer scans run
 	ScanVisits uint64 // peers visited by them
@@ -255,6 +258,9 @@ type Transport struct {
 	ackOneMax int  // acknowledgements one ACK frame (one frame) may carry
 	ackEarly  int  // acknowledgements owed to a peer that go at once, AckDelay or not: half its channels
 	ackNow    bool // Deliver called AckNow for the message it was given
+	// hadRow holds every address a row of the host table was made for: a
+	// row made again for one starts a new incarnation (newPeer).
+	hadRow map[[6]byte]struct{}
 
 	ackCompactMax int // acknowledgements the frame of a compact cell may carry
 
@@ -370,6 +376,7 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		ackOneMax: min(oneFrame/ackEntryLen, cfg.Channels),
 		ackEarly:  max(cfg.Channels/2, 1),
 		byMAC:     make(map[[6]byte]*Peer),
+		hadRow:    make(map[[6]byte]struct{}),
 		epoch:     cfg.Epoch,
 	}
 	// A compact cell's frame: the cell, and an ACK PDU in the cells left.

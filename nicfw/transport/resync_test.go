@@ -1,0 +1,132 @@
+package transport
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp/memlink"
+)
+
+// settle polls both ends, advancing the clock a retransmission time at a
+// time, until neither has a message unacknowledged, or fails the test.
+func (p *pair) settle(t *testing.T) {
+	t.Helper()
+	for i := 0; p.a.tr.Unacked(hostB) > 0 || p.b.tr.Unacked(hostA) > 0; i++ {
+		if i > 2000 {
+			t.Fatalf("not settled: A %+v, B %+v", p.a.tr.Stats(), p.b.tr.Stats())
+		}
+		for p.poll(t) {
+		}
+		p.clk.Advance(DefaultRetransmitAfter)
+		p.poll(t)
+	}
+	for p.poll(t) {
+	}
+}
+
+// sendEach sends messages from..to-1 from e to dst, settling after each.
+func (p *pair) sendEach(t *testing.T, e *end, dst HostID, from, to uint32) {
+	t.Helper()
+	for n := from; n < to; n++ {
+		if err := e.tr.Send(dst, payload(n, 40), uint64(n)); err != nil {
+			t.Fatal(err)
+		}
+		p.settle(t)
+	}
+}
+
+// delivered reports which message numbers e got from src, on any channel,
+// and how many times each.
+func delivered(e *end, src HostID) map[uint32]int {
+	m := map[uint32]int{}
+	for _, ns := range e.got[src] {
+		for _, n := range ns {
+			m[n]++
+		}
+	}
+	return m
+}
+
+// A host whose row leaves the table and comes back (a mapper that lost it
+// for a while) starts its channels again at 0; its peer, which kept its
+// row, must not take the new messages for copies of the old ones (they
+// were acknowledged and dropped: lost without a word) nor refuse them
+// forever. The row's return is a new incarnation toward the peer: each
+// side's channels start again, and every message is delivered exactly
+// once or returned to its sender.
+func TestRowRecreated(t *testing.T) {
+	for _, who := range []string{"sender", "receiver"} {
+		t.Run(who, func(t *testing.T) {
+			p := newPair(t, memlink.Options{}, Config{Channels: 2})
+			p.sendEach(t, p.a, hostB, 0, 5)
+			p.sendEach(t, p.b, hostA, 100, 105)
+			e, other, mac := p.a, hostB, p.b.link.HardwareAddr()
+			if who == "receiver" {
+				e, other, mac = p.b, hostA, p.a.link.HardwareAddr()
+			}
+			if err := e.tr.SetPeers(map[HostID]net.HardwareAddr{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.tr.SetPeers(map[HostID]net.HardwareAddr{other: mac}); err != nil {
+				t.Fatal(err)
+			}
+			p.sendEach(t, p.a, hostB, 5, 20)
+			p.sendEach(t, p.b, hostA, 105, 120)
+			checkOnceOrReturned(t, "A to B", delivered(p.b, hostA), p.a.returned, 0, 20)
+			checkOnceOrReturned(t, "B to A", delivered(p.a, hostB), p.b.returned, 100, 120)
+		})
+	}
+}
+
+// checkOnceOrReturned checks that each message from..to-1 was delivered
+// exactly once, or, not delivered, returned to its sender; the last one
+// must have been delivered (the channels work again).
+func checkOnceOrReturned(t *testing.T, what string, got map[uint32]int, returned []returnedMsg, from, to uint32) {
+	t.Helper()
+	back := map[uint32]bool{}
+	for _, r := range returned {
+		back[r.n] = true
+	}
+	for n := from; n < to; n++ {
+		switch {
+		case got[n] > 1:
+			t.Errorf("%s: message %d delivered %d times", what, n, got[n])
+		case got[n] == 0 && !back[n]:
+			t.Errorf("%s: message %d neither delivered nor returned", what, n)
+		}
+	}
+	if got[to-1] != 1 {
+		t.Errorf("%s: the last message, %d, delivered %d times", what, to-1, got[to-1])
+	}
+}
+
+// A sender that gives up on a message (its peer heard nothing for
+// GiveUpAfter) does not know whether the peer got it: the peer, back,
+// must still take the sender's next messages. Before, the channel's next
+// sequence number was one the peer did not expect, refused as out of its
+// window for good.
+func TestGiveUpThenPeerBack(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 1, GiveUpAfter: time.Second})
+	p.sendEach(t, p.a, hostB, 0, 3)
+	// B hears nothing: its frames are taken off its link and dropped.
+	if err := p.a.tr.Send(hostB, payload(3, 40), 3); err != nil {
+		t.Fatal(err)
+	}
+	drop := make([][]byte, 64)
+	for range 300 {
+		p.a.tr.Poll()
+		p.b.link.Recv(drop)
+		p.clk.Advance(DefaultRetransmitAfter)
+		if len(p.a.returned) > 0 {
+			break
+		}
+	}
+	if len(p.a.returned) != 1 || p.a.returned[0].n != 3 {
+		t.Fatalf("returned %+v, want message 3 given up", p.a.returned)
+	}
+	p.sendEach(t, p.a, hostB, 4, 10)
+	p.sendEach(t, p.b, hostA, 100, 105)
+	checkOnceOrReturned(t, "A to B", delivered(p.b, hostA), p.a.returned, 0, 10)
+	checkOnceOrReturned(t, "B to A", delivered(p.a, hostB), p.b.returned, 100, 105)
+}
