@@ -27,7 +27,12 @@ func startMappedDaemons(t *testing.T, links ...afxdp.Link) ([]string, []nicfw.Ho
 	var socks []string
 	for i, l := range links {
 		sock := filepath.Join(dir, string(rune('a'+i))+".sock")
-		d, err := daemon.New(l, daemon.Config{Map: &mapper.Config{ProbeInterval: 20 * time.Millisecond, Privileged: true},
+		// The hosts agree within a few probes; a host is taken for
+		// vanished only after 10 s of silence, so that a machine loaded
+		// by other tests, which may keep a daemon off the processor for
+		// longer than a few probes, does not change the table under the
+		// pings (a vanished host's messages are returned).
+		d, err := daemon.New(l, daemon.Config{Map: &mapper.Config{ProbeInterval: 20 * time.Millisecond, DeadAfter: 10 * time.Second, Privileged: true},
 			Socket: sock, Sleep: 50 * time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
@@ -112,6 +117,10 @@ func TestPingPeerHost(t *testing.T) {
 	}
 	var r bench.AMIIResult
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Done != 200 || r.Lost != 0 {
+		for _, s := range socks {
+			_, o, _ := xam(t, nil, "fw", "stats", "--socket", s)
+			t.Log(o) // the daemons' view: the table's epoch, returns, retransmissions
+		}
 		t.Fatalf("ping --peer-host 0: exit %d: %s %s", code, out, errs)
 	}
 
