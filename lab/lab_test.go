@@ -48,7 +48,11 @@ func udpExchange(t *testing.T, a, b *Host) {
 	udpExchangeTo(t, a, b, b.Addr.Addr())
 }
 
-// udpExchangeTo is udpExchange to b's address to.
+// udpExchangeTo is udpExchange to b's address to. A datagram may be lost
+// while the lab's neighbours are still being resolved (a router queues
+// few packets for an unresolved one, and a loaded machine may take its
+// time), so a sends again every 200 ms until b's answer comes, for up to
+// 10 s; b answers each datagram.
 func udpExchangeTo(t *testing.T, a, b *Host, to netip.Addr) {
 	t.Helper()
 	var ca, cb *net.UDPConn
@@ -66,22 +70,48 @@ func udpExchangeTo(t *testing.T, a, b *Host, to netip.Addr) {
 		t.Fatal(err)
 	}
 	defer ca.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	ca.SetDeadline(deadline)
+	deadline := time.Now().Add(10 * time.Second)
 	cb.SetDeadline(deadline)
-	if _, err := ca.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
-	}
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 16)
+		for {
+			n, from, err := cb.ReadFromUDP(buf)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			if string(buf[:n]) != "ping" {
+				got <- fmt.Sprintf("%q", buf[:n])
+				return
+			}
+			if _, err := cb.WriteToUDP([]byte("pong"), from); err != nil {
+				got <- err.Error()
+				return
+			}
+		}
+	}()
 	buf := make([]byte, 16)
-	n, from, err := cb.ReadFromUDP(buf)
-	if err != nil || string(buf[:n]) != "ping" {
-		t.Fatalf("%s -> %s: %q, %v", a.Name, b.Name, buf[:n], err)
-	}
-	if _, err := cb.WriteToUDP([]byte("pong"), from); err != nil {
-		t.Fatal(err)
-	}
-	if n, err = ca.Read(buf); err != nil || string(buf[:n]) != "pong" {
-		t.Fatalf("%s <- %s: %q, %v", a.Name, b.Name, buf[:n], err)
+	for {
+		if _, err := ca.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		ca.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		n, err := ca.Read(buf)
+		if err == nil && string(buf[:n]) == "pong" {
+			return
+		}
+		select {
+		case why := <-got:
+			t.Fatalf("%s -> %s: %s", a.Name, b.Name, why)
+		default:
+		}
+		if err == nil {
+			t.Fatalf("%s <- %s: %q", a.Name, b.Name, buf[:n])
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s <-> %s: no answer in 10 s: %v", a.Name, b.Name, err)
+		}
 	}
 }
 
