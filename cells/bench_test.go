@@ -1,6 +1,7 @@
 package cells
 
 import (
+	"fmt"
 	"hash/crc32"
 	"testing"
 )
@@ -156,5 +157,24 @@ func BenchmarkUnpack(b *testing.B) {
 		if _, _, err := Unpack(frame, 0); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkCRC10 is the CRC-10 of a compact cell's 46 bytes (the
+// transport's) and of an SSAM cell's 48.
+func BenchmarkCRC10(b *testing.B) {
+	for _, n := range []int{46, 48} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(i * 37)
+			}
+			b.SetBytes(int64(n))
+			var sink uint16
+			for b.Loop() {
+				sink ^= CRC10(p)
+			}
+			_ = sink
+		})
 	}
 }
