@@ -113,12 +113,17 @@ func daemonPair(t *testing.T, sleep time.Duration, giveUp time.Duration) (da, db
 // daemonPairWith is daemonPair; with group the two daemons run in one
 // engine thread (RunGroup), as a lab's hosts on a machine of few cores.
 func daemonPairWith(t *testing.T, sleep time.Duration, giveUp time.Duration, group bool) (da, db *Daemon, sa, sb string) {
+	return daemonPairConfig(t, sleep, transport.Config{GiveUpAfter: giveUp}, group)
+}
+
+// daemonPairConfig is daemonPairWith with the engines' transport
+// configuration tc.
+func daemonPairConfig(t *testing.T, sleep time.Duration, tc transport.Config, group bool) (da, db *Daemon, sa, sb string) {
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	tc := transport.Config{GiveUpAfter: giveUp}
 	ca := Config{Engine: nicfw.EngineConfig{Host: 1, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Sleep: sleep}
 	cb := Config{Engine: nicfw.EngineConfig{Host: 2, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{1: la.HardwareAddr()}, Sleep: sleep}
 	if !group {
@@ -662,12 +667,12 @@ func pingPong(t *testing.T, client, server *Endpoint, rounds, pause int, beforeR
 // not promise answers (GRIM's) still has its requests acknowledged at
 // once.
 func TestDaemonAcksRideOnMessages(t *testing.T) {
-	la, lb, err := memlink.NewPair(memlink.Options{})
+	ld, lo, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	if d, err := New(la, Config{Engine: nicfw.EngineConfig{Host: 1}, Socket: filepath.Join(openDir(t), "x.sock")}); err != nil {
+	t.Cleanup(func() { ld.Close(); lo.Close() })
+	if d, err := New(ld, Config{Engine: nicfw.EngineConfig{Host: 1}, Socket: filepath.Join(openDir(t), "x.sock")}); err != nil {
 		t.Fatal(err)
 	} else if d.cfg.Engine.Transport.AckDelay != DefaultAckDelay {
 		t.Fatalf("AckDelay %v by default, want DefaultAckDelay", d.cfg.Engine.Transport.AckDelay)
@@ -677,30 +682,9 @@ func TestDaemonAcksRideOnMessages(t *testing.T) {
 	// Busy-polling, so that no engine flushes its acknowledgements to
 	// sleep; a delay far longer than any round trip, so that a test
 	// slowed down by others still sees none leave alone.
-	tc := transport.Config{AckDelay: time.Minute}
-	ca := Config{Engine: nicfw.EngineConfig{Host: 1, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}, Sleep: BusyPoll}
-	cb := Config{Engine: nicfw.EngineConfig{Host: 2, Transport: tc}, Hosts: map[nicfw.HostID]net.HardwareAddr{1: la.HardwareAddr()}, Sleep: BusyPoll}
-	dir := openDir(t)
-	ca.Socket, cb.Socket = filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
-	da, err := New(la, ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := New(lb, cb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- RunGroup(ctx, da, db) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("daemons: %v", err)
-		}
-	})
-	client := dial(t, ca.Socket, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 20}}})
-	server := dial(t, cb.Socket, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
+	_, db, sa, sb := daemonPairConfig(t, BusyPoll, transport.Config{AckDelay: time.Minute}, true)
+	client := dial(t, sa, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 20}}})
+	server := dial(t, sb, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
 	acks := func() uint64 {
 		s, err := db.Stats()
 		if err != nil {
