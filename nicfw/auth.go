@@ -110,11 +110,17 @@ func (a *authState) setNonce(src, dst HostID, ctr uint64) []byte {
 }
 
 // seal returns m, a message for host dst, in an envelope made with aead
-// (in e.auth.buf, valid until the next seal).
+// (in e.auth.buf, valid until the next seal). The envelope names the epoch
+// this host has toward dst (transport.Peer.SrcEpoch: its own, or a new
+// incarnation's toward dst), which dst holds for it.
 func (e *Engine) seal(aead cipher.AEAD, dst HostID, m []byte) []byte {
 	b := e.auth.buf[:authHeaderLen+len(m)]
 	b[0] = msgAuth
-	binary.BigEndian.PutUint32(b[1:], e.tr.Config().Epoch)
+	epoch := e.tr.Config().Epoch
+	if p := e.tr.Peer(dst); p != nil {
+		epoch = p.SrcEpoch()
+	}
+	binary.BigEndian.PutUint32(b[1:], epoch)
 	ctr := e.auth.next
 	e.auth.next++
 	binary.BigEndian.PutUint64(b[5:], ctr)

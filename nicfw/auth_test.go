@@ -2,6 +2,7 @@ package nicfw
 
 import (
 	"bytes"
+	"net"
 	"testing"
 
 	"github.com/xam-project/xam/afxdp/memlink"
@@ -118,5 +119,62 @@ func TestReplayWindow(t *testing.T) {
 	w.add(5 * authWindow * 1000)
 	if w.has(5*authWindow*1000-1) || !w.has(5*authWindow*1000) {
 		t.Error("after a jump")
+	}
+}
+
+// A host whose row for a peer is made again (a mapper lost the peer for a
+// while) starts a new incarnation toward it, under another epoch: its
+// envelopes must name that epoch, the one the peer holds for it, or every
+// keyed message after it is refused as made for another incarnation
+// (counted, acknowledged, and lost to its sender).
+func TestAuthAfterRowMadeAgain(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	key, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := []Name{{hostA, 1}, {hostB, 1}}
+	a := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: table, Key: key})
+	b := n.b.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: table, Key: key})
+	// send sends round from each of from to the other endpoint and runs
+	// the engines until each has arrived.
+	send := func(round uint64, from ...*endpoint.View) {
+		t.Helper()
+		var got [2][]endpoint.Descriptor
+		for _, v := range from {
+			dest := uint32(1)
+			if v == b {
+				dest = 0
+			}
+			mustSend(t, v, endpoint.RequestSend, short(dest, 0, round))
+		}
+		n.run(t, 50000, func() bool {
+			drain(t, a, endpoint.RequestReceive, &got[0])
+			drain(t, b, endpoint.RequestReceive, &got[1])
+			return len(got[0])+len(got[1]) == len(from)
+		})
+		for _, g := range got {
+			for _, d := range g {
+				if d.Args[0] != round {
+					t.Fatalf("round %d: got %+v", round, d)
+				}
+			}
+		}
+	}
+	send(1, a, b)
+	hosts := map[HostID]net.HardwareAddr{hostA: n.a.link.HardwareAddr(), hostB: n.b.link.HardwareAddr()}
+	if err := n.b.eng.SetHosts(hostB, map[HostID]net.HardwareAddr{hostB: hosts[hostB]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.b.eng.SetHosts(hostB, hosts); err != nil {
+		t.Fatal(err)
+	}
+	// B's first message to A is a new incarnation's, which A takes for
+	// a restart of B (a message of A's in flight to B would come back).
+	send(2, b)
+	send(3, a, b)
+	send(4, a, b)
+	if sa, sb := n.a.eng.Stats(), n.b.eng.Stats(); sa.AuthFailed != 0 || sb.AuthFailed != 0 {
+		t.Errorf("envelopes refused: A %+v, B %+v", sa, sb)
 	}
 }

@@ -354,6 +354,9 @@ type returnedFlight struct {
 type remoteReturn struct {
 	peer *transport.Peer
 	msg  []byte
+	// aead, if not nil, seals msg when it is sent (flushReturns): the
+	// epoch it names is the one toward the peer then.
+	aead cipher.AEAD
 }
 
 // Engine is AM-II's NIC processor over one link, run inline: the caller's

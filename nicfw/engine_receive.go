@@ -1,7 +1,6 @@
 package nicfw
 
 import (
-	"bytes"
 	"crypto/cipher"
 	"errors"
 
@@ -80,10 +79,7 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) (taken bool) {
 	e.countHostReturn(src, reason, true)
 	b := make([]byte, m.size())
 	encodeMsg(b, &m)
-	if aead != nil {
-		b = bytes.Clone(e.seal(aead, src, b))
-	}
-	e.returns = append(e.returns, remoteReturn{e.tr.Peer(src), b})
+	e.returns = append(e.returns, remoteReturn{e.tr.Peer(src), b, aead})
 	return true
 }
 

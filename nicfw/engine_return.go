@@ -170,7 +170,11 @@ func (e *Engine) returnFlight(s *epState, f *flight, payload []byte, reason endp
 func (e *Engine) flushReturns() (int, error) {
 	work, j := 0, 0
 	for i, r := range e.returns {
-		err := e.tr.SendTo(r.peer, r.msg, 0)
+		m := r.msg
+		if r.aead != nil {
+			m = e.seal(r.aead, r.peer.ID(), m)
+		}
+		err := e.tr.SendTo(r.peer, m, 0)
 		switch {
 		case err == nil:
 			e.stats.ReturnsSent++

@@ -53,6 +53,10 @@ type Peer struct {
 	// random number for a row made again for an address that had one, or
 	// after a give-up (reincarnate, epochs.go).
 	srcOut uint32
+	// taught: dstOut is the challenge for this side's new incarnation,
+	// taught by a RESET of the peer's own new one (checkEpochs); believing
+	// the peer keeps it.
+	taught bool
 	// resetAt is when the last RESET went to the peer, and resetWant
 	// what it asked for: RESETs are rate-limited (reset, epochs.go).
 	resetAt   time.Time
@@ -120,6 +124,12 @@ func (p *Peer) ID() HostID { return p.id }
 // the same incarnation.
 func (p *Peer) Epoch() uint32 { return p.epoch }
 
+// SrcEpoch returns the epoch this transport names itself with to the peer
+// (its frames' source epoch): Config.Epoch at first, another after a new
+// incarnation toward the peer (epochs.go). The peer's Epoch for this host
+// is this number once it has taken it in.
+func (p *Peer) SrcEpoch() uint32 { return p.srcOut }
+
 // Busy reports whether every channel to the host holds a message in
 // flight, so that Send would return ErrBusy.
 func (p *Peer) Busy() bool { return p.unacked == len(p.send) }
@@ -155,16 +165,26 @@ type recvChannel struct {
 
 // newPeer returns a fresh row of the host table for id at mac: nothing
 // heard from it yet, its frames to name this transport by its epoch.
+// maxHadRow bounds Transport.hadRow: a host table is at most MaxHosts
+// rows, so only a stream of tables of made-up addresses (a mapper's
+// messages are not authenticated) reaches it; the set is then forgotten,
+// and a row made again after that is taken for a first.
+const maxHadRow = 1 << 16
+
 func (t *Transport) newPeer(id HostID, mac net.HardwareAddr) *Peer {
 	channels := t.cfg.Channels
 	src := t.epoch
-	if _, again := t.hadRow[[6]byte(mac)]; again {
+	_, again := t.hadRow[[6]byte(mac)]
+	if again {
 		// The peer may hold the channels of the row this one replaces:
 		// a new incarnation toward it makes both sides start again.
 		src = t.freshEpoch(0)
 	}
+	if len(t.hadRow) >= maxHadRow {
+		clear(t.hadRow) // a flood of made-up tables: forget, rather than grow
+	}
 	t.hadRow[[6]byte(mac)] = struct{}{}
-	return &Peer{
+	p := &Peer{
 		id:        id,
 		srcOut:    src,
 		dstIn:     src,
@@ -179,6 +199,10 @@ func (t *Transport) newPeer(id HostID, mac net.HardwareAddr) *Peer {
 		ackList:   make([]uint8, 0, channels),
 		ackIdx:    -1,
 	}
+	if again {
+		t.fresh(p)
+	}
+	return p
 }
 
 // occupy marks channel c of p in use and keeps the active list.

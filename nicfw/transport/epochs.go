@@ -76,7 +76,17 @@ import (
 // challenge above, as for any restart; this side's channels with p start
 // again at 0, and each side returns what it had in flight to the other
 // (ErrUnreachable here, ErrRestarted there). Stats.Reincarnations counts
-// the give-ups that started one.
+// the give-ups that started one. The new incarnation asks p for a fresh
+// dstIn, never srcOut, so that destination epoch 0 is refused (p's epoch
+// is no secret: a host that knows it could otherwise have a frame of its
+// making delivered to the channels that expect 0 again); p learns it from
+// the RESET its first refused frame gets. A RESET naming srcOut is taken
+// too (p answers our claim at the epoch it claimed, a number only frames
+// to p's address carry), and when both sides gave up at once, each
+// claiming an epoch the other cannot believe yet, a RESET of p's claim
+// addressed to srcOut is taken for its payload alone: the challenge for
+// our claim, which this side then names (Peer.taught), so that each
+// believes the other.
 //
 // Renewal. Epochs travel in every frame, so a host on the segment may
 // learn both of a pair's (by taking one's address on a bridge for a
@@ -95,7 +105,7 @@ import (
 // checkEpochs applies the epochs of frame h from p (see above), and
 // reports whether the frame is for this incarnation from p's current one.
 // A frame it refuses may be answered with a RESET.
-func (t *Transport) checkEpochs(p *Peer, h header) bool {
+func (t *Transport) checkEpochs(p *Peer, h header, payload []byte) bool {
 	src, dst, typ := h.src(), h.dst(), h.typ()
 	if src != p.epoch {
 		switch {
@@ -108,6 +118,17 @@ func (t *Transport) checkEpochs(p *Peer, h header) bool {
 			t.believe(p, src, dst)
 		default:
 			t.stats.Unconfirmed++
+			if typ == typeReset && dst == p.srcOut && dst != t.epoch && len(payload) >= resetLen {
+				// Both sides started new incarnations toward each other
+				// (reincarnate): p's RESET claims its new epoch, which
+				// this side cannot believe yet, and carries the challenge
+				// for ours, which p can believe only once we name it.
+				// Addressed to our per-peer incarnation (a number only
+				// frames to p's address carry), it is taken for its
+				// payload alone, so that each side names the other's
+				// challenge in its next frame.
+				p.dstOut, p.taught = binary.BigEndian.Uint32(payload), true
+			}
 			if typ == typeData || typ == typeReset {
 				t.reset(p, h, src, t.challenge(p, src))
 			}
@@ -116,7 +137,7 @@ func (t *Transport) checkEpochs(p *Peer, h header) bool {
 	}
 	switch {
 	case dst == p.dstIn:
-		p.confirmed, p.dstHeard = true, dst
+		p.confirmed, p.dstHeard, p.taught = true, dst, false
 		return true
 	case dst == 0:
 		if !p.confirmed && p.dstIn == p.srcOut && typ != typeReset && t.aead == nil {
@@ -128,6 +149,11 @@ func (t *Transport) checkEpochs(p *Peer, h header) bool {
 		}
 		return false
 	case typ == typeReset && dst == p.dstHeard:
+		return true
+	case typ == typeReset && dst == p.srcOut && dst != t.epoch:
+		// p answers a frame of a new incarnation toward it (reincarnate,
+		// newPeer), whose dstIn it does not know yet, at the epoch the
+		// frame claimed: a number only frames to p's address carry.
 		return true
 	}
 	t.stats.StaleEpoch++
@@ -159,7 +185,14 @@ func (t *Transport) challenge(p *Peer, src uint32) uint32 {
 // becomes dstIn. A confirmed epoch it replaces was a restart.
 func (t *Transport) believe(p *Peer, src, challenge uint32) {
 	old, restart := p.epoch, p.confirmed
-	p.epoch, p.dstOut, p.dstIn = src, src, challenge
+	p.epoch, p.dstIn = src, challenge
+	if !p.taught {
+		// A restarted peer asks to be named by its epoch at first. One
+		// that taught this side the challenge for its own new
+		// incarnation (both started one) keeps being named so: it
+		// believes this side on it, and then asks for just that.
+		p.dstOut = src
+	}
 	if t.aead != nil {
 		p.believed++ // no replayed frame answers this challenge again (auth.go)
 	}
@@ -226,15 +259,42 @@ func (t *Transport) freshEpoch(old uint32) uint32 {
 func (t *Transport) reincarnate(p *Peer) {
 	t.stats.Reincarnations++
 	p.srcOut = t.freshEpoch(p.srcOut)
-	p.dstIn, p.dstHeard, p.confirmed = p.srcOut, 0, false
+	t.fresh(p)
 	t.forgetReceived(p)
+	// As restarted does: the free channels start again at 0, then each
+	// busy one is freed, starts again and its message goes back. A
+	// message Returned sends takes a free channel, numbered anew, and is
+	// not among those returned here (busy was taken first).
+	var busy [MaxChannels]bool
 	for i := range p.send {
-		c := &p.send[i]
-		if c.inUse {
-			t.giveUp(p, c)
+		busy[i] = p.send[i].inUse
+		if !busy[i] {
+			p.send[i].seq = 0
 		}
-		c.seq = 0
 	}
+	for i := range p.send {
+		if !busy[i] {
+			continue
+		}
+		c := &p.send[i]
+		t.release(p, c)
+		c.seq = 0
+		t.stats.Returned++
+		p.stats.Returned++
+		if t.cfg.Returned != nil {
+			t.cfg.Returned(p.id, c.cookie, t.payload(c), ErrUnreachable)
+		}
+	}
+}
+
+// fresh readies p's destination epochs for an incarnation toward p that p
+// may not know of, whose srcOut is set: p must name a new dstIn (never
+// srcOut, so that a frame naming 0, which a host that knows p's epoch
+// could make, is refused and answered with a RESET that teaches it), and
+// is not confirmed until it does.
+func (t *Transport) fresh(p *Peer) {
+	p.dstIn = t.freshEpoch(p.srcOut)
+	p.dstHeard, p.confirmed, p.taught = 0, false, false
 }
 
 // forgetReceived resets the receive side of p's channels: they expect 0,

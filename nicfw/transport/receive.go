@@ -250,7 +250,7 @@ const lateWindow = 4
 // dispatch handles one checked transport PDU from p: its piggy-backed
 // acknowledgements (the entries in acks), then the frame itself.
 func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
-	if !t.checkEpochs(p, h) {
+	if !t.checkEpochs(p, h, payload) {
 		return
 	}
 	if !t.inWindows(p, h, acks) {

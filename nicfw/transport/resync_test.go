@@ -130,3 +130,81 @@ func TestGiveUpThenPeerBack(t *testing.T) {
 	checkOnceOrReturned(t, "A to B", delivered(p.b, hostA), p.a.returned, 0, 10)
 	checkOnceOrReturned(t, "B to A", delivered(p.a, hostB), p.b.returned, 100, 105)
 }
+
+// Both sides give up at once (an outage longer than GiveUpAfter with a
+// message in flight each way), so each starts a new incarnation toward the
+// other and each claims an epoch the other cannot believe yet: the RESETs
+// that carry the challenges, addressed to the new incarnations, teach them
+// all the same, and the pair talks again.
+func TestBothGiveUp(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 1, GiveUpAfter: time.Second})
+	p.sendEach(t, p.a, hostB, 0, 3)
+	p.sendEach(t, p.b, hostA, 100, 103)
+	if err := p.a.tr.Send(hostB, payload(3, 40), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.b.tr.Send(hostA, payload(103, 40), 103); err != nil {
+		t.Fatal(err)
+	}
+	drop := make([][]byte, 64)
+	for range 300 {
+		p.a.tr.Poll()
+		p.b.link.Recv(drop)
+		p.b.tr.Poll()
+		p.a.link.Recv(drop)
+		p.clk.Advance(DefaultRetransmitAfter)
+		if len(p.a.returned) > 0 && len(p.b.returned) > 0 {
+			break
+		}
+	}
+	if sa, sb := p.a.tr.Stats(), p.b.tr.Stats(); sa.Reincarnations != 1 || sb.Reincarnations != 1 {
+		t.Fatalf("reincarnations: A %d, B %d; want 1 each", sa.Reincarnations, sb.Reincarnations)
+	}
+	p.sendEach(t, p.a, hostB, 4, 10)
+	p.sendEach(t, p.b, hostA, 104, 110)
+	checkOnceOrReturned(t, "A to B", delivered(p.b, hostA), p.a.returned, 0, 10)
+	checkOnceOrReturned(t, "B to A", delivered(p.a, hostB), p.b.returned, 100, 110)
+	if sa := p.a.tr.Stats(); sa.Reincarnations != 1 {
+		t.Errorf("A started %d incarnations, want 1: %+v", sa.Reincarnations, sa)
+	}
+}
+
+// After a new incarnation toward B, A's receive channels from B expect 0
+// again, but a frame naming destination epoch 0 is still refused: B's
+// epoch is no secret (B's frames to any host carry it), and a host that
+// knows it could otherwise have A deliver a message of its making.
+func TestNoZeroAfterReincarnate(t *testing.T) {
+	p, in := warmPair(t)
+	macA, macB := p.a.link.HardwareAddr(), p.b.link.HardwareAddr()
+	p.a.tr.reincarnate(p.a.tr.Peer(hostB))
+	before := p.a.tr.Stats()
+	out := in.send(epochFrame(t, macA, macB, typeData, 0, 0, 1, p.b.tr.epoch, 0, payload(forgedBase, 50)))
+	if s := p.a.tr.Stats(); forgedDelivered(p.a) != 0 || s.Delivered != before.Delivered || s.ZeroEpoch != before.ZeroEpoch+1 {
+		t.Fatalf("forged frame with destination epoch 0: delivered %d, stats %+v", forgedDelivered(p.a), s)
+	}
+	if len(out) != 1 || out[0].typ() != typeReset {
+		t.Errorf("answered with %d frames, want a RESET", len(out))
+	}
+}
+
+// The epoch a host's peer holds for it is the one it names itself with
+// toward that peer (SrcEpoch), before and after a new incarnation: what
+// an engine's envelopes must name.
+func TestSrcEpochIsPeersEpoch(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	p.sendEach(t, p.a, hostB, 0, 3)
+	p.sendEach(t, p.b, hostA, 100, 103)
+	if got, want := p.a.tr.Peer(hostB).Epoch(), p.b.tr.Peer(hostA).SrcEpoch(); got != want || want != p.b.tr.Config().Epoch {
+		t.Fatalf("A holds %d for B, B names itself %d (its epoch %d)", got, want, p.b.tr.Config().Epoch)
+	}
+	if err := p.b.tr.SetPeers(map[HostID]net.HardwareAddr{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.b.tr.SetPeers(map[HostID]net.HardwareAddr{hostA: p.a.link.HardwareAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	p.sendEach(t, p.b, hostA, 103, 106)
+	if got, want := p.a.tr.Peer(hostB).Epoch(), p.b.tr.Peer(hostA).SrcEpoch(); got != want || want == p.b.tr.Config().Epoch {
+		t.Fatalf("after B's row for A was made again: A holds %d for B, B names itself %d (its epoch %d)", got, want, p.b.tr.Config().Epoch)
+	}
+}

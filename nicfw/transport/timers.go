@@ -39,8 +39,10 @@ func (t *Transport) scan(now time.Time) error {
 				continue
 			}
 			if now.Sub(c.heard) >= t.cfg.GiveUpAfter {
-				t.giveUp(p, c)
-				t.reincarnate(p) // whether p got it is not known (epochs.go)
+				// Given up with every other message to p: whether p got
+				// it is not known, so the channels start again with a
+				// new incarnation toward p (epochs.go).
+				t.reincarnate(p)
 				continue
 			}
 			c.retries++

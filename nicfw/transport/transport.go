@@ -258,8 +258,9 @@ type Transport struct {
 	ackOneMax int  // acknowledgements one ACK frame (one frame) may carry
 	ackEarly  int  // acknowledgements owed to a peer that go at once, AckDelay or not: half its channels
 	ackNow    bool // Deliver called AckNow for the message it was given
-	// hadRow holds every address a row of the host table was made for: a
-	// row made again for one starts a new incarnation (newPeer).
+	// hadRow holds the addresses rows of the host table were made for
+	// (up to maxHadRow): a row made again for one starts a new
+	// incarnation (newPeer).
 	hadRow map[[6]byte]struct{}
 
 	ackCompactMax int // acknowledgements the frame of a compact cell may carry
