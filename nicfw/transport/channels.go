@@ -53,10 +53,11 @@ type Peer struct {
 	// random number for a row made again for an address that had one, or
 	// after a give-up (reincarnate, epochs.go).
 	srcOut uint32
-	// taught: dstOut is the challenge for this side's new incarnation,
-	// taught by a RESET of the peer's own new one (checkEpochs); believing
-	// the peer keeps it.
-	taught bool
+	// heard: the peer's epoch on record was confirmed once (a frame from
+	// it named dstIn). A new incarnation toward the peer clears
+	// confirmed, not heard, so that believing a new epoch of the peer
+	// after it is still a restart (believe).
+	heard bool
 	// resetAt is when the last RESET went to the peer, and resetWant
 	// what it asked for: RESETs are rate-limited (reset, epochs.go).
 	resetAt   time.Time
@@ -167,23 +168,24 @@ type recvChannel struct {
 // heard from it yet, its frames to name this transport by its epoch.
 // maxHadRow bounds Transport.hadRow: a host table is at most MaxHosts
 // rows, so only a stream of tables of made-up addresses (a mapper's
-// messages are not authenticated) reaches it; the set is then forgotten,
-// and a row made again after that is taken for a first.
+// messages are not authenticated) reaches it; every row made after that
+// starts a new incarnation, as one made again does.
 const maxHadRow = 1 << 16
 
 func (t *Transport) newPeer(id HostID, mac net.HardwareAddr) *Peer {
 	channels := t.cfg.Channels
 	src := t.epoch
 	_, again := t.hadRow[[6]byte(mac)]
+	if len(t.hadRow) >= maxHadRow {
+		again = true // not remembered: taken for a row made again, which costs a round trip, never a message
+	} else {
+		t.hadRow[[6]byte(mac)] = struct{}{}
+	}
 	if again {
 		// The peer may hold the channels of the row this one replaces:
 		// a new incarnation toward it makes both sides start again.
 		src = t.freshEpoch(0)
 	}
-	if len(t.hadRow) >= maxHadRow {
-		clear(t.hadRow) // a flood of made-up tables: forget, rather than grow
-	}
-	t.hadRow[[6]byte(mac)] = struct{}{}
 	p := &Peer{
 		id:        id,
 		srcOut:    src,

@@ -80,13 +80,15 @@ import (
 // dstIn, never srcOut, so that destination epoch 0 is refused (p's epoch
 // is no secret: a host that knows it could otherwise have a frame of its
 // making delivered to the channels that expect 0 again); p learns it from
-// the RESET its first refused frame gets. A RESET naming srcOut is taken
-// too (p answers our claim at the epoch it claimed, a number only frames
-// to p's address carry), and when both sides gave up at once, each
-// claiming an epoch the other cannot believe yet, a RESET of p's claim
-// addressed to srcOut is taken for its payload alone: the challenge for
-// our claim, which this side then names (Peer.taught), so that each
-// believes the other.
+// the RESET its first refused frame gets. Until p names it, a RESET
+// naming srcOut is taken too (p answers our claim at the epoch it
+// claimed, a number only frames to p's address carry), and one that
+// claims a new epoch of p is believed on it, as on a challenge: when both
+// sides gave up at once, each claims an epoch the other cannot believe
+// yet, and the RESETs that carry the challenges would otherwise be
+// refused as claims themselves. A new incarnation clears confirmed, not
+// heard: believing a new epoch of p after it is a restart, as it would
+// have been before (what p had in flight goes back to it).
 //
 // Renewal. Epochs travel in every frame, so a host on the segment may
 // learn both of a pair's (by taking one's address on a bridge for a
@@ -116,19 +118,16 @@ func (t *Transport) checkEpochs(p *Peer, h header, payload []byte) bool {
 			return false
 		case dst != 0 && dst == t.challenge(p, src):
 			t.believe(p, src, dst)
+		case !p.confirmed && typ == typeReset && dst == p.srcOut && dst != t.epoch:
+			// p answers a frame of our new incarnation toward it
+			// (reincarnate, newPeer) at the epoch that frame claimed, a
+			// number only frames to p's address carry: as good as the
+			// challenge, so p's epoch is believed. When both sides
+			// started one at once (both gave up), each claim is believed
+			// so, where each side's RESET, itself a claim, was refused.
+			t.believe(p, src, t.challenge(p, src))
 		default:
 			t.stats.Unconfirmed++
-			if typ == typeReset && dst == p.srcOut && dst != t.epoch && len(payload) >= resetLen {
-				// Both sides started new incarnations toward each other
-				// (reincarnate): p's RESET claims its new epoch, which
-				// this side cannot believe yet, and carries the challenge
-				// for ours, which p can believe only once we name it.
-				// Addressed to our per-peer incarnation (a number only
-				// frames to p's address carry), it is taken for its
-				// payload alone, so that each side names the other's
-				// challenge in its next frame.
-				p.dstOut, p.taught = binary.BigEndian.Uint32(payload), true
-			}
 			if typ == typeData || typ == typeReset {
 				t.reset(p, h, src, t.challenge(p, src))
 			}
@@ -137,7 +136,7 @@ func (t *Transport) checkEpochs(p *Peer, h header, payload []byte) bool {
 	}
 	switch {
 	case dst == p.dstIn:
-		p.confirmed, p.dstHeard, p.taught = true, dst, false
+		p.confirmed, p.heard, p.dstHeard = true, true, dst
 		return true
 	case dst == 0:
 		if !p.confirmed && p.dstIn == p.srcOut && typ != typeReset && t.aead == nil {
@@ -150,7 +149,7 @@ func (t *Transport) checkEpochs(p *Peer, h header, payload []byte) bool {
 		return false
 	case typ == typeReset && dst == p.dstHeard:
 		return true
-	case typ == typeReset && dst == p.srcOut && dst != t.epoch:
+	case !p.confirmed && typ == typeReset && dst == p.srcOut && dst != t.epoch:
 		// p answers a frame of a new incarnation toward it (reincarnate,
 		// newPeer), whose dstIn it does not know yet, at the epoch the
 		// frame claimed: a number only frames to p's address carry.
@@ -184,15 +183,9 @@ func (t *Transport) challenge(p *Peer, src uint32) uint32 {
 // believe takes src in as p's epoch: its frame named the challenge, which
 // becomes dstIn. A confirmed epoch it replaces was a restart.
 func (t *Transport) believe(p *Peer, src, challenge uint32) {
-	old, restart := p.epoch, p.confirmed
-	p.epoch, p.dstIn = src, challenge
-	if !p.taught {
-		// A restarted peer asks to be named by its epoch at first. One
-		// that taught this side the challenge for its own new
-		// incarnation (both started one) keeps being named so: it
-		// believes this side on it, and then asks for just that.
-		p.dstOut = src
-	}
+	old, restart := p.epoch, p.confirmed || p.heard
+	p.epoch, p.dstOut, p.dstIn = src, src, challenge
+	p.heard = false
 	if t.aead != nil {
 		p.believed++ // no replayed frame answers this challenge again (auth.go)
 	}
@@ -294,7 +287,7 @@ func (t *Transport) reincarnate(p *Peer) {
 // is not confirmed until it does.
 func (t *Transport) fresh(p *Peer) {
 	p.dstIn = t.freshEpoch(p.srcOut)
-	p.dstHeard, p.confirmed, p.taught = 0, false, false
+	p.dstHeard, p.confirmed = 0, false
 }
 
 // forgetReceived resets the receive side of p's channels: they expect 0,

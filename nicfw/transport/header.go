@@ -101,7 +101,10 @@ func valid(sdu []byte, channels int) bool {
 			return false
 		}
 	case typeReset:
-		if h.length() != resetLen || binary.BigEndian.Uint32(sdu[len(sdu)-resetLen:]) == 0 {
+		// A RESET answers no message of its peer's: it carries no
+		// acknowledgements (so one taken on its epochs alone, checkEpochs,
+		// cannot acknowledge anything).
+		if h.length() != resetLen || h.acks() != 0 || binary.BigEndian.Uint32(sdu[len(sdu)-resetLen:]) == 0 {
 			return false
 		}
 	default:

@@ -208,3 +208,60 @@ func TestSrcEpochIsPeersEpoch(t *testing.T) {
 		t.Fatalf("after B's row for A was made again: A holds %d for B, B names itself %d (its epoch %d)", got, want, p.b.tr.Config().Epoch)
 	}
 }
+
+// A started a new incarnation toward B once, long since settled (its
+// frames to B name a number of their own); then B's transport restarts,
+// or B's row for A is made again. A's next messages must each be
+// delivered or returned: before, one was acknowledged to A by B's new
+// incarnation on A's old channel, A then took B's restart in and started
+// its channel again, and the next message, numbered as that one, was
+// taken for its copy and dropped.
+func TestReincarnatedThenPeerRestarts(t *testing.T) {
+	for _, how := range []string{"restart", "row"} {
+		t.Run(how, func(t *testing.T) {
+			cfg := Config{Channels: 1, AckDelay: -1}
+			p := newPair(t, memlink.Options{}, cfg)
+			acked := map[uint64]bool{}
+			p.a.tr.cfg.Acked = func(_ HostID, c uint64) { acked[c] = true }
+			p.exchange(t, p.a, hostB, numbers(0, 5))
+			p.exchange(t, p.b, hostA, numbers(100, 105))
+			pb := p.a.tr.Peer(hostB)
+			p.a.tr.reincarnate(pb)
+			p.exchange(t, p.b, hostA, numbers(105, 110)) // A's ACKs carry its new incarnation
+			for range 5 {
+				p.poll(t)
+			}
+			if !pb.confirmed || pb.srcOut == p.a.tr.epoch {
+				t.Fatalf("the new incarnation did not settle: confirmed %v", pb.confirmed)
+			}
+			if how == "restart" {
+				c := cfg
+				c.Epoch = p.b.tr.epoch + 1
+				lb := p.b.link
+				p.b = newEnd(t, lb, p.clk, c)
+				p.b.link = lb
+				if err := p.b.tr.AddPeer(hostA, p.a.link.HardwareAddr()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				mac := p.a.link.HardwareAddr()
+				if err := p.b.tr.SetPeers(map[HostID]net.HardwareAddr{}); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.b.tr.SetPeers(map[HostID]net.HardwareAddr{hostA: mac}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for n := uint32(10); n < 20; n++ {
+				p.exchange(t, p.a, hostB, []uint32{n})
+			}
+			got := delivered(p.b, hostA)
+			for n := uint32(10); n < 20; n++ {
+				if acked[uint64(n)] && got[n] != 1 {
+					t.Errorf("message %d acknowledged to A, delivered %d times to B", n, got[n])
+				}
+			}
+			checkOnceOrReturned(t, "A to B", got, p.a.returned, 10, 20)
+		})
+	}
+}
