@@ -253,31 +253,7 @@ func (t *Transport) reincarnate(p *Peer) {
 	t.stats.Reincarnations++
 	p.srcOut = t.freshEpoch(p.srcOut)
 	t.fresh(p)
-	t.forgetReceived(p)
-	// As restarted does: the free channels start again at 0, then each
-	// busy one is freed, starts again and its message goes back. A
-	// message Returned sends takes a free channel, numbered anew, and is
-	// not among those returned here (busy was taken first).
-	var busy [MaxChannels]bool
-	for i := range p.send {
-		busy[i] = p.send[i].inUse
-		if !busy[i] {
-			p.send[i].seq = 0
-		}
-	}
-	for i := range p.send {
-		if !busy[i] {
-			continue
-		}
-		c := &p.send[i]
-		t.release(p, c)
-		c.seq = 0
-		t.stats.Returned++
-		p.stats.Returned++
-		if t.cfg.Returned != nil {
-			t.cfg.Returned(p.id, c.cookie, t.payload(c), ErrUnreachable)
-		}
-	}
+	t.startAgain(p, ErrUnreachable)
 }
 
 // fresh readies p's destination epochs for an incarnation toward p that p
@@ -310,23 +286,36 @@ func (t *Transport) forgetReceived(p *Peer) {
 // with the channel free and at 0, and may call Send.
 func (t *Transport) restarted(p *Peer) {
 	t.stats.Restarts++
+	t.startAgain(p, ErrRestarted)
+}
+
+// startAgain starts both directions of p's channels again at sequence
+// number 0 and returns each message in flight to p with why. The free
+// channels start again first, then each busy one is freed, starts again
+// and its message goes back; Returned runs with the channel free and at 0,
+// and may call Send: a message it sends takes a free channel, numbered
+// anew, and is not among those returned here (the busy ones were noted
+// first).
+func (t *Transport) startAgain(p *Peer, why error) {
 	t.forgetReceived(p)
+	var busy [MaxChannels]bool
 	for i := range p.send {
-		if !p.send[i].inUse {
+		busy[i] = p.send[i].inUse
+		if !busy[i] {
 			p.send[i].seq = 0
 		}
 	}
 	for i := range p.send {
-		c := &p.send[i]
-		if !c.inUse {
+		if !busy[i] {
 			continue
 		}
+		c := &p.send[i]
 		t.release(p, c)
 		c.seq = 0
 		t.stats.Returned++
 		p.stats.Returned++
 		if t.cfg.Returned != nil {
-			t.cfg.Returned(p.id, c.cookie, t.payload(c), ErrRestarted)
+			t.cfg.Returned(p.id, c.cookie, t.payload(c), why)
 		}
 	}
 }
