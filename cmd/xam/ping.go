@@ -107,7 +107,7 @@ func parsePing(e *env, args []string) (*pingOptions, error) {
 	fs.Float64Var(&o.dup, "dup", 0, "with --api ssam, amii or grim: the fraction of xam frames delivered twice, in [0, 1) (the lab gets a switch, whose ports copy them)")
 	fs.DurationVar(&o.fwSleep, "fw-sleep", daemon.DefaultSleep, "with --mode firmware: how long the engines poll without work, yielding the CPU, before they block (0: busy-poll)")
 	fs.StringVar(&o.fwLayout, "fw-layout", "daemons", "with --mode firmware: where the two hosts' engines run: daemons (an xam fw process per host, as deployed; with --loss the default is group), group (one thread of this process runs both, as one NIC processor with two ports) or threads (a thread each in this process)")
-	fs.StringVar(&o.fwCores, "fw-cores", "", "with --mode firmware: pin the engines to CPUs, host a's and host b's lists separated by a slash (e.g. 2/3; with --fw-layout group one list, for the one thread); pin the applications elsewhere with taskset")
+	fs.StringVar(&o.fwCores, "fw-cores", "", "with --mode firmware: pin the engines to CPUs, host a's and host b's lists separated by a slash (e.g. 8/10; with --fw-layout group one list, for the one thread). The CPUs must be in this process's mask: to keep the applications on others, run e.g. taskset -c 2-5,8,10 (the applications then find 2-5 idle)")
 	fs.StringVar(&o.engineMode, "mode", "inline", "with --api amii or grim: where the firmware engine runs: inline (in the application's thread) or firmware (a daemon per host, reached through its unix socket)")
 	fs.IntVar(&o.cfg.Count, "count", 10000, "measured round trips (at least 1)")
 	fs.IntVar(&o.warmup, "warmup", -1, "unmeasured round trips first (default count/10, at most 1000; 0: none)")
