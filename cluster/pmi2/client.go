@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,7 +42,11 @@ type Client struct {
 	conn   net.Conn
 	r      *bufio.Reader
 	broken error // set once the connection is out of step or gone
-	closed bool
+	// wmu serialises the writes to conn: a request's (under mu) and an
+	// abort's, which does not wait for mu: a fence may hold it for as
+	// long as the other tasks take (Abort).
+	wmu    sync.Mutex
+	closed atomic.Bool
 }
 
 // Open connects to the PMI-2 server on descriptor fd (PMI_FD), which it
@@ -158,7 +163,10 @@ func (c *Client) send(m Message) error {
 	if err != nil {
 		return fmt.Errorf("pmi2: %s: %w", m.Cmd, err)
 	}
-	if _, err := c.conn.Write(b); err != nil {
+	c.wmu.Lock()
+	_, err = c.conn.Write(b)
+	c.wmu.Unlock()
+	if err != nil {
 		c.broken = err
 		return fmt.Errorf("pmi2: sending %s: %w", m.Cmd, err)
 	}
@@ -168,7 +176,7 @@ func (c *Client) send(m Message) error {
 // usable reports why the client cannot send a request; the caller holds mu.
 func (c *Client) usable() error {
 	switch {
-	case c.closed:
+	case c.closed.Load():
 		return ErrClosed
 	case c.broken != nil:
 		return fmt.Errorf("%w: %w", ErrBroken, c.broken)
@@ -227,21 +235,29 @@ func (c *Client) Get(ctx context.Context, key string) (string, bool, error) {
 
 // Abort asks the launcher to end the whole job (isworld=TRUE); Slurm kills
 // every task of the step, this one too, and shows no message: print it
-// before. The server does not answer; the client is closed.
+// before. The server does not answer; the client is closed. Abort does not
+// wait for a request under way in another goroutine (a fence waits for
+// every task, and a task that aborts because one is gone would otherwise
+// wait for the fence's timeout): it writes between requests' writes.
 func (c *Client) Abort(msg string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
 	msg = strings.NewReplacer(";", ",", "\n", " ", "\x00", "").Replace(msg)
 	if len(msg) > MaxValLen {
 		msg = msg[:MaxValLen]
 	}
-	c.conn.SetDeadline(time.Now().Add(DefaultTimeout))
-	err := c.send(Message{Cmd: "abort", Pairs: []Pair{{"isworld", "TRUE"}, {"msg", msg}}})
-	c.closed = true
-	return err
+	b, err := Encode(Message{Cmd: "abort", Pairs: []Pair{{"isworld", "TRUE"}, {"msg", msg}}})
+	if err != nil {
+		return fmt.Errorf("pmi2: abort: %w", err)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Swap(true) {
+		return ErrClosed
+	}
+	c.conn.SetWriteDeadline(time.Now().Add(DefaultTimeout))
+	if _, err := c.conn.Write(b); err != nil {
+		return fmt.Errorf("pmi2: sending abort: %w", err)
+	}
+	return nil
 }
 
 // Finalize tells the server that this task is done with PMI and closes the
@@ -249,7 +265,7 @@ func (c *Client) Abort(msg string) error {
 func (c *Client) Finalize(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return ErrClosed
 	}
 	var err error
@@ -258,7 +274,7 @@ func (c *Client) Finalize(ctx context.Context) error {
 		_, err = c.roundTrip(Message{Cmd: "finalize"}, "finalize-response")
 		stop()
 	}
-	c.closed = true
+	c.closed.Store(true)
 	if cerr := c.conn.Close(); err == nil {
 		err = cerr
 	}
@@ -270,7 +286,7 @@ func (c *Client) Finalize(ctx context.Context) error {
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed = true
+	c.closed.Store(true)
 	return c.conn.Close()
 }
 

@@ -246,3 +246,41 @@ func TestOpenBadFD(t *testing.T) {
 		t.Errorf("Open of a file: %v", err)
 	}
 }
+
+// TestClientAbortDuringFence: a task that aborts while another goroutine
+// of it waits in a fence (for the task that is gone, say) sends the abort
+// at once, not after the fence's timeout; the fence then ends with the
+// connection, as Slurm kills the task.
+func TestClientAbortDuringFence(t *testing.T) {
+	conn, s := newFake(t)
+	go s.handshake("0", "2")
+	c, err := NewClient(context.Background(), conn, "7.0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced := make(chan struct{})
+	got := make(chan Message, 1)
+	go func() {
+		s.expect("kvs-fence", "") // no answer: the other task is gone
+		close(fenced)
+		m, _ := s.expect("abort", "")
+		got <- m
+		s.conn.Close()
+	}()
+	fence := make(chan error, 1)
+	go func() { fence <- c.Fence(context.Background()) }()
+	<-fenced
+	if err := c.Abort("rank 1 is gone"); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-got; m.Cmd != "abort" {
+		t.Fatalf("the server got %q", m.Cmd)
+	}
+	if err := <-fence; err == nil {
+		t.Error("the fence succeeded after the server went")
+	}
+	if err := c.Abort("again"); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Abort: %v", err)
+	}
+	c.Close()
+}
