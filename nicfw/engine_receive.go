@@ -20,17 +20,21 @@ import (
 // receive queue, and delivered, refused for now (a NACK) or returned with
 // a reason (engine_return.go).
 
-// deliver is the transport's Deliver callback.
-func (e *Engine) deliver(src HostID, _ int, p []byte) (taken bool) {
-	// A request stored for an application that answers every request
-	// (View.SetAnswers) keeps its acknowledgement for the reply to carry;
-	// every other message has it sent at the next Poll (AckDelay).
+// deliver is the transport's Deliver callback. A request stored for an
+// application that answers every request (View.SetAnswers) keeps its
+// acknowledgement for the reply to carry; every other message has it sent
+// at the next Poll (Transport.AckNow, whatever the AckDelay).
+func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	e.answering = false
-	defer func() {
-		if !e.answering {
-			e.tr.AckNow()
-		}
-	}()
+	taken := e.offer(src, p)
+	if !e.answering {
+		e.tr.AckNow()
+	}
+	return taken
+}
+
+// offer is deliver without the acknowledgement's timing.
+func (e *Engine) offer(src HostID, p []byte) (taken bool) {
 	if len(e.down) > 0 {
 		delete(e.down, src)
 	}
