@@ -162,6 +162,7 @@ type EngineConfig struct {
 // and Acked.
 type EngineStats struct {
 	Sent          uint64 // messages (bulk: chunks) handed to the transport or delivered locally
+	Express       uint64 // of those, short messages handed over directly (Express), not through a send queue
 	Acked         uint64 // sent messages (bulk: chunks) acknowledged
 	Busy          uint64 // sends put off by ErrBusy (kept pending)
 	Delivered     uint64 // messages put into a receive queue

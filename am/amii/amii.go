@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/internal/clock"
+	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
 )
@@ -224,14 +225,15 @@ type Config struct {
 	// or must wait for room (a credit, a queue entry), so the messages
 	// sent between two polls leave in one engine run, packed into frames
 	// (with EngineConfig.Window at least the credits, all of them at
-	// once). Without it (the default) each send runs the engine once and
-	// its message leaves before the call returns. Firmware mode's engine
-	// runs by itself either way.
+	// once). Without it (the default) each message leaves before the call
+	// that sends it returns: by the express path, or queued and the engine
+	// run once. Firmware mode's engine runs by itself either way.
 	Coalesce bool
 	// RunEngine, in inline mode (New, Open), is what runs the engine once
 	// when the endpoint drives it: default the engine's Poll. A benchmark
 	// wraps it to time the engine's runs; a test that plays several hosts
-	// in one goroutine makes it poll all their engines.
+	// in one goroutine makes it poll all their engines. With it set, no
+	// message takes the express path (the engine may be run elsewhere).
 	RunEngine func() (int, error)
 	// QueueEntries and StagingSize size the endpoint's memory (0: the
 	// defaults, endpoint.DefaultQueueEntries and
@@ -253,6 +255,7 @@ type Stats struct {
 	NullReplyMessages uint64
 	Mediums           uint64 // medium messages sent (requests and replies)
 	Stores            uint64 // bulk messages sent (Store)
+	Express           uint64 // short messages handed to the inline engine directly (the express path, nicfw.Engine.Express), not queued
 	Handled           uint64 // request handlers run
 	ReplyHandled      uint64 // reply handlers run (implicit replies not counted)
 	Returned          uint64 // returned messages handed to the error handler (or dropped without one)
@@ -294,24 +297,32 @@ type slotUse struct {
 // Endpoint is an AM-II endpoint (see the package documentation). Open,
 // New and Dial return one.
 type Endpoint struct {
-	view     *endpoint.View
-	poll     func() (int, error)       // nil: firmware mode
-	block    func(time.Duration) error // firmware mode's wait (newEndpoint)
-	closer   func() error              // what Close releases besides the view
-	name     Name
-	cfg      Config
-	table    uint32 // the translation table's size
-	entries  int    // entries per queue
-	handlers []handler
-	onReturn func(Returned)
-	pending  pendingRing   // requests sent and not answered, in the order sent
-	polls    uint          // pollLocked calls, for the reply timers
-	depth    int           // handlers running (handlers do not nest)
-	mu       sync.Mutex    // Shared: held by the goroutine in a method
-	running  atomic.Bool   // Shared: a handler runs (in the lock's holder)
-	blocking int           // Shared, firmware mode: goroutines blocked in the blocking wait
-	changed  chan struct{} // Shared: closed (and replaced) when a Poll took messages
-	tok      Token
+	view *endpoint.View
+	poll func() (int, error) // nil: firmware mode
+	// express is the inline engine that short messages may be handed to
+	// directly (nicfw.Engine.Express), as endpoint expressID: nil but in
+	// inline mode with the engine's own Poll and without Coalesce. queued
+	// says whether a message went into a send queue since the engine
+	// last ran.
+	express   *nicfw.Engine
+	expressID nicfw.EndpointID
+	queued    bool
+	block     func(time.Duration) error // firmware mode's wait (newEndpoint)
+	closer    func() error              // what Close releases besides the view
+	name      Name
+	cfg       Config
+	table     uint32 // the translation table's size
+	entries   int    // entries per queue
+	handlers  []handler
+	onReturn  func(Returned)
+	pending   pendingRing   // requests sent and not answered, in the order sent
+	polls     uint          // pollLocked calls, for the reply timers
+	depth     int           // handlers running (handlers do not nest)
+	mu        sync.Mutex    // Shared: held by the goroutine in a method
+	running   atomic.Bool   // Shared: a handler runs (in the lock's holder)
+	blocking  int           // Shared, firmware mode: goroutines blocked in the blocking wait
+	changed   chan struct{} // Shared: closed (and replaced) when a Poll took messages
+	tok       Token
 	// Implicit replies owed: per source index, the requests dispatched in
 	// this poll that their handlers did not answer, and the indices owed
 	// any (sendNullReplies).

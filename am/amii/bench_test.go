@@ -6,19 +6,32 @@ import (
 	"testing"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // ownEnginePair is two AM-II endpoints, A1 and B1, on two inline engines
 // over a memlink pair, each polling its own engine only (as two hosts do):
 // A1's table names B1 and B1's names A1.
 func ownEnginePair(tb testing.TB) (ha, hb *Endpoint) {
+	ha, hb, _, _ = ownEnginePairLinks(tb)
+	return ha, hb
+}
+
+// ownEnginePairLinks is ownEnginePair with its two links.
+func ownEnginePairLinks(tb testing.TB) (ha, hb *Endpoint, la, lb *memlink.Link) {
+	return ownEnginePairConfig(tb, nicfw.EngineConfig{})
+}
+
+// ownEnginePairConfig is ownEnginePairLinks with engines configured by ec.
+func ownEnginePairConfig(tb testing.TB, ec nicfw.EngineConfig) (ha, hb *Endpoint, la, lb *memlink.Link) {
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { la.Close(); lb.Close() })
 	mk := func(id HostID, l *memlink.Link, peer HostID, pl *memlink.Link) *Endpoint {
-		a, err := Open(l, Inline{Host: id, Hosts: map[HostID]net.HardwareAddr{peer: pl.HardwareAddr()}},
+		a, err := Open(l, Inline{Host: id, Hosts: map[HostID]net.HardwareAddr{peer: pl.HardwareAddr()}, Engine: ec},
 			VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 1}}}, Config{})
 		if err != nil {
 			tb.Fatal(err)
@@ -26,7 +39,7 @@ func ownEnginePair(tb testing.TB) (ha, hb *Endpoint) {
 		tb.Cleanup(func() { a.Close() })
 		return a
 	}
-	return mk(amiiHostA, la, amiiHostB, lb), mk(amiiHostB, lb, amiiHostA, la)
+	return mk(amiiHostA, la, amiiHostB, lb), mk(amiiHostB, lb, amiiHostA, la), la, lb
 }
 
 // BenchmarkAMIIRoundTrip is the processor cost of one AM-II request and
@@ -39,14 +52,23 @@ func ownEnginePair(tb testing.TB) (ha, hb *Endpoint) {
 // no system calls it is what AM-II adds to the data path's round trip.
 func BenchmarkAMIIRoundTrip(b *testing.B) {
 	for _, nargs := range []int{2, 4} {
-		b.Run(fmt.Sprintf("args=%d", nargs), func(b *testing.B) { amiiRoundTrip(b, nargs) })
+		b.Run(fmt.Sprintf("args=%d", nargs), func(b *testing.B) { amiiRoundTrip(b, nargs, nicfw.EngineConfig{}) })
 	}
+	b.Run("args=2/unreliable", func(b *testing.B) {
+		amiiRoundTrip(b, 2, nicfw.EngineConfig{Transport: transport.Config{Unreliable: true}})
+	})
+	b.Run("args=2/unprotected", func(b *testing.B) {
+		amiiRoundTrip(b, 2, nicfw.EngineConfig{Unprotected: true})
+	})
+	b.Run("args=2/baseline", func(b *testing.B) {
+		amiiRoundTrip(b, 2, nicfw.EngineConfig{Unprotected: true, Transport: transport.Config{Unreliable: true}})
+	})
 }
 
 // amiiRoundTrip is BenchmarkAMIIRoundTrip with requests of nargs
 // arguments: two go in one compact cell, four in an AAL5 PDU.
-func amiiRoundTrip(b *testing.B, nargs int) {
-	ha, hb := ownEnginePair(b)
+func amiiRoundTrip(b *testing.B, nargs int, ec nicfw.EngineConfig) {
+	ha, hb, la, lb := ownEnginePairConfig(b, ec)
 	hb.Register(func(t *Token, args []uint64) {
 		if err := t.Reply(0, args...); err != nil {
 			b.Error(err)
@@ -60,7 +82,14 @@ func amiiRoundTrip(b *testing.B, nargs int) {
 		}
 	}
 	args := []uint64{1, 2, 3, 4}[:nargs]
+	frames := func() uint64 {
+		sa, _ := la.Stats()
+		sb, _ := lb.Stats()
+		return sa.TxFrames + sb.TxFrames
+	}
+	before := frames()
 	b.ReportAllocs()
+	defer func() { b.ReportMetric(float64(frames()-before)/float64(b.N), "frames/op") }()
 	for b.Loop() {
 		want := answered + 1
 		if err := ha.Request(0, 0, args...); err != nil {

@@ -140,6 +140,11 @@ func New(eng *nicfw.Engine, vn VNet, cfg Config) (*Endpoint, error) {
 	}
 	a.name = Name{Host: eng.Host(), Endpoint: vn.ID}
 	a.closer = func() error { return errors.Join(view.Close(), eng.CloseEndpoint(vn.ID)) }
+	if cfg.RunEngine == nil && !cfg.Coalesce {
+		// The engine runs in this endpoint's goroutine only: short
+		// messages may take the express path.
+		a.express, a.expressID = eng, vn.ID
+	}
 	return a, nil
 }
 

@@ -17,7 +17,8 @@ import (
 // messages in the request and reply receive queues (at most a queue's worth
 // of each), and returns the number of handlers run (error handler
 // included). In inline mode, when request handlers ran, it runs the engine
-// once more, so that their replies leave before Poll returns; when
+// once more, so that their replies leave before Poll returns (unless they
+// all left by the express path, with the acknowledgements owed); when
 // messages wait already as it starts (a Wait has just run the engine), it
 // runs their handlers first and the engine after them. It may not be
 // called from a handler.
@@ -43,7 +44,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	// would flush those in an ACK frame of their own.
 	engineRan := false
 	if ep.poll != nil && ep.view.Ready() == 0 {
-		if _, err := ep.poll(); err != nil {
+		if _, err := ep.runEngine(); err != nil {
 			return 0, err
 		}
 		engineRan = true
@@ -88,15 +89,24 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	if err := ep.sendNullReplies(); err != nil {
 		return ran, err
 	}
-	if ep.poll != nil && (requests > 0 || !engineRan) {
+	if ep.poll != nil && (requests > 0 && ep.mustRun() || !engineRan) {
 		// The replies leave now, as a request does (sent), not at the
 		// next Poll: an application that polls now and then answers at
-		// once.
-		if _, err := ep.poll(); err != nil {
+		// once. Replies sent by the express path left already, with the
+		// acknowledgements owed to their hosts.
+		if _, err := ep.runEngine(); err != nil {
 			return ran, err
 		}
 	}
 	return ran, nil
+}
+
+// mustRun reports whether, requests having run their handlers, the engine
+// must run for their replies (or the acknowledgements owed) to leave: some
+// reply was queued, or acknowledgements are owed that the express path's
+// replies did not carry.
+func (ep *Endpoint) mustRun() bool {
+	return ep.express == nil || ep.queued || ep.express.OwesAcks()
 }
 
 // dispatch handles ep.d, just peeked from receive queue q.

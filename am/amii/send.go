@@ -14,8 +14,9 @@ import (
 // in, and the wait for room in the send queues.
 
 // Request sends a request with up to MaxArgs arguments to handler h at the
-// endpoint of index dest in the translation table, then (inline mode) runs
-// the engine once. With no credit left it polls (running handlers) until a
+// endpoint of index dest in the translation table; in inline mode it leaves
+// before Request returns (by the express path, or queued, the engine then
+// running once: see the package documentation). With no credit left it polls (running handlers) until a
 // reply or a return gives one back, for at most the give-up time. It may
 // not be called from a handler.
 func (ep *Endpoint) Request(dest int, h HandlerID, args ...uint64) error {
@@ -157,25 +158,40 @@ func (ep *Endpoint) waitCredit() error {
 	}
 }
 
-// sent counts a request just queued (its record, for an answer or a
-// return to find) and, in inline mode, runs the engine once so that it
-// leaves at once.
+// sent counts a request just sent (its record, for an answer or a return
+// to find) and, in inline mode, runs the engine once if it was queued, so
+// that it leaves at once.
 func (ep *Endpoint) sent(class endpoint.Class, dest, handler uint32, args []uint64) error {
 	p := pendingRequest{class: class, dest: dest, handler: handler, nargs: uint8(len(args))}
 	copy(p.args[:], args)
 	ep.pending.push(p)
 	ep.stats.Requests++
-	if ep.poll == nil || ep.cfg.Coalesce {
-		return nil
+	if ep.poll == nil || ep.cfg.Coalesce || !ep.queued {
+		return nil // firmware mode, coalescing, or it left by the express path
 	}
-	_, err := ep.poll()
+	_, err := ep.runEngine()
 	return err
 }
 
-// send puts a short message into send queue q.
+// runEngine runs the inline engine once.
+func (ep *Endpoint) runEngine() (int, error) {
+	ep.queued = false
+	return ep.poll()
+}
+
+// send sends a short message from send queue q: by the express path when
+// the engine takes it (inline mode), else into the queue.
 func (ep *Endpoint) send(q endpoint.Queue, dest, handler uint32, args []uint64) error {
 	d := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
 	copy(d.Args[:], args)
+	if ep.express != nil && !ep.queued {
+		if ok, err := ep.express.Express(ep.expressID, q, &d); ok || err != nil {
+			if ok {
+				ep.stats.Express++
+			}
+			return err
+		}
+	}
 	return ep.sendDescriptor(q, &d)
 }
 
@@ -258,6 +274,9 @@ func (ep *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) err
 	var start time.Time
 	for {
 		err := ep.view.Send(q, d)
+		if err == nil {
+			ep.queued = true
+		}
 		if !errors.Is(err, endpoint.ErrQueueFull) {
 			return err
 		}
@@ -282,6 +301,6 @@ func (ep *Endpoint) step() error {
 		})
 		return nil
 	}
-	_, err := ep.poll()
+	_, err := ep.runEngine()
 	return err
 }

@@ -60,7 +60,7 @@ func (ep *Endpoint) waitLocked(timeout time.Duration) error {
 			return errNothing
 		}
 		if ep.poll != nil {
-			if _, err := ep.poll(); err != nil {
+			if _, err := ep.runEngine(); err != nil {
 				return err
 			}
 			ep.letOthersIn()

@@ -163,3 +163,7 @@ func (t *Transport) FlushAcks() error {
 	t.flushAcks(true)
 	return t.flush()
 }
+
+// AcksOwed reports whether acknowledgements are owed to any peer: queued,
+// and not yet carried by a frame.
+func (t *Transport) AcksOwed() bool { return len(t.acking) > 0 }

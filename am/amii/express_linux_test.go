@@ -1,0 +1,255 @@
+//go:build linux
+
+package amii
+
+import (
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
+	"github.com/xam-project/xam/nicfw/xdptest"
+)
+
+// expressPair opens A1 and B1 inline, each on an engine of its own on its
+// link (la, lb), A1's table naming B1 and B1's A1, with cfg.
+func expressPair(t *testing.T, la, lb afxdp.Link, cfg Config, ec nicfw.EngineConfig) (a, b *Endpoint) {
+	t.Helper()
+	mk := func(id HostID, l afxdp.Link, peer HostID, pl afxdp.Link) *Endpoint {
+		e, err := Open(l, Inline{Host: id, Hosts: map[HostID]net.HardwareAddr{peer: pl.HardwareAddr()}, Engine: ec},
+			VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 1}}}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	return mk(amiiHostA, la, amiiHostB, lb), mk(amiiHostB, lb, amiiHostA, la)
+}
+
+// pollUntil polls a until done reports true, for at most a minute.
+func pollUntil(t *testing.T, a *Endpoint, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatal("not done after a minute")
+		}
+		if _, err := a.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// serve polls b in a goroutine of its own, as its host would, until the
+// function it returns is called.
+func serve(t *testing.T, b *Endpoint) (stop func()) {
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !done.Load() {
+			if _, err := b.Poll(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			done.Store(true)
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// expressBody has A1 send n requests to B1, short ones of 1 to MaxArgs
+// arguments with a medium one every seventh, by turns a hundred one at a
+// time (each answered before the next leaves: an idle endpoint, the
+// express path) and a hundred as fast as its credits allow (the send
+// queue, mostly); B1, served by a goroutine of its own, records them and
+// replies with the arguments reversed. Every request arrives once, in the
+// order sent, and every reply comes back; short messages of both took the
+// express path (Stats.Express), and no other.
+func expressBody(t *testing.T, a, b *Endpoint, n int) {
+	t.Helper()
+	var seen []uint64
+	var replies int
+	reply := a.Register(func(tok *Token, args []uint64) { replies++ })
+	replyMedium := a.RegisterMedium(func(tok *Token, args []uint64, data []byte) { replies++ })
+	echo := b.Register(func(tok *Token, args []uint64) {
+		seen = append(seen, args[0])
+		r := slices.Clone(args)
+		slices.Reverse(r)
+		if err := tok.Reply(reply, r...); err != nil {
+			t.Error(err)
+		}
+	})
+	echoMedium := b.RegisterMedium(func(tok *Token, args []uint64, data []byte) {
+		seen = append(seen, args[0])
+		if err := tok.ReplyMedium(replyMedium, data, args...); err != nil {
+			t.Error(err)
+		}
+	})
+	mediums := 0
+	var stop func()
+	for i := range n {
+		args := make([]uint64, 1+i%MaxArgs)
+		args[0] = uint64(i)
+		var err error
+		if i%7 == 6 {
+			mediums++
+			err = a.RequestMedium(0, echoMedium, []byte("medium bytes"), args...)
+		} else {
+			err = a.Request(0, echo, args...)
+		}
+		if i == 0 {
+			stop = serve(t, b)
+		}
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if (i/100)%2 == 0 {
+			pollUntil(t, a, func() bool { return replies == i+1 })
+		}
+	}
+	pollUntil(t, a, func() bool { return replies == n })
+	stop()
+	for i, v := range seen {
+		if v != uint64(i) {
+			t.Fatalf("B1 received request %d as the %dth (order: %v...)", v, i, seen[:min(len(seen), i+5)])
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("B1 received %d requests, want %d", len(seen), n)
+	}
+	sa, sb := a.Stats(), b.Stats()
+	if sa.Express == 0 || sb.Express == 0 {
+		t.Errorf("express sends: A1 %d, B1 %d; want some on each", sa.Express, sb.Express)
+	}
+	if max := uint64(n - mediums); sa.Express > max || sb.Express > max {
+		t.Errorf("express sends: A1 %d, B1 %d; at most %d were short", sa.Express, sb.Express, max)
+	}
+	t.Logf("express sends: A1 %d of %d requests, B1 %d of %d replies", sa.Express, sa.Requests, sb.Express, sb.Replies)
+}
+
+// Short messages of an inline endpoint alone on its engine leave by the
+// express path, in order with the queued ones, on a memlink pair and over
+// AF_XDP.
+func TestExpressInline(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	a, b := expressPair(t, la, lb, Config{Credits: 8}, nicfw.EngineConfig{})
+	expressBody(t, a, b, 2000)
+}
+
+func TestExpressOverAFXDP(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	_, la := xdptest.Open(t, v.A.Do, v.A.Index, v.A.MAC, 0, 41)
+	_, lb := xdptest.Open(t, v.B.Do, v.B.Index, v.B.MAC, 0, 42)
+	a, b := expressPair(t, la, lb, Config{Credits: 8}, nicfw.EngineConfig{})
+	expressBody(t, a, b, 2000)
+}
+
+// Under loss, messages sent by the express path are retransmitted as
+// queued ones are: all arrive, once, in order.
+func TestExpressLossOverAFXDP(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	_, la := xdptest.Open(t, v.A.Do, v.A.Index, v.A.MAC, 0.05, 43)
+	_, lb := xdptest.Open(t, v.B.Do, v.B.Index, v.B.MAC, 0.05, 44)
+	a, b := expressPair(t, la, lb, Config{Credits: 8},
+		nicfw.EngineConfig{Transport: transport.Config{RetransmitAfter: time.Millisecond}})
+	expressBody(t, a, b, 1000)
+}
+
+// With Coalesce the messages wait for the endpoint's poll, packed into
+// frames: none takes the express path.
+func TestExpressNotWithCoalesce(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	a, b := expressPair(t, la, lb, Config{Credits: 8, Coalesce: true}, nicfw.EngineConfig{Window: 8})
+	var replies int
+	reply := a.Register(func(*Token, []uint64) { replies++ })
+	echo := b.Register(func(tok *Token, args []uint64) {
+		if err := tok.Reply(reply, args...); err != nil {
+			t.Error(err)
+		}
+	})
+	serve(t, b)
+	for i := range 100 {
+		if err := a.Request(0, echo, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollUntil(t, a, func() bool { return replies == 100 })
+	if sa, sb := a.Stats(), b.Stats(); sa.Express != 0 || sb.Express != 0 {
+		t.Errorf("express sends with Coalesce: A1 %d, B1 %d", sa.Express, sb.Express)
+	}
+}
+
+// A peer that disappears: the request in flight by the express path is
+// returned once the transport gives up, and the next, to a host now known
+// down, is returned at once; the error handler sees each, with the
+// request's arguments.
+func TestExpressPeerGone(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	a, b := expressPair(t, la, lb, Config{}, nicfw.EngineConfig{
+		Transport: transport.Config{RetransmitAfter: time.Millisecond, GiveUpAfter: 100 * time.Millisecond}})
+	var replies int
+	reply := a.Register(func(*Token, []uint64) { replies++ })
+	echo := b.Register(func(tok *Token, args []uint64) {
+		if err := tok.Reply(reply, args...); err != nil {
+			t.Error(err)
+		}
+	})
+	var returned []Returned
+	a.OnReturn(func(r Returned) { returned = append(returned, r) })
+	stop := serve(t, b)
+	if err := a.Request(0, echo, 1); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, a, func() bool { return replies == 1 })
+	stop()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := a.Stats().Express
+	for i := uint64(2); i <= 3; i++ {
+		if err := a.Request(0, echo, i, 7); err != nil {
+			t.Fatal(err)
+		}
+		pollUntil(t, a, func() bool { return len(returned) == int(i-1) })
+	}
+	if got := a.Stats().Express - before; got != 2 {
+		t.Errorf("%d of the 2 requests to the gone peer took the express path", got)
+	}
+	for i, r := range returned {
+		if !r.Request || !slices.Equal(r.Args, []uint64{uint64(i + 2), 7}) ||
+			r.Reason != endpoint.ReasonUnreachable {
+			t.Errorf("returned %d: %+v, want request %d with ReasonUnreachable", i, r, i+2)
+		}
+	}
+}

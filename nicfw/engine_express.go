@@ -1,0 +1,69 @@
+package nicfw
+
+import "github.com/xam-project/xam/nicfw/endpoint"
+
+// The express path: a short message handed straight to an inline engine.
+//
+// On the queued path a short message crosses the endpoint's send queue:
+// the application encodes its descriptor into the ring and runs the
+// engine, whose Poll receives, asks the scheduler which endpoint sends,
+// peeks at the ring, decodes and checks the descriptor, and only then
+// builds the message. An inline engine runs in its application's
+// goroutine, so when nothing else could go first the application may hand
+// the descriptor over directly (Express): it is checked as Take checks a
+// queued one, put in the endpoint's slot as if taken, and sent, in one
+// call that does nothing else. What the message is owed is unchanged: the
+// same checks (the descriptor's fields, the table's index, the tag the
+// engine adds), the same flight record, window and residency hold, the
+// same return to sender.
+//
+// Express declines, and the caller queues the message as before, whenever
+// the queued path could order things otherwise or needs the engine's
+// turn: another endpoint is open on the engine (the scheduler shares the
+// sends among them), modules are loaded (their gates), the endpoint's slot
+// or either of its send queues holds a message (order), it is not resident
+// (a parked one is unparked, as its doorbell would), its window is full, its virtual network is ordered, or the
+// message could not leave now (canSend: a busy host, no frame to pin).
+
+// Express sends d, a short message from endpoint id's send queue q, at
+// once, without queueing it: the inline fast path (above). It reports
+// whether it did; false means nothing happened, and the message is to be
+// queued as usual. A message the engine refuses or returns (a host that
+// is down, unknown or too small a payload) is handled as on the queued
+// path: Express reports true, and the return arrives in the receive
+// queue. It may be called only where Poll may be, and never during one.
+func (e *Engine) Express(id EndpointID, q endpoint.Queue, d *endpoint.Descriptor) (bool, error) {
+	s := e.ep(id)
+	if s == nil || e.live != 1 || e.mods != nil || s.closed || !s.resident || s.ordered ||
+		s.state != slotEmpty || s.flying >= e.cfg.Window ||
+		d.Class != endpoint.ClassShort || (q != endpoint.RequestSend && q != endpoint.ReplySend) {
+		return false, nil
+	}
+	if !s.mem.Express(d) || s.mem.Pending() || !e.canSend(s, d.Dest) {
+		return false, nil
+	}
+	if s.parked {
+		e.unpark(s) // as its doorbell would: back in the scheduler's rotation
+	}
+	s.d = *d
+	e.begin(s, q)
+	e.tr.BeginPass()
+	sent, err := e.sendFrom(s)
+	if eerr := e.tr.EndPass(); err == nil {
+		err = eerr
+	}
+	if len(e.returning) > 0 {
+		e.flushReturning() // returned at once (a host marked down): in the receive queue now, as at a Poll's end
+	}
+	if sent {
+		e.stats.Express++
+	}
+	// Not sent (canSend said it could leave): it waits in the slot, taken,
+	// for the next Poll, as a queued message that could not leave does.
+	return true, err
+}
+
+// OwesAcks reports whether the engine's transport owes acknowledgements
+// that have not left yet: an application that sent its replies by the
+// express path runs the engine for them.
+func (e *Engine) OwesAcks() bool { return e.tr.AcksOwed() }
