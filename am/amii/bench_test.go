@@ -54,13 +54,13 @@ func BenchmarkAMIIRoundTrip(b *testing.B) {
 	for _, nargs := range []int{2, 4} {
 		b.Run(fmt.Sprintf("args=%d", nargs), func(b *testing.B) { amiiRoundTrip(b, nargs, nicfw.EngineConfig{}) })
 	}
-	b.Run("args=2/unreliable", func(b *testing.B) {
+	b.Run("args=2,unreliable", func(b *testing.B) {
 		amiiRoundTrip(b, 2, nicfw.EngineConfig{Transport: transport.Config{Unreliable: true}})
 	})
-	b.Run("args=2/unprotected", func(b *testing.B) {
+	b.Run("args=2,unprotected", func(b *testing.B) {
 		amiiRoundTrip(b, 2, nicfw.EngineConfig{Unprotected: true})
 	})
-	b.Run("args=2/baseline", func(b *testing.B) {
+	b.Run("args=2,baseline", func(b *testing.B) {
 		amiiRoundTrip(b, 2, nicfw.EngineConfig{Unprotected: true, Transport: transport.Config{Unreliable: true}})
 	})
 }
