@@ -236,6 +236,7 @@ type epState struct {
 	state   slotState
 	d       endpoint.Descriptor
 	q       endpoint.Queue // the send queue d came from
+	express bool           // d came by the express path (Express), not through q
 	reason  endpoint.Reason
 	blocked uint64 // Poll number in which it could not progress
 

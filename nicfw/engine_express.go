@@ -15,14 +15,18 @@ import "github.com/xam-project/xam/nicfw/endpoint"
 // call that does nothing else. What the message is owed is unchanged: the
 // same checks (the descriptor's fields, the table's index, the tag the
 // engine adds), the same flight record, window and residency hold, the
-// same return to sender.
+// same return to sender. Having no place in the queue, it is not counted
+// in the queue's counters (endpoint.View.Progress, View.Done).
 //
 // Express declines, and the caller queues the message as before, whenever
 // the queued path could order things otherwise or needs the engine's
-// turn: another endpoint is open on the engine (the scheduler shares the
-// sends among them), modules are loaded (their gates), the endpoint's slot
-// or either of its send queues holds a message (order), it is not resident
-// (a parked one is unparked, as its doorbell would), its window is full, its virtual network is ordered, or the
+// turn: another endpoint of the engine is busy (the scheduler shares the
+// sends among the busy ones; an idle endpoint's message that the scheduler
+// has not noticed yet waits for the next Poll, as it would), modules are
+// loaded (their gates), the endpoint's slot or either of its send queues
+// holds a message (order), it is not resident (a parked one is unparked,
+// as its doorbell would), its window is full, its virtual network is
+// ordered and its last message to that host is unacknowledged, or the
 // message could not leave now (canSend: a busy host, no frame to pin).
 
 // Express sends d, a short message from endpoint id's send queue q, at
@@ -34,12 +38,13 @@ import "github.com/xam-project/xam/nicfw/endpoint"
 // queue. It may be called only where Poll may be, and never during one.
 func (e *Engine) Express(id EndpointID, q endpoint.Queue, d *endpoint.Descriptor) (bool, error) {
 	s := e.ep(id)
-	if s == nil || e.live != 1 || e.mods != nil || s.closed || !s.resident || s.ordered ||
+	if s == nil || e.mods != nil || s.closed || !s.resident || e.live != 1 && !e.sched.Quiet(int(id)) ||
 		s.state != slotEmpty || s.flying >= e.cfg.Window ||
 		d.Class != endpoint.ClassShort || (q != endpoint.RequestSend && q != endpoint.ReplySend) {
 		return false, nil
 	}
-	if !s.mem.Express(d) || s.mem.Pending() || !e.canSend(s, d.Dest) {
+	if s.mem.Pending() || !e.canSend(s, d.Dest) || s.ordered && len(s.ordTo) > 0 && e.inFlightTo(s, d.Dest) ||
+		!s.mem.Express(d) { // last: it counts the descriptor taken
 		return false, nil
 	}
 	if s.parked {
@@ -47,6 +52,7 @@ func (e *Engine) Express(id EndpointID, q endpoint.Queue, d *endpoint.Descriptor
 	}
 	s.d = *d
 	e.begin(s, q)
+	s.express = true
 	e.tr.BeginPass()
 	sent, err := e.sendFrom(s)
 	if eerr := e.tr.EndPass(); err == nil {

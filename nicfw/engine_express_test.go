@@ -70,6 +70,9 @@ func TestExpress(t *testing.T) {
 	if put, taken := a1.Progress(endpoint.RequestSend); put != 1 || taken != 1 {
 		t.Errorf("the send queue moved (%d put, %d taken): the message went through it", put, taken)
 	}
+	if done := a1.Done(); done != 1 {
+		t.Errorf("Done %d after the express message, want 1 (the queued one only)", done)
+	}
 	if ls, _ := n.a.link.Stats(); ls.TxFrames != before.TxFrames+1 {
 		t.Errorf("%d frames left A at once, want 1", ls.TxFrames-before.TxFrames)
 	}
@@ -137,11 +140,50 @@ func TestExpressDeclines(t *testing.T) {
 			t.Fatal("Express sent from an endpoint the engine has not loaded")
 		}
 	})
-	t.Run("two endpoints", func(t *testing.T) {
-		n, _, _ := expressNet(t, EngineConfig{})
-		n.a.endpoint(t, 2, endpoint.Config{}, VNet{Tag: tagBlue, Table: []Name{{hostB, 2}}})
+	t.Run("another endpoint busy", func(t *testing.T) {
+		n, _, b1 := expressNet(t, EngineConfig{Window: 8, SendBudget: 1})
+		a2 := n.a.endpoint(t, 2, endpoint.Config{}, VNet{Tag: tagBlue, Table: []Name{{hostB, 2}}})
+		b2 := n.b.endpoint(t, 2, endpoint.Config{}, VNet{Tag: tagBlue, Table: []Name{{hostA, 2}}})
+		if !express(t, n, endpoint.RequestSend, short(0, 1, 1)) {
+			t.Fatal("Express declined beside an idle endpoint")
+		}
+		for i := range uint64(4) {
+			mustSend(t, a2, endpoint.RequestSend, short(0, 1, 10+i))
+		}
+		if _, err := n.a.eng.Poll(); err != nil { // A2 sends one (SendBudget) and stays busy
+			t.Fatal(err)
+		}
+		if express(t, n, endpoint.RequestSend, short(0, 1, 2)) {
+			t.Fatal("Express took the turn of a busy endpoint")
+		}
+		if got := receiveArgs(t, n, b2, endpoint.RequestReceive, 4); len(got) != 4 {
+			t.Errorf("B2 received %v", got)
+		}
+		if got := receiveArgs(t, n, b1, endpoint.RequestReceive, 1); len(got) != 1 || got[0] != 1 {
+			t.Errorf("B1 received %v, want [1]", got)
+		}
+	})
+	t.Run("ordered", func(t *testing.T) {
+		n := newEngNet(t, memlink.Options{}, EngineConfig{Window: 4})
+		a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}, Ordered: true})
+		b1 := n.b.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}, Ordered: true})
+		mustSend(t, a1, endpoint.RequestSend, short(0, 1, 0))
+		if _, err := n.a.eng.Poll(); err != nil { // loads A1 and sends: in flight, unacknowledged
+			t.Fatal(err)
+		}
 		if express(t, n, endpoint.RequestSend, short(0, 1, 1)) {
-			t.Fatal("Express passed the scheduler with two endpoints open")
+			t.Fatal("Express passed an unacknowledged message of an ordered endpoint")
+		}
+		if st := n.a.eng.ep(1).mem.Stats(); st.Taken != 1 {
+			t.Errorf("the declined descriptor was counted taken (%d)", st.Taken)
+		}
+		receiveArgs(t, n, b1, endpoint.RequestReceive, 1)
+		n.run(t, 100, func() bool { return n.a.eng.inFlight() == 0 })
+		if !express(t, n, endpoint.RequestSend, short(0, 1, 2)) {
+			t.Fatal("Express declined once the ordered endpoint's message was acknowledged")
+		}
+		if got := receiveArgs(t, n, b1, endpoint.RequestReceive, 1); got[0] != 2 {
+			t.Errorf("received %v, want [2]", got)
 		}
 	})
 	t.Run("not short", func(t *testing.T) {

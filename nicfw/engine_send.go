@@ -368,7 +368,7 @@ func (e *Engine) take(s *epState) bool {
 // medium message is built at once, copying its bytes out of the staging
 // area: from now on the application may change them.
 func (e *Engine) begin(s *epState, q endpoint.Queue) {
-	s.q, s.state = q, slotPending
+	s.q, s.state, s.express = q, slotPending, false
 	s.abort, s.started, s.sent, s.chunk, s.chunksOut, s.bulkPeer, s.published = false, false, 0, 0, 0, nil, 0
 	d := &s.d
 	switch d.Class {
@@ -389,10 +389,11 @@ func (e *Engine) begin(s *epState, q endpoint.Queue) {
 }
 
 // vacate empties s's slot: the engine is done with its message, counted
-// if it came from the request send queue (endpoint.Memory.CountDone).
+// if it came from the request send queue (endpoint.Memory.CountDone), and
+// not by the express path (which has no place in the queue to count).
 func (e *Engine) vacate(s *epState) {
 	e.setAdmit(s, admitNone, nil)
-	if s.state != slotEmpty && s.q == endpoint.RequestSend {
+	if s.state != slotEmpty && s.q == endpoint.RequestSend && !s.express {
 		s.mem.CountDone()
 	}
 	s.state = slotEmpty

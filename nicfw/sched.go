@@ -384,6 +384,20 @@ func (s *Scheduler) stillIdle(e *schedEntry) bool {
 	return false
 }
 
+// Quiet reports whether no endpoint but ep is busy (has had sends pending
+// since the scheduler last found it with none): a send from ep outside
+// the rotation then takes no busy endpoint's turn.
+func (s *Scheduler) Quiet(ep int) bool {
+	switch s.nbusy {
+	case 0:
+		return true
+	case 1:
+		e, ok := s.index[ep]
+		return ok && e.owner.nbusy == 1 && e.owner.busy.has(e.at)
+	}
+	return false
+}
+
 // SetParkAfter makes the scheduler park an idle endpoint once it has been
 // asked n times in a row and found with nothing pending (0: never).
 func (s *Scheduler) SetParkAfter(n int) { s.parkAfter = max(n, 0) }
@@ -492,8 +506,9 @@ func (b *bitset) grow(n int) {
 	}
 }
 
-func (b bitset) set(i int)   { b[i>>6] |= 1 << (i & 63) }
-func (b bitset) clear(i int) { b[i>>6] &^= 1 << (i & 63) }
+func (b bitset) set(i int)      { b[i>>6] |= 1 << (i & 63) }
+func (b bitset) clear(i int)    { b[i>>6] &^= 1 << (i & 63) }
+func (b bitset) has(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
 
 // next returns the least member at or above i, or -1.
 func (b bitset) next(i int) int {

@@ -366,7 +366,8 @@ func (c *Channel) sentLive() {
 }
 
 // send queues d on queue q of c, running the engine while the queue is
-// full.
+// full; inline, a short message the engine takes directly (the express
+// path, nicfw.Engine.Express) leaves at once instead.
 func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	if q == endpoint.ReplySend && len(c.replies) > 0 {
 		c.replies = append(c.replies, *d) // after those waiting
@@ -375,9 +376,24 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	if err := c.ep.usable(); err != nil {
 		return err
 	}
+	if c.ep.eng != nil && d.Class == endpoint.ClassShort && !c.ep.queued {
+		ok, err := c.ep.eng.Express(c.id, q, d)
+		if ok {
+			c.ep.stats.Express++
+			if q == endpoint.RequestSend {
+				c.sentExpress(d)
+			}
+		}
+		if ok || err != nil {
+			return err
+		}
+	}
 	var deadline time.Time // read once the queue is found full: a send that finds room reads no clock
 	for {
 		err := c.view.Send(q, d)
+		if err == nil {
+			c.ep.queued = true
+		}
 		if err == nil && q == endpoint.RequestSend {
 			c.sentRequest(d)
 		}

@@ -228,6 +228,7 @@ func (t *Token) send(h HandlerID, args []uint32) error {
 // copy of the cluster's handler registry.
 type Endpoint struct {
 	eng      *nicfw.Engine             // inline mode: the engine Poll runs; nil in firmware mode
+	queued   bool                      // inline: a message went into a send queue since the engine last ran
 	block    func(time.Duration) error // firmware mode: sleeps on the channels' notifications
 	closeAll func() error
 	cfg      Config
@@ -270,6 +271,7 @@ type Stats struct {
 	Refused               uint64 // registry messages refused: a table or a Publish answer not from the central endpoint, a generation that jumps
 	BadTables             uint64 // registry tables that did not parse
 	RepliesDeferred       uint64 // replies that found the reply queue full and waited for the next Poll
+	Express               uint64 // short messages handed to the inline engine directly (nicfw.Engine.Express), not queued
 }
 
 // New makes a GRIM endpoint in inline mode on eng, which the caller owns

@@ -59,7 +59,7 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 		if ep.ready() {
 			return true, nil
 		}
-		if _, err := ep.eng.Poll(); err != nil {
+		if _, err := ep.runEngine(); err != nil {
 			return false, err
 		}
 		if ep.ready() {
@@ -137,7 +137,7 @@ func (ep *Endpoint) Poll() (int, error) {
 	// flush those in an ACK frame of their own.
 	ran := false
 	if ep.eng != nil && !ep.ready() {
-		if _, err := ep.eng.Poll(); err != nil {
+		if _, err := ep.runEngine(); err != nil {
 			return 0, err
 		}
 		ran = true
@@ -173,14 +173,22 @@ func (ep *Endpoint) Poll() (int, error) {
 	if err := ep.pushTable(); err != nil {
 		return n, err
 	}
-	if ep.eng != nil && (requests > 0 || !ran) {
+	if ep.eng != nil && (requests > 0 && (ep.queued || ep.eng.OwesAcks()) || !ran) {
 		// The replies leave now, not at the next Poll (as AM-II's do): a
-		// server that polls now and then answers at once.
-		if _, err := ep.eng.Poll(); err != nil {
+		// server that polls now and then answers at once. Those that left
+		// by the express path went with the acknowledgements owed to
+		// their hosts.
+		if _, err := ep.runEngine(); err != nil {
 			return n, err
 		}
 	}
 	return n, nil
+}
+
+// runEngine runs the inline engine once.
+func (ep *Endpoint) runEngine() (int, error) {
+	ep.queued = false
+	return ep.eng.Poll()
 }
 
 // dispatch runs the handlers of what receive queue q of c holds.

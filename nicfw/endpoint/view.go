@@ -185,7 +185,9 @@ func statusWord(staging []byte, off uint32) *atomic.Uint32 {
 // done with, counting from 0 in the order they were sent (a free-running
 // uint32): the bytes of the p-th are the application's again once
 // int32(Done()-p) > 0. The engine serves a queue's messages one after the
-// other, so they are done in order.
+// other, so they are done in order. Messages handed to an inline engine
+// directly (nicfw.Engine.Express) never were in the queue and are not
+// counted.
 func (v *View) Done() uint32 {
 	if v.mem == nil {
 		return 0
