@@ -22,7 +22,11 @@
 // engine endpoint is Ordered (nicfw.VNet), so a message leaves once the
 // one before it to the same host is acknowledged, while the chunks of a
 // bulk message fly together up to the window. Channel.Outstanding counts a
-// channel's requests not yet answered.
+// channel's requests not yet answered. Inline, a short message (a request
+// or a reply) of a channel with nothing before it leaves at once, handed to
+// the engine directly (the express path, nicfw.Engine.Express; counted in
+// Stats.Express) while no other channel of the engine is busy sending;
+// otherwise it is queued, and leaves when the engine next runs.
 //
 // Optimistic flow control. Bulk messages (up to MaxBulk bytes) are the
 // engine's pooled bulk messages: the sending engine fragments them, and
