@@ -59,7 +59,8 @@ func (c *Channel) flushReplies() error {
 
 // Short sends a short message on c: handler h of peer dest runs with args
 // (at most ShortArgs; more is ErrTooLarge). It returns once the message is in
-// c's send queue: while the queue is full it runs the engine and the
+// c's send queue, or (inline, by the express path: see the package
+// documentation) has left: while the queue is full it runs the engine and the
 // handlers (inline) or waits for the daemon's engine (firmware mode), for
 // at most Config.GiveUp (then ErrTimeout); from inside a handler, which
 // may not run the engine, a full queue is ErrBusy. The message is a
