@@ -307,22 +307,26 @@ type Endpoint struct {
 	express   *nicfw.Engine
 	expressID nicfw.EndpointID
 	queued    bool
-	block     func(time.Duration) error // firmware mode's wait (newEndpoint)
-	closer    func() error              // what Close releases besides the view
-	name      Name
-	cfg       Config
-	table     uint32 // the translation table's size
-	entries   int    // entries per queue
-	handlers  []handler
-	onReturn  func(Returned)
-	pending   pendingRing   // requests sent and not answered, in the order sent
-	polls     uint          // pollLocked calls, for the reply timers
-	depth     int           // handlers running (handlers do not nest)
-	mu        sync.Mutex    // Shared: held by the goroutine in a method
-	running   atomic.Bool   // Shared: a handler runs (in the lock's holder)
-	blocking  int           // Shared, firmware mode: goroutines blocked in the blocking wait
-	changed   chan struct{} // Shared: closed (and replaced) when a Poll took messages
-	tok       Token
+	// batch: the requests this Poll dispatches are several, and their
+	// replies are queued, to leave together in the engine run at its end
+	// (one system call), not by the express path one at a time.
+	batch    bool
+	block    func(time.Duration) error // firmware mode's wait (newEndpoint)
+	closer   func() error              // what Close releases besides the view
+	name     Name
+	cfg      Config
+	table    uint32 // the translation table's size
+	entries  int    // entries per queue
+	handlers []handler
+	onReturn func(Returned)
+	pending  pendingRing   // requests sent and not answered, in the order sent
+	polls    uint          // pollLocked calls, for the reply timers
+	depth    int           // handlers running (handlers do not nest)
+	mu       sync.Mutex    // Shared: held by the goroutine in a method
+	running  atomic.Bool   // Shared: a handler runs (in the lock's holder)
+	blocking int           // Shared, firmware mode: goroutines blocked in the blocking wait
+	changed  chan struct{} // Shared: closed (and replaced) when a Poll took messages
+	tok      Token
 	// Implicit replies owed: per source index, the requests dispatched in
 	// this poll that their handlers did not answer, and the indices owed
 	// any (sendNullReplies).

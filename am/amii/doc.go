@@ -26,7 +26,9 @@
 // handed to the engine directly (nicfw.Engine.Express), checked as a
 // queued one is, and leaves at once, without the send queue and without
 // the rest of an engine run (Stats.Express counts them). Otherwise it is
-// queued as above; what it is owed is the same either way.
+// queued as above; what it is owed is the same either way. The replies of
+// a Poll that finds several requests waiting are queued, so that they
+// leave together in its last engine run, in one system call.
 //
 // The link Open takes is an AF_XDP socket with xam's XDP program in front
 // of it: datapath.Open(datapath.Here(ifindex, mac), loader.ModeAuto, 0)

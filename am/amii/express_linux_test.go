@@ -253,3 +253,63 @@ func TestExpressPeerGone(t *testing.T) {
 		}
 	}
 }
+
+// The replies of a Poll that finds several requests waiting are queued,
+// to leave together in its last engine run, not one system call each by
+// the express path; a Poll that finds one answers it by the express path.
+func TestExpressRepliesBatched(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	ec := nicfw.EngineConfig{Window: 8}
+	a, err := Open(la, Inline{Host: amiiHostA, Hosts: map[HostID]net.HardwareAddr{amiiHostB: lb.HardwareAddr()}, Engine: ec},
+		VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: amiiHostB, Endpoint: 1}}}, Config{Credits: 8, Coalesce: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, err := Open(lb, Inline{Host: amiiHostB, Hosts: map[HostID]net.HardwareAddr{amiiHostA: la.HardwareAddr()}, Engine: ec},
+		VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: amiiHostA, Endpoint: 1}}}, Config{Credits: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	var replies int
+	reply := a.Register(func(*Token, []uint64) { replies++ })
+	echo := b.Register(func(tok *Token, args []uint64) {
+		if err := tok.Reply(reply, args...); err != nil {
+			t.Error(err)
+		}
+	})
+	round := func(n int) (express uint64) {
+		t.Helper()
+		before := b.Stats().Express
+		for i := range n {
+			if err := a.Request(0, echo, uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := a.Poll(); err != nil { // the coalesced requests leave together
+			t.Fatal(err)
+		}
+		want := replies + n
+		for replies < want {
+			if _, err := b.Poll(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Poll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.Stats().Express - before
+	}
+	round(1) // loads both endpoints
+	if got := round(1); got != 1 {
+		t.Errorf("one request in a Poll: %d replies by the express path, want 1", got)
+	}
+	if got := round(6); got != 0 {
+		t.Errorf("six requests in a Poll: %d replies by the express path, want 0 (queued together)", got)
+	}
+}

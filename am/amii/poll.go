@@ -61,7 +61,12 @@ func (ep *Endpoint) pollLocked() (int, error) {
 		}
 	}()
 	requests := 0 // requests dispatched: each queued a reply, explicit or implicit
+	defer func() { ep.batch = false }()
 	for _, q := range [...]endpoint.Queue{endpoint.ReplyReceive, endpoint.RequestReceive} {
+		if q == endpoint.RequestReceive && ep.express != nil {
+			put, taken := ep.view.Progress(q)
+			ep.batch = put-taken > 1
+		}
 		for range ep.entries {
 			// Peek, run, Release: a medium message's bytes stay in place
 			// while its handler runs.

@@ -184,7 +184,7 @@ func (ep *Endpoint) runEngine() (int, error) {
 func (ep *Endpoint) send(q endpoint.Queue, dest, handler uint32, args []uint64) error {
 	d := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
 	copy(d.Args[:], args)
-	if ep.express != nil && !ep.queued {
+	if ep.express != nil && !ep.queued && !ep.batch {
 		if ok, err := ep.express.Express(ep.expressID, q, &d); ok || err != nil {
 			if ok {
 				ep.stats.Express++

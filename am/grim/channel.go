@@ -59,8 +59,7 @@ func (c *Channel) flushReplies() error {
 
 // Short sends a short message on c: handler h of peer dest runs with args
 // (at most ShortArgs; more is ErrTooLarge). It returns once the message is in
-// c's send queue, or (inline, by the express path: see the package
-// documentation) has left: while the queue is full it runs the engine and the
+// c's send queue: while the queue is full it runs the engine and the
 // handlers (inline) or waits for the daemon's engine (firmware mode), for
 // at most Config.GiveUp (then ErrTimeout); from inside a handler, which
 // may not run the engine, a full queue is ErrBusy. The message is a
@@ -367,8 +366,9 @@ func (c *Channel) sentLive() {
 }
 
 // send queues d on queue q of c, running the engine while the queue is
-// full; inline, a short message the engine takes directly (the express
-// path, nicfw.Engine.Express) leaves at once instead.
+// full; inline, the short reply to a Poll's only request leaves at once
+// instead, taken by the engine directly (the express path,
+// nicfw.Engine.Express), if it takes it.
 func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	if q == endpoint.ReplySend && len(c.replies) > 0 {
 		c.replies = append(c.replies, *d) // after those waiting
@@ -377,13 +377,11 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	if err := c.ep.usable(); err != nil {
 		return err
 	}
-	if c.ep.eng != nil && d.Class == endpoint.ClassShort && !c.ep.queued {
+	if q == endpoint.ReplySend && c.ep.expressReply && d.Class == endpoint.ClassShort && !c.ep.queued {
+		c.ep.expressReply = false // one per Poll
 		ok, err := c.ep.eng.Express(c.id, q, d)
 		if ok {
 			c.ep.stats.Express++
-			if q == endpoint.RequestSend {
-				c.sentExpress(d)
-			}
 		}
 		if ok || err != nil {
 			return err

@@ -76,17 +76,6 @@ func TestGRIMSixteenChannels(t *testing.T) {
 				}
 			}
 			mu.Unlock()
-			if !firmware {
-				// Short messages of idle channels took the express path.
-				var express uint64
-				for _, h := range hosts {
-					h.do(func(ep *Endpoint) { express += ep.Stats().Express })
-				}
-				if express == 0 {
-					t.Error("no message took the express path")
-				}
-				t.Logf("%d of %d messages by the express path", express, 2*MaxChannels*each)
-			}
 
 			// The receiver goes: its endpoint closes, its engine stays (a
 			// daemon's; inline, its host keeps running it).

@@ -22,11 +22,14 @@
 // engine endpoint is Ordered (nicfw.VNet), so a message leaves once the
 // one before it to the same host is acknowledged, while the chunks of a
 // bulk message fly together up to the window. Channel.Outstanding counts a
-// channel's requests not yet answered. Inline, a short message (a request
-// or a reply) of a channel with nothing before it leaves at once, handed to
-// the engine directly (the express path, nicfw.Engine.Express; counted in
-// Stats.Express) while no other channel of the engine is busy sending;
-// otherwise it is queued, and leaves when the engine next runs.
+// channel's requests not yet answered. Injection is a descriptor written
+// into the channel's ring, never a system call; inline, the engine sends
+// it when the endpoint polls. There, the short reply to the only request a
+// Poll finds leaves at once, handed to the engine directly (the express
+// path, nicfw.Engine.Express; counted in Stats.Express) when its channel
+// has nothing before it and no other channel of the engine is busy
+// sending; the replies to several requests are queued, to leave together
+// in the engine run that ends the Poll.
 //
 // Optimistic flow control. Bulk messages (up to MaxBulk bytes) are the
 // engine's pooled bulk messages: the sending engine fragments them, and

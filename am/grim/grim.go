@@ -227,20 +227,23 @@ func (t *Token) send(h HandlerID, args []uint32) error {
 // Endpoint is a GRIM endpoint: its logical channels, its handlers, and its
 // copy of the cluster's handler registry.
 type Endpoint struct {
-	eng      *nicfw.Engine             // inline mode: the engine Poll runs; nil in firmware mode
-	queued   bool                      // inline: a message went into a send queue since the engine last ran
-	block    func(time.Duration) error // firmware mode: sleeps on the channels' notifications
-	closeAll func() error
-	cfg      Config
-	name     nicfw.Name
-	chans    []*Channel
-	arrivals *endpoint.Bells // the channels' page of doorbells, if they share one (useArrivals)
-	handlers map[HandlerID]Handler
-	names    map[string]HandlerID // this endpoint's registrations
-	registry *registry            // the central endpoint's (Peers[0])
-	table    Table                // the last table the central sent
-	tableGen uint32
-	push     bool // the central's table changed: send it (pushTable)
+	eng    *nicfw.Engine // inline mode: the engine Poll runs; nil in firmware mode
+	queued bool          // inline: a message went into a send queue since the engine last ran
+	// expressReply: inline, Poll is running the handler of its only
+	// request, whose short reply may take the express path.
+	expressReply bool
+	block        func(time.Duration) error // firmware mode: sleeps on the channels' notifications
+	closeAll     func() error
+	cfg          Config
+	name         nicfw.Name
+	chans        []*Channel
+	arrivals     *endpoint.Bells // the channels' page of doorbells, if they share one (useArrivals)
+	handlers     map[HandlerID]Handler
+	names        map[string]HandlerID // this endpoint's registrations
+	registry     *registry            // the central endpoint's (Peers[0])
+	table        Table                // the last table the central sent
+	tableGen     uint32
+	push         bool // the central's table changed: send it (pushTable)
 	// Publish: waiting for the central's answer, and the answer.
 	publishing                bool
 	publishStatus, publishGen uint32
@@ -271,7 +274,7 @@ type Stats struct {
 	Refused               uint64 // registry messages refused: a table or a Publish answer not from the central endpoint, a generation that jumps
 	BadTables             uint64 // registry tables that did not parse
 	RepliesDeferred       uint64 // replies that found the reply queue full and waited for the next Poll
-	Express               uint64 // short messages handed to the inline engine directly (nicfw.Engine.Express), not queued
+	Express               uint64 // short replies handed to the inline engine directly (nicfw.Engine.Express), not queued
 }
 
 // New makes a GRIM endpoint in inline mode on eng, which the caller owns

@@ -156,7 +156,15 @@ func (ep *Endpoint) Poll() (int, error) {
 			ep.arrivals.ClearArrival(c.bit)
 		}
 		for _, q := range receiveQueues {
+			if q == endpoint.RequestReceive && ep.eng != nil {
+				// The first request of this Poll, alone in its queue:
+				// its reply may leave at once by the express path. The
+				// replies to several leave together at the end.
+				put, taken := c.view.Progress(q)
+				ep.expressReply = requests == 0 && put-taken == 1
+			}
 			k, err := ep.dispatch(c, q)
+			ep.expressReply = false
 			n += k
 			if q == endpoint.RequestReceive {
 				requests += k

@@ -98,13 +98,6 @@ func (c *Channel) sentRequest(d *endpoint.Descriptor) {
 	c.pending = append(c.pending, r)
 }
 
-// sentExpress records short request d, just handed to the engine by the
-// express path: it has no place in the queue, and counts as done (sent)
-// at once, for the reply timer.
-func (c *Channel) sentExpress(d *endpoint.Descriptor) {
-	c.pending = append(c.pending, pendingRequest{dest: d.Dest, handler: HandlerID(d.Handler), args: unpackArgs(d), seq: c.view.Done() - 1})
-}
-
 // answered removes the record of the request that an answer from dest
 // ends (a reply: the oldest to dest; a return, like: the one it names,
 // else the oldest to dest), and returns it.

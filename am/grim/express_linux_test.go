@@ -1,0 +1,192 @@
+package grim
+
+import (
+	"testing"
+
+	"github.com/xam-project/xam/afxdp"
+	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/netnstest"
+	"github.com/xam-project/xam/nicfw"
+	"github.com/xam-project/xam/nicfw/xdptest"
+)
+
+// expressPair makes a GRIM endpoint of channels channels on an inline
+// engine per link, peers of each other, and returns them.
+func expressPair(t *testing.T, la, lb afxdp.Link, channels int) (a, b *Endpoint) {
+	t.Helper()
+	eps := expressHosts(t, []afxdp.Link{la, lb}, channels)
+	return eps[0], eps[1]
+}
+
+// expressHosts makes a GRIM endpoint of channels channels on an inline
+// engine per link (host i+1, endpoint 16), all peers of one another.
+func expressHosts(t *testing.T, links []afxdp.Link, channels int) []*Endpoint {
+	t.Helper()
+	var peers []nicfw.Name
+	for i := range links {
+		peers = append(peers, nicfw.Name{Host: nicfw.HostID(i + 1), Endpoint: 16})
+	}
+	eps := make([]*Endpoint, len(links))
+	for i, l := range links {
+		eng, err := nicfw.NewEngine(l, engineConfig(nicfw.HostID(i+1), 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eng.Close() })
+		for j, other := range links {
+			if j != i {
+				if err := eng.AddHost(nicfw.HostID(j+1), other.HardwareAddr()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if eps[i], err = New(eng, Config{Peers: peers, Self: i, Channels: channels}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eps[i].Close() })
+	}
+	return eps
+}
+
+// expressBody: A sends n requests, one at a time, each answered before the
+// next, on its channels by turns, then bursts of n requests spread over
+// the channels. B's handler replies to each. The replies to the one-at-a-
+// time requests leave by the express path (B's Stats.Express); those of a
+// burst, several in one Poll, are queued to leave together, all but the
+// first of a Poll. Every request is answered once, in order per channel
+// (the requests carry their channel and their number on it).
+func expressBody(t *testing.T, a, b *Endpoint, n int) {
+	t.Helper()
+	got := map[uint32][]uint32{} // A's channel -> the requests answered, in order
+	replies := 0
+	if err := a.Handle(FirstUserHandler+1, func(tok *Token, args [ShortArgs]uint32, _ []byte) {
+		got[args[0]] = append(got[args[0]], args[1])
+		replies++
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Handle(FirstUserHandler, func(tok *Token, args [ShortArgs]uint32, _ []byte) {
+		if err := tok.Reply(FirstUserHandler+1, args[0], args[1]); err != nil {
+			t.Error(err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	chans := a.Channels()
+	await := func(want int) {
+		t.Helper()
+		for replies < want {
+			if _, err := b.Poll(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Poll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sent := make([]uint32, chans)
+	send := func(i int) {
+		t.Helper()
+		c := i % chans
+		if err := a.ch(c).Short(1, FirstUserHandler, uint32(c), sent[c]); err != nil {
+			t.Fatal(err)
+		}
+		sent[c]++
+	}
+	for i := range n {
+		send(i)
+		await(i + 1)
+	}
+	one := b.Stats().Express
+	if one < uint64(n)/2 {
+		t.Errorf("%d of %d replies to lone requests by the express path", one, n)
+	}
+	const burst = 8
+	for k := 0; k < n; k += burst {
+		for i := range burst {
+			send(i)
+		}
+		if _, err := a.Poll(); err != nil { // the burst leaves in one engine run
+			t.Fatal(err)
+		}
+		await(n + k + burst)
+	}
+	if more := b.Stats().Express - one; more > uint64(n/burst) {
+		t.Errorf("%d replies to bursts of %d by the express path, want at most one a burst (%d)", more, burst, n/burst)
+	}
+	for c, s := range got {
+		for k, v := range s {
+			if v != uint32(k) {
+				t.Fatalf("channel %d: reply %d is to request %d", c, k, v)
+			}
+		}
+	}
+	t.Logf("express replies: %d of %d lone, %d of %d in bursts", one, n, b.Stats().Express-one, n)
+}
+
+func TestGRIMExpressReplies(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	a, b := expressPair(t, la, lb, 4)
+	expressBody(t, a, b, 400)
+}
+
+func TestGRIMExpressRepliesOverAFXDP(t *testing.T) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	_, la := xdptest.Open(t, v.A.Do, v.A.Index, v.A.MAC, 0, 51)
+	_, lb := xdptest.Open(t, v.B.Do, v.B.Index, v.B.MAC, 0, 52)
+	a, b := expressPair(t, la, lb, 4)
+	expressBody(t, a, b, 400)
+}
+
+// Two hosts' requests found together by one Poll of the server: their
+// replies wait for the engine run that ends the Poll, to leave together
+// (by the express path each would cost a system call of its own); both
+// are answered.
+func TestGRIMExpressOnePerPoll(t *testing.T) {
+	eps := expressHosts(t, xdptest.Hub(t, 3, memlink.Options{}), 1)
+	server := eps[2]
+	if err := server.Handle(FirstUserHandler, func(tok *Token, args [ShortArgs]uint32, _ []byte) {
+		if err := tok.Reply(FirstUserHandler+1, args[0]); err != nil {
+			t.Error(err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	replies := 0
+	for _, c := range eps[:2] {
+		if err := c.Handle(FirstUserHandler+1, func(*Token, [ShortArgs]uint32, []byte) { replies++ }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round := func() uint64 {
+		t.Helper()
+		before := server.Stats().Express
+		want := replies + 2
+		for i, c := range eps[:2] {
+			if err := c.ch(0).Short(2, FirstUserHandler, uint32(i)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Poll(); err != nil { // sends it
+				t.Fatal(err)
+			}
+		}
+		for replies < want {
+			for _, e := range []*Endpoint{server, eps[0], eps[1]} {
+				if _, err := e.Poll(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return server.Stats().Express - before
+	}
+	round() // loads the endpoints
+	for range 10 {
+		if got := round(); got != 0 {
+			t.Fatalf("%d replies by the express path to two requests found by one Poll, want 0", got)
+		}
+	}
+}
