@@ -24,10 +24,11 @@ import "github.com/xam-project/xam/nicfw/endpoint"
 // sends among the busy ones; an idle endpoint's message that the scheduler
 // has not noticed yet waits for the next Poll, as it would), modules are
 // loaded (their gates), the endpoint's slot or either of its send queues
-// holds a message (order), it is not resident (a parked one is unparked,
-// as its doorbell would), its window is full, its virtual network is
-// ordered and its last message to that host is unacknowledged, or the
-// message could not leave now (canSend: a busy host, no frame to pin).
+// holds a message (order), it is not resident, its window is full, its
+// virtual network is ordered and its last message to that host is
+// unacknowledged, or the message could not leave now (canSend: a busy
+// host, no frame to pin). An endpoint parked behind its doorbell stays
+// parked: its express messages leave without the scheduler.
 
 // Express sends d, a short message from endpoint id's send queue q, at
 // once, without queueing it: the inline fast path (above). It reports
@@ -47,9 +48,6 @@ func (e *Engine) Express(id EndpointID, q endpoint.Queue, d *endpoint.Descriptor
 		!s.mem.Express(d) { // last: it counts the descriptor taken
 		return false, nil
 	}
-	if s.parked {
-		e.unpark(s) // as its doorbell would: back in the scheduler's rotation
-	}
 	s.d = *d
 	e.begin(s, q)
 	s.express = true
@@ -60,6 +58,12 @@ func (e *Engine) Express(id EndpointID, q endpoint.Queue, d *endpoint.Descriptor
 	}
 	if len(e.returning) > 0 {
 		e.flushReturning() // returned at once (a host marked down): in the receive queue now, as at a Poll's end
+	}
+	if s.parked && s.state == slotPending {
+		// It could not leave after all: back in the scheduler's rotation,
+		// as its doorbell would put it. One that left stays parked: it has
+		// nothing more to send, and its next message rings or comes here.
+		e.unpark(s)
 	}
 	if sent {
 		e.stats.Express++
