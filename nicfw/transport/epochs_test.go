@@ -203,6 +203,7 @@ func FuzzTransportSDU(f *testing.F) {
 	seed(typeNack, 1, 0, 1, 9, 0, 0, nil)
 	seed(typeReset, 0, 0, 1, 9, 7, 0, nil)
 	seed(typeReset, 0, 0, 1, 9, 7, 0, []byte{0, 0, 0, 5})
+	seed(typeReset, 0, resetAnswer, 0, 9, 0, 0, []byte{0, 0, 0, 5}) // a hello: the handshake's first RESET
 	seed(typeData, 0, 0, 1, 0, 0, 0, payload(3, 50))
 	seed(9, 0, 0, 1, 9, 0, 0, nil)
 	f.Add([]byte{})
