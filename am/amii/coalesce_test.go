@@ -38,7 +38,16 @@ func coalescePair(t *testing.T, la, lb afxdp.Link) (a, b *Endpoint, ea *nicfw.En
 		return ep, e
 	}
 	a, ea = mk(amiiHostA, la, amiiHostB, lb.HardwareAddr(), Config{Credits: 16, Coalesce: true})
-	b, _ = mk(amiiHostB, lb, amiiHostA, la.HardwareAddr(), Config{Credits: 16})
+	b, eb := mk(amiiHostB, lb, amiiHostA, la.HardwareAddr(), Config{Credits: 16})
+	// The transports' handshake (the RESETs that AddHost sends) before
+	// any request, so that the first poll's frames are the requests'.
+	for range 3 {
+		for _, e := range []*nicfw.Engine{ea, eb} {
+			if _, err := e.Poll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	return a, b, ea
 }
 
@@ -56,14 +65,15 @@ func coalesceBody(t *testing.T, a, b *Endpoint, ea *nicfw.Engine, count int) {
 			t.Fatal(err)
 		}
 	}
-	if st := ea.TransportStats(); st.Sent != 0 {
-		t.Fatalf("%d messages sent before the endpoint polled", st.Sent)
+	before := ea.TransportStats()
+	if before.Sent != 0 {
+		t.Fatalf("%d messages sent before the endpoint polled", before.Sent)
 	}
 	if _, err := a.Poll(); err != nil {
 		t.Fatal(err)
 	}
-	if st := ea.TransportStats(); st.Sent != 10 || st.Packed != 10 || st.BatchFrames != 1 {
-		t.Fatalf("one poll: %d sent in %d frames, %d packed; want 10 in 1 frame", st.Sent, st.BatchFrames, st.Packed)
+	if st := ea.TransportStats(); st.Sent != 10 || st.Packed != 10 || st.BatchFrames-before.BatchFrames != 1 {
+		t.Fatalf("one poll: %d sent in %d frames, %d packed; want 10 in 1 frame", st.Sent, st.BatchFrames-before.BatchFrames, st.Packed)
 	}
 	// A stream, B served by a goroutine of its own as another host's
 	// application would be: the requests between two polls of A leave

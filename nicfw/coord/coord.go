@@ -247,7 +247,7 @@ func (m *Module) Control(src nicfw.HostID, body []byte) {
 		}
 		if l.waiting && l.uni {
 			l.uni, l.holder = false, m.self
-			m.broadcast(l, m.request(typeBcastReq, l), 0)
+			m.broadcast(l, m.request(typeBcastReq, l))
 			m.stats.Requests++
 		}
 	case typeHint:

@@ -99,7 +99,7 @@ func (m *Module) want(l *link) {
 	if l.uni {
 		m.send(l.holder, m.request(typeUniReq, l))
 	} else {
-		m.broadcast(l, m.request(typeBcastReq, l), 0)
+		m.broadcast(l, m.request(typeBcastReq, l))
 	}
 	m.stats.Requests++
 }
@@ -114,7 +114,7 @@ func (m *Module) Tick(now time.Time) time.Time {
 		switch {
 		case l.waiting && now.Sub(l.since) >= m.cfg.Retry:
 			l.since, l.uni = now, false
-			m.broadcast(l, m.request(typeBcastReq, l), 0)
+			m.broadcast(l, m.request(typeBcastReq, l))
 			m.stats.Requests++
 		case l.have && !l.using:
 			m.passOn(l)
@@ -180,7 +180,7 @@ func (m *Module) passOn(l *link) {
 	if len(l.queue) == 0 {
 		if !l.hinted && l.seq > 0 { // the initial holder that never used it has nothing to announce
 			l.hinted = true
-			m.broadcast(l, m.hint(l), 0)
+			m.broadcast(l, m.hint(l))
 			m.stats.Hints++
 		}
 		return
@@ -199,11 +199,11 @@ func (m *Module) passOn(l *link) {
 	m.trace(l, false)
 }
 
-// broadcast sends body to every host but this one, l's destination and
-// except.
-func (m *Module) broadcast(l *link, body []byte, except nicfw.HostID) {
+// broadcast sends body to every host but this one and l's destination,
+// host 0 included.
+func (m *Module) broadcast(l *link, body []byte) {
 	for _, h := range m.bp.Hosts() {
-		if h != l.dst && h != except && h != m.self {
+		if h != l.dst && h != m.self {
 			m.send(h, body)
 		}
 	}

@@ -167,7 +167,7 @@ func (m *Module) tryRegenerate(l *link) {
 	ln := l.served
 	ln[m.self] = l.seq
 	l.gen = l.proposal
-	m.broadcast(l, m.hint(l), 0) // every host learns the holder and the generation
+	m.broadcast(l, m.hint(l)) // every host learns the holder and the generation
 	m.take(l, &ctl{typ: typeGrant, link: l.dst, gen: l.proposal, ln: ln})
 }
 

@@ -32,13 +32,12 @@ type Peer struct {
 	// epoch is the peer's incarnation as its frames name it (0: not heard
 	// yet), prevEpoch the one before (epochs.go).
 	epoch, prevEpoch uint32
-	// believed counts the epochs of the peer believed on a challenge,
-	// under Config.Key: the challenge depends on it, so that a frame
-	// replayed from an incarnation believed before does not answer it
-	// again (auth.go).
+	// believed counts the epochs of the peer believed: the challenge
+	// depends on it, so that a frame of (or replayed from) an incarnation
+	// believed before does not answer it again (epochs.go, auth.go).
 	believed uint32
-	// confirmed: a frame from epoch has named dstIn (the peer has heard
-	// this incarnation).
+	// confirmed: a frame from epoch has named dstIn (the peer holds the
+	// same pair of incarnations, epochs.go).
 	confirmed bool
 	// dstIn is the destination epoch the peer's frames must carry: this
 	// transport's epoch at first, a fresh random number once renewed
@@ -48,6 +47,15 @@ type Peer struct {
 	// to the peer: the peer's epoch, or what the peer's last RESET asked
 	// for.
 	dstIn, dstHeard, dstOut uint32
+	// dstOK: dstOut was told by the peer for the current incarnations
+	// of both sides (a RESET of the peer's current epoch taken in, or
+	// the peer's first frame), so DATA frames may name it; until then
+	// messages wait (sendChannel.sent) and a RESET asks the peer for one
+	// (hello, epochs.go).
+	dstOK bool
+	// waiting counts the send channels in use whose message waits for
+	// dstOK (not sent under the current incarnations).
+	waiting int
 	// srcOut is the epoch this transport names itself with in its frames
 	// to the peer (their src): the transport's own at first, a fresh
 	// random number for a row made again for an address that had one, or
@@ -137,7 +145,11 @@ func (p *Peer) Busy() bool { return p.unacked == len(p.send) }
 
 // sendChannel is one entry of the send channel table.
 type sendChannel struct {
-	inUse   bool
+	inUse bool
+	// sent: the message in use was transmitted under the current
+	// incarnations of both sides (epochs.go); in use and not sent, it
+	// waits for them to be confirmed and nothing of it has left.
+	sent    bool
 	seq     uint16    // sequence number of the message in flight, or of the next one
 	cookie  uint64    // the sender's cookie, given back by Returned
 	stamp   uint32    // stamp of the current transmission, echoed by NACKs
@@ -165,7 +177,9 @@ type recvChannel struct {
 }
 
 // newPeer returns a fresh row of the host table for id at mac: nothing
-// heard from it yet, its frames to name this transport by its epoch.
+// heard from it yet, its frames to name this transport by its epoch (by
+// a fresh one for a row made again), no message to leave before the
+// handshake (epochs.go).
 // maxHadRow bounds Transport.hadRow: a host table is at most MaxHosts
 // rows, so only a stream of tables of made-up addresses (a mapper's
 // messages are not authenticated) reaches it; every row made after that
@@ -221,7 +235,10 @@ func (t *Transport) occupy(p *Peer, c *sendChannel) {
 // sequence number. A peer left with nothing unacknowledged leaves the
 // active list.
 func (t *Transport) release(p *Peer, c *sendChannel) {
-	c.inUse = false
+	if !c.sent {
+		p.waiting--
+	}
+	c.inUse, c.sent = false, false
 	c.seq++
 	if c.seq == 0 && t.aead != nil {
 		t.renewWrapped(p)

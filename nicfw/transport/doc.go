@@ -65,23 +65,28 @@
 // Sequence numbers start at 0 on both sides, so a restart must be noticed
 // (epochs.go): every frame carries its sender's epoch, a random number
 // drawn when the transport starts, and a destination epoch that names the
-// receiver as the sender knows it: the receiver's epoch, or the random
-// number the receiver asked of it instead (a renewal, below). Both are
-// required: a frame whose destination epoch is not the one asked of its
-// sender is refused, and 0 is taken only in a peer's first frames, before
-// it has heard this incarnation (the first message to a host that has not
-// answered yet; delivered, as any, only with its channel's expected
-// sequence number). Refusing those too would hold every first message a
-// retransmission time and buy nothing: until a peer's first frame, anyone
-// may speak for it. A new epoch from a peer is believed only
-// if its frame names the challenge for it, which a RESET sent to the
-// peer's address tells; it then resets the channels both ways and returns
-// the messages in flight to it (ErrRestarted). A frame meant for an
-// earlier epoch of the receiver (or a destination epoch renewed since) is
-// dropped and answered with a RESET frame, which tells its sender what to
-// name. A host that leaves the host table and comes back (SetPeers: under
-// the daemon's mapper, a host silent for the mapper's DeadAfter) gets
-// fresh channels too.
+// receiver as the sender knows it: a number the receiver asked of it in a
+// RESET (its epoch, a challenge, or a random number: a renewal, below).
+// Both are required: a frame whose destination epoch is not the one asked
+// of its sender is refused, 0 included. The channels between two hosts
+// belong to a pair of incarnations, each side's; when either changes (a
+// restart, a new epoch believed, a new incarnation toward the peer) both
+// directions start again at 0 and every message sent under the old pair
+// and not acknowledged goes back to its sender (ErrRestarted,
+// ErrUnreachable), for it may have been delivered. A new pair is
+// confirmed both ways before any channel carries data under it (the
+// handshake): a message to a peer that has not told what to name it under
+// the current pair waits in its channel, and a RESET asks the peer, which
+// answers with one of its own (AddPeer sends the first at once, so a
+// peer's first message costs a round trip at most); the waiting messages
+// go once it is in, and a pair that changes meanwhile takes them along.
+// A new epoch from a peer is believed only if its frame names the
+// challenge for it, which a RESET sent to the peer's address tells. A
+// frame meant for an earlier pair (or naming a destination epoch renewed
+// since) is dropped and answered with a RESET frame, which tells its
+// sender what to name. A host that leaves the host table and comes back
+// (SetPeers: under the daemon's mapper, a host silent for the mapper's
+// DeadAfter) gets fresh channels too, under a new incarnation toward it.
 //
 // Stamps identify transmissions: a counter per Transport from a random
 // start, so each transmission has its own; a NACK counts if it echoes the
@@ -111,10 +116,14 @@
 // of sequence numbers walks a window forward. What the transport cannot
 // stop: a host that sees the frames as they pass (on the path, or holding
 // the peer's address) knows the current numbers and forges at will; before
-// a peer's first frame anyone may speak for it (first contact); and a host
-// that knows the destination epoch asked of a peer can send RESETs that
-// make this transport name the peer wrongly until the peer's next RESET
-// (a denial of service, as a flood is, never a forged delivery). Refusals
+// a peer's first frame anyone may speak for it (first contact), and until
+// a frame of the peer has named the destination epoch asked of it, a host
+// that knows this transport's epoch toward the peer (a first row's is the
+// transport's own) can have the peer's record replaced by RESETs that name
+// it (epochs.go); and a host that knows the destination epoch asked of a
+// peer can send RESETs that make this transport name the peer wrongly
+// until the peer's next RESET (each a denial of service, as a flood is,
+// never a forged delivery). Refusals
 // are counted in Stats (ZeroEpoch, StaleEpoch, Unconfirmed, OutOfWindow,
 // ForgedAcks, Late, Renewals), and RESETs to one peer are rate-limited, so
 // that a flood of forgeries is not answered with one.
@@ -145,16 +154,16 @@
 // in a RESET (epochs.go), and nothing was delivered or acknowledged. A
 // frame of a peer's previous incarnation is stale (StaleEpoch), and one
 // of an older incarnation claims a new epoch and must answer the
-// challenge, which under a key also counts the epochs believed for the
-// peer, so a claim believed before does not answer it again. Two things
-// would let numbers come round again, and a keyed transport closes both:
-// a channel's sequence numbers wrap after 2^16 messages, so when one of
-// a peer's channels wraps, send or receive, the destination epoch asked
-// of the peer is renewed (epochs.go) and frames recorded before name one
-// that is no longer taken; and a keyed transport takes no destination
-// epoch 0 (a peer's first frames name this incarnation only after a
-// RESET tells it, a retransmission time once per peer), so after a
-// restart a recorded first frame is not taken either.
+// challenge, which also counts the epochs believed for the peer, so a
+// claim believed before does not answer it again. Two things
+// would let numbers come round again, and a keyed transport closes one,
+// the handshake the other: a channel's sequence numbers wrap after 2^16
+// messages, so when one of a keyed transport's channels wraps, send or
+// receive, the destination epoch asked of the peer is renewed (epochs.go)
+// and frames recorded before name one that is no longer taken; and no
+// transport takes destination epoch 0 (a peer's frames name this
+// incarnation only after a RESET tells it), so after a restart a
+// recorded first frame is not taken either.
 //
 // Batches: within a pass (BeginPass, EndPass: an engine's run) every
 // frame sent, DATA, retransmission, ACK or NACK, joins one batch that goes
@@ -179,7 +188,10 @@
 // circuit Config.VPI/VCI (default 0/32): a 20-byte transport header (type,
 // channel, sequence number, stamp, length, acknowledgement count, source
 // and destination epochs), the piggy-backed acknowledgements, and the
-// payload (a RESET's: the destination epoch to write from then on). A PDU spans as many frames as it needs; losing any of them
+// payload (a RESET's: the destination epoch to write from then on; its
+// sequence number field carries a flag, resetAnswer: its sender waits for
+// a RESET in answer). A PDU spans as many frames as it needs; losing any
+// of them
 // loses the message, which is then retransmitted whole. With Config.Key
 // every frame ends in a trailer cell (auth.go). The tables, and
 // what a receiver drops and counts, are in docs/wire.md ("The firmware

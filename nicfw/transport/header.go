@@ -13,7 +13,9 @@ import "encoding/binary"
 //
 // An acknowledgement entry is four bytes: channel, zero, sequence number
 // (big-endian). A RESET frame's payload is four bytes: the destination
-// epoch its receiver is to write from now on (epochs.go).
+// epoch its receiver is to write from now on (epochs.go); its sequence
+// number field holds flags (resetAnswer), its channel and stamp echo the
+// frame it answers, if any.
 const (
 	headerLen   = 20
 	ackEntryLen = 4
@@ -38,8 +40,17 @@ const (
 	// its receiver asks of the sender (an earlier incarnation's, or a
 	// destination epoch since renewed), and a claim of a new epoch: it
 	// carries the destination epoch to write from now on (epochs.go).
+	// With resetAnswer it also asks for one: the handshake.
 	typeReset uint8 = 4
 )
+
+// resetAnswer is the flag a RESET carries in its sequence number field
+// (a RESET has no message of its own; its channel and stamp echo the
+// frame it answers) when its sender holds no destination epoch for the
+// receiver's current incarnation yet: its messages wait for one
+// (epochs.go, "Handshake"), so the receiver answers with a RESET that
+// carries its own.
+const resetAnswer uint16 = 1
 
 // header is a view of a transport header. Call valid before the accessors.
 type header []byte
@@ -53,6 +64,7 @@ func (h header) acks() int         { return int(binary.BigEndian.Uint16(h[offAck
 func (h header) src() uint32       { return binary.BigEndian.Uint32(h[offSrc:]) }
 func (h header) dst() uint32       { return binary.BigEndian.Uint32(h[offDst:]) }
 func (h header) setStamp(s uint32) { binary.BigEndian.PutUint32(h[offStamp:], s) }
+func (h header) setSeq(s uint16)   { binary.BigEndian.PutUint16(h[offSeq:], s) }
 func (h header) setAcks(n int)     { binary.BigEndian.PutUint16(h[offAcks:], uint16(n)) }
 func (h header) setDst(e uint32)   { binary.BigEndian.PutUint32(h[offDst:], e) }
 func (h header) setEpochs(src, dst uint32) {

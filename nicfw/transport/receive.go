@@ -250,7 +250,11 @@ const lateWindow = 4
 // dispatch handles one checked transport PDU from p: its piggy-backed
 // acknowledgements (the entries in acks), then the frame itself.
 func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
-	if !t.checkEpochs(p, h, payload) {
+	ok := t.checkEpochs(p, h, payload)
+	if p.waiting > 0 && t.ready(p) {
+		t.sendWaiting(p) // p's first frame told what to name it
+	}
+	if !ok {
 		return
 	}
 	if !t.inWindows(p, h, acks) {
@@ -312,12 +316,20 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 	case typeReset:
 		// checkEpochs has taken the peer's new epoch in, and returned what
 		// was in flight to its previous incarnation; the payload says
-		// what to name the peer from now on.
-		p.dstOut = binary.BigEndian.Uint32(payload)
+		// what to name the peer from now on, under the incarnations both
+		// sides now hold: the messages that waited for it go.
+		p.dstOut, p.dstOK = binary.BigEndian.Uint32(payload), true
+		if h.seq()&resetAnswer != 0 {
+			// Its sender waits for ours.
+			t.reset(p, h, p.dstOut, p.dstIn)
+		}
+		if p.waiting > 0 {
+			t.sendWaiting(p)
+		}
 
 	case typeNack:
 		c := &p.send[ch]
-		if !c.inUse || c.seq != h.seq() || c.stamp != h.stamp() {
+		if !c.inUse || !c.sent || c.seq != h.seq() || c.stamp != h.stamp() {
 			t.stats.StaleNacks++
 			return
 		}
@@ -355,16 +367,17 @@ func (t *Transport) inWindows(p *Peer, h header, acks []byte) bool {
 
 // ackInWindow reports whether an acknowledgement of message seq may come
 // for send channel c: the message in flight, or one up to lateWindow+1
-// before it (before the one c sends next, when c is free).
+// before it (before the one c sends next, when c is free or its message
+// waits for the handshake, unsent).
 func ackInWindow(c *sendChannel, seq uint16) bool {
 	d := c.seq - seq
-	return d <= lateWindow+1 && (c.inUse || d > 0)
+	return d <= lateWindow+1 && (c.inUse && c.sent || d > 0)
 }
 
 // acked handles the acknowledgement of message seq on channel ch to p.
 func (t *Transport) acked(p *Peer, ch int, seq uint16) {
 	c := &p.send[ch]
-	if !c.inUse || c.seq != seq {
+	if !c.inUse || !c.sent || c.seq != seq {
 		t.stats.StaleAcks++
 		return
 	}
@@ -388,28 +401,37 @@ func (t *Transport) answer(p *Peer, typ uint8, h header) {
 func (t *Transport) control(p *Peer, typ uint8, h header, dst, want uint32) {
 	// A PDU yields at most one answer: more than a batch's worth grows
 	// the buffers.
-	if len(t.tx) == len(t.ctl) {
+	i := t.ctlHeld + len(t.tx)
+	if i == len(t.ctl) {
 		t.ctl = append(t.ctl, make([]byte, frameLen(resetLen)+t.trail))
 	}
 	var sdu [headerLen + resetLen]byte
-	n := 0
+	n, seq := 0, h.seq()
 	if typ == typeReset {
-		n = resetLen
+		n, seq = resetLen, 0
 		binary.BigEndian.PutUint32(sdu[headerLen:], want)
+		if !t.ready(p) {
+			seq = resetAnswer
+		}
 	}
-	header(sdu[:]).put(typ, h.channel(), h.seq(), h.stamp(), n, p.srcOut, dst)
-	f := t.ctl[len(t.tx)]
+	header(sdu[:]).put(typ, h.channel(), seq, h.stamp(), n, p.srcOut, dst)
+	f := t.ctl[i]
 	t.putHeaders(f, p, 1, cells.FlagStart)
 	t.seg.Put(f[len(t.eth):], sdu[:headerLen+n])
 	t.tx = append(t.tx, f)
 }
 
-// flush sends the queued ACKs and NACKs.
+// flush sends the queued ACKs, NACKs and RESETs: at once outside a
+// pass, into the pass's batch inside one (their buffers are then held
+// until the batch goes, ctlHeld).
 func (t *Transport) flush() error {
 	if len(t.tx) == 0 {
 		return nil
 	}
 	err := t.output(t.tx)
+	if t.pass > 0 {
+		t.ctlHeld += len(t.tx) // in the pass's batch until flushOut
+	}
 	clear(t.tx)
 	t.tx = t.tx[:0]
 	if err != nil {

@@ -30,7 +30,10 @@ import (
 // frame (then the message is not sent and the channel stays free). Once Send
 // returns nil the message is either delivered exactly once, in order on its
 // channel, or given back through Returned with cookie. The payload is
-// copied; the caller may reuse it.
+// copied; the caller may reuse it. A message to a peer whose handshake is
+// not done (epochs.go) takes its channel and waits there, nothing of it
+// sent, until the peer has told what to name it; Send then reports the
+// link's error for the RESET that asks it.
 func (t *Transport) Send(dst HostID, payload []byte, cookie uint64) error {
 	p := t.Peer(dst)
 	if p == nil {
@@ -101,6 +104,21 @@ func (t *Transport) send(p *Peer, n int, payload []byte, f Filler, cookie uint64
 	c.retries = 0
 
 	t.occupy(p, c)
+	if !t.ready(p) {
+		// The incarnations are not confirmed both ways: the message
+		// waits in its channel, and a RESET asks the peer for its
+		// destination epoch (epochs.go, "Handshake").
+		c.sent = false
+		p.waiting++
+		if err := t.hello(p); err != nil {
+			t.release(p, c)
+			c.seq--
+			return -1, fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
+		}
+		t.setTimers(c)
+		return i, nil
+	}
+	c.sent = true
 	if err := t.transmit(p, c); err != nil {
 		t.release(p, c)
 		c.seq-- // the message never left: its number is still free
@@ -111,6 +129,34 @@ func (t *Transport) send(p *Peer, n int, payload []byte, f Filler, cookie uint64
 	p.stats.Sent++
 	p.stats.SentBytes += uint64(n)
 	return i, nil
+}
+
+// sendWaiting transmits the messages that wait in p's channels, once
+// the incarnations are confirmed (ready): each for the first time under
+// them, its retransmission timer started again (its give-up timer runs
+// from its Send).
+func (t *Transport) sendWaiting(p *Peer) error {
+	for i := range p.send {
+		if p.waiting == 0 {
+			return nil
+		}
+		c := &p.send[i]
+		if !c.inUse || c.sent {
+			continue
+		}
+		c.sent = true
+		p.waiting--
+		if err := t.transmit(p, c); err != nil {
+			return fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
+		}
+		if c.timed {
+			c.due = t.now().Add(t.cfg.RetransmitAfter)
+		}
+		t.stats.Sent++
+		p.stats.Sent++
+		p.stats.SentBytes += uint64(len(t.payload(c)))
+	}
+	return nil
 }
 
 // setTimers starts the give-up and retransmission timers of the message
@@ -284,6 +330,7 @@ func (t *Transport) flushOut() error {
 	t.stats.Batches++
 	t.stats.BatchFrames += uint64(len(send))
 	_, err := t.link.Send(send)
+	t.ctlHeld = 0
 	clear(t.out)
 	t.out = t.out[:0]
 	clear(t.sendList)

@@ -45,6 +45,19 @@ func (t *Transport) scan(now time.Time) error {
 				t.reincarnate(p)
 				continue
 			}
+			if !c.sent {
+				// Waiting for the incarnations to be confirmed: ask
+				// again (hello, epochs.go).
+				c.due = now.Add(t.cfg.RetransmitAfter)
+				if t.ready(p) {
+					if err := t.sendWaiting(p); err != nil {
+						return err
+					}
+				} else if err := t.hello(p); err != nil {
+					return err
+				}
+				continue
+			}
 			c.retries++
 			if err := t.transmit(p, c); err != nil {
 				return err

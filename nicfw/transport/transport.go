@@ -48,9 +48,11 @@ var (
 	// ErrUnreachable: the reason Returned gives for a message that was not
 	// acknowledged within Config.GiveUpAfter.
 	ErrUnreachable = errors.New("nicfw: destination unreachable")
-	// ErrRestarted: the reason Returned gives for a message in flight to a
-	// peer whose transport restarted (a new epoch, epochs.go): the new
-	// incarnation did not take it, the old one may have.
+	// ErrRestarted: the reason Returned gives for a message sent to a
+	// peer under a pair of incarnations that changed before it was
+	// acknowledged (epochs.go): the peer restarted, or started a new
+	// incarnation toward this host. The new pair did not take it; the
+	// old one may have.
 	ErrRestarted = errors.New("nicfw: destination restarted")
 	// ErrUnknownHost: the destination is not in the host table.
 	ErrUnknownHost = errors.New("nicfw: unknown host")
@@ -179,9 +181,10 @@ type Stats struct {
 	// without answering this transport's challenge for it: dropped, the
 	// peer's record unchanged (epochs.go).
 	Unconfirmed uint64
-	// ZeroEpoch counts frames with destination epoch 0 from a peer that
-	// has named this transport already, or whose destination epoch was
-	// renewed: refused (a peer's first frames alone may carry 0).
+	// ZeroEpoch counts frames with destination epoch 0, refused: only the
+	// RESETs a peer sends to start the handshake before it has heard
+	// this incarnation carry 0 (those are answered, not counted), and an
+	// unreliable transport's DATA.
 	ZeroEpoch  uint64
 	ResetsSent uint64 // RESET frames sent (epochs.go)
 
@@ -202,7 +205,9 @@ type Stats struct {
 	// number asked of a peer) after a forged frame named the old one.
 	Renewals uint64
 	// Reincarnations counts the new incarnations started toward a peer
-	// after a give-up (epochs.go).
+	// (epochs.go): after a give-up, or when a late frame of the peer's
+	// previous incarnation shows that the epoch on record may be a dead
+	// one's.
 	Reincarnations uint64
 
 	Scans      uint64 // timer scans run
@@ -311,8 +316,9 @@ type Transport struct {
 	packs     []packFrame // the frames being packed
 	packBufs  [][]byte    // their buffers
 	rx        [][]byte    // receive batch
-	tx        [][]byte    // control frames (ACK, NACK) waiting to be sent
+	tx        [][]byte    // control frames (ACK, NACK, RESET) waiting to be sent
 	ctl       [][]byte    // their buffers
+	ctlHeld   int         // the first ctlHeld of ctl are in the pass's batch (flush)
 	stats     Stats
 }
 
@@ -526,6 +532,7 @@ func (t *Transport) AddPeer(id HostID, mac net.HardwareAddr) error {
 	}
 	t.peers[id] = p
 	t.byMAC[key] = p
+	t.hello(p) // the handshake starts now (epochs.go); a lost one is asked again by the first message
 	return nil
 }
 
@@ -554,6 +561,7 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 		top = max(top, int(id))
 	}
 	peers := make([]*Peer, top+1)
+	var fresh []*Peer // rows made now: their handshakes start
 	for id, mac := range hosts {
 		key := [6]byte(mac)
 		if key == t.mac {
@@ -562,6 +570,7 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 		p := t.byMAC[key]
 		if p == nil {
 			p = t.newPeer(id, mac)
+			fresh = append(fresh, p)
 		}
 		p.id = id
 		peers[id], byMAC[key] = p, p
@@ -586,6 +595,9 @@ func (t *Transport) SetPeers(hosts map[HostID]net.HardwareAddr) error {
 				t.giveUp(p, &p.send[i])
 			}
 		}
+	}
+	for _, p := range fresh {
+		t.hello(p)
 	}
 	return nil
 }

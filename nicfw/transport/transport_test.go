@@ -59,6 +59,35 @@ func newPair(tb testing.TB, opts memlink.Options, cfg Config) *pair {
 	return p
 }
 
+// newBarePair is newPair without the handshake: neither end has heard
+// the other (the RESETs that AddPeer sends to start it are taken off the
+// links).
+func newBarePair(tb testing.TB, opts memlink.Options, cfg Config) *pair {
+	tb.Helper()
+	la, lb, err := memlink.NewPair(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { la.Close(); lb.Close() })
+	p := &pair{clk: clock.NewManual(time.Unix(1_000_000, 0))}
+	p.a, p.b = newEnd(tb, la, p.clk, cfg), newEnd(tb, lb, p.clk, cfg)
+	p.a.link, p.b.link = la, lb
+	if err := p.a.tr.AddPeer(hostB, lb.HardwareAddr()); err != nil {
+		tb.Fatal(err)
+	}
+	if err := p.b.tr.AddPeer(hostA, la.HardwareAddr()); err != nil {
+		tb.Fatal(err)
+	}
+	drop := make([][]byte, 8)
+	for _, l := range []*memlink.Link{la, lb} {
+		if _, err := l.Recv(drop); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	p.wait(p.a.tr.cfg.ScanInterval) // nor do they hold back the RESETs a test expects (reset)
+	return p
+}
+
 // pairOn connects two transports, A (host 1) on la and B (host 2) on lb.
 // With clk nil they run on the system clock, and transfer does not advance
 // time but waits for it.
@@ -72,7 +101,44 @@ func pairOn(tb testing.TB, la, lb afxdp.Link, clk *clock.Manual, cfg Config) *pa
 	if err := p.b.tr.AddPeer(hostA, la.HardwareAddr()); err != nil {
 		tb.Fatal(err)
 	}
+	p.connect(tb)
 	return p
+}
+
+// connect runs the handshake between the ends of p (epochs.go): A asks B
+// for its destination epoch in a RESET, B answers, and each then holds
+// the other's, so that a test's first message leaves at once. It fails
+// the test if the ends are not ready after a few rounds.
+func (p *pair) connect(tb testing.TB) {
+	tb.Helper()
+	pb, pa := p.a.tr.Peer(hostB), p.b.tr.Peer(hostA)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; !p.a.tr.ready(pb) || !p.b.tr.ready(pa); i++ {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no handshake: A %+v, B %+v", p.a.tr.Stats(), p.b.tr.Stats())
+		}
+		if i%4 == 0 { // again, in case the link lost it
+			if err := p.a.tr.hello(pb); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		if !p.poll(tb) {
+			p.wait(p.a.tr.cfg.ScanInterval)
+		}
+	}
+	// A scan interval on, so that the RESETs of the handshake hold back
+	// none that a test expects (reset).
+	p.wait(max(p.a.tr.cfg.ScanInterval, p.b.tr.cfg.ScanInterval))
+}
+
+// wait advances the manual clock of p by d, or sleeps d on the system
+// clock.
+func (p *pair) wait(d time.Duration) {
+	if p.clk != nil {
+		p.clk.Advance(d)
+	} else {
+		time.Sleep(d)
+	}
 }
 
 // newEnd starts a transport on l that records what it is given (see end).
@@ -298,14 +364,13 @@ func TestNackThenRetransmit(t *testing.T) {
 	checkExactlyOnce(t, p.b, hostA, 1)
 }
 
-// testEpoch is the source epoch of the frames frameTo builds.
-const testEpoch = 0x7e57
-
-// frameTo builds a transport frame by hand from src to dst, from a sender
-// of epoch testEpoch that has not heard of the receiver's.
-func frameTo(tb testing.TB, dst, src net.HardwareAddr, typ uint8, ch int, seq uint16, stamp uint32, body []byte) []byte {
+// frameTo returns a frame from src to dst, as B sends them to A in pair
+// p (its epochs toward A), of one PDU with a transport header and the
+// given body.
+func frameTo(tb testing.TB, p *pair, dst, src net.HardwareAddr, typ uint8, ch int, seq uint16, stamp uint32, body []byte) []byte {
 	tb.Helper()
-	return epochFrame(tb, dst, src, typ, ch, seq, stamp, testEpoch, 0, body)
+	pa := p.b.tr.Peer(hostA)
+	return epochFrame(tb, dst, src, typ, ch, seq, stamp, pa.srcOut, pa.dstOut, body)
 }
 
 // epochFrame is frameTo with the epochs given.
@@ -375,7 +440,7 @@ func TestStaleNackIgnored(t *testing.T) {
 
 	inject := func(typ uint8, seq uint16, stamp uint32) {
 		t.Helper()
-		f := frameTo(t, macA, macB, typ, 0, seq, stamp, nil)
+		f := frameTo(t, p, macA, macB, typ, 0, seq, stamp, nil)
 		if _, err := p.b.link.Send([][]byte{f}); err != nil {
 			t.Fatal(err)
 		}
@@ -543,6 +608,13 @@ func TestScanSkipsIdlePeers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The RESETs that start the handshakes with them (AddPeer) are on
+	// B's link too: taken off, not for B.
+	for rx := make([][]byte, 64); ; {
+		if n, err := p.b.link.Recv(rx); err != nil || n == 0 {
+			break
+		}
+	}
 	scan := func() Stats {
 		t.Helper()
 		p.clk.Advance(ra)
@@ -555,15 +627,16 @@ func TestScanSkipsIdlePeers(t *testing.T) {
 	if s0.Scans == 0 || s0.ScanVisits != 0 {
 		t.Fatalf("idle transport: %+v", s0)
 	}
-	// Two messages to host 100 (no such host on the link) and one to B,
-	// which B does not take in yet: two active peers of 201.
+	// Two messages to host 100 (no such host on the link: they wait for
+	// its handshake, asked for again) and one to B, which B does not take
+	// in yet (retransmitted): two active peers of 201.
 	for _, dst := range []HostID{100, 100, hostB} {
 		if err := p.a.tr.Send(dst, payload(0, 50), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	s1 := scan()
-	if s1.Scans != s0.Scans+1 || s1.ScanVisits != 2 || s1.Retransmits != 3 {
+	if s1.Scans != s0.Scans+1 || s1.ScanVisits != 2 || s1.Retransmits != 1 || s1.ResetsSent <= s0.ResetsSent {
 		t.Fatalf("two active peers: %+v", s1)
 	}
 	// B takes the message in and A the ACK: one active peer is left.
@@ -580,14 +653,14 @@ func TestBadFramesCounted(t *testing.T) {
 	p := newPair(t, memlink.Options{}, Config{Channels: 2})
 	macA, macB := p.a.link.HardwareAddr(), p.b.link.HardwareAddr()
 	other := net.HardwareAddr{2, 9, 9, 9, 9, 9}
-	good := frameTo(t, macA, macB, typeData, 0, 0, 1, payload(0, 50))
+	good := frameTo(t, p, macA, macB, typeData, 0, 0, 1, payload(0, 50))
 	corrupt := append([]byte(nil), good...)
 	corrupt[len(corrupt)-20] ^= 0x40 // payload bit: the AAL5 CRC fails
 	frames := [][]byte{
-		frameTo(t, other, macB, typeData, 0, 0, 1, payload(0, 50)), // not for A
-		frameTo(t, macA, other, typeData, 0, 0, 1, payload(0, 50)), // unknown source
-		frameTo(t, macA, macB, typeData, 2, 0, 1, payload(0, 50)),  // channel out of range
-		frameTo(t, macA, macB, 9, 0, 0, 1, nil),                    // unknown type
+		frameTo(t, p, other, macB, typeData, 0, 0, 1, payload(0, 50)), // not for A
+		frameTo(t, p, macA, other, typeData, 0, 0, 1, payload(0, 50)), // unknown source
+		frameTo(t, p, macA, macB, typeData, 2, 0, 1, payload(0, 50)),  // channel out of range
+		frameTo(t, p, macA, macB, 9, 0, 0, 1, nil),                    // unknown type
 		corrupt,
 		good,
 	}
@@ -657,10 +730,12 @@ func ExampleTransport() {
 	}})
 	a.AddPeer(2, lb.HardwareAddr())
 	b.AddPeer(1, la.HardwareAddr())
-	a.Send(2, []byte("hello"), 0)
-	b.Poll() // delivers; the acknowledgement waits for a reply to carry it
-	b.Poll() // none came: an ACK frame of its own
-	a.Poll() // takes the ACK in: the channel is free
+	a.Send(2, []byte("hello"), 0) // waits: a RESET asks B what to name it
+	b.Poll()                      // answers with a RESET of its own
+	a.Poll()                      // takes it in: the message leaves
+	b.Poll()                      // delivers; the acknowledgement waits for a reply to carry it
+	b.Poll()                      // none came: an ACK frame of its own
+	a.Poll()                      // takes the ACK in: the channel is free
 	fmt.Println("unacked:", a.Unacked(2))
 	// Output:
 	// from host 1 on channel 0: hello
