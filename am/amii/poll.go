@@ -61,7 +61,6 @@ func (ep *Endpoint) pollLocked() (int, error) {
 		}
 	}()
 	requests := 0 // requests dispatched: each queued a reply, explicit or implicit
-	defer func() { ep.batch = false }()
 	for _, q := range [...]endpoint.Queue{endpoint.ReplyReceive, endpoint.RequestReceive} {
 		if q == endpoint.RequestReceive && ep.express != nil {
 			put, taken := ep.view.Progress(q)
@@ -91,7 +90,9 @@ func (ep *Endpoint) pollLocked() (int, error) {
 			}
 		}
 	}
-	if err := ep.sendNullReplies(); err != nil {
+	err := ep.sendNullReplies()
+	ep.batch = false // (an error above leaves it set: messages are queued until the next Poll's end)
+	if err != nil {
 		return ran, err
 	}
 	if ep.poll != nil && (requests > 0 && ep.mustRun() || !engineRan) {
