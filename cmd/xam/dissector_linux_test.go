@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/xam-project/xam/am/ssam"
 	"github.com/xam-project/xam/bench"
@@ -463,4 +464,73 @@ func tsharkFields(t *testing.T, tshark, script, path string, frames int, fields 
 		}
 	}
 	return rows
+}
+
+// TestWiresharkDissectorInterleaved: both hosts send on the same circuits,
+// so a frame of one may come between the frames of the other's PDU (a
+// RESET of the transport's handshake between the frames of a bulk
+// chunk, say). The dissector reassembles each direction apart: host A's
+// three-cell PDU, split over two frames with host B's one-cell PDU
+// between them, decodes whole, its AAL5 CRC correct.
+func TestWiresharkDissectorInterleaved(t *testing.T) {
+	tshark, script := dissectorTools(t)
+	seg, err := cells.NewSegmenter(cells.SAR{VPI: 0, VCI: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := seg.Append(nil, make([]byte, 100)) // three cells
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := seg.Append(nil, make([]byte, 20)) // one cell
+	if err != nil {
+		t.Fatal(err)
+	}
+	macA, macB := []byte{2, 0, 0, 0, 0, 0xa}, []byte{2, 0, 0, 0, 0, 0xb}
+	aToB := cells.Framer{Dst: macB, Src: macA}
+	bToA := cells.Framer{Dst: macA, Src: macB}
+	frame := func(f cells.Framer, cs []byte, start bool) []byte {
+		b, err := f.Append(nil, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if start {
+			b[cells.EthernetHeaderSize+1] |= cells.FlagStart
+		}
+		return b
+	}
+	path := filepath.Join(t.TempDir(), "interleaved.pcapng")
+	file, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cells.NewFrameWriter(file, "veth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Unix(1_700_000_000, 0)
+	for i, f := range [][]byte{
+		frame(aToB, long[:2*cells.CellSize], true),
+		frame(bToA, short, true),
+		frame(aToB, long[2*cells.CellSize:], false),
+	} {
+		if err := w.WriteFrame(ts.Add(time.Duration(i)*time.Microsecond), f, cells.DirectionUnknown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ts.Add(time.Millisecond), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := file.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rows := tsharkFields(t, tshark, script, path, 3, "frame.number", "xam.aal5.crc_ok", "_ws.expert.severity")
+	for _, fs := range rows {
+		if slices.Contains(strings.Split(fs[1], ","), "0") || fs[2] != "" {
+			t.Errorf("frame %s: AAL5 CRC correct %q, expert %q", fs[0], fs[1], fs[2])
+		}
+	}
+	if rows[2][1] != "1" {
+		t.Errorf("frame 3 closes A's PDU: AAL5 CRC correct %q, want 1", rows[2][1])
+	}
 }

@@ -428,6 +428,12 @@ local function dissect_transport(tvb, tree)
 	t:add(f.tr_dst_epoch, tvb(16, 4))
 	add_acks(tvb, t, 20, k, 4)
 	local what = string.format("%s ch %d seq %d, %d acks", trtypes[typ], tvb(1, 1):uint(), tvb(2, 2):uint(), k)
+	if typ == 4 then
+		-- A RESET's sequence field holds flags: bit 0, the sender asks for a
+		-- RESET in answer (the transport's handshake).
+		local answer = band(tvb(2, 2):uint(), 1) == 1
+		what = string.format("RESET ch %d%s, %d acks", tvb(1, 1):uint(), answer and ", asks an answer" or "", k)
+	end
 	t:append_text(": " .. what)
 	if typ == 1 and plen >= 24 then
 		what = what .. "; " .. dissect_am(tvb(20 + 4 * k, plen):tvb(), t)
@@ -516,7 +522,10 @@ function xam.dissector(tvb, pinfo, tree)
 		c:add(f.payload, tvb(o + 5, 48))
 		c:append_text(string.format(": %d/%d PTI %d%s", vpi, vci, pti, band(pti, 1) == 1 and " (end)" or ""))
 		if first then
-			local key = vpi * 65536 + vci
+			-- A circuit's cells are reassembled per direction: both hosts
+			-- send on the same circuits, and one's cells may come between
+			-- the frames of the other's PDU.
+			local key = tostring(pinfo.src) .. ">" .. tostring(pinfo.dst) .. "/" .. (vpi * 65536 + vci)
 			if i == 0 and start then partial[key] = nil end
 			local p = partial[key]
 			if p == nil then
