@@ -20,9 +20,10 @@
 // engine once and then the handlers of what it put into the request and
 // reply receive queues; Request runs it after queuing the request, so the
 // message leaves at once; Wait runs it until a message is there. A short
-// message (a request or a reply) of an endpoint alone on an engine that it
-// runs itself (Open, or New without Config.RunEngine), without Coalesce,
-// takes the express path when the endpoint has nothing else to send: it is
+// message (a request or a reply) of an endpoint on an engine that it runs
+// itself (Open, or New without Config.RunEngine), without Coalesce, takes
+// the express path when the endpoint has nothing else to send and no other
+// endpoint of the engine is busy sending: it is
 // handed to the engine directly (nicfw.Engine.Express), checked as a
 // queued one is, and leaves at once, without the send queue and without
 // the rest of an engine run (Stats.Express counts them). Otherwise it is

@@ -19,11 +19,11 @@ import (
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
-// expressPair opens A1 and B1 inline, each on an engine of its own on its
-// link (la, lb), A1's table naming B1 and B1's A1, with cfg.
-func expressPair(t *testing.T, la, lb afxdp.Link, cfg Config, ec nicfw.EngineConfig) (a, b *Endpoint) {
+// expressPair opens A1 (with cfgA) and B1 (with cfgB) inline, each on an
+// engine of its own on its link (la, lb), A1's table naming B1 and B1's A1.
+func expressPair(t *testing.T, la, lb afxdp.Link, cfgA, cfgB Config, ec nicfw.EngineConfig) (a, b *Endpoint) {
 	t.Helper()
-	mk := func(id HostID, l afxdp.Link, peer HostID, pl afxdp.Link) *Endpoint {
+	mk := func(id HostID, l afxdp.Link, peer HostID, pl afxdp.Link, cfg Config) *Endpoint {
 		e, err := Open(l, Inline{Host: id, Hosts: map[HostID]net.HardwareAddr{peer: pl.HardwareAddr()}, Engine: ec},
 			VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 1}}}, cfg)
 		if err != nil {
@@ -32,7 +32,22 @@ func expressPair(t *testing.T, la, lb afxdp.Link, cfg Config, ec nicfw.EngineCon
 		t.Cleanup(func() { e.Close() })
 		return e
 	}
-	return mk(amiiHostA, la, amiiHostB, lb), mk(amiiHostB, lb, amiiHostA, la)
+	return mk(amiiHostA, la, amiiHostB, lb, cfgA), mk(amiiHostB, lb, amiiHostA, la, cfgB)
+}
+
+// memLinks returns the two ends of a memlink hub, closed when t ends.
+func memLinks(t *testing.T) (la, lb afxdp.Link) {
+	l := xdptest.Hub(t, 2, memlink.Options{})
+	return l[0], l[1]
+}
+
+// vethLinks returns AF_XDP sockets on the two ends of a veth pair, xam's
+// XDP program on each dropping the fraction drop of the frames.
+func vethLinks(t *testing.T, drop float64, seed uint64) (la, lb afxdp.Link) {
+	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
+	_, a := xdptest.OpenHost(t, v.A, drop, seed)
+	_, b := xdptest.OpenHost(t, v.B, drop, seed+1)
+	return a, b
 }
 
 // pollUntil polls a until done reports true, for at most a minute.
@@ -150,30 +165,22 @@ func expressBody(t *testing.T, a, b *Endpoint, n int) {
 // express path, in order with the queued ones, on a memlink pair and over
 // AF_XDP.
 func TestExpressInline(t *testing.T) {
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	a, b := expressPair(t, la, lb, Config{Credits: 8}, nicfw.EngineConfig{})
+	la, lb := memLinks(t)
+	a, b := expressPair(t, la, lb, Config{Credits: 8}, Config{Credits: 8}, nicfw.EngineConfig{})
 	expressBody(t, a, b, 2000)
 }
 
 func TestExpressOverAFXDP(t *testing.T) {
-	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	_, la := xdptest.Open(t, v.A.Do, v.A.Index, v.A.MAC, 0, 41)
-	_, lb := xdptest.Open(t, v.B.Do, v.B.Index, v.B.MAC, 0, 42)
-	a, b := expressPair(t, la, lb, Config{Credits: 8}, nicfw.EngineConfig{})
+	la, lb := vethLinks(t, 0, 41)
+	a, b := expressPair(t, la, lb, Config{Credits: 8}, Config{Credits: 8}, nicfw.EngineConfig{})
 	expressBody(t, a, b, 2000)
 }
 
 // Under loss, messages sent by the express path are retransmitted as
 // queued ones are: all arrive, once, in order.
 func TestExpressLossOverAFXDP(t *testing.T) {
-	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	_, la := xdptest.Open(t, v.A.Do, v.A.Index, v.A.MAC, 0.05, 43)
-	_, lb := xdptest.Open(t, v.B.Do, v.B.Index, v.B.MAC, 0.05, 44)
-	a, b := expressPair(t, la, lb, Config{Credits: 8},
+	la, lb := vethLinks(t, 0.05, 43)
+	a, b := expressPair(t, la, lb, Config{Credits: 8}, Config{Credits: 8},
 		nicfw.EngineConfig{Transport: transport.Config{RetransmitAfter: time.Millisecond}})
 	expressBody(t, a, b, 1000)
 }
@@ -181,12 +188,8 @@ func TestExpressLossOverAFXDP(t *testing.T) {
 // With Coalesce the messages wait for the endpoint's poll, packed into
 // frames: none takes the express path.
 func TestExpressNotWithCoalesce(t *testing.T) {
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	a, b := expressPair(t, la, lb, Config{Credits: 8, Coalesce: true}, nicfw.EngineConfig{Window: 8})
+	la, lb := memLinks(t)
+	a, b := expressPair(t, la, lb, Config{Credits: 8, Coalesce: true}, Config{Credits: 8, Coalesce: true}, nicfw.EngineConfig{Window: 8})
 	var replies int
 	reply := a.Register(func(*Token, []uint64) { replies++ })
 	echo := b.Register(func(tok *Token, args []uint64) {
@@ -211,12 +214,8 @@ func TestExpressNotWithCoalesce(t *testing.T) {
 // down, is returned at once; the error handler sees each, with the
 // request's arguments.
 func TestExpressPeerGone(t *testing.T) {
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	a, b := expressPair(t, la, lb, Config{}, nicfw.EngineConfig{
+	la, lb := memLinks(t)
+	a, b := expressPair(t, la, lb, Config{}, Config{}, nicfw.EngineConfig{
 		Transport: transport.Config{RetransmitAfter: time.Millisecond, GiveUpAfter: 100 * time.Millisecond}})
 	var replies int
 	reply := a.Register(func(*Token, []uint64) { replies++ })
@@ -258,24 +257,8 @@ func TestExpressPeerGone(t *testing.T) {
 // to leave together in its last engine run, not one system call each by
 // the express path; a Poll that finds one answers it by the express path.
 func TestExpressRepliesBatched(t *testing.T) {
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	ec := nicfw.EngineConfig{Window: 8}
-	a, err := Open(la, Inline{Host: amiiHostA, Hosts: map[HostID]net.HardwareAddr{amiiHostB: lb.HardwareAddr()}, Engine: ec},
-		VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: amiiHostB, Endpoint: 1}}}, Config{Credits: 8, Coalesce: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	b, err := Open(lb, Inline{Host: amiiHostB, Hosts: map[HostID]net.HardwareAddr{amiiHostA: la.HardwareAddr()}, Engine: ec},
-		VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: amiiHostA, Endpoint: 1}}}, Config{Credits: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	la, lb := memLinks(t)
+	a, b := expressPair(t, la, lb, Config{Credits: 8, Coalesce: true}, Config{Credits: 8}, nicfw.EngineConfig{Window: 8})
 	var replies int
 	reply := a.Register(func(*Token, []uint64) { replies++ })
 	echo := b.Register(func(tok *Token, args []uint64) {

@@ -10,14 +10,6 @@ import (
 	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
-// expressPair makes a GRIM endpoint of channels channels on an inline
-// engine per link, peers of each other, and returns them.
-func expressPair(t *testing.T, la, lb afxdp.Link, channels int) (a, b *Endpoint) {
-	t.Helper()
-	eps := expressHosts(t, []afxdp.Link{la, lb}, channels)
-	return eps[0], eps[1]
-}
-
 // expressHosts makes a GRIM endpoint of channels channels on an inline
 // engine per link (host i+1, endpoint 16), all peers of one another.
 func expressHosts(t *testing.T, links []afxdp.Link, channels int) []*Endpoint {
@@ -125,21 +117,16 @@ func expressBody(t *testing.T, a, b *Endpoint, n int) {
 }
 
 func TestGRIMExpressReplies(t *testing.T) {
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	a, b := expressPair(t, la, lb, 4)
-	expressBody(t, a, b, 400)
+	eps := expressHosts(t, xdptest.Hub(t, 2, memlink.Options{}), 4)
+	expressBody(t, eps[0], eps[1], 400)
 }
 
 func TestGRIMExpressRepliesOverAFXDP(t *testing.T) {
 	v := netnstest.NewVethPair(t, netnstest.WithQueues(1))
-	_, la := xdptest.Open(t, v.A.Do, v.A.Index, v.A.MAC, 0, 51)
-	_, lb := xdptest.Open(t, v.B.Do, v.B.Index, v.B.MAC, 0, 52)
-	a, b := expressPair(t, la, lb, 4)
-	expressBody(t, a, b, 400)
+	_, la := xdptest.OpenHost(t, v.A, 0, 51)
+	_, lb := xdptest.OpenHost(t, v.B, 0, 52)
+	eps := expressHosts(t, []afxdp.Link{la, lb}, 4)
+	expressBody(t, eps[0], eps[1], 400)
 }
 
 // Two hosts' requests found together by one Poll of the server: their
