@@ -212,6 +212,12 @@ type epState struct {
 	vnet  []Name          // the translation table, as created (the endpoint's memory, "host side")
 	table []Name          // its copy in the engine's fast tables: nil while not resident
 	rev   map[Name]uint32 // sender -> index, for received descriptors
+	// The last sender looked up in rev and its index: a conversation
+	// finds its peer here without hashing.
+	revLast Name
+	revIdx  uint32
+	revOK   bool // revLast is in rev
+	revSet  bool // revLast holds a lookup
 
 	// Residency (engine_residency.go): resident says whether the
 	// endpoint is in the scheduler and its table is loaded; weight is its
@@ -221,8 +227,8 @@ type epState struct {
 	resident bool
 	sends    int // messages sent since it was loaded
 	weight   int
-	ordered  bool                    // VNet.Ordered
-	ordTo    map[*transport.Peer]int // ordered: messages in flight per destination host
+	ordered  bool        // VNet.Ordered
+	ordTo    []peerCount // ordered: messages in flight per destination host, those with any
 	evIdx    int
 	rung     bool
 	// Doorbells (engine_bells.go): its page and bit (nil: none), whether
@@ -589,7 +595,7 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 	}
 	s := &epState{id: id, mem: mem, tag: vnet.Tag, vnet: slices.Clone(vnet.Table), rev: make(map[Name]uint32), weight: w, ordered: vnet.Ordered}
 	if s.ordered {
-		s.ordTo = map[*transport.Peer]int{}
+		s.ordTo = make([]peerCount, 0, 4)
 	}
 	if vnet.Key != nil {
 		aead, err := newAEAD(vnet.Key)

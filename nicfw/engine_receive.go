@@ -106,7 +106,7 @@ func (e *Engine) accept(src HostID, p []byte, canReturn, authed bool) (ok bool, 
 		if m.index == endpoint.NoIndex && s != nil {
 			// A compact message's return (engine_msg.go): its index is
 			// that of the endpoint that returned it in s's table.
-			if i, ok := s.rev[Name{src, m.src}]; ok {
+			if i, ok := s.index(Name{src, m.src}); ok {
 				m.index = i
 			}
 		}
@@ -184,7 +184,7 @@ func (e *Engine) store(src HostID, s *epState, m *msg, rx *bulkRx) bool {
 		return false
 	}
 	d := endpoint.Descriptor{Class: m.class, NArgs: m.nargs, Handler: m.handler, Dest: endpoint.NoIndex, Tag: m.tag, Args: m.args}
-	if i, ok := s.rev[Name{src, m.src}]; ok {
+	if i, ok := s.index(Name{src, m.src}); ok {
 		d.Dest = i
 	}
 	q := endpoint.RequestReceive
@@ -318,4 +318,14 @@ func (e *Engine) acceptReturn(src HostID, s *epState, m *msg) bool {
 		e.stats.Dropped++
 	}
 	return true
+}
+
+// index is the index of sender n in s's translation table (rev), through
+// the one-entry cache of the last sender asked about.
+func (s *epState) index(n Name) (uint32, bool) {
+	if !s.revSet || n != s.revLast {
+		s.revIdx, s.revOK = s.rev[n]
+		s.revLast, s.revSet = n, true
+	}
+	return s.revIdx, s.revOK
 }

@@ -77,7 +77,44 @@ func (e *Engine) inFlightTo(s *epState, dest uint32) bool {
 		return false // Take refuses it
 	}
 	p := e.tr.Peer(s.table[dest].Host)
-	return p != nil && s.ordTo[p] > 0
+	return p != nil && s.inFlight(p) > 0
+}
+
+// peerCount is an ordered endpoint's count of messages in flight to one
+// host. An endpoint has them for the few hosts it is sending to at the
+// moment, so a slice scanned in order costs less than a map's hashing.
+type peerCount struct {
+	p *transport.Peer
+	n int
+}
+
+// inFlight is the number of ordered endpoint s's messages in flight to p.
+func (s *epState) inFlight(p *transport.Peer) int {
+	for _, c := range s.ordTo {
+		if c.p == p {
+			return c.n
+		}
+	}
+	return 0
+}
+
+// addInFlight adds d to the count of s's messages in flight to p, and
+// forgets p when it falls to 0.
+func (s *epState) addInFlight(p *transport.Peer, d int) {
+	for i := range s.ordTo {
+		if c := &s.ordTo[i]; c.p == p {
+			if c.n += d; c.n <= 0 {
+				last := len(s.ordTo) - 1
+				s.ordTo[i] = s.ordTo[last]
+				s.ordTo[last] = peerCount{}
+				s.ordTo = s.ordTo[:last]
+			}
+			return
+		}
+	}
+	if d > 0 {
+		s.ordTo = append(s.ordTo, peerCount{p, d})
+	}
 }
 
 // held reports whether s has a message in flight, pinning its frame.
@@ -277,7 +314,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	}
 	s.flying++
 	if s.ordered {
-		s.ordTo[p]++
+		s.addInFlight(p, 1)
 	}
 	if s.d.Class == endpoint.ClassBulk {
 		if s.pooledBulk() && s.admit == admitNone {
@@ -554,9 +591,7 @@ func (e *Engine) land(s *epState, p *transport.Peer) {
 		panic(err) // pinned endpoints are never evicted
 	}
 	if s.ordered {
-		if s.ordTo[p]--; s.ordTo[p] <= 0 {
-			delete(s.ordTo, p)
-		}
+		s.addInFlight(p, -1)
 	}
 	if s.flying--; s.flying == 0 {
 		e.pinned--
