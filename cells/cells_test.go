@@ -715,3 +715,18 @@ func TestReassemblyDiscard(t *testing.T) {
 		}
 	}
 }
+
+// TestCRC10Trailer: the trailer's CRC is the CRC-10 of the bytes followed
+// by the length indicator's byte, and catches a changed indicator.
+func TestCRC10Trailer(t *testing.T) {
+	p := []byte("a compact cell's forty-six bytes, more or less")
+	for li := range uint8(64) {
+		want := CRC10(append(append([]byte(nil), p...), li<<2))
+		if got := CRC10Trailer(p, li); got != want {
+			t.Fatalf("CRC10Trailer(li=%d) = %#03x, want %#03x", li, got, want)
+		}
+		if li > 0 && CRC10Trailer(p, li) == CRC10Trailer(p, li-1) {
+			t.Fatalf("li %d and %d share a CRC", li, li-1)
+		}
+	}
+}
