@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -116,7 +117,7 @@ func TestWiresharkDissector(t *testing.T) {
 	}
 	for _, want := range []string{"Direction: Inbound", "Direction: Outbound", "SSAM single-cell message", "SSAM bulk message: request",
 		"Session tag, high 16 bits: 0x", "Handler index: 0", "Session tag, low 7 bits: 0x", "[Session tag: 0x", "Session number: ", "Firmware transport: DATA",
-		"Firmware transport, compact cell: DATA (compact)", "Firmware transport, compact cell: ACK (compact)", "AM-II engine message (compact): AM-II request short",
+		"Firmware transport, compact cell: DATA (compact)", "Type: DATA (compact, with an ACK) (7)", "Acknowledged sequence: ", "AM-II engine message (compact): AM-II request short",
 		"Raw frame on 0/40, 1 cells, no protocol", "Raw frame on 0/40, 3 cells, no protocol", "Sequence: 19"} {
 		if !strings.Contains(string(v), want) {
 			t.Errorf("tshark -V shows no %q", want)
@@ -532,5 +533,99 @@ func TestWiresharkDissectorInterleaved(t *testing.T) {
 	}
 	if rows[2][1] != "1" {
 		t.Errorf("frame 3 closes A's PDU: AAL5 CRC correct %q, want 1", rows[2][1])
+	}
+}
+
+// TestWiresharkDissectorCompactCells: the three compact cells of
+// docs/wire.md, built from the document's tables (a compact ACK cell, as
+// a receiver flushes alone, with two entries; a compact DATA cell; one
+// with an acknowledgement, its length in the trailer), decode with their
+// fields and CRC-10s correct, and a DATA cell with an acknowledgement
+// whose length bits were changed is not taken for one.
+func TestWiresharkDissectorCompactCells(t *testing.T) {
+	tshark, script := dissectorTools(t)
+	cell := func(body func(b []byte)) []byte {
+		c := cells.Cell(make([]byte, cells.CellSize))
+		if err := c.Encode(cells.UNI, cells.Fields{VCI: 33, PTI: cells.PTIEndOfMessage}); err != nil {
+			t.Fatal(err)
+		}
+		body(c.Payload())
+		return c
+	}
+	epochs := func(b []byte) {
+		binary.BigEndian.PutUint32(b, 0x11111111)
+		binary.BigEndian.PutUint32(b[4:], 0x22222222)
+	}
+	ack := cell(func(b []byte) {
+		b[0], b[1] = 6, 1 // compact ACK, channel 1
+		binary.BigEndian.PutUint16(b[2:], 7)
+		epochs(b[6:])
+		b[14] = 2
+		b[15], b[18] = 2, 3 // entries: channels 2 and 3
+		binary.BigEndian.PutUint16(b[16:], 8)
+		binary.BigEndian.PutUint16(b[19:], 9)
+		binary.BigEndian.PutUint16(b[46:], cells.CRC10(b[:46]))
+	})
+	data := cell(func(b []byte) {
+		b[0], b[1] = 5, 0
+		binary.BigEndian.PutUint16(b[2:], 4)
+		epochs(b[6:])
+		b[14] = 4
+		copy(b[15:], "ping")
+		binary.BigEndian.PutUint16(b[46:], cells.CRC10(b[:46]))
+	})
+	acked := func(length uint8) []byte {
+		return cell(func(b []byte) {
+			b[0], b[1] = 7, 0
+			binary.BigEndian.PutUint16(b[2:], 5)
+			b[4] = 1
+			binary.BigEndian.PutUint16(b[5:], 6)
+			epochs(b[7:])
+			copy(b[15:], "pong")
+			binary.BigEndian.PutUint16(b[46:], uint16(length)<<10|cells.CRC10Trailer(b[:46], 4))
+		})
+	}
+	macA, macB := []byte{2, 0, 0, 0, 0, 0xa}, []byte{2, 0, 0, 0, 0, 0xb}
+	path := filepath.Join(t.TempDir(), "compact.pcapng")
+	file, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cells.NewFrameWriter(file, "veth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Unix(1_700_000_000, 0)
+	fr := cells.Framer{Dst: macB, Src: macA}
+	for i, c := range [][]byte{ack, data, acked(4), acked(5)} {
+		f, err := fr.Append(nil, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f[cells.EthernetHeaderSize+1] |= cells.FlagStart
+		if err := w.WriteFrame(ts.Add(time.Duration(i)*time.Microsecond), f, cells.DirectionUnknown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ts.Add(time.Millisecond), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := file.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rows := tsharkFields(t, tshark, script, path, 4, "frame.number", "xam.tr.type", "xam.tr.crc10_ok",
+		"xam.tr.ack.channel", "xam.tr.ack.seq", "xam.tr.src_epoch", "xam.tr.dst_epoch", "_ws.expert.severity", "_ws.lua.text")
+	want := [][]string{
+		{"1", "6", "1", "2,3", "8,9", "0x11111111", "0x22222222", "", ""},
+		{"2", "5", "1", "", "", "0x11111111", "0x22222222", "", ""},
+		{"3", "7", "1", "1", "6", "0x11111111", "0x22222222", "", ""},
+	}
+	for i, w := range want {
+		if !slices.Equal(rows[i], w) {
+			t.Errorf("frame %d: fields %q, want %q", i+1, rows[i], w)
+		}
+	}
+	if rows[3][1] != "" {
+		t.Errorf("frame 4, its length changed under the CRC: decoded as transport type %q", rows[3][1])
 	}
 }

@@ -43,6 +43,25 @@ import (
 // It stands for the ACK PDU with the same header and entries, and is
 // checked (channels, length, CRC) before any of it counts. Flushed
 // acknowledgements (flushAcks) go the same way when they fit.
+//
+// When exactly one acknowledgement is owed to the destination (request
+// and reply: each answers the other's predecessor), it rides in the DATA
+// cell itself, so the frame is that one cell: type typeCompactAcked, the
+// acknowledgement's channel and sequence number where a compact DATA
+// cell has its stamp, and the payload's length in the top six bits of the
+// trailer, which the CRC-10 covers as AAL3/4's SAR trailer covers its
+// length indicator (cells.CRC10Trailer):
+//
+//	 0      1      2         4        5           7           11          15                    46                48
+//	+------+------+---------+--------+-----------+-----------+-----------+---------------------+--------+--------+
+//	| type | chan |   seq   | ackch  |  ack seq  | src epoch | dst epoch | payload, zero fill  | length | CRC-10 |
+//	+------+------+---------+--------+-----------+-----------+-----------+---------------------+--------+--------+
+//
+// It stands for the DATA PDU with the same fields and one acknowledgement
+// entry, and a stamp of 0: its sender keeps 0 as the transmission's stamp,
+// so that a NACK of it, echoing 0, matches. (A NACK of an earlier such
+// transmission of the same message matches too; it only moves the
+// retransmission a NACK delay later.)
 const (
 	// CompactPayload is the largest payload a compact cell carries.
 	CompactPayload = cells.PayloadSize - compactHeaderLen - compactCRCLen
@@ -54,10 +73,12 @@ const (
 )
 
 // typeCompact is the type byte of a compact DATA cell, typeCompactAck that
-// of a compact ACK cell. Neither appears in an AAL5 PDU's header.
+// of a compact ACK cell, typeCompactAcked that of a compact DATA cell with
+// an acknowledgement. None appears in an AAL5 PDU's header.
 const (
-	typeCompact    uint8 = 5
-	typeCompactAck uint8 = 6
+	typeCompact      uint8 = 5
+	typeCompactAck   uint8 = 6
+	typeCompactAcked uint8 = 7
 )
 
 // A compact ACK cell's entries (3 bytes each), and the acknowledgements it
@@ -78,10 +99,13 @@ func (t *Transport) compactable(payload []byte) bool {
 // stamp: one frame, the acknowledgements owed to p first (an ACK PDU),
 // then the message's cell.
 func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
-	c.stamp = t.nextStamp() & 0xffff
 	h := header(c.hdr[:])
-	h.setStamp(c.stamp)
 	h.setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
+	if len(p.ackList) == 1 {
+		return t.transmitCompactAcked(p, c, h)
+	}
+	c.stamp = t.nextStamp() & 0xffff
+	h.setStamp(c.stamp)
 
 	// The acknowledgements owed to p go first: in a compact ACK cell when
 	// they fit, else as many as the frame has room for in an ACK PDU.
@@ -133,6 +157,45 @@ func putCompact(b []byte, h header, payload []byte) {
 	binary.BigEndian.PutUint16(b[compactOffCRC:], cells.CRC10(b[:compactOffCRC]))
 }
 
+// transmitCompactAcked sends the compact message in channel c, whose
+// header is h, to p in one cell with the one acknowledgement owed to p
+// (typeCompactAcked): its transmission's stamp is 0.
+func (t *Transport) transmitCompactAcked(p *Peer, c *sendChannel, h header) error {
+	c.stamp = 0
+	h.setStamp(0)
+	total := len(t.eth) + cells.CellSize + t.trail
+	if cap(c.frameBuf) < total {
+		c.frameBuf = make([]byte, total, max(total, 2*cap(c.frameBuf)))
+	}
+	f := c.frameBuf[:total]
+	t.putHeaders(f, p, 1, cells.FlagStart)
+	cell := cells.Cell(f[len(t.eth) : len(t.eth)+cells.CellSize])
+	copy(cell, t.compactHdr[:])
+	ch := p.ackList[0]
+	putCompactAcked(cell.Payload(), h, t.payload(c), ch, p.ackSeq[ch])
+	p.ackOn[ch] = false
+	t.dropAcks(p, 1)
+	t.stats.AcksPiggybacked++
+	c.frames = append(c.frames[:0], f)
+	t.stats.Compact++
+	return t.output(c.frames)
+}
+
+// putCompactAcked writes the 48-byte payload of the compact cell that
+// stands for the DATA PDU with header h (its stamp is not sent: 0),
+// payload (at most CompactPayload bytes) and one acknowledgement entry,
+// channel ch and sequence number seq.
+func putCompactAcked(b []byte, h header, payload []byte, ch uint8, seq uint16) {
+	b[0], b[1] = typeCompactAcked, h[offChan]
+	copy(b[2:4], h[offSeq:offSeq+2])
+	b[4] = ch
+	binary.BigEndian.PutUint16(b[5:], seq)
+	copy(b[7:15], h[offSrc:offDst+4])
+	clear(b[compactHeaderLen+copy(b[compactHeaderLen:], payload) : compactOffCRC])
+	n := uint8(len(payload))
+	binary.BigEndian.PutUint16(b[compactOffCRC:], uint16(n)<<10|cells.CRC10Trailer(b[:compactOffCRC], n))
+}
+
 // putCompactAck writes into cell the compact ACK cell that carries the
 // first n (1 to compactAckMax) acknowledgements owed to p, and forgets
 // them: its header answers the first (echoing the low 16 bits of its
@@ -171,11 +234,44 @@ func (t *Transport) receiveCompact(p *Peer, cell cells.Cell) bool {
 		}
 		return ok
 	}
+	if cell.Payload()[0] == typeCompactAcked {
+		var ack [ackEntryLen]byte
+		payload, ok := decodeCompactAcked(cell, t.vc.VPI, len(p.send), h[:], ack[:])
+		if ok {
+			t.dispatch(p, h[:], ack[:], payload)
+		}
+		return ok
+	}
 	payload, ok := decodeCompact(cell, t.vc.VPI, len(p.send), h[:])
 	if ok {
 		t.dispatch(p, h[:], nil, payload)
 	}
 	return ok
+}
+
+// decodeCompactAcked checks a compact DATA cell with an acknowledgement
+// (typeCompactAcked) on VPI vpi for a transport of channels channels,
+// writes the header of the DATA PDU it stands for into h and its
+// acknowledgement entry into ack (ackEntryLen bytes); the payload aliases
+// the cell.
+func decodeCompactAcked(cell cells.Cell, vpi uint16, channels int, h header, ack []byte) (payload []byte, ok bool) {
+	b := cell.Payload()
+	tr := binary.BigEndian.Uint16(b[compactOffCRC:])
+	n := int(tr >> 10)
+	switch {
+	case !cell.Valid(), cell.VPI(cells.UNI) != vpi,
+		b[0] != typeCompactAcked, n > CompactPayload, int(b[1]) >= channels, int(b[4]) >= channels,
+		tr&0x3ff != cells.CRC10Trailer(b[:compactOffCRC], uint8(n)):
+		return nil, false
+	}
+	h.put(typeData, int(b[1]), binary.BigEndian.Uint16(b[2:]), 0, n,
+		binary.BigEndian.Uint32(b[7:]), binary.BigEndian.Uint32(b[11:]))
+	h.setAcks(1)
+	if h.src() == 0 {
+		return nil, false
+	}
+	putAck(ack, 0, int(b[4]), binary.BigEndian.Uint16(b[5:]))
+	return b[compactHeaderLen : compactHeaderLen+n], true
 }
 
 // decodeCompactAck checks a compact ACK cell on VPI vpi for a transport

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/xam-project/xam/afxdp/memlink"
@@ -121,6 +122,14 @@ func TestCompactCells(t *testing.T) {
 func compactPDU(tb testing.TB, c cells.Cell) header {
 	tb.Helper()
 	h := make(header, headerLen, headerLen+CompactPayload)
+	if c.Payload()[0] == typeCompactAcked {
+		ack := make([]byte, ackEntryLen)
+		body, ok := decodeCompactAcked(c, 0, MaxChannels, h, ack)
+		if !ok {
+			tb.Fatalf("bad compact cell with an acknowledgement % x", []byte(c))
+		}
+		return append(append(h, ack...), body...)
+	}
 	if c.Payload()[0] == typeCompactAck {
 		acks := make([]byte, compactAckEntries*ackEntryLen)
 		n, ok := decodeCompactAck(c, 0, MaxChannels, h, acks)
@@ -176,5 +185,134 @@ func TestCompactAckChecked(t *testing.T) {
 	inject(compactAckCell(0, 0, 11, 0)) // 11 entries
 	if st := p.a.tr.Stats(); st.BadFrames != 3 || st.Acked != 0 || p.a.tr.Unacked(hostB) != 2 {
 		t.Fatalf("after 3 bad compact ACK cells: %+v, %d unacknowledged", st, p.a.tr.Unacked(hostB))
+	}
+}
+
+// cellType returns the type byte of compact cell c.
+func cellType(c []byte) uint8 { return cells.Cell(c).Payload()[0] }
+
+// A short message sent while exactly one acknowledgement is owed to its
+// destination carries it in its own cell (typeCompactAcked): in
+// request/reply traffic every frame after the first is one cell, and no
+// ACK frame of its own leaves. The cell stands for the DATA PDU with one
+// entry (compactPDU), its stamp 0, and a NACK of it, echoing 0, is taken
+// as the answer to that transmission.
+func TestCompactAcked(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 4})
+	rx := make([][]byte, 8)
+	// exchange sends message n from one end to the other and returns the
+	// frame it went in, after the other end took it.
+	exchange := func(from, to *end, dst HostID, n uint32) []byte {
+		t.Helper()
+		if err := from.tr.Send(dst, payload(n, CompactPayload), 0); err != nil {
+			t.Fatal(err)
+		}
+		k, err := to.link.Recv(rx)
+		if err != nil || k != 1 {
+			t.Fatalf("message %d: %d frames, %v", n, k, err)
+		}
+		f := slices.Clone(rx[0])
+		to.tr.BeginPass()
+		to.tr.receive(f)
+		if err := to.tr.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := to.tr.EndPass(); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	const rounds = 20
+	for i := range uint32(rounds) {
+		for _, f := range [][]byte{exchange(p.a, p.b, hostB, i), exchange(p.b, p.a, hostA, 100+i)} {
+			cs, _, err := cells.Unpack(f, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := typeCompactAcked
+			if i == 0 && len(cs) == cells.CellSize && cellType(cs) == typeCompact {
+				want = typeCompact // A's first request: nothing owed yet
+			}
+			if len(cs) != cells.CellSize || cellType(cs) != want {
+				t.Fatalf("round %d: frame of %d cells, type %d; want one cell of type %d", i, len(cs)/cells.CellSize, cellType(cs), want)
+			}
+			if want == typeCompactAcked {
+				h := compactPDU(t, cells.Cell(cs))
+				if h.typ() != typeData || h.acks() != 1 || h.stamp() != 0 {
+					t.Fatalf("round %d: it stands for type %d, %d entries, stamp %d", i, h.typ(), h.acks(), h.stamp())
+				}
+			}
+		}
+	}
+	sa, sb := p.a.tr.Stats(), p.b.tr.Stats()
+	if sa.Acked != rounds || sb.Acked != rounds-1 || sa.AckFrames+sb.AckFrames != 0 || sa.BadFrames+sb.BadFrames != 0 {
+		t.Fatalf("after %d rounds: A %+v, B %+v", rounds, sa, sb)
+	}
+	checkExactlyOnce(t, p.b, hostA, rounds)
+
+	// B refuses A's next message, which carries the acknowledgement of
+	// B's last: the NACK matches the transmission, and the message goes
+	// again after the NACK delay.
+	p.b.refuse = func(HostID, uint32) bool { return true }
+	exchange(p.a, p.b, hostB, rounds)
+	p.b.refuse = nil
+	p.poll(t) // B's NACK reaches A
+	if sa, sb := p.a.tr.Stats(), p.b.tr.Stats(); sa.NacksReceived != 1 || sa.StaleNacks != 0 || sb.Acked != rounds {
+		t.Fatalf("after the NACK: A %+v, B %+v", sa, sb)
+	}
+	for range 20 {
+		p.poll(t)
+		p.clk.Advance(DefaultRetransmitAfter)
+	}
+	checkExactlyOnce(t, p.b, hostA, rounds+1)
+}
+
+// A compact cell with an acknowledgement is checked whole before any of
+// it counts: a flipped payload bit, a length changed under its CRC, an
+// acknowledgement naming a channel the transport does not have, or a
+// length beyond CompactPayload make it a bad frame that acknowledges and
+// delivers nothing.
+func TestCompactAckedChecked(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	if err := p.a.tr.Send(hostB, payload(0, CompactPayload), 0); err != nil {
+		t.Fatal(err)
+	}
+	rx := make([][]byte, 8)
+	if _, err := p.b.link.Recv(rx); err != nil { // B never sees it
+		t.Fatal(err)
+	}
+	inject := func(c []byte) {
+		t.Helper()
+		fr := cells.Framer{Dst: p.a.link.HardwareAddr(), Src: p.b.link.HardwareAddr()}
+		f, err := fr.Append(nil, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.b.link.Send([][]byte{f}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.a.tr.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sdu := make([]byte, headerLen)
+	pb := p.b.tr.Peer(hostA) // B's frames to A name these epochs
+	body := payload(7, CompactPayload)
+	header(sdu).put(typeData, 0, 0, 0, len(body), pb.srcOut, pb.dstOut)
+	bad := compactAckedCell(sdu, body, 0, 0)
+	bad[cells.HeaderSize+20] ^= 4
+	inject(bad)
+	bad = compactAckedCell(sdu, body, 0, 0)
+	bad[cells.HeaderSize+compactOffCRC] ^= 4 // the length, one more
+	inject(bad)
+	inject(compactAckedCell(sdu, body, 2, 0))                           // channel 2 acknowledged
+	inject(compactAckedCell(sdu, make([]byte, CompactPayload+1), 0, 0)) // 32 bytes
+	if st := p.a.tr.Stats(); st.BadFrames != 4 || st.Acked != 0 || st.Delivered != 0 || p.a.tr.Unacked(hostB) != 1 {
+		t.Fatalf("after 4 bad cells: %+v, %d unacknowledged", st, p.a.tr.Unacked(hostB))
+	}
+	// The same cell, good, delivers and acknowledges.
+	inject(compactAckedCell(sdu, body, 0, 0))
+	if st := p.a.tr.Stats(); st.Acked != 1 || st.Delivered != 1 {
+		t.Fatalf("the good cell: %+v", st)
 	}
 }

@@ -183,7 +183,10 @@
 // # Wire format
 //
 // A message of up to CompactPayload bytes is one ATM cell of its own on
-// circuit Config.VPI/VCI+1 (compact.go). Every other message,
+// circuit Config.VPI/VCI+1 (compact.go), which also carries the
+// acknowledgement owed to its destination when there is exactly one (so a
+// round trip of short requests and replies is two frames of one cell
+// each), else follows a compact ACK cell in the same frame. Every other message,
 // acknowledgements included, is one AAL5 CPCS-PDU on the
 // circuit Config.VPI/VCI (default 0/32): a 20-byte transport header (type,
 // channel, sequence number, stamp, length, acknowledgement count, source

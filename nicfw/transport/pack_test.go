@@ -100,7 +100,8 @@ func FuzzPackedFrame(f *testing.F) {
 	f.Add([]byte{9, 0, 0, 0, 0, 0, 0, 0, 200, 0, 1, 1})
 	f.Add([]byte{100, 0, 10, 100, 1, 5, 1, 0, 20, 101, 0, 10}) // compact cells, one corrupt, and a PDU
 	f.Add([]byte{100, 0, 40, 100, 0, 40, 150, 1, 3})
-	f.Add([]byte{100, 0, 10, 50, 0, 2, 51, 1, 3, 52, 2, 11, 0, 1, 20}) // compact ACK cells: good, corrupt, bad channel and count
+	f.Add([]byte{100, 0, 10, 50, 0, 2, 51, 1, 3, 52, 2, 11, 0, 1, 20})   // compact ACK cells: good, corrupt, bad channel and count
+	f.Add([]byte{30, 0, 10, 31, 1, 12, 32, 0, 35, 30, 2, 31, 100, 1, 5}) // compact cells with an acknowledgement: good, corrupt, too long, bad channel
 	f.Fuzz(func(t *testing.T, spec []byte) {
 		if len(spec) > 300 {
 			return
@@ -139,6 +140,18 @@ func FuzzPackedFrame(f *testing.F) {
 			if typ >= 100 && typ < 200 {
 				// A compact cell: typ odd, one of its bytes flipped.
 				c := compactCell(sdu, body[:min(len(body), CompactPayload)])
+				if typ%2 == 1 {
+					c[cells.HeaderSize+n%cells.PayloadSize] ^= 1 << (typ % 8)
+				}
+				cs = append(cs, c...)
+				continue
+			}
+			if typ >= 30 && typ < 50 {
+				// A compact DATA cell with an acknowledgement (channel
+				// i%3, more than 2 is invalid) of n%40 bytes (more than
+				// CompactPayload is invalid): typ odd, one of its bytes
+				// flipped.
+				c := compactAckedCell(sdu, body[:min(len(body), n%40)], uint8(i%3), uint16(n))
 				if typ%2 == 1 {
 					c[cells.HeaderSize+n%cells.PayloadSize] ^= 1 << (typ % 8)
 				}
@@ -212,6 +225,24 @@ func TestUnreliableInPass(t *testing.T) {
 	if len(acked) != 10 || acked[0] != 1 || acked[9] != 10 {
 		t.Errorf("Acked for %v, want 1..10", acked)
 	}
+}
+
+// compactAckedCell returns a compact DATA cell with an acknowledgement
+// (compact.go) on the default circuit: the DATA PDU with header h and
+// payload (its length cut to 6 bits) with the acknowledgement of message
+// seq on channel ch, its CRC right whatever the length.
+func compactAckedCell(h header, payload []byte, ch uint8, seq uint16) []byte {
+	c := cells.Cell(make([]byte, cells.CellSize))
+	if err := c.Encode(cells.UNI, cells.Fields{VCI: DefaultVCI + 1, PTI: cells.PTIEndOfMessage}); err != nil {
+		panic(err)
+	}
+	b := c.Payload()
+	putCompactAcked(b, h, payload[:min(len(payload), CompactPayload)], ch, seq)
+	if n := uint8(len(payload)) & 63; len(payload) > CompactPayload {
+		// A length no sender writes, with a CRC that covers it.
+		binary.BigEndian.PutUint16(b[compactOffCRC:], uint16(n)<<10|cells.CRC10Trailer(b[:compactOffCRC], n))
+	}
+	return c
 }
 
 // compactAckCell returns a compact ACK cell (compact.go) on the default

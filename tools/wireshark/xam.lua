@@ -25,8 +25,9 @@
 --
 -- Which layer a reassembled PDU is: a single cell whose AAL5 trailer and
 -- CRC-32 check out is a one-cell PDU; a single cell whose first byte is 5
--- or 6 and whose CRC-10 over bytes 0-45 checks out is a compact transport
--- cell (an AM-II short message, or acknowledgements); any other single
+-- or 6 and whose CRC-10 over bytes 0-45 checks out, or 7 and whose CRC-10
+-- over bytes 0-45 and its length's six bits checks out, is a compact
+-- transport cell (an AM-II short message, or acknowledgements, or both); any other single
 -- cell on a circuit is an SSAM
 -- single-cell message (its CRC-10 is checked); cells on the raw circuit
 -- (VPI 0, the "Raw VCI" preference, 40) are raw frames of no protocol
@@ -38,7 +39,7 @@
 local xam = Proto("xam", "xam: ATM cells over Ethernet")
 
 local kinds = { [0] = "request", [1] = "reply", [2] = "ack", [3] = "sync" }
-local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET", [5] = "DATA (compact)", [6] = "ACK (compact)" }
+local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET", [5] = "DATA (compact)", [6] = "ACK (compact)", [7] = "DATA (compact, with an ACK)" }
 local queues = { [0] = "request", [1] = "reply" }
 local syncs = { [0] = "ask", [1] = "answer" }
 local reject_index = 0xffff -- an ack's index when the request named no handler
@@ -101,6 +102,7 @@ f.tr_src_epoch = ProtoField.uint32("xam.tr.src_epoch", "Source epoch", base.HEX)
 f.tr_dst_epoch = ProtoField.uint32("xam.tr.dst_epoch", "Destination epoch", base.HEX)
 f.tr_stamp16 = ProtoField.uint16("xam.tr.stamp16", "Stamp (low 16 bits)")
 f.tr_clen = ProtoField.uint8("xam.tr.compact_length", "Payload length")
+f.tr_li = ProtoField.uint16("xam.tr.compact_li", "Payload length", base.DEC, nil, 0xfc00)
 f.tr_crc = ProtoField.uint16("xam.tr.crc10", "CRC-10", base.HEX)
 f.tr_crc_ok = ProtoField.bool("xam.tr.crc10_ok", "CRC-10 correct")
 f.tr_ack_channel = ProtoField.uint8("xam.tr.ack.channel", "Acknowledged channel")
@@ -160,12 +162,13 @@ end
 -- CRC-10 of AAL3/4 (x^10+x^9+x^5+x^4+x+1) on the first n bytes of p;
 -- with ssam, on an SSAM cell's 48 payload bytes with the CRC's own 10 bits
 -- (in bytes 6 and 7) taken as zero.
-local function crc10(p, n, ssam)
+local function crc10(p, n, ssam, li)
 	local crc = 0
 	for i = 0, n - 1 do
 		local byte = p:get_index(i)
 		if ssam and i == 6 then byte = band(byte, 0xfc) end
 		if ssam and i == 7 then byte = 0 end
+		if li and i == 46 then byte = band(byte, 0xfc) end -- the length's six bits, not the CRC's
 		for bitn = 7, 0, -1 do
 			local inbit = band(rshift(byte, bitn), 1)
 			local top = band(rshift(crc, 9), 1)
@@ -341,11 +344,38 @@ local function add_acks(tvb, t, at, n, size)
 	end
 end
 
+-- dissect_compact_acked decodes a compact DATA cell with an
+-- acknowledgement (type 7, docs/wire.md), or returns nil if its length or
+-- CRC-10 say it is not one.
+local function dissect_compact_acked(tvb, tree)
+	local tr = tvb(46, 2):uint()
+	local n = rshift(tr, 10)
+	if n > 31 or crc10(tvb:bytes(0, 47), 47, false, true) ~= band(tr, 0x3ff) then return nil end
+	local t = tree:add(xam, tvb(), "Firmware transport, compact cell")
+	t:add(f.tr_type, tvb(0, 1))
+	t:add(f.tr_channel, tvb(1, 1))
+	t:add(f.tr_seq, tvb(2, 2))
+	add_acks(tvb, t, 4, 1, 3)
+	t:add(f.tr_src_epoch, tvb(7, 4))
+	t:add(f.tr_dst_epoch, tvb(11, 4))
+	t:add(f.tr_li, tvb(46, 2))
+	t:add(f.tr_crc, tvb(46, 2), band(tr, 0x3ff))
+	t:add(f.tr_crc_ok, tvb(46, 2), true)
+	local what = string.format("DATA (compact) ch %d seq %d, ACK ch %d seq %d",
+		tvb(1, 1):uint(), tvb(2, 2):uint(), tvb(4, 1):uint(), tvb(5, 2):uint())
+	t:append_text(": " .. what)
+	if n >= 15 and band(tvb(15, 1):uint(), 0x80) ~= 0 then
+		what = what .. "; " .. dissect_am_compact(tvb(15, n):tvb(), t)
+	end
+	return what
+end
+
 -- dissect_compact decodes a compact transport cell (docs/wire.md), or
 -- returns nil if its type or CRC-10 say it is not one.
 local function dissect_compact(tvb, tree)
 	local crc = tvb(46, 2):uint()
 	local typ = tvb(0, 1):uint()
+	if typ == 7 then return dissect_compact_acked(tvb, tree) end
 	if (typ ~= 5 and typ ~= 6) or crc10(tvb:bytes(0, 46), 46, false) ~= crc then return nil end
 	local n = tvb(14, 1):uint()
 	if typ == 5 and n > 31 or typ == 6 and n > 10 then return nil end
