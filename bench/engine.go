@@ -267,7 +267,8 @@ func (res *engineResult) measureAuthRates(a, b datapath.Place, n int, cfg engine
 }
 
 // measurePings measures the round trips in alternation: raw, SSAM, AM-II
-// inline (plain and authenticated both ways), raw on asavie/xdp, and AM-II
+// inline (plain and authenticated both ways), raw on asavie/xdp, AM-II and
+// GRIM inline with 16-byte messages (one cell each way), and AM-II
 // in firmware mode, as deployed (an `xam fw` process per host, with
 // RunOptions.Exe) and in one engine thread of this process.
 func (res *engineResult) measurePings(a, b datapath.Place, cfg engineConfig, keys engineKeys) error {
@@ -302,6 +303,20 @@ func (res *engineResult) measurePings(a, b datapath.Place, cfg engineConfig, key
 		})},
 		{"amii inline, transport key", ping(func(c PingConfig) (*AMIIResult, error) { return amiiPingKeyed(a, b, c, 0, keys.transport) })},
 		{"raw, asavie/xdp", func(c PingConfig) (*PingResult, error) { return asaviePing(a, b, c) }},
+		// Short messages that fit one cell, as SSAM's do: two arguments
+		// (AM-II's compact cells), GRIM's four 32-bit integers.
+		{"amii inline, 16 bytes (one cell)", ping(func(c PingConfig) (*AMIIResult, error) {
+			c.Size = 16
+			return AMIIPing(a, b, c, 0)
+		})},
+		{"grim inline, 16 bytes (one cell)", func(c PingConfig) (*PingResult, error) {
+			c.Size = 16
+			r, err := GRIMPing(a, b, c, 0, false, FirmwareLayout{})
+			if err != nil {
+				return nil, err
+			}
+			return &r.PingResult, nil
+		}},
 	}
 	if cfg.Exe != "" {
 		paths = append(paths, firmware(FirmwareLayout{Shape: ShapeDaemons, Exe: cfg.Exe}))
@@ -382,7 +397,7 @@ func (r *engineResult) Markdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %.2f |\n", x.API, x.PerSec/1e6, x.PerFrame, x.Ratio)
 	}
 	if len(r.Pings) > 0 {
-		b.WriteString("\n## Round trips, 32-byte messages (µs)\n\n| path | p50 | p99 | p50 ratio |\n|---|---|---|---|\n")
+		b.WriteString("\n## Round trips, 32-byte messages unless named (µs)\n\n| path | p50 | p99 | p50 ratio |\n|---|---|---|---|\n")
 		for _, p := range r.Pings {
 			of := "x SSAM"
 			if strings.HasPrefix(p.Name, firmwarePing) {

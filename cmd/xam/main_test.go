@@ -586,7 +586,7 @@ func TestBenchEngine(t *testing.T) {
 	}
 	r := doc.Engine
 	const perMTU = 6 // raw, tcp, ssam, amii, grim cut-through and store-and-forward
-	if len(r.Rates) != 8 || len(r.Pings) != 8 || len(r.Bulk) != 3*perMTU || !slices.Equal(r.BulkMTUs, []int{1500, 9000, datapath.MaxMTU(true)}) ||
+	if len(r.Rates) != 8 || len(r.Pings) != 10 || len(r.Bulk) != 3*perMTU || !slices.Equal(r.BulkMTUs, []int{1500, 9000, datapath.MaxMTU(true)}) ||
 		r.AuthRateRatio <= 0 || r.AuthPingRatio <= 0 || r.TransportAuthRateRatio <= 0 || r.TransportAuthPingRatio <= 0 {
 		t.Fatalf("rows: %d rates, %d pings, %d bulk, MTUs %v\n%s", len(r.Rates), len(r.Pings), len(r.Bulk), r.BulkMTUs, out)
 	}
@@ -599,11 +599,18 @@ func TestBenchEngine(t *testing.T) {
 			t.Errorf("bulk row %d: %+v at MTU %d", i, x, mtu)
 		}
 	}
+	// One-cell short messages, AM-II's and GRIM's, over SSAM's round
+	// trip.
+	for i, name := range []string{"amii inline, 16 bytes (one cell)", "grim inline, 16 bytes (one cell)"} {
+		if p := r.Pings[6+i]; p.Name != name || p.Ratio != p.P50/r.Pings[1].P50 {
+			t.Errorf("ping row %d: %+v, want %q over SSAM's p50 %v", 6+i, p, name, r.Pings[1].P50)
+		}
+	}
 	// Firmware mode as deployed (an xam fw process per host) and in one
 	// thread, each over AM-II inline's round trip.
 	for i, name := range []string{"amii firmware, daemons", "amii firmware, group"} {
-		if p := r.Pings[6+i]; p.Name != name || p.Ratio != p.P50/r.Pings[2].P50 {
-			t.Errorf("ping row %d: %+v, want %q over AM-II inline's p50 %v", 6+i, p, name, r.Pings[2].P50)
+		if p := r.Pings[8+i]; p.Name != name || p.Ratio != p.P50/r.Pings[2].P50 {
+			t.Errorf("ping row %d: %+v, want %q over AM-II inline's p50 %v", 8+i, p, name, r.Pings[2].P50)
 		}
 	}
 	for _, x := range r.Rates {
