@@ -500,31 +500,11 @@ func TestWiresharkDissectorInterleaved(t *testing.T) {
 		}
 		return b
 	}
-	path := filepath.Join(t.TempDir(), "interleaved.pcapng")
-	file, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := cells.NewFrameWriter(file, "veth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := time.Unix(1_700_000_000, 0)
-	for i, f := range [][]byte{
+	path := writeFrames(t, "interleaved.pcapng", [][]byte{
 		frame(aToB, long[:2*cells.CellSize], true),
 		frame(bToA, short, true),
 		frame(aToB, long[2*cells.CellSize:], false),
-	} {
-		if err := w.WriteFrame(ts.Add(time.Duration(i)*time.Microsecond), f, cells.DirectionUnknown); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(ts.Add(time.Millisecond), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := file.Close(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	rows := tsharkFields(t, tshark, script, path, 3, "frame.number", "xam.aal5.crc_ok", "_ws.expert.severity")
 	for _, fs := range rows {
 		if slices.Contains(strings.Split(fs[1], ","), "0") || fs[2] != "" {
@@ -586,33 +566,17 @@ func TestWiresharkDissectorCompactCells(t *testing.T) {
 		})
 	}
 	macA, macB := []byte{2, 0, 0, 0, 0, 0xa}, []byte{2, 0, 0, 0, 0, 0xb}
-	path := filepath.Join(t.TempDir(), "compact.pcapng")
-	file, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := cells.NewFrameWriter(file, "veth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := time.Unix(1_700_000_000, 0)
 	fr := cells.Framer{Dst: macB, Src: macA}
-	for i, c := range [][]byte{ack, data, acked(4), acked(5)} {
+	var frames [][]byte
+	for _, c := range [][]byte{ack, data, acked(4), acked(5)} {
 		f, err := fr.Append(nil, c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		f[cells.EthernetHeaderSize+1] |= cells.FlagStart
-		if err := w.WriteFrame(ts.Add(time.Duration(i)*time.Microsecond), f, cells.DirectionUnknown); err != nil {
-			t.Fatal(err)
-		}
+		frames = append(frames, f)
 	}
-	if err := w.Close(ts.Add(time.Millisecond), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := file.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := writeFrames(t, "compact.pcapng", frames)
 	rows := tsharkFields(t, tshark, script, path, 4, "frame.number", "xam.tr.type", "xam.tr.crc10_ok",
 		"xam.tr.ack.channel", "xam.tr.ack.seq", "xam.tr.src_epoch", "xam.tr.dst_epoch", "_ws.expert.severity", "_ws.lua.text")
 	want := [][]string{
@@ -628,4 +592,32 @@ func TestWiresharkDissectorCompactCells(t *testing.T) {
 	if rows[3][1] != "" {
 		t.Errorf("frame 4, its length changed under the CRC: decoded as transport type %q", rows[3][1])
 	}
+}
+
+// writeFrames writes frames, a microsecond apart, into a capture file of
+// that name in the test's directory, and returns its path.
+func writeFrames(t *testing.T, name string, frames [][]byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	file, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cells.NewFrameWriter(file, "veth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Unix(1_700_000_000, 0)
+	for i, f := range frames {
+		if err := w.WriteFrame(ts.Add(time.Duration(i)*time.Microsecond), f, cells.DirectionUnknown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ts.Add(time.Millisecond), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := file.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -164,20 +164,7 @@ func TestCompactAckChecked(t *testing.T) {
 	if _, err := p.b.link.Recv(rx); err != nil { // B never sees them
 		t.Fatal(err)
 	}
-	inject := func(c []byte) {
-		t.Helper()
-		fr := cells.Framer{Dst: p.a.link.HardwareAddr(), Src: p.b.link.HardwareAddr()}
-		f, err := fr.Append(nil, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.b.link.Send([][]byte{f}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.a.tr.Poll(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	inject := func(c []byte) { t.Helper(); injectCell(t, p, c) }
 	bad := compactAckCell(0, 0, 1, 1)
 	bad[cells.HeaderSize+20] ^= 4
 	inject(bad)
@@ -281,20 +268,7 @@ func TestCompactAckedChecked(t *testing.T) {
 	if _, err := p.b.link.Recv(rx); err != nil { // B never sees it
 		t.Fatal(err)
 	}
-	inject := func(c []byte) {
-		t.Helper()
-		fr := cells.Framer{Dst: p.a.link.HardwareAddr(), Src: p.b.link.HardwareAddr()}
-		f, err := fr.Append(nil, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.b.link.Send([][]byte{f}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.a.tr.Poll(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	inject := func(c []byte) { t.Helper(); injectCell(t, p, c) }
 	sdu := make([]byte, headerLen)
 	pb := p.b.tr.Peer(hostA) // B's frames to A name these epochs
 	body := payload(7, CompactPayload)
@@ -314,5 +288,22 @@ func TestCompactAckedChecked(t *testing.T) {
 	inject(compactAckedCell(sdu, body, 0, 0))
 	if st := p.a.tr.Stats(); st.Acked != 1 || st.Delivered != 1 {
 		t.Fatalf("the good cell: %+v", st)
+	}
+}
+
+// injectCell sends cell c from B's link to A in a frame of its own, as B's
+// transport would, and has A's transport take it.
+func injectCell(tb testing.TB, p *pair, c []byte) {
+	tb.Helper()
+	fr := cells.Framer{Dst: p.a.link.HardwareAddr(), Src: p.b.link.HardwareAddr()}
+	f, err := fr.Append(nil, c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := p.b.link.Send([][]byte{f}); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := p.a.tr.Poll(); err != nil {
+		tb.Fatal(err)
 	}
 }

@@ -344,6 +344,17 @@ local function add_acks(tvb, t, at, n, size)
 	end
 end
 
+-- compact_data_text ends the tree t of a compact DATA cell of n payload
+-- bytes that what names: the engine message it carries, if one, is added,
+-- and the text returned.
+local function compact_data_text(tvb, t, what, n)
+	t:append_text(": " .. what)
+	if n >= 15 and band(tvb(15, 1):uint(), 0x80) ~= 0 then
+		what = what .. "; " .. dissect_am_compact(tvb(15, n):tvb(), t)
+	end
+	return what
+end
+
 -- dissect_compact_acked decodes a compact DATA cell with an
 -- acknowledgement (type 7, docs/wire.md), or returns nil if its length or
 -- CRC-10 say it is not one.
@@ -363,11 +374,7 @@ local function dissect_compact_acked(tvb, tree)
 	t:add(f.tr_crc_ok, tvb(46, 2), true)
 	local what = string.format("DATA (compact) ch %d seq %d, ACK ch %d seq %d",
 		tvb(1, 1):uint(), tvb(2, 2):uint(), tvb(4, 1):uint(), tvb(5, 2):uint())
-	t:append_text(": " .. what)
-	if n >= 15 and band(tvb(15, 1):uint(), 0x80) ~= 0 then
-		what = what .. "; " .. dissect_am_compact(tvb(15, n):tvb(), t)
-	end
-	return what
+	return compact_data_text(tvb, t, what, n)
 end
 
 -- dissect_compact decodes a compact transport cell (docs/wire.md), or
@@ -400,11 +407,7 @@ local function dissect_compact(tvb, tree)
 	t:add(f.tr_crc, tvb(46, 2))
 	t:add(f.tr_crc_ok, tvb(46, 2), true)
 	local what = string.format("DATA (compact) ch %d seq %d", tvb(1, 1):uint(), tvb(2, 2):uint())
-	t:append_text(": " .. what)
-	if n >= 15 and band(tvb(15, 1):uint(), 0x80) ~= 0 then
-		what = what .. "; " .. dissect_am_compact(tvb(15, n):tvb(), t)
-	end
-	return what
+	return compact_data_text(tvb, t, what, n)
 end
 
 local function dissect_am(tvb, tree)
