@@ -156,6 +156,11 @@ func checkForgeries(t *testing.T, p *pair, count int) {
 			t.Fatalf("%d forged messages delivered: A %+v\nB %+v", n, p.a.tr.Stats(), p.b.tr.Stats())
 		}
 	}
+	for _, e := range []*end{p.a, p.b} {
+		for _, r := range e.returned {
+			t.Errorf("message %d to host %d came back: %v", r.n, r.dst, r.err) // and is not delivered
+		}
+	}
 	checkExactlyOnce(t, p.b, hostA, count)
 	checkExactlyOnce(t, p.a, hostB, count)
 	for _, e := range []*end{p.a, p.b} {
