@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,8 +197,10 @@ func (h *host) do(f func(*Endpoint)) {
 }
 
 // eventually polls cond (under no lock of the hosts: cond reads what
-// handlers wrote under mu) until it holds, for at most a minute.
-func eventually(t *testing.T, mu *sync.Mutex, what string, cond func() bool) {
+// handlers wrote under mu) until it holds, for at most a minute. When it
+// does not, the failure says what each report returns (called without
+// mu).
+func eventually(t *testing.T, mu *sync.Mutex, what string, cond func() bool, reports ...func() string) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; {
 		mu.Lock()
@@ -207,10 +210,37 @@ func eventually(t *testing.T, mu *sync.Mutex, what string, cond func() bool) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after a minute", what)
+			var b strings.Builder
+			for _, r := range reports {
+				b.WriteString("\n" + r())
+			}
+			t.Fatalf("%s: not after a minute%s", what, b.String())
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// state describes h for a test's failure: its endpoint's counters, each
+// channel's outstanding requests and the first error its Poll returned,
+// read in h's goroutine ("busy" when it does not take the job within a
+// second).
+func (h *host) state() string {
+	out := make(chan string, 1)
+	select {
+	case h.jobs <- func(ep *Endpoint) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "host %d: %+v; outstanding", h.index, ep.Stats())
+		for _, c := range ep.chans {
+			fmt.Fprintf(&b, " %d", c.Outstanding())
+		}
+		fmt.Fprintf(&b, "; poll error %v", h.err)
+		out <- b.String()
+	}:
+	case <-time.After(time.Second):
+		return fmt.Sprintf("host %d: busy", h.index)
+	}
+	<-h.done
+	return <-out
 }
 
 // TestGRIM runs the body on a memlink hub of four hosts, without and with
@@ -421,13 +451,21 @@ func grimBody(t *testing.T, links []afxdp.Link, cc clusterConfig) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+	reports := []func() string{func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("arrived per (host, channel): %v", mapLens(seen))
+	}}
+	for _, h := range hosts {
+		reports = append(reports, h.state)
+	}
 	eventually(t, &mu, "short messages from three hosts at once", func() bool {
 		n := 0
 		for _, s := range seen {
 			n += len(s)
 		}
 		return n == 3*2*each
-	})
+	}, reports...)
 	mu.Lock()
 	for src, s := range seen {
 		for k, v := range s {
@@ -603,4 +641,13 @@ func FuzzTable(f *testing.F) {
 			}
 		}
 	})
+}
+
+// mapLens returns the length of each of m's lists.
+func mapLens[K comparable, V any](m map[K][]V) map[K]int {
+	n := make(map[K]int, len(m))
+	for k, l := range m {
+		n[k] = len(l)
+	}
+	return n
 }
