@@ -151,9 +151,12 @@ func TestSlurmFenceTimeout(t *testing.T) {
 				t.Fatalf("srun: %v, want the tasks' failure\n%s", err, out)
 			}
 			t.Logf("the ranks said:\n%s", out)
+			// The three waiting ranks time out together, and the first to
+			// exit has Slurm kill the others (--kill-on-bad-exit): on a
+			// loaded machine one may be killed before it reports.
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if len(lines) != 3 {
-				t.Fatalf("%d ranks reported, want 3:\n%s", len(lines), out)
+			if out == "" || len(lines) > 3 {
+				t.Fatalf("%d ranks reported, want 1 to 3 of the 3 that wait:\n%s", len(lines), out)
 			}
 			for _, l := range lines {
 				if !strings.Contains(l, "cluster: fence timed out after 3") || !strings.Contains(l, "never reached the fence") {
