@@ -212,12 +212,12 @@ type epState struct {
 	vnet  []Name          // the translation table, as created (the endpoint's memory, "host side")
 	table []Name          // its copy in the engine's fast tables: nil while not resident
 	rev   map[Name]uint32 // sender -> index, for received descriptors
-	// The last sender looked up in rev and its index: a conversation
-	// finds its peer here without hashing.
+	// The last sender looked up in rev and what rev says of it (from the
+	// start: of the zero Name): a conversation finds its peer here
+	// without hashing.
 	revLast Name
 	revIdx  uint32
-	revOK   bool // revLast is in rev
-	revSet  bool // revLast holds a lookup
+	revOK   bool
 
 	// Residency (engine_residency.go): resident says whether the
 	// endpoint is in the scheduler and its table is loaded; weight is its
@@ -609,6 +609,7 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 			s.rev[n] = uint32(i)
 		}
 	}
+	s.revIdx, s.revOK = s.rev[s.revLast]
 	if old != nil && (old.state != slotEmpty || old.flying > 0) {
 		// Its message is still in flight: it finishes, then its memory
 		// is closed (finish).

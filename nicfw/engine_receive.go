@@ -323,9 +323,9 @@ func (e *Engine) acceptReturn(src HostID, s *epState, m *msg) bool {
 // index is the index of sender n in s's translation table (rev), through
 // the one-entry cache of the last sender asked about.
 func (s *epState) index(n Name) (uint32, bool) {
-	if !s.revSet || n != s.revLast {
+	if n != s.revLast {
 		s.revIdx, s.revOK = s.rev[n]
-		s.revLast, s.revSet = n, true
+		s.revLast = n
 	}
 	return s.revIdx, s.revOK
 }

@@ -95,26 +95,32 @@ func (t *Transport) compactable(payload []byte) bool {
 	return len(payload) <= CompactPayload && !t.cfg.NoCompact
 }
 
-// transmitCompact sends the compact message in channel c to p with a fresh
-// stamp: one frame, the acknowledgements owed to p first (an ACK PDU),
-// then the message's cell.
+// transmitCompact sends the compact message in channel c to p: one
+// frame. The one acknowledgement owed to p, if exactly one is, rides in
+// the message's own cell (typeCompactAcked), whose transmission's stamp is
+// 0; otherwise the message has a fresh stamp and the acknowledgements owed
+// go in front of its cell, in a compact ACK cell when they fit, else as
+// many as the frame has room for in an ACK PDU.
 func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	h := header(c.hdr[:])
 	h.setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
-	if len(p.ackList) == 1 {
-		return t.transmitCompactAcked(p, c, h)
+	acked := len(p.ackList) == 1
+	c.stamp = 0
+	if !acked {
+		c.stamp = t.nextStamp() & 0xffff
 	}
-	c.stamp = t.nextStamp() & 0xffff
 	h.setStamp(c.stamp)
 
-	// The acknowledgements owed to p go first: in a compact ACK cell when
-	// they fit, else as many as the frame has room for in an ACK PDU.
 	var ackSDU []byte
 	ackCells, ackCompact := 0, 0
-	if n := len(p.ackList); n > 0 && n <= compactAckMax {
+	switch n := len(p.ackList); {
+	case acked:
+		t.stats.AcksPiggybacked++
+	case n > 0 && n <= compactAckMax:
 		ackCells, ackCompact = 1, n
 		t.stats.AcksPiggybacked += uint64(n)
-	} else if n = min(n, t.ackCompactMax); n > 0 {
+	case n > 0:
+		n = min(n, t.ackCompactMax)
 		ackSDU = t.ackPDU(p, n)
 		ackCells = cells.CellCount(len(ackSDU))
 		t.stats.AcksPiggybacked += uint64(n)
@@ -138,7 +144,14 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	}
 	cell := cells.Cell(f[at : at+cells.CellSize])
 	copy(cell, t.compactHdr[:])
-	putCompact(cell.Payload(), h, t.payload(c))
+	if acked {
+		ch := p.ackList[0]
+		putCompactAcked(cell.Payload(), h, t.payload(c), ch, p.ackSeq[ch])
+		p.ackOn[ch] = false
+		t.dropAcks(p, 1)
+	} else {
+		putCompact(cell.Payload(), h, t.payload(c))
+	}
 	c.frames = append(c.frames[:0], f)
 	t.stats.Compact++
 	return t.output(c.frames)
@@ -155,30 +168,6 @@ func putCompact(b []byte, h header, payload []byte) {
 	b[compactOffLength] = uint8(len(payload))
 	clear(b[compactHeaderLen+copy(b[compactHeaderLen:], payload) : compactOffCRC])
 	binary.BigEndian.PutUint16(b[compactOffCRC:], cells.CRC10(b[:compactOffCRC]))
-}
-
-// transmitCompactAcked sends the compact message in channel c, whose
-// header is h, to p in one cell with the one acknowledgement owed to p
-// (typeCompactAcked): its transmission's stamp is 0.
-func (t *Transport) transmitCompactAcked(p *Peer, c *sendChannel, h header) error {
-	c.stamp = 0
-	h.setStamp(0)
-	total := len(t.eth) + cells.CellSize + t.trail
-	if cap(c.frameBuf) < total {
-		c.frameBuf = make([]byte, total, max(total, 2*cap(c.frameBuf)))
-	}
-	f := c.frameBuf[:total]
-	t.putHeaders(f, p, 1, cells.FlagStart)
-	cell := cells.Cell(f[len(t.eth) : len(t.eth)+cells.CellSize])
-	copy(cell, t.compactHdr[:])
-	ch := p.ackList[0]
-	putCompactAcked(cell.Payload(), h, t.payload(c), ch, p.ackSeq[ch])
-	p.ackOn[ch] = false
-	t.dropAcks(p, 1)
-	t.stats.AcksPiggybacked++
-	c.frames = append(c.frames[:0], f)
-	t.stats.Compact++
-	return t.output(c.frames)
 }
 
 // putCompactAcked writes the 48-byte payload of the compact cell that
