@@ -365,10 +365,27 @@ func (c *Channel) sentLive() {
 	}
 }
 
+// expressible reports whether short message d may try the express path
+// (nicfw.Engine.Express) from queue q of c, inline and with nothing queued
+// since the engine last ran: the reply to a Poll's only request; or a
+// request on a channel with no request outstanding, sent by the
+// application (not a handler). The engine still declines whenever the
+// queued path could order things otherwise. Requests sent while others
+// are outstanding (a window of them, a burst to many peers) are queued, to
+// leave together in the engine's next run.
+func (c *Channel) expressible(q endpoint.Queue, d *endpoint.Descriptor) bool {
+	if c.ep.eng == nil || c.ep.queued || d.Class != endpoint.ClassShort {
+		return false
+	}
+	if q == endpoint.ReplySend {
+		return c.ep.expressReply
+	}
+	return q == endpoint.RequestSend && c.ep.depth == 0 && len(c.pending) == 0
+}
+
 // send queues d on queue q of c, running the engine while the queue is
-// full; inline, the short reply to a Poll's only request leaves at once
-// instead, taken by the engine directly (the express path,
-// nicfw.Engine.Express), if it takes it.
+// full; inline, a short message may leave at once instead, taken by the
+// engine directly (expressible).
 func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	if q == endpoint.ReplySend && len(c.replies) > 0 {
 		c.replies = append(c.replies, *d) // after those waiting
@@ -377,9 +394,14 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 	if err := c.ep.usable(); err != nil {
 		return err
 	}
-	if q == endpoint.ReplySend && c.ep.expressReply && d.Class == endpoint.ClassShort && !c.ep.queued {
-		c.ep.expressReply = false // one per Poll
+	if c.expressible(q, d) {
+		if q == endpoint.ReplySend {
+			c.ep.expressReply = false // one per Poll
+		}
 		ok, err := c.ep.eng.Express(c.id, q, d)
+		if ok && q == endpoint.RequestSend {
+			c.sentRequest(d) // no place in the queue: sent already, for the reply timer
+		}
 		if ok {
 			c.ep.stats.Express++
 		}

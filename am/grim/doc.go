@@ -24,12 +24,15 @@
 // bulk message fly together up to the window. Channel.Outstanding counts a
 // channel's requests not yet answered. Injection is a descriptor written
 // into the channel's ring, never a system call; inline, the engine sends
-// it when the endpoint polls. There, the short reply to the only request a
-// Poll finds leaves at once, handed to the engine directly (the express
-// path, nicfw.Engine.Express; counted in Stats.Express) when its channel
-// has nothing before it and no other channel of the engine is busy
-// sending; the replies to several requests are queued, to leave together
-// in the engine run that ends the Poll.
+// it when the endpoint polls. Two short messages leave at once instead,
+// handed to the engine directly (the express path, nicfw.Engine.Express;
+// counted in Stats.Express), when their channel has nothing before it and
+// no other channel of the engine is busy sending: a request that the
+// application sends on a channel with no request outstanding (the
+// request/reply case: it leaves in the send, not the next Poll), and the
+// short reply to the only request a Poll finds. Further requests while one
+// is outstanding, and the replies to several requests, are queued, to
+// leave together in the engine's next run.
 //
 // Optimistic flow control. Bulk messages (up to MaxBulk bytes) are the
 // engine's pooled bulk messages: the sending engine fragments them, and

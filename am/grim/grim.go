@@ -274,7 +274,7 @@ type Stats struct {
 	Refused               uint64 // registry messages refused: a table or a Publish answer not from the central endpoint, a generation that jumps
 	BadTables             uint64 // registry tables that did not parse
 	RepliesDeferred       uint64 // replies that found the reply queue full and waited for the next Poll
-	Express               uint64 // short replies handed to the inline engine directly (nicfw.Engine.Express), not queued
+	Express               uint64 // short messages handed to the inline engine directly (nicfw.Engine.Express), not queued: replies, and requests on idle channels
 }
 
 // New makes a GRIM endpoint in inline mode on eng, which the caller owns
