@@ -42,9 +42,10 @@ func expressHosts(t *testing.T, links []afxdp.Link, channels int) []*Endpoint {
 
 // expressBody: A sends n requests, one at a time, each answered before the
 // next, on its channels by turns, then bursts of n requests spread over
-// the channels. B's handler replies to each. The replies to the one-at-a-
-// time requests leave by the express path (B's Stats.Express); those of a
-// burst, several in one Poll, are queued to leave together, all but the
+// the channels. B's handler replies to each. The one-at-a-time requests
+// and their replies leave by the express path (A's and B's Stats.Express);
+// a burst's requests after the first on each channel, and the replies to
+// a burst, several in one Poll, are queued to leave together, all but the
 // first of a Poll. Every request is answered once, in order per channel
 // (the requests carry their channel and their number on it).
 func expressBody(t *testing.T, a, b *Endpoint, n int) {
@@ -93,6 +94,10 @@ func expressBody(t *testing.T, a, b *Endpoint, n int) {
 	if one < uint64(n)/2 {
 		t.Errorf("%d of %d replies to lone requests by the express path", one, n)
 	}
+	lone := a.Stats().Express // requests on channels with none outstanding
+	if lone < uint64(n)/2 {
+		t.Errorf("%d of %d lone requests by the express path", lone, n)
+	}
 	const burst = 8
 	for k := 0; k < n; k += burst {
 		for i := range burst {
@@ -106,6 +111,11 @@ func expressBody(t *testing.T, a, b *Endpoint, n int) {
 	if more := b.Stats().Express - one; more > uint64(n/burst) {
 		t.Errorf("%d replies to bursts of %d by the express path, want at most one a burst (%d)", more, burst, n/burst)
 	}
+	// A burst's requests after the first on each channel find one
+	// outstanding there, and are queued.
+	if more := a.Stats().Express - lone; more > uint64(n/burst*min(chans, burst)) {
+		t.Errorf("%d requests of bursts of %d by the express path, want at most one a channel a burst (%d)", more, burst, n/burst*min(chans, burst))
+	}
 	for c, s := range got {
 		for k, v := range s {
 			if v != uint32(k) {
@@ -113,7 +123,8 @@ func expressBody(t *testing.T, a, b *Endpoint, n int) {
 			}
 		}
 	}
-	t.Logf("express replies: %d of %d lone, %d of %d in bursts", one, n, b.Stats().Express-one, n)
+	t.Logf("express replies: %d of %d lone, %d of %d in bursts; express requests: %d of %d lone, %d of %d in bursts",
+		one, n, b.Stats().Express-one, n, lone, n, a.Stats().Express-lone, n)
 }
 
 func TestGRIMExpressReplies(t *testing.T) {
@@ -175,5 +186,49 @@ func TestGRIMExpressOnePerPoll(t *testing.T) {
 		if got := round(); got != 0 {
 			t.Fatalf("%d replies by the express path to two requests found by one Poll, want 0", got)
 		}
+	}
+}
+
+// A request to a second host, sent while the channel's first is
+// outstanding, is queued: only the first leaves by the express path, and
+// the fan-out's others leave together in the next engine run. Both are
+// answered.
+func TestGRIMExpressFanOutQueued(t *testing.T) {
+	eps := expressHosts(t, xdptest.Hub(t, 3, memlink.Options{}), 1)
+	a := eps[0]
+	answered := 0
+	if err := a.Handle(FirstUserHandler+1, func(*Token, [ShortArgs]uint32, []byte) { answered++ }); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range eps[1:] {
+		if err := b.Handle(FirstUserHandler, func(tok *Token, args [ShortArgs]uint32, _ []byte) {
+			if err := tok.Reply(FirstUserHandler+1, args[0]); err != nil {
+				t.Error(err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fanOut := func() uint64 {
+		t.Helper()
+		before, want := a.Stats().Express, answered+2
+		for dest := 1; dest <= 2; dest++ {
+			if err := a.ch(0).Short(dest, FirstUserHandler, uint32(dest)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		express := a.Stats().Express - before
+		for answered < want {
+			for _, ep := range eps {
+				if _, err := ep.Poll(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return express
+	}
+	fanOut() // the first: the channel's engine endpoint becomes resident
+	if got := fanOut(); got != 1 {
+		t.Errorf("%d requests of a fan-out by the express path, want the first only", got)
 	}
 }
