@@ -1,7 +1,10 @@
 package grim
 
 import (
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
@@ -230,5 +233,40 @@ func TestGRIMExpressFanOutQueued(t *testing.T) {
 	fanOut() // the first: the channel's engine endpoint becomes resident
 	if got := fanOut(); got != 1 {
 		t.Errorf("%d requests of a fan-out by the express path, want the first only", got)
+	}
+}
+
+// A wait that times out says what it found: Publish to a central
+// endpoint that never runs fails with ErrTimeout, and its error ends with
+// QueueState, the request taken and outstanding.
+func TestGRIMTimeoutQueueState(t *testing.T) {
+	links := xdptest.Hub(t, 2, memlink.Options{})
+	peers := []nicfw.Name{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 16}}
+	var eps []*Endpoint
+	for i, l := range links {
+		eng, err := nicfw.NewEngine(l, engineConfig(nicfw.HostID(i+1), 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eng.Close() })
+		if err := eng.AddHost(nicfw.HostID(2-i), links[1-i].HardwareAddr()); err != nil {
+			t.Fatal(err)
+		}
+		ep, err := New(eng, Config{Peers: peers, Self: i, GiveUp: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		eps = append(eps, ep)
+	}
+	err := eps[1].Publish() // the central endpoint, eps[0], never polls
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Publish: %v, want ErrTimeout", err)
+	}
+	if want := "channel 0: request send 1/1,"; !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "done 1, 1 outstanding") {
+		t.Errorf("Publish: %v\nwant the queues' state (%q, 1 outstanding) at its end", err, want)
+	}
+	if s := eps[1].QueueState(); !strings.Contains(s, "request receive 0/0") {
+		t.Errorf("QueueState %q: want nothing received", s)
 	}
 }

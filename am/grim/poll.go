@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -102,6 +103,30 @@ func (ep *Endpoint) ready() bool {
 		}
 	}
 	return false
+}
+
+// QueueState describes each channel's queues (descriptors put and taken),
+// the requests the engine is done with (endpoint.View.Done), the requests
+// outstanding and, where the channels share a page of doorbells, each
+// channel's arrival bit: what a wait that timed out found. A timeout
+// error of Publish and the other waits ends with it.
+func (ep *Endpoint) QueueState() string {
+	var b strings.Builder
+	for i, c := range ep.chans {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "channel %d:", c.n)
+		for _, q := range [...]endpoint.Queue{endpoint.RequestSend, endpoint.ReplySend, endpoint.RequestReceive, endpoint.ReplyReceive} {
+			put, taken := c.view.Progress(q)
+			fmt.Fprintf(&b, " %v %d/%d,", q, put, taken)
+		}
+		fmt.Fprintf(&b, " done %d, %d outstanding", c.view.Done(), len(c.pending))
+		if ep.arrivals != nil {
+			fmt.Fprintf(&b, ", arrival bit %d set %v", c.bit, ep.arrived(c))
+		}
+	}
+	return b.String()
 }
 
 // arrived reports whether c's arrival bit is set.
@@ -350,7 +375,7 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s", ErrTimeout, what())
+			return fmt.Errorf("%w: %s (%s)", ErrTimeout, what(), ep.QueueState())
 		}
 		if err := ep.alive(); err != nil {
 			return err

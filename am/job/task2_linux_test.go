@@ -91,7 +91,7 @@ func grimTask(j *cluster.Job, rep *report) error {
 		return fmt.Errorf("publish: %w (stats %+v; returned %v)", err, g.Stats(), rep.Returned)
 	}
 	if err := g.Barrier(ctx); err != nil {
-		return fmt.Errorf("%w (stats %+v; returned %v)", err, g.Stats(), rep.Returned)
+		return fmt.Errorf("%w (stats %+v; returned %v; queues %s)", err, g.Stats(), rep.Returned, g.QueueState())
 	}
 	poll := func() error {
 		if _, err := g.Wait(10 * time.Millisecond); err != nil {
