@@ -302,3 +302,34 @@ func TestGRIMReplyTimerStartsWhenSent(t *testing.T) {
 		t.Errorf("%+v", st)
 	}
 }
+
+// A firmware-mode wait that finds nothing sleeps on the channels'
+// notifications between its Polls instead of spinning: a one-second Drain
+// for a request its receiver never answers (the receiver's endpoint never
+// runs) times out after a few hundred Polls at most, where a spinning
+// wait makes one every few microseconds. Inline, the wait runs the engine
+// and so polls on.
+func TestGRIMFirmwareWaitSleeps(t *testing.T) {
+	hosts := cluster(t, xdptest.Hub(t, 2, memlink.Options{}), clusterConfig{channels: 1, window: 8, firmware: true})
+	if err := hosts[1].ep.Handle(16, func(*Token, [ShortArgs]uint32, []byte) {}); err != nil {
+		t.Fatal(err)
+	}
+	hosts[0].start()
+	var err error
+	var polls uint64
+	hosts[0].do(func(ep *Endpoint) {
+		if err = ep.ch(0).Short(1, 16, 7); err != nil {
+			return
+		}
+		before := ep.polls
+		err = ep.Drain(time.Second)
+		polls = ep.polls - before
+	})
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Drain: %v, want ErrTimeout (the receiver never answers)", err)
+	}
+	if polls > 500 {
+		t.Errorf("a one-second wait polled %d times: it spins", polls)
+	}
+	t.Logf("a one-second firmware-mode wait polled %d times", polls)
+}

@@ -367,20 +367,48 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 		return err
 	}
 	deadline := time.Now().Add(timeout)
+	pause := time.Duration(0)
 	for !done() {
 		if ep.depth > 0 {
 			return ErrBusy
 		}
-		if _, err := ep.Poll(); err != nil {
+		n, err := ep.Poll()
+		if err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		now := time.Now()
+		if now.After(deadline) {
 			return fmt.Errorf("%w: %s (%s)", ErrTimeout, what(), ep.QueueState())
 		}
 		if err := ep.alive(); err != nil {
 			return err
 		}
-		ep.yield()
+		if ep.block == nil {
+			ep.yield()
+			continue
+		}
+		// Firmware mode: a wait that found nothing sleeps on the
+		// channels' notifications (after Wait's spin), never longer than
+		// maxPause at a time, growing from minPause: what it waits for
+		// mostly arrives (a reply, a table), and what does not notify (the
+		// engine done with a request, for reserve) is looked at again
+		// after the pause. A spinning wait would hold a core for as long
+		// as the wait lasts, which on a loaded machine starves the daemon
+		// it waits for.
+		if n > 0 {
+			pause = 0
+			continue
+		}
+		pause = max(min(max(2*pause, minPause), maxPause, deadline.Sub(now)), time.Microsecond)
+		if _, err := ep.Wait(pause); err != nil {
+			return err
+		}
 	}
 	return nil
 }
+
+// The bounds of a firmware-mode wait's sleeps (runFor).
+const (
+	minPause = time.Millisecond
+	maxPause = 20 * time.Millisecond
+)
