@@ -392,9 +392,9 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 		// maxPause at a time, growing from minPause: what it waits for
 		// mostly arrives (a reply, a table), and what does not notify (the
 		// engine done with a request, for reserve) is looked at again
-		// after the pause. A spinning wait would hold a core for as long
-		// as the wait lasts, which on a loaded machine starves the daemon
-		// it waits for.
+		// after the pause, so a short wait stays short. A spinning wait
+		// would hold a core for as long as the wait lasts, which on a
+		// loaded machine starves the daemon it waits for.
 		if n > 0 {
 			pause = 0
 			continue
@@ -409,6 +409,6 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 
 // The bounds of a firmware-mode wait's sleeps (runFor).
 const (
-	minPause = time.Millisecond
+	minPause = 50 * time.Microsecond
 	maxPause = 20 * time.Millisecond
 )
