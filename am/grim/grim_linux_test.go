@@ -220,21 +220,15 @@ func eventually(t *testing.T, mu *sync.Mutex, what string, cond func() bool, rep
 	}
 }
 
-// state describes h for a test's failure: its endpoint's counters, each
-// channel's outstanding requests and the first error its Poll returned,
+// state describes h for a test's failure: its endpoint's counters, its
+// channels' queues (QueueState) and the first error its Poll returned,
 // read in h's goroutine ("busy" when it does not take the job within a
 // second).
 func (h *host) state() string {
 	out := make(chan string, 1)
 	select {
 	case h.jobs <- func(ep *Endpoint) {
-		var b strings.Builder
-		fmt.Fprintf(&b, "host %d: %+v; outstanding", h.index, ep.Stats())
-		for _, c := range ep.chans {
-			fmt.Fprintf(&b, " %d", c.Outstanding())
-		}
-		fmt.Fprintf(&b, "; poll error %v", h.err)
-		out <- b.String()
+		out <- fmt.Sprintf("host %d: %+v; %s; poll error %v", h.index, ep.Stats(), ep.QueueState(), h.err)
 	}:
 	case <-time.After(time.Second):
 		return fmt.Sprintf("host %d: busy", h.index)

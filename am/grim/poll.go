@@ -384,8 +384,7 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 			return err
 		}
 		if ep.block == nil {
-			ep.yield()
-			continue
+			continue // inline: Poll ran the engine
 		}
 		// Firmware mode: a wait that found nothing sleeps on the
 		// channels' notifications (after Wait's spin), never longer than
@@ -399,7 +398,7 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 			pause = 0
 			continue
 		}
-		pause = max(min(max(2*pause, minPause), maxPause, deadline.Sub(now)), time.Microsecond)
+		pause = min(max(2*pause, minPause), maxPause, deadline.Sub(now)) // 0 at the deadline: a last look
 		if _, err := ep.Wait(pause); err != nil {
 			return err
 		}
