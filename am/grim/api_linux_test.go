@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -301,6 +302,41 @@ func TestGRIMReplyTimerStartsWhenSent(t *testing.T) {
 	if st.Unanswered != 1 || st.Returned != 1 {
 		t.Errorf("%+v", st)
 	}
+}
+
+// A firmware-mode send that finds its channel's queue full sleeps between
+// its Polls as a long wait does (TestGRIMFirmwareWaitSleeps): with the
+// receiver's endpoint never running, the sender's requests fill the
+// receiver's queues, the engine's window and then the channel's send
+// queue, and the send that finds it full times out after Config.GiveUp
+// (a second here) having polled a few hundred times at most, where the
+// spinning loop it replaces polled thousands of times.
+func TestGRIMFirmwareFullQueueSleeps(t *testing.T) {
+	hosts := cluster(t, xdptest.Hub(t, 2, memlink.Options{}), clusterConfig{channels: 1, window: 8, firmware: true})
+	if err := hosts[1].ep.Handle(16, func(*Token, [ShortArgs]uint32, []byte) {}); err != nil {
+		t.Fatal(err)
+	}
+	hosts[0].start()
+	var err error
+	var sent int
+	var polls uint64
+	hosts[0].do(func(ep *Endpoint) {
+		ep.cfg.GiveUp = time.Second
+		for ; sent < 1<<16; sent++ {
+			before := ep.polls
+			if err = ep.ch(0).Short(1, 16, uint32(sent)); err != nil {
+				polls = ep.polls - before
+				return
+			}
+		}
+	})
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "full") {
+		t.Fatalf("after %d requests: %v, want ErrTimeout for a full channel (the receiver never runs)", sent, err)
+	}
+	if polls > 500 {
+		t.Errorf("a one-second wait for room polled %d times: it spins", polls)
+	}
+	t.Logf("after %d requests, a one-second firmware-mode wait for room polled %d times", sent, polls)
 }
 
 // A firmware-mode wait that finds nothing sleeps on the channels'

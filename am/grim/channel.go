@@ -410,6 +410,7 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		}
 	}
 	var deadline time.Time // read once the queue is found full: a send that finds room reads no clock
+	pause := time.Duration(0)
 	for {
 		err := c.view.Send(q, d)
 		if err == nil {
@@ -433,10 +434,12 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		}
 		// Run the engine and the handlers: replies that fill the receive
 		// queues would otherwise hold up the peer's engine.
-		if _, err := c.ep.Poll(); err != nil {
+		n, err := c.ep.Poll()
+		if err != nil {
 			return err
 		}
-		if now := time.Now(); deadline.IsZero() {
+		now := time.Now()
+		if deadline.IsZero() {
 			deadline = now.Add(c.ep.cfg.GiveUp)
 		} else if now.After(deadline) {
 			return fmt.Errorf("%w: channel %d full", ErrTimeout, c.n)
@@ -444,6 +447,11 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		if err := c.ep.alive(); err != nil {
 			return err
 		}
-		c.ep.yield()
+		// Firmware mode: room comes when the daemon takes a descriptor,
+		// which an ordered channel blocked on a slow peer can hold up for
+		// long; the wait sleeps as runFor's do.
+		if err := c.ep.rest(n, &pause, deadline.Sub(now)); err != nil {
+			return err
+		}
 	}
 }

@@ -84,15 +84,6 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 // spin looks at the channels' receive queues for up to d (endpoint.Spin).
 func (ep *Endpoint) spin(d time.Duration) bool { return endpoint.Spin(d, ep.ready, nil) }
 
-// yield, in a wait, lets the firmware's engine thread run where it shares
-// the application's core.
-func (ep *Endpoint) yield() {
-	if ep.eng == nil {
-		runtime.Gosched()
-		endpoint.Yield()
-	}
-}
-
 // ready reports whether a receive queue of a channel holds a message (or,
 // with arrival bits, may: a message already taken leaves its bit set
 // until the next Poll).
@@ -383,30 +374,38 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 		if err := ep.alive(); err != nil {
 			return err
 		}
-		if ep.block == nil {
-			continue // inline: Poll ran the engine
-		}
-		// Firmware mode: a wait that found nothing sleeps on the
-		// channels' notifications (after Wait's spin), never longer than
-		// maxPause at a time, growing from minPause: what it waits for
-		// mostly arrives (a reply, a table), and what does not notify (the
-		// engine done with a request, for reserve) is looked at again
-		// after the pause, so a short wait stays short. A spinning wait
-		// would hold a core for as long as the wait lasts, which on a
-		// loaded machine starves the daemon it waits for.
-		if n > 0 {
-			pause = 0
-			continue
-		}
-		pause = min(max(2*pause, minPause), maxPause, deadline.Sub(now)) // 0 at the deadline: a last look
-		if _, err := ep.Wait(pause); err != nil {
+		if err := ep.rest(n, &pause, deadline.Sub(now)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// The bounds of a firmware-mode wait's sleeps (runFor).
+// rest is what a long wait (runFor, a full queue in Channel.send) does
+// after a Poll that did n things, with left until its deadline and pause
+// the wait's last sleep. Inline, nothing: Poll ran the engine. In firmware
+// mode a Poll that found nothing is followed by a sleep on the channels'
+// notifications (after Wait's spin), never longer than maxPause, growing
+// from minPause, and back to the start once a Poll finds work: what a
+// wait waits for mostly arrives (a reply, a table), and what does not
+// notify (the engine done with a request, for reserve; a descriptor
+// taken, for a full queue) is looked at again after the pause, so a short
+// wait stays short. A spinning wait would hold a core for as long as the
+// wait lasts, which on a loaded machine starves the daemon it waits for.
+func (ep *Endpoint) rest(n int, pause *time.Duration, left time.Duration) error {
+	if ep.block == nil {
+		return nil
+	}
+	if n > 0 {
+		*pause = 0
+		return nil
+	}
+	*pause = min(max(2**pause, minPause), maxPause, left) // 0 at the deadline: a last look
+	_, err := ep.Wait(*pause)
+	return err
+}
+
+// The bounds of a firmware-mode wait's sleeps (rest).
 const (
 	minPause = 50 * time.Microsecond
 	maxPause = 20 * time.Millisecond
