@@ -219,6 +219,8 @@ type Config struct {
 	// Drain waiting for a credit) looks at the receive queues before it
 	// blocks on the daemon's notification: a message that comes within it
 	// spares the wake-up. Default DefaultSpin; negative: block at once.
+	// A send that waits for room (a full send queue, no free medium slot)
+	// yields the processor for Spin, then sleeps between its looks.
 	Spin time.Duration
 	// Coalesce, in inline mode, lets Request and Store only queue their
 	// message: the engine runs when the endpoint polls (Poll, Wait, Drain)

@@ -225,6 +225,7 @@ func (ep *Endpoint) slot(q endpoint.Queue) (int, error) {
 		return 0, ErrNoMediumSlots
 	}
 	var start time.Time
+	var pause time.Duration
 	for {
 		ep.reclaim()
 		if len(ep.free) > 0 && (q == endpoint.ReplySend || ep.requestSlots() < max(1, ep.cfg.MediumSlots-1)) {
@@ -232,12 +233,13 @@ func (ep *Endpoint) slot(q endpoint.Queue) (int, error) {
 			ep.free = ep.free[:len(ep.free)-1]
 			return s, nil
 		}
+		now := ep.cfg.Clock.Now()
 		if start.IsZero() {
-			start = ep.cfg.Clock.Now()
-		} else if ep.cfg.Clock.Now().Sub(start) > ep.cfg.GiveUp {
+			start = now
+		} else if now.Sub(start) > ep.cfg.GiveUp {
 			return 0, fmt.Errorf("%w: no medium slot free for %v", ErrTimeout, ep.cfg.GiveUp)
 		}
-		if err := ep.step(); err != nil {
+		if err := ep.step(now.Sub(start), &pause); err != nil {
 			return 0, err
 		}
 	}
@@ -272,6 +274,7 @@ func (ep *Endpoint) requestSlots() int {
 // the queue is full, for at most the give-up time.
 func (ep *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) error {
 	var start time.Time
+	var pause time.Duration
 	for {
 		err := ep.view.Send(q, d)
 		if err == nil {
@@ -280,27 +283,46 @@ func (ep *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) err
 		if !errors.Is(err, endpoint.ErrQueueFull) {
 			return err
 		}
+		now := ep.cfg.Clock.Now()
 		if start.IsZero() {
-			start = ep.cfg.Clock.Now()
-		} else if ep.cfg.Clock.Now().Sub(start) > ep.cfg.GiveUp {
+			start = now
+		} else if now.Sub(start) > ep.cfg.GiveUp {
 			return fmt.Errorf("%w: %v queue full for %v", ErrTimeout, q, ep.cfg.GiveUp)
 		}
-		if err := ep.step(); err != nil {
+		if err := ep.step(now.Sub(start), &pause); err != nil {
 			return err
 		}
 	}
 }
 
-// step lets the engine move on: in inline mode it runs it once, in
-// firmware mode it yields the processor.
-func (ep *Endpoint) step() error {
-	if ep.poll == nil {
+// step lets the engine move on while a send waits for room (a medium
+// slot, a queue entry), waited so far, pause the wait's last sleep: in
+// inline mode it runs the engine once. In firmware mode it yields the
+// processor for the wait's first Config.Spin, then sleeps, minPause at
+// first and twice as long each time up to maxPause: room comes when the
+// daemon takes a descriptor, which notifies nothing and which a window
+// full of messages to a slow peer can hold up for long, and a wait that
+// yielded for all of Config.GiveUp would hold a core that the daemon,
+// on a loaded machine, needs to make the room.
+func (ep *Endpoint) step(waited time.Duration, pause *time.Duration) error {
+	if ep.poll != nil {
+		_, err := ep.runEngine()
+		return err
+	}
+	if waited < ep.cfg.Spin {
 		ep.unlocked(func() {
 			runtime.Gosched()
 			endpoint.Yield()
 		})
 		return nil
 	}
-	_, err := ep.runEngine()
-	return err
+	*pause = min(max(2**pause, minPause), maxPause)
+	ep.unlocked(func() { time.Sleep(*pause) })
+	return nil
 }
+
+// The bounds of a firmware-mode wait's sleeps (step).
+const (
+	minPause = 50 * time.Microsecond
+	maxPause = 20 * time.Millisecond
+)
