@@ -12,10 +12,11 @@ import (
 // osPackages are the packages whose job is the operating system's
 // interfaces, and which alone (tests aside) make system calls through
 // golang.org/x/sys/unix: sockets and rings, BPF, namespaces and devices,
-// the daemon's socket and the endpoints' shared memory (internal/pins only
-// pins the module's version). The layers above ask them.
-var osPackages = []string{"afxdp", "loader", "lab", "internal/netdev", "internal/netnstest", "internal/testenv", "internal/pins",
-	"driver", "nicfw/daemon", "nicfw/endpoint"}
+// the daemon's socket and the endpoints' shared memory, the guard pages of
+// tests (internal/pins only pins the module's version). The layers above
+// ask them.
+var osPackages = []string{"afxdp", "loader", "lab", "internal/netdev", "internal/netnstest", "internal/testenv", "internal/guardtest",
+	"internal/pins", "driver", "nicfw/daemon", "nicfw/endpoint"}
 
 // TestSyscallBoundary: no other package imports golang.org/x/sys/unix.
 func TestSyscallBoundary(t *testing.T) {
