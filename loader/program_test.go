@@ -8,9 +8,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // The program on hand-made frames through BPF_PROG_TEST_RUN (Program.Run).
@@ -326,8 +328,12 @@ func TestRunFaultsAlwaysAndOff(t *testing.T) {
 }
 
 func TestRunSeededFaultsRepeat(t *testing.T) {
-	// Every CPU starts at the seed, so one test run (on whatever CPU)
-	// makes the same decisions each time.
+	// Every CPU starts at the seed, so one test run on one CPU makes the
+	// same decisions each time. The kernel may move a test run to
+	// another CPU between its repeats (it reschedules when another task
+	// is due, as on a loaded machine), whose state starts at the seed
+	// again: the runs are pinned to one CPU.
+	pinOneCPU(t)
 	f := Faults{DropRate: 0.25, CorruptRate: 0.25, Seed: 7}
 	var first Counters
 	for i := range 3 {
@@ -354,6 +360,33 @@ func TestRunSeededFaultsRepeat(t *testing.T) {
 	if c := counters(t, p); c.Received == first.Received && c == first {
 		t.Errorf("seeds 7 and 8 gave the same decisions: %+v", c)
 	}
+}
+
+// pinOneCPU keeps the test's goroutine on its thread and the thread on
+// the first CPU it may run on, until the test ends.
+func pinOneCPU(t *testing.T) {
+	runtime.LockOSThread()
+	var was, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	for c := range 1024 {
+		if was.IsSet(c) {
+			one.Set(c)
+			break
+		}
+	}
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.SchedSetaffinity(0, &was); err != nil {
+			t.Error(err)
+		}
+		runtime.UnlockOSThread()
+	})
 }
 
 // changed returns the offsets at which out differs from in.
