@@ -299,11 +299,12 @@ func (ep *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) err
 // slot, a queue entry), waited so far, pause the wait's last sleep: in
 // inline mode it runs the engine once. In firmware mode it yields the
 // processor for the wait's first Config.Spin, then sleeps, minPause at
-// first and twice as long each time up to maxPause: room comes when the
-// daemon takes a descriptor, which notifies nothing and which a window
-// full of messages to a slow peer can hold up for long, and a wait that
-// yielded for all of Config.GiveUp would hold a core that the daemon,
-// on a loaded machine, needs to make the room.
+// first and twice as long each time up to maxPause, never past
+// Config.GiveUp: room comes when the daemon takes a descriptor, which
+// notifies nothing and which a window full of messages to a slow peer
+// can hold up for long, and a wait that yielded for all of
+// Config.GiveUp would hold a core that the daemon, on a loaded machine,
+// needs to make the room.
 func (ep *Endpoint) step(waited time.Duration, pause *time.Duration) error {
 	if ep.poll != nil {
 		_, err := ep.runEngine()
@@ -316,7 +317,7 @@ func (ep *Endpoint) step(waited time.Duration, pause *time.Duration) error {
 		})
 		return nil
 	}
-	*pause = min(max(2**pause, minPause), maxPause)
+	*pause = min(max(2**pause, minPause), maxPause, ep.cfg.GiveUp-waited)
 	ep.unlocked(func() { time.Sleep(*pause) })
 	return nil
 }
