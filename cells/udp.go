@@ -147,8 +147,9 @@ type UDPFrame struct {
 // returns where its xam payload is (frame[Off:End]) and its addresses. It
 // checks the EtherType, the IP version and header (IPv4: 20 bytes, no
 // options; the header checksum; not a fragment. IPv6: UDP as the next
-// header), the protocol, the destination port and every length, but
-// neither the UDP checksum nor the xam payload (UnpackPayload does).
+// header, no IPv4-mapped address), the protocol, the destination port and
+// every length, but neither the UDP checksum nor the xam payload
+// (UnpackPayload does).
 func ParseUDP(frame []byte, port uint16) (UDPFrame, error) {
 	var u UDPFrame
 	if len(frame) < EthernetHeaderSize {
@@ -195,8 +196,14 @@ func ParseUDP(frame []byte, port uint16) (UDPFrame, error) {
 		if plen < UDPHeaderSize || IPv6HeaderSize+plen > len(ip) {
 			return u, fmt.Errorf("%w: IPv6 payload length %d, %d bytes after its header", ErrIPLength, plen, len(ip)-IPv6HeaderSize)
 		}
-		u.Src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[8:24])), 0)
-		u.Dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[24:40])), 0)
+		src, dst := netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+		if src.Is4In6() || dst.Is4In6() {
+			// Not for the wire (RFC 4291, 2.5.5.2; Linux drops them too),
+			// and the UDP form takes a mapped address for the IPv4 one:
+			// an answer would go out as IPv4, to an address the frame chose.
+			return u, fmt.Errorf("%w: IPv4-mapped address in an IPv6 header (%v to %v)", ErrIPHeader, src, dst)
+		}
+		u.Src, u.Dst = netip.AddrPortFrom(src, 0), netip.AddrPortFrom(dst, 0)
 		start, end = EthernetHeaderSize+IPv6HeaderSize, EthernetHeaderSize+IPv6HeaderSize+plen
 	default:
 		return u, fmt.Errorf("%w: EtherType %#04x", ErrNotUDP, t)

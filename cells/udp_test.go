@@ -133,6 +133,16 @@ func TestUDPFormRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
+	// An IPv6 header with an IPv4-mapped address, either side: the UDP
+	// form would take it for the IPv4 address (FuzzParseUDP found it).
+	good6 := udpFrame(t, netip.MustParseAddrPort("[fd00:0:0:1::1]:18553"), netip.MustParseAddrPort("[fd00:0:0:2::1]:18553"), xamPayload(t, 2))
+	for name, at := range map[string]int{"mapped source": 14 + 8, "mapped destination": 14 + 24} {
+		b := bytes.Clone(good6)
+		copy(b[at:at+16], netip.MustParseAddr("::ffff:127.0.0.1").AsSlice())
+		if _, err := cells.ParseUDP(b, 18553); !errors.Is(err, cells.ErrIPHeader) {
+			t.Errorf("%s: %v, want %v", name, err, cells.ErrIPHeader)
+		}
+	}
 	h := &cells.UDPHeader{DstMAC: udpMAC1, SrcMAC: udpMAC2, Src: src, Dst: netip.MustParseAddrPort("[::1]:1")}
 	if _, err := cells.PutUDP(make([]byte, 100), h, 10); !errors.Is(err, cells.ErrUDPFamily) {
 		t.Errorf("mixed families: %v", err)
