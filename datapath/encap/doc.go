@@ -19,8 +19,9 @@
 // the process once Addr has computed it, and to a UDP once a frame has
 // come from it (at most Config.MaxLearned such). An address is its first
 // IP's: frames from another IP whose hash matches are dropped, as are
-// frames of the other family, from IPv4-mapped sources or to another
-// destination than Config.Local.
+// frames of the other family or to another destination than
+// Config.Local; cells.ParseUDP refuses an IPv4-mapped address (counted as
+// malformed).
 //
 // # Next hops
 //

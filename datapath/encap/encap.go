@@ -52,10 +52,10 @@ type Config struct {
 type Stats struct {
 	Sent       uint64 `json:"sent"`       // frames encapsulated and handed to the inner link
 	Received   uint64 `json:"received"`   // frames of the UDP form passed up
-	Malformed  uint64 `json:"malformed"`  // received frames that were not the UDP form (cells.ParseUDP failed)
+	Malformed  uint64 `json:"malformed"`  // received frames that were not the UDP form (cells.ParseUDP failed; an IPv4-mapped address among them)
 	Unresolved uint64 `json:"unresolved"` // frames dropped: no MAC for the peer's next hop yet
 	NoPeer     uint64 `json:"no_peer"`    // frames dropped: an address that names no IP (a group address, an unknown IPv6 peer)
-	Unknown    uint64 `json:"unknown"`    // frames dropped: from a source refused (another family, IPv4-mapped, another IP's address, an IPv6 sender past MaxLearned)
+	Unknown    uint64 `json:"unknown"`    // frames dropped: from a source refused (another family, another IP's address, an IPv6 sender past MaxLearned)
 	Resolved   uint64 `json:"resolved"`   // next hops found or changed
 }
 
