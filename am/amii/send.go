@@ -225,7 +225,7 @@ func (ep *Endpoint) slot(q endpoint.Queue) (int, error) {
 		return 0, ErrNoMediumSlots
 	}
 	var start time.Time
-	var pause time.Duration
+	var pause endpoint.Backoff
 	for {
 		ep.reclaim()
 		if len(ep.free) > 0 && (q == endpoint.ReplySend || ep.requestSlots() < max(1, ep.cfg.MediumSlots-1)) {
@@ -274,7 +274,7 @@ func (ep *Endpoint) requestSlots() int {
 // the queue is full, for at most the give-up time.
 func (ep *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) error {
 	var start time.Time
-	var pause time.Duration
+	var pause endpoint.Backoff
 	for {
 		err := ep.view.Send(q, d)
 		if err == nil {
@@ -296,16 +296,15 @@ func (ep *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) err
 }
 
 // step lets the engine move on while a send waits for room (a medium
-// slot, a queue entry), waited so far, pause the wait's last sleep: in
-// inline mode it runs the engine once. In firmware mode it yields the
-// processor for the wait's first Config.Spin, then sleeps, minPause at
-// first and twice as long each time up to maxPause, never past
-// Config.GiveUp: room comes when the daemon takes a descriptor, which
-// notifies nothing and which a window full of messages to a slow peer
-// can hold up for long, and a wait that yielded for all of
-// Config.GiveUp would hold a core that the daemon, on a loaded machine,
-// needs to make the room.
-func (ep *Endpoint) step(waited time.Duration, pause *time.Duration) error {
+// slot, a queue entry), waited so far, pause the wait's sleeps: in inline
+// mode it runs the engine once. In firmware mode it yields the processor
+// for the wait's first Config.Spin, then sleeps as pause says
+// (endpoint.Backoff), never past Config.GiveUp: room comes when the
+// daemon takes a descriptor, which notifies nothing and which a window
+// full of messages to a slow peer can hold up for long, and a wait that
+// yielded for all of Config.GiveUp would hold a core that the daemon, on
+// a loaded machine, needs to make the room.
+func (ep *Endpoint) step(waited time.Duration, pause *endpoint.Backoff) error {
 	if ep.poll != nil {
 		_, err := ep.runEngine()
 		return err
@@ -317,13 +316,7 @@ func (ep *Endpoint) step(waited time.Duration, pause *time.Duration) error {
 		})
 		return nil
 	}
-	*pause = min(max(2**pause, minPause), maxPause, ep.cfg.GiveUp-waited)
-	ep.unlocked(func() { time.Sleep(*pause) })
+	d := pause.Next(ep.cfg.GiveUp - waited)
+	ep.unlocked(func() { time.Sleep(d) })
 	return nil
 }
-
-// The bounds of a firmware-mode wait's sleeps (step).
-const (
-	minPause = 50 * time.Microsecond
-	maxPause = 20 * time.Millisecond
-)

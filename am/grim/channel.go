@@ -410,7 +410,7 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 		}
 	}
 	var deadline time.Time // read once the queue is found full: a send that finds room reads no clock
-	pause := time.Duration(0)
+	var pause endpoint.Backoff
 	for {
 		err := c.view.Send(q, d)
 		if err == nil {

@@ -358,7 +358,7 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 		return err
 	}
 	deadline := time.Now().Add(timeout)
-	pause := time.Duration(0)
+	var pause endpoint.Backoff
 	for !done() {
 		if ep.depth > 0 {
 			return ErrBusy
@@ -382,31 +382,23 @@ func (ep *Endpoint) runFor(timeout time.Duration, done func() bool, what func() 
 }
 
 // rest is what a long wait (runFor, a full queue in Channel.send) does
-// after a Poll that did n things, with left until its deadline and pause
-// the wait's last sleep. Inline, nothing: Poll ran the engine. In firmware
-// mode a Poll that found nothing is followed by a sleep on the channels'
-// notifications (after Wait's spin), never longer than maxPause, growing
-// from minPause, and back to the start once a Poll finds work: what a
-// wait waits for mostly arrives (a reply, a table), and what does not
-// notify (the engine done with a request, for reserve; a descriptor
-// taken, for a full queue) is looked at again after the pause, so a short
-// wait stays short. A spinning wait would hold a core for as long as the
-// wait lasts, which on a loaded machine starves the daemon it waits for.
-func (ep *Endpoint) rest(n int, pause *time.Duration, left time.Duration) error {
+// after a Poll that did n things, with left until its deadline. Inline,
+// nothing: Poll ran the engine. In firmware mode a Poll that found nothing
+// is followed by a sleep on the channels' notifications (after Wait's
+// spin) of pause's next length, and pause starts again once a Poll finds
+// work: what a wait waits for mostly arrives (a reply, a table), and what
+// does not notify (the engine done with a request, for reserve; a
+// descriptor taken, for a full queue) is looked at again after the pause.
+// A spinning wait would hold a core for as long as the wait lasts, which
+// on a loaded machine starves the daemon it waits for.
+func (ep *Endpoint) rest(n int, pause *endpoint.Backoff, left time.Duration) error {
 	if ep.block == nil {
 		return nil
 	}
 	if n > 0 {
-		*pause = 0
+		pause.Reset()
 		return nil
 	}
-	*pause = min(max(2**pause, minPause), maxPause, left) // 0 at the deadline: a last look
-	_, err := ep.Wait(*pause)
+	_, err := ep.Wait(pause.Next(left))
 	return err
 }
-
-// The bounds of a firmware-mode wait's sleeps (rest).
-const (
-	minPause = 50 * time.Microsecond
-	maxPause = 20 * time.Millisecond
-)

@@ -30,3 +30,25 @@ func Spin(d time.Duration, ready func() bool, between func()) bool {
 		Yield()
 	}
 }
+
+// Backoff is the sleep of a firmware-mode wait between its looks at
+// something that notifies nothing (the daemon taking a descriptor, or
+// done with one): MinBackoff at first, twice the last each time up to
+// MaxBackoff, so that a short wait stays short and a long one sleeps
+// instead of holding a core the daemon needs. The zero value is ready.
+type Backoff struct{ pause time.Duration }
+
+// The bounds of a Backoff's sleeps.
+const (
+	MinBackoff = 50 * time.Microsecond
+	MaxBackoff = 20 * time.Millisecond
+)
+
+// Next returns the next sleep, at most left (0 at a deadline: a last look).
+func (b *Backoff) Next(left time.Duration) time.Duration {
+	b.pause = min(max(2*b.pause, MinBackoff), MaxBackoff, left)
+	return b.pause
+}
+
+// Reset starts the sleeps again from MinBackoff: the wait found work.
+func (b *Backoff) Reset() { b.pause = 0 }
