@@ -331,9 +331,13 @@ func (t *Transport) flushOut() error {
 	t.stats.BatchFrames += uint64(len(send))
 	_, err := t.link.Send(send)
 	t.ctlHeld = 0
-	clear(t.out)
+	if len(t.out) == 1 {
+		t.out[0], t.sendList[0] = outFrame{}, nil // as clear does, without its call
+	} else {
+		clear(t.out)
+		clear(t.sendList)
+	}
 	t.out = t.out[:0]
-	clear(t.sendList)
 	t.sendList = t.sendList[:0]
 	if err != nil {
 		return fmt.Errorf("nicfw: send: %w", err)
@@ -351,6 +355,11 @@ func (t *Transport) flushOut() error {
 // keep the order in which they were sent; frames to different hosts may
 // change places.
 func (t *Transport) pack() [][]byte {
+	if len(t.out) == 1 {
+		// The common batch, one frame: it goes as it is.
+		t.sendList = append(t.sendList[:0], t.out[0].f)
+		return t.sendList
+	}
 	hdr := len(t.eth)
 	t.packs = t.packs[:0]
 	for _, o := range t.out {
