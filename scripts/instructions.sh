@@ -1,0 +1,76 @@
+#!/bin/bash
+# instructions.sh: the instructions one processor-only round trip executes,
+# SSAM, AM-II and GRIM side by side, counted by valgrind (callgrind), and
+# where they go.
+#
+#   scripts/instructions.sh            the three round trips: instructions per op, the
+#                                      ratios, and each package's own share
+#   scripts/instructions.sh -f [N]     and each one's N (40) costliest functions, self, per op
+#
+# A round trip on a memlink pair takes about a microsecond, and its time on
+# a shared two-core machine drifts by more than the changes one makes to it;
+# its instruction count does not. Each benchmark runs twice under callgrind,
+# with n and 2n round trips, and the difference of the two counts over n is
+# the count of one round trip: what both runs share (start, set-up, the
+# runtime's own) cancels. The ratio of counts is not the ratio of times
+# (instructions per cycle differ between paths), so a change made for speed
+# is still measured in time (go test -bench, alternated rounds); this says
+# where the instructions are. It installs valgrind when it is missing.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+funcs=0
+if [[ ${1:-} == -f ]]; then
+	funcs=${2:-40}
+fi
+if ! command -v valgrind >/dev/null || ! command -v callgrind_annotate >/dev/null; then
+	echo "installing valgrind" >&2
+	apt-get update -qq >/dev/null && apt-get install -y -qq valgrind >/dev/null
+fi
+
+n=20000
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# count BIN BENCH ITERATIONS OUT: runs the benchmark under callgrind, the
+# profile in OUT; prints the instructions counted. The runtime's
+# preemption signals are off: callgrind can fail an assertion on them.
+count() {
+	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$4" "$1" -test.run NONE -test.bench "$2" \
+		-test.benchtime "$3x" -test.cpu 1 2>&1 >/dev/null | awk '/I *refs:/ {gsub(",", "", $NF); print $NF}'
+}
+
+# self FILE: each function's own instructions in a callgrind profile.
+self() {
+	callgrind_annotate --threshold=100 --auto=no "$1" 2>/dev/null |
+		awk 'match($0, /^ *[0-9,]+ \([ 0-9.%]*\) +/) && substr($0, RLENGTH + 1) ~ /^[^ ]+:/ {
+			n = substr($0, 1, RLENGTH); sub(/ *\(.*/, "", n); gsub(/[ ,]/, "", n)
+			f = substr($0, RLENGTH + 1); sub(/ \[\/.*$/, "", f); sub(/^[^:]*:/, "", f); gsub(/ /, "", f)
+			s[f] += n
+		} END {for (f in s) print f, s[f]}'
+}
+
+ssam=0
+for spec in "ssam ./am/ssam SSAMRoundTrip" "am-ii ./am/amii AMIIRoundTrip/args=2$" "grim ./am/grim GRIMRoundTrip$"; do
+	read -r name pkg bench <<<"$spec"
+	go test -c -o "$dir/$name.test" "$pkg"
+	a=$(count "$dir/$name.test" "$bench" "$n" "$dir/$name.1")
+	b=$(count "$dir/$name.test" "$bench" "$((2 * n))" "$dir/$name.2")
+	per=$(((b - a) / n))
+	if [[ $ssam == 0 ]]; then
+		ssam=$per
+	fi
+	awk -v name="$name" -v per="$per" -v ssam="$ssam" \
+		'BEGIN {printf "%-6s %7d instructions per round trip  %.2fx SSAM\n", name, per, per / ssam}'
+	LC_ALL=C join -a 2 -e 0 -o 0,1.2,2.2 <(self "$dir/$name.1" | LC_ALL=C sort) <(self "$dir/$name.2" | LC_ALL=C sort) |
+		awk -v n="$n" '{d = ($3 - $2) / n; if (d >= 1) printf "%8.0f  %s\n", d, $1}' |
+		sed 's|github.com/xam-project/xam/||' | sort -rn >"$dir/$name.funcs"
+	# By package: the layers of the round trip.
+	awk '{p = $2; sub(/\.[^\/]*$/, "", p); s[p] += $1} END {for (p in s) if (s[p] >= 50) printf "%8d  %s\n", s[p], p}' \
+		"$dir/$name.funcs" | sort -rn | tr '\n' ';' | sed 's/;$/\n/; s/;/\n/g'
+	if [[ $funcs -gt 0 ]]; then
+		echo "  costliest functions:"
+		awk -v k="$funcs" 'NR <= k' "$dir/$name.funcs"
+	fi
+	echo
+done
