@@ -79,33 +79,34 @@ func (c *Channel) short(dest int, h HandlerID, args []uint32) error {
 	if err := c.ep.usable(); err != nil {
 		return err
 	}
-	d, err := c.header(dest, h, args)
-	if err != nil {
+	var d endpoint.Descriptor
+	if err := c.header(&d, dest, h, args); err != nil {
 		return err
 	}
 	return c.send(endpoint.RequestSend, &d)
 }
 
-// header returns the descriptor of a message to dest's handler h.
-func (c *Channel) header(dest int, h HandlerID, args []uint32) (endpoint.Descriptor, error) {
+// header fills d, zero, with the descriptor of a message to dest's
+// handler h.
+func (c *Channel) header(d *endpoint.Descriptor, dest int, h HandlerID, args []uint32) error {
 	idx, err := c.ep.index(dest)
 	if err != nil {
-		return endpoint.Descriptor{}, err
+		return err
 	}
-	return shortDesc(idx, h, args)
+	return shortDesc(d, idx, h, args)
 }
 
-// shortDesc returns the descriptor of a short message to table index idx,
-// handler h, with args.
-func shortDesc(idx uint32, h HandlerID, args []uint32) (endpoint.Descriptor, error) {
+// shortDesc fills d, zero, with the descriptor of a short message to
+// table index idx, handler h, with args.
+func shortDesc(d *endpoint.Descriptor, idx uint32, h HandlerID, args []uint32) error {
 	if len(args) > ShortArgs {
-		return endpoint.Descriptor{}, fmt.Errorf("%w: %d integers, at most %d", ErrTooLarge, len(args), ShortArgs)
+		return fmt.Errorf("%w: %d integers, at most %d", ErrTooLarge, len(args), ShortArgs)
 	}
 	var a [ShortArgs]uint32
 	copy(a[:], args)
-	d := endpoint.Descriptor{Class: endpoint.ClassShort, Dest: idx, Handler: uint32(h), NArgs: engineArgs}
+	d.Class, d.Dest, d.Handler, d.NArgs = endpoint.ClassShort, idx, uint32(h), engineArgs
 	d.Args[0], d.Args[1] = uint64(a[0])|uint64(a[1])<<32, uint64(a[2])|uint64(a[3])<<32
-	return d, nil
+	return nil
 }
 
 // engineArgs is the number of the engine's 64-bit arguments that carry a
@@ -171,8 +172,8 @@ func (c *Channel) inject(dest int, h HandlerID, remote uint32, data []byte, args
 		if len(data) == 0 || len(data) > MaxBulk {
 			return fmt.Errorf("%w: %d bytes, want 1..%d", ErrTooLarge, len(data), MaxBulk)
 		}
-		d, err := c.header(dest, h, args)
-		if err != nil {
+		var d endpoint.Descriptor
+		if err := c.header(&d, dest, h, args); err != nil {
 			return err
 		}
 		off, err := c.reserve(len(data))
@@ -236,8 +237,8 @@ func (c *Channel) stream(st *Stream, dest int, h HandlerID, remote uint32, n int
 	if n <= 0 || n > MaxBulk {
 		return fmt.Errorf("%w: %d bytes, want 1..%d", ErrTooLarge, n, MaxBulk)
 	}
-	d, err := c.header(dest, h, args)
-	if err != nil {
+	var d endpoint.Descriptor
+	if err := c.header(&d, dest, h, args); err != nil {
 		return err
 	}
 	off, err := c.reserve(n)

@@ -216,8 +216,8 @@ func (t *Token) Reply(h HandlerID, args ...uint32) error {
 // send sends the reply to handler h: a handler's (Reply) or the layer's
 // for it (Endpoint.run).
 func (t *Token) send(h HandlerID, args []uint32) error {
-	d, err := shortDesc(t.src, h, args)
-	if err != nil {
+	var d endpoint.Descriptor
+	if err := shortDesc(&d, t.src, h, args); err != nil {
 		return err
 	}
 	t.replied = true
@@ -239,6 +239,7 @@ type Endpoint struct {
 	chans        []*Channel
 	arrivals     *endpoint.Bells // the channels' page of doorbells, if they share one (useArrivals)
 	handlers     map[HandlerID]Handler
+	byID         []Handler            // handlers[id] for ids below denseHandlers, indexed (setHandler)
 	names        map[string]HandlerID // this endpoint's registrations
 	registry     *registry            // the central endpoint's (Peers[0])
 	table        Table                // the last table the central sent
@@ -538,9 +539,33 @@ func (ep *Endpoint) Handle(id HandlerID, h Handler) error {
 	case ep.handlers[id] != nil:
 		return fmt.Errorf("%w: handler %d has a handler here already", ErrConflict, id)
 	}
-	ep.handlers[id] = h
-	ep.accept(id)
+	ep.setHandler(id, h)
 	return nil
+}
+
+// denseHandlers bounds the handler ids that Endpoint.byID holds: ids are
+// taken from FirstUserHandler up, so the handlers of an application sit
+// at the front, found by index where a map lookup costs a hash.
+const denseHandlers = 1024
+
+// setHandler makes h the handler of id.
+func (ep *Endpoint) setHandler(id HandlerID, h Handler) {
+	ep.handlers[id] = h
+	if id < denseHandlers {
+		if int(id) >= len(ep.byID) {
+			ep.byID = append(ep.byID, make([]Handler, int(id)+1-len(ep.byID))...)
+		}
+		ep.byID[id] = h
+	}
+	ep.accept(id)
+}
+
+// handler returns the handler of id, nil if it has none.
+func (ep *Endpoint) handler(id HandlerID) Handler {
+	if int(id) < len(ep.byID) {
+		return ep.byID[id]
+	}
+	return ep.handlers[id]
 }
 
 // accept lets the engine deliver requests for handler id: it returns

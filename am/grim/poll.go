@@ -218,27 +218,40 @@ func (ep *Endpoint) runEngine() (int, error) {
 // dispatch runs the handlers of what receive queue q of c holds.
 func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
 	n := 0
+	var d endpoint.Descriptor // Peek writes all of it
 	for {
-		var d endpoint.Descriptor
-		ok, err := c.view.Peek(q, &d)
-		if err != nil || !ok {
-			return n, err
-		}
-		if reason, from, returned := d.ReturnInfo(); returned {
-			ep.returned(c, &d, reason, from == endpoint.RequestSend)
-			n++
-		} else {
-			var data []byte
-			if d.Class == endpoint.ClassBulk {
-				if data, err = c.view.Data(&d); err != nil {
-					return n, err
-				}
+		// As many Peeks as the queue's counters say wait, then the
+		// counters again: an empty queue costs no Peek (Peek reports an
+		// invalid index, and a closed view).
+		put, taken := c.view.Progress(q)
+		k := put - taken
+		if k == 0 {
+			if !c.view.Closed() {
+				return n, nil
 			}
-			ep.run(c, q, &d, data)
-			n++
+			k = 1
 		}
-		if err := c.view.Release(q); err != nil {
-			return n, err
+		for ; k > 0; k-- {
+			ok, err := c.view.Peek(q, &d)
+			if err != nil || !ok {
+				return n, err
+			}
+			if reason, from, returned := d.ReturnInfo(); returned {
+				ep.returned(c, &d, reason, from == endpoint.RequestSend)
+				n++
+			} else {
+				var data []byte
+				if d.Class == endpoint.ClassBulk {
+					if data, err = c.view.Data(&d); err != nil {
+						return n, err
+					}
+				}
+				ep.run(c, q, &d, data)
+				n++
+			}
+			if err := c.view.Release(q); err != nil {
+				return n, err
+			}
 		}
 	}
 }
@@ -300,7 +313,7 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		}
 	case HandlerNull, HandlerNoHandler:
 	default:
-		if f := ep.handlers[h]; f != nil {
+		if f := ep.handler(h); f != nil {
 			f(tok, args, data)
 			if tok.request {
 				ep.stats.Handled++

@@ -191,8 +191,8 @@ func (ep *Endpoint) HandleNamed(name string, id HandlerID, h Handler) error {
 	if e, ok := ep.table[name]; ok && e.ID != id {
 		return fmt.Errorf("%w: %q is handler %d in the cluster", ErrConflict, name, e.ID)
 	}
-	ep.names[name], ep.handlers[id] = id, h
-	ep.accept(id)
+	ep.names[name] = id
+	ep.setHandler(id, h)
 	return nil
 }
 

@@ -120,7 +120,14 @@ func (c *Channel) answered(dest uint32, like *pendingRequest) (pendingRequest, b
 		return pendingRequest{}, false
 	}
 	r := c.pending[at]
-	c.pending = slices.Delete(c.pending, at, at+1)
+	if at == len(c.pending)-1 {
+		// The last (with one outstanding, the only): cut off, with no
+		// copy of the rest.
+		c.pending[at] = pendingRequest{}
+		c.pending = c.pending[:at]
+	} else {
+		c.pending = slices.Delete(c.pending, at, at+1)
+	}
 	return r, true
 }
 

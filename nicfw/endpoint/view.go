@@ -195,6 +195,10 @@ func (v *View) Done() uint32 {
 	return v.done.Load()
 }
 
+// Closed reports whether the view is closed: its queues are gone, and
+// every use of them is ErrClosed.
+func (v *View) Closed() bool { return v.mem == nil }
+
 // Progress returns the two counters of queue q: for a send queue, the
 // descriptors the application has sent and those the engine has taken;
 // for a receive queue, those the engine has put and those the application
