@@ -711,9 +711,10 @@ func (e *Engine) Poll() (work int, err error) {
 		}
 	}()
 	e.acked = 0
-	work, err = e.flushReturns()
-	if err != nil {
-		return work, err
+	if len(e.returns) > 0 {
+		if work, err = e.flushReturns(); err != nil {
+			return work, err
+		}
 	}
 	if len(e.bellList) > 0 {
 		work += e.ringBells()
@@ -742,7 +743,9 @@ func (e *Engine) Poll() (work int, err error) {
 			return work, err
 		}
 	}
-	work += e.flushReturning()
+	if len(e.returning) > 0 || len(e.returnedFl) > 0 {
+		work += e.flushReturning()
+	}
 	return work, nil
 }
 

@@ -171,13 +171,20 @@ func encodeMsg(b []byte, m *msg) int {
 
 // decodeMsg reads and checks a message. m.data aliases b.
 func decodeMsg(b []byte) (m msg, ok bool) {
+	ok = decodeMsgInto(b, &m)
+	return m, ok
+}
+
+// decodeMsgInto is decodeMsg into m, which it overwrites: the receive
+// path's, where a message returned is copied on each return.
+func decodeMsgInto(b []byte, m *msg) bool {
 	if len(b) > 0 && b[0]&msgCompact != 0 {
-		return decodeCompact(b)
+		return decodeCompact(b, m)
 	}
 	if len(b) < msgHeaderLen {
-		return m, false
+		return false
 	}
-	m = msg{
+	*m = msg{
 		kind: endpoint.Queue(b[0]), class: endpoint.Class(b[1]), nargs: b[2], reason: endpoint.Reason(b[3]),
 		dst:     EndpointID(binary.BigEndian.Uint16(b[4:])),
 		src:     EndpointID(binary.BigEndian.Uint16(b[6:])),
@@ -186,17 +193,17 @@ func decodeMsg(b []byte) (m msg, ok bool) {
 		tag:     binary.BigEndian.Uint64(b[16:]),
 	}
 	if m.kind != endpoint.RequestSend && m.kind != endpoint.ReplySend || m.nargs > endpoint.MaxShortArgs {
-		return m, false
+		return false
 	}
 	n := msgHeaderLen + 8*int(m.nargs)
 	switch m.class {
 	case endpoint.ClassShort:
 		if len(b) != n || m.compact() {
-			return m, false // one encoding per message: the compact form where it applies
+			return false // one encoding per message: the compact form where it applies
 		}
 	case endpoint.ClassMedium, endpoint.ClassBulk:
 		if len(b) < n+msgExtLen {
-			return m, false
+			return false
 		}
 		x := b[n : n+msgExtLen]
 		m.offset = binary.BigEndian.Uint32(x[0:])
@@ -206,33 +213,34 @@ func decodeMsg(b []byte) (m msg, ok bool) {
 		m.chunk = binary.BigEndian.Uint32(x[16:])
 		c := binary.BigEndian.Uint32(x[20:])
 		if uint64(len(b)-n-msgExtLen) != uint64(c) || m.length == 0 || uint64(m.chunk)+uint64(c) > uint64(m.length) {
-			return m, false
+			return false
 		}
 		m.data = b[n+msgExtLen:]
 		if m.class == endpoint.ClassMedium {
 			// A medium message carries all its bytes, a return too.
 			if m.length > endpoint.MaxMedium || c != m.length {
-				return m, false
+				return false
 			}
 		} else if (m.reason == 0) != (c > 0) {
 			// A bulk chunk carries data; a bulk return carries none.
-			return m, false
+			return false
 		}
 	default:
-		return m, false
+		return false
 	}
 	for i := range int(m.nargs) {
 		m.args[i] = binary.BigEndian.Uint64(b[msgHeaderLen+8*i:])
 	}
-	return m, true
+	return true
 }
 
-// decodeCompact reads and checks a message in the compact form.
-func decodeCompact(b []byte) (m msg, ok bool) {
+// decodeCompact reads and checks a message in the compact form into m,
+// which it overwrites.
+func decodeCompact(b []byte, m *msg) bool {
 	if len(b) < msgCompactLen || b[0]&^(msgCompact|0b111) != 0 {
-		return m, false
+		return false
 	}
-	m = msg{
+	*m = msg{
 		kind: endpoint.Queue(b[0] & 1), class: endpoint.ClassShort, nargs: b[0] >> 1 & 0b11,
 		dst:     EndpointID(binary.BigEndian.Uint16(b[1:])),
 		src:     EndpointID(binary.BigEndian.Uint16(b[3:])),
@@ -241,12 +249,12 @@ func decodeCompact(b []byte) (m msg, ok bool) {
 		tag:     binary.BigEndian.Uint64(b[7:]),
 	}
 	if m.nargs > msgCompactArgs || len(b) != msgCompactLen+8*int(m.nargs) {
-		return m, false
+		return false
 	}
 	for i := range int(m.nargs) {
 		m.args[i] = binary.BigEndian.Uint64(b[msgCompactLen+8*i:])
 	}
-	return m, true
+	return true
 }
 
 // chunkRoom returns how many data bytes a bulk chunk of a message with

@@ -92,8 +92,8 @@ func (e *Engine) offer(src HostID, p []byte) (taken bool) {
 // canReturn (there is room to queue the return) does accept give a reason;
 // otherwise it refuses the message, which is offered again later.
 func (e *Engine) accept(src HostID, p []byte, canReturn, authed bool) (ok bool, reason endpoint.Reason) {
-	m, valid := decodeMsg(p)
-	if !valid {
+	var m msg
+	if !decodeMsgInto(p, &m) {
 		e.stats.Dropped++
 		return true, 0
 	}

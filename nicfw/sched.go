@@ -238,6 +238,9 @@ func (s *Scheduler) Rounds() uint64 { return s.rounds }
 // each endpoint at most once.
 func (s *Scheduler) Next(p Pending) (ep int, ok bool) {
 	s.calls++
+	if s.nbusy == 0 && len(s.idle) == 0 && (s.cur == nil || s.run >= s.loiter) {
+		return 0, false // nobody busy or idle, no visit going on: what the rest finds
+	}
 	// The current owner's turn goes on, and in it the current visit (a
 	// visit is over once its endpoint went idle or was removed: unbusy).
 	o := s.cur

@@ -43,7 +43,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	// end with the acknowledgements owed, where a run before the handlers
 	// would flush those in an ACK frame of their own.
 	engineRan := false
-	if ep.poll != nil && ep.view.Ready() == 0 {
+	if ep.poll != nil && !ep.waiting() {
 		if _, err := ep.runEngine(); err != nil {
 			return 0, err
 		}
@@ -66,27 +66,39 @@ func (ep *Endpoint) pollLocked() (int, error) {
 			put, taken := ep.view.Progress(q)
 			ep.batch = put-taken > 1
 		}
-		for range ep.entries {
-			// Peek, run, Release: a medium message's bytes stay in place
-			// while its handler runs.
-			ok, err := ep.view.Peek(q, &ep.d)
-			if err != nil {
-				return ran, err
-			}
-			if !ok {
+		// At most a queue's worth, as many Peeks as the queue's counters
+		// say wait, then the counters again: an empty queue costs no Peek
+		// (Peek reports an invalid index).
+		for budget := ep.entries; budget > 0; {
+			put, taken := ep.view.Progress(q)
+			k := min(put-taken, uint32(budget))
+			if k == 0 {
 				break
 			}
-			n, err := ep.dispatch(q)
-			ran += n
-			took++
-			if q == endpoint.RequestReceive {
-				requests++
-			}
-			if rerr := ep.view.Release(q); err == nil {
-				err = rerr
-			}
-			if err != nil {
-				return ran, err
+			budget -= int(k)
+			for ; k > 0; k-- {
+				// Peek, run, Release: a medium message's bytes stay in
+				// place while its handler runs.
+				ok, err := ep.view.Peek(q, &ep.d)
+				if err != nil {
+					return ran, err
+				}
+				if !ok {
+					budget = 0
+					break
+				}
+				n, err := ep.dispatch(q)
+				ran += n
+				took++
+				if q == endpoint.RequestReceive {
+					requests++
+				}
+				if rerr := ep.view.Release(q); err == nil {
+					err = rerr
+				}
+				if err != nil {
+					return ran, err
+				}
 			}
 		}
 	}
@@ -105,6 +117,18 @@ func (ep *Endpoint) pollLocked() (int, error) {
 		}
 	}
 	return ran, nil
+}
+
+// waiting reports whether messages wait in the receive queues (or their
+// counters are invalid, which the Peek that follows reports), read from
+// the queues' counters.
+func (ep *Endpoint) waiting() bool {
+	put, taken := ep.view.Progress(endpoint.ReplyReceive)
+	if put != taken {
+		return true
+	}
+	put, taken = ep.view.Progress(endpoint.RequestReceive)
+	return put != taken
 }
 
 // mustRun reports whether, requests having run their handlers, the engine

@@ -67,7 +67,11 @@ func (t *Transport) poll() (int, error) {
 	for _, f := range t.rx[:n] {
 		t.receive(f)
 	}
-	clear(t.rx[:n])
+	if n == 1 {
+		t.rx[0] = nil // as clear does, without its call
+	} else {
+		clear(t.rx[:n])
+	}
 	if len(t.acking) > 0 {
 		t.flushAcks(false)
 	}
