@@ -132,17 +132,7 @@ func (m *msg) size() int {
 // its length.
 func encodeMsg(b []byte, m *msg) int {
 	if m.compact() {
-		b[0] = msgCompact | m.nargs<<1 | byte(m.kind)
-		binary.BigEndian.PutUint16(b[1:], uint16(m.dst))
-		binary.BigEndian.PutUint16(b[3:], uint16(m.src))
-		binary.BigEndian.PutUint16(b[5:], uint16(m.handler))
-		binary.BigEndian.PutUint64(b[7:], m.tag)
-		n := msgCompactLen
-		for i := range int(m.nargs) {
-			binary.BigEndian.PutUint64(b[n:], m.args[i])
-			n += 8
-		}
-		return n
+		return putCompactMsg(b, m.kind, m.dst, m.src, m.handler, m.tag, m.args[:m.nargs])
 	}
 	b[0], b[1], b[2], b[3] = byte(m.kind), byte(m.class), m.nargs, byte(m.reason)
 	binary.BigEndian.PutUint16(b[4:], uint16(m.dst))
@@ -167,6 +157,23 @@ func encodeMsg(b []byte, m *msg) int {
 	binary.BigEndian.PutUint32(x[20:], uint32(len(m.data)))
 	n += msgExtLen
 	return n + copy(b[n:], m.data)
+}
+
+// putCompactMsg writes the compact form of a short message of kind,
+// from endpoint src to dst's handler (below 2^16), with tag and args (at
+// most msgCompactArgs), and returns its length.
+func putCompactMsg(b []byte, kind endpoint.Queue, dst, src EndpointID, handler uint32, tag uint64, args []uint64) int {
+	b[0] = msgCompact | uint8(len(args))<<1 | byte(kind)
+	binary.BigEndian.PutUint16(b[1:], uint16(dst))
+	binary.BigEndian.PutUint16(b[3:], uint16(src))
+	binary.BigEndian.PutUint16(b[5:], uint16(handler))
+	binary.BigEndian.PutUint64(b[7:], tag)
+	n := msgCompactLen
+	for _, a := range args {
+		binary.BigEndian.PutUint64(b[n:], a)
+		n += 8
+	}
+	return n
 }
 
 // decodeMsg reads and checks a message. m.data aliases b.
