@@ -134,11 +134,14 @@ func checkSDU(n int) error {
 
 // put segments sdu into out, which is exactly the right size.
 func (g *Segmenter) put(out, sdu []byte) {
-	crc := crc32aal5.Update(0, sdu)
-
 	// Whole cells of SDU data; none of them is the last cell, because the
-	// trailer always needs one more.
+	// trailer always needs one more. The CRC runs over them, then over
+	// the tail (the rest of the SDU, the pad and the trailer up to the
+	// CRC) in one piece: a piece of 16 bytes or more each, which the
+	// PCLMULQDQ code takes, where the pad and trailer alone took the
+	// byte tables.
 	full := len(sdu) / PayloadSize
+	crc := crc32aal5.Update(0, sdu[:full*PayloadSize])
 	o := 0
 	for i := range full {
 		c := out[o : o+CellSize : o+CellSize]
@@ -156,7 +159,7 @@ func (g *Segmenter) put(out, sdu []byte) {
 	tr := Trailer(tail[tlen-TrailerSize : tlen])
 	tr[0], tr[1] = g.trailerHi[0], g.trailerHi[1]
 	binary.BigEndian.PutUint16(tr[2:], uint16(len(sdu)))
-	crc = crc32aal5.Update(crc, tail[rest:tlen-4])
+	crc = crc32aal5.Update(crc, tail[:tlen-4])
 	tr.setCRC(crc)
 	for p := 0; p < tlen; p += PayloadSize {
 		c := out[o : o+CellSize : o+CellSize]
