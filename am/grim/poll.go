@@ -218,7 +218,6 @@ func (ep *Endpoint) runEngine() (int, error) {
 // dispatch runs the handlers of what receive queue q of c holds.
 func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
 	n := 0
-	var d endpoint.Descriptor // Peek writes all of it
 	for {
 		// As many Peeks as the queue's counters say wait, then the
 		// counters again: an empty queue costs no Peek (Peek reports an
@@ -231,6 +230,7 @@ func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
 			}
 			k = 1
 		}
+		var d endpoint.Descriptor // Peek writes all of it
 		for ; k > 0; k-- {
 			ok, err := c.view.Peek(q, &d)
 			if err != nil || !ok {
