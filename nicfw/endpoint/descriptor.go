@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // Descriptors: the queues, classes and flags of a message's descriptor,
@@ -75,7 +76,8 @@ const (
 //	offset  size  field
 //	0       1     class
 //	1       1     number of arguments
-//	2       2     reserved, 0
+//	2       1     flags
+//	3       1     reserved, 0
 //	4       4     destination index
 //	8       4     handler
 //	12      4     offset (staging area; received medium: receive area)
@@ -113,7 +115,38 @@ const CutThrough Flag = 1
 // room, instead of at an offset the sender names.
 const PoolOffset = ^uint32(0)
 
+// descWhole reports whether Descriptor's memory is its shared-memory
+// layout (above): on a little-endian machine whose compiler lays the
+// struct out in order, which is checked once. encode and decode then copy
+// the 96 bytes whole, where field by field they took about 90 and 70
+// instructions: every bit pattern is a valid Descriptor, so a decoded one
+// is checked (Memory.check) as before.
+var descWhole = func() bool {
+	var d Descriptor
+	var one = [2]byte{1, 0}
+	return unsafe.Sizeof(d) == descSize && unsafe.Offsetof(d.Class) == 0 && unsafe.Offsetof(d.NArgs) == 1 &&
+		unsafe.Offsetof(d.Flags) == 2 && unsafe.Offsetof(d.Dest) == 4 && unsafe.Offsetof(d.Handler) == 8 &&
+		unsafe.Offsetof(d.Offset) == 12 && unsafe.Offsetof(d.Length) == 16 && unsafe.Offsetof(d.RemoteOffset) == 20 &&
+		unsafe.Offsetof(d.Tag) == 24 && unsafe.Offsetof(d.Args) == 32 &&
+		*(*uint16)(unsafe.Pointer(&one[0])) == 1
+}()
+
+// wholeSlot returns b, a descriptor's 96 bytes, as a *Descriptor when
+// descWhole holds and b is aligned for one (the rings' slots are), else
+// nil.
+func wholeSlot(b []byte) *Descriptor {
+	if !descWhole || len(b) < descSize || uintptr(unsafe.Pointer(&b[0]))%unsafe.Alignof(Descriptor{}) != 0 {
+		return nil
+	}
+	return (*Descriptor)(unsafe.Pointer(&b[0]))
+}
+
 func (d *Descriptor) encode(b []byte) {
+	if w := wholeSlot(b); w != nil {
+		*w = *d
+		b[3] = 0 // the reserved byte, the struct's padding
+		return
+	}
 	_ = b[descSize-1]
 	b[0], b[1], b[2], b[3] = byte(d.Class), d.NArgs, byte(d.Flags), 0
 	binary.LittleEndian.PutUint32(b[4:], d.Dest)
@@ -128,6 +161,10 @@ func (d *Descriptor) encode(b []byte) {
 }
 
 func (d *Descriptor) decode(b []byte) {
+	if w := wholeSlot(b); w != nil {
+		*d = *w
+		return
+	}
 	_ = b[descSize-1]
 	d.Class, d.NArgs, d.Flags = Class(b[0]), b[1], Flag(b[2])
 	d.Dest = binary.LittleEndian.Uint32(b[4:])
