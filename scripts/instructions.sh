@@ -6,6 +6,9 @@
 #   scripts/instructions.sh            the three round trips: instructions per op, the
 #                                      ratios, and each package's own share
 #   scripts/instructions.sh -f [N]     and each one's N (40) costliest functions, self, per op
+#   scripts/instructions.sh -c         and callgrind's cache and branch simulation: first-level
+#                                      instruction and data cache misses and mispredicted
+#                                      branches per op (a 32 KB, 8-way L1i and L1d)
 #
 # A round trip on a memlink pair takes about a microsecond, and its time on
 # a shared two-core machine drifts by more than the changes one makes to it;
@@ -20,9 +23,11 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 funcs=0
-if [[ ${1:-} == -f ]]; then
-	funcs=${2:-40}
-fi
+sim=()
+case ${1:-} in
+-f) funcs=${2:-40} ;;
+-c) sim=(--cache-sim=yes --branch-sim=yes --I1=32768,8,64 --D1=32768,8,64) ;;
+esac
 if ! command -v valgrind >/dev/null || ! command -v callgrind_annotate >/dev/null; then
 	echo "installing valgrind" >&2
 	apt-get update -qq >/dev/null && apt-get install -y -qq valgrind >/dev/null
@@ -33,16 +38,18 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
 # count BIN BENCH ITERATIONS OUT: runs the benchmark under callgrind, the
-# profile in OUT; prints the instructions counted. The runtime's
+# profile in OUT; prints the instructions counted, and with the simulation
+# the first-level misses and the mispredicted branches. The runtime's
 # preemption signals are off: callgrind can fail an assertion on them.
 count() {
-	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$4" "$1" -test.run NONE -test.bench "$2" \
-		-test.benchtime "$3x" -test.cpu 1 2>&1 >/dev/null | awk '/I *refs:/ {gsub(",", "", $NF); print $NF}'
+	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$4" "$1" -test.run NONE \
+		-test.bench "$2" -test.benchtime "$3x" -test.cpu 1 2>&1 >/dev/null |
+		awk '/I *refs:|I1 *misses:|D1 *misses:|Mispredicts:/ {v = $0; sub(/^[^:]*: */, "", v); sub(/ .*/, "", v); gsub(",", "", v); printf "%s ", v} END {print ""}'
 }
 
 # self FILE: each function's own instructions in a callgrind profile.
 self() {
-	callgrind_annotate --threshold=100 --auto=no "$1" 2>/dev/null |
+	callgrind_annotate --show=Ir --sort=Ir --threshold=100 --auto=no "$1" 2>/dev/null |
 		awk 'match($0, /^ *[0-9,]+ \([ 0-9.%]*\) +/) && substr($0, RLENGTH + 1) ~ /^[^ ]+:/ {
 			n = substr($0, 1, RLENGTH); sub(/ *\(.*/, "", n); gsub(/[ ,]/, "", n)
 			f = substr($0, RLENGTH + 1); sub(/ \[\/.*$/, "", f); sub(/^[^:]*:/, "", f); gsub(/ /, "", f)
@@ -54,14 +61,18 @@ ssam=0
 for spec in "ssam ./am/ssam SSAMRoundTrip" "am-ii ./am/amii AMIIRoundTrip/args=2$" "grim ./am/grim GRIMRoundTrip$"; do
 	read -r name pkg bench <<<"$spec"
 	go test -c -o "$dir/$name.test" "$pkg"
-	a=$(count "$dir/$name.test" "$bench" "$n" "$dir/$name.1")
-	b=$(count "$dir/$name.test" "$bench" "$((2 * n))" "$dir/$name.2")
-	per=$(((b - a) / n))
+	read -r -a a <<<"$(count "$dir/$name.test" "$bench" "$n" "$dir/$name.1")"
+	read -r -a b <<<"$(count "$dir/$name.test" "$bench" "$((2 * n))" "$dir/$name.2")"
+	per=$(((b[0] - a[0]) / n))
 	if [[ $ssam == 0 ]]; then
 		ssam=$per
 	fi
 	awk -v name="$name" -v per="$per" -v ssam="$ssam" \
 		'BEGIN {printf "%-6s %7d instructions per round trip  %.2fx SSAM\n", name, per, per / ssam}'
+	if [[ ${#sim[@]} -gt 0 ]]; then
+		awk -v n="$n" -v i1="$((b[1] - a[1]))" -v d1="$((b[2] - a[2]))" -v br="$((b[3] - a[3]))" \
+			'BEGIN {printf "       %7.1f L1i misses  %7.1f L1d misses  %7.1f mispredicted branches per round trip\n", i1 / n, d1 / n, br / n}'
+	fi
 	LC_ALL=C join -a 2 -e 0 -o 0,1.2,2.2 <(self "$dir/$name.1" | LC_ALL=C sort) <(self "$dir/$name.2" | LC_ALL=C sort) |
 		awk -v n="$n" '{d = ($3 - $2) / n; if (d >= 1) printf "%8.0f  %s\n", d, $1}' |
 		sed 's|github.com/xam-project/xam/||' | sort -rn >"$dir/$name.funcs"
