@@ -106,8 +106,13 @@ const (
 
 // compact reports whether m is encoded in the compact form.
 func (m *msg) compact() bool {
-	return m.class == endpoint.ClassShort && m.reason == 0 && m.nargs <= msgCompactArgs && m.handler <= math.MaxUint16 &&
-		(m.kind == endpoint.RequestSend || m.kind == endpoint.ReplySend)
+	return m.class == endpoint.ClassShort && m.reason == 0 && compactable(m.kind, m.nargs, m.handler)
+}
+
+// compactable reports whether a short message of kind, not a return, with
+// nargs arguments to handler fits the compact form.
+func compactable(kind endpoint.Queue, nargs uint8, handler uint32) bool {
+	return nargs <= msgCompactArgs && handler <= math.MaxUint16 && (kind == endpoint.RequestSend || kind == endpoint.ReplySend)
 }
 
 // A compact message fits in a compact cell of the transport.

@@ -2,7 +2,6 @@ package nicfw
 
 import (
 	"errors"
-	"math"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -478,7 +477,7 @@ func (e *Engine) message(s *epState) ([]byte, endpoint.Reason) {
 		e.chunkMsg = m
 		return nil, 0 // built where it goes (chunkBytes, chunkFill)
 	}
-	if d.NArgs <= msgCompactArgs && d.Handler <= math.MaxUint16 && (s.q == endpoint.RequestSend || s.q == endpoint.ReplySend) {
+	if compactable(s.q, d.NArgs, d.Handler) {
 		// The compact form (msg.compact), written from the descriptor:
 		// the common short message, with no msg built for it.
 		return e.buf[:putCompactMsg(e.buf, s.q, s.table[d.Dest].Endpoint, s.id, d.Handler, s.tag, d.Args[:d.NArgs])], 0

@@ -43,7 +43,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	// end with the acknowledgements owed, where a run before the handlers
 	// would flush those in an ACK frame of their own.
 	engineRan := false
-	if ep.poll != nil && !ep.waiting() {
+	if ep.poll != nil && ep.view.Waiting(endpoint.ReplyReceive) == 0 && ep.view.Waiting(endpoint.RequestReceive) == 0 {
 		if _, err := ep.runEngine(); err != nil {
 			return 0, err
 		}
@@ -63,15 +63,13 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	requests := 0 // requests dispatched: each queued a reply, explicit or implicit
 	for _, q := range [...]endpoint.Queue{endpoint.ReplyReceive, endpoint.RequestReceive} {
 		if q == endpoint.RequestReceive && ep.express != nil {
-			put, taken := ep.view.Progress(q)
-			ep.batch = put-taken > 1
+			ep.batch = ep.view.Waiting(q) > 1
 		}
-		// At most a queue's worth, as many Peeks as the queue's counters
-		// say wait, then the counters again: an empty queue costs no Peek
-		// (Peek reports an invalid index).
+		// At most a queue's worth, as many Peeks as wait, then the count
+		// again: an empty queue costs no Peek (Peek reports an invalid
+		// index).
 		for budget := ep.entries; budget > 0; {
-			put, taken := ep.view.Progress(q)
-			k := min(put-taken, uint32(budget))
+			k := min(ep.view.Waiting(q), uint32(budget))
 			if k == 0 {
 				break
 			}
@@ -117,18 +115,6 @@ func (ep *Endpoint) pollLocked() (int, error) {
 		}
 	}
 	return ran, nil
-}
-
-// waiting reports whether messages wait in the receive queues (or their
-// counters are invalid, which the Peek that follows reports), read from
-// the queues' counters.
-func (ep *Endpoint) waiting() bool {
-	put, taken := ep.view.Progress(endpoint.ReplyReceive)
-	if put != taken {
-		return true
-	}
-	put, taken = ep.view.Progress(endpoint.RequestReceive)
-	return put != taken
 }
 
 // mustRun reports whether, requests having run their handlers, the engine

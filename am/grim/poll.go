@@ -176,8 +176,7 @@ func (ep *Endpoint) Poll() (int, error) {
 				// The first request of this Poll, alone in its queue:
 				// its reply may leave at once by the express path. The
 				// replies to several leave together at the end.
-				put, taken := c.view.Progress(q)
-				ep.expressReply = requests == 0 && put-taken == 1
+				ep.expressReply = requests == 0 && c.view.Waiting(q) == 1
 			}
 			k, err := ep.dispatch(c, q)
 			ep.expressReply = false
@@ -219,16 +218,12 @@ func (ep *Endpoint) runEngine() (int, error) {
 func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
 	n := 0
 	for {
-		// As many Peeks as the queue's counters say wait, then the
-		// counters again: an empty queue costs no Peek (Peek reports an
-		// invalid index, and a closed view).
-		put, taken := c.view.Progress(q)
-		k := put - taken
+		// As many Peeks as wait, then the count again: an empty queue
+		// costs no Peek (Peek reports an invalid index). Poll found the
+		// endpoint open, and its channels close with it.
+		k := c.view.Waiting(q)
 		if k == 0 {
-			if !c.view.Closed() {
-				return n, nil
-			}
-			k = 1
+			return n, nil
 		}
 		var d endpoint.Descriptor // Peek writes all of it
 		for ; k > 0; k-- {

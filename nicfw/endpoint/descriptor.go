@@ -123,12 +123,10 @@ const PoolOffset = ^uint32(0)
 // is checked (Memory.check) as before.
 var descWhole = func() bool {
 	var d Descriptor
-	var one = [2]byte{1, 0}
-	return unsafe.Sizeof(d) == descSize && unsafe.Offsetof(d.Class) == 0 && unsafe.Offsetof(d.NArgs) == 1 &&
+	return binary.NativeEndian.Uint16([]byte{1, 0}) == 1 && unsafe.Sizeof(d) == descSize && unsafe.Offsetof(d.Class) == 0 && unsafe.Offsetof(d.NArgs) == 1 &&
 		unsafe.Offsetof(d.Flags) == 2 && unsafe.Offsetof(d.Dest) == 4 && unsafe.Offsetof(d.Handler) == 8 &&
 		unsafe.Offsetof(d.Offset) == 12 && unsafe.Offsetof(d.Length) == 16 && unsafe.Offsetof(d.RemoteOffset) == 20 &&
-		unsafe.Offsetof(d.Tag) == 24 && unsafe.Offsetof(d.Args) == 32 &&
-		*(*uint16)(unsafe.Pointer(&one[0])) == 1
+		unsafe.Offsetof(d.Tag) == 24 && unsafe.Offsetof(d.Args) == 32
 }()
 
 // wholeSlot returns b, a descriptor's 96 bytes, as a *Descriptor when

@@ -195,10 +195,6 @@ func (v *View) Done() uint32 {
 	return v.done.Load()
 }
 
-// Closed reports whether the view is closed: its queues are gone, and
-// every use of them is ErrClosed.
-func (v *View) Closed() bool { return v.mem == nil }
-
 // Progress returns the two counters of queue q: for a send queue, the
 // descriptors the application has sent and those the engine has taken;
 // for a receive queue, those the engine has put and those the application
@@ -216,6 +212,15 @@ func (v *View) Progress(q Queue) (put, taken uint32) {
 		return r.own, r.peerIdx.Load()
 	}
 	return r.peerIdx.Load(), r.own
+}
+
+// Waiting returns how many descriptors queue q holds, put and not yet
+// taken (Progress's difference): for a receive queue, what the
+// application has to look at. 0 for a closed view. A count above the
+// queue's size is an invalid producer index, which Peek reports.
+func (v *View) Waiting(q Queue) uint32 {
+	put, taken := v.Progress(q)
+	return put - taken
 }
 
 // Receive takes the next descriptor from receive queue q into d; ok is

@@ -67,11 +67,7 @@ func (t *Transport) poll() (int, error) {
 	for _, f := range t.rx[:n] {
 		t.receive(f)
 	}
-	if n == 1 {
-		t.rx[0] = nil // as clear does, without its call
-	} else {
-		clear(t.rx[:n])
-	}
+	clearFew(t.rx[:n])
 	if len(t.acking) > 0 {
 		t.flushAcks(false)
 	}

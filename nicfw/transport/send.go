@@ -331,18 +331,26 @@ func (t *Transport) flushOut() error {
 	t.stats.BatchFrames += uint64(len(send))
 	_, err := t.link.Send(send)
 	t.ctlHeld = 0
-	if len(t.out) == 1 {
-		t.out[0], t.sendList[0] = outFrame{}, nil // as clear does, without its call
-	} else {
-		clear(t.out)
-		clear(t.sendList)
-	}
+	clearFew(t.out)
+	clearFew(t.sendList)
 	t.out = t.out[:0]
 	t.sendList = t.sendList[:0]
 	if err != nil {
 		return fmt.Errorf("nicfw: send: %w", err)
 	}
 	return nil
+}
+
+// clearFew is clear(s) for the batches of one frame that a round trip
+// makes: their elements hold pointers, and clear's call (with its write
+// barrier's bulk check) costs more than the store.
+func clearFew[T any](s []T) {
+	if len(s) == 1 {
+		var zero T
+		s[0] = zero
+		return
+	}
+	clear(s)
 }
 
 // pack returns the frames of the batch to hand to the link. The cells of
