@@ -68,7 +68,7 @@ type VNet struct {
 	// Ordered delivers the endpoint's messages to each host in the order
 	// it sent them, whatever the window: a message leaves only once the
 	// endpoint's last message to the same host is acknowledged (messages
-	// to other hosts, and a bulk message's chunks, fly together up to the
+	// to other hosts fly together, and a bulk message's chunks up to the
 	// window). Without it, messages in flight together may arrive in any
 	// order when frames are lost.
 	Ordered bool
@@ -125,19 +125,26 @@ type EngineConfig struct {
 	// link's batch size).
 	SendBudget int
 	// Window is the most short and medium messages of one endpoint in
-	// flight at once (default 1). With 1, an endpoint's messages leave
-	// one after another, each acknowledged before the next, and arrive in
-	// the order they were sent. Above 1 they go out on up to Window of the
-	// transport's channels at once, so one endpoint can keep a stream of
-	// messages in the network (its gap g falls from a round trip to the
-	// engine's send overhead); as in AM-II, whose channels are
-	// independent, they are then in order per channel only: one lost and
-	// retransmitted arrives after those sent after it. Up to Window of a
-	// bulk message's chunks are in flight at once (counted with the
-	// endpoint's short and medium messages still in flight), and the
-	// receiver stores them in whatever order they arrive; a pooled bulk
-	// message's first chunk travels alone, and the rest follow once the
-	// receiver has found it a block (admission, pool.go).
+	// flight at once to one destination endpoint (default 1). With 1, an
+	// endpoint's messages to one destination leave one after another, each
+	// acknowledged before the next, and arrive in the order they were
+	// sent; its messages to other destinations do not wait for them (a
+	// server's replies to several clients are in flight together, each on
+	// a channel of its own), and a message to one destination may arrive
+	// before one sent earlier to another. Above 1 they go out on up to
+	// Window of the transport's channels to each destination at once, so
+	// one endpoint can keep a stream of messages in the network (its gap g
+	// falls from a round trip to the engine's send overhead); as in AM-II,
+	// whose channels are independent, they are then in order per channel
+	// only: one lost and retransmitted arrives after those sent after it.
+	// Up to Window of a bulk message's chunks are in flight at once
+	// (counted with the endpoint's short and medium messages still in
+	// flight to the same destination), and the receiver stores them in
+	// whatever order they arrive; a pooled bulk message's first chunk
+	// travels alone, and the rest follow once the receiver has found it a
+	// block (admission, pool.go). What bounds an endpoint's messages in
+	// flight to all destinations together is the transport's channels to
+	// each host and the scheduler's share (Weight).
 	Window int
 	// Modules extend the engine (module.go): the same modules, with the
 	// same IDs, on every host. None by default: AM-II's service alone.
@@ -228,7 +235,7 @@ type epState struct {
 	sends    int // messages sent since it was loaded
 	weight   int
 	ordered  bool        // VNet.Ordered
-	ordTo    []peerCount // ordered: messages in flight per destination host, those with any
+	flyingTo []destCount // messages in flight per destination endpoint, those with any (window.go)
 	evIdx    int
 	rung     bool
 	// Doorbells (engine_bells.go): its page and bit (nil: none), whether
@@ -290,7 +297,7 @@ type epState struct {
 	published uint32
 
 	// flying counts the endpoint's messages in flight, each a flight
-	// record of its own (at most Window). A short or medium message
+	// record of its own (at most Window to each destination, flyingTo). A short or medium message
 	// leaves the slot when it is sent, and the slot takes the next one; a
 	// bulk message keeps the slot until its last chunk has left (bulk.go).
 	flying int
@@ -345,8 +352,9 @@ type flight struct {
 	d     endpoint.Descriptor
 	q     endpoint.Queue
 	peer  *transport.Peer
-	chunk bool   // a bulk chunk: s's slot waits for it
-	id    uint32 // a bulk chunk: its message's number
+	to    EndpointID // the destination endpoint at peer (window.go)
+	chunk bool       // a bulk chunk: s's slot waits for it
+	id    uint32     // a bulk chunk: its message's number
 }
 
 // returnedFlight is a message that left its slot, returned to its sender
@@ -594,9 +602,7 @@ func (e *Engine) AddEndpoint(id EndpointID, mem *endpoint.Memory, vnet VNet) err
 		return fmt.Errorf("%w: weight %d, want 1..%d", ErrConfig, vnet.Weight, MaxWeight)
 	}
 	s := &epState{id: id, mem: mem, tag: vnet.Tag, vnet: slices.Clone(vnet.Table), rev: make(map[Name]uint32), weight: w, ordered: vnet.Ordered}
-	if s.ordered {
-		s.ordTo = make([]peerCount, 0, 4)
-	}
+	s.flyingTo = make([]destCount, 0, 4)
 	if vnet.Key != nil {
 		aead, err := newAEAD(vnet.Key)
 		if err != nil {

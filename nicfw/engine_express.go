@@ -24,9 +24,10 @@ import "github.com/xam-project/xam/nicfw/endpoint"
 // sends among the busy ones; an idle endpoint's message that the scheduler
 // has not noticed yet waits for the next Poll, as it would), modules are
 // loaded (their gates), the endpoint's slot or either of its send queues
-// holds a message (order), it is not resident, its window is full, its
-// virtual network is ordered and its last message to that host is
-// unacknowledged, or the message could not leave now (canSend: a busy
+// holds a message (order), it is not resident, its window to that
+// destination is full (window.go; on an ordered virtual network, its last
+// message to that host is unacknowledged), or the message could not leave
+// now (canSend: a busy
 // host, no frame to pin). An endpoint parked behind its doorbell stays
 // parked: its express messages leave without the scheduler.
 
@@ -40,11 +41,11 @@ import "github.com/xam-project/xam/nicfw/endpoint"
 func (e *Engine) Express(id EndpointID, q endpoint.Queue, d *endpoint.Descriptor) (bool, error) {
 	s := e.ep(id)
 	if s == nil || e.mods != nil || s.closed || !s.resident || e.live != 1 && !e.sched.Quiet(int(id)) ||
-		s.state != slotEmpty || s.flying >= e.cfg.Window ||
+		s.state != slotEmpty || !e.windowOpen(s, d.Dest, false) ||
 		d.Class != endpoint.ClassShort || (q != endpoint.RequestSend && q != endpoint.ReplySend) {
 		return false, nil
 	}
-	if s.mem.Pending() || !e.canSend(s, d.Dest) || s.ordered && len(s.ordTo) > 0 && e.inFlightTo(s, d.Dest) ||
+	if s.mem.Pending() || !e.canSend(s, d.Dest) ||
 		!s.mem.Express(d) { // last: it counts the descriptor taken
 		return false, nil
 	}

@@ -134,7 +134,7 @@ func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) 
 		} else if i := fl.s.tailOf(fl.id); i >= 0 {
 			e.tailLanded(fl.s, i, fl.peer, reason)
 		}
-		e.land(fl.s, fl.peer)
+		e.land(fl.s, fl.peer, fl.to)
 		if current {
 			e.returnLocal(fl.s, reason)
 		}
@@ -144,7 +144,7 @@ func (e *Engine) returned(dst HostID, cookie uint64, payload []byte, why error) 
 		payload = inner // as sent: in an envelope (auth.go)
 	}
 	e.returnFlight(fl.s, &fl, payload, reason)
-	e.land(fl.s, fl.peer)
+	e.land(fl.s, fl.peer, fl.to)
 }
 
 // returnFlight queues message f of s, returned with reason, for s's reply

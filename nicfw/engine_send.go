@@ -53,68 +53,18 @@ func (e *Engine) isPending(ep int) bool {
 	}
 	switch s.state {
 	case slotPending:
-		if s.d.Class == endpoint.ClassBulk && s.flying >= e.cfg.Window {
+		if s.d.Class == endpoint.ClassBulk && !e.windowOpen(s, s.d.Dest, true) {
 			return false // the window is full of its chunks
 		}
 		return e.canSend(s, s.d.Dest)
 	case slotEmpty:
-		if s.flying >= e.cfg.Window {
-			return false // the window is full: wait for acknowledgements
-		}
 		dest, ok := e.peek(s)
-		if ok && s.ordered && len(s.ordTo) > 0 && e.inFlightTo(s, dest) {
-			return false // ordered: the last message to that host is unacknowledged
+		if ok && !e.windowOpen(s, dest, false) {
+			return false // the window to that destination is full, or ordered and not empty: wait for acknowledgements
 		}
 		return ok && e.canSend(s, dest)
 	}
 	return false
-}
-
-// inFlightTo reports whether ordered endpoint s has a message in flight to
-// the host of its table's index dest.
-func (e *Engine) inFlightTo(s *epState, dest uint32) bool {
-	if uint64(dest) >= uint64(len(s.table)) {
-		return false // Take refuses it
-	}
-	p := e.tr.Peer(s.table[dest].Host)
-	return p != nil && s.inFlight(p) > 0
-}
-
-// peerCount is an ordered endpoint's count of messages in flight to one
-// host. An endpoint has them for the few hosts it is sending to at the
-// moment, so a slice scanned in order costs less than a map's hashing.
-type peerCount struct {
-	p *transport.Peer
-	n int
-}
-
-// inFlight is the number of ordered endpoint s's messages in flight to p.
-func (s *epState) inFlight(p *transport.Peer) int {
-	for _, c := range s.ordTo {
-		if c.p == p {
-			return c.n
-		}
-	}
-	return 0
-}
-
-// addInFlight adds d to the count of s's messages in flight to p, and
-// forgets p when it falls to 0.
-func (s *epState) addInFlight(p *transport.Peer, d int) {
-	for i := range s.ordTo {
-		if c := &s.ordTo[i]; c.p == p {
-			if c.n += d; c.n <= 0 {
-				last := len(s.ordTo) - 1
-				s.ordTo[i] = s.ordTo[last]
-				s.ordTo[last] = peerCount{}
-				s.ordTo = s.ordTo[:last]
-			}
-			return
-		}
-	}
-	if d > 0 {
-		s.ordTo = append(s.ordTo, peerCount{p, d})
-	}
 }
 
 // held reports whether s has a message in flight, pinning its frame.
@@ -274,7 +224,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if s.aead != nil {
 		m = e.seal(s.aead, dst.Host, m) // auth.go
 	}
-	cookie := e.newFlight(s, p)
+	cookie := e.newFlight(s, p, dst.Endpoint)
 	var err error
 	if m == nil {
 		err = e.tr.SendToFill(p, e.chunkMsg.size(), (*chunkFill)(e), cookie)
@@ -312,10 +262,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		e.pinned++
 		s.owner.pinned++
 	}
-	s.flying++
-	if s.ordered {
-		s.addInFlight(p, 1)
-	}
+	s.flew(p, dst.Endpoint)
 	if s.d.Class == endpoint.ClassBulk {
 		if s.pooledBulk() && s.admit == admitNone {
 			e.setAdmit(s, admitProbing, p) // its first chunk travels alone
@@ -349,7 +296,7 @@ func (e *Engine) cutThroughReady(s *epState) bool {
 // newFlight records the message in s's slot as in flight to p and returns
 // its cookie; the record is reused once the message is acknowledged or
 // returned (freeFlight).
-func (e *Engine) newFlight(s *epState, p *transport.Peer) uint64 {
+func (e *Engine) newFlight(s *epState, p *transport.Peer, to EndpointID) uint64 {
 	var i uint32
 	if n := len(e.freeFl); n > 0 {
 		i, e.freeFl = e.freeFl[n-1], e.freeFl[:n-1]
@@ -357,7 +304,7 @@ func (e *Engine) newFlight(s *epState, p *transport.Peer) uint64 {
 		i = uint32(len(e.flights))
 		e.flights = append(e.flights, flight{})
 	}
-	e.flights[i] = flight{s: s, d: s.d, q: s.q, peer: p, chunk: s.d.Class == endpoint.ClassBulk, id: s.bulkID}
+	e.flights[i] = flight{s: s, d: s.d, q: s.q, peer: p, to: to, chunk: s.d.Class == endpoint.ClassBulk, id: s.bulkID}
 	return uint64(i) + 1
 }
 
@@ -559,7 +506,7 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 	if f == nil {
 		return // a return message
 	}
-	s, chunk, p := f.s, f.chunk && e.isCurrentChunk(f), f.peer
+	s, chunk, p, to := f.s, f.chunk && e.isCurrentChunk(f), f.peer, f.to
 	tail := -1
 	if f.chunk && !chunk {
 		tail = s.tailOf(f.id)
@@ -569,7 +516,7 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 	e.acked++
 	if tail >= 0 {
 		e.tailLanded(s, tail, p, 0)
-		e.land(s, p)
+		e.land(s, p, to)
 		return
 	}
 	if chunk {
@@ -578,7 +525,7 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 			e.setAdmit(s, admitted, p) // the receiver found it a block
 		}
 	}
-	e.land(s, p)
+	e.land(s, p, to)
 	if chunk {
 		if !s.bulkSame(p) {
 			e.returnLocal(s, endpoint.ReasonRestarted) // acknowledged by another incarnation than the first chunks
@@ -588,17 +535,15 @@ func (e *Engine) ack(dst HostID, cookie uint64) {
 	}
 }
 
-// land releases the residency hold of a message of s to p that left
-// flight (acknowledged or returned). The memory of a closed endpoint goes
-// when its last message in flight does and its slot is empty.
-func (e *Engine) land(s *epState, p *transport.Peer) {
+// land releases the residency hold of a message of s to endpoint to at p
+// that left flight (acknowledged or returned). The memory of a closed
+// endpoint goes when its last message in flight does and its slot is
+// empty.
+func (e *Engine) land(s *epState, p *transport.Peer, to EndpointID) {
 	if err := e.res.Release(int(s.id)); err != nil {
 		panic(err) // pinned endpoints are never evicted
 	}
-	if s.ordered {
-		s.addInFlight(p, -1)
-	}
-	if s.flying--; s.flying == 0 {
+	if s.landed(p, to) {
 		e.pinned--
 		if s.owner.pinned--; s.owner.pinned == 0 {
 			e.forgetOwner(s.owner)

@@ -278,3 +278,89 @@ func TestEngineBatchesFrames(t *testing.T) {
 		t.Errorf("B's acknowledgements did not go through its batches: %+v", st)
 	}
 }
+
+// windowDestsBody sends per short messages from A1, whose engine has a
+// window of 1, to each of dests endpoints of B in turn, and checks that
+// each arrives exactly once and in the order sent to it (one in flight
+// per destination), that A1 had several in flight at once (one to each
+// destination) and never more than one to a destination. It returns the
+// most of A1's messages seen in flight at once.
+func windowDestsBody(t *testing.T, n *engNet, dests, per, limit int) (most int) {
+	t.Helper()
+	table := make([]Name, dests)
+	bs := make([]*endpoint.View, dests)
+	for i := range dests {
+		table[i] = Name{hostB, EndpointID(i + 1)}
+		bs[i] = n.b.endpoint(t, EndpointID(i+1), endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	}
+	a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: table})
+	sa := n.a.eng.eps[1]
+	sent, got := 0, make([]uint64, dests) // next message number each expects
+	n.run(t, limit, func() bool {
+		most = max(most, sa.flying)
+		for _, c := range sa.flyingTo {
+			if c.n > 1 {
+				t.Fatalf("%d messages in flight to endpoint %d, window 1", c.n, c.ep)
+			}
+		}
+		for sent < per*dests {
+			dest := sent % dests
+			d := short(uint32(dest), 1, uint64(sent/dests))
+			if err := a1.Send(endpoint.RequestSend, &d); err != nil {
+				break // the queue is full
+			}
+			sent++
+		}
+		done := true
+		for i, b := range bs {
+			for {
+				d, _, ok := receiveData(t, b, endpoint.RequestReceive)
+				if !ok {
+					break
+				}
+				if d.Args[0] != got[i] {
+					t.Fatalf("endpoint %d: message %d, want %d (window 1: in order)", i+1, d.Args[0], got[i])
+				}
+				got[i]++
+			}
+			done = done && got[i] == uint64(per)
+		}
+		return done
+	})
+	n.run(t, limit, func() bool {
+		s := n.a.eng.Stats()
+		return s.Acked == s.Sent
+	})
+	if most < 2 || most > dests {
+		t.Errorf("at most %d of A1's messages in flight at once, want 2..%d (one per destination)", most, dests)
+	}
+	if s := n.a.eng.Stats(); s.Sent != uint64(per*dests) || s.Returned != 0 || n.a.eng.pinned != 0 || len(sa.flyingTo) != 0 {
+		t.Errorf("A: %+v, pinned %d, counts %v", s, n.a.eng.pinned, sa.flyingTo)
+	}
+	return most
+}
+
+// The window is per destination: with a window of 1, an endpoint's
+// messages to three endpoints are in flight together, and under 10% loss
+// each way those to each arrive exactly once and in order.
+func TestEngineWindowPerDestination(t *testing.T) {
+	for _, loss := range []float64{0, 0.1} {
+		t.Run(fmt.Sprintf("loss %g", loss), func(t *testing.T) {
+			n := newEngNet(t, memlink.Options{Loss: loss, Seed: 5}, EngineConfig{})
+			most := windowDestsBody(t, n, 3, 500, 2_000_000)
+			st := n.a.eng.TransportStats()
+			t.Logf("at most %d in flight, %d retransmissions", most, st.Retransmits)
+			if loss > 0 && st.Retransmits == 0 {
+				t.Errorf("no retransmission under %g loss", loss)
+			}
+		})
+	}
+}
+
+// TestEngineWindowPerDestinationOverAFXDP is the same over AF_XDP on a
+// veth pair, xam's XDP program dropping 10% of the frames.
+func TestEngineWindowPerDestinationOverAFXDP(t *testing.T) {
+	n := newXDPEngNet(t, EngineConfig{Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
+	most := windowDestsBody(t, n, 3, 300, 60)
+	t.Logf("at most %d in flight", most)
+}
