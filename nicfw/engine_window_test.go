@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -363,4 +364,64 @@ func TestEngineWindowPerDestinationOverAFXDP(t *testing.T) {
 	n := newXDPEngNet(t, EngineConfig{Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond}}, 0.10)
 	most := windowDestsBody(t, n, 3, 300, 60)
 	t.Logf("at most %d in flight", most)
+}
+
+// A destination that stops answering holds up only what goes to it: with
+// the window of 1, A1's message to a host that is gone stays in flight
+// until the transport gives up on it, while its messages to B1 keep
+// leaving and arriving; then it comes back, once, unreachable.
+func TestEngineWindowDeadDestination(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	const hostC HostID = 3
+	if err := n.a.eng.AddHost(hostC, net.HardwareAddr{0x02, 0, 0, 0, 0, 0x99}); err != nil {
+		t.Fatal(err)
+	}
+	b1 := n.b.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}, {hostC, 1}}})
+	mustSend(t, a1, endpoint.RequestSend, short(1, 7, 1000)) // to C1, first
+	const count = 200
+	sent, got := 0, 0
+	start := n.clk.Now()
+	n.run(t, 100000, func() bool {
+		for sent < count {
+			d := short(0, 7, uint64(sent))
+			if a1.Send(endpoint.RequestSend, &d) != nil {
+				break // the queue is full
+			}
+			sent++
+		}
+		for {
+			d, _, ok := receiveData(t, b1, endpoint.RequestReceive)
+			if !ok {
+				break
+			}
+			if d.Args[0] != uint64(got) {
+				t.Fatalf("B1: message %d, want %d", d.Args[0], got)
+			}
+			got++
+		}
+		return got == count
+	})
+	if took := n.clk.Now().Sub(start); took >= engGiveUp || n.a.eng.eps[1].flying == 0 {
+		t.Fatalf("B1's %d messages took %v (give-up %v); A1 has %d in flight, want C1's", count, took, engGiveUp, n.a.eng.eps[1].flying)
+	}
+	var ret []received
+	n.run(t, 100000, func() bool {
+		collect(t, a1, endpoint.ReplyReceive, &ret)
+		return len(ret) > 0
+	})
+	for range 20 { // nothing more comes back
+		n.poll(t)
+		n.clk.Advance(engStep)
+	}
+	collect(t, a1, endpoint.ReplyReceive, &ret)
+	if len(ret) != 1 {
+		t.Fatalf("%d returned, want C1's message", len(ret))
+	}
+	if reason, from, ok := ret[0].d.ReturnInfo(); !ok || reason != endpoint.ReasonUnreachable || from != endpoint.RequestSend || ret[0].d.Args[0] != 1000 {
+		t.Errorf("returned %+v: %v, %v", ret[0].d, reason, from)
+	}
+	if s := n.a.eng.eps[1]; s.flying != 0 || len(s.flyingTo) != 0 || n.a.eng.pinned != 0 {
+		t.Errorf("after the return: %d in flight, counts %v, pinned %d", s.flying, s.flyingTo, n.a.eng.pinned)
+	}
 }

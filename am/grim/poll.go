@@ -160,8 +160,10 @@ func (ep *Endpoint) Poll() (int, error) {
 	}
 	n, requests := 0, 0
 	for _, c := range ep.chans {
-		if err := c.flushReplies(); err != nil {
-			return 0, err
+		if len(c.replies) > 0 {
+			if err := c.flushReplies(); err != nil {
+				return 0, err
+			}
 		}
 		if ep.arrivals != nil {
 			// Nothing arrived: nothing to look at. Cleared before the
@@ -193,8 +195,10 @@ func (ep *Endpoint) Poll() (int, error) {
 	if ep.polls++; ep.polls%replyCheckPolls == 0 && ep.cfg.ReplyTimeout > 0 {
 		n += ep.expire(time.Now())
 	}
-	if err := ep.pushTable(); err != nil {
-		return n, err
+	if ep.push {
+		if err := ep.pushTable(); err != nil {
+			return n, err
+		}
 	}
 	if ep.eng != nil && (requests > 0 && (ep.queued || ep.eng.OwesAcks()) || !ran) {
 		// The replies leave now, not at the next Poll (as AM-II's do): a
