@@ -690,13 +690,14 @@ func TestDaemonAcksRideOnMessages(t *testing.T) {
 	_, db, sa, sb := daemonPairConfig(t, BusyPoll, transport.Config{AckDelay: time.Minute}, true)
 	client := dial(t, sa, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 20}}})
 	server := dial(t, sb, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
-	acks := func() uint64 {
+	stats := func() transport.Stats {
 		s, err := db.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.Transport.AckFrames
+		return s.Transport
 	}
+	acks := func() uint64 { return stats().AckFrames }
 	// No answers promised: each request's acknowledgement leaves alone
 	// while the server holds its reply back.
 	const rounds = 20
@@ -706,9 +707,12 @@ func TestDaemonAcksRideOnMessages(t *testing.T) {
 		waitFor(t, "the request's acknowledgement", func() bool { return acks() >= round })
 	})
 	server.SetAnswers()
-	before := acks()
+	before := stats()
 	pingPong(t, client, server, 300, 0, nil)
-	if n := acks() - before; n != 0 {
-		t.Errorf("answers promised: the server's daemon sent %d ACK frames in 300 round trips, want none", n)
+	// A request the client sent again (a reply late on a loaded machine)
+	// is acknowledged at once, in a frame of its own: that one is owed.
+	after := stats()
+	if n, dups := after.AckFrames-before.AckFrames, after.Duplicates-before.Duplicates; n > dups {
+		t.Errorf("answers promised: the server's daemon sent %d ACK frames in 300 round trips (%d requests came twice), want none but those", n, dups)
 	}
 }

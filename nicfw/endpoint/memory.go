@@ -212,12 +212,11 @@ func (m *Memory) Pending() bool {
 	if m.mem == nil {
 		return false
 	}
-	for _, q := range [...]Queue{RequestSend, ReplySend} {
-		if n, err := m.rings[q].available(); n > 0 || err != nil {
-			return true
-		}
-	}
-	return false
+	// A producer's index other than the consumer's own is a descriptor,
+	// or a corrupt ring: no count is needed, nor the error available
+	// would make of it.
+	rq, rp := &m.rings[RequestSend], &m.rings[ReplySend]
+	return rq.peer != rq.own || rp.peer != rp.own || rq.peerIdx.Load() != rq.own || rp.peerIdx.Load() != rp.own
 }
 
 // Take takes the next descriptor from send queue q and checks it. It
