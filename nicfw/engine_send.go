@@ -7,18 +7,19 @@ import (
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
-// Each endpoint has at most one message taken from its send queues
-// (replies first) and not finished: pending, in flight, or being returned.
-// That keeps its messages in order across the C channels; C endpoints can
-// have a message in flight to one host at once. EngineConfig.Window above 1
-// pipelines an endpoint's short and medium messages: a message that leaves
-// for a remote host frees the slot for the next, and up to Window of them
-// are in flight at once, on as many channels, each kept with its
-// descriptor (a flight record, as every message in flight has) so that it can still be
-// returned, a medium message with the bytes the transport kept. They are
-// then in order per channel only, as in AM-II: a lost message, sent again,
-// arrives after those that left after it. A bulk message holds the slot
-// until its last chunk has left, and its chunks share the window
+// Each endpoint has one slot: the message taken from its send queues
+// (replies first) and not sent yet. A message that leaves for a remote
+// host frees the slot for the next, and up to EngineConfig.Window of an
+// endpoint's messages are in flight at once to each destination endpoint
+// (window.go), on as many channels, each kept with its descriptor (a
+// flight record, as every message in flight has) so that it can still be
+// returned, a medium message with the bytes the transport kept. With a
+// window of 1 its messages to one destination arrive in the order sent;
+// above 1 they are in order per channel only, as in AM-II: a lost
+// message, sent again, arrives after those that left after it. A message
+// whose destination's window is full waits in the queue, and those behind
+// it with it. A bulk message holds the slot until its last chunk has
+// left, and its chunks share the window
 // (bulk.go). The scheduler is asked only
 // about endpoints whose next message could leave now (a free channel, a
 // frame to pin), so a blocked endpoint is not charged a send. The sender is

@@ -211,7 +211,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.DurationVar(&c.sleep, "sleep", daemon.DefaultSleep, "without work the engine polls on, yielding the CPU, and blocks in poll(2) after this long (0: busy-poll, never yield or block: give it --cores of its own)")
 	fs.IntVar(&c.resident, "resident", nicfw.DefaultResident, "endpoints resident in the engine at once (R)")
 	fs.IntVar(&c.channels, "channels", transport.DefaultChannels, "logical channels per peer host (C)")
-	fs.IntVar(&c.window, "window", 1, "messages of one endpoint in flight at once (above 1: in order per channel only)")
+	fs.IntVar(&c.window, "window", 1, "messages of one endpoint in flight at once to each destination endpoint (above 1: in order per channel only)")
 	fs.DurationVar(&c.giveUp, "give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
 	fs.DurationVar(&c.ackDelay, "ack-delay", daemon.DefaultAckDelay, "how long the acknowledgement of a request to an endpoint that answers every request (AM-II's) waits for the reply to carry it before it leaves in a frame of its own; other messages are acknowledged at the next poll (0: at the next poll too; negative: every frame at once)")
 	fs.DurationVar(&c.retransmit, "retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
