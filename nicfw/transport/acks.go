@@ -23,7 +23,7 @@ import "github.com/xam-project/xam/cells"
 
 // queueAck notes that the DATA frame with header h from p is to be
 // acknowledged.
-func (t *Transport) queueAck(p *Peer, h header) {
+func (t *Transport) queueAck(p *Peer, h *header) {
 	if t.cfg.AckDelay < 0 {
 		t.answer(p, typeAck, h)
 		return

@@ -108,6 +108,6 @@ func (t *Transport) open(f []byte) bool {
 // acknowledgement recorded before names the old one (see the package
 // documentation, "Authentication").
 func (t *Transport) renewWrapped(p *Peer) {
-	var h [headerLen]byte
-	t.renew(p, h[:])
+	var h header
+	t.renew(p, &h)
 }

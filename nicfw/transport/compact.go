@@ -102,7 +102,7 @@ func (t *Transport) compactable(payload []byte) bool {
 // go in front of its cell, in a compact ACK cell when they fit, else as
 // many as the frame has room for in an ACK PDU.
 func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
-	h := header(c.hdr[:])
+	h := (*header)(&c.hdr)
 	h.setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
 	acked := len(p.ackList) == 1
 	c.stamp = 0
@@ -160,29 +160,32 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 // putCompact writes the 48-byte payload of the compact cell that stands
 // for the DATA PDU with header h (its 16-bit stamp) and payload (at most
 // CompactPayload bytes).
-func putCompact(b []byte, h header, payload []byte) {
-	b[0], b[1] = typeCompact, h[offChan]
-	copy(b[2:4], h[offSeq:offSeq+2])
-	binary.BigEndian.PutUint16(b[4:], uint16(h.stamp()))
-	copy(b[6:14], h[offSrc:offDst+4])
-	b[compactOffLength] = uint8(len(payload))
-	clear(b[compactHeaderLen+copy(b[compactHeaderLen:], payload) : compactOffCRC])
-	binary.BigEndian.PutUint16(b[compactOffCRC:], cells.CRC10(b[:compactOffCRC]))
+func putCompact(b []byte, h *header, payload []byte) {
+	x := (*[cells.PayloadSize]byte)(b) // checked once
+	x[0], x[1] = typeCompact, h[offChan]
+	x[2], x[3] = h[offSeq], h[offSeq+1]
+	binary.BigEndian.PutUint16(x[4:], uint16(h.stamp()))
+	copy(x[6:14], h[offSrc:offDst+4])
+	n := copy(x[compactHeaderLen:compactOffCRC], payload)
+	x[compactOffLength] = uint8(n)
+	clear(x[compactHeaderLen+n : compactOffCRC])
+	binary.BigEndian.PutUint16(x[compactOffCRC:], cells.CRC10(x[:compactOffCRC]))
 }
 
 // putCompactAcked writes the 48-byte payload of the compact cell that
 // stands for the DATA PDU with header h (its stamp is not sent: 0),
 // payload (at most CompactPayload bytes) and one acknowledgement entry,
 // channel ch and sequence number seq.
-func putCompactAcked(b []byte, h header, payload []byte, ch uint8, seq uint16) {
-	b[0], b[1] = typeCompactAcked, h[offChan]
-	copy(b[2:4], h[offSeq:offSeq+2])
-	b[4] = ch
-	binary.BigEndian.PutUint16(b[5:], seq)
-	copy(b[7:15], h[offSrc:offDst+4])
-	clear(b[compactHeaderLen+copy(b[compactHeaderLen:], payload) : compactOffCRC])
-	n := uint8(len(payload))
-	binary.BigEndian.PutUint16(b[compactOffCRC:], uint16(n)<<10|cells.CRC10Trailer(b[:compactOffCRC], n))
+func putCompactAcked(b []byte, h *header, payload []byte, ch uint8, seq uint16) {
+	x := (*[cells.PayloadSize]byte)(b) // checked once
+	x[0], x[1] = typeCompactAcked, h[offChan]
+	x[2], x[3] = h[offSeq], h[offSeq+1]
+	x[4] = ch
+	binary.BigEndian.PutUint16(x[5:], seq)
+	copy(x[7:15], h[offSrc:offDst+4])
+	n := copy(x[compactHeaderLen:compactOffCRC], payload)
+	clear(x[compactHeaderLen+n : compactOffCRC])
+	binary.BigEndian.PutUint16(x[compactOffCRC:], uint16(n)<<10|cells.CRC10Trailer(x[:compactOffCRC], uint8(n)))
 }
 
 // putCompactAck writes into cell the compact ACK cell that carries the
@@ -214,26 +217,26 @@ func (t *Transport) putCompactAck(cell cells.Cell, p *Peer, n int) {
 // receiveCompact handles a compact cell from p: checked, it is dispatched
 // as the DATA or ACK PDU it stands for.
 func (t *Transport) receiveCompact(p *Peer, cell cells.Cell) bool {
-	var h [headerLen]byte
+	var h header
 	if cell.Payload()[0] == typeCompactAck {
 		var acks [compactAckEntries * ackEntryLen]byte
-		n, ok := decodeCompactAck(cell, t.vc.VPI, len(p.send), h[:], acks[:])
+		n, ok := decodeCompactAck(cell, t.vc.VPI, len(p.send), &h, acks[:])
 		if ok {
-			t.dispatch(p, h[:], acks[:n*ackEntryLen], nil)
+			t.dispatch(p, &h, acks[:n*ackEntryLen], nil)
 		}
 		return ok
 	}
 	if cell.Payload()[0] == typeCompactAcked {
 		var ack [ackEntryLen]byte
-		payload, ok := decodeCompactAcked(cell, t.vc.VPI, len(p.send), h[:], ack[:])
+		payload, ok := decodeCompactAcked(cell, t.vc.VPI, len(p.send), &h, ack[:])
 		if ok {
-			t.dispatch(p, h[:], ack[:], payload)
+			t.dispatch(p, &h, ack[:], payload)
 		}
 		return ok
 	}
-	payload, ok := decodeCompact(cell, t.vc.VPI, len(p.send), h[:])
+	payload, ok := decodeCompact(cell, t.vc.VPI, len(p.send), &h)
 	if ok {
-		t.dispatch(p, h[:], nil, payload)
+		t.dispatch(p, &h, nil, payload)
 	}
 	return ok
 }
@@ -243,8 +246,8 @@ func (t *Transport) receiveCompact(p *Peer, cell cells.Cell) bool {
 // writes the header of the DATA PDU it stands for into h and its
 // acknowledgement entry into ack (ackEntryLen bytes); the payload aliases
 // the cell.
-func decodeCompactAcked(cell cells.Cell, vpi uint16, channels int, h header, ack []byte) (payload []byte, ok bool) {
-	b := cell.Payload()
+func decodeCompactAcked(cell cells.Cell, vpi uint16, channels int, h *header, ack []byte) (payload []byte, ok bool) {
+	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
 	tr := binary.BigEndian.Uint16(b[compactOffCRC:])
 	n := int(tr >> 10)
 	switch {
@@ -253,12 +256,12 @@ func decodeCompactAcked(cell cells.Cell, vpi uint16, channels int, h header, ack
 		tr&0x3ff != cells.CRC10Trailer(b[:compactOffCRC], uint8(n)):
 		return nil, false
 	}
-	h.put(typeData, int(b[1]), binary.BigEndian.Uint16(b[2:]), 0, n,
-		binary.BigEndian.Uint32(b[7:]), binary.BigEndian.Uint32(b[11:]))
-	h.setAcks(1)
-	if h.src() == 0 {
+	src := binary.BigEndian.Uint32(b[7:])
+	if src == 0 {
 		return nil, false
 	}
+	h.put(typeData, int(b[1]), binary.BigEndian.Uint16(b[2:]), 0, n, src, binary.BigEndian.Uint32(b[11:]))
+	h.setAcks(1)
 	putAck(ack, 0, int(b[4]), binary.BigEndian.Uint16(b[5:]))
 	return b[compactHeaderLen : compactHeaderLen+n], true
 }
@@ -267,7 +270,7 @@ func decodeCompactAcked(cell cells.Cell, vpi uint16, channels int, h header, ack
 // of channels channels, writes the header of the ACK PDU it stands for
 // into h and its entries, in the ACK PDU's form, into acks (room for
 // compactAckEntries), and returns their number.
-func decodeCompactAck(cell cells.Cell, vpi uint16, channels int, h header, acks []byte) (n int, ok bool) {
+func decodeCompactAck(cell cells.Cell, vpi uint16, channels int, h *header, acks []byte) (n int, ok bool) {
 	b := cell.Payload()
 	n = int(b[compactOffLength])
 	switch {
@@ -296,7 +299,7 @@ func decodeCompactAck(cell cells.Cell, vpi uint16, channels int, h header, acks 
 // decodeCompact checks a compact cell on VPI vpi for a transport of
 // channels channels and writes the header of the DATA PDU it stands for
 // into h; the payload aliases the cell.
-func decodeCompact(cell cells.Cell, vpi uint16, channels int, h header) (payload []byte, ok bool) {
+func decodeCompact(cell cells.Cell, vpi uint16, channels int, h *header) (payload []byte, ok bool) {
 	b := cell.Payload()
 	n := int(b[compactOffLength])
 	switch {
@@ -319,8 +322,8 @@ func decodeCompact(cell cells.Cell, vpi uint16, channels int, h header) (payload
 func (t *Transport) ackPDU(p *Peer, n int) []byte {
 	ch0 := int(p.ackList[0])
 	sdu := t.scratchSDU(headerLen + ackEntryLen*(n-1))
-	header(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0, p.srcOut, p.dstOut)
-	header(sdu).setAcks(n - 1)
+	(*header)(sdu).put(typeAck, ch0, p.ackSeq[ch0], p.ackStamp[ch0], 0, p.srcOut, p.dstOut)
+	(*header)(sdu).setAcks(n - 1)
 	p.ackOn[ch0] = false
 	for j, ch := range p.ackList[1:n] {
 		putAck(sdu[headerLen:], j, int(ch), p.ackSeq[ch])

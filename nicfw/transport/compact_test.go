@@ -119,12 +119,12 @@ func TestCompactCells(t *testing.T) {
 
 // compactPDU decodes compact cell c (DATA or ACK) into the PDU it stands
 // for: its header, then its acknowledgement entries or its payload.
-func compactPDU(tb testing.TB, c cells.Cell) header {
+func compactPDU(tb testing.TB, c cells.Cell) tpdu {
 	tb.Helper()
-	h := make(header, headerLen, headerLen+CompactPayload)
+	h := make(tpdu, headerLen, headerLen+CompactPayload)
 	if c.Payload()[0] == typeCompactAcked {
 		ack := make([]byte, ackEntryLen)
-		body, ok := decodeCompactAcked(c, 0, MaxChannels, h, ack)
+		body, ok := decodeCompactAcked(c, 0, MaxChannels, h.h(), ack)
 		if !ok {
 			tb.Fatalf("bad compact cell with an acknowledgement % x", []byte(c))
 		}
@@ -132,13 +132,13 @@ func compactPDU(tb testing.TB, c cells.Cell) header {
 	}
 	if c.Payload()[0] == typeCompactAck {
 		acks := make([]byte, compactAckEntries*ackEntryLen)
-		n, ok := decodeCompactAck(c, 0, MaxChannels, h, acks)
+		n, ok := decodeCompactAck(c, 0, MaxChannels, h.h(), acks)
 		if !ok {
 			tb.Fatalf("bad compact ACK cell % x", []byte(c))
 		}
 		return append(h, acks[:n*ackEntryLen]...)
 	}
-	body, ok := decodeCompact(c, 0, MaxChannels, h)
+	body, ok := decodeCompact(c, 0, MaxChannels, h.h())
 	if !ok {
 		tb.Fatalf("bad compact cell % x", []byte(c))
 	}
@@ -269,10 +269,10 @@ func TestCompactAckedChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	inject := func(c []byte) { t.Helper(); injectCell(t, p, c) }
-	sdu := make([]byte, headerLen)
+	sdu := new(header)
 	pb := p.b.tr.Peer(hostA) // B's frames to A name these epochs
 	body := payload(7, CompactPayload)
-	header(sdu).put(typeData, 0, 0, 0, len(body), pb.srcOut, pb.dstOut)
+	sdu.put(typeData, 0, 0, 0, len(body), pb.srcOut, pb.dstOut)
 	bad := compactAckedCell(sdu, body, 0, 0)
 	bad[cells.HeaderSize+20] ^= 4
 	inject(bad)
@@ -307,3 +307,17 @@ func injectCell(tb testing.TB, p *pair, c []byte) {
 		tb.Fatal(err)
 	}
 }
+
+// tpdu is a PDU as the tests read it: its header's fields, then its
+// acknowledgement entries and payload.
+type tpdu []byte
+
+func (b tpdu) h() *header    { return (*header)(b) }
+func (b tpdu) typ() uint8    { return b.h().typ() }
+func (b tpdu) channel() int  { return b.h().channel() }
+func (b tpdu) seq() uint16   { return b.h().seq() }
+func (b tpdu) stamp() uint32 { return b.h().stamp() }
+func (b tpdu) length() int   { return b.h().length() }
+func (b tpdu) acks() int     { return b.h().acks() }
+func (b tpdu) src() uint32   { return b.h().src() }
+func (b tpdu) dst() uint32   { return b.h().dst() }

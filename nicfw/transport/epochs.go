@@ -146,7 +146,7 @@ import (
 // checkEpochs applies the epochs of frame h from p (see above), and
 // reports whether the frame is for this incarnation from p's current one.
 // A frame it refuses may be answered with a RESET.
-func (t *Transport) checkEpochs(p *Peer, h header, payload []byte) bool {
+func (t *Transport) checkEpochs(p *Peer, h *header, payload []byte) bool {
 	src, dst, typ := h.src(), h.dst(), h.typ()
 	// A refused DATA frame is answered with a RESET, and so is a RESET
 	// whose sender waits for one (resetAnswer); other RESETs are not, so
@@ -276,7 +276,7 @@ func (t *Transport) believe(p *Peer, src, challenge uint32) {
 
 // renew gives p a fresh dstIn, after frame h, which named the current one,
 // turned out forged, and tells p in a RESET.
-func (t *Transport) renew(p *Peer, h header) {
+func (t *Transport) renew(p *Peer, h *header) {
 	old := p.dstIn
 	for p.dstIn == old || p.dstIn == 0 || p.dstIn == p.srcOut {
 		p.dstIn = rand.Uint32()
@@ -293,7 +293,7 @@ func (t *Transport) renew(p *Peer, h header) {
 // for a dstIn not asked for yet (a renewal) goes at once. Any RESET with
 // dstIn teaches p what to name, so a peer whose frames are refused learns
 // it within a scan interval, whatever else comes under its address.
-func (t *Transport) reset(p *Peer, h header, dst, want uint32) {
+func (t *Transport) reset(p *Peer, h *header, dst, want uint32) {
 	now := t.now()
 	if now.Sub(p.resetAt) < t.cfg.ScanInterval && (want != p.dstIn || want == p.resetWant) {
 		return
@@ -318,8 +318,8 @@ func (t *Transport) ready(p *Peer) bool {
 // RESET is (reset: at most one per scan interval), at once (outside a
 // pass: flush returns the link's error) or in the pass's batch.
 func (t *Transport) hello(p *Peer) error {
-	var h [headerLen]byte
-	t.reset(p, h[:], p.dstOut, p.dstIn)
+	var h header
+	t.reset(p, &h, p.dstOut, p.dstIn)
 	return t.flush()
 }
 
@@ -400,7 +400,7 @@ func (t *Transport) startAgain(p *Peer, why error, keepWaiting bool) {
 		busy[i] = c.inUse && (c.sent || !keepWaiting)
 		if !busy[i] {
 			c.seq = 0
-			header(c.hdr[:]).setSeq(0) // a waiting message: numbered anew
+			(*header)(&c.hdr).setSeq(0) // a waiting message: numbered anew
 		}
 	}
 	for i := range p.send {

@@ -189,8 +189,8 @@ func TestEpochFrames(t *testing.T) {
 func FuzzTransportSDU(f *testing.F) {
 	seed := func(typ uint8, ch int, seq uint16, stamp, src, dst uint32, acks int, body []byte) {
 		sdu := make([]byte, headerLen+ackEntryLen*acks+len(body))
-		header(sdu).put(typ, ch, seq, stamp, len(body), src, dst)
-		header(sdu).setAcks(acks)
+		(*header)(sdu).put(typ, ch, seq, stamp, len(body), src, dst)
+		(*header)(sdu).setAcks(acks)
 		for i := range acks {
 			putAck(sdu[headerLen:], i, i%2, uint16(i))
 		}

@@ -92,30 +92,30 @@ func (f *forger) frame(mtu int) ([]byte, error) {
 			}
 			body := f.body()
 			sdu = make([]byte, headerLen+len(body))
-			header(sdu).put(typeData, ch, f.next(k, ch), f.rng.Uint32(), len(body), f.srcEpoch, dst)
+			(*header)(sdu).put(typeData, ch, f.next(k, ch), f.rng.Uint32(), len(body), f.srcEpoch, dst)
 			copy(sdu[headerLen:], body)
 		case forgeCompact:
 			body := f.body()
-			var h [headerLen]byte
-			header(h[:]).put(typeData, ch, f.next(k, ch), f.rng.Uint32()&0xffff, len(body), f.srcEpoch, f.dstEpoch)
-			cs = append(cs, compactCell(h[:], body)...)
+			var h header
+			h.put(typeData, ch, f.next(k, ch), f.rng.Uint32()&0xffff, len(body), f.srcEpoch, f.dstEpoch)
+			cs = append(cs, compactCell(&h, body)...)
 			continue
 		case forgeAck:
 			const entries = 8
 			sdu = make([]byte, headerLen+ackEntryLen*entries)
-			header(sdu).put(typeAck, ch, f.next(k, ch), f.rng.Uint32(), 0, f.srcEpoch, f.dstEpoch)
-			header(sdu).setAcks(entries)
+			(*header)(sdu).put(typeAck, ch, f.next(k, ch), f.rng.Uint32(), 0, f.srcEpoch, f.dstEpoch)
+			(*header)(sdu).setAcks(entries)
 			for i := range entries {
 				c := (ch + 1 + i) % f.channels
 				putAck(sdu[headerLen:], i, c, f.next(k, c))
 			}
 		case forgeNack:
 			sdu = make([]byte, headerLen)
-			header(sdu).put(typeNack, ch, f.next(k, ch), f.rng.Uint32(), 0, f.srcEpoch, f.dstEpoch)
+			(*header)(sdu).put(typeNack, ch, f.next(k, ch), f.rng.Uint32(), 0, f.srcEpoch, f.dstEpoch)
 		case forgeClaim:
 			body := f.body()
 			sdu = make([]byte, headerLen+len(body))
-			header(sdu).put(typeData, ch, 0, f.rng.Uint32(), len(body), f.rng.Uint32()|1, f.dstEpoch)
+			(*header)(sdu).put(typeData, ch, 0, f.rng.Uint32(), len(body), f.rng.Uint32()|1, f.dstEpoch)
 			copy(sdu[headerLen:], body)
 		}
 		pdu, err := cells.Segment(cells.SAR{VCI: DefaultVCI}, sdu)
@@ -247,7 +247,7 @@ type injector struct {
 	p *pair
 }
 
-func (in injector) send(frames ...[]byte) []header {
+func (in injector) send(frames ...[]byte) []tpdu {
 	in.t.Helper()
 	if _, err := in.p.b.link.Send(frames); err != nil {
 		in.t.Fatal(err)
@@ -255,7 +255,7 @@ func (in injector) send(frames ...[]byte) []header {
 	if _, err := in.p.a.tr.Poll(); err != nil {
 		in.t.Fatal(err)
 	}
-	var out []header
+	var out []tpdu
 	rx := make([][]byte, 64)
 	for {
 		n, err := in.p.b.link.Recv(rx)
@@ -272,13 +272,13 @@ func (in injector) send(frames ...[]byte) []header {
 }
 
 // framePDUs decodes every PDU and compact cell of a transport frame.
-func framePDUs(tb testing.TB, f []byte) []header {
+func framePDUs(tb testing.TB, f []byte) []tpdu {
 	tb.Helper()
 	cs, _, err := cells.Unpack(f, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var out []header
+	var out []tpdu
 	r := cells.NewReassembler(cells.ReassemblerConfig{})
 	for o := 0; o < len(cs); o += cells.CellSize {
 		c := cells.Cell(cs[o : o+cells.CellSize])
@@ -290,14 +290,14 @@ func framePDUs(tb testing.TB, f []byte) []header {
 			if err != nil || !valid(pdu.SDU, MaxChannels) {
 				tb.Fatalf("bad PDU %+v: %v", pdu, err)
 			}
-			out = append(out, append(header(nil), pdu.SDU...))
+			out = append(out, append(tpdu(nil), pdu.SDU...))
 		})
 	}
 	return out
 }
 
 // resetWant returns the destination epoch a RESET asks for.
-func resetWant(h header) uint32 { return binary.BigEndian.Uint32(h[headerLen:]) }
+func resetWant(h tpdu) uint32 { return binary.BigEndian.Uint32(h[headerLen:]) }
 
 // warmPair returns a pair over memlink that has exchanged messages 0..9
 // both ways: each host has named the other's epoch, and nothing is in
@@ -417,8 +417,8 @@ func TestForgedAcksRefused(t *testing.T) {
 	// in flight, and a message the other channel has not sent yet.
 	body := payload(forgedBase, 50)
 	sdu := make([]byte, headerLen+2*ackEntryLen+len(body))
-	header(sdu).put(typeData, 0, expect, 1, len(body), eB, eA)
-	header(sdu).setAcks(2)
+	(*header)(sdu).put(typeData, 0, expect, 1, len(body), eB, eA)
+	(*header)(sdu).setAcks(2)
 	putAck(sdu[headerLen:], 0, ch, seq)
 	putAck(sdu[headerLen:], 1, 1-ch, other.seq)
 	copy(sdu[headerLen+2*ackEntryLen:], body)
@@ -479,7 +479,7 @@ func TestRestartClaimChallenged(t *testing.T) {
 	// per scan interval.
 	reset := func() []byte {
 		sdu := make([]byte, headerLen+resetLen)
-		header(sdu).put(typeReset, 0, 0, 1, resetLen, claimed, eA)
+		(*header)(sdu).put(typeReset, 0, 0, 1, resetLen, claimed, eA)
 		binary.BigEndian.PutUint32(sdu[headerLen:], claimed)
 		cs, err := cells.Segment(cells.SAR{VCI: DefaultVCI}, sdu)
 		if err != nil {

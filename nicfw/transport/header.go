@@ -52,28 +52,30 @@ const (
 // carries its own.
 const resetAnswer uint16 = 1
 
-// header is a view of a transport header. Call valid before the accessors.
-type header []byte
+// header is a transport header, in place: a fixed-size array, so that
+// its fields are read and written without bounds checks. Call valid
+// before the accessors of one received.
+type header [headerLen]byte
 
-func (h header) typ() uint8        { return h[offType] }
-func (h header) channel() int      { return int(h[offChan]) }
-func (h header) seq() uint16       { return binary.BigEndian.Uint16(h[offSeq:]) }
-func (h header) stamp() uint32     { return binary.BigEndian.Uint32(h[offStamp:]) }
-func (h header) length() int       { return int(binary.BigEndian.Uint16(h[offLength:])) }
-func (h header) acks() int         { return int(binary.BigEndian.Uint16(h[offAcks:])) }
-func (h header) src() uint32       { return binary.BigEndian.Uint32(h[offSrc:]) }
-func (h header) dst() uint32       { return binary.BigEndian.Uint32(h[offDst:]) }
-func (h header) setStamp(s uint32) { binary.BigEndian.PutUint32(h[offStamp:], s) }
-func (h header) setSeq(s uint16)   { binary.BigEndian.PutUint16(h[offSeq:], s) }
-func (h header) setAcks(n int)     { binary.BigEndian.PutUint16(h[offAcks:], uint16(n)) }
-func (h header) setDst(e uint32)   { binary.BigEndian.PutUint32(h[offDst:], e) }
-func (h header) setEpochs(src, dst uint32) {
+func (h *header) typ() uint8        { return h[offType] }
+func (h *header) channel() int      { return int(h[offChan]) }
+func (h *header) seq() uint16       { return binary.BigEndian.Uint16(h[offSeq:]) }
+func (h *header) stamp() uint32     { return binary.BigEndian.Uint32(h[offStamp:]) }
+func (h *header) length() int       { return int(binary.BigEndian.Uint16(h[offLength:])) }
+func (h *header) acks() int         { return int(binary.BigEndian.Uint16(h[offAcks:])) }
+func (h *header) src() uint32       { return binary.BigEndian.Uint32(h[offSrc:]) }
+func (h *header) dst() uint32       { return binary.BigEndian.Uint32(h[offDst:]) }
+func (h *header) setStamp(s uint32) { binary.BigEndian.PutUint32(h[offStamp:], s) }
+func (h *header) setSeq(s uint16)   { binary.BigEndian.PutUint16(h[offSeq:], s) }
+func (h *header) setAcks(n int)     { binary.BigEndian.PutUint16(h[offAcks:], uint16(n)) }
+func (h *header) setDst(e uint32)   { binary.BigEndian.PutUint32(h[offDst:], e) }
+func (h *header) setEpochs(src, dst uint32) {
 	binary.BigEndian.PutUint32(h[offSrc:], src)
 	binary.BigEndian.PutUint32(h[offDst:], dst)
 }
 
 // put writes a header with the given fields and no acknowledgements.
-func (h header) put(typ uint8, ch int, seq uint16, stamp uint32, length int, src, dst uint32) {
+func (h *header) put(typ uint8, ch int, seq uint16, stamp uint32, length int, src, dst uint32) {
 	h[offType] = typ
 	h[offChan] = uint8(ch)
 	binary.BigEndian.PutUint16(h[offSeq:], seq)
@@ -105,7 +107,7 @@ func valid(sdu []byte, channels int) bool {
 	if len(sdu) < headerLen {
 		return false
 	}
-	h := header(sdu)
+	h := (*header)(sdu)
 	switch h.typ() {
 	case typeData:
 	case typeAck, typeNack:

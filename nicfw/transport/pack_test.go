@@ -79,7 +79,7 @@ func TestPackedFramesUnderLoss(t *testing.T) {
 
 // compactCell returns a compact cell (compact.go) on the default circuit
 // that stands for a DATA PDU with header h and payload.
-func compactCell(h header, payload []byte) []byte {
+func compactCell(h *header, payload []byte) []byte {
 	c := cells.Cell(make([]byte, cells.CellSize))
 	if err := c.Encode(cells.UNI, cells.Fields{VCI: DefaultVCI + 1, PTI: cells.PTIEndOfMessage}); err != nil {
 		panic(err)
@@ -135,11 +135,11 @@ func FuzzPackedFrame(f *testing.F) {
 			body := make([]byte, 8+n%64)
 			binary.BigEndian.PutUint64(body, uint64(i))
 			sdu := make([]byte, headerLen+len(body))
-			header(sdu).put(typ%5, ch%3, uint16(spec[i+1]>>4), 1, len(body), 9, 0)
+			(*header)(sdu).put(typ%5, ch%3, uint16(spec[i+1]>>4), 1, len(body), 9, 0)
 			copy(sdu[headerLen:], body)
 			if typ >= 100 && typ < 200 {
 				// A compact cell: typ odd, one of its bytes flipped.
-				c := compactCell(sdu, body[:min(len(body), CompactPayload)])
+				c := compactCell((*header)(sdu), body[:min(len(body), CompactPayload)])
 				if typ%2 == 1 {
 					c[cells.HeaderSize+n%cells.PayloadSize] ^= 1 << (typ % 8)
 				}
@@ -151,7 +151,7 @@ func FuzzPackedFrame(f *testing.F) {
 				// i%3, more than 2 is invalid) of n%40 bytes (more than
 				// CompactPayload is invalid): typ odd, one of its bytes
 				// flipped.
-				c := compactAckedCell(sdu, body[:min(len(body), n%40)], uint8(i%3), uint16(n))
+				c := compactAckedCell((*header)(sdu), body[:min(len(body), n%40)], uint8(i%3), uint16(n))
 				if typ%2 == 1 {
 					c[cells.HeaderSize+n%cells.PayloadSize] ^= 1 << (typ % 8)
 				}
@@ -231,7 +231,7 @@ func TestUnreliableInPass(t *testing.T) {
 // (compact.go) on the default circuit: the DATA PDU with header h and
 // payload (its length cut to 6 bits) with the acknowledgement of message
 // seq on channel ch, its CRC right whatever the length.
-func compactAckedCell(h header, payload []byte, ch uint8, seq uint16) []byte {
+func compactAckedCell(h *header, payload []byte, ch uint8, seq uint16) []byte {
 	c := cells.Cell(make([]byte, cells.CellSize))
 	if err := c.Encode(cells.UNI, cells.Fields{VCI: DefaultVCI + 1, PTI: cells.PTIEndOfMessage}); err != nil {
 		panic(err)

@@ -221,7 +221,7 @@ func (t *Transport) onPDU(pdu cells.PDU, err error) {
 		t.bad = true
 		return
 	}
-	h := header(pdu.SDU)
+	h := (*header)(pdu.SDU)
 	acks := pdu.SDU[headerLen : headerLen+ackEntryLen*h.acks()]
 	t.dispatch(p, h, acks, pdu.SDU[headerLen+len(acks):])
 }
@@ -249,7 +249,7 @@ const lateWindow = 4
 
 // dispatch handles one checked transport PDU from p: its piggy-backed
 // acknowledgements (the entries in acks), then the frame itself.
-func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
+func (t *Transport) dispatch(p *Peer, h *header, acks, payload []byte) {
 	ok := t.checkEpochs(p, h, payload)
 	if p.waiting > 0 && t.ready(p) {
 		t.sendWaiting(p) // p's first frame told what to name it
@@ -343,7 +343,7 @@ func (t *Transport) dispatch(p *Peer, h header, acks, payload []byte) {
 // h and acknowledgement entries acks from p lies in its window (above),
 // counting the PDU as forged when one does not. A NACK is not checked: a
 // stale one is ignored anyway (dispatch).
-func (t *Transport) inWindows(p *Peer, h header, acks []byte) bool {
+func (t *Transport) inWindows(p *Peer, h *header, acks []byte) bool {
 	for i := range len(acks) / ackEntryLen {
 		if ch, seq := ackAt(acks, i); !ackInWindow(&p.send[ch], seq) {
 			t.stats.ForgedAcks++
@@ -391,14 +391,14 @@ func (t *Transport) acked(p *Peer, ch int, seq uint16) {
 
 // answer queues an ACK or NACK to p for the DATA frame with header h,
 // echoing its channel, sequence number and stamp.
-func (t *Transport) answer(p *Peer, typ uint8, h header) {
+func (t *Transport) answer(p *Peer, typ uint8, h *header) {
 	t.control(p, typ, h, p.dstOut, 0)
 }
 
 // control queues a frame of type typ to p in answer to frame h, echoing
 // its channel, sequence number and stamp, with destination epoch dst; a
 // RESET carries want.
-func (t *Transport) control(p *Peer, typ uint8, h header, dst, want uint32) {
+func (t *Transport) control(p *Peer, typ uint8, h *header, dst, want uint32) {
 	// A PDU yields at most one answer: more than a batch's worth grows
 	// the buffers.
 	i := t.ctlHeld + len(t.tx)
@@ -414,7 +414,7 @@ func (t *Transport) control(p *Peer, typ uint8, h header, dst, want uint32) {
 			seq = resetAnswer
 		}
 	}
-	header(sdu[:]).put(typ, h.channel(), seq, h.stamp(), n, p.srcOut, dst)
+	(*header)(sdu[:]).put(typ, h.channel(), seq, h.stamp(), n, p.srcOut, dst)
 	f := t.ctl[i]
 	t.putHeaders(f, p, 1, cells.FlagStart)
 	t.seg.Put(f[len(t.eth):], sdu[:headerLen+n])

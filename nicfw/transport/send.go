@@ -213,7 +213,7 @@ func (t *Transport) load(c *sendChannel, ch int, seq uint16, n int, payload []by
 		c.buf = make([]byte, at+n, max(at+n, 2*cap(c.buf)))
 	}
 	c.buf = c.buf[:at+n]
-	header(c.hdr[:]).put(typeData, ch, seq, 0, n, 0, 0) // epochs: transmit's
+	(*header)(&c.hdr).put(typeData, ch, seq, 0, n, 0, 0) // epochs: transmit's
 	if f != nil {
 		f.Fill(c.buf[at:])
 	} else {
@@ -237,14 +237,15 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 		return t.transmitCompact(p, c)
 	}
 	c.stamp = t.nextStamp()
-	h := header(c.hdr[:])
+	h := (*header)(&c.hdr)
 	h.setStamp(c.stamp)
 	n := min(len(p.ackList), t.maxAcks)
 	start := ackEntryLen * (t.maxAcks - n)
 	sdu := c.buf[start:]
-	copy(sdu, h)
-	header(sdu).setAcks(n)
-	header(sdu).setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
+	hs := (*header)(sdu)
+	*hs = *h
+	hs.setAcks(n)
+	hs.setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
 	if n > 0 {
 		t.takeAcks(p, sdu[headerLen:headerLen+ackEntryLen*n])
 		t.stats.AcksPiggybacked += uint64(n)

@@ -377,7 +377,7 @@ func frameTo(tb testing.TB, p *pair, dst, src net.HardwareAddr, typ uint8, ch in
 func epochFrame(tb testing.TB, dst, src net.HardwareAddr, typ uint8, ch int, seq uint16, stamp, srcEpoch, dstEpoch uint32, body []byte) []byte {
 	tb.Helper()
 	sdu := make([]byte, headerLen+len(body))
-	header(sdu).put(typ, ch, seq, stamp, len(body), srcEpoch, dstEpoch)
+	(*header)(sdu).put(typ, ch, seq, stamp, len(body), srcEpoch, dstEpoch)
 	copy(sdu[headerLen:], body)
 	cs, err := cells.Segment(cells.SAR{VCI: DefaultVCI}, sdu)
 	if err != nil {
@@ -393,13 +393,13 @@ func epochFrame(tb testing.TB, dst, src net.HardwareAddr, typ uint8, ch int, seq
 
 // parseFrame decodes a transport frame by hand: its last PDU, or its
 // last compact cell as the PDU it stands for.
-func parseFrame(tb testing.TB, f []byte) header {
+func parseFrame(tb testing.TB, f []byte) tpdu {
 	tb.Helper()
 	cs, _, err := cells.Unpack(f, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var h header
+	var h tpdu
 	if c := cells.Cell(cs[len(cs)-cells.CellSize:]); c.VCI() == DefaultVCI+1 {
 		return compactPDU(tb, c)
 	}
@@ -411,7 +411,7 @@ func parseFrame(tb testing.TB, f []byte) header {
 		if pdu.VC != (cells.VC{VCI: DefaultVCI}) || !valid(pdu.SDU, MaxChannels) {
 			tb.Fatalf("bad PDU %+v", pdu)
 		}
-		h = append(header(nil), pdu.SDU...)
+		h = append(tpdu(nil), pdu.SDU...)
 	})
 	if h == nil {
 		tb.Fatal("no PDU in the frame")
