@@ -168,17 +168,21 @@ func encodeMsg(b []byte, m *msg) int {
 // from endpoint src to dst's handler (below 2^16), with tag and args (at
 // most msgCompactArgs), and returns its length.
 func putCompactMsg(b []byte, kind endpoint.Queue, dst, src EndpointID, handler uint32, tag uint64, args []uint64) int {
-	b[0] = msgCompact | uint8(len(args))<<1 | byte(kind)
-	binary.BigEndian.PutUint16(b[1:], uint16(dst))
-	binary.BigEndian.PutUint16(b[3:], uint16(src))
-	binary.BigEndian.PutUint16(b[5:], uint16(handler))
-	binary.BigEndian.PutUint64(b[7:], tag)
-	n := msgCompactLen
-	for _, a := range args {
-		binary.BigEndian.PutUint64(b[n:], a)
-		n += 8
+	x := (*[msgCompactLen]byte)(b) // checked once, and once for the arguments
+	x[0] = msgCompact | uint8(len(args))<<1 | byte(kind)
+	binary.BigEndian.PutUint16(x[1:], uint16(dst))
+	binary.BigEndian.PutUint16(x[3:], uint16(src))
+	binary.BigEndian.PutUint16(x[5:], uint16(handler))
+	binary.BigEndian.PutUint64(x[7:], tag)
+	switch len(args) {
+	case 2:
+		a := (*[msgCompactLen + 16]byte)(b)
+		binary.BigEndian.PutUint64(a[msgCompactLen:], args[0])
+		binary.BigEndian.PutUint64(a[msgCompactLen+8:], args[1])
+	case 1:
+		binary.BigEndian.PutUint64((*[msgCompactLen + 8]byte)(b)[msgCompactLen:], args[0])
 	}
-	return n
+	return msgCompactLen + 8*len(args)
 }
 
 // decodeMsg reads and checks a message. m.data aliases b.
@@ -252,19 +256,24 @@ func decodeCompact(b []byte, m *msg) bool {
 	if len(b) < msgCompactLen || b[0]&^(msgCompact|0b111) != 0 {
 		return false
 	}
+	x := (*[msgCompactLen]byte)(b)
 	*m = msg{
-		kind: endpoint.Queue(b[0] & 1), class: endpoint.ClassShort, nargs: b[0] >> 1 & 0b11,
-		dst:     EndpointID(binary.BigEndian.Uint16(b[1:])),
-		src:     EndpointID(binary.BigEndian.Uint16(b[3:])),
-		handler: uint32(binary.BigEndian.Uint16(b[5:])),
+		kind: endpoint.Queue(x[0] & 1), class: endpoint.ClassShort, nargs: x[0] >> 1 & 0b11,
+		dst:     EndpointID(binary.BigEndian.Uint16(x[1:])),
+		src:     EndpointID(binary.BigEndian.Uint16(x[3:])),
+		handler: uint32(binary.BigEndian.Uint16(x[5:])),
 		index:   endpoint.NoIndex,
-		tag:     binary.BigEndian.Uint64(b[7:]),
+		tag:     binary.BigEndian.Uint64(x[7:]),
 	}
 	if m.nargs > msgCompactArgs || len(b) != msgCompactLen+8*int(m.nargs) {
 		return false
 	}
-	for i := range int(m.nargs) {
-		m.args[i] = binary.BigEndian.Uint64(b[msgCompactLen+8*i:])
+	switch m.nargs {
+	case 2:
+		a := (*[msgCompactLen + 16]byte)(b)
+		m.args[0], m.args[1] = binary.BigEndian.Uint64(a[msgCompactLen:]), binary.BigEndian.Uint64(a[msgCompactLen+8:])
+	case 1:
+		m.args[0] = binary.BigEndian.Uint64((*[msgCompactLen + 8]byte)(b)[msgCompactLen:])
 	}
 	return true
 }
