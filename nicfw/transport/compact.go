@@ -98,24 +98,39 @@ func (t *Transport) compactable(payload []byte) bool {
 // transmitCompact sends the compact message in channel c to p: one
 // frame. The one acknowledgement owed to p, if exactly one is, rides in
 // the message's own cell (typeCompactAcked), whose transmission's stamp is
-// 0; otherwise the message has a fresh stamp and the acknowledgements owed
-// go in front of its cell, in a compact ACK cell when they fit, else as
-// many as the frame has room for in an ACK PDU.
+// 0: the frame of a request or a reply, each answering the other's
+// predecessor, is that cell alone, and it takes the short way here.
+// Otherwise (transmitCompactAcks) the message has a fresh stamp and the
+// acknowledgements owed go in front of its cell.
 func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	h := (*header)(&c.hdr)
 	h.setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
-	acked := len(p.ackList) == 1
-	c.stamp = 0
-	if !acked {
-		c.stamp = t.nextStamp() & 0xffff
+	if len(p.ackList) != 1 {
+		return t.transmitCompactAcks(p, c, h)
 	}
-	h.setStamp(c.stamp)
+	c.stamp = 0
+	h.setStamp(0)
+	t.stats.AcksPiggybacked++
+	f := t.compactFrame(p, c, 0)
+	cell := cells.Cell(f[len(t.eth) : len(t.eth)+cells.CellSize])
+	copy(cell, t.compactHdr[:])
+	ch := p.ackList[0]
+	putCompactAcked(cell.Payload(), h, t.payload(c), ch, p.ackSeq[ch])
+	p.ackOn[ch] = false
+	t.dropAcks(p, 1)
+	return t.outputCompact(c, f)
+}
 
+// transmitCompactAcks is transmitCompact with no acknowledgement owed to
+// p, or several: the message has a fresh stamp, and those owed go in
+// front of its cell, in a compact ACK cell when they fit, else as many as
+// the frame has room for in an ACK PDU.
+func (t *Transport) transmitCompactAcks(p *Peer, c *sendChannel, h *header) error {
+	c.stamp = t.nextStamp() & 0xffff
+	h.setStamp(c.stamp)
 	var ackSDU []byte
 	ackCells, ackCompact := 0, 0
 	switch n := len(p.ackList); {
-	case acked:
-		t.stats.AcksPiggybacked++
 	case n > 0 && n <= compactAckMax:
 		ackCells, ackCompact = 1, n
 		t.stats.AcksPiggybacked += uint64(n)
@@ -125,12 +140,7 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 		ackCells = cells.CellCount(len(ackSDU))
 		t.stats.AcksPiggybacked += uint64(n)
 	}
-	total := len(t.eth) + (ackCells+1)*cells.CellSize + t.trail
-	if cap(c.frameBuf) < total {
-		c.frameBuf = make([]byte, total, max(total, 2*cap(c.frameBuf)))
-	}
-	f := c.frameBuf[:total]
-	t.putHeaders(f, p, ackCells+1, cells.FlagStart)
+	f := t.compactFrame(p, c, ackCells)
 	at := len(t.eth)
 	switch {
 	case ackCompact > 0:
@@ -144,14 +154,25 @@ func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	}
 	cell := cells.Cell(f[at : at+cells.CellSize])
 	copy(cell, t.compactHdr[:])
-	if acked {
-		ch := p.ackList[0]
-		putCompactAcked(cell.Payload(), h, t.payload(c), ch, p.ackSeq[ch])
-		p.ackOn[ch] = false
-		t.dropAcks(p, 1)
-	} else {
-		putCompact(cell.Payload(), h, t.payload(c))
+	putCompact(cell.Payload(), h, t.payload(c))
+	return t.outputCompact(c, f)
+}
+
+// compactFrame returns c's frame buffer for a compact message behind
+// ackCells cells of acknowledgements, its Ethernet and frame headers
+// written.
+func (t *Transport) compactFrame(p *Peer, c *sendChannel, ackCells int) []byte {
+	total := len(t.eth) + (ackCells+1)*cells.CellSize + t.trail
+	if cap(c.frameBuf) < total {
+		c.frameBuf = make([]byte, total, max(total, 2*cap(c.frameBuf)))
 	}
+	f := c.frameBuf[:total]
+	t.putHeaders(f, p, ackCells+1, cells.FlagStart)
+	return f
+}
+
+// outputCompact outputs f, the frame of c's compact message.
+func (t *Transport) outputCompact(c *sendChannel, f []byte) error {
 	c.frames = append(c.frames[:0], f)
 	t.stats.Compact++
 	return t.output(c.frames)
