@@ -18,6 +18,13 @@ func BenchmarkGRIMRoundTrip(b *testing.B) {
 	benchRoundTrip(b, func(c *Channel, i int) error { return c.Short(1, FirstUserHandler, uint32(i)) })
 }
 
+// BenchmarkGRIMRoundTrip16: the same between endpoints of MaxChannels
+// (16) logical channels each, on the last of them: what the idle
+// channels cost a Poll.
+func BenchmarkGRIMRoundTrip16(b *testing.B) {
+	benchRoundTripOn(b, MaxChannels, func(c *Channel, i int) error { return c.Short(1, FirstUserHandler, uint32(i)) })
+}
+
 // BenchmarkGRIMBulkCutThrough: the same with a 4 KB bulk request sent
 // cut-through.
 func BenchmarkGRIMBulkCutThrough(b *testing.B) {
@@ -26,6 +33,12 @@ func BenchmarkGRIMBulkCutThrough(b *testing.B) {
 }
 
 func benchRoundTrip(b *testing.B, send func(*Channel, int) error) {
+	benchRoundTripOn(b, 1, send)
+}
+
+// benchRoundTripOn runs the round trips between endpoints of channels
+// logical channels, on the last.
+func benchRoundTripOn(b *testing.B, channels int, send func(*Channel, int) error) {
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -44,7 +57,7 @@ func benchRoundTrip(b *testing.B, send func(*Channel, int) error) {
 		if err := eng.AddHost(nicfw.HostID(2-i), other.HardwareAddr()); err != nil {
 			b.Fatal(err)
 		}
-		if eps[i], err = New(eng, Config{Peers: peers, Self: i, CutThrough: true}); err != nil {
+		if eps[i], err = New(eng, Config{Peers: peers, Self: i, CutThrough: true, Channels: channels}); err != nil {
 			b.Fatal(err)
 		}
 		defer eps[i].Close()
@@ -54,7 +67,7 @@ func benchRoundTrip(b *testing.B, send func(*Channel, int) error) {
 	eps[1].Handle(FirstUserHandler, func(t *Token, args [ShortArgs]uint32, _ []byte) { t.Reply(FirstUserHandler+1, args[0]) }) //nolint:errcheck
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if err := send(eps[0].ch(0), i); err != nil {
+		if err := send(eps[0].ch(channels-1), i); err != nil {
 			b.Fatal(err)
 		}
 		// The request left already (a short one by the express path,

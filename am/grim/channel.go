@@ -40,8 +40,8 @@ type Channel struct {
 	bit int
 }
 
-// flushReplies sends the replies deferred while the reply queue was full,
-// as far as it has room.
+// flushReplies sends the replies deferred while the reply queue was full
+// (c has some), as far as it has room.
 func (c *Channel) flushReplies() error {
 	for len(c.replies) > 0 {
 		err := c.view.Send(endpoint.ReplySend, &c.replies[0])
@@ -54,6 +54,7 @@ func (c *Channel) flushReplies() error {
 		c.replies = c.replies[1:]
 	}
 	c.replies = nil
+	c.ep.deferred--
 	return nil
 }
 
@@ -427,6 +428,9 @@ func (c *Channel) send(q endpoint.Queue, d *endpoint.Descriptor) error {
 			if q == endpoint.ReplySend {
 				// A handler must not run the engine, and a reply must
 				// not be lost: it waits for the next Poll.
+				if len(c.replies) == 0 {
+					c.ep.deferred++
+				}
 				c.replies = append(c.replies, *d)
 				c.ep.stats.RepliesDeferred++
 				return nil

@@ -238,13 +238,17 @@ type Endpoint struct {
 	name         nicfw.Name
 	chans        []*Channel
 	arrivals     *endpoint.Bells // the channels' page of doorbells, if they share one (useArrivals)
-	handlers     map[HandlerID]Handler
-	byID         []Handler            // handlers[id] for ids below denseHandlers, indexed (setHandler)
-	names        map[string]HandlerID // this endpoint's registrations
-	registry     *registry            // the central endpoint's (Peers[0])
-	table        Table                // the last table the central sent
-	tableGen     uint32
-	push         bool // the central's table changed: send it (pushTable)
+	arrWords     []arrivalWord   // with arrivals: the words that hold the channels' bits
+	// deferred counts the channels with replies deferred (Channel.replies):
+	// Poll looks at none of them while it is 0.
+	deferred int
+	handlers map[HandlerID]Handler
+	byID     []Handler            // handlers[id] for ids below denseHandlers, indexed (setHandler)
+	names    map[string]HandlerID // this endpoint's registrations
+	registry *registry            // the central endpoint's (Peers[0])
+	table    Table                // the last table the central sent
+	tableGen uint32
+	push     bool // the central's table changed: send it (pushTable)
 	// Publish: waiting for the central's answer, and the answer.
 	publishing                bool
 	publishStatus, publishGen uint32
@@ -417,17 +421,36 @@ func (ep *Endpoint) open(open opener) error {
 // useArrivals makes Poll and Wait look at the channels' arrival bits
 // (endpoint.Bells.Arrivals) instead of each channel's receive queues, when
 // every channel has a bit in one page of doorbells: then a Poll with
-// nothing arrived reads one word, however many channels there are.
+// nothing arrived reads one word (the channels' bits lie in one or two
+// words), however many channels there are, and a Poll visits only the
+// channels whose bits are set.
 func (ep *Endpoint) useArrivals() {
 	page, _ := ep.chans[0].view.Bells()
+	var words []arrivalWord
 	for _, c := range ep.chans {
 		b, bit := c.view.Bells()
 		if bit == 0 || !b.SamePage(page) {
 			return
 		}
 		c.bit = bit
+		i := slices.IndexFunc(words, func(w arrivalWord) bool { return w.bit/64 == bit/64 })
+		if i < 0 {
+			i = len(words)
+			words = append(words, arrivalWord{bit: bit})
+		}
+		words[i].mask |= 1 << (bit % 64)
+		words[i].chanAt[bit%64] = uint8(c.n)
 	}
-	ep.arrivals = page
+	ep.arrivals, ep.arrWords = page, words
+}
+
+// arrivalWord is a word of arrival bits that holds some of an endpoint's
+// channels' bits: a bit in it (for endpoint.Bells.Arrivals), their mask,
+// and the channel each bit stands for.
+type arrivalWord struct {
+	bit    int
+	mask   uint64
+	chanAt [64]uint8
 }
 
 // Name returns the endpoint's global name (its channel 0's).

@@ -2,6 +2,7 @@ package grim
 
 import (
 	"fmt"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strings"
@@ -88,8 +89,16 @@ func (ep *Endpoint) spin(d time.Duration) bool { return endpoint.Spin(d, ep.read
 // with arrival bits, may: a message already taken leaves its bit set
 // until the next Poll).
 func (ep *Endpoint) ready() bool {
+	if ep.arrivals != nil {
+		for i := range ep.arrWords {
+			if w := &ep.arrWords[i]; ep.arrivals.Arrivals(w.bit)&w.mask != 0 {
+				return true
+			}
+		}
+		return false
+	}
 	for _, c := range ep.chans {
-		if ep.arrivals != nil && ep.arrived(c) || ep.arrivals == nil && c.view.Ready() != 0 {
+		if c.view.Ready() != 0 {
 			return true
 		}
 	}
@@ -158,35 +167,41 @@ func (ep *Endpoint) Poll() (int, error) {
 		}
 		ran = true
 	}
+	if ep.deferred > 0 {
+		for _, c := range ep.chans {
+			if len(c.replies) > 0 {
+				if err := c.flushReplies(); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
 	n, requests := 0, 0
-	for _, c := range ep.chans {
-		if len(c.replies) > 0 {
-			if err := c.flushReplies(); err != nil {
-				return 0, err
+	if ep.arrivals == nil {
+		for _, c := range ep.chans {
+			if err := ep.pollChannel(c, &n, &requests); err != nil {
+				return n, err
 			}
 		}
-		if ep.arrivals != nil {
-			// Nothing arrived: nothing to look at. Cleared before the
-			// queues are taken, an arrival meanwhile sets it again.
-			if !ep.arrived(c) {
-				continue
+	}
+	for i := range ep.arrWords {
+		// The channels whose bits are set, in order; the word is read
+		// again after each, so that what a handler's message made arrive
+		// on a later channel is taken in this Poll too. A bit is cleared
+		// before its channel's queues are taken: an arrival meanwhile
+		// sets it again.
+		w := &ep.arrWords[i]
+		var seen uint64 // the bits visited, and those below them
+		for {
+			v := ep.arrivals.Arrivals(w.bit) & w.mask &^ seen
+			if v == 0 {
+				break
 			}
+			b := bits.TrailingZeros64(v)
+			seen |= uint64(2)<<b - 1
+			c := ep.chans[w.chanAt[b]]
 			ep.arrivals.ClearArrival(c.bit)
-		}
-		for _, q := range receiveQueues {
-			if q == endpoint.RequestReceive && ep.eng != nil {
-				// The first request of this Poll, alone in its queue:
-				// its reply may leave at once by the express path. The
-				// replies to several leave together at the end.
-				ep.expressReply = requests == 0 && c.view.Waiting(q) == 1
-			}
-			k, err := ep.dispatch(c, q)
-			ep.expressReply = false
-			n += k
-			if q == endpoint.RequestReceive {
-				requests += k
-			}
-			if err != nil {
+			if err := ep.pollChannel(c, &n, &requests); err != nil {
 				ep.arrivals.Arrive(c.bit) // what is left is looked at again
 				return n, err
 			}
@@ -210,6 +225,29 @@ func (ep *Endpoint) Poll() (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// pollChannel runs the handlers of what c's receive queues hold, adding
+// them to *n and the requests among them to *requests.
+func (ep *Endpoint) pollChannel(c *Channel, n, requests *int) error {
+	for _, q := range receiveQueues {
+		if q == endpoint.RequestReceive && ep.eng != nil {
+			// The first request of this Poll, alone in its queue: its
+			// reply may leave at once by the express path. The replies
+			// to several leave together at the end.
+			ep.expressReply = *requests == 0 && c.view.Waiting(q) == 1
+		}
+		k, err := ep.dispatch(c, q)
+		ep.expressReply = false
+		*n += k
+		if q == endpoint.RequestReceive {
+			*requests += k
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runEngine runs the inline engine once.
