@@ -128,10 +128,16 @@ type EngineConfig struct {
 	// flight at once to one destination endpoint (default 1). With 1, an
 	// endpoint's messages to one destination leave one after another, each
 	// acknowledged before the next, and arrive in the order they were
-	// sent; its messages to other destinations do not wait for them (a
+	// sent; its messages to other destinations need not wait for them (a
 	// server's replies to several clients are in flight together, each on
 	// a channel of its own), and a message to one destination may arrive
-	// before one sent earlier to another. Above 1 they go out on up to
+	// before one sent earlier to another. The send queues are still taken
+	// in order: a message whose destination's window is full waits at the
+	// head of its queue, and those behind it wait with it. So a
+	// destination that stops answering holds the endpoint's other
+	// messages up (until the transport gives up on it, GiveUpAfter) only
+	// when more than Window of the endpoint's messages to it are waiting:
+	// a burst of replies to a client that died, say. Above 1 they go out on up to
 	// Window of the transport's channels to each destination at once, so
 	// one endpoint can keep a stream of messages in the network (its gap g
 	// falls from a round trip to the engine's send overhead); as in AM-II,
@@ -647,11 +653,21 @@ type ownerCount struct {
 	pinned int // endpoints with a message in flight
 }
 
-// Close closes every endpoint's memory. The engine is not usable after.
-// It returns the first error of closing memory, including that of an
-// endpoint closed earlier whose memory was closed late.
+// Close sends the acknowledgements the engine owes (those of the messages
+// its last Polls took, which would have ridden on its next frames: left
+// unsent, their senders would retransmit them until they gave up, and
+// return them unreachable though they were delivered), then closes every
+// endpoint's memory. The engine is not usable after. It returns the first
+// error of closing memory, including that of an endpoint closed earlier
+// whose memory was closed late, and that of sending, unless the link was
+// closed first (net.ErrClosed: nothing could be sent).
 func (e *Engine) Close() error {
 	err := errors.Join(e.closeErr, e.closeModules())
+	if e.eps != nil && e.tr.AcksOwed() {
+		if ferr := e.tr.FlushAcks(); ferr != nil && !errors.Is(ferr, net.ErrClosed) {
+			err = errors.Join(err, ferr)
+		}
+	}
 	for _, s := range e.eps {
 		if s == nil {
 			continue

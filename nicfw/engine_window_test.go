@@ -425,3 +425,36 @@ func TestEngineWindowDeadDestination(t *testing.T) {
 		t.Errorf("after the return: %d in flight, counts %v, pinned %d", s.flying, s.flyingTo, n.a.eng.pinned)
 	}
 }
+
+// An engine that closes sends the acknowledgements it owes: the reply it
+// took in its last Poll is not left to its sender's retransmissions and
+// returned, unreachable, once the sender gives up.
+func TestEngineCloseSendsAcks(t *testing.T) {
+	n := newEngNet(t, memlink.Options{}, EngineConfig{})
+	a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}}})
+	b1 := n.b.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	mustSend(t, a1, endpoint.RequestSend, short(0, 7, 1))
+	var got []received
+	n.run(t, 1000, func() bool {
+		if d, _, ok := receiveData(t, b1, endpoint.RequestReceive); ok {
+			mustSend(t, b1, endpoint.ReplySend, short(d.Dest, 8, 2))
+		}
+		collect(t, a1, endpoint.ReplyReceive, &got)
+		return len(got) == 1
+	})
+	if !n.a.eng.tr.AcksOwed() {
+		t.Fatal("A owes no acknowledgement after taking the reply: the test does not test Close")
+	}
+	if err := n.a.eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 * int(engGiveUp/engStep) {
+		if _, err := n.b.eng.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		n.clk.Advance(engStep)
+	}
+	if s := n.b.eng.Stats(); s.Returned != 0 || s.Acked != s.Sent {
+		t.Errorf("B: %d of %d acknowledged, %d returned: the reply A took was not acknowledged", s.Acked, s.Sent, s.Returned)
+	}
+}

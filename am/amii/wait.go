@@ -18,9 +18,12 @@ import (
 // Config.Shared, another goroutine may have run them first); ready false
 // and no error: nothing arrived within timeout. An error is a failure: a
 // handler called Wait, or firmware mode's daemon went away. In inline mode
-// it runs the engine meanwhile; in firmware mode it arms the endpoint's
-// events and blocks on the daemon's notification. It may not be called
-// from a handler.
+// it runs the engine meanwhile, in a loop that does not block (the link
+// gives it nothing to block on): it keeps its CPU busy until a message
+// comes or the timeout passes, so where such goroutines outnumber the
+// CPUs, Poll and yield (runtime.Gosched) instead. In firmware mode it
+// arms the endpoint's events and blocks on the daemon's notification. It
+// may not be called from a handler.
 func (ep *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
 	if err := ep.enter(); err != nil {
 		return false, err
