@@ -442,7 +442,11 @@ type Engine struct {
 	hostRet     map[HostID]*hostReturns // returns to and from each host (counters.go)
 }
 
-// NewEngine returns an engine on link with a transport of its own.
+// NewEngine returns an engine on link with a transport of its own. The
+// engine knows no other host yet: cfg.Host names this one, and AddHost (or
+// SetHosts) enters each peer's id and MAC address before endpoints send to
+// it (amii.Open and grim.Open take them from their configurations; with
+// amii.New and grim.New on an engine of one's own, the caller does).
 func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	if cfg.Transport.Deliver != nil || cfg.Transport.Returned != nil {
 		return nil, fmt.Errorf("%w: the engine sets the transport's callbacks", ErrConfig)
