@@ -4,9 +4,6 @@ package grim
 
 import (
 	"testing"
-
-	"github.com/xam-project/xam/afxdp/memlink"
-	"github.com/xam-project/xam/nicfw"
 )
 
 // BenchmarkGRIMRoundTrip: a short request and its reply between two
@@ -39,29 +36,7 @@ func benchRoundTrip(b *testing.B, send func(*Channel, int) error) {
 // benchRoundTripOn runs the round trips between endpoints of channels
 // logical channels, on the last.
 func benchRoundTripOn(b *testing.B, channels int, send func(*Channel, int) error) {
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer la.Close()
-	defer lb.Close()
-	peers := []nicfw.Name{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 16}}
-	var eps [2]*Endpoint
-	for i, l := range []*memlink.Link{la, lb} {
-		eng, err := nicfw.NewEngine(l, engineConfig(nicfw.HostID(i+1), 1))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer eng.Close()
-		other := []*memlink.Link{lb, la}[i]
-		if err := eng.AddHost(nicfw.HostID(2-i), other.HardwareAddr()); err != nil {
-			b.Fatal(err)
-		}
-		if eps[i], err = New(eng, Config{Peers: peers, Self: i, CutThrough: true, Channels: channels}); err != nil {
-			b.Fatal(err)
-		}
-		defer eps[i].Close()
-	}
+	eps, _ := inlinePair(b, channels, nil)
 	answered := -1
 	eps[0].Handle(FirstUserHandler+1, func(_ *Token, args [ShortArgs]uint32, _ []byte) { answered = int(args[0]) })            //nolint:errcheck
 	eps[1].Handle(FirstUserHandler, func(t *Token, args [ShortArgs]uint32, _ []byte) { t.Reply(FirstUserHandler+1, args[0]) }) //nolint:errcheck

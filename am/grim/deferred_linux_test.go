@@ -5,46 +5,15 @@ package grim
 import (
 	"testing"
 
-	"github.com/xam-project/xam/afxdp/memlink"
-	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
-
-// inlinePair returns two inline endpoints of channels logical channels on
-// a memlink pair, peers 0 and 1.
-func inlinePair(t *testing.T, channels int) [2]*Endpoint {
-	t.Helper()
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	peers := []nicfw.Name{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 16}}
-	var eps [2]*Endpoint
-	for i, l := range []*memlink.Link{la, lb} {
-		eng, err := nicfw.NewEngine(l, engineConfig(nicfw.HostID(i+1), 1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { eng.Close() })
-		other := []*memlink.Link{lb, la}[i]
-		if err := eng.AddHost(nicfw.HostID(2-i), other.HardwareAddr()); err != nil {
-			t.Fatal(err)
-		}
-		if eps[i], err = New(eng, Config{Peers: peers, Self: i, Channels: channels}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { eps[i].Close() })
-	}
-	return eps
-}
 
 // A reply that a handler sends while its channel's reply queue is full
 // waits (Stats.RepliesDeferred) and leaves at a later Poll, after those
 // before it: none is lost, and once they have left Poll looks at no
 // channel's deferred replies.
 func TestGRIMDeferredReplies(t *testing.T) {
-	eps := inlinePair(t, 2)
+	eps, _ := inlinePair(t, 2, nil)
 	b, c := eps[1], eps[1].ch(1)
 	const n = endpoint.DefaultQueueEntries + 10
 	// As a handler would: the engine does not run, and the replies past

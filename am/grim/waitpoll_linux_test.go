@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/nicfw"
 )
 
@@ -14,31 +13,9 @@ import (
 // acknowledgement of the request. Every short message and reply is one
 // compact cell (four integers in two engine arguments).
 func TestWaitThenPollAnswersWithoutAckFrame(t *testing.T) {
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	peers := []nicfw.Name{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 16}}
-	var eps [2]*Endpoint
-	var engs [2]*nicfw.Engine
-	for i, l := range []*memlink.Link{la, lb} {
-		ec := engineConfig(nicfw.HostID(i+1), 1)
+	eps, engs := inlinePair(t, 1, func(ec *nicfw.EngineConfig) {
 		ec.Transport.RetransmitAfter, ec.Transport.GiveUpAfter = time.Minute, time.Hour // no copies on a loaded machine: the counts are exact
-		eng, err := nicfw.NewEngine(l, ec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { eng.Close() })
-		if err := eng.AddHost(nicfw.HostID(2-i), []*memlink.Link{lb, la}[i].HardwareAddr()); err != nil {
-			t.Fatal(err)
-		}
-		if eps[i], err = New(eng, Config{Peers: peers, Self: i}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { eps[i].Close() })
-		engs[i] = eng
-	}
+	})
 	answered := -1
 	if err := eps[0].Handle(FirstUserHandler+1, func(_ *Token, args [ShortArgs]uint32, _ []byte) { answered = int(args[3]) }); err != nil {
 		t.Fatal(err)
