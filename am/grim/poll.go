@@ -134,12 +134,6 @@ func (ep *Endpoint) arrived(c *Channel) bool {
 	return ep.arrivals.Arrivals(c.bit)&(1<<(c.bit%64)) != 0
 }
 
-// A channel's send and receive queues.
-var (
-	sendQueues    = [...]endpoint.Queue{endpoint.RequestSend, endpoint.ReplySend}
-	receiveQueues = [...]endpoint.Queue{endpoint.RequestReceive, endpoint.ReplyReceive}
-)
-
 // replyCheckPolls is how often (in Polls) the reply timer looks at the
 // requests outstanding.
 const replyCheckPolls = 64
@@ -227,27 +221,22 @@ func (ep *Endpoint) Poll() (int, error) {
 	return n, nil
 }
 
-// pollChannel runs the handlers of what c's receive queues hold, adding
-// them to *n and the requests among them to *requests.
+// pollChannel runs the handlers of what c's receive queues hold, requests
+// first, adding them to *n and the requests among them to *requests.
 func (ep *Endpoint) pollChannel(c *Channel, n, requests *int) error {
-	for _, q := range receiveQueues {
-		if q == endpoint.RequestReceive && ep.eng != nil {
-			// The first request of this Poll, alone in its queue: its
-			// reply may leave at once by the express path. The replies
-			// to several leave together at the end.
-			ep.expressReply = *requests == 0 && c.view.Waiting(q) == 1
-		}
-		k, err := ep.dispatch(c, q)
-		ep.expressReply = false
-		*n += k
-		if q == endpoint.RequestReceive {
-			*requests += k
-		}
-		if err != nil {
-			return err
-		}
+	// The first request of this Poll, alone in its queue: its reply may
+	// leave at once by the express path. The replies to several leave
+	// together at the end.
+	ep.expressReply = ep.eng != nil && *requests == 0 && c.view.Waiting(endpoint.RequestReceive) == 1
+	k, err := ep.dispatch(c, endpoint.RequestReceive)
+	ep.expressReply = false
+	*n, *requests = *n+k, *requests+k
+	if err != nil {
+		return err
 	}
-	return nil
+	k, err = ep.dispatch(c, endpoint.ReplyReceive)
+	*n += k
+	return err
 }
 
 // runEngine runs the inline engine once.
