@@ -126,8 +126,8 @@ type EngineConfig struct {
 	SendBudget int
 	// Window is the most short and medium messages of one endpoint in
 	// flight at once to one destination endpoint (default 1). With 1, an
-	// endpoint's messages to one destination leave one after another, each
-	// acknowledged before the next, and arrive in the order they were
+	// endpoint's messages to one destination leave one after another,
+	// each acknowledged before the next, and arrive in the order they were
 	// sent; its messages to other destinations need not wait for them (a
 	// server's replies to several clients are in flight together, each on
 	// a channel of its own), and a message to one destination may arrive
@@ -137,15 +137,15 @@ type EngineConfig struct {
 	// destination that stops answering holds the endpoint's other
 	// messages up (until the transport gives up on it, GiveUpAfter) only
 	// when more than Window of the endpoint's messages to it are waiting:
-	// a burst of replies to a client that died, say. Above 1 they go out on up to
-	// Window of the transport's channels to each destination at once, so
-	// one endpoint can keep a stream of messages in the network (its gap g
-	// falls from a round trip to the engine's send overhead); as in AM-II,
-	// whose channels are independent, they are then in order per channel
-	// only: one lost and retransmitted arrives after those sent after it.
-	// Up to Window of a bulk message's chunks are in flight at once
-	// (counted with the endpoint's short and medium messages still in
-	// flight to the same destination), and the receiver stores them in
+	// a burst of replies to a client that died, say. Above 1 they go out
+	// on up to Window of the transport's channels to each destination at
+	// once, so one endpoint can keep a stream of messages in the network
+	// (its gap g falls from a round trip to the engine's send overhead);
+	// as in AM-II, whose channels are independent, they are then in order
+	// per channel only: one lost and retransmitted arrives after those
+	// sent after it. Up to Window of a bulk message's chunks are in flight
+	// at once (counted with the endpoint's short and medium messages still
+	// in flight to the same destination), and the receiver stores them in
 	// whatever order they arrive; a pooled bulk message's first chunk
 	// travels alone, and the rest follow once the receiver has found it a
 	// block (admission, pool.go). What bounds an endpoint's messages in
@@ -303,9 +303,10 @@ type epState struct {
 	published uint32
 
 	// flying counts the endpoint's messages in flight, each a flight
-	// record of its own (at most Window to each destination, flyingTo). A short or medium message
-	// leaves the slot when it is sent, and the slot takes the next one; a
-	// bulk message keeps the slot until its last chunk has left (bulk.go).
+	// record of its own (at most Window to each destination, flyingTo). A
+	// short or medium message leaves the slot when it is sent, and the
+	// slot takes the next one; a bulk message keeps the slot until its
+	// last chunk has left (bulk.go).
 	flying int
 
 	// owner is what the engine counts of the endpoint's owner
@@ -667,7 +668,7 @@ type ownerCount struct {
 // closed first (net.ErrClosed: nothing could be sent).
 func (e *Engine) Close() error {
 	err := errors.Join(e.closeErr, e.closeModules())
-	if e.eps != nil && e.tr.AcksOwed() {
+	if e.eps != nil && e.tr.AcksOwed() { // eps nil: closed already
 		if ferr := e.tr.FlushAcks(); ferr != nil && !errors.Is(ferr, net.ErrClosed) {
 			err = errors.Join(err, ferr)
 		}

@@ -27,9 +27,9 @@ import "github.com/xam-project/xam/nicfw/endpoint"
 // holds a message (order), it is not resident, its window to that
 // destination is full (window.go; on an ordered virtual network, its last
 // message to that host is unacknowledged), or the message could not leave
-// now (canSend: a busy
-// host, no frame to pin). An endpoint parked behind its doorbell stays
-// parked: its express messages leave without the scheduler.
+// now (canSend: a busy host, no frame to pin). An endpoint parked behind
+// its doorbell stays parked: its express messages leave without the
+// scheduler.
 
 // Express sends d, a short message from endpoint id's send queue q, at
 // once, without queueing it: the inline fast path (above). It reports

@@ -19,13 +19,12 @@ import (
 // message, sent again, arrives after those that left after it. A message
 // whose destination's window is full waits in the queue, and those behind
 // it with it. A bulk message holds the slot until its last chunk has
-// left, and its chunks share the window
-// (bulk.go). The scheduler is asked only
-// about endpoints whose next message could leave now (a free channel, a
-// frame to pin), so a blocked endpoint is not charged a send. The sender is
-// touched in the Residency before its message is taken, held while the
-// message is in flight and released on its ACK (the transport's Acked callback)
-// or its return; one frame is always left unpinned, so a delivery to a
+// left, and its chunks share the window (bulk.go). The scheduler is asked
+// only about endpoints whose next message could leave now (a free
+// channel, a frame to pin), so a blocked endpoint is not charged a send.
+// The sender is touched in the Residency before its message is taken,
+// held while the message is in flight and released on its ACK (the
+// transport's Acked callback) or its return; one frame is always left unpinned, so a delivery to a
 // non-resident endpoint can load it (R is at least 2), and with several
 // owners each pins at most its share of the frames, leaving one that every
 // other owner with an endpoint open may pin (mayPin): one user's messages

@@ -292,7 +292,7 @@ func decodeCompactAcked(cell cells.Cell, vpi uint16, channels int, h *header, ac
 // into h and its entries, in the ACK PDU's form, into acks (room for
 // compactAckEntries), and returns their number.
 func decodeCompactAck(cell cells.Cell, vpi uint16, channels int, h *header, acks []byte) (n int, ok bool) {
-	b := cell.Payload()
+	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
 	n = int(b[compactOffLength])
 	switch {
 	case !cell.Valid(), cell.VPI(cells.UNI) != vpi,
@@ -321,7 +321,7 @@ func decodeCompactAck(cell cells.Cell, vpi uint16, channels int, h *header, acks
 // channels channels and writes the header of the DATA PDU it stands for
 // into h; the payload aliases the cell.
 func decodeCompact(cell cells.Cell, vpi uint16, channels int, h *header) (payload []byte, ok bool) {
-	b := cell.Payload()
+	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
 	n := int(b[compactOffLength])
 	switch {
 	case !cell.Valid(), cell.VPI(cells.UNI) != vpi,
