@@ -106,12 +106,13 @@ func (o *Options) fill() error {
 // producer and the end's Recv its consumer; mu serialises them.
 type queue struct {
 	mu     sync.Mutex
-	frames [][]byte // ring of waiting frames (len = frame length)
-	head   int      // index of the oldest
-	n      int      // number waiting
-	free   [][]byte // free buffers (cap MTU+14)
-	held   []byte   // a reordered frame waiting for the next one, or nil
-	closed bool     // the receiving end is closed: frames are discarded
+	frames [][]byte     // ring of waiting frames (len = frame length)
+	head   int          // index of the oldest
+	n      int          // number waiting
+	queued atomic.Int32 // n, for a Recv that finds none without the lock
+	free   [][]byte     // free buffers (cap MTU+14)
+	held   []byte       // a reordered frame waiting for the next one, or nil
+	closed bool         // the receiving end is closed: frames are discarded
 	rng    *rand.Rand
 	loss   float64
 	dup    float64
@@ -193,6 +194,7 @@ func (q *queue) take(f []byte) []byte {
 func (q *queue) enqueue(buf []byte) {
 	q.frames[(q.head+q.n)%len(q.frames)] = buf
 	q.n++
+	q.queued.Store(int32(q.n))
 }
 
 // signal leaves a token for a waiting receiver.
@@ -292,6 +294,12 @@ func (l *Link) Recv(frames [][]byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	q := l.in
+	if len(l.rx.lent) == 0 && q.queued.Load() == 0 {
+		// Nothing lent to give back and nothing waiting: the peer's
+		// sends, which take q.mu, are not held up by a receiver that
+		// polls.
+		return 0, nil
+	}
 	q.mu.Lock()
 	q.free = append(q.free, l.rx.lent...)
 	clear(l.rx.lent)
@@ -307,6 +315,7 @@ func (l *Link) Recv(frames [][]byte) (int, error) {
 		bytes += uint64(len(f))
 	}
 	q.n -= n
+	q.queued.Store(int32(q.n))
 	q.mu.Unlock()
 	if n > 0 {
 		l.rxFrames.Add(uint64(n))
@@ -426,6 +435,7 @@ func (l *Link) Close() error {
 	q.mu.Lock()
 	q.closed = true
 	q.n, q.held = 0, nil
+	q.queued.Store(0)
 	clear(q.frames)
 	q.mu.Unlock()
 	l.rx.lent = nil

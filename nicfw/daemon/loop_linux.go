@@ -94,15 +94,18 @@ func (d *Daemon) loop(ctx context.Context) error {
 
 // loopAll runs the engines of ds in turns in this thread until ctx is done:
 // each turn runs each daemon's queued work and its engine once; a turn
-// without work yields the processor, and after Config.Sleep (the shortest
-// of ds's) without work in any, it sleeps (sleepAll). With BusyPoll (if
-// any of ds has it) it neither yields nor sleeps.
+// without work yields the processor (endpoint.Yielder: at every idle turn
+// while other threads want this core, else every endpoint.YieldEvery),
+// and after Config.Sleep (the shortest of ds's) without work in any, it
+// sleeps (sleepAll). With BusyPoll (if any of ds has it) it neither
+// yields nor sleeps.
 func loopAll(ctx context.Context, ds []*Daemon) error {
 	nap := ds[0].cfg.Sleep
 	for _, d := range ds[1:] {
 		nap = min(nap, d.cfg.Sleep)
 	}
 	var idleSince time.Time
+	var y endpoint.Yielder
 	for iter := 0; ; iter++ {
 		work := 0
 		for _, d := range ds {
@@ -123,8 +126,11 @@ func loopAll(ctx context.Context, ds []*Daemon) error {
 		if nap == BusyPoll {
 			continue
 		}
-		endpoint.Yield()
 		now := time.Now()
+		if y.Due(now) {
+			y.Yield(now)
+			now = time.Now()
+		}
 		if idleSince.IsZero() {
 			idleSince = now
 			continue

@@ -2,32 +2,102 @@ package endpoint
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
 // Spin looks for up to d whether ready reports true, and reports whether
 // it did: the adaptive wait of an application whose engine runs in a
 // daemon, which spares a message that comes soon the eventfd's wake-up.
-// Between looks it calls between (if set), then yields the processor to
-// other goroutines and other threads (Yield): the daemon's engine may
-// need this core.
+// Between looks it yields the processor to other goroutines and other
+// threads (a Yielder: as often as other threads take it, or every
+// YieldEvery while none does), calling between (if set) first: the
+// daemon's engine may need this core.
 func Spin(d time.Duration, ready func() bool, between func()) bool {
 	if d <= 0 {
 		return false
 	}
 	start := time.Now()
+	var y Yielder
 	for i := 0; ; i++ {
 		if ready() {
 			return true
 		}
-		if i&15 == 15 && time.Since(start) >= d {
+		if y.gap > 0 && i&15 != 15 {
+			continue // no thread wanted the core at the last yield: look again
+		}
+		now := time.Now()
+		if now.Sub(start) >= d {
 			return false
+		}
+		if !y.Due(now) {
+			continue
 		}
 		if between != nil {
 			between()
 		}
 		runtime.Gosched()
-		Yield()
+		y.Yield(now)
+	}
+}
+
+// YieldEvery is how often a spinning wait yields the processor while no
+// other thread takes it when it does (Yielder).
+const YieldEvery = 2 * time.Microsecond
+
+// Yielder yields the processor from a loop that spins, as often as the
+// core is wanted. A yield is a system call (about half a microsecond in a
+// virtual machine), and what the loop waits for waits meanwhile: between
+// every two looks it made a message wait a quarter of a microsecond on
+// average. So a yield that returns at once (no other thread ran) makes
+// the next one wait YieldEvery; one that took longer (another thread ran
+// on this core: an engine, another application) makes the next one come
+// at the next look, as on a machine with fewer cores than busy threads.
+// The zero value is ready.
+type Yielder struct {
+	last time.Time     // when the last yield returned
+	gap  time.Duration // the next yield's distance from it
+}
+
+// Due reports whether the loop should yield now (now: the caller's clock).
+func (y *Yielder) Due(now time.Time) bool { return y.gap == 0 || now.Sub(y.last) >= y.gap }
+
+// Yield yields the processor (Yield) and sets when the next yield is due;
+// now is the caller's clock read just before.
+func (y *Yielder) Yield(now time.Time) {
+	Yield()
+	y.yielded(now, time.Now())
+}
+
+// yielded sets when the next yield is due after one from start to end.
+func (y *Yielder) yielded(start, end time.Time) {
+	y.last = end
+	took := end.Sub(start)
+	if took <= 2*fastestYield(took)+yieldSlack {
+		y.gap = YieldEvery // nobody else ran meanwhile
+	} else {
+		y.gap = 0
+	}
+}
+
+// yieldSlack is what a yield may take beyond twice the fastest one seen
+// and still count as one in which no other thread ran.
+const yieldSlack = 500 * time.Nanosecond
+
+// fastest is the fastest yield seen in this process (nanoseconds; 0: none).
+var fastest atomic.Int64
+
+// fastestYield records a yield that took took, and returns the fastest
+// one seen: the cost of the system call when no other thread runs.
+func fastestYield(took time.Duration) time.Duration {
+	for {
+		f := fastest.Load()
+		if f != 0 && f <= int64(took) {
+			return time.Duration(f)
+		}
+		if fastest.CompareAndSwap(f, int64(took)) {
+			return took
+		}
 	}
 }
 

@@ -1,0 +1,56 @@
+package endpoint
+
+import (
+	"testing"
+	"time"
+)
+
+// A Yielder yields at every look while its yields take long (another
+// thread ran on the core), and every YieldEvery once one returns at once.
+func TestYielder(t *testing.T) {
+	saved := fastest.Load()
+	t.Cleanup(func() { fastest.Store(saved) })
+	fastest.Store(0)
+	var y Yielder
+	t0 := time.Unix(1000, 0)
+	if !y.Due(t0) {
+		t.Fatal("a new Yielder is not due")
+	}
+	y.yielded(t0, t0.Add(500*time.Nanosecond)) // the fastest yet: nobody else ran
+	end := t0.Add(500 * time.Nanosecond)
+	if y.Due(end.Add(YieldEvery / 2)) {
+		t.Fatal("due again within YieldEvery after a fast yield")
+	}
+	if !y.Due(end.Add(YieldEvery)) {
+		t.Fatal("not due YieldEvery after a fast yield")
+	}
+	// A yield of 10 µs: another thread had the core meanwhile.
+	y.yielded(end, end.Add(10*time.Microsecond))
+	if !y.Due(end.Add(10 * time.Microsecond)) {
+		t.Fatal("not due at once after a slow yield")
+	}
+	// Back to fast: spaced again.
+	y.yielded(t0, t0.Add(700*time.Nanosecond))
+	if y.Due(t0.Add(time.Microsecond)) {
+		t.Fatal("due at once after a fast yield")
+	}
+}
+
+// Spin reports true as soon as ready does, and false after d.
+func TestSpin(t *testing.T) {
+	n := 0
+	if !Spin(time.Hour, func() bool { n++; return n == 1000 }, nil) || n != 1000 {
+		t.Fatalf("Spin returned after %d looks, want 1000", n)
+	}
+	between := 0
+	start := time.Now()
+	if Spin(20*time.Millisecond, func() bool { return false }, func() { between++ }) {
+		t.Fatal("Spin reported ready")
+	}
+	if time.Since(start) < 20*time.Millisecond || between == 0 {
+		t.Fatalf("Spin gave up after %v, %d yields", time.Since(start), between)
+	}
+	if Spin(0, func() bool { return true }, nil) {
+		t.Fatal("Spin(0) looked")
+	}
+}
