@@ -22,12 +22,18 @@ import (
 
 // deliver is the transport's Deliver callback. A request stored for an
 // application that answers every request (View.SetAnswers) keeps its
-// acknowledgement for the reply to carry; every other message has it sent
-// at the next Poll (Transport.AckNow, whatever the AckDelay).
+// acknowledgement for the reply to carry; a reply keeps it a little while
+// (Transport.AckSoon: its application's next request to that host
+// carries it, in a ping-pong); every other message has it sent at the next
+// Poll (Transport.AckNow, whatever the AckDelay).
 func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
-	e.answering = false
+	e.answering, e.replyIn = false, false
 	taken := e.offer(src, p)
-	if !e.answering {
+	switch {
+	case e.answering:
+	case e.replyIn:
+		e.tr.AckSoon()
+	default:
 		e.tr.AckNow()
 	}
 	return taken
@@ -222,6 +228,7 @@ func (e *Engine) store(src HostID, s *epState, m *msg, rx *bulkRx) bool {
 	if m.kind == endpoint.RequestSend && m.class != endpoint.ClassBulk && s.mem.Answers() {
 		e.answering = true
 	}
+	e.replyIn = m.kind == endpoint.ReplySend && m.class != endpoint.ClassBulk
 	s.counts.Received++
 	s.counts.ReceivedBytes += uint64(dataBytes(m.class, m.length))
 	return true

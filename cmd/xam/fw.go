@@ -58,6 +58,16 @@ func ackDelayConfig(d time.Duration) time.Duration {
 	return d
 }
 
+// replyAckDelayConfig is --reply-ack-delay as
+// transport.Config.AckSoonDelay: 0 there would be the daemon's default,
+// so 0 here is negative there (the next Poll).
+func replyAckDelayConfig(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // parseCores parses a CPU list such as "2,3" or "2-5".
 func parseCores(s string) ([]int, error) {
 	var cores []int
@@ -105,6 +115,7 @@ type fwConfig struct {
 	giveUp        time.Duration
 	retransmit    time.Duration
 	ackDelay      time.Duration
+	replyAckDelay time.Duration
 	xdpMode       string
 	zeroCopy      string
 	queueList     string // --queues, as given
@@ -213,6 +224,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.IntVar(&c.channels, "channels", transport.DefaultChannels, "logical channels per peer host (C)")
 	fs.IntVar(&c.window, "window", 1, "messages of one endpoint in flight at once to each destination endpoint (above 1: in order per channel only)")
 	fs.DurationVar(&c.giveUp, "give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
+	fs.DurationVar(&c.replyAckDelay, "reply-ack-delay", daemon.DefaultReplyAckDelay, "how long the acknowledgement of a reply waits for the application's next request to that host to carry it before it leaves in a frame of its own (0: at the next poll; at most --ack-delay)")
 	fs.DurationVar(&c.ackDelay, "ack-delay", daemon.DefaultAckDelay, "how long the acknowledgement of a request to an endpoint that answers every request (AM-II's) waits for the reply to carry it before it leaves in a frame of its own; other messages are acknowledged at the next poll (0: at the next poll too; negative: every frame at once)")
 	fs.DurationVar(&c.retransmit, "retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
 	fs.StringVar(&c.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
@@ -311,6 +323,8 @@ func (c *fwConfig) checkLimits() error {
 		return usageError("--retransmit %v: want a positive duration below --give-up (%v)", c.retransmit, c.giveUp)
 	case c.ackDelay >= c.retransmit:
 		return usageError("--ack-delay %v: want less than --retransmit (%v)", c.ackDelay, c.retransmit)
+	case c.replyAckDelay < 0:
+		return usageError("--reply-ack-delay %v: want 0 (at the next poll) or a positive duration", c.replyAckDelay)
 	case c.sleep < 0:
 		return usageError("--sleep %v: want 0 (busy-poll) or a positive duration", c.sleep)
 	case c.queue < 0:
@@ -385,7 +399,7 @@ func (c *fwConfig) daemonConfig(e *env) daemon.Config {
 	}
 	cfg := daemon.Config{
 		Engine: nicfw.EngineConfig{Host: nicfw.HostID(c.id), Resident: c.resident, Window: c.window, Modules: engineModules(c.mods),
-			Transport: transport.Config{Channels: c.channels, GiveUpAfter: c.giveUp, RetransmitAfter: c.retransmit, AckDelay: ackDelayConfig(c.ackDelay)}},
+			Transport: transport.Config{Channels: c.channels, GiveUpAfter: c.giveUp, RetransmitAfter: c.retransmit, AckDelay: ackDelayConfig(c.ackDelay), AckSoonDelay: replyAckDelayConfig(c.replyAckDelay)}},
 		Hosts: c.hosts, Socket: c.socket, Cores: c.cores, Sleep: sleepConfig(c.sleep),
 		MaxPerUser: c.maxEndpoints, MaxConnsPerUser: c.maxConns, MaxConns: c.maxConnsTotal, UserMemory: int64(c.memQuota),
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),

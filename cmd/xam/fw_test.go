@@ -83,6 +83,7 @@ func TestFwCoordUsage(t *testing.T) {
 		{[]string{"--retransmit", "0s"}, "--retransmit 0s: want a positive duration below --give-up (3s)"},
 		{[]string{"--retransmit", "5s"}, "--retransmit 5s: want a positive duration below --give-up (3s)"},
 		{[]string{"--ack-delay", "5ms"}, "--ack-delay 5ms: want less than --retransmit (5ms)"},
+		{[]string{"--reply-ack-delay", "-1us"}, "--reply-ack-delay -1µs: want 0 (at the next poll) or a positive duration"},
 	} {
 		args := append(append([]string(nil), base...), tc.args...)
 		code, out, errs := xam(t, nil, args...)

@@ -58,8 +58,23 @@ const (
 	// "the next Poll" comes after the reply; a daemon polls on its own,
 	// many times while the application answers, and without a delay sends
 	// each such acknowledgement in a frame of its own. Other messages are
-	// acknowledged at the next Poll (the engine calls AckNow for them).
+	// acknowledged at the next Poll (the engine calls AckNow for them),
+	// but replies (DefaultReplyAckDelay).
 	DefaultAckDelay = 50 * time.Microsecond
+	// DefaultReplyAckDelay is the daemon engine's
+	// transport.Config.AckSoonDelay where the configuration leaves it
+	// zero: how long the acknowledgement of a reply waits for the
+	// application's next request to the replier's host to carry it. The
+	// application takes the reply and sends its next request through two
+	// hand-offs with the daemon, a microsecond or so, while the daemon
+	// polls many times; without the delay the reply's acknowledgement
+	// leaves in a frame of its own just before that request, a system
+	// call of the engine's that the request waits behind. Short, because
+	// the replier's window to the application's endpoint (EngineConfig.Window)
+	// stays taken meanwhile: an application that has several requests
+	// out and sends no more until all are answered gets each further
+	// reply that much later. Negative: at the next Poll.
+	DefaultReplyAckDelay = 5 * time.Microsecond
 )
 
 // Config configures a Daemon.
@@ -179,6 +194,12 @@ func New(link afxdp.Link, cfg Config) (*Daemon, error) {
 	}
 	if cfg.Engine.Transport.AckDelay == 0 {
 		cfg.Engine.Transport.AckDelay = DefaultAckDelay
+	}
+	switch {
+	case cfg.Engine.Transport.AckSoonDelay == 0:
+		cfg.Engine.Transport.AckSoonDelay = DefaultReplyAckDelay
+	case cfg.Engine.Transport.AckSoonDelay < 0:
+		cfg.Engine.Transport.AckSoonDelay = 0 // AckSoon is AckNow
 	}
 	if cfg.MaxPerUser < 0 || cfg.MaxConnsPerUser < 0 || cfg.MaxConns < 0 || cfg.UserMemory < 0 || cfg.Sleep < 0 && cfg.Sleep != BusyPoll {
 		return nil, fmt.Errorf("%w: MaxPerUser %d, MaxConnsPerUser %d, MaxConns %d, UserMemory %d, Sleep %v",

@@ -679,24 +679,25 @@ func TestDaemonAcksRideOnMessages(t *testing.T) {
 	t.Cleanup(func() { ld.Close(); lo.Close() })
 	if d, err := New(ld, Config{Engine: nicfw.EngineConfig{Host: 1}, Socket: filepath.Join(openDir(t), "x.sock")}); err != nil {
 		t.Fatal(err)
-	} else if d.cfg.Engine.Transport.AckDelay != DefaultAckDelay {
-		t.Fatalf("AckDelay %v by default, want DefaultAckDelay", d.cfg.Engine.Transport.AckDelay)
+	} else if tc := d.cfg.Engine.Transport; tc.AckDelay != DefaultAckDelay || tc.AckSoonDelay != DefaultReplyAckDelay {
+		t.Fatalf("AckDelay %v, AckSoonDelay %v by default, want DefaultAckDelay and DefaultReplyAckDelay", tc.AckDelay, tc.AckSoonDelay)
 	} else {
 		d.shutdown()
 	}
 	// Busy-polling, so that no engine flushes its acknowledgements to
 	// sleep; a delay far longer than any round trip, so that a test
 	// slowed down by others still sees none leave alone.
-	_, db, sa, sb := daemonPairConfig(t, BusyPoll, transport.Config{AckDelay: time.Minute}, true)
+	da, db, sa, sb := daemonPairConfig(t, BusyPoll, transport.Config{AckDelay: time.Minute, AckSoonDelay: time.Minute}, true)
 	client := dial(t, sa, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 20}}})
 	server := dial(t, sb, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
-	stats := func() transport.Stats {
-		s, err := db.Stats()
+	statsOf := func(d *Daemon) transport.Stats {
+		s, err := d.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s.Transport
 	}
+	stats := func() transport.Stats { return statsOf(db) }
 	acks := func() uint64 { return stats().AckFrames }
 	// No answers promised: each request's acknowledgement leaves alone
 	// while the server holds its reply back.
@@ -707,12 +708,37 @@ func TestDaemonAcksRideOnMessages(t *testing.T) {
 		waitFor(t, "the request's acknowledgement", func() bool { return acks() >= round })
 	})
 	server.SetAnswers()
-	before := stats()
+	before, cbefore := stats(), statsOf(da)
 	pingPong(t, client, server, 300, 0, nil)
 	// A request the client sent again (a reply late on a loaded machine)
 	// is acknowledged at once, in a frame of its own: that one is owed.
-	after := stats()
+	after, cafter := stats(), statsOf(da)
 	if n, dups := after.AckFrames-before.AckFrames, after.Duplicates-before.Duplicates; n > dups {
 		t.Errorf("answers promised: the server's daemon sent %d ACK frames in 300 round trips (%d requests came twice), want none but those", n, dups)
 	}
+	// Each reply's acknowledgement waits (AckSoonDelay) for the client's
+	// next request, which carries it: the client's daemon sends none alone.
+	if n, dups := cafter.AckFrames-cbefore.AckFrames, cafter.Duplicates-cbefore.Duplicates; n > dups {
+		t.Errorf("the client's daemon sent %d ACK frames in 300 round trips (%d replies came twice), want none but those", n, dups)
+	}
+}
+
+// A reply's acknowledgement that no request carries leaves alone once the
+// daemon's AckSoonDelay has passed: the server's next reply to the client
+// is not held up for the AckDelay.
+func TestDaemonReplyAckLeavesAlone(t *testing.T) {
+	da, _, sa, sb := daemonPairConfig(t, BusyPoll, transport.Config{AckDelay: time.Minute, AckSoonDelay: time.Millisecond}, true)
+	client := dial(t, sa, OpenRequest{Tag: 9, Table: []nicfw.Name{{Host: 2, Endpoint: 20}}})
+	server := dial(t, sb, OpenRequest{Endpoint: 20, Tag: 9, Table: []nicfw.Name{{Host: 1, Endpoint: client.ID}}})
+	server.SetAnswers()
+	acks := func() uint64 {
+		s, err := da.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Transport.AckFrames
+	}
+	before := acks()
+	pingPong(t, client, server, 1, 0, nil)
+	waitFor(t, "the last reply's acknowledgement", func() bool { return acks() > before })
 }

@@ -10,8 +10,9 @@ import "github.com/xam-project/xam/cells"
 // acknowledges the request, and the next request the reply, so a round
 // trip costs two frames, not four. What no DATA frame has carried by the
 // end of the Poll after the one that queued it, and at least
-// Config.AckDelay after it was queued (or as soon as half the peer's
-// channels are owed one), leaves in an ACK frame of its own
+// Config.AckDelay after it was queued (Config.AckSoonDelay for a message
+// whose receiver said AckSoon; or as soon as half the peer's channels are
+// owed one), leaves in an ACK frame of its own
 // (flushAcks): the ACK header answers one channel and echoes its
 // stamp, the entries after it the others. NACKs are never delayed.
 //
@@ -32,6 +33,8 @@ func (t *Transport) queueAck(p *Peer, h *header) {
 	p.ackSeq[ch], p.ackStamp[ch] = h.seq(), h.stamp()
 	if t.ackNow {
 		p.ackUrgent = true
+	} else if t.ackSoon && !p.ackSoon {
+		p.ackSoon, p.ackSoonAt = true, t.now()
 	}
 	if p.ackOn[ch] {
 		return
@@ -67,7 +70,7 @@ func (t *Transport) dropAcks(p *Peer, n int) {
 	if rest > 0 {
 		return
 	}
-	p.ackUrgent = false
+	p.ackUrgent, p.ackSoon = false, false
 	i, last := p.ackIdx, len(t.acking)-1
 	t.acking[i] = t.acking[last]
 	t.acking[i].ackIdx = i
@@ -119,7 +122,8 @@ func (t *Transport) ackDue(p *Peer) bool {
 	if t.cfg.AckDelay <= 0 || p.ackUrgent || len(p.ackList) >= t.ackEarly {
 		return true
 	}
-	return t.now().Sub(p.ackAt) >= t.cfg.AckDelay
+	now := t.now()
+	return now.Sub(p.ackAt) >= t.cfg.AckDelay || p.ackSoon && now.Sub(p.ackSoonAt) >= t.cfg.AckSoonDelay
 }
 
 // AckNow, called by Config.Deliver for the message it is given, has that
@@ -128,6 +132,19 @@ func (t *Transport) ackDue(p *Peer) bool {
 // carry it soon (one that will not be answered). With a delay, a
 // receiver calls it for every message but those it expects to answer.
 func (t *Transport) AckNow() { t.ackNow = true }
+
+// AckSoon, called by Config.Deliver for the message it is given, has that
+// message's acknowledgement wait at most Config.AckSoonDelay (and at least
+// until the end of the next Poll) for a DATA frame to its sender to carry
+// it: the receiver expects to send one soon (the next request after a
+// reply). Without an AckSoonDelay or an AckDelay it is AckNow.
+func (t *Transport) AckSoon() {
+	if t.cfg.AckSoonDelay <= 0 || t.cfg.AckDelay <= 0 {
+		t.ackNow = true
+		return
+	}
+	t.ackSoon = true
+}
 
 // flushCompactAck queues (into t.tx) a frame of one compact ACK cell that
 // carries every acknowledgement owed to p (at most compactAckMax).

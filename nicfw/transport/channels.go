@@ -88,6 +88,10 @@ type Peer struct {
 	// ackUrgent: one of the acknowledgements owed is for a message
 	// whose receiver said AckNow, or for a duplicate: no AckDelay.
 	ackUrgent bool
+	// ackSoon: one of them is for a message whose receiver said AckSoon,
+	// the first of which was queued at ackSoonAt (AckSoonDelay).
+	ackSoon   bool
+	ackSoonAt time.Time
 	ackPoll   uint64
 	ackAt     time.Time
 	ackIdx    int    // position in Transport.acking, or -1

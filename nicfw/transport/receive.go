@@ -294,7 +294,7 @@ func (t *Transport) dispatch(p *Peer, h *header, acks, payload []byte) {
 			t.stats.Late++
 			return
 		}
-		t.ackNow = false
+		t.ackNow, t.ackSoon = false, false
 		if !t.cfg.Deliver(p.id, ch, payload) {
 			t.stats.Refused++
 			p.stats.Refused++

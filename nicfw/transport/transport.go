@@ -91,6 +91,16 @@ type Config struct {
 	// by it). Negative: every DATA frame is acknowledged at the end of the
 	// Poll that received it, nothing is piggy-backed.
 	AckDelay time.Duration
+	// AckSoonDelay is how long, at most, the acknowledgement of a message
+	// whose receiver said AckSoon waits for a DATA frame to carry it: a
+	// message that its receiver will likely follow with one of its own to
+	// the sender (an AM-II reply, which its application follows with its
+	// next request). The engine's application takes a while to answer a
+	// message (a daemon's: a hand-off each way), more than the Poll that
+	// AckNow waits, so without it the acknowledgement leaves in an ACK
+	// frame of its own just before the request that could have carried
+	// it. 0 or with no AckDelay: AckSoon is AckNow. Above AckDelay: AckDelay.
+	AckSoonDelay time.Duration
 	// Unreliable turns reliability off, for measuring what it costs (the
 	// LogP baseline of AM-II): Send transmits at once with no channel, no
 	// copy kept and no retransmission, never reports ErrBusy, and the
@@ -263,6 +273,7 @@ type Transport struct {
 	ackOneMax int  // acknowledgements one ACK frame (one frame) may carry
 	ackEarly  int  // acknowledgements owed to a peer that go at once, AckDelay or not: half its channels
 	ackNow    bool // Deliver called AckNow for the message it was given
+	ackSoon   bool // Deliver called AckSoon for the message it was given
 	// hadRow holds the addresses rows of the host table were made for
 	// (up to maxHadRow): a row made again for one starts a new
 	// incarnation (newPeer).
@@ -444,7 +455,7 @@ func (c Config) check(link afxdp.Link) error {
 		return fmt.Errorf("%w: no link", ErrConfig)
 	case c.Channels < 1 || c.Channels > MaxChannels:
 		return fmt.Errorf("%w: %d channels, want 1..%d", ErrConfig, c.Channels, MaxChannels)
-	case c.RetransmitAfter < 0 || c.NackDelay < 0 || c.GiveUpAfter < 0 || c.ScanInterval < 0:
+	case c.RetransmitAfter < 0 || c.NackDelay < 0 || c.GiveUpAfter < 0 || c.ScanInterval < 0 || c.AckSoonDelay < 0:
 		return fmt.Errorf("%w: negative duration", ErrConfig)
 	case c.MaxPayload < 0 || c.MaxPayload > MaxPayloadLimit(c.Channels):
 		return fmt.Errorf("%w: MaxPayload %d, want 1..%d", ErrConfig, c.MaxPayload, MaxPayloadLimit(c.Channels))

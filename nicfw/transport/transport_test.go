@@ -27,6 +27,7 @@ type end struct {
 	// got[src][ch] lists the message numbers delivered on each channel.
 	got      map[HostID]map[int][]uint32
 	refuse   func(src HostID, n uint32) bool // nil: accept everything
+	accepted func(tr *Transport)             // if set, called in Deliver for each message taken (AckNow, AckSoon)
 	returned []returnedMsg
 }
 
@@ -158,6 +159,9 @@ func newEnd(tb testing.TB, l afxdp.Link, clk *clock.Manual, cfg Config) *end {
 			e.got[src] = make(map[int][]uint32)
 		}
 		e.got[src][ch] = append(e.got[src][ch], n)
+		if e.accepted != nil {
+			e.accepted(e.tr)
+		}
 		return true
 	}
 	cfg.Returned = func(dst HostID, cookie uint64, payload []byte, reason error) {
@@ -808,6 +812,59 @@ func TestAckDelay(t *testing.T) {
 	p.poll(t)
 	if p.a.tr.Unacked(hostB) != 0 || p.b.tr.Stats().AckFrames != 2 {
 		t.Fatalf("FlushAcks: unacked %d, B %+v", p.a.tr.Unacked(hostB), p.b.tr.Stats())
+	}
+}
+
+// AckSoon holds a message's acknowledgement for a DATA frame the other
+// way for at most AckSoonDelay, however long the AckDelay; with no
+// AckSoonDelay it is AckNow.
+func TestAckSoon(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{AckDelay: time.Hour, AckSoonDelay: time.Millisecond})
+	p.b.accepted = (*Transport).AckSoon
+	send := func(from, to *end, dst HostID, n uint32) {
+		t.Helper()
+		if err := from.tr.Send(dst, payload(n, 60), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(p.a, p.b, hostB, 0)
+	for range 5 {
+		p.poll(t)
+	}
+	if p.a.tr.Unacked(hostB) != 1 || p.b.tr.Stats().AckFrames != 0 {
+		t.Fatalf("acknowledged before AckSoonDelay: B %+v", p.b.tr.Stats())
+	}
+	// B's next message to A carries it.
+	send(p.b, p.a, hostA, 0)
+	p.poll(t)
+	if sb := p.b.tr.Stats(); p.a.tr.Unacked(hostB) != 0 || sb.AckFrames != 0 || sb.AcksPiggybacked != 1 {
+		t.Fatalf("the next message did not carry it: unacked %d, B %+v", p.a.tr.Unacked(hostB), sb)
+	}
+	// Nothing to carry it: it leaves alone once AckSoonDelay has passed.
+	send(p.a, p.b, hostB, 1)
+	for range 5 {
+		p.poll(t)
+	}
+	if p.a.tr.Unacked(hostB) != 1 {
+		t.Fatal("acknowledged before AckSoonDelay")
+	}
+	p.clk.Advance(time.Millisecond)
+	p.poll(t)
+	p.poll(t)
+	if p.a.tr.Unacked(hostB) != 0 || p.b.tr.Stats().AckFrames != 1 {
+		t.Fatalf("after AckSoonDelay: unacked %d, B %+v", p.a.tr.Unacked(hostB), p.b.tr.Stats())
+	}
+	checkExactlyOnce(t, p.b, hostA, 2)
+
+	// Without an AckSoonDelay, AckSoon is AckNow: the end of the next Poll.
+	q := newPair(t, memlink.Options{}, Config{AckDelay: time.Hour})
+	q.b.accepted = (*Transport).AckSoon
+	send(q.a, q.b, hostB, 0)
+	for range 3 {
+		q.poll(t)
+	}
+	if q.a.tr.Unacked(hostB) != 0 || q.b.tr.Stats().AckFrames != 1 {
+		t.Fatalf("no AckSoonDelay: unacked %d, B %+v", q.a.tr.Unacked(hostB), q.b.tr.Stats())
 	}
 }
 
