@@ -3,10 +3,12 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -336,5 +338,63 @@ func TestDaemonCoresRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the socket file after a refused daemon: %v", err)
+	}
+}
+
+// TestDaemonCoresRestored: the engine thread, pinned to Config.Cores while
+// the daemon runs, goes back to Go's scheduler with the mask it had.
+// Before, it kept the daemon's cores, and whatever ran on it next was held
+// to them: a second daemon's New, which checks its cores against the
+// calling thread's mask, refused a CPU the process may run on.
+func TestDaemonCoresRestored(t *testing.T) {
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &before); err != nil {
+		t.Fatal(err)
+	}
+	if before.Count() < 2 {
+		t.Skip("one CPU: no mask narrower than the process's")
+	}
+	last := -1
+	for c := range 1024 {
+		if before.IsSet(c) {
+			last = c
+		}
+	}
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	d, err := New(la, Config{Socket: filepath.Join(openDir(t), "fw.sock"), Cores: []int{last}, Engine: nicfw.EngineConfig{Host: 1},
+		Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		during, after unix.CPUSet
+		err           error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Locked here too, so that the thread Run ran on is still this
+		// goroutine's when it returns.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var r result
+		unix.SchedGetaffinity(0, &r.during) // before Run: the process's
+		r.err = d.Run(ctx)
+		unix.SchedGetaffinity(0, &r.after)
+		done <- r
+	}()
+	waitFor(t, "the daemon's engine loop", func() bool { _, err := d.Stats(); return err == nil })
+	cancel()
+	r := <-done
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Run: %v", r.err)
+	}
+	if r.after != r.during {
+		t.Fatalf("the engine thread's mask after Run: %d CPUs, want the %d it had", r.after.Count(), r.during.Count())
 	}
 }

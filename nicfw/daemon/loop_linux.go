@@ -48,11 +48,22 @@ func RunGroup(ctx context.Context, ds ...*Daemon) error {
 	growProcs(1)
 	defer growProcs(-1)
 	if cores := ds[0].cfg.Cores; len(cores) > 0 {
-		var set unix.CPUSet
+		var set, old unix.CPUSet
 		for _, c := range cores {
 			set.Set(c)
 		}
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
+		err := unix.SchedGetaffinity(0, &old)
+		if err == nil {
+			err = unix.SchedSetaffinity(0, &set)
+		}
+		if err == nil {
+			// The thread goes back to Go's scheduler when the loop
+			// returns: with its old mask, or whatever runs on it next
+			// (another daemon's New, checking its cores against this
+			// thread's mask, say) would be held to these cores.
+			defer unix.SchedSetaffinity(0, &old)
+		}
+		if err != nil {
 			for _, d := range ds {
 				d.shutdown() // the socket, its file and the endpoints go
 			}
