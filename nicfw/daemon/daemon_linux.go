@@ -71,9 +71,11 @@ const (
 	// leaves in a frame of its own just before that request, a system
 	// call of the engine's that the request waits behind. Short, because
 	// the replier's window to the application's endpoint (EngineConfig.Window)
-	// stays taken meanwhile: an application that has several requests
-	// out and sends no more until all are answered gets each further
-	// reply that much later. Negative: at the next Poll.
+	// stays taken meanwhile: where the replier has more replies for
+	// that endpoint than the window lets fly and the application sends
+	// nothing to its host (its requests carry the acknowledgements),
+	// each further window of replies leaves up to that much later.
+	// Negative: at the next Poll.
 	DefaultReplyAckDelay = 5 * time.Microsecond
 )
 
