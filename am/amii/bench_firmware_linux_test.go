@@ -154,47 +154,15 @@ func amiiRoundTripFirmware(b *testing.B, sleep time.Duration, group, wait bool) 
 		b.Cleanup(func() { a.Close() })
 		return a
 	}
-	ha, hb := dial(socks[0], 2), dial(socks[1], 1)
-	hb.Register(func(t *Token, args []uint64) {
-		if err := t.Reply(0, args...); err != nil {
-			b.Error(err)
-		}
-	})
-	answered := 0
-	ha.Register(func(t *Token, args []uint64) { answered++ })
-	poll := func(a *Endpoint) {
-		if _, err := a.Poll(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	frames := func() uint64 {
-		sa, _ := la.Stats()
-		sb, _ := lb.Stats()
-		return sa.TxFrames + sb.TxFrames
-	}
-	before := frames()
-	b.ReportAllocs()
-	defer func() { b.ReportMetric(float64(frames()-before)/float64(b.N), "frames/op") }()
-	for b.Loop() {
-		want := answered + 1
-		if err := ha.Request(0, 0, 1, 2); err != nil {
-			b.Fatal(err)
-		}
-		for answered < want {
-			if wait {
-				if _, err := hb.Wait(time.Second); err != nil {
-					b.Fatal(err)
-				}
+	var waitFn func(*Endpoint)
+	if wait {
+		waitFn = func(a *Endpoint) {
+			if _, err := a.Wait(time.Second); err != nil {
+				b.Fatal(err)
 			}
-			poll(hb)
-			if wait {
-				if _, err := ha.Wait(time.Second); err != nil {
-					b.Fatal(err)
-				}
-			}
-			poll(ha)
 		}
 	}
+	echoRoundTrips(b, dial(socks[0], 2), dial(socks[1], 1), la, lb, []uint64{1, 2}, waitFn)
 }
 
 // benchHandoff is the round trip of one cache line between the

@@ -70,6 +70,15 @@ func BenchmarkAMIIRoundTrip(b *testing.B) {
 // arguments: two go in one compact cell, four in an AAL5 PDU.
 func amiiRoundTrip(b *testing.B, nargs int, ec nicfw.EngineConfig) {
 	ha, hb, la, lb := ownEnginePairConfig(b, ec)
+	echoRoundTrips(b, ha, hb, la, lb, []uint64{1, 2, 3, 4}[:nargs], nil)
+}
+
+// echoRoundTrips times b.N request/reply round trips from ha to hb, whose
+// handlers it registers (hb's echoes, ha's counts), with args as the
+// requests' arguments, and reports the frames la and lb sent per round
+// trip. The benchmark's goroutine polls both; wait, if set, runs before
+// each Poll (firmware mode's Wait).
+func echoRoundTrips(b *testing.B, ha, hb *Endpoint, la, lb *memlink.Link, args []uint64, wait func(*Endpoint)) {
 	hb.Register(func(t *Token, args []uint64) {
 		if err := t.Reply(0, args...); err != nil {
 			b.Error(err)
@@ -78,11 +87,13 @@ func amiiRoundTrip(b *testing.B, nargs int, ec nicfw.EngineConfig) {
 	answered := 0
 	ha.Register(func(t *Token, args []uint64) { answered++ })
 	poll := func(a *Endpoint) {
+		if wait != nil {
+			wait(a)
+		}
 		if _, err := a.Poll(); err != nil {
 			b.Fatal(err)
 		}
 	}
-	args := []uint64{1, 2, 3, 4}[:nargs]
 	frames := func() uint64 {
 		sa, _ := la.Stats()
 		sb, _ := lb.Stats()
