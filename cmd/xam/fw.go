@@ -225,7 +225,7 @@ func parseFw(e *env, args []string) (*fwConfig, error) {
 	fs.IntVar(&c.window, "window", 1, "messages of one endpoint in flight at once to each destination endpoint (above 1: in order per channel only)")
 	fs.DurationVar(&c.giveUp, "give-up", transport.DefaultGiveUpAfter, "how long to retry before a host is unreachable")
 	fs.DurationVar(&c.replyAckDelay, "reply-ack-delay", daemon.DefaultReplyAckDelay, "how long the acknowledgement of a reply waits for the application's next request to that host to carry it before it leaves in a frame of its own (0: at the next poll; at most --ack-delay)")
-	fs.DurationVar(&c.ackDelay, "ack-delay", daemon.DefaultAckDelay, "how long the acknowledgement of a request to an endpoint that answers every request (AM-II's) waits for the reply to carry it before it leaves in a frame of its own; other messages are acknowledged at the next poll (0: at the next poll too; negative: every frame at once)")
+	fs.DurationVar(&c.ackDelay, "ack-delay", daemon.DefaultAckDelay, "how long the acknowledgement of a request to an endpoint that answers every request (AM-II's) waits for the reply to carry it before it leaves in a frame of its own; replies wait --reply-ack-delay, other messages are acknowledged at the next poll (0: at the next poll too; negative: every frame at once)")
 	fs.DurationVar(&c.retransmit, "retransmit", transport.DefaultRetransmitAfter, "how long a message waits for its acknowledgement before it is sent again")
 	fs.StringVar(&c.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, generic or native")
 	fs.StringVar(&c.zeroCopy, "zerocopy", "auto", "AF_XDP socket: auto (zero-copy where the driver has it, else copy mode, said by xam fw stats), require (zero-copy or fail) or off (copy mode)")
