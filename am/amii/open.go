@@ -155,7 +155,11 @@ func (ep *Endpoint) Name() Name { return ep.name }
 // its mapping, its endpoint at the engine, and (Open) the engine or
 // (Dial) the connection to the daemon. Messages arriving for it afterwards
 // return to their senders as ReasonClosed, and every call on it that
-// sends, polls or waits returns ErrClosed. It may not be called from a
+// sends, polls or waits returns ErrClosed. What the endpoint holds is
+// discarded, and nobody is told: requests and replies still in its send
+// queues (not yet taken by the engine: Drain first to have every request
+// answered or returned), and messages that arrived but no Poll took,
+// which their senders count as delivered. It may not be called from a
 // handler (ErrDiscipline), nor while other goroutines use the endpoint.
 func (ep *Endpoint) Close() error {
 	if ep.closer == nil {

@@ -100,6 +100,9 @@ type Config struct {
 	// AckNow waits, so without it the acknowledgement leaves in an ACK
 	// frame of its own just before the request that could have carried
 	// it. 0 or with no AckDelay: AckSoon is AckNow. Above AckDelay: AckDelay.
+	// Negative is refused. (A daemon's configuration, nicfw/daemon, reads
+	// 0 as daemon.DefaultReplyAckDelay and negative as 0 here; xam fw's
+	// --reply-ack-delay 0 is negative there.)
 	AckSoonDelay time.Duration
 	// Unreliable turns reliability off, for measuring what it costs (the
 	// LogP baseline of AM-II): Send transmits at once with no channel, no
