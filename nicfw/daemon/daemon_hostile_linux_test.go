@@ -398,3 +398,36 @@ func TestDaemonCoresRestored(t *testing.T) {
 		t.Fatalf("the engine thread's mask after Run: %d CPUs, want the %d it had", r.after.Count(), r.during.Count())
 	}
 }
+
+// TestDaemonIdleOnMemlink: an idle daemon on a link with no descriptor to
+// sleep on (a memlink) naps, and after each nap it sleeps again at its
+// first turn without work. Before, it polled for Config.Sleep after every
+// nap: about a fifth of a core for a daemon doing nothing.
+func TestDaemonIdleOnMemlink(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() }) // after the daemon stops
+	d, _ := runDaemon(t, la, Config{Engine: nicfw.EngineConfig{Host: 1}, Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}})
+	stats := func() (sleeps, polls uint64) {
+		s, err := d.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Sleeps, s.Engine.Polls
+	}
+	// Left alone for a while (each Stats call wakes it): the ratio of its
+	// turns to its sleeps, not the time, is what is checked.
+	s0, p0 := stats()
+	time.Sleep(200 * time.Millisecond)
+	s1, p1 := stats()
+	if s1-s0 < 5 {
+		t.Fatalf("%d sleeps in 200 ms, want its naps (1 ms each)", s1-s0)
+	}
+	// About ten turns per nap here; a poll for Sleep after each was a
+	// thousand.
+	if per := float64(p1-p0) / float64(s1-s0); per > 100 {
+		t.Errorf("%d polls in %d sleeps (%.0f per sleep), want a few", p1-p0, s1-s0, per)
+	}
+}

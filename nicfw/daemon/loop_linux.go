@@ -108,8 +108,8 @@ func (d *Daemon) loop(ctx context.Context) error {
 // without work yields the processor (endpoint.Yielder: at every idle turn
 // while other threads want this core, else every endpoint.YieldEvery),
 // and after Config.Sleep (the shortest of ds's) without work in any, it
-// sleeps (sleepAll). With BusyPoll (if any of ds has it) it neither
-// yields nor sleeps.
+// sleeps (sleepAll); woken, it sleeps again after the first turn without
+// work. With BusyPoll (if any of ds has it) it neither yields nor sleeps.
 func loopAll(ctx context.Context, ds []*Daemon) error {
 	nap := ds[0].cfg.Sleep
 	for _, d := range ds[1:] {
@@ -155,7 +155,10 @@ func loopAll(ctx context.Context, ds []*Daemon) error {
 		if err := sleepAll(ds); err != nil {
 			return err
 		}
-		idleSince = time.Time{}
+		// Idle for Sleep already: a turn that finds no work sleeps again at
+		// once, so that waking for a timer or a nap (a link without a
+		// descriptor to sleep on) costs one turn, not Sleep's polling.
+		idleSince = time.Now().Add(-nap)
 	}
 }
 
