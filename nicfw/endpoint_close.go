@@ -59,6 +59,7 @@ func (e *Engine) CloseEndpoint(id EndpointID) error {
 	}
 	e.unbell(s)
 	e.returnedFl = slices.DeleteFunc(e.returnedFl, func(r returnedFlight) bool { return r.s == s })
+	s.aside = nil // discarded, as the messages still in its send queues are
 	if s.d.Class == endpoint.ClassBulk && s.state != slotEmpty {
 		e.abortBulk(s) // a SendGate that saw part of it leave hears it is done
 	}
@@ -171,7 +172,7 @@ func (e *Engine) Busy() bool {
 		return true
 	}
 	for _, s := range e.eps {
-		if s != nil && s.state == slotPending {
+		if s != nil && (s.state == slotPending || len(s.aside) > 0) {
 			return true
 		}
 	}

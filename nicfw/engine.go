@@ -133,11 +133,14 @@ type EngineConfig struct {
 	// a channel of its own), and a message to one destination may arrive
 	// before one sent earlier to another. The send queues are still taken
 	// in order: a message whose destination's window is full waits at the
-	// head of its queue, and those behind it wait with it. So a
-	// destination that stops answering holds the endpoint's other
-	// messages up (until the transport gives up on it, GiveUpAfter) only
-	// when more than Window of the endpoint's messages to it are waiting:
-	// a burst of replies to a client that died, say. Above 1 they go out
+	// head of its queue, and those behind it wait with it, while its
+	// destination answers. Once the destination's host is stalled (a
+	// message to it sent again, unacknowledged), short and medium
+	// messages to it step aside (aside.go) and those behind them go on:
+	// a burst of replies to a client that died holds the endpoint's other
+	// messages up for a retransmission time, not until the transport gives
+	// up (GiveUpAfter). A bulk message to it still waits at the head, and
+	// holds them up. Above 1 they go out
 	// on up to Window of the transport's channels to each destination at
 	// once, so one endpoint can keep a stream of messages in the network
 	// (its gap g falls from a round trip to the engine's send overhead);
@@ -176,6 +179,7 @@ type EngineConfig struct {
 type EngineStats struct {
 	Sent          uint64 // messages (bulk: chunks) handed to the transport or delivered locally
 	Express       uint64 // of those, short messages handed over directly (Express), not through a send queue
+	Aside         uint64 // messages that stepped aside for a stalled destination, letting those behind them go (aside.go)
 	Acked         uint64 // sent messages (bulk: chunks) acknowledged
 	Busy          uint64 // sends put off by ErrBusy (kept pending)
 	Delivered     uint64 // messages put into a receive queue
@@ -256,6 +260,7 @@ type epState struct {
 	d       endpoint.Descriptor
 	q       endpoint.Queue // the send queue d came from
 	express bool           // d came by the express path (Express), not through q
+	aside   []asideMsg     // messages taken off the send queues to wait for a stalled destination (aside.go)
 	reason  endpoint.Reason
 	blocked uint64 // Poll number in which it could not progress
 

@@ -141,7 +141,7 @@ func (e *Engine) parkIdle() {
 		s.parkIdx = len(e.parked)
 		e.parked = append(e.parked, s)
 		s.mem.SetEvicted(true)
-		if s.state != slotEmpty || s.mem.Pending() {
+		if s.state != slotEmpty || len(s.aside) > 0 || s.mem.Pending() {
 			e.unpark(s)
 		}
 	})

@@ -24,12 +24,12 @@ import "github.com/xam-project/xam/nicfw/endpoint"
 // sends among the busy ones; an idle endpoint's message that the scheduler
 // has not noticed yet waits for the next Poll, as it would), modules are
 // loaded (their gates), the endpoint's slot or either of its send queues
-// holds a message (order), it is not resident, its window to that
-// destination is full (window.go; on an ordered virtual network, its last
-// message to that host is unacknowledged), or the message could not leave
-// now (canSend: a busy host, no frame to pin). An endpoint parked behind
-// its doorbell stays parked: its express messages leave without the
-// scheduler.
+// holds a message, or messages of it are aside (aside.go) (order), it is
+// not resident, its window to that destination is full (window.go; on an
+// ordered virtual network, its last message to that host is
+// unacknowledged), or the message could not leave now (canSend: a busy
+// host, no frame to pin). An endpoint parked behind its doorbell stays
+// parked: its express messages leave without the scheduler.
 
 // Express sends d, a short message from endpoint id's send queue q, at
 // once, without queueing it: the inline fast path (above). It reports
@@ -41,7 +41,7 @@ import "github.com/xam-project/xam/nicfw/endpoint"
 func (e *Engine) Express(id EndpointID, q endpoint.Queue, d *endpoint.Descriptor) (bool, error) {
 	s := e.ep(id)
 	if s == nil || e.mods != nil || s.closed || !s.resident || e.live != 1 && !e.sched.Quiet(int(id)) ||
-		s.state != slotEmpty || !e.windowOpen(s, d.Dest, false) ||
+		s.state != slotEmpty || len(s.aside) > 0 || !e.windowOpen(s, d.Dest, false) ||
 		d.Class != endpoint.ClassShort || (q != endpoint.RequestSend && q != endpoint.ReplySend) {
 		return false, nil
 	}

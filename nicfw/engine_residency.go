@@ -83,7 +83,7 @@ func (e *Engine) evict(s *epState) {
 	s.mem.SetEvicted(true)
 	// A descriptor published before the mark was visible rang no bell:
 	// look once more now that it is (endpoint.Memory.SetEvicted).
-	s.rung = s.state != slotEmpty || s.mem.Pending()
+	s.rung = s.state != slotEmpty || len(s.aside) > 0 || s.mem.Pending()
 	e.evictedRung = e.evictedRung || s.rung
 }
 
@@ -180,7 +180,7 @@ func (e *Engine) doorbells() int {
 // without asking).
 func (e *Engine) hasWork(ep int) bool {
 	s := e.ep(EndpointID(ep))
-	return s != nil && !s.closed && (s.state != slotEmpty || s.mem.Pending())
+	return s != nil && !s.closed && (s.state != slotEmpty || len(s.aside) > 0 || s.mem.Pending())
 }
 
 // mayYield reports whether resident endpoint ep may give its frame to an
@@ -192,5 +192,5 @@ func (e *Engine) mayYield(ep int) bool {
 	if s == nil || s.closed || s.sends > 0 {
 		return true
 	}
-	return s.state == slotEmpty && !s.mem.Pending() || !s.held() && !e.mayPin(s)
+	return s.state == slotEmpty && len(s.aside) == 0 && !s.mem.Pending() || !s.held() && !e.mayPin(s)
 }

@@ -18,7 +18,8 @@ import (
 // above 1 they are in order per channel only, as in AM-II: a lost
 // message, sent again, arrives after those that left after it. A message
 // whose destination's window is full waits in the queue, and those behind
-// it with it. A bulk message holds the slot until its last chunk has
+// it with it, unless its destination's host is stalled: then a short or
+// medium one steps aside (aside.go). A bulk message holds the slot until its last chunk has
 // left, and its chunks share the window (bulk.go). The scheduler is asked
 // only about endpoints whose next message could leave now (a free
 // channel, a frame to pin), so a blocked endpoint is not charged a send.
@@ -53,16 +54,34 @@ func (e *Engine) isPending(ep int) bool {
 	}
 	switch s.state {
 	case slotPending:
-		if s.d.Class == endpoint.ClassBulk && !e.windowOpen(s, s.d.Dest, true) {
-			return false // the window is full of its chunks
+		if s.d.Class == endpoint.ClassBulk {
+			if !e.windowOpen(s, s.d.Dest, true) {
+				return false // the window is full of its chunks
+			}
+		} else if !e.windowOpen(s, s.d.Dest, false) {
+			return false // taken (not stepped aside: aside.go) when it could not leave
 		}
 		return e.canSend(s, s.d.Dest)
 	case slotEmpty:
-		dest, ok := e.peek(s)
-		if ok && !e.windowOpen(s, dest, false) {
-			return false // the window to that destination is full, or ordered and not empty: wait for acknowledgements
+		if len(s.aside) > 0 {
+			if i := e.asideReady(s); i >= 0 && e.canSend(s, s.aside[i].d.Dest) {
+				return true
+			}
 		}
-		return ok && e.canSend(s, dest)
+		dest, class, ok := e.peek(s)
+		if !ok {
+			return false
+		}
+		if class == endpoint.ClassCommand {
+			return e.windowOpen(s, dest, false) && e.canSend(s, dest) // as before: not a message
+		}
+		if e.mustWait(s, dest) {
+			// The window to that destination is full, or ordered and not
+			// empty, or its messages are aside: wait for acknowledgements,
+			// or step aside (aside.go).
+			return e.mayAside(s, dest, class)
+		}
+		return e.canSend(s, dest)
 	}
 	return false
 }
@@ -125,15 +144,16 @@ func (e *Engine) withinShare(s *epState) bool {
 	return s.owner.pinned < max(limit, 1)
 }
 
-// peek returns the destination index of the descriptor that take would
-// take next from s, without taking it: the head of the reply send queue,
-// else of the request send queue. The index is untrusted; Take checks it.
-// A corrupt ring peeks as pending, so that Take gets to count it.
-func (e *Engine) peek(s *epState) (uint32, bool) {
-	if dest, ok := s.mem.PeekDest(endpoint.ReplySend); ok {
-		return dest, true
+// peek returns the destination index and class of the descriptor that
+// take would take next from s, without taking it: the head of the reply
+// send queue, else of the request send queue. Both are untrusted; Take
+// checks them. A corrupt ring peeks as pending, so that Take gets to
+// count it.
+func (e *Engine) peek(s *epState) (uint32, endpoint.Class, bool) {
+	if dest, class, ok := s.mem.PeekHead(endpoint.ReplySend); ok {
+		return dest, class, true
 	}
-	return s.mem.PeekDest(endpoint.RequestSend)
+	return s.mem.PeekHead(endpoint.RequestSend)
 }
 
 // sendPhase makes up to SendBudget scheduling decisions.
@@ -162,8 +182,10 @@ func (e *Engine) sendPhase() (int, error) {
 // whether it did.
 func (e *Engine) sendFrom(s *epState) (bool, error) {
 	e.res.Touch(int(s.id)) // resident (scheduled): marks it used, never faults
-	if s.state == slotEmpty && !e.take(s) {
-		return false, nil
+	if s.state == slotEmpty {
+		if ok, stepped := e.fill(s); !ok || stepped {
+			return stepped, nil
+		}
 	}
 	if s.d.Class == endpoint.ClassCommand {
 		e.command(s)
@@ -277,6 +299,28 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	return true, nil
 }
 
+// fill puts the next message of s into its empty slot: the oldest of its
+// messages aside that may leave now, else the head of its send queues
+// (take). ok false: it has none to send now; stepped: the one taken
+// stepped aside instead (aside.go), and the slot is empty again.
+func (e *Engine) fill(s *epState) (ok, stepped bool) {
+	if i := e.asideReady(s); i >= 0 {
+		e.unAside(s, i)
+		return true, false
+	}
+	if !e.take(s) {
+		return false, false
+	}
+	if s.d.Class == endpoint.ClassBulk || s.d.Class == endpoint.ClassCommand || !e.mustWait(s, s.d.Dest) {
+		return true, false
+	}
+	if e.mayAside(s, s.d.Dest, s.d.Class) || e.asideHas(s, s.d.Dest) {
+		e.stepAside(s) // (past maxAside only if isPending disagreed: never ahead of its own)
+		return true, true
+	}
+	return false, false // it waits in the slot for its window
+}
+
 // cutThroughReady reports whether the next chunk of s's cut-through
 // message may leave: a whole chunk (or the rest of the message) is
 // published, or some bytes are and the application published nothing
@@ -331,18 +375,18 @@ func (e *Engine) freeFlight(cookie uint64) {
 // slot. Refused descriptors are counted by Take and dropped.
 func (e *Engine) take(s *epState) bool {
 	for _, q := range [...]endpoint.Queue{endpoint.ReplySend, endpoint.RequestSend} {
-		for {
-			ok, err := s.mem.Next(q, &s.d)
-			if ok && err == nil {
-				// The entry goes back once begin has copied what the
-				// application may reuse from then on.
-				e.begin(s, q)
-				s.mem.Commit(q)
-				return true
-			}
-			if err == nil || errors.Is(err, endpoint.RefusedRing) || !errors.Is(err, endpoint.ErrRefused) {
-				break // empty, corrupt ring, or closed
-			}
+		ok, err := s.mem.Next(q, &s.d)
+		if ok && err == nil {
+			// The entry goes back once begin has copied what the
+			// application may reuse from then on.
+			e.begin(s, q)
+			s.mem.Commit(q)
+			return true
+		}
+		if err != nil && !errors.Is(err, endpoint.RefusedRing) && errors.Is(err, endpoint.ErrRefused) {
+			// Refused (counted, dropped): the next descriptor waits for
+			// the next decision, which peeks at it first (isPending).
+			return false
 		}
 	}
 	return false

@@ -12,7 +12,8 @@ import (
 // stays in order with Window 1, while a server's replies to many clients
 // do not wait for one another's acknowledgements. The send queues are
 // still taken in order: a message whose destination's window is full
-// holds up those behind it (isPending, Express). An ordered virtual
+// holds up those behind it (isPending, Express), unless its destination
+// is stalled and it steps aside (aside.go). An ordered virtual
 // network (VNet.Ordered) keeps one message in flight to each host
 // instead, whatever the window: the transport's channels to a host are
 // independent, and a retransmitted message would arrive after those sent

@@ -206,6 +206,23 @@ func (m *Memory) PeekDest(q Queue) (dest uint32, ok bool) {
 	return binary.LittleEndian.Uint32(r.slot(r.own)[4:]), true // Descriptor.Dest
 }
 
+// PeekHead is PeekDest with the descriptor's Class, as untrusted.
+func (m *Memory) PeekHead(q Queue) (dest uint32, class Class, ok bool) {
+	if m.mem == nil || !q.isSend() {
+		return 0, 0, false
+	}
+	r := &m.rings[q]
+	n, err := r.available()
+	if err != nil {
+		return NoIndex, 0, true
+	}
+	if n == 0 {
+		return 0, 0, false
+	}
+	b := r.slot(r.own)
+	return binary.LittleEndian.Uint32(b[4:]), Class(b[0]), true // Descriptor.Dest, Class
+}
+
 // Pending reports whether either send queue holds a descriptor (a corrupt
 // ring counts as pending, so that Take gets to refuse it).
 func (m *Memory) Pending() bool {

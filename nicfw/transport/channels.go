@@ -95,6 +95,7 @@ type Peer struct {
 	ackPoll   uint64
 	ackAt     time.Time
 	ackIdx    int    // position in Transport.acking, or -1
+	stalled   bool   // a message was retransmitted since the last acknowledgement (Stalled)
 	ackFrame  []byte // the frame of a standalone ACK
 
 	stats PeerStats // the peer's counters (PeerStats); InFlight is unacked
@@ -146,6 +147,12 @@ func (p *Peer) SrcEpoch() uint32 { return p.srcOut }
 // Busy reports whether every channel to the host holds a message in
 // flight, so that Send would return ErrBusy.
 func (p *Peer) Busy() bool { return p.unacked == len(p.send) }
+
+// Stalled reports whether a message to the host was sent again since the
+// host last acknowledged one, or waited a retransmission time for the
+// host to answer the handshake: it is slow, unreachable or refusing, and
+// what waits to be sent to it may wait long.
+func (p *Peer) Stalled() bool { return p.stalled }
 
 // sendChannel is one entry of the send channel table.
 type sendChannel struct {

@@ -383,6 +383,7 @@ func (t *Transport) acked(p *Peer, ch int, seq uint16) {
 	}
 	cookie := c.cookie
 	t.release(p, c)
+	p.stalled = false
 	t.stats.Acked++
 	if t.cfg.Acked != nil {
 		t.cfg.Acked(p.id, cookie)

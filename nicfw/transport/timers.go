@@ -53,8 +53,11 @@ func (t *Transport) scan(now time.Time) error {
 					if err := t.sendWaiting(p); err != nil {
 						return err
 					}
-				} else if err := t.hello(p); err != nil {
-					return err
+				} else {
+					p.stalled = true // no answer to the handshake yet
+					if err := t.hello(p); err != nil {
+						return err
+					}
 				}
 				continue
 			}
@@ -65,6 +68,7 @@ func (t *Transport) scan(now time.Time) error {
 			c.due = now.Add(t.cfg.RetransmitAfter)
 			t.stats.Retransmits++
 			p.stats.Retransmits++
+			p.stalled = true
 		}
 	}
 	return nil
