@@ -47,7 +47,7 @@ const maxAside = 64
 func (e *Engine) asideReady(s *epState) int {
 	for i := range s.aside {
 		d := s.aside[i].d.Dest
-		if !e.asideBefore(s, i, d) && e.windowOpen(s, d, false) {
+		if e.windowOpen(s, d, false) && !e.asideBefore(s, i, d) { // a stalled destination's closed window first: cheaper
 			return i
 		}
 	}
