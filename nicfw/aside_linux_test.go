@@ -2,9 +2,12 @@ package nicfw
 
 import (
 	"bytes"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // Messages queued to a host that is gone, more than the window lets fly,
@@ -96,5 +99,31 @@ func TestEngineStepAsideClose(t *testing.T) {
 	collect(t, a1, endpoint.ReplyReceive, &ret)
 	if len(ret) != 0 || got[0].d.Args[0] != 42 {
 		t.Fatalf("after the close: %d returned to the closed endpoint, B1 got %+v", len(ret), got[0].d)
+	}
+}
+
+// TestEngineStepAsideOverAFXDP is TestEngineStepAside's first half over
+// AF_XDP on a veth pair, on the system clock: behind three messages to a
+// host that no engine answers for (its frames go to B's interface, which
+// is not its), 200 to B1 arrive in order while the first to that host is
+// still in flight and the other two are aside.
+func TestEngineStepAsideOverAFXDP(t *testing.T) {
+	// Given up after 30 s: held up behind C1's, B1's messages would arrive
+	// after that, and the test fail then, not hang.
+	n := newXDPEngNet(t, EngineConfig{Transport: transport.Config{RetransmitAfter: 2 * time.Millisecond, GiveUpAfter: 30 * time.Second}}, 0)
+	const hostC HostID = 3
+	if err := n.a.eng.AddHost(hostC, net.HardwareAddr{0x02, 0, 0, 0, 0, 0x99}); err != nil {
+		t.Fatal(err)
+	}
+	b1 := n.b.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostA, 1}}})
+	a1 := n.a.endpoint(t, 1, endpoint.Config{}, VNet{Tag: tagRed, Table: []Name{{hostB, 1}, {hostC, 1}}})
+	for k := range uint64(3) {
+		mustSend(t, a1, endpoint.RequestSend, short(1, 7, 1000+k))
+	}
+	streamInOrder(t, n, a1, b1, 200, nil)
+	var ret []received
+	collect(t, a1, endpoint.ReplyReceive, &ret)
+	if s := n.a.eng.eps[1]; s.flying < 1 || len(s.aside) != 2 || n.a.eng.stats.Aside != 2 || len(ret) != 0 {
+		t.Fatalf("B1's messages arrived with %d of A1's in flight, %d aside (%d stepped aside), %d returned; want C1's first in flight and 2 aside", s.flying, len(s.aside), n.a.eng.stats.Aside, len(ret))
 	}
 }
