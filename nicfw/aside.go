@@ -117,15 +117,8 @@ func (e *Engine) unAside(s *epState, i int) {
 	a := s.aside[i]
 	s.aside = slices.Delete(s.aside, i, i+1)
 	s.d = a.d
+	occupy(s, a.q) // not begin: a medium message is not built again from the staging area, which the application may have reused
 	if a.d.Class == endpoint.ClassMedium {
-		// begin would build it again from the staging area, which the
-		// application may have reused since: its bytes as taken.
-		d := s.d
-		s.d.Class = endpoint.ClassShort
-		e.begin(s, a.q)
-		s.d = d
-		s.outLen = copy(s.out, a.data)
-		return
+		s.outLen = copy(s.out, a.data) // its bytes as taken
 	}
-	e.begin(s, a.q)
 }

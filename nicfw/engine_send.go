@@ -19,17 +19,18 @@ import (
 // message, sent again, arrives after those that left after it. A message
 // whose destination's window is full waits in the queue, and those behind
 // it with it, unless its destination's host is stalled: then a short or
-// medium one steps aside (aside.go). A bulk message holds the slot until its last chunk has
-// left, and its chunks share the window (bulk.go). The scheduler is asked
-// only about endpoints whose next message could leave now (a free
-// channel, a frame to pin), so a blocked endpoint is not charged a send.
-// The sender is touched in the Residency before its message is taken,
-// held while the message is in flight and released on its ACK (the
-// transport's Acked callback) or its return; one frame is always left unpinned, so a delivery to a
-// non-resident endpoint can load it (R is at least 2), and with several
-// owners each pins at most its share of the frames, leaving one that every
-// other owner with an endpoint open may pin (mayPin): one user's messages
-// held up by a slow receiver cannot keep another user's from leaving.
+// medium one steps aside (aside.go). A bulk message holds the slot until
+// its last chunk has left, and its chunks share the window (bulk.go). The
+// scheduler is asked only about endpoints whose next message could leave
+// now (a free channel, a frame to pin), so a blocked endpoint is not
+// charged a send. The sender is touched in the Residency before its
+// message is taken, held while the message is in flight and released on
+// its ACK (the transport's Acked callback) or its return; one frame is
+// always left unpinned, so a delivery to a non-resident endpoint can load
+// it (R is at least 2), and with several owners each pins at most its
+// share of the frames, leaving one that every other owner with an
+// endpoint open may pin (mayPin): one user's messages held up by a slow
+// receiver cannot keep another user's from leaving.
 // Deliveries touch the destination too; its receive queue full means a
 // NACK.
 
@@ -396,8 +397,7 @@ func (e *Engine) take(s *epState) bool {
 // medium message is built at once, copying its bytes out of the staging
 // area: from now on the application may change them.
 func (e *Engine) begin(s *epState, q endpoint.Queue) {
-	s.q, s.state, s.express = q, slotPending, false
-	s.abort, s.started, s.sent, s.chunk, s.chunksOut, s.bulkPeer, s.published = false, false, 0, 0, 0, nil, 0
+	occupy(s, q)
 	d := &s.d
 	switch d.Class {
 	case endpoint.ClassMedium:
@@ -414,6 +414,13 @@ func (e *Engine) begin(s *epState, q endpoint.Queue) {
 		}
 		s.bulkID = e.bulkSeq
 	}
+}
+
+// occupy marks s's slot as holding the message in s.d, from send queue q,
+// not yet sent, its progress reset.
+func occupy(s *epState, q endpoint.Queue) {
+	s.q, s.state, s.express = q, slotPending, false
+	s.abort, s.started, s.sent, s.chunk, s.chunksOut, s.bulkPeer, s.published = false, false, 0, 0, 0, nil, 0
 }
 
 // vacate empties s's slot: the engine is done with its message, counted

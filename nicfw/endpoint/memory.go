@@ -187,26 +187,11 @@ func (m *Memory) Doorbell() bool {
 	return m.bell.Swap(0) != 0
 }
 
-// PeekDest returns the Dest of the descriptor at the head of send queue
-// q without taking it: untrusted (Take checks it), for a scheduler that
-// asks whether the message could leave now. ok false: the queue is empty;
-// a corrupt ring peeks as a descriptor, so that Take gets to refuse it.
-func (m *Memory) PeekDest(q Queue) (dest uint32, ok bool) {
-	if m.mem == nil || !q.isSend() {
-		return 0, false
-	}
-	r := &m.rings[q]
-	n, err := r.available()
-	if err != nil {
-		return NoIndex, true
-	}
-	if n == 0 {
-		return 0, false
-	}
-	return binary.LittleEndian.Uint32(r.slot(r.own)[4:]), true // Descriptor.Dest
-}
-
-// PeekHead is PeekDest with the descriptor's Class, as untrusted.
+// PeekHead returns the Dest and Class of the descriptor at the head of
+// send queue q without taking it: untrusted (Take checks them), for a
+// scheduler that asks whether the message could leave now. ok false: the
+// queue is empty; a corrupt ring peeks as a descriptor, so that Take gets
+// to refuse it.
 func (m *Memory) PeekHead(q Queue) (dest uint32, class Class, ok bool) {
 	if m.mem == nil || !q.isSend() {
 		return 0, 0, false
