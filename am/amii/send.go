@@ -3,7 +3,6 @@ package amii
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -311,7 +310,7 @@ func (ep *Endpoint) step(waited time.Duration, pause *endpoint.Backoff) error {
 	}
 	if waited < ep.cfg.Spin {
 		ep.unlocked(func() {
-			runtime.Gosched()
+			endpoint.Gosched()
 			endpoint.Yield()
 		})
 		return nil

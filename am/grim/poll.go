@@ -3,7 +3,6 @@ package grim
 import (
 	"fmt"
 	"math/bits"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -74,10 +73,9 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 			if time.Now().After(deadline) {
 				return false, nil
 			}
-			// Now and then only: from a goroutine locked to its thread
-			// a yield hands the thread's processor to another thread and
-			// back, microseconds each time.
-			runtime.Gosched()
+			// Now and then only, and only when another goroutine
+			// waits for the processor (endpoint.Gosched).
+			endpoint.Gosched()
 		}
 	}
 }

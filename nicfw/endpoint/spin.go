@@ -2,6 +2,8 @@ package endpoint
 
 import (
 	"runtime"
+	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -9,10 +11,10 @@ import (
 // Spin looks for up to d whether ready reports true, and reports whether
 // it did: the adaptive wait of an application whose engine runs in a
 // daemon, which spares a message that comes soon the eventfd's wake-up.
-// Between looks it yields the processor to other goroutines and other
-// threads (a Yielder: as often as other threads take it, or every
-// YieldEvery while none does), calling between (if set) first: the
-// daemon's engine may need this core.
+// Between looks it yields the processor to other threads (a Yielder: as
+// often as other threads take it, or every YieldEvery while none does)
+// and, when one waits for it, to other goroutines (Gosched), calling
+// between (if set) first: the daemon's engine may need this core.
 func Spin(d time.Duration, ready func() bool, between func()) bool {
 	if d <= 0 {
 		return false
@@ -36,10 +38,42 @@ func Spin(d time.Duration, ready func() bool, between func()) bool {
 		if between != nil {
 			between()
 		}
-		runtime.Gosched()
+		Gosched()
 		y.Yield(now)
 	}
 }
+
+// Gosched yields the goroutine's processor to the process's other
+// goroutines (runtime.Gosched) when one of them is runnable and waits for
+// one, and otherwise returns at once. A runtime.Gosched that nobody waits
+// for is not free: with a processor idle, the runtime wakes a thread to
+// run the yielding goroutine there (a futex wake-up, and a thread spinning
+// on another core, which a daemon's engine may need), and from a goroutine
+// locked to its thread (runtime.LockOSThread) it hands the processor to
+// another thread and back, microseconds each time; a firmware-mode wait
+// that yielded so between its looks took 25 µs a round trip where it
+// takes 3 without (BenchmarkAMIIRoundTripFirmware/group,wait, two CPUs).
+// The runnable goroutines are counted by runtime/metrics (about 100 ns,
+// under the scheduler's lock); while another goroutine counts, this one
+// does not yield.
+func Gosched() {
+	if !runnable.mu.TryLock() {
+		return
+	}
+	metrics.Read(runnable.s[:])
+	n := runnable.s[0].Value.Uint64()
+	runnable.mu.Unlock()
+	if n > 0 {
+		runtime.Gosched()
+	}
+}
+
+// runnable is Gosched's sample of the runnable goroutines, one for the
+// process: its goroutines take turns reading it.
+var runnable = struct {
+	mu sync.Mutex
+	s  [1]metrics.Sample
+}{s: [1]metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}}
 
 // YieldEvery is how often a spinning wait yields the processor while no
 // other thread takes it when it does (Yielder).

@@ -1,6 +1,8 @@
 package endpoint
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -52,5 +54,27 @@ func TestSpin(t *testing.T) {
 	}
 	if Spin(0, func() bool { return true }, nil) {
 		t.Fatal("Spin(0) looked")
+	}
+}
+
+// Gosched lets a goroutine that waits for the processor run: with one
+// processor, one made runnable just before has mostly run when it returns
+// (the scheduler takes the yielding goroutine first one time in 61).
+func TestGoschedLetsWaitingRun(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const trials = 100
+	first := 0
+	for range trials {
+		var ran atomic.Bool
+		go ran.Store(true) // runnable, and waiting: the only processor is this goroutine's
+		if Gosched(); ran.Load() {
+			first++
+		}
+		for !ran.Load() {
+			runtime.Gosched()
+		}
+	}
+	if first < trials/2 {
+		t.Fatalf("the waiting goroutine had run after %d of %d Gosched calls", first, trials)
 	}
 }
