@@ -18,9 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/daemon"
 	"github.com/xam-project/xam/nicfw/daemon/daemontest"
+	"github.com/xam-project/xam/nicfw/xdptest"
 )
 
 // benchCores reads XAM_BENCH_CORES, "APP,ENGINE_A,ENGINE_B" (e.g. 2,8,10):
@@ -95,26 +97,28 @@ func BenchmarkAMIIRoundTripFirmware(b *testing.B) {
 }
 
 func amiiRoundTripFirmware(b *testing.B, sleep time.Duration, group, wait bool) {
-	app, ca, cb, pinned := benchCores(b)
-	if sleep == daemon.BusyPoll && !group && !pinned && runtime.NumCPU() < 4 {
-		b.Skip("busy engines need cores of their own: set XAM_BENCH_CORES on a machine of 4 CPUs or more")
-	}
 	la, lb, err := memlink.NewPair(memlink.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { la.Close(); lb.Close() })
+	firmwareRoundTrips(b, [2]benchLink{la, lb}, [2]net.HardwareAddr{la.HardwareAddr(), lb.HardwareAddr()}, sleep, group, wait)
+}
+
+// firmwareRoundTrips is BenchmarkAMIIRoundTripFirmware's body on the links
+// of hosts 1 and 2, whose addresses are macs.
+func firmwareRoundTrips(b *testing.B, links [2]benchLink, macs [2]net.HardwareAddr, sleep time.Duration, group, wait bool) {
+	app, ca, cb, pinned := benchCores(b)
+	if sleep == daemon.BusyPoll && !group && !pinned && runtime.NumCPU() < 4 {
+		b.Skip("busy engines need cores of their own: set XAM_BENCH_CORES on a machine of 4 CPUs or more")
+	}
 	dir := b.TempDir()
 	var socks [2]string
 	var ds []*daemon.Daemon
-	for i, l := range []*memlink.Link{la, lb} {
-		peer := lb
-		if i == 1 {
-			peer = la
-		}
+	for i, l := range links {
 		cfg := daemon.Config{
 			Engine: nicfw.EngineConfig{Host: HostID(i + 1)},
-			Hosts:  map[nicfw.HostID]net.HardwareAddr{nicfw.HostID(2 - i): peer.HardwareAddr()},
+			Hosts:  map[nicfw.HostID]net.HardwareAddr{nicfw.HostID(2 - i): macs[1-i]},
 			Socket: filepath.Join(dir, strconv.Itoa(i)+".sock"),
 			Sleep:  sleep,
 		}
@@ -162,7 +166,7 @@ func amiiRoundTripFirmware(b *testing.B, sleep time.Duration, group, wait bool) 
 			}
 		}
 	}
-	echoRoundTrips(b, dial(socks[0], 2), dial(socks[1], 1), la, lb, []uint64{1, 2}, waitFn)
+	echoRoundTrips(b, dial(socks[0], 2), dial(socks[1], 1), links[0], links[1], []uint64{1, 2}, waitFn)
 }
 
 // benchHandoff is the round trip of one cache line between the
@@ -206,4 +210,53 @@ func benchHandoff(b *testing.B) {
 	}
 	line.v.Store(^uint64(0))
 	<-done
+}
+
+// BenchmarkAMIIRoundTripAFXDP is BenchmarkAMIIRoundTrip (two arguments)
+// and BenchmarkAMIIRoundTripFirmware's group cases over AF_XDP, each on a
+// veth pair of its own with xam's XDP program: inline, the engines run in
+// the benchmark's goroutine; group, in one daemon thread (busy-polling)
+// while the benchmark's goroutine is both hosts' application, polling
+// (group) or in Wait (group,wait). Two threads in all, so on a machine of
+// two CPUs XAM_BENCH_CORES=0,1,1 gives each a core of its own: beside
+// inline it is what firmware mode's hand-offs add over a real wire, where
+// the engine's system calls (the transmit kicks) leave the application's
+// thread.
+func BenchmarkAMIIRoundTripAFXDP(b *testing.B) {
+	veth := func(b *testing.B) (links [2]benchLink, macs [2]net.HardwareAddr) {
+		v := netnstest.NewVethPair(b, netnstest.WithQueues(1))
+		for i, h := range []*netnstest.Host{v.A, v.B} {
+			_, links[i] = xdptest.Open(b, h.Do, h.Index, h.MAC, 0, uint64(1+i))
+			macs[i] = h.MAC
+		}
+		return links, macs
+	}
+	b.Run("inline", func(b *testing.B) {
+		links, macs := veth(b)
+		var eps [2]*Endpoint
+		for i, l := range links {
+			peer := HostID(2 - i)
+			ep, err := Open(l, Inline{Host: HostID(i + 1), Hosts: map[HostID]net.HardwareAddr{peer: macs[1-i]}},
+				VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 1}}}, Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { ep.Close() })
+			eps[i] = ep
+		}
+		if app, _, _, pinned := benchCores(b); pinned {
+			defer pinThread(b, app)()
+		}
+		echoRoundTrips(b, eps[0], eps[1], links[0], links[1], []uint64{1, 2}, nil)
+	})
+	for _, wait := range []bool{false, true} {
+		name := "group"
+		if wait {
+			name += ",wait"
+		}
+		b.Run(name, func(b *testing.B) {
+			links, macs := veth(b)
+			firmwareRoundTrips(b, links, macs, daemon.BusyPoll, true, wait)
+		})
+	}
 }

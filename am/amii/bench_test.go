@@ -5,6 +5,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -73,12 +74,19 @@ func amiiRoundTrip(b *testing.B, nargs int, ec nicfw.EngineConfig) {
 	echoRoundTrips(b, ha, hb, la, lb, []uint64{1, 2, 3, 4}[:nargs], nil)
 }
 
+// benchLink is a link whose frames a benchmark counts: a memlink or an
+// AF_XDP socket.
+type benchLink interface {
+	afxdp.Link
+	Stats() (afxdp.Stats, error)
+}
+
 // echoRoundTrips times b.N request/reply round trips from ha to hb, whose
 // handlers it registers (hb's echoes, ha's counts), with args as the
 // requests' arguments, and reports the frames la and lb sent per round
 // trip. The benchmark's goroutine polls both; wait, if set, runs before
 // each Poll (firmware mode's Wait).
-func echoRoundTrips(b *testing.B, ha, hb *Endpoint, la, lb *memlink.Link, args []uint64, wait func(*Endpoint)) {
+func echoRoundTrips(b *testing.B, ha, hb *Endpoint, la, lb benchLink, args []uint64, wait func(*Endpoint)) {
 	hb.Register(func(t *Token, args []uint64) {
 		if err := t.Reply(0, args...); err != nil {
 			b.Error(err)
