@@ -321,13 +321,14 @@ type Endpoint struct {
 	entries  int    // entries per queue
 	handlers []handler
 	onReturn func(Returned)
-	pending  pendingRing   // requests sent and not answered, in the order sent
-	polls    uint          // pollLocked calls, for the reply timers
-	depth    int           // handlers running (handlers do not nest)
-	mu       sync.Mutex    // Shared: held by the goroutine in a method
-	running  atomic.Bool   // Shared: a handler runs (in the lock's holder)
-	blocking int           // Shared, firmware mode: goroutines blocked in the blocking wait
-	changed  chan struct{} // Shared: closed (and replaced) when a Poll took messages
+	pending  pendingRing      // requests sent and not answered, in the order sent
+	polls    uint             // pollLocked calls, for the reply timers
+	yield    endpoint.Yielder // firmware mode: the waits' yields (spin)
+	depth    int              // handlers running (handlers do not nest)
+	mu       sync.Mutex       // Shared: held by the goroutine in a method
+	running  atomic.Bool      // Shared: a handler runs (in the lock's holder)
+	blocking int              // Shared, firmware mode: goroutines blocked in the blocking wait
+	changed  chan struct{}    // Shared: closed (and replaced) when a Poll took messages
 	tok      Token
 	// Implicit replies owed: per source index, the requests dispatched in
 	// this poll that their handlers did not answer, and the indices owed

@@ -120,8 +120,14 @@ func (ep *Endpoint) waitLocked(timeout time.Duration) error {
 
 // spin looks at the receive queues for up to d (endpoint.Spin), letting
 // the other goroutines of a Shared endpoint take the lock between looks.
+// Its yields go on from the last spin's (Yielder.Spin); the lock held, it
+// takes the endpoint's Yielder and puts it back, so that a goroutine that
+// takes the lock between looks spins with its own copy.
 func (ep *Endpoint) spin(d time.Duration) bool {
-	return endpoint.Spin(d, func() bool { return ep.view.Ready() != 0 }, ep.letOthersIn)
+	y := ep.yield
+	ok := y.Spin(d, func() bool { return ep.view.Ready() != 0 }, ep.letOthersIn)
+	ep.yield = y
+	return ok
 }
 
 // Drain polls until every request has been answered or returned, or until

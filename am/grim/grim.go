@@ -237,8 +237,9 @@ type Endpoint struct {
 	cfg          Config
 	name         nicfw.Name
 	chans        []*Channel
-	arrivals     *endpoint.Bells // the channels' page of doorbells, if they share one (useArrivals)
-	arrWords     []arrivalWord   // with arrivals: the words that hold the channels' bits
+	yield        endpoint.Yielder // firmware mode: the waits' yields (spin)
+	arrivals     *endpoint.Bells  // the channels' page of doorbells, if they share one (useArrivals)
+	arrWords     []arrivalWord    // with arrivals: the words that hold the channels' bits
 	// deferred counts the channels with replies deferred (Channel.replies):
 	// Poll looks at none of them while it is 0.
 	deferred int

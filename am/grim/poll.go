@@ -81,7 +81,8 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 }
 
 // spin looks at the channels' receive queues for up to d (endpoint.Spin).
-func (ep *Endpoint) spin(d time.Duration) bool { return endpoint.Spin(d, ep.ready, nil) }
+// Its yields go on from the last spin's (Yielder.Spin).
+func (ep *Endpoint) spin(d time.Duration) bool { return ep.yield.Spin(d, ep.ready, nil) }
 
 // ready reports whether a receive queue of a channel holds a message (or,
 // with arrival bits, may: a message already taken leaves its bit set

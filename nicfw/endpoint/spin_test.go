@@ -57,6 +57,37 @@ func TestSpin(t *testing.T) {
 	}
 }
 
+// A Yielder whose last yields found the core free spins YieldEvery before
+// it first yields, however long ago those yields were: a wait's first
+// looks, the likeliest to find its answer, come without a yield between.
+func TestYielderSpinCarriesOn(t *testing.T) {
+	const trials = 20
+	quiet := 0
+	for range trials {
+		var y Yielder
+		t0 := time.Unix(1000, 0)
+		y.yielded(t0, t0.Add(100*time.Nanosecond)) // long ago, and fast
+		looks, yields := 0, 0
+		if !y.Spin(time.Hour, func() bool { looks++; return looks == 20 }, func() { yields++ }) {
+			t.Fatal("Spin reported not ready")
+		}
+		if yields == 0 {
+			quiet++
+		}
+	}
+	// 20 looks take well under YieldEvery, unless the test is preempted.
+	if quiet < trials/2 {
+		t.Fatalf("Spin yielded within its first 20 looks in %d of %d trials", trials-quiet, trials)
+	}
+	// A new Yielder knows nothing of the core: it yields at once.
+	var y Yielder
+	looks, yields := 0, 0
+	y.Spin(time.Hour, func() bool { looks++; return looks == 2 }, func() { yields++ })
+	if yields != 1 {
+		t.Fatalf("a new Yielder's Spin yielded %d times before its second look, want 1", yields)
+	}
+}
+
 // Gosched lets a goroutine that waits for the processor run: with one
 // processor, one made runnable just before has mostly run when it returns
 // (the scheduler takes the yielding goroutine first one time in 61).
