@@ -90,6 +90,7 @@ func BenchmarkAMIIRoundTripFirmware(b *testing.B) {
 		{"adaptive", daemon.DefaultSleep, false, false},
 		{"group", daemon.BusyPoll, true, false},
 		{"group,wait", daemon.BusyPoll, true, true},
+		{"group,adaptive,wait", daemon.DefaultSleep, true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) { amiiRoundTripFirmware(b, c.sleep, c.group, c.wait) })
 	}

@@ -106,7 +106,8 @@ func (d *Daemon) loop(ctx context.Context) error {
 // loopAll runs the engines of ds in turns in this thread until ctx is done:
 // each turn runs each daemon's queued work and its engine once; a turn
 // without work yields the processor (endpoint.Yielder: at every idle turn
-// while other threads want this core, else every endpoint.YieldEvery),
+// while other threads want this core, else every endpoint.YieldEvery from
+// the first turn without work),
 // and after Config.Sleep (the shortest of ds's) without work in any, it
 // sleeps (sleepAll); woken, it sleeps again after the first turn without
 // work. With BusyPoll (if any of ds has it) it neither yields nor sleeps.
@@ -138,13 +139,17 @@ func loopAll(ctx context.Context, ds []*Daemon) error {
 			continue
 		}
 		now := time.Now()
+		if idleSince.IsZero() {
+			// The first turn without work: what comes next (the answer to
+			// what was just sent, the application's next message) comes
+			// soonest now.
+			y.Restart(now)
+			idleSince = now
+			continue
+		}
 		if y.Due(now) {
 			y.Yield(now)
 			now = time.Now()
-		}
-		if idleSince.IsZero() {
-			idleSince = now
-			continue
 		}
 		if now.Sub(idleSince) < nap {
 			continue

@@ -33,9 +33,7 @@ func (y *Yielder) Spin(d time.Duration, ready func() bool, between func()) bool 
 		return false
 	}
 	start := time.Now()
-	if y.gap > 0 {
-		y.last = start
-	}
+	y.Restart(start)
 	for i := 0; ; i++ {
 		if ready() {
 			return true
@@ -106,6 +104,16 @@ const YieldEvery = 2 * time.Microsecond
 type Yielder struct {
 	last time.Time     // when the last yield returned
 	gap  time.Duration // the next yield's distance from it
+}
+
+// Restart tells y that a wait begins now (a spin, an engine's first turn
+// without work): where its last yields found the core free, the next is
+// due YieldEvery from now, not at once, since what the wait is for comes
+// soonest at its start, and a yield then would make it wait.
+func (y *Yielder) Restart(now time.Time) {
+	if y.gap > 0 {
+		y.last = now
+	}
 }
 
 // Due reports whether the loop should yield now (now: the caller's clock).

@@ -31,10 +31,19 @@ func TestYielder(t *testing.T) {
 	if !y.Due(end.Add(10 * time.Microsecond)) {
 		t.Fatal("not due at once after a slow yield")
 	}
+	// A wait that begins after a slow yield yields at once.
+	later := t0.Add(time.Hour)
+	if y.Restart(later); !y.Due(later) {
+		t.Fatal("not due at once on a restart after a slow yield")
+	}
 	// Back to fast: spaced again.
 	y.yielded(t0, t0.Add(700*time.Nanosecond))
 	if y.Due(t0.Add(time.Microsecond)) {
 		t.Fatal("due at once after a fast yield")
+	}
+	// A wait that begins long after a fast yield yields YieldEvery later.
+	if y.Restart(later); y.Due(later) || !y.Due(later.Add(YieldEvery)) {
+		t.Fatal("a restart after a fast yield is not due YieldEvery later")
 	}
 }
 
