@@ -324,6 +324,7 @@ type Endpoint struct {
 	pending  pendingRing      // requests sent and not answered, in the order sent
 	polls    uint             // pollLocked calls, for the reply timers
 	yield    endpoint.Yielder // firmware mode: the waits' yields (spin)
+	idles    uint             // letOthersIn calls
 	depth    int              // handlers running (handlers do not nest)
 	mu       sync.Mutex       // Shared: held by the goroutine in a method
 	running  atomic.Bool      // Shared: a handler runs (in the lock's holder)

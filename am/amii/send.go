@@ -306,6 +306,7 @@ func (ep *Endpoint) sendDescriptor(q endpoint.Queue, d *endpoint.Descriptor) err
 func (ep *Endpoint) step(waited time.Duration, pause *endpoint.Backoff) error {
 	if ep.poll != nil {
 		_, err := ep.runEngine()
+		ep.letOthersIn()
 		return err
 	}
 	if waited < ep.cfg.Spin {

@@ -20,8 +20,8 @@ import (
 // handler called Wait, or firmware mode's daemon went away. In inline mode
 // it runs the engine meanwhile, in a loop that does not block (the link
 // gives it nothing to block on): it keeps its CPU busy until a message
-// comes or the timeout passes, so where such goroutines outnumber the
-// CPUs, Poll and yield (runtime.Gosched) instead. In firmware mode it
+// comes or the timeout passes, now and then giving the processor to the
+// process's other goroutines when they wait for one. In firmware mode it
 // arms the endpoint's events and blocks on the daemon's notification. It
 // may not be called from a handler.
 func (ep *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
@@ -199,9 +199,23 @@ func (ep *Endpoint) exit() {
 	}
 }
 
-// letOthersIn lets go of a Shared endpoint's lock for a moment, between
-// runs of a loop that holds it.
-func (ep *Endpoint) letOthersIn() { ep.unlocked(func() {}) }
+// letOthersIn lets other goroutines have, for a moment, what a wait that
+// polls in a loop holds: a Shared endpoint's lock, and every
+// othersEvery calls the processor, when another goroutine waits for one
+// (endpoint.Gosched). Where goroutines outnumber the processors (a
+// one-CPU container runs Go with one), such a loop would otherwise keep
+// the others waiting until the scheduler preempts it, 10 ms at a time.
+func (ep *Endpoint) letOthersIn() {
+	ep.unlocked(func() {})
+	if ep.idles++; ep.idles%othersEvery == 0 {
+		endpoint.Gosched()
+	}
+}
+
+// othersEvery is how many empty turns of a polling wait pass between two
+// looks for goroutines that wait for the processor (letOthersIn): each
+// look reads the scheduler's counts, about 100 ns.
+const othersEvery = 16
 
 // unlocked runs f (a blocking wait) without the lock of a Shared endpoint,
 // when no handler is running in this goroutine; otherwise with it.
