@@ -42,19 +42,7 @@ func TestEngineStepAside(t *testing.T) {
 	if a := n.a.eng.stats.Aside; a != 2 || !overwritten {
 		t.Fatalf("%d messages stepped aside, want C1's two waiting", a)
 	}
-	var ret []received
-	n.run(t, 100000, func() bool {
-		collect(t, a1, endpoint.ReplyReceive, &ret)
-		return len(ret) >= 3
-	})
-	for range 20 { // nothing more comes back
-		n.poll(t)
-		n.clk.Advance(engStep)
-	}
-	collect(t, a1, endpoint.ReplyReceive, &ret)
-	if len(ret) != 3 {
-		t.Fatalf("%d returned, want C1's three", len(ret))
-	}
+	ret := returnedOnce(t, n, a1, 3) // C1's three
 	for i, r := range ret {
 		reason, from, ok := r.d.ReturnInfo()
 		if !ok || reason != endpoint.ReasonUnreachable || from != endpoint.RequestSend || r.d.Args[0] != 1000+uint64(i) {

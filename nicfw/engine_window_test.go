@@ -384,19 +384,7 @@ func TestEngineWindowDeadDestination(t *testing.T) {
 	if took := n.clk.Now().Sub(start); took >= engGiveUp || n.a.eng.eps[1].flying == 0 {
 		t.Fatalf("B1's %d messages took %v (give-up %v); A1 has %d in flight, want C1's", count, took, engGiveUp, n.a.eng.eps[1].flying)
 	}
-	var ret []received
-	n.run(t, 100000, func() bool {
-		collect(t, a1, endpoint.ReplyReceive, &ret)
-		return len(ret) > 0
-	})
-	for range 20 { // nothing more comes back
-		n.poll(t)
-		n.clk.Advance(engStep)
-	}
-	collect(t, a1, endpoint.ReplyReceive, &ret)
-	if len(ret) != 1 {
-		t.Fatalf("%d returned, want C1's message", len(ret))
-	}
+	ret := returnedOnce(t, n, a1, 1)
 	if reason, from, ok := ret[0].d.ReturnInfo(); !ok || reason != endpoint.ReasonUnreachable || from != endpoint.RequestSend || ret[0].d.Args[0] != 1000 {
 		t.Errorf("returned %+v: %v, %v", ret[0].d, reason, from)
 	}
@@ -414,6 +402,27 @@ func withDeadHost(t *testing.T) (*engNet, HostID) {
 		t.Fatal(err)
 	}
 	return n, hostC
+}
+
+// returnedOnce runs n until v's reply receive queue has given want
+// messages, then a while longer, and fails if it gives more: the returns
+// of want messages, each once.
+func returnedOnce(t *testing.T, n *engNet, v *endpoint.View, want int) []received {
+	t.Helper()
+	var ret []received
+	n.run(t, 100000, func() bool {
+		collect(t, v, endpoint.ReplyReceive, &ret)
+		return len(ret) >= want
+	})
+	for range 20 { // nothing more comes back
+		n.poll(t)
+		n.clk.Advance(engStep)
+	}
+	collect(t, v, endpoint.ReplyReceive, &ret)
+	if len(ret) != want {
+		t.Fatalf("%d returned, want %d", len(ret), want)
+	}
+	return ret
 }
 
 // streamInOrder sends count short messages from from to the endpoint of

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/nicfw"
@@ -234,21 +235,11 @@ func BenchmarkAMIIRoundTripAFXDP(b *testing.B) {
 	}
 	b.Run("inline", func(b *testing.B) {
 		links, macs := veth(b)
-		var eps [2]*Endpoint
-		for i, l := range links {
-			peer := HostID(2 - i)
-			ep, err := Open(l, Inline{Host: HostID(i + 1), Hosts: map[HostID]net.HardwareAddr{peer: macs[1-i]}},
-				VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 1}}}, Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { ep.Close() })
-			eps[i] = ep
-		}
+		ha, hb := inlinePair(b, [2]afxdp.Link{links[0], links[1]}, macs, nicfw.EngineConfig{})
 		if app, _, _, pinned := benchCores(b); pinned {
 			defer pinThread(b, app)()
 		}
-		echoRoundTrips(b, eps[0], eps[1], links[0], links[1], []uint64{1, 2}, nil)
+		echoRoundTrips(b, ha, hb, links[0], links[1], []uint64{1, 2}, nil)
 	})
 	for _, wait := range []bool{false, true} {
 		name := "group"

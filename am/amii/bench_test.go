@@ -32,8 +32,15 @@ func ownEnginePairConfig(tb testing.TB, ec nicfw.EngineConfig) (ha, hb *Endpoint
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { la.Close(); lb.Close() })
-	mk := func(id HostID, l *memlink.Link, peer HostID, pl *memlink.Link) *Endpoint {
-		a, err := Open(l, Inline{Host: id, Hosts: map[HostID]net.HardwareAddr{peer: pl.HardwareAddr()}, Engine: ec},
+	ha, hb = inlinePair(tb, [2]afxdp.Link{la, lb}, [2]net.HardwareAddr{la.HardwareAddr(), lb.HardwareAddr()}, ec)
+	return ha, hb, la, lb
+}
+
+// inlinePair is ownEnginePairConfig on links, hosts A's and B's, whose
+// addresses are macs.
+func inlinePair(tb testing.TB, links [2]afxdp.Link, macs [2]net.HardwareAddr, ec nicfw.EngineConfig) (ha, hb *Endpoint) {
+	mk := func(i int, id, peer HostID) *Endpoint {
+		a, err := Open(links[i], Inline{Host: id, Hosts: map[HostID]net.HardwareAddr{peer: macs[1-i]}, Engine: ec},
 			VNet{ID: 1, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 1}}}, Config{})
 		if err != nil {
 			tb.Fatal(err)
@@ -41,7 +48,7 @@ func ownEnginePairConfig(tb testing.TB, ec nicfw.EngineConfig) (ha, hb *Endpoint
 		tb.Cleanup(func() { a.Close() })
 		return a
 	}
-	return mk(amiiHostA, la, amiiHostB, lb), mk(amiiHostB, lb, amiiHostA, la), la, lb
+	return mk(0, amiiHostA, amiiHostB), mk(1, amiiHostB, amiiHostA)
 }
 
 // BenchmarkAMIIRoundTrip is the processor cost of one AM-II request and

@@ -118,14 +118,19 @@ func (ep *Endpoint) waitLocked(timeout time.Duration) error {
 	}
 }
 
-// spin looks at the receive queues for up to d (endpoint.Spin), letting
-// the other goroutines of a Shared endpoint take the lock between looks.
-// Its yields go on from the last spin's (Yielder.Spin); the lock held, it
-// takes the endpoint's Yielder and puts it back, so that a goroutine that
-// takes the lock between looks spins with its own copy.
+// spin looks at the receive queues for up to d (Yielder.Spin, which
+// yields the processor itself), letting the other goroutines of a Shared
+// endpoint take the lock between looks. Its yields go on from the last
+// spin's; the lock held, it takes the endpoint's Yielder and puts it back,
+// so that a goroutine that takes the lock between looks spins with its
+// own copy.
 func (ep *Endpoint) spin(d time.Duration) bool {
+	var between func()
+	if ep.cfg.Shared {
+		between = ep.releaseLock
+	}
 	y := ep.yield
-	ok := y.Spin(d, func() bool { return ep.view.Ready() != 0 }, ep.letOthersIn)
+	ok := y.Spin(d, func() bool { return ep.view.Ready() != 0 }, between)
 	ep.yield = y
 	return ok
 }
@@ -206,11 +211,14 @@ func (ep *Endpoint) exit() {
 // one-CPU container runs Go with one), such a loop would otherwise keep
 // the others waiting until the scheduler preempts it, 10 ms at a time.
 func (ep *Endpoint) letOthersIn() {
-	ep.unlocked(func() {})
+	ep.releaseLock()
 	if ep.idles++; ep.idles%othersEvery == 0 {
 		endpoint.Gosched()
 	}
 }
+
+// releaseLock lets go of a Shared endpoint's lock for a moment.
+func (ep *Endpoint) releaseLock() { ep.unlocked(func() {}) }
 
 // othersEvery is how many empty turns of a polling wait pass between two
 // looks for goroutines that wait for the processor (letOthersIn): each

@@ -80,8 +80,8 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 	}
 }
 
-// spin looks at the channels' receive queues for up to d (endpoint.Spin).
-// Its yields go on from the last spin's (Yielder.Spin).
+// spin looks at the channels' receive queues for up to d (Yielder.Spin:
+// its yields go on from the last spin's).
 func (ep *Endpoint) spin(d time.Duration) bool { return ep.yield.Spin(d, ep.ready, nil) }
 
 // ready reports whether a receive queue of a channel holds a message (or,

@@ -11,23 +11,15 @@ import (
 // Spin looks for up to d whether ready reports true, and reports whether
 // it did: the adaptive wait of an application whose engine runs in a
 // daemon, which spares a message that comes soon the eventfd's wake-up.
-// Between looks it yields the processor to other threads (a Yielder: as
-// often as other threads take it, or every YieldEvery while none does)
-// and, when one waits for it, to other goroutines (Gosched), calling
-// between (if set) first: the daemon's engine may need this core. It
-// starts from a new Yielder: a wait that comes back often spins with a
-// Yielder of its own (Yielder.Spin).
-func Spin(d time.Duration, ready func() bool, between func()) bool {
-	var y Yielder
-	return y.Spin(d, ready, between)
-}
-
-// Spin is Spin with y's yields, which go on from those of y's earlier
-// spins: where they found no other thread wanting the core, the spin's
-// first yield comes YieldEvery after it starts, not at its first look. A
-// message that comes during a yield waits for it (about half a
-// microsecond), and a wait's first looks are those most likely to find
-// the answer it waits for.
+// Between looks it yields the processor to other threads (as often as
+// other threads take it, or every YieldEvery while none does) and, when
+// one waits for it, to other goroutines (Gosched), calling between (if
+// set) first: the daemon's engine may need this core. The yields go on
+// from those of y's earlier spins: where they found no other thread
+// wanting the core, the spin's first yield comes YieldEvery after it
+// starts, not at its first look. A message that comes during a yield
+// waits for it (about half a microsecond), and a wait's first looks are
+// those most likely to find the answer it waits for.
 func (y *Yielder) Spin(d time.Duration, ready func() bool, between func()) bool {
 	if d <= 0 {
 		return false

@@ -49,19 +49,20 @@ func TestYielder(t *testing.T) {
 
 // Spin reports true as soon as ready does, and false after d.
 func TestSpin(t *testing.T) {
+	var y Yielder
 	n := 0
-	if !Spin(time.Hour, func() bool { n++; return n == 1000 }, nil) || n != 1000 {
+	if !y.Spin(time.Hour, func() bool { n++; return n == 1000 }, nil) || n != 1000 {
 		t.Fatalf("Spin returned after %d looks, want 1000", n)
 	}
 	between := 0
 	start := time.Now()
-	if Spin(20*time.Millisecond, func() bool { return false }, func() { between++ }) {
+	if y.Spin(20*time.Millisecond, func() bool { return false }, func() { between++ }) {
 		t.Fatal("Spin reported ready")
 	}
 	if time.Since(start) < 20*time.Millisecond || between == 0 {
 		t.Fatalf("Spin gave up after %v, %d yields", time.Since(start), between)
 	}
-	if Spin(0, func() bool { return true }, nil) {
+	if y.Spin(0, func() bool { return true }, nil) {
 		t.Fatal("Spin(0) looked")
 	}
 }
