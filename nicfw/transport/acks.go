@@ -25,12 +25,19 @@ import "github.com/xam-project/xam/cells"
 // queueAck notes that the DATA frame with header h from p is to be
 // acknowledged.
 func (t *Transport) queueAck(p *Peer, h *header) {
+	t.queueAckOf(p, h.channel(), h.seq(), h.stamp())
+}
+
+// queueAckOf is queueAck for the DATA frame on channel ch with sequence
+// number seq and stamp.
+func (t *Transport) queueAckOf(p *Peer, ch int, seq uint16, stamp uint32) {
 	if t.cfg.AckDelay < 0 {
-		t.answer(p, typeAck, h)
+		var h header
+		h.put(typeData, ch, seq, stamp, 0, 0, 0)
+		t.answer(p, typeAck, &h)
 		return
 	}
-	ch := h.channel()
-	p.ackSeq[ch], p.ackStamp[ch] = h.seq(), h.stamp()
+	p.ackSeq[ch], p.ackStamp[ch] = seq, stamp
 	if t.ackNow {
 		p.ackUrgent = true
 	} else if t.ackSoon && !p.ackSoon {

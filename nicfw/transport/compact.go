@@ -248,6 +248,9 @@ func (t *Transport) receiveCompact(p *Peer, cell cells.Cell) bool {
 		return ok
 	}
 	if cell.Payload()[0] == typeCompactAcked {
+		if ok, taken := t.laneAcked(p, cell); taken {
+			return ok
+		}
 		var ack [ackEntryLen]byte
 		payload, ok := decodeCompactAcked(cell, t.vc.VPI, len(p.send), &h, ack[:])
 		if ok {

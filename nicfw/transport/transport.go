@@ -173,6 +173,7 @@ type Stats struct {
 	Sent        uint64 // DATA frames sent for the first time
 	Retransmits uint64 // DATA frames sent again (timer or NACK)
 	Compact     uint64 // transmissions as compact cells (compact.go), retransmissions included
+	LaneCells   uint64 // compact cells received by the compact lane (lane.go)
 	Acked       uint64 // messages acknowledged: channels freed by an ACK
 	Returned    uint64 // messages given up on (Returned called)
 

@@ -1,0 +1,76 @@
+package transport
+
+import (
+	"encoding/binary"
+
+	"github.com/xam-project/xam/cells"
+)
+
+// The compact lane. In request/reply traffic of short messages every
+// frame is one compact DATA cell that carries the acknowledgement of the
+// message before it (typeCompactAcked), between two incarnations that
+// know each other, on channels whose numbers follow on. The general
+// receive path turns such a cell into the DATA PDU it stands for (a
+// header and an acknowledgement entry) and dispatches that: the epochs,
+// the windows, the acknowledgement, the message. laneAcked takes it
+// straight from the cell's fields instead, with the same checks, when
+// the frame is exactly that steady state:
+//
+//   - the cell checks (HEC, VPI, type, length, channels, CRC-10), as
+//     decodeCompactAcked checks it;
+//   - its source epoch is p's current one and its destination epoch this
+//     incarnation's toward p (checkEpochs' first case), and no message
+//     waits for the handshake;
+//   - its acknowledgement lies in its send channel's window (inWindows);
+//   - its sequence number is the one its channel expects (a duplicate or
+//     a late copy goes the general way, which counts it), and delivering
+//     it does not bring the channel's numbers round on a keyed transport
+//     (which renews the epochs).
+//
+// Anything else (a first frame, a new incarnation, a forgery, a
+// retransmission, an unreliable transport) declines before any of it
+// takes effect, and the general path handles the cell as before.
+
+// laneAcked handles compact DATA cell with an acknowledgement from p by
+// the compact lane (above). taken false: the lane declined, nothing
+// happened, and the general path is to handle the cell; otherwise ok
+// reports whether the cell checked.
+func (t *Transport) laneAcked(p *Peer, cell cells.Cell) (ok, taken bool) {
+	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
+	ch, ach := int(b[1]), int(b[4])
+	if t.cfg.Unreliable || p.waiting > 0 || ch >= len(p.send) || ach >= len(p.send) {
+		return false, false
+	}
+	seq, aseq := binary.BigEndian.Uint16(b[2:]), binary.BigEndian.Uint16(b[5:])
+	src, dst := binary.BigEndian.Uint32(b[7:]), binary.BigEndian.Uint32(b[11:])
+	r := &p.recv[ch]
+	if src != p.epoch || src == 0 || dst != p.dstIn || r.expect != seq || seq == 0xffff && t.aead != nil ||
+		!ackInWindow(&p.send[ach], aseq) {
+		return false, false
+	}
+	tr := binary.BigEndian.Uint16(b[compactOffCRC:])
+	n := int(tr >> 10)
+	if !cell.Valid() || cell.VPI(cells.UNI) != t.vc.VPI || n > CompactPayload ||
+		tr&0x3ff != cells.CRC10Trailer(b[:compactOffCRC], uint8(n)) {
+		return false, true
+	}
+	p.confirmed, p.heard, p.dstHeard = true, true, dst
+	t.stats.LaneCells++
+	t.acked(p, ach, aseq)
+	payload := b[compactHeaderLen : compactHeaderLen+n]
+	t.ackNow, t.ackSoon = false, false
+	if !t.cfg.Deliver(p.id, ch, payload) {
+		t.stats.Refused++
+		p.stats.Refused++
+		var h header
+		h.put(typeData, ch, seq, 0, n, src, dst)
+		t.answer(p, typeNack, &h)
+		return true, true
+	}
+	r.expect++
+	t.stats.Delivered++
+	p.stats.Delivered++
+	p.stats.DeliveredBytes += uint64(n)
+	t.queueAckOf(p, ch, seq, 0)
+	return true, true
+}
