@@ -108,3 +108,28 @@ func FuzzDecodeMsg(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadCompact: the compact lane (engine_lane.go) reads exactly the
+// messages the general path decodes in the compact form, into the
+// descriptor the general path would store.
+func FuzzReadCompact(f *testing.F) {
+	for _, b := range msgSamples() {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var d endpoint.Descriptor
+		kind, dst, src, ok := readCompact(b, &d)
+		var m msg
+		mok := len(b) > 0 && b[0]&msgCompact != 0 && decodeMsgInto(b, &m)
+		if ok != mok {
+			t.Fatalf("%x: lane %v, general path %v", b, ok, mok)
+		}
+		if !ok {
+			return
+		}
+		want := endpoint.Descriptor{Class: m.class, NArgs: m.nargs, Handler: m.handler, Dest: endpoint.NoIndex, Tag: m.tag, Args: m.args}
+		if d != want || kind != m.kind || dst != m.dst || src != m.src {
+			t.Fatalf("%x: lane %+v %v %d %d, general path %+v %v %d %d", b, d, kind, dst, src, want, m.kind, m.dst, m.src)
+		}
+	})
+}

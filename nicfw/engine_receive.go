@@ -44,6 +44,11 @@ func (e *Engine) offer(src HostID, p []byte) (taken bool) {
 	if len(e.down) > 0 {
 		delete(e.down, src)
 	}
+	if len(p) > 0 && p[0]&msgCompact != 0 {
+		if taken, ok := e.laneShort(src, p); ok {
+			return taken
+		}
+	}
 	if len(p) > 0 && p[0] == msgControl {
 		e.acceptControl(src, p)
 		return true
@@ -209,29 +214,45 @@ func (e *Engine) store(src HostID, s *epState, m *msg, rx *bulkRx) bool {
 	default:
 		err = s.mem.Put(q, &d)
 	}
+	if put, taken := e.putOutcome(err); !put {
+		return taken
+	}
+	if rx != nil {
+		rx.got, rx.done = m.length, true
+	}
+	e.countStored(s, m.kind, m.class, m.length)
+	return true
+}
+
+// putOutcome says what became of a message whose receive queue entry Put
+// returned err: put, or not put and taken (dropped) or refused for now.
+func (e *Engine) putOutcome(err error) (put, taken bool) {
 	switch {
 	case err == nil:
+		return true, true
 	case errors.Is(err, endpoint.ErrQueueFull):
 		e.stats.QueueFull++
-		return false
+		return false, false
 	default:
 		// A corrupt consumer index: NACKing would keep the sender retrying
 		// forever, so the message is dropped; the application hurt only
 		// itself.
 		e.stats.Dropped++
-		return true
+		return false, true
 	}
-	if rx != nil {
-		rx.got, rx.done = m.length, true
-	}
+}
+
+// countStored counts a message of kind and class, length bytes, put into
+// a receive queue of s, and notes how its acknowledgement is to go
+// (deliver).
+func (e *Engine) countStored(s *epState, kind endpoint.Queue, class endpoint.Class, length uint32) {
 	e.stats.Delivered++
-	if m.kind == endpoint.RequestSend && m.class != endpoint.ClassBulk && s.mem.Answers() {
+	if kind == endpoint.RequestSend && class != endpoint.ClassBulk && s.mem.Answers() {
 		e.answering = true
 	}
-	e.replyIn = m.kind == endpoint.ReplySend && m.class != endpoint.ClassBulk
+	e.replyIn = kind == endpoint.ReplySend && class != endpoint.ClassBulk
 	s.counts.Received++
-	s.counts.ReceivedBytes += uint64(dataBytes(m.class, m.length))
-	return true
+	s.counts.ReceivedBytes += uint64(dataBytes(class, length))
 }
 
 // storeChunk copies bulk chunk m into s's staging area, where its message
