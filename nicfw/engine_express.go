@@ -49,6 +49,15 @@ func (e *Engine) Express(id EndpointID, q endpoint.Queue, d *endpoint.Descriptor
 		!s.mem.Express(d) { // last: it counts the descriptor taken
 		return false, nil
 	}
+	if p, ok := e.laneReady(s, q, d); ok {
+		if sent, err := e.laneSend(s, q, d, p); sent {
+			e.stats.Express++
+			return true, err
+		}
+		// The transport did not take it: the general path below tries
+		// again, and keeps it in the slot as the queued path keeps a
+		// message it could not send.
+	}
 	s.d = *d
 	e.begin(s, q)
 	s.express = true

@@ -253,3 +253,46 @@ func TestExpressReturnsAndLocal(t *testing.T) {
 		t.Errorf("own host received %+v, want the message", got)
 	}
 }
+
+// The compact lane's send (engine_lane.go) keeps the books the slot's
+// path keeps: the message is a flight that pins its endpoint's frame and
+// counts in its window until its acknowledgement, and one that comes back
+// is returned with the descriptor it was sent with.
+func TestExpressLaneBooks(t *testing.T) {
+	n, a1, b1 := expressNet(t, EngineConfig{})
+	ea, s := n.a.eng, n.a.eng.ep(1)
+	if !express(t, n, endpoint.RequestSend, short(0, 3, 7, 8)) {
+		t.Fatal("declined")
+	}
+	if ea.inFlight() != 1 || ea.pinned != 1 || s.owner.pinned != 1 || s.flying != 1 || ea.res.Outstanding(1) != 1 || s.state != slotEmpty {
+		t.Fatalf("in flight: %d flights, pinned %d (owner %d), flying %d, held %d, slot %v",
+			ea.inFlight(), ea.pinned, s.owner.pinned, s.flying, ea.res.Outstanding(1), s.state)
+	}
+	if args := receiveArgs(t, n, b1, endpoint.RequestReceive, 1); len(args) != 1 || args[0] != 7 {
+		t.Fatalf("B1 received %v", args)
+	}
+	n.run(t, 1000, func() bool { return ea.inFlight() == 0 })
+	if ea.pinned != 0 || s.flying != 0 || ea.res.Outstanding(1) != 0 {
+		t.Fatalf("acknowledged: pinned %d, flying %d, held %d", ea.pinned, s.flying, ea.res.Outstanding(1))
+	}
+	// B1 closes: the next message comes back with its descriptor.
+	if err := n.b.eng.CloseEndpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if !express(t, n, endpoint.RequestSend, short(0, 3, 9, 10)) {
+		t.Fatal("declined")
+	}
+	var got []endpoint.Descriptor
+	n.run(t, 1000, func() bool {
+		drain(t, a1, endpoint.ReplyReceive, &got)
+		return len(got) == 1
+	})
+	d := got[0]
+	if reason, from, ok := d.ReturnInfo(); !ok || reason != endpoint.ReasonClosed || from != endpoint.RequestSend ||
+		d.Handler != 3 || d.NArgs != 2 || d.Args[0] != 9 || d.Args[1] != 10 || d.Dest != 0 {
+		t.Errorf("returned %+v: %v %v %v", d, reason, from, ok)
+	}
+	if ea.inFlight() != 0 || ea.pinned != 0 || s.flying != 0 {
+		t.Errorf("returned: %d flights, pinned %d, flying %d", ea.inFlight(), ea.pinned, s.flying)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
+	"github.com/xam-project/xam/nicfw/transport"
 )
 
 // The compact lane, in the engine. A short message in the compact form
@@ -76,4 +77,64 @@ func readCompact(p []byte, d *endpoint.Descriptor) (kind endpoint.Queue, dst, sr
 		d.Args[0] = binary.BigEndian.Uint64((*[msgCompactLen + 8]byte)(p)[msgCompactLen:])
 	}
 	return endpoint.Queue(x[0] & 1), EndpointID(binary.BigEndian.Uint16(x[1:])), EndpointID(binary.BigEndian.Uint16(x[3:])), true
+}
+
+// The compact lane's send. Express hands over a short message that the
+// queued path would put in the endpoint's slot and send from there
+// (begin, sendFrom, vacate): the slot's state, the message built in the
+// engine's buffer from the slot's copy of the descriptor, and the general
+// send's cases (a command, a medium or bulk message, this host, a host
+// marked down, modules, a key, an unknown host) each looked at again. A
+// short message in the compact form to another host that is up, from an
+// endpoint without a key, goes from the descriptor straight to the
+// transport instead (laneSend): the same flight record, residency hold,
+// window count and counters, without the slot. Express has made the
+// checks the queued path makes (the descriptor, the window, canSend).
+
+// laneReady reports whether the short message d from s's queue q, which
+// Express has checked, goes by the compact lane, and to which peer.
+func (e *Engine) laneReady(s *epState, q endpoint.Queue, d *endpoint.Descriptor) (*transport.Peer, bool) {
+	if !compactable(q, d.NArgs, d.Handler) || s.aead != nil || uint64(d.Dest) >= uint64(len(s.table)) {
+		return nil, false
+	}
+	h := s.table[d.Dest].Host
+	if h == e.cfg.Host {
+		return nil, false
+	}
+	if len(e.down) > 0 {
+		if _, down := e.down[h]; down {
+			return nil, false
+		}
+	}
+	p := e.tr.Peer(h)
+	return p, p != nil && !p.Gone()
+}
+
+// laneSend sends the short message d from s's queue q to p by the compact
+// lane. sent false: the transport did not take it, and nothing is left
+// behind (the message is for the slot); otherwise err is the link's.
+func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, p *transport.Peer) (sent bool, err error) {
+	e.res.Touch(int(s.id)) // resident (Express checked): marks it used, never faults
+	to := s.table[d.Dest].Endpoint
+	m := e.buf[:putCompactMsg(e.buf, q, to, s.id, d.Handler, s.tag, d.Args[:d.NArgs])]
+	f, cookie := e.flightSlot()
+	*f = flight{s: s, d: *d, q: q, peer: p, to: to}
+	e.tr.BeginPass()
+	if err := e.tr.SendTo(p, m, cookie); err != nil {
+		e.freeFlight(cookie)
+		e.tr.EndPass() // nothing of this pass to send
+		return false, nil
+	}
+	e.stats.Sent++
+	s.countSent(0, true)
+	s.sends++
+	if err := e.res.Hold(int(s.id)); err != nil {
+		panic(err) // touched above, and nothing evicts in between
+	}
+	if !s.held() {
+		e.pinned++
+		s.owner.pinned++
+	}
+	s.flew(p, to)
+	return true, e.tr.EndPass()
 }

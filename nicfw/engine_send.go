@@ -342,6 +342,13 @@ func (e *Engine) cutThroughReady(s *epState) bool {
 // its cookie; the record is reused once the message is acknowledged or
 // returned (freeFlight).
 func (e *Engine) newFlight(s *epState, p *transport.Peer, to EndpointID) uint64 {
+	f, cookie := e.flightSlot()
+	*f = flight{s: s, d: s.d, q: s.q, peer: p, to: to, chunk: s.d.Class == endpoint.ClassBulk, id: s.bulkID}
+	return cookie
+}
+
+// flightSlot returns a free flight record, to be filled, and its cookie.
+func (e *Engine) flightSlot() (*flight, uint64) {
 	var i uint32
 	if n := len(e.freeFl); n > 0 {
 		i, e.freeFl = e.freeFl[n-1], e.freeFl[:n-1]
@@ -349,8 +356,7 @@ func (e *Engine) newFlight(s *epState, p *transport.Peer, to EndpointID) uint64 
 		i = uint32(len(e.flights))
 		e.flights = append(e.flights, flight{})
 	}
-	e.flights[i] = flight{s: s, d: s.d, q: s.q, peer: p, to: to, chunk: s.d.Class == endpoint.ClassBulk, id: s.bulkID}
-	return uint64(i) + 1
+	return &e.flights[i], uint64(i) + 1
 }
 
 // flightOf returns the record of the message sent with cookie, or nil for

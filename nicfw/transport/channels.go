@@ -148,6 +148,10 @@ func (p *Peer) SrcEpoch() uint32 { return p.srcOut }
 // flight, so that Send would return ErrBusy.
 func (p *Peer) Busy() bool { return p.unacked == len(p.send) }
 
+// Gone reports whether the host left the host table (SetPeers), so that
+// Send would return ErrUnknownHost.
+func (p *Peer) Gone() bool { return p.gone }
+
 // Stalled reports whether a message to the host was sent again since the
 // host last acknowledged one, or waited a retransmission time for the
 // host to answer the handshake: it is slow, unreachable or refusing, and
