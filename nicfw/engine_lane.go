@@ -119,10 +119,9 @@ func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, 
 	m := e.buf[:putCompactMsg(e.buf, q, to, s.id, d.Handler, s.tag, d.Args[:d.NArgs])]
 	f, cookie := e.flightSlot()
 	*f = flight{s: s, d: *d, q: q, peer: p, to: to}
-	e.tr.BeginPass()
-	if err := e.tr.SendTo(p, m, cookie); err != nil {
+	sent, err = e.tr.SendNow(p, m, cookie)
+	if !sent {
 		e.freeFlight(cookie)
-		e.tr.EndPass() // nothing of this pass to send
 		return false, nil
 	}
 	e.stats.Sent++
@@ -136,5 +135,5 @@ func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, 
 		s.owner.pinned++
 	}
 	s.flew(p, to)
-	return true, e.tr.EndPass()
+	return true, err
 }

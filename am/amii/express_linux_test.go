@@ -162,6 +162,16 @@ func expressBody(t *testing.T, a, b *Endpoint, n int) {
 	if max := uint64(n - mediums); sa.Express > max || sb.Express > max {
 		t.Errorf("express sends: A1 %d, B1 %d; at most %d were short", sa.Express, sb.Express, max)
 	}
+	// The request/reply traffic took the compact lane both ways: sent by
+	// SendNow, put by the engine's lane, taken off the wire by the
+	// transport's.
+	for _, e := range []*Endpoint{a, b} {
+		es, ts := e.express.Stats(), e.express.TransportStats()
+		if es.Lane == 0 || ts.LaneSends == 0 || ts.LaneCells == 0 {
+			t.Errorf("host %d: the compact lane put %d messages, sent %d, received %d cells; want some of each",
+				e.express.Host(), es.Lane, ts.LaneSends, ts.LaneCells)
+		}
+	}
 	t.Logf("express sends: A1 %d of %d requests, B1 %d of %d replies", sa.Express, sa.Requests, sb.Express, sb.Replies)
 }
 

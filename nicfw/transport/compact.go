@@ -99,32 +99,47 @@ func (t *Transport) compactable(payload []byte) bool {
 // frame. The one acknowledgement owed to p, if exactly one is, rides in
 // the message's own cell (typeCompactAcked), whose transmission's stamp is
 // 0: the frame of a request or a reply, each answering the other's
-// predecessor, is that cell alone, and it takes the short way here.
-// Otherwise (transmitCompactAcks) the message has a fresh stamp and the
-// acknowledgements owed go in front of its cell.
+// predecessor, is that cell alone (compactCell), as is that of a message
+// with none owed, which has a fresh stamp. Otherwise (transmitCompactAcks)
+// the message has a fresh stamp and the acknowledgements owed go in front
+// of its cell.
 func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
 	h := (*header)(&c.hdr)
 	h.setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
-	if len(p.ackList) != 1 {
+	if len(p.ackList) > 1 {
 		return t.transmitCompactAcks(p, c, h)
+	}
+	return t.outputCompact(c, t.compactCell(p, c, h))
+}
+
+// compactCell builds, in c's frame buffer, the frame of c's compact
+// message to p with header h when at most one acknowledgement is owed to
+// p: a compact DATA cell that carries it (typeCompactAcked, stamp 0), or
+// one with a fresh stamp and none (typeCompact). It returns the frame.
+func (t *Transport) compactCell(p *Peer, c *sendChannel, h *header) []byte {
+	f := t.compactFrame(p, c, 0)
+	cell := cells.Cell(f[len(t.eth) : len(t.eth)+cells.CellSize])
+	copy(cell, t.compactHdr[:])
+	if len(p.ackList) == 0 {
+		c.stamp = t.nextStamp() & 0xffff
+		h.setStamp(c.stamp)
+		putCompact(cell.Payload(), h, t.payload(c))
+		return f
 	}
 	c.stamp = 0
 	h.setStamp(0)
 	t.stats.AcksPiggybacked++
-	f := t.compactFrame(p, c, 0)
-	cell := cells.Cell(f[len(t.eth) : len(t.eth)+cells.CellSize])
-	copy(cell, t.compactHdr[:])
 	ch := p.ackList[0]
 	putCompactAcked(cell.Payload(), h, t.payload(c), ch, p.ackSeq[ch])
 	p.ackOn[ch] = false
 	t.dropAcks(p, 1)
-	return t.outputCompact(c, f)
+	return f
 }
 
-// transmitCompactAcks is transmitCompact with no acknowledgement owed to
-// p, or several: the message has a fresh stamp, and those owed go in
-// front of its cell, in a compact ACK cell when they fit, else as many as
-// the frame has room for in an ACK PDU.
+// transmitCompactAcks is transmitCompact with several acknowledgements
+// owed to p: the message has a fresh stamp, and those owed go in front of
+// its cell, in a compact ACK cell when they fit, else as many as the frame
+// has room for in an ACK PDU.
 func (t *Transport) transmitCompactAcks(p *Peer, c *sendChannel, h *header) error {
 	c.stamp = t.nextStamp() & 0xffff
 	h.setStamp(c.stamp)

@@ -1,9 +1,13 @@
 package transport
 
 import (
+	"errors"
 	"testing"
+	"time"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/clock"
 )
 
 // The compact lane (lane.go) takes only the steady state: a cell it
@@ -53,4 +57,101 @@ func TestLaneDeclines(t *testing.T) {
 	if st.LaneCells != 2 || st.Delivered != 2 || st.BadFrames != 0 {
 		t.Fatalf("the next reply: %+v", st)
 	}
+}
+
+// sendNow is SendNow from e to its peer host dst, which must take it.
+func sendNow(tb testing.TB, e *end, dst HostID, n uint32) error {
+	tb.Helper()
+	sent, err := e.tr.SendNow(e.tr.Peer(dst), payload(n, CompactPayload), 0)
+	if !sent {
+		tb.Fatalf("message %d not taken: %v", n, err)
+	}
+	return err
+}
+
+// SendNow sends request/reply traffic by the compact lane, one cell a
+// frame, and takes the general way where the lane does not apply: inside
+// a pass, with several acknowledgements owed, or a payload too long for a
+// cell. Every message arrives once, in order.
+func TestSendNow(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 4})
+	const rounds = 20
+	before, _ := p.a.link.Stats()
+	for i := range uint32(rounds) {
+		if err := sendNow(t, p.a, hostB, i); err != nil {
+			t.Fatal(err)
+		}
+		p.poll(t)
+		if err := sendNow(t, p.b, hostA, i); err != nil {
+			t.Fatal(err)
+		}
+		p.poll(t)
+	}
+	sa, sb := p.a.tr.Stats(), p.b.tr.Stats()
+	la, _ := p.a.link.Stats()
+	if sa.LaneSends != rounds || sb.LaneSends != rounds || la.TxFrames-before.TxFrames != rounds || sa.Acked != rounds {
+		t.Fatalf("after %d rounds: A %+v, B %+v, A's link %+v", rounds, sa, sb, la)
+	}
+	// The general way: in a pass, and a payload longer than a cell.
+	p.a.tr.BeginPass()
+	if err := sendNow(t, p.a, hostB, rounds); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.tr.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	if sent, err := p.a.tr.SendNow(p.a.tr.Peer(hostB), payload(rounds+1, CompactPayload+40)[:CompactPayload+1], 0); !sent || err != nil {
+		t.Fatalf("a long payload: sent %v, %v", sent, err)
+	}
+	for range 10 {
+		p.poll(t)
+		p.clk.Advance(DefaultRetransmitAfter)
+	}
+	if sa := p.a.tr.Stats(); sa.LaneSends != rounds || p.a.tr.Unacked(hostB) != 0 {
+		t.Fatalf("the general way: %+v, %d unacknowledged", sa, p.a.tr.Unacked(hostB))
+	}
+	checkExactlyOnce(t, p.b, hostA, rounds+2)
+}
+
+// refusingLink refuses the next refuse frames sent.
+type refusingLink struct {
+	afxdp.Link
+	refuse int
+}
+
+func (l *refusingLink) Send(frames [][]byte) (int, error) {
+	if l.refuse > 0 {
+		l.refuse--
+		return 0, errors.New("refused")
+	}
+	return l.Link.Send(frames)
+}
+
+// A frame the link refuses is lost as on the wire: SendNow reports the
+// link's error with the message taken, and the message is retransmitted
+// and arrives once.
+func TestSendNowLinkRefuses(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	rl := &refusingLink{Link: la}
+	p := pairOn(t, rl, lb, clock.NewManual(time.Unix(1, 0)), Config{Channels: 2})
+	rl.refuse = 1
+	sent, err := p.a.tr.SendNow(p.a.tr.Peer(hostB), payload(0, CompactPayload), 0)
+	if !sent || err == nil {
+		t.Fatalf("sent %v, %v; want sent and the link's error", sent, err)
+	}
+	if p.a.tr.Stats().LaneSends != 1 {
+		t.Fatalf("not by the lane: %+v", p.a.tr.Stats())
+	}
+	for range 20 {
+		p.poll(t)
+		p.clk.Advance(DefaultRetransmitAfter)
+	}
+	if st := p.a.tr.Stats(); st.Retransmits == 0 || st.Acked != 1 {
+		t.Fatalf("after the refusal: %+v", st)
+	}
+	checkExactlyOnce(t, p.b, hostA, 1)
 }

@@ -88,15 +88,7 @@ func (t *Transport) send(p *Peer, n int, payload []byte, f Filler, cookie uint64
 	if p.unacked == len(p.send) {
 		return -1, ErrBusy
 	}
-	i := p.next
-	for p.send[i].inUse {
-		if i++; i == len(p.send) {
-			i = 0
-		}
-	}
-	if p.next = i + 1; p.next == len(p.send) {
-		p.next = 0
-	}
+	i := p.freeChannel()
 	c := &p.send[i]
 	t.load(c, i, c.seq, n, payload, f)
 	c.compact = t.compactable(t.payload(c))
@@ -129,6 +121,21 @@ func (t *Transport) send(p *Peer, n int, payload []byte, f Filler, cookie uint64
 	p.stats.Sent++
 	p.stats.SentBytes += uint64(n)
 	return i, nil
+}
+
+// freeChannel returns the next free send channel to p, which has one,
+// and moves on past it: the channels are taken in turn.
+func (p *Peer) freeChannel() int {
+	i := p.next
+	for p.send[i].inUse {
+		if i++; i == len(p.send) {
+			i = 0
+		}
+	}
+	if p.next = i + 1; p.next == len(p.send) {
+		p.next = 0
+	}
+	return i
 }
 
 // sendWaiting transmits the messages that wait in p's channels, once
