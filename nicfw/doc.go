@@ -39,7 +39,10 @@
 // Where the details are: the send path, each endpoint's one message in
 // hand, the window and the frames messages pin (engine_send.go); the
 // express path, an inline application's short message handed to the
-// engine without its send queue (engine_express.go); the
+// engine without its send queue (engine_express.go); the compact lane,
+// request/reply traffic of short messages from the descriptor to the
+// transport and from the transport's payload to the receive descriptor
+// without the slot and the msg, with the same checks (engine_lane.go); the
 // message classes and the engine's message on the wire (engine_msg.go,
 // bulk.go, pool.go); the receive path and what it refuses
 // (engine_receive.go); return to sender (engine_return.go); closing an

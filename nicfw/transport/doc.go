@@ -186,7 +186,12 @@
 // circuit Config.VPI/VCI+1 (compact.go), which also carries the
 // acknowledgement owed to its destination when there is exactly one (so a
 // round trip of short requests and replies is two frames of one cell
-// each), else follows a compact ACK cell in the same frame. Every other message,
+// each), else follows a compact ACK cell in the same frame. The steady
+// state of that traffic goes by a lane of its own both ways (lane.go):
+// SendNow builds the one cell in its channel's buffer and hands it to the
+// link at once, and a received compact cell with an acknowledgement whose
+// epochs, window and sequence number are the expected ones is handled from
+// its fields, without the DATA PDU it stands for. Every other message,
 // acknowledgements included, is one AAL5 CPCS-PDU on the
 // circuit Config.VPI/VCI (default 0/32): a 20-byte transport header (type,
 // channel, sequence number, stamp, length, acknowledgement count, source

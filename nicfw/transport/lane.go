@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cells"
 )
 
@@ -31,6 +32,24 @@ import (
 // Anything else (a first frame, a new incarnation, a forgery, a
 // retransmission, an unreliable transport) declines before any of it
 // takes effect, and the general path handles the cell as before.
+
+// laneFrame handles frame f from p, of one cell, by the compact lane if
+// the cell is a compact DATA cell with an acknowledgement and the frame's
+// headers are what cells.Unpack takes (the EtherType, the version, the
+// start flag, one cell): taken false, it is not or the lane declined, and
+// nothing happened; otherwise ok reports whether the cell checked.
+func (t *Transport) laneFrame(p *Peer, f []byte) (ok, taken bool) {
+	h := (*[cells.FrameHeaderSize + 2]byte)(f[afxdp.EthernetHeaderLen-2:]) // the EtherType, the frame header
+	cell := cells.Cell(f[len(t.eth):])
+	if h[0] != t.eth[12] || h[1] != t.eth[13] || h[2] != cells.FrameVersion || h[3]&cells.FlagStart == 0 || h[4] != 0 || h[5] != 1 ||
+		binary.BigEndian.Uint32(cell)>>4 != t.compactKey || cell.Payload()[0] != typeCompactAcked {
+		return false, false
+	}
+	if ok, taken = t.laneAcked(p, cell); taken && p.reasm.Discard(t.vc) {
+		t.stats.Abandoned++ // a PDU in progress that this frame's start cut short
+	}
+	return ok, taken
+}
 
 // laneAcked handles compact DATA cell with an acknowledgement from p by
 // the compact lane (above). taken false: the lane declined, nothing

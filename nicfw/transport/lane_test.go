@@ -2,11 +2,13 @@ package transport
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/cells"
 	"github.com/xam-project/xam/internal/clock"
 )
 
@@ -154,4 +156,41 @@ func TestSendNowLinkRefuses(t *testing.T) {
 		t.Fatalf("after the refusal: %+v", st)
 	}
 	checkExactlyOnce(t, p.b, hostA, 1)
+}
+
+// A frame of one compact cell goes by the lane only with the headers
+// cells.Unpack takes: with another frame version or cell count it is a
+// bad frame, as on the general path, and delivers nothing; with them
+// right, the same cell is the lane's.
+func TestLaneFrameHeaders(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	if err := p.a.tr.Send(hostB, payload(0, CompactPayload), 0); err != nil {
+		t.Fatal(err)
+	}
+	p.poll(t) // B takes A's request
+	pb := p.b.tr.Peer(hostA)
+	reply := new(header)
+	body := payload(0, CompactPayload)
+	reply.put(typeData, 0, 0, 0, len(body), pb.srcOut, pb.dstOut)
+	cell := compactAckedCell(reply, body, 0, 0)
+	fr := cells.Framer{Dst: p.a.link.HardwareAddr(), Src: p.b.link.HardwareAddr()}
+	f, err := fr.Append(nil, cell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []func([]byte){
+		func(b []byte) { b[afxdp.EthernetHeaderLen] = cells.FrameVersion + 1 },
+		func(b []byte) { b[afxdp.EthernetHeaderLen+3] = 2 }, // two cells announced
+	} {
+		g := slices.Clone(f)
+		bad(g)
+		p.a.tr.receive(g)
+	}
+	if st := p.a.tr.Stats(); st.BadFrames != 2 || st.Delivered != 0 || st.LaneCells != 0 {
+		t.Fatalf("after two bad frames: %+v", st)
+	}
+	p.a.tr.receive(f)
+	if st := p.a.tr.Stats(); st.BadFrames != 2 || st.Delivered != 1 || st.LaneCells != 1 || st.Acked != 1 {
+		t.Fatalf("the good frame: %+v", st)
+	}
 }

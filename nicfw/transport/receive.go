@@ -174,6 +174,14 @@ func (t *Transport) receive(f []byte) {
 		t.stats.AuthFailed++
 		return
 	}
+	if t.aead == nil && len(f) == len(t.eth)+cells.CellSize {
+		if ok, taken := t.laneFrame(p, f); taken {
+			if !ok {
+				t.stats.BadFrames++
+			}
+			return
+		}
+	}
 	cs, fh, err := cells.Unpack(f, t.cfg.EtherType)
 	if err != nil {
 		t.stats.BadFrames++
