@@ -739,14 +739,18 @@ func (e *Engine) Poll() (work int, err error) {
 	// sends what the run queued before it receives, and the rest when the
 	// pass ends).
 	e.tr.BeginPass()
-	defer func() {
-		if ferr := e.tr.EndPass(); err == nil {
-			err = ferr
-		}
-		if work > 0 {
-			e.stats.BusyPolls++
-		}
-	}()
+	work, err = e.poll()
+	if ferr := e.tr.EndPass(); err == nil {
+		err = ferr
+	}
+	if work > 0 {
+		e.stats.BusyPolls++
+	}
+	return work, err
+}
+
+// poll is Poll's run, inside the transport's pass.
+func (e *Engine) poll() (work int, err error) {
 	e.acked = 0
 	if len(e.returns) > 0 {
 		if work, err = e.flushReturns(); err != nil {

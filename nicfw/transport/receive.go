@@ -37,7 +37,10 @@ func (t *Transport) Poll() (int, error) {
 	t.polls++
 	t.BeginPass()
 	n, err := t.poll()
-	return n, errors.Join(err, t.EndPass())
+	if eerr := t.EndPass(); eerr != nil {
+		err = errors.Join(err, eerr)
+	}
+	return n, err
 }
 
 func (t *Transport) poll() (int, error) {
