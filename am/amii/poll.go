@@ -32,11 +32,23 @@ func (ep *Endpoint) Poll() (int, error) {
 
 // pollLocked is Poll, the lock (if Shared) held.
 func (ep *Endpoint) pollLocked() (int, error) {
+	ran, took, err := ep.pollRun()
+	if took > 0 && ep.changed != nil {
+		close(ep.changed) // wake the goroutines waiting for credits or messages
+		ep.changed = make(chan struct{})
+	}
+	return ran, err
+}
+
+// pollRun is pollLocked but for the wake-up of the goroutines that wait:
+// it also returns the number of messages taken from the receive queues
+// (took).
+func (ep *Endpoint) pollRun() (ran, took int, err error) {
 	if err := ep.usable(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if ep.depth > 0 {
-		return 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
+		return 0, 0, fmt.Errorf("%w: a handler may not poll", ErrDiscipline)
 	}
 	// The engine runs first unless messages wait already (a Wait just ran
 	// it): the replies their handlers send then leave in the run at the
@@ -45,21 +57,14 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	engineRan := false
 	if ep.poll != nil && ep.view.Waiting(endpoint.ReplyReceive) == 0 && ep.view.Waiting(endpoint.RequestReceive) == 0 {
 		if _, err := ep.runEngine(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		engineRan = true
 	}
-	ran, took := 0, 0
 	if ep.polls++; ep.polls%replyCheckPolls == 0 && ep.pending.Len() > 0 && ep.cfg.ReplyTimeout > 0 {
 		n := ep.expire()
 		ran, took = n, n
 	}
-	defer func() {
-		if took > 0 && ep.changed != nil {
-			close(ep.changed) // wake the goroutines waiting for credits or messages
-			ep.changed = make(chan struct{})
-		}
-	}()
 	requests := 0 // requests dispatched: each queued a reply, explicit or implicit
 	for _, q := range [...]endpoint.Queue{endpoint.ReplyReceive, endpoint.RequestReceive} {
 		if q == endpoint.RequestReceive && ep.express != nil {
@@ -79,7 +84,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 				// place while its handler runs.
 				ok, err := ep.view.Peek(q, &ep.d)
 				if err != nil {
-					return ran, err
+					return ran, took, err
 				}
 				if !ok {
 					budget = 0
@@ -95,15 +100,15 @@ func (ep *Endpoint) pollLocked() (int, error) {
 					err = rerr
 				}
 				if err != nil {
-					return ran, err
+					return ran, took, err
 				}
 			}
 		}
 	}
-	err := ep.sendNullReplies()
+	err = ep.sendNullReplies()
 	ep.batch = false // (an error above leaves it set: messages are queued until the next Poll's end)
 	if err != nil {
-		return ran, err
+		return ran, took, err
 	}
 	if ep.poll != nil && (requests > 0 && ep.mustRun() || !engineRan) {
 		// The replies leave now, as a request does (sent), not at the
@@ -111,10 +116,10 @@ func (ep *Endpoint) pollLocked() (int, error) {
 		// once. Replies sent by the express path left already, with the
 		// acknowledgements owed to their hosts.
 		if _, err := ep.runEngine(); err != nil {
-			return ran, err
+			return ran, took, err
 		}
 	}
-	return ran, nil
+	return ran, took, nil
 }
 
 // mustRun reports whether, requests having run their handlers, the engine
