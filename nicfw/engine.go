@@ -183,7 +183,7 @@ type EngineStats struct {
 	Acked         uint64 // sent messages (bulk: chunks) acknowledged
 	Busy          uint64 // sends put off by ErrBusy (kept pending)
 	Delivered     uint64 // messages put into a receive queue
-	Lane          uint64 // of those, short messages in the compact form that the compact lane put (engine_lane.go)
+	Lane          uint64 // of those, short messages that the compact lane put (engine_lane.go)
 	Chunks        uint64 // bulk chunks stored that were not their message's last
 	ChunksDropped uint64 // bulk chunks dropped because their message was returned already
 	PoolFull      uint64 // pooled bulk chunks refused for now (NACK): no block of the receive pool free

@@ -7,12 +7,12 @@ import (
 	"github.com/xam-project/xam/nicfw/transport"
 )
 
-// The compact lane, in the engine. A short message in the compact form
-// (engine_msg.go) for an endpoint that takes it is the steady state of
-// request/reply traffic. The general receive path decodes it into a msg,
-// checks that (accept, refusal), builds the receive descriptor from it and
-// puts the descriptor (store): laneShort reads the compact form's fields
-// straight into the descriptor instead, with the same checks in the same
+// The compact lane, in the engine. A short message (in the compact form,
+// or the long one where it does not fit: engine_msg.go) for an endpoint
+// that takes it is the steady state of request/reply traffic. The general
+// receive path decodes it into a msg, checks that (accept, refusal), builds
+// the receive descriptor from it and puts the descriptor (store):
+// laneShort reads its fields straight into the descriptor instead, with the same checks in the same
 // order (the form, the endpoint, its key, its tag, a request's handler, its
 // residency), and puts it. It declines whatever the general path would
 // refuse, return or count (no endpoint, a closed one, one with a key,
@@ -20,13 +20,19 @@ import (
 // it takes effect: the general path then handles the message as before,
 // and gives the reason.
 
-// laneShort is offer for message p in the compact form from host src, by
+// laneShort is offer for message p (two bytes at least) from host src, by
 // the compact lane (above). ok false: the lane declined, nothing
 // happened, and offer's general path is to take the message; otherwise
 // taken is offer's result.
 func (e *Engine) laneShort(src HostID, p []byte) (taken, ok bool) {
 	var d endpoint.Descriptor
-	kind, dst, from, ok := readCompact(p, &d)
+	var kind endpoint.Queue
+	var dst, from EndpointID
+	if p[0]&msgCompact != 0 {
+		kind, dst, from, ok = readCompact(p, &d)
+	} else {
+		kind, dst, from, ok = readShort(p, &d)
+	}
 	if !ok {
 		return false, false
 	}
@@ -79,22 +85,43 @@ func readCompact(p []byte, d *endpoint.Descriptor) (kind endpoint.Queue, dst, sr
 	return endpoint.Queue(x[0] & 1), EndpointID(binary.BigEndian.Uint16(x[1:])), EndpointID(binary.BigEndian.Uint16(x[3:])), true
 }
 
+// readShort is readCompact for a short message in the engine's long form
+// (engine_msg.go): one that is no return and does not fit the compact form
+// (decodeMsg's checks: one encoding per message).
+func readShort(p []byte, d *endpoint.Descriptor) (kind endpoint.Queue, dst, src EndpointID, ok bool) {
+	if len(p) < msgHeaderLen {
+		return 0, 0, 0, false
+	}
+	x := (*[msgHeaderLen]byte)(p) // checked once
+	kind, nargs := endpoint.Queue(x[0]), x[2]
+	handler := binary.BigEndian.Uint32(x[8:])
+	if kind != endpoint.RequestSend && kind != endpoint.ReplySend || endpoint.Class(x[1]) != endpoint.ClassShort || x[3] != 0 ||
+		nargs > endpoint.MaxShortArgs || len(p) != msgHeaderLen+8*int(nargs) || compactable(kind, nargs, handler) {
+		return 0, 0, 0, false
+	}
+	*d = endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: nargs, Dest: endpoint.NoIndex, Handler: handler, Tag: binary.BigEndian.Uint64(x[16:])}
+	for i := range int(nargs) {
+		d.Args[i] = binary.BigEndian.Uint64(p[msgHeaderLen+8*i:])
+	}
+	return kind, EndpointID(binary.BigEndian.Uint16(x[4:])), EndpointID(binary.BigEndian.Uint16(x[6:])), true
+}
+
 // The compact lane's send. Express hands over a short message that the
 // queued path would put in the endpoint's slot and send from there
 // (begin, sendFrom, vacate): the slot's state, the message built in the
 // engine's buffer from the slot's copy of the descriptor, and the general
 // send's cases (a command, a medium or bulk message, this host, a host
 // marked down, modules, a key, an unknown host) each looked at again. A
-// short message in the compact form to another host that is up, from an
-// endpoint without a key, goes from the descriptor straight to the
-// transport instead (laneSend): the same flight record, residency hold,
+// short message to another host that is up, from an endpoint without a
+// key, goes from the descriptor straight to the transport instead
+// (laneSend), in one compact cell when it fits (SendNow's own lane): the same flight record, residency hold,
 // window count and counters, without the slot. Express has made the
 // checks the queued path makes (the descriptor, the window, canSend).
 
 // laneReady reports whether the short message d from s's queue q, which
 // Express has checked, goes by the compact lane, and to which peer.
 func (e *Engine) laneReady(s *epState, q endpoint.Queue, d *endpoint.Descriptor) (*transport.Peer, bool) {
-	if !compactable(q, d.NArgs, d.Handler) || s.aead != nil || uint64(d.Dest) >= uint64(len(s.table)) {
+	if s.aead != nil || uint64(d.Dest) >= uint64(len(s.table)) {
 		return nil, false
 	}
 	h := s.table[d.Dest].Host
@@ -116,7 +143,12 @@ func (e *Engine) laneReady(s *epState, q endpoint.Queue, d *endpoint.Descriptor)
 func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, p *transport.Peer) (sent bool, err error) {
 	e.res.Touch(int(s.id)) // resident (Express checked): marks it used, never faults
 	to := s.table[d.Dest].Endpoint
-	m := e.buf[:putCompactMsg(e.buf, q, to, s.id, d.Handler, s.tag, d.Args[:d.NArgs])]
+	var m []byte
+	if compactable(q, d.NArgs, d.Handler) {
+		m = e.buf[:putCompactMsg(e.buf, q, to, s.id, d.Handler, s.tag, d.Args[:d.NArgs])]
+	} else {
+		m = e.buf[:putShortMsg(e.buf, q, to, s.id, d, s.tag)]
+	}
 	f, cookie := e.flightSlot()
 	*f = flight{s: s, d: *d, q: q, peer: p, to: to}
 	sent, err = e.tr.SendNow(p, m, cookie)
@@ -136,4 +168,21 @@ func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, 
 	}
 	s.flew(p, to)
 	return true, err
+}
+
+// putShortMsg writes short message d of kind, from endpoint src to dst,
+// with tag, in the engine's long form (encodeMsg's), and returns its
+// length: for one that does not fit the compact form.
+func putShortMsg(b []byte, kind endpoint.Queue, dst, src EndpointID, d *endpoint.Descriptor, tag uint64) int {
+	x := (*[msgHeaderLen]byte)(b) // checked once
+	x[0], x[1], x[2], x[3] = byte(kind), byte(endpoint.ClassShort), d.NArgs, 0
+	binary.BigEndian.PutUint16(x[4:], uint16(dst))
+	binary.BigEndian.PutUint16(x[6:], uint16(src))
+	binary.BigEndian.PutUint32(x[8:], d.Handler)
+	binary.BigEndian.PutUint32(x[12:], d.Dest)
+	binary.BigEndian.PutUint64(x[16:], tag)
+	for i, a := range d.Args[:d.NArgs] {
+		binary.BigEndian.PutUint64(b[msgHeaderLen+8*i:], a)
+	}
+	return msgHeaderLen + 8*int(d.NArgs)
 }

@@ -44,7 +44,7 @@ func (e *Engine) offer(src HostID, p []byte) (taken bool) {
 	if len(e.down) > 0 {
 		delete(e.down, src)
 	}
-	if len(p) > 0 && p[0]&msgCompact != 0 {
+	if len(p) > 1 && (p[0]&msgCompact != 0 || endpoint.Class(p[1]) == endpoint.ClassShort) {
 		if taken, ok := e.laneShort(src, p); ok {
 			return taken
 		}

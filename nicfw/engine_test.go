@@ -302,6 +302,7 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	forged := short(2, 7, 1, 2) // compact: the lane declines it (engine_lane.go)
 	forged.Tag = tagBlue
 	mustSend(t, a1, endpoint.RequestSend, forged)
+	mustSend(t, a1, endpoint.RequestSend, short(2, 7, 5, 6, 7)) // the long form: the lane declines it too
 	mustSend(t, a1, endpoint.RequestSend, short(3, 8, 4))
 	mustSend(t, a1, endpoint.RequestSend, short(4, 9, 5))
 	copy(a1.Staging()[100:], "a medium message to no endpoint comes back with its bytes, sixty-four of them")
@@ -310,7 +311,7 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	var returned []endpoint.Descriptor
 	n.run(t, 10000, func() bool {
 		drain(t, a1, endpoint.ReplyReceive, &returned)
-		return len(returned) == 4
+		return len(returned) == 5
 	})
 	for k := 0; k < 20; k++ { // nothing else arrives anywhere
 		n.poll(t)
@@ -321,7 +322,7 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	drain(t, b2, endpoint.RequestReceive, &gotB2)
 	drain(t, a2, endpoint.RequestReceive, &gotA2Rep)
 	drain(t, a2, endpoint.ReplyReceive, &gotA2Rep)
-	if len(returned) != 4 || len(gotB1) != count || len(gotB2) != count || len(gotA2Rep) != 0 {
+	if len(returned) != 5 || len(gotB1) != count || len(gotB2) != count || len(gotA2Rep) != 0 {
 		t.Fatalf("returned %d, B1 %d, B2 %d, A2 %d messages", len(returned), len(gotB1), len(gotB2), len(gotA2Rep))
 	}
 	// Replies before requests: the medium reply was taken first. It comes
@@ -341,6 +342,7 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	}{
 		{endpoint.ReasonNoEndpoint, endpoint.ReplySend, endpoint.Descriptor{Class: endpoint.ClassMedium, Dest: 3, Handler: 10, Length: 64}},
 		{endpoint.ReasonBadTag, endpoint.RequestSend, short(2, 7, 1, 2)},
+		{endpoint.ReasonBadTag, endpoint.RequestSend, short(2, 7, 5, 6, 7)},
 		{endpoint.ReasonNoEndpoint, endpoint.RequestSend, short(3, 8, 4)},
 		{endpoint.ReasonNoHost, endpoint.RequestSend, short(4, 9, 5)},
 	}
@@ -359,13 +361,13 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	if st := n.a.eng.eps[1].mem.Stats(); st.Refused[endpoint.RefusedDestination] != 1 {
 		t.Errorf("A1 refusals %v, want one RefusedDestination", st.Refused)
 	}
-	if st := n.a.eng.Stats(); st.Returned != 4 {
-		t.Errorf("A stats %+v, want 4 returned", st)
+	if st := n.a.eng.Stats(); st.Returned != 5 {
+		t.Errorf("A stats %+v, want 5 returned", st)
 	}
 	// Every message delivered from another host was in the compact form,
 	// and the compact lane put it; the undeliverable ones it declined.
-	if st := n.b.eng.Stats(); st.ReturnsSent != 3 || st.Delivered != 2*count || st.Lane != 2*count {
-		t.Errorf("B stats %+v, want 3 returns sent and %d delivered by the lane", st, 2*count)
+	if st := n.b.eng.Stats(); st.ReturnsSent != 4 || st.Delivered != 2*count || st.Lane != 2*count {
+		t.Errorf("B stats %+v, want 4 returns sent and %d delivered by the lane", st, 2*count)
 	}
 	if st := n.a.eng.Stats(); st.Delivered != count+1 || st.Lane != count {
 		t.Errorf("A stats %+v, want %d delivered, %d by the lane", st, count+1, count)
