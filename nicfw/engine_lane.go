@@ -114,9 +114,10 @@ func readShort(p []byte, d *endpoint.Descriptor) (kind endpoint.Queue, dst, src 
 // marked down, modules, a key, an unknown host) each looked at again. A
 // short message to another host that is up, from an endpoint without a
 // key, goes from the descriptor straight to the transport instead
-// (laneSend), in one compact cell when it fits (SendNow's own lane): the same flight record, residency hold,
-// window count and counters, without the slot. Express has made the
-// checks the queued path makes (the descriptor, the window, canSend).
+// (laneSend), which hands it to the link at once (transport.SendNow): the
+// same flight record, residency hold, window count and counters, without
+// the slot. Express has made the checks the queued path makes (the
+// descriptor, the window, canSend).
 
 // laneReady reports whether the short message d from s's queue q, which
 // Express has checked, goes by the compact lane, and to which peer.

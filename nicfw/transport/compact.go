@@ -24,7 +24,7 @@ import (
 // CRC-10 (cells.CRC10, as AAL3/4 and SSAM use it) covers bytes 0-45 and
 // leaves the top 6 bits of its two bytes zero. A compact cell carries no
 // acknowledgements: those owed to its destination travel in front of it,
-// in the same frame, as an ACK PDU of their own (transmitCompact). The
+// in the same frame, as an ACK PDU of their own (buildCompact). The
 // receiver checks the cell (HEC, CRC, type, length, channel) and handles
 // it as a DATA PDU with the same fields (receiveCompact).
 //
@@ -95,21 +95,29 @@ func (t *Transport) compactable(payload []byte) bool {
 	return len(payload) <= CompactPayload && !t.cfg.NoCompact
 }
 
-// transmitCompact sends the compact message in channel c to p: one
-// frame. The one acknowledgement owed to p, if exactly one is, rides in
-// the message's own cell (typeCompactAcked), whose transmission's stamp is
-// 0: the frame of a request or a reply, each answering the other's
-// predecessor, is that cell alone (compactCell), as is that of a message
-// with none owed, which has a fresh stamp. Otherwise (transmitCompactAcks)
-// the message has a fresh stamp and the acknowledgements owed go in front
-// of its cell.
-func (t *Transport) transmitCompact(p *Peer, c *sendChannel) error {
+// buildCompact builds, in c's buffer, the one frame of the compact message
+// in channel c to p, and returns it, as c.frames. The one acknowledgement
+// owed to p, if exactly one is, rides in the message's own cell
+// (typeCompactAcked), whose transmission's stamp is 0: the frame of a
+// request or a reply, each answering the other's predecessor, is that
+// cell alone (compactCell), as is that of a message with none owed, which
+// has a fresh stamp. Otherwise (compactAcks) the message has a fresh stamp
+// and the acknowledgements owed go in front of its cell.
+func (t *Transport) buildCompact(p *Peer, c *sendChannel) ([][]byte, error) {
 	h := (*header)(&c.hdr)
 	h.setEpochs(p.srcOut, p.dstOut) // dst learnt since the last transmission, perhaps
+	var f []byte
 	if len(p.ackList) > 1 {
-		return t.transmitCompactAcks(p, c, h)
+		var err error
+		if f, err = t.compactAcks(p, c, h); err != nil {
+			return nil, err
+		}
+	} else {
+		f = t.compactCell(p, c, h)
 	}
-	return t.outputCompact(c, t.compactCell(p, c, h))
+	c.frames = append(c.frames[:0], f)
+	t.stats.Compact++
+	return c.frames, nil
 }
 
 // compactCell builds, in c's frame buffer, the frame of c's compact
@@ -136,11 +144,11 @@ func (t *Transport) compactCell(p *Peer, c *sendChannel, h *header) []byte {
 	return f
 }
 
-// transmitCompactAcks is transmitCompact with several acknowledgements
-// owed to p: the message has a fresh stamp, and those owed go in front of
-// its cell, in a compact ACK cell when they fit, else as many as the frame
-// has room for in an ACK PDU.
-func (t *Transport) transmitCompactAcks(p *Peer, c *sendChannel, h *header) error {
+// compactAcks is compactCell with several acknowledgements owed to p: the
+// message has a fresh stamp, and those owed go in front of its cell, in a
+// compact ACK cell when they fit, else as many as the frame has room for
+// in an ACK PDU.
+func (t *Transport) compactAcks(p *Peer, c *sendChannel, h *header) ([]byte, error) {
 	c.stamp = t.nextStamp() & 0xffff
 	h.setStamp(c.stamp)
 	var ackSDU []byte
@@ -163,14 +171,14 @@ func (t *Transport) transmitCompactAcks(p *Peer, c *sendChannel, h *header) erro
 		at += cells.CellSize
 	case ackSDU != nil:
 		if _, err := t.seg.Put(f[at:], ackSDU); err != nil {
-			return err
+			return nil, err
 		}
 		at += ackCells * cells.CellSize
 	}
 	cell := cells.Cell(f[at : at+cells.CellSize])
 	copy(cell, t.compactHdr[:])
 	putCompact(cell.Payload(), h, t.payload(c))
-	return t.outputCompact(c, f)
+	return f, nil
 }
 
 // compactFrame returns c's frame buffer for a compact message behind
@@ -184,13 +192,6 @@ func (t *Transport) compactFrame(p *Peer, c *sendChannel, ackCells int) []byte {
 	f := c.frameBuf[:total]
 	t.putHeaders(f, p, ackCells+1, cells.FlagStart)
 	return f
-}
-
-// outputCompact outputs f, the frame of c's compact message.
-func (t *Transport) outputCompact(c *sendChannel, f []byte) error {
-	c.frames = append(c.frames[:0], f)
-	t.stats.Compact++
-	return t.output(c.frames)
 }
 
 // putCompact writes the 48-byte payload of the compact cell that stands

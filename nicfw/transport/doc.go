@@ -188,8 +188,8 @@
 // round trip of short requests and replies is two frames of one cell
 // each), else follows a compact ACK cell in the same frame. The steady
 // state of that traffic goes by a lane of its own both ways (lane.go):
-// SendNow builds the one cell in its channel's buffer and hands it to the
-// link at once, and a received compact cell with an acknowledgement whose
+// SendNow builds the message's frame (the one cell) in its channel's
+// buffer and hands it to the link at once, and a received compact cell with an acknowledgement whose
 // epochs, window and sequence number are the expected ones is handled from
 // its fields, without the DATA PDU it stands for. Every other message,
 // acknowledgements included, is one AAL5 CPCS-PDU on the

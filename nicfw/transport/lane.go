@@ -98,23 +98,22 @@ func (t *Transport) laneAcked(p *Peer, cell cells.Cell) (ok, taken bool) {
 // The compact lane's send. An inline engine sends a short message the
 // application hands it (the express path) in a pass of its own: BeginPass,
 // SendTo, EndPass, which puts the frame in the pass's batch (output) and
-// hands the batch to the link (flushOut, pack). SendNow does the same
-// with the frame of the one compact cell built straight in its channel's
-// buffer and handed to the link at once, when that is all the pass would
-// send: outside a pass, a compact payload to a peer whose incarnations
-// are confirmed, with a free channel and at most one acknowledgement owed
-// to it, on a transport without a key. Otherwise it takes the general way.
-// The link's refusal is what it is at a pass's end: the frame is lost, as
-// on the wire, the message stays in its channel, and retransmission
-// recovers it.
+// hands the batch to the link (flushOut, pack). SendNow builds the
+// message's frames in its channel's buffer (one compact cell, most often)
+// and hands them to the link at once, when that is all the pass would
+// send: outside a pass, to a peer whose incarnations are confirmed, with a
+// free channel, on a transport without a key. Otherwise it takes the
+// general way. The link's refusal is what it is at a pass's end: the
+// frames are lost, as on the wire, the message stays in its channel, and
+// retransmission recovers it.
 
 // SendNow sends payload to p in a pass of its own, as BeginPass, SendTo
 // and EndPass do: sent false, the message was not taken (err is SendTo's);
 // sent true, it is in its channel, delivered or returned in time, and err
-// is the link's, which lost its frame (retransmitted).
+// is the link's, which lost its frames (retransmitted).
 func (t *Transport) SendNow(p *Peer, payload []byte, cookie uint64) (sent bool, err error) {
-	if t.pass != 0 || t.aead != nil || t.cfg.Unreliable || !t.compactable(payload) ||
-		p == nil || p.gone || !p.dstOK || p.unacked == len(p.send) || len(p.ackList) > 1 {
+	if t.pass != 0 || t.aead != nil || t.cfg.Unreliable || len(payload) > t.maxPL ||
+		p == nil || p.gone || !p.dstOK || p.unacked == len(p.send) {
 		t.BeginPass()
 		if err := t.SendTo(p, payload, cookie); err != nil {
 			t.EndPass() // nothing of the pass left to send
@@ -125,24 +124,23 @@ func (t *Transport) SendNow(p *Peer, payload []byte, cookie uint64) (sent bool, 
 	i := p.freeChannel()
 	c := &p.send[i]
 	t.load(c, i, c.seq, len(payload), payload, nil)
-	c.compact, c.cookie, c.retries = true, cookie, 0
+	c.compact, c.cookie, c.retries = t.compactable(payload), cookie, 0
 	t.occupy(p, c)
 	c.sent = true
-	h := (*header)(&c.hdr)
-	h.setEpochs(p.srcOut, p.dstOut)
-	f := t.compactCell(p, c, h)
+	frames, err := t.build(p, c)
+	if err != nil {
+		t.release(p, c)
+		c.seq-- // the message never left: its number is still free
+		return false, fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
+	}
 	t.setTimers(c)
 	t.stats.Sent++
 	t.stats.LaneSends++
-	t.stats.Compact++
 	t.stats.Batches++
-	t.stats.BatchFrames++
+	t.stats.BatchFrames += uint64(len(frames))
 	p.stats.Sent++
 	p.stats.SentBytes += uint64(len(payload))
-	t.sendList = append(t.sendList[:0], f)
-	_, err = t.link.Send(t.sendList)
-	t.sendList[0], t.sendList = nil, t.sendList[:0]
-	if err != nil {
+	if _, err := t.link.Send(frames); err != nil {
 		return true, fmt.Errorf("nicfw: send: %w", err)
 	}
 	return true, nil

@@ -72,9 +72,9 @@ func sendNow(tb testing.TB, e *end, dst HostID, n uint32) error {
 }
 
 // SendNow sends request/reply traffic by the compact lane, one cell a
-// frame, and takes the general way where the lane does not apply: inside
-// a pass, with several acknowledgements owed, or a payload too long for a
-// cell. Every message arrives once, in order.
+// frame, and a payload too long for a cell as an AAL5 PDU, both handed to
+// the link at once; inside a pass it takes the general way. Every message
+// arrives once, in order.
 func TestSendNow(t *testing.T) {
 	p := newPair(t, memlink.Options{}, Config{Channels: 4})
 	const rounds = 20
@@ -94,7 +94,7 @@ func TestSendNow(t *testing.T) {
 	if sa.LaneSends != rounds || sb.LaneSends != rounds || la.TxFrames-before.TxFrames != rounds || sa.Acked != rounds {
 		t.Fatalf("after %d rounds: A %+v, B %+v, A's link %+v", rounds, sa, sb, la)
 	}
-	// The general way: in a pass, and a payload longer than a cell.
+	// The general way in a pass; a payload longer than a cell by the lane.
 	p.a.tr.BeginPass()
 	if err := sendNow(t, p.a, hostB, rounds); err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestSendNow(t *testing.T) {
 		p.poll(t)
 		p.clk.Advance(DefaultRetransmitAfter)
 	}
-	if sa := p.a.tr.Stats(); sa.LaneSends != rounds || p.a.tr.Unacked(hostB) != 0 {
+	if sa := p.a.tr.Stats(); sa.LaneSends != rounds+1 || p.a.tr.Unacked(hostB) != 0 {
 		t.Fatalf("the general way: %+v, %d unacknowledged", sa, p.a.tr.Unacked(hostB))
 	}
 	checkExactlyOnce(t, p.b, hostA, rounds+2)

@@ -240,8 +240,18 @@ func (t *Transport) payload(c *sendChannel) []byte {
 // needs; the first is flagged cells.FlagStart, and all go to the link in
 // one batch.
 func (t *Transport) transmit(p *Peer, c *sendChannel) error {
+	frames, err := t.build(p, c)
+	if err != nil {
+		return err
+	}
+	return t.output(frames)
+}
+
+// build is transmit but for the output: it builds the message's frames
+// in c's buffer and returns them, as c.frames.
+func (t *Transport) build(p *Peer, c *sendChannel) ([][]byte, error) {
 	if c.compact {
-		return t.transmitCompact(p, c)
+		return t.buildCompact(p, c)
 	}
 	c.stamp = t.nextStamp()
 	h := (*header)(&c.hdr)
@@ -269,7 +279,7 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 	if nframes == 1 {
 		t.putHeaders(buf, p, ncells, cells.FlagStart)
 		if _, err := t.seg.Put(buf[len(t.eth):], sdu); err != nil {
-			return err
+			return nil, err
 		}
 		c.frames = append(c.frames, buf)
 	} else {
@@ -279,7 +289,7 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 		}
 		cs := t.cellBuf[:cl]
 		if _, err := t.seg.Put(cs, sdu); err != nil {
-			return err
+			return nil, err
 		}
 		flags := cells.FlagStart
 		for len(cs) > 0 {
@@ -294,7 +304,7 @@ func (t *Transport) transmit(p *Peer, c *sendChannel) error {
 			flags = 0
 		}
 	}
-	return t.output(c.frames)
+	return c.frames, nil
 }
 
 // output hands frames to the link: at once outside a pass; inside one

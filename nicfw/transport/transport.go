@@ -174,7 +174,7 @@ type Stats struct {
 	Retransmits uint64 // DATA frames sent again (timer or NACK)
 	Compact     uint64 // transmissions as compact cells (compact.go), retransmissions included
 	LaneCells   uint64 // compact cells received by the compact lane (lane.go)
-	LaneSends   uint64 // messages sent by the compact lane (SendNow): one compact cell handed to the link at once
+	LaneSends   uint64 // messages SendNow handed to the link at once, outside a pass (lane.go)
 	Acked       uint64 // messages acknowledged: channels freed by an ACK
 	Returned    uint64 // messages given up on (Returned called)
 
