@@ -126,13 +126,8 @@ func (e *Engine) laneReady(s *epState, q endpoint.Queue, d *endpoint.Descriptor)
 		return nil, false
 	}
 	h := s.table[d.Dest].Host
-	if h == e.cfg.Host {
+	if h == e.cfg.Host || e.markedDown(h) {
 		return nil, false
-	}
-	if len(e.down) > 0 {
-		if _, down := e.down[h]; down {
-			return nil, false
-		}
 	}
 	p := e.tr.Peer(h)
 	return p, p != nil && !p.Gone()
@@ -148,7 +143,7 @@ func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, 
 	if compactable(q, d.NArgs, d.Handler) {
 		m = e.buf[:putCompactMsg(e.buf, q, to, s.id, d.Handler, s.tag, d.Args[:d.NArgs])]
 	} else {
-		m = e.buf[:putShortMsg(e.buf, q, to, s.id, d, s.tag)]
+		m = e.buf[:putMsgHeader(e.buf, q, endpoint.ClassShort, 0, to, s.id, d.Handler, d.Dest, s.tag, d.Args[:d.NArgs])]
 	}
 	f, cookie := e.flightSlot()
 	*f = flight{s: s, d: *d, q: q, peer: p, to: to}
@@ -160,30 +155,6 @@ func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, 
 	e.stats.Sent++
 	s.countSent(0, true)
 	s.sends++
-	if err := e.res.Hold(int(s.id)); err != nil {
-		panic(err) // touched above, and nothing evicts in between
-	}
-	if !s.held() {
-		e.pinned++
-		s.owner.pinned++
-	}
-	s.flew(p, to)
+	e.hold(s, p, to)
 	return true, err
-}
-
-// putShortMsg writes short message d of kind, from endpoint src to dst,
-// with tag, in the engine's long form (encodeMsg's), and returns its
-// length: for one that does not fit the compact form.
-func putShortMsg(b []byte, kind endpoint.Queue, dst, src EndpointID, d *endpoint.Descriptor, tag uint64) int {
-	x := (*[msgHeaderLen]byte)(b) // checked once
-	x[0], x[1], x[2], x[3] = byte(kind), byte(endpoint.ClassShort), d.NArgs, 0
-	binary.BigEndian.PutUint16(x[4:], uint16(dst))
-	binary.BigEndian.PutUint16(x[6:], uint16(src))
-	binary.BigEndian.PutUint32(x[8:], d.Handler)
-	binary.BigEndian.PutUint32(x[12:], d.Dest)
-	binary.BigEndian.PutUint64(x[16:], tag)
-	for i, a := range d.Args[:d.NArgs] {
-		binary.BigEndian.PutUint64(b[msgHeaderLen+8*i:], a)
-	}
-	return msgHeaderLen + 8*int(d.NArgs)
 }

@@ -139,17 +139,7 @@ func encodeMsg(b []byte, m *msg) int {
 	if m.compact() {
 		return putCompactMsg(b, m.kind, m.dst, m.src, m.handler, m.tag, m.args[:m.nargs])
 	}
-	b[0], b[1], b[2], b[3] = byte(m.kind), byte(m.class), m.nargs, byte(m.reason)
-	binary.BigEndian.PutUint16(b[4:], uint16(m.dst))
-	binary.BigEndian.PutUint16(b[6:], uint16(m.src))
-	binary.BigEndian.PutUint32(b[8:], m.handler)
-	binary.BigEndian.PutUint32(b[12:], m.index)
-	binary.BigEndian.PutUint64(b[16:], m.tag)
-	n := msgHeaderLen
-	for i := range int(m.nargs) {
-		binary.BigEndian.PutUint64(b[n:], m.args[i])
-		n += 8
-	}
+	n := putMsgHeader(b, m.kind, m.class, m.reason, m.dst, m.src, m.handler, m.index, m.tag, m.args[:m.nargs])
 	if !m.hasExt() {
 		return n
 	}
@@ -183,6 +173,23 @@ func putCompactMsg(b []byte, kind endpoint.Queue, dst, src EndpointID, handler u
 		binary.BigEndian.PutUint64((*[msgCompactLen + 8]byte)(b)[msgCompactLen:], args[0])
 	}
 	return msgCompactLen + 8*len(args)
+}
+
+// putMsgHeader writes the header of a message in the long form and its
+// arguments into b, and returns their length.
+func putMsgHeader(b []byte, kind endpoint.Queue, class endpoint.Class, reason endpoint.Reason, dst, src EndpointID,
+	handler, index uint32, tag uint64, args []uint64) int {
+	x := (*[msgHeaderLen]byte)(b) // checked once
+	x[0], x[1], x[2], x[3] = byte(kind), byte(class), uint8(len(args)), byte(reason)
+	binary.BigEndian.PutUint16(x[4:], uint16(dst))
+	binary.BigEndian.PutUint16(x[6:], uint16(src))
+	binary.BigEndian.PutUint32(x[8:], handler)
+	binary.BigEndian.PutUint32(x[12:], index)
+	binary.BigEndian.PutUint64(x[16:], tag)
+	for i, a := range args {
+		binary.BigEndian.PutUint64(b[msgHeaderLen+8*i:], a)
+	}
+	return msgHeaderLen + 8*len(args)
 }
 
 // decodeMsg reads and checks a message. m.data aliases b.
@@ -251,31 +258,13 @@ func decodeMsgInto(b []byte, m *msg) bool {
 }
 
 // decodeCompact reads and checks a message in the compact form into m,
-// which it overwrites.
+// which it overwrites (readCompact reads it).
 func decodeCompact(b []byte, m *msg) bool {
-	if len(b) < msgCompactLen || b[0]&^(msgCompact|0b111) != 0 {
-		return false
-	}
-	x := (*[msgCompactLen]byte)(b)
-	*m = msg{
-		kind: endpoint.Queue(x[0] & 1), class: endpoint.ClassShort, nargs: x[0] >> 1 & 0b11,
-		dst:     EndpointID(binary.BigEndian.Uint16(x[1:])),
-		src:     EndpointID(binary.BigEndian.Uint16(x[3:])),
-		handler: uint32(binary.BigEndian.Uint16(x[5:])),
-		index:   endpoint.NoIndex,
-		tag:     binary.BigEndian.Uint64(x[7:]),
-	}
-	if m.nargs > msgCompactArgs || len(b) != msgCompactLen+8*int(m.nargs) {
-		return false
-	}
-	switch m.nargs {
-	case 2:
-		a := (*[msgCompactLen + 16]byte)(b)
-		m.args[0], m.args[1] = binary.BigEndian.Uint64(a[msgCompactLen:]), binary.BigEndian.Uint64(a[msgCompactLen+8:])
-	case 1:
-		m.args[0] = binary.BigEndian.Uint64((*[msgCompactLen + 8]byte)(b)[msgCompactLen:])
-	}
-	return true
+	var d endpoint.Descriptor
+	kind, dst, src, ok := readCompact(b, &d)
+	*m = msg{kind: kind, class: endpoint.ClassShort, nargs: d.NArgs, dst: dst, src: src,
+		handler: d.Handler, index: endpoint.NoIndex, tag: d.Tag, args: d.Args}
+	return ok
 }
 
 // chunkRoom returns how many data bytes a bulk chunk of a message with

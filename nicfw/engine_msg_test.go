@@ -146,8 +146,8 @@ func FuzzLaneRead(f *testing.F) {
 }
 
 // The compact lane's send writes a short message that does not fit the
-// compact form as encodeMsg writes it (putShortMsg), and a receiver's lane
-// reads it back (readShort).
+// compact form as encodeMsg writes it (putMsgHeader), and a receiver's
+// lane reads it back (readShort).
 func TestPutShortMsg(t *testing.T) {
 	for nargs := range uint8(endpoint.MaxShortArgs + 1) {
 		for _, handler := range []uint32{7, 1 << 20} {
@@ -163,7 +163,7 @@ func TestPutShortMsg(t *testing.T) {
 			want := make([]byte, m.size())
 			encodeMsg(want, &m)
 			got := make([]byte, msgMaxLen)
-			got = got[:putShortMsg(got, kind, 9, 4, &d, 0xfeed)]
+			got = got[:putMsgHeader(got, kind, endpoint.ClassShort, 0, 9, 4, handler, 3, 0xfeed, d.Args[:nargs])]
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%d arguments, handler %d: %x, want %x", nargs, handler, got, want)
 			}

@@ -103,10 +103,8 @@ func (e *Engine) canSend(s *epState, dest uint32) bool {
 	if h == e.cfg.Host {
 		return true
 	}
-	if len(e.down) > 0 {
-		if _, down := e.down[h]; down {
-			return true // returned at once (or the mark expires and it is sent)
-		}
+	if e.markedDown(h) {
+		return true // returned at once (or the mark expires and it is sent)
 	}
 	if e.gated() && s.state == slotPending && s.d.Class == endpoint.ClassBulk &&
 		!e.gateOpen(s.id, h, int(s.d.Length), int(s.d.Length-s.sent)) {
@@ -278,14 +276,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 	if e.mods != nil {
 		e.gateLeft(s, dst.Host)
 	}
-	if err := e.res.Hold(int(s.id)); err != nil {
-		panic(err) // touched above, and nothing evicts in between
-	}
-	if !s.held() {
-		e.pinned++
-		s.owner.pinned++
-	}
-	s.flew(p, dst.Endpoint)
+	e.hold(s, p, dst.Endpoint)
 	if s.d.Class == endpoint.ClassBulk {
 		if s.pooledBulk() && s.admit == admitNone {
 			e.setAdmit(s, admitProbing, p) // its first chunk travels alone
@@ -298,6 +289,29 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		e.vacate(s) // the message left: the slot takes the next
 	}
 	return true, nil
+}
+
+// hold counts a message of s that left for endpoint to at p as in flight:
+// the residency holds s's frame (touched when the message was taken, and
+// nothing evicts in between), the engine's frames pinned, the window.
+func (e *Engine) hold(s *epState, p *transport.Peer, to EndpointID) {
+	if err := e.res.Hold(int(s.id)); err != nil {
+		panic(err)
+	}
+	if !s.held() {
+		e.pinned++
+		s.owner.pinned++
+	}
+	s.flew(p, to)
+}
+
+// markedDown reports whether host h is marked down (returns go at once).
+func (e *Engine) markedDown(h HostID) bool {
+	if len(e.down) == 0 {
+		return false
+	}
+	_, down := e.down[h]
+	return down
 }
 
 // fill puts the next message of s into its empty slot: the oldest of its
