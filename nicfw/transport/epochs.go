@@ -143,6 +143,10 @@ import (
 // naming a number that is no longer taken. A renewal keeps the pair of
 // incarnations: the channels go on.
 
+// heardCurrent notes a frame from p's current incarnation to this one's
+// (destination epoch dst): the pair of incarnations is confirmed.
+func (p *Peer) heardCurrent(dst uint32) { p.confirmed, p.heard, p.dstHeard = true, true, dst }
+
 // checkEpochs applies the epochs of frame h from p (see above), and
 // reports whether the frame is for this incarnation from p's current one.
 // A frame it refuses may be answered with a RESET.
@@ -202,7 +206,7 @@ func (t *Transport) checkEpochs(p *Peer, h *header, payload []byte) bool {
 	}
 	switch {
 	case dst == p.dstIn:
-		p.confirmed, p.heard, p.dstHeard = true, true, dst
+		p.heardCurrent(dst)
 		return true
 	case dst == 0:
 		if t.cfg.Unreliable && typ == typeData {

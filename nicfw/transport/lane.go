@@ -25,9 +25,7 @@ import (
 //     waits for the handshake;
 //   - its acknowledgement lies in its send channel's window (inWindows);
 //   - its sequence number is the one its channel expects (a duplicate or
-//     a late copy goes the general way, which counts it), and delivering
-//     it does not bring the channel's numbers round on a keyed transport
-//     (which renews the epochs).
+//     a late copy goes the general way, which counts it).
 //
 // Anything else (a first frame, a new incarnation, a forgery, a
 // retransmission, an unreliable transport) declines before any of it
@@ -64,8 +62,7 @@ func (t *Transport) laneAcked(p *Peer, cell cells.Cell) (ok, taken bool) {
 	seq, aseq := binary.BigEndian.Uint16(b[2:]), binary.BigEndian.Uint16(b[5:])
 	src, dst := binary.BigEndian.Uint32(b[7:]), binary.BigEndian.Uint32(b[11:])
 	r := &p.recv[ch]
-	if src != p.epoch || src == 0 || dst != p.dstIn || r.expect != seq || seq == 0xffff && t.aead != nil ||
-		!ackInWindow(&p.send[ach], aseq) {
+	if src != p.epoch || src == 0 || dst != p.dstIn || r.expect != seq || !ackInWindow(&p.send[ach], aseq) {
 		return false, false
 	}
 	tr := binary.BigEndian.Uint16(b[compactOffCRC:])
@@ -74,24 +71,10 @@ func (t *Transport) laneAcked(p *Peer, cell cells.Cell) (ok, taken bool) {
 		tr&0x3ff != cells.CRC10Trailer(b[:compactOffCRC], uint8(n)) {
 		return false, true
 	}
-	p.confirmed, p.heard, p.dstHeard = true, true, dst
+	p.heardCurrent(dst)
 	t.stats.LaneCells++
 	t.acked(p, ach, aseq)
-	payload := b[compactHeaderLen : compactHeaderLen+n]
-	t.ackNow, t.ackSoon = false, false
-	if !t.cfg.Deliver(p.id, ch, payload) {
-		t.stats.Refused++
-		p.stats.Refused++
-		var h header
-		h.put(typeData, ch, seq, 0, n, src, dst)
-		t.answer(p, typeNack, &h)
-		return true, true
-	}
-	r.expect++
-	t.stats.Delivered++
-	p.stats.Delivered++
-	p.stats.DeliveredBytes += uint64(n)
-	t.queueAckOf(p, ch, seq, 0)
+	t.deliverNext(p, r, ch, seq, 0, b[compactHeaderLen:compactHeaderLen+n], nil)
 	return true, true
 }
 
@@ -129,17 +112,13 @@ func (t *Transport) SendNow(p *Peer, payload []byte, cookie uint64) (sent bool, 
 	c.sent = true
 	frames, err := t.build(p, c)
 	if err != nil {
-		t.release(p, c)
-		c.seq-- // the message never left: its number is still free
+		t.unplace(p, c)
 		return false, fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
-	t.setTimers(c)
-	t.stats.Sent++
+	t.counted(p, c, len(payload))
 	t.stats.LaneSends++
 	t.stats.Batches++
 	t.stats.BatchFrames += uint64(len(frames))
-	p.stats.Sent++
-	p.stats.SentBytes += uint64(len(payload))
 	if _, err := t.link.Send(frames); err != nil {
 		return true, fmt.Errorf("nicfw: send: %w", err)
 	}

@@ -305,21 +305,7 @@ func (t *Transport) dispatch(p *Peer, h *header, acks, payload []byte) {
 			t.stats.Late++
 			return
 		}
-		t.ackNow, t.ackSoon = false, false
-		if !t.cfg.Deliver(p.id, ch, payload) {
-			t.stats.Refused++
-			p.stats.Refused++
-			t.answer(p, typeNack, h)
-			return
-		}
-		r.expect++
-		if r.expect == 0 && t.aead != nil {
-			t.renew(p, h) // the numbers come round again (auth.go)
-		}
-		t.stats.Delivered++
-		p.stats.Delivered++
-		p.stats.DeliveredBytes += uint64(len(payload))
-		t.queueAck(p, h)
+		t.deliverNext(p, r, ch, h.seq(), h.stamp(), payload, h)
 
 	case typeAck:
 		t.acked(p, ch, h.seq())
@@ -348,6 +334,40 @@ func (t *Transport) dispatch(p *Peer, h *header, acks, payload []byte) {
 		now := t.now()
 		c.heard, c.due, c.timed = now, now.Add(t.cfg.NackDelay), true
 	}
+}
+
+// deliverNext hands payload, the DATA message on channel ch with sequence
+// number seq and stamp from p, which its channel's receive state r
+// expects, to Deliver: taken, it is counted and owed an acknowledgement;
+// refused, it is NACKed. h is its PDU's header, or nil (the compact lane:
+// made from the fields where an answer needs it).
+func (t *Transport) deliverNext(p *Peer, r *recvChannel, ch int, seq uint16, stamp uint32, payload []byte, h *header) {
+	t.ackNow, t.ackSoon = false, false
+	if !t.cfg.Deliver(p.id, ch, payload) {
+		t.stats.Refused++
+		p.stats.Refused++
+		t.answer(p, typeNack, orDataHeader(h, ch, seq, stamp, p))
+		return
+	}
+	r.expect++
+	if r.expect == 0 && t.aead != nil {
+		t.renew(p, orDataHeader(h, ch, seq, stamp, p)) // the numbers come round again (auth.go)
+	}
+	t.stats.Delivered++
+	p.stats.Delivered++
+	p.stats.DeliveredBytes += uint64(len(payload))
+	t.queueAckOf(p, ch, seq, stamp)
+}
+
+// orDataHeader returns h, or if it is nil the header of a DATA PDU from
+// p's current incarnation with channel ch, sequence number seq and stamp
+// (what an answer echoes).
+func orDataHeader(h *header, ch int, seq uint16, stamp uint32, p *Peer) *header {
+	if h == nil {
+		h = new(header)
+		h.put(typeData, ch, seq, stamp, 0, p.epoch, p.dstIn)
+	}
+	return h
 }
 
 // inWindows reports whether every sequence number of the PDU with header

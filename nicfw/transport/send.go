@@ -91,10 +91,7 @@ func (t *Transport) send(p *Peer, n int, payload []byte, f Filler, cookie uint64
 	i := p.freeChannel()
 	c := &p.send[i]
 	t.load(c, i, c.seq, n, payload, f)
-	c.compact = t.compactable(t.payload(c))
-	c.cookie = cookie
-	c.retries = 0
-
+	c.compact, c.cookie, c.retries = t.compactable(t.payload(c)), cookie, 0
 	t.occupy(p, c)
 	if !t.ready(p) {
 		// The incarnations are not confirmed both ways: the message
@@ -103,8 +100,7 @@ func (t *Transport) send(p *Peer, n int, payload []byte, f Filler, cookie uint64
 		c.sent = false
 		p.waiting++
 		if err := t.hello(p); err != nil {
-			t.release(p, c)
-			c.seq--
+			t.unplace(p, c)
 			return -1, fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 		}
 		t.setTimers(c)
@@ -112,15 +108,27 @@ func (t *Transport) send(p *Peer, n int, payload []byte, f Filler, cookie uint64
 	}
 	c.sent = true
 	if err := t.transmit(p, c); err != nil {
-		t.release(p, c)
-		c.seq-- // the message never left: its number is still free
+		t.unplace(p, c)
 		return -1, fmt.Errorf("nicfw: send to host %d: %w", p.id, err)
 	}
+	t.counted(p, c, n)
+	return i, nil
+}
+
+// unplace frees channel c of p again, for a message that never left: its
+// number is still free.
+func (t *Transport) unplace(p *Peer, c *sendChannel) {
+	t.release(p, c)
+	c.seq--
+}
+
+// counted counts the message of n bytes in c as sent to p for the first
+// time, and starts its timers.
+func (t *Transport) counted(p *Peer, c *sendChannel, n int) {
 	t.setTimers(c)
 	t.stats.Sent++
 	p.stats.Sent++
 	p.stats.SentBytes += uint64(n)
-	return i, nil
 }
 
 // freeChannel returns the next free send channel to p, which has one,
