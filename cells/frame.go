@@ -152,6 +152,26 @@ func Unpack(frame []byte, etherType uint16) (cells []byte, hdr FrameHeader, err 
 	return UnpackPayload(frame[EthernetHeaderSize:])
 }
 
+// UnpackCell is Unpack for a frame of exactly one cell, a receive path's
+// short way for the frames of single-cell messages: ok false where the
+// frame is longer or shorter, or Unpack refuses it (without Unpack's
+// error), else the cell and the frame header.
+func UnpackCell(frame []byte, etherType uint16) (c Cell, hdr FrameHeader, ok bool) {
+	if etherType == 0 {
+		etherType = EtherType
+	}
+	const n = EthernetHeaderSize + FrameHeaderSize + CellSize
+	if len(frame) != n {
+		return nil, nil, false
+	}
+	x := (*[n]byte)(frame) // checked once
+	if binary.BigEndian.Uint16(x[12:]) != etherType || x[EthernetHeaderSize] != FrameVersion ||
+		binary.BigEndian.Uint16(x[EthernetHeaderSize+2:]) != 1 {
+		return nil, nil, false
+	}
+	return Cell(x[EthernetHeaderSize+FrameHeaderSize:]), FrameHeader(x[EthernetHeaderSize : EthernetHeaderSize+FrameHeaderSize]), true
+}
+
 // UnpackPayload is Unpack for the bytes after the Ethernet header.
 func UnpackPayload(p []byte) (cells []byte, hdr FrameHeader, err error) {
 	if len(p) < FrameHeaderSize {

@@ -443,7 +443,8 @@ func fuzzCheckFrameError(t *testing.T, what string, err error) {
 	t.Fatalf("%s: error %v wraps none of the frame sentinels", what, err)
 }
 
-// FuzzUnpack: Unpack and UnpackPayload on arbitrary bytes never panic,
+// FuzzUnpack: Unpack, UnpackPayload and UnpackCell on arbitrary bytes
+// never panic,
 // return exactly the announced cells on success and a frame sentinel on
 // failure; a frame Unpack accepts is what a Framer would send; and gopacket
 // decodes any bytes as Ethernet without panicking, agreeing with Unpack
@@ -495,6 +496,12 @@ func FuzzUnpack(f *testing.F) {
 		}
 
 		got, hdr, err := cells.Unpack(frame, etherType)
+		// UnpackCell takes exactly the frames of one cell that Unpack
+		// takes, and returns the same.
+		if c, ch, ok := cells.UnpackCell(frame, etherType); ok != (err == nil && len(got) == cells.CellSize) ||
+			ok && (!bytes.Equal(c, got) || !bytes.Equal(ch, hdr)) {
+			t.Fatalf("UnpackCell %v (%x, %x), Unpack %v (%d bytes)", ok, c, ch, err, len(got))
+		}
 		if err != nil {
 			fuzzCheckFrameError(t, "Unpack", err)
 			if got != nil || hdr != nil {

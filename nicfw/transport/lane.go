@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/cells"
 )
 
@@ -31,16 +30,13 @@ import (
 // retransmission, an unreliable transport) declines before any of it
 // takes effect, and the general path handles the cell as before.
 
-// laneFrame handles frame f from p, of one cell, by the compact lane if
-// the cell is a compact DATA cell with an acknowledgement and the frame's
-// headers are what cells.Unpack takes (the EtherType, the version, the
-// start flag, one cell): taken false, it is not or the lane declined, and
+// laneFrame handles frame f from p by the compact lane if it is a frame
+// of one compact DATA cell with an acknowledgement that starts a message
+// (cells.UnpackCell): taken false, it is not or the lane declined, and
 // nothing happened; otherwise ok reports whether the cell checked.
 func (t *Transport) laneFrame(p *Peer, f []byte) (ok, taken bool) {
-	h := (*[cells.FrameHeaderSize + 2]byte)(f[afxdp.EthernetHeaderLen-2:]) // the EtherType, the frame header
-	cell := cells.Cell(f[len(t.eth):])
-	if h[0] != t.eth[12] || h[1] != t.eth[13] || h[2] != cells.FrameVersion || h[3]&cells.FlagStart == 0 || h[4] != 0 || h[5] != 1 ||
-		binary.BigEndian.Uint32(cell)>>4 != t.compactKey || cell.Payload()[0] != typeCompactAcked {
+	cell, fh, one := cells.UnpackCell(f, t.cfg.EtherType)
+	if !one || fh.Flags()&cells.FlagStart == 0 || binary.BigEndian.Uint32(cell)>>4 != t.compactKey || cell.Payload()[0] != typeCompactAcked {
 		return false, false
 	}
 	if ok, taken = t.laneAcked(p, cell); taken && p.reasm.Discard(t.vc) {
