@@ -173,7 +173,7 @@ func (ep *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 	if !request && !ep.answered(d.Dest, nil) {
 		ep.stats.LateReplies++
 	}
-	copy(ep.args[:], d.Args[:d.NArgs])
+	ep.args = d.Args // the handler sees d.NArgs of them
 	ep.tok = Token{a: ep, src: d.Dest, request: request}
 	ran := 0
 	var h handler

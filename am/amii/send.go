@@ -104,7 +104,7 @@ func (ep *Endpoint) store(dest int, localOffset, remoteOffset, length uint32, ha
 	}
 	d := endpoint.Descriptor{Class: endpoint.ClassBulk, NArgs: uint8(len(args)), Dest: uint32(dest), Handler: handler,
 		Offset: localOffset, Length: length, RemoteOffset: remoteOffset}
-	copy(d.Args[:], args)
+	putArgs(&d.Args, args)
 	if err := ep.sendDescriptor(endpoint.RequestSend, &d); err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (ep *Endpoint) waitCredit() error {
 // that it leaves at once.
 func (ep *Endpoint) sent(class endpoint.Class, dest, handler uint32, args []uint64) error {
 	p := pendingRequest{class: class, dest: dest, handler: handler, nargs: uint8(len(args))}
-	copy(p.args[:], args)
+	putArgs(&p.args, args)
 	ep.pending.push(p)
 	ep.stats.Requests++
 	if ep.poll == nil || ep.cfg.Coalesce || !ep.queued {
@@ -182,7 +182,7 @@ func (ep *Endpoint) runEngine() (int, error) {
 // the engine takes it (inline mode), else into the queue.
 func (ep *Endpoint) send(q endpoint.Queue, dest, handler uint32, args []uint64) error {
 	d := endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: uint8(len(args)), Dest: dest, Handler: handler}
-	copy(d.Args[:], args)
+	putArgs(&d.Args, args)
 	if ep.express != nil && !ep.queued && !ep.batch {
 		if ok, err := ep.express.Express(ep.expressID, q, &d); ok || err != nil {
 			if ok {
@@ -205,7 +205,7 @@ func (ep *Endpoint) sendMedium(q endpoint.Queue, dest, handler uint32, data []by
 	copy(ep.view.Staging()[off:off+endpoint.MaxMedium], data)
 	d := endpoint.Descriptor{Class: endpoint.ClassMedium, NArgs: uint8(len(args)), Dest: dest, Handler: handler,
 		Offset: uint32(off), Length: uint32(len(data))}
-	copy(d.Args[:], args)
+	putArgs(&d.Args, args)
 	if err := ep.sendDescriptor(q, &d); err != nil {
 		ep.free = append(ep.free, slot)
 		return err
@@ -319,4 +319,12 @@ func (ep *Endpoint) step(waited time.Duration, pause *endpoint.Backoff) error {
 	d := pause.Next(ep.cfg.GiveUp - waited)
 	ep.unlocked(func() { time.Sleep(d) })
 	return nil
+}
+
+// putArgs puts args, at most MaxArgs (checked), at the start of a. A loop:
+// a copy of two or four arguments is a call of its own.
+func putArgs(a *[MaxArgs]uint64, args []uint64) {
+	for i, x := range args {
+		a[i] = x
+	}
 }

@@ -104,7 +104,9 @@ func shortDesc(d *endpoint.Descriptor, idx uint32, h HandlerID, args []uint32) e
 		return fmt.Errorf("%w: %d integers, at most %d", ErrTooLarge, len(args), ShortArgs)
 	}
 	var a [ShortArgs]uint32
-	copy(a[:], args)
+	for i, x := range args { // a copy is a call
+		a[i] = x
+	}
 	d.Class, d.Dest, d.Handler, d.NArgs = endpoint.ClassShort, idx, uint32(h), engineArgs
 	d.Args[0], d.Args[1] = uint64(a[0])|uint64(a[1])<<32, uint64(a[2])|uint64(a[3])<<32
 	return nil

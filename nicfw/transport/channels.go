@@ -26,6 +26,9 @@ type Peer struct {
 	id   HostID
 	mac  net.HardwareAddr
 	gone bool // left the host table (SetPeers); kept by references only
+	// eth is the Ethernet and frame headers of frames to the peer, its
+	// flags and cell count to fill in (putHeaders).
+	eth  [ethHeaders]byte
 	send []sendChannel
 	recv []recvChannel
 
@@ -230,6 +233,8 @@ func (t *Transport) newPeer(id HostID, mac net.HardwareAddr) *Peer {
 		ackList:   make([]uint8, 0, channels),
 		ackIdx:    -1,
 	}
+	p.eth = t.eth
+	copy(p.eth[:6], mac)
 	if again {
 		t.fresh(p)
 	}

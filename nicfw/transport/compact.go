@@ -127,7 +127,7 @@ func (t *Transport) buildCompact(p *Peer, c *sendChannel) ([][]byte, error) {
 func (t *Transport) compactCell(p *Peer, c *sendChannel, h *header) []byte {
 	f := t.compactFrame(p, c, 0)
 	cell := cells.Cell(f[len(t.eth) : len(t.eth)+cells.CellSize])
-	copy(cell, t.compactHdr[:])
+	*(*[cells.HeaderSize]byte)(cell) = t.compactHdr
 	if len(p.ackList) == 0 {
 		c.stamp = t.nextStamp() & 0xffff
 		h.setStamp(c.stamp)
@@ -176,7 +176,7 @@ func (t *Transport) compactAcks(p *Peer, c *sendChannel, h *header) ([]byte, err
 		at += ackCells * cells.CellSize
 	}
 	cell := cells.Cell(f[at : at+cells.CellSize])
-	copy(cell, t.compactHdr[:])
+	*(*[cells.HeaderSize]byte)(cell) = t.compactHdr
 	putCompact(cell.Payload(), h, t.payload(c))
 	return f, nil
 }
@@ -230,7 +230,7 @@ func putCompactAcked(b []byte, h *header, payload []byte, ch uint8, seq uint16) 
 // them: its header answers the first (echoing the low 16 bits of its
 // stamp), its entries the others.
 func (t *Transport) putCompactAck(cell cells.Cell, p *Peer, n int) {
-	copy(cell, t.compactHdr[:])
+	*(*[cells.HeaderSize]byte)(cell) = t.compactHdr
 	b := cell.Payload()
 	ch0 := p.ackList[0]
 	b[0], b[1] = typeCompactAck, ch0

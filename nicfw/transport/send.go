@@ -475,8 +475,11 @@ func (t *Transport) packBuf(i int) []byte {
 // putHeaders writes the Ethernet and xam frame headers of a frame to p that
 // carries ncells cells.
 func (t *Transport) putHeaders(frame []byte, p *Peer, ncells int, flags uint8) {
-	copy(frame, t.eth[:])
-	copy(frame[:6], p.mac)
-	frame[afxdp.EthernetHeaderLen+1] = flags
-	binary.BigEndian.PutUint16(frame[afxdp.EthernetHeaderLen+2:], uint16(ncells))
+	h := (*[ethHeaders]byte)(frame) // a frame holds a cell after them
+	*h = p.eth
+	h[afxdp.EthernetHeaderLen+1] = flags
+	binary.BigEndian.PutUint16(h[afxdp.EthernetHeaderLen+2:], uint16(ncells))
 }
+
+// ethHeaders is the length of a frame's Ethernet and frame headers.
+const ethHeaders = afxdp.EthernetHeaderLen + cells.FrameHeaderSize

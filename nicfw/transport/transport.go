@@ -266,7 +266,7 @@ type Transport struct {
 	mac [6]byte
 	seg *cells.Segmenter
 	vc  cells.VC
-	eth [afxdp.EthernetHeaderLen + cells.FrameHeaderSize]byte // template: dst filled per frame
+	eth [ethHeaders]byte // template: dst filled per peer (Peer.eth)
 
 	compactHdr [cells.HeaderSize]byte // the ATM header of compact cells (compact.go)
 	compactKey uint32                 // its GFC, VPI and VCI bits, as receive tells compact cells apart
