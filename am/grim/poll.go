@@ -225,15 +225,20 @@ func (ep *Endpoint) Poll() (int, error) {
 func (ep *Endpoint) pollChannel(c *Channel, n, requests *int) error {
 	// The first request of this Poll, alone in its queue: its reply may
 	// leave at once by the express path. The replies to several leave
-	// together at the end.
-	ep.expressReply = ep.eng != nil && *requests == 0 && c.view.Waiting(endpoint.RequestReceive) == 1
-	k, err := ep.dispatch(c, endpoint.RequestReceive)
-	ep.expressReply = false
-	*n, *requests = *n+k, *requests+k
-	if err != nil {
-		return err
+	// together at the end. A queue found empty costs no dispatch.
+	if w := c.view.Waiting(endpoint.RequestReceive); w > 0 {
+		ep.expressReply = ep.eng != nil && *requests == 0 && w == 1
+		k, err := ep.dispatch(c, endpoint.RequestReceive)
+		ep.expressReply = false
+		*n, *requests = *n+k, *requests+k
+		if err != nil {
+			return err
+		}
 	}
-	k, err = ep.dispatch(c, endpoint.ReplyReceive)
+	if c.view.Waiting(endpoint.ReplyReceive) == 0 {
+		return nil
+	}
+	k, err := ep.dispatch(c, endpoint.ReplyReceive)
 	*n += k
 	return err
 }
