@@ -730,3 +730,42 @@ func TestCRC10Trailer(t *testing.T) {
 		}
 	}
 }
+
+// TestReassemblyTimeoutBackToBack: PDUs of several cells on one circuit,
+// each arriving at once but the second long after the first. The second's
+// first cell repeats the header of the first's continuation cells, the
+// header Push and PushCells take without the general path: its PDU's
+// reassembly timer must start then, not when the first PDU began.
+func TestReassemblyTimeoutBackToBack(t *testing.T) {
+	for _, name := range []string{"Push", "PushCells"} {
+		t.Run(name, func(t *testing.T) {
+			clk := clock.NewManual(time.Unix(1000, 0))
+			r := NewReassembler(ReassemblerConfig{Timeout: time.Second, Clock: clk})
+			cs := mustSegment(t, SAR{VCI: 1}, make([]byte, 100)) // 3 cells
+			push := func() ([][]byte, []error) {
+				if name == "Push" {
+					return pushAll(r, cs)
+				}
+				var sdus [][]byte
+				var errs []error
+				r.PushCells(cs, func(p PDU, err error) {
+					if err != nil {
+						errs = append(errs, err)
+						return
+					}
+					sdus = append(sdus, append([]byte(nil), p.SDU...))
+				})
+				return sdus, errs
+			}
+			for i := range 3 {
+				if sdus, errs := push(); len(sdus) != 1 || len(errs) != 0 {
+					t.Fatalf("PDU %d, %v after the first: %d delivered, errors %v", i, time.Duration(i)*2*time.Second, len(sdus), errs)
+				}
+				clk.Advance(2 * time.Second)
+			}
+			if s := r.Stats(); s.Timeout != 0 || s.PDUs != 3 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}

@@ -100,8 +100,10 @@ func readShort(p []byte, d *endpoint.Descriptor) (kind endpoint.Queue, dst, src 
 		return 0, 0, 0, false
 	}
 	*d = endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: nargs, Dest: endpoint.NoIndex, Handler: handler, Tag: binary.BigEndian.Uint64(x[16:])}
-	for i := range int(nargs) {
-		d.Args[i] = binary.BigEndian.Uint64(p[msgHeaderLen+8*i:])
+	// The nargs arguments (checked), each bound checked by the loop's test.
+	a := p[msgHeaderLen:]
+	for i := 0; len(a) >= 8 && i < len(d.Args); i++ {
+		d.Args[i], a = binary.BigEndian.Uint64(a), a[8:]
 	}
 	return kind, EndpointID(binary.BigEndian.Uint16(x[4:])), EndpointID(binary.BigEndian.Uint16(x[6:])), true
 }

@@ -186,8 +186,10 @@ func putMsgHeader(b []byte, kind endpoint.Queue, class endpoint.Class, reason en
 	binary.BigEndian.PutUint32(x[8:], handler)
 	binary.BigEndian.PutUint32(x[12:], index)
 	binary.BigEndian.PutUint64(x[16:], tag)
-	for i, a := range args {
-		binary.BigEndian.PutUint64(b[msgHeaderLen+8*i:], a)
+	w := b[msgHeaderLen:]
+	for _, a := range args {
+		binary.BigEndian.PutUint64(w, a)
+		w = w[8:]
 	}
 	return msgHeaderLen + 8*len(args)
 }
