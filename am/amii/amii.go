@@ -200,8 +200,12 @@ func (r Returned) String() string {
 
 // Config configures an AM-II endpoint. Zero fields take the defaults.
 type Config struct {
-	Credits int           // K, outstanding requests; default DefaultCredits, at most the queue entries
-	GiveUp  time.Duration // how long Request and Reply wait for room; default DefaultGiveUp
+	Credits int // K, outstanding requests; default DefaultCredits, at most the queue entries
+	// GiveUp is how long Request and Reply wait for room; default
+	// DefaultGiveUp. With the default, a request that waits for a credit
+	// held by requests unanswered waits past it, for the reply timer to
+	// give one back (ReplyTimeout, longer by default).
+	GiveUp time.Duration
 	// ReplyTimeout is how long a request waits for its reply: past it, the
 	// request is presumed lost (its receiver took it and died, or
 	// restarted) and comes back to the error handler with
@@ -312,29 +316,33 @@ type Endpoint struct {
 	// batch: the requests this Poll dispatches are several, and their
 	// replies are queued, to leave together in the engine run at its end
 	// (one system call), not by the express path one at a time.
-	batch    bool
-	block    func(time.Duration) error // firmware mode's wait (newEndpoint)
-	closer   func() error              // what Close releases besides the view
-	name     Name
-	cfg      Config
-	table    uint32 // the translation table's size
-	entries  int    // entries per queue
-	handlers []handler
-	onReturn func(Returned)
-	pending  pendingRing      // requests sent and not answered, in the order sent
-	polls    uint             // pollLocked calls, for the reply timers
-	yield    endpoint.Yielder // firmware mode: the waits' yields (spin)
-	idles    uint             // letOthersIn calls
-	depth    int              // handlers running (handlers do not nest)
-	mu       sync.Mutex       // Shared: held by the goroutine in a method
-	running  atomic.Bool      // Shared: a handler runs (in the lock's holder)
-	blocking int              // Shared, firmware mode: goroutines blocked in the blocking wait
-	changed  chan struct{}    // Shared: closed (and replaced) when a Poll took messages
-	tok      Token
+	batch  bool
+	block  func(time.Duration) error // firmware mode's wait (newEndpoint)
+	closer func() error              // what Close releases besides the view
+	name   Name
+	cfg    Config
+	// creditWait: GiveUp is the default, and a request that waits for a
+	// credit waits past it for the reply timer (waitCredit).
+	creditWait bool
+	table      uint32 // the translation table's size
+	entries    int    // entries per queue
+	handlers   []handler
+	onReturn   func(Returned)
+	pending    pendingRing      // requests sent and not answered, in the order sent
+	polls      uint             // pollLocked calls, for the reply timers
+	yield      endpoint.Yielder // firmware mode: the waits' yields (spin)
+	idles      uint             // letOthersIn calls
+	depth      int              // handlers running (handlers do not nest)
+	mu         sync.Mutex       // Shared: held by the goroutine in a method
+	running    atomic.Bool      // Shared: a handler runs (in the lock's holder)
+	blocking   int              // Shared, firmware mode: goroutines blocked in the blocking wait
+	changed    chan struct{}    // Shared: closed (and replaced) when a Poll took messages
+	tok        Token
 	// Implicit replies owed: per source index, the requests dispatched in
 	// this poll that their handlers did not answer, and the indices owed
 	// any (sendNullReplies).
 	owed     []uint32
+	canon    []uint32 // each index's endpoint's first (noteTable); nil: every endpoint once
 	owedList []uint32
 	d        endpoint.Descriptor
 	args     [MaxArgs]uint64
@@ -366,7 +374,8 @@ func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.
 	if cfg.Credits < 1 || cfg.Credits > ec.QueueEntries {
 		return nil, fmt.Errorf("%w: %d credits out of range [1, %d] (the endpoint's queue entries)", ErrConfig, cfg.Credits, ec.QueueEntries)
 	}
-	if cfg.GiveUp == 0 {
+	creditWait := cfg.GiveUp == 0
+	if creditWait {
 		cfg.GiveUp = DefaultGiveUp
 	}
 	if cfg.GiveUp < 0 {
@@ -390,7 +399,7 @@ func newEndpoint(view *endpoint.View, poll func() (int, error), block func(time.
 	case cfg.MediumSlots > fit:
 		return nil, fmt.Errorf("%w: %d medium slots of %d bytes in a staging area of %d", ErrConfig, cfg.MediumSlots, endpoint.MaxMedium, ec.StagingSize)
 	}
-	a := &Endpoint{view: view, poll: poll, block: block, cfg: cfg, table: uint32(ec.TableSize), entries: ec.QueueEntries,
+	a := &Endpoint{view: view, poll: poll, block: block, cfg: cfg, creditWait: creditWait, table: uint32(ec.TableSize), entries: ec.QueueEntries,
 		slotBase: ec.StagingSize - cfg.MediumSlots*endpoint.MaxMedium,
 		free:     make([]int, 0, cfg.MediumSlots), used: make([]slotUse, 0, cfg.MediumSlots), pending: newPendingRing(cfg.Credits),
 		owed: make([]uint32, ec.TableSize)}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -926,5 +927,114 @@ func TestAMIIReplyTimeout(t *testing.T) {
 	}
 	if err := n.a1.Drain(5 * time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAMIIWaitRunsReplyTimer: an application that waits in Wait, not in a
+// loop of Polls, hears of a request its receiver took and never answered
+// once ReplyTimeout has passed. Wait ends ready (the return is due) and
+// the next Poll hands it to the error handler. Before, Wait ran the engine
+// but not the reply timer, which Poll runs every few dozen calls, so a
+// waiting application heard of it many timeouts late, or never.
+func TestAMIIWaitRunsReplyTimer(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	n := newAMIINet(t, Config{Clock: clk, ReplyTimeout: time.Second})
+	n.b1.Register(func(*Token, []uint64) {})
+	var returned []Returned
+	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
+	if err := n.a1.Request(0, 0, 41, 7); err != nil {
+		t.Fatal(err)
+	}
+	// B's engine takes it; B's application never polls. A's Polls start
+	// the request's reply timer.
+	for range 2 * replyCheckPolls {
+		if _, err := n.a1.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(returned) != 0 || n.a1.Outstanding() != 1 {
+		t.Fatalf("before the timeout: %+v, %d outstanding", returned, n.a1.Outstanding())
+	}
+	// The manual clock stands still after this: a Wait that ran no reply
+	// timer would never end.
+	clk.Advance(2 * time.Second)
+	done := make(chan error, 1)
+	go func() {
+		ready, err := n.a1.Wait(time.Hour)
+		if err == nil && !ready {
+			err = errors.New("not ready")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait past the reply timeout: %v", err)
+		}
+	case <-time.After(time.Minute):
+		clk.Advance(2 * time.Hour) // Wait's own timeout ends it
+		<-done
+		t.Fatal("Wait did not end when the request's reply timeout passed")
+	}
+	if len(returned) != 0 {
+		t.Fatalf("returned in Wait: %+v", returned)
+	}
+	if _, err := n.a1.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	if len(returned) != 1 || returned[0].Reason != endpoint.ReasonNoReply || !slices.Equal(returned[0].Args, []uint64{41, 7}) {
+		t.Fatalf("after the Poll: %+v", returned)
+	}
+}
+
+// tickingClock reads step later at each reading: time passes as fast as
+// the code under test looks at it, whatever the machine's load.
+type tickingClock struct {
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration
+}
+
+func (c *tickingClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(c.step)
+	return c.now
+}
+
+// TestAMIICreditWaitsForReplyTimer: every credit is held by requests whose
+// receiver took them and never answers. With the default GiveUp, shorter
+// than the default ReplyTimeout, a further Request waits past GiveUp until
+// the reply timer returns one of them, then leaves; it does not fail with
+// ErrTimeout while a credit is on its way back. Before, it failed at
+// GiveUp. A GiveUp the application sets still bounds the wait
+// (TestAMIICredits).
+func TestAMIICreditWaitsForReplyTimer(t *testing.T) {
+	clk := &tickingClock{now: time.Unix(1000, 0), step: time.Millisecond}
+	n := newAMIINet(t, Config{Clock: clk, Credits: 2})
+	n.b1.Register(func(*Token, []uint64) {})
+	var returned []Returned
+	n.a1.OnReturn(func(r Returned) { returned = append(returned, r) })
+	for i := range uint64(2) {
+		if err := n.a1.Request(0, 0, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := clk.Now()
+	if err := n.a1.Request(0, 0, 2); err != nil {
+		t.Fatalf("Request with the credits held, after %v: %v", clk.Now().Sub(start), err)
+	}
+	if waited := clk.Now().Sub(start); waited < DefaultGiveUp || len(returned) == 0 || returned[0].Reason != endpoint.ReasonNoReply {
+		t.Errorf("waited %v; returned %+v", waited, returned)
+	}
+	// With no reply timer, nothing comes back: GiveUp ends the wait.
+	n.a1.cfg.ReplyTimeout = -1
+	for n.a1.Outstanding() < 2 {
+		if err := n.a1.Request(0, 0, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.a1.Request(0, 0, 4); !errors.Is(err, ErrTimeout) {
+		t.Errorf("Request without a reply timer: %v, want ErrTimeout", err)
 	}
 }

@@ -71,6 +71,7 @@ func dial(socket string, vn VNet, cfg Config) (*Endpoint, uint64, error) {
 		return nil, 0, err
 	}
 	a.name = Name{Host: ep.Host, Endpoint: ep.ID}
+	a.noteTable(vn.Table)
 	a.closer = func() error { return errors.Join(ep.Close(), c.Close()) }
 	return a, ep.Tag, nil
 }

@@ -56,8 +56,13 @@ const NoIndex = -1
 type VNet struct {
 	// ID is the endpoint's id on its host. With Dial, 0 lets the daemon
 	// choose one.
-	ID    EndpointID
-	Tag   uint64
+	ID  EndpointID
+	Tag uint64
+	// Table is the translation table. It may name an endpoint more than
+	// once: a message from it names its first index (Token.Source), a
+	// reply from it ends the oldest request outstanding to any of its
+	// indices, and a request that comes back names the index it was
+	// sent to.
 	Table []Name
 	// Weight is the endpoint's share of the engine's sends (1..64; 0: 1).
 	Weight int
@@ -138,6 +143,7 @@ func New(eng *nicfw.Engine, vn VNet, cfg Config) (*Endpoint, error) {
 		eng.CloseEndpoint(vn.ID)
 		return nil, err
 	}
+	a.noteTable(vn.Table)
 	a.name = Name{Host: eng.Host(), Endpoint: vn.ID}
 	a.closer = func() error { return errors.Join(view.Close(), eng.CloseEndpoint(vn.ID)) }
 	if cfg.RunEngine == nil && !cfg.Coalesce {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/clock"
 	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/nicfw"
 )
@@ -146,4 +147,99 @@ func TestFamily(t *testing.T) {
 		t.Error("Staging after Close is not nil")
 	}
 	a.Register(func(*Token, []uint64) {}) // harmless
+}
+
+// TestTableNamesEndpointTwice: A's translation table names B's endpoint at
+// indices 0 and 1. Requests sent to either, in both message forms, are
+// answered once each: none is reported unanswered or late when the reply
+// timeout passes. A request to a handler B lacks, sent to index 1, comes
+// back once, naming index 1, its credit given back; in the compact form
+// its return names B by B's first index. Before, a request sent to index
+// 1 was never matched by its reply (which names index 0) and came back a
+// second time unanswered, and the compact return named index 0.
+func TestTableNamesEndpointTwice(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	open := func(self HostID, l *memlink.Link, peer HostID, mac net.HardwareAddr, table []Name, cfg Config) *Endpoint {
+		e, err := Open(l, Inline{Host: self, Hosts: map[HostID]net.HardwareAddr{peer: mac}}, VNet{ID: 3, Tag: amiiRed, Table: table}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := e.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		return e
+	}
+	bName := Name{Host: amiiHostB, Endpoint: 3}
+	a := open(amiiHostA, la, amiiHostB, lb.HardwareAddr(), []Name{bName, bName}, Config{Clock: clk, ReplyTimeout: time.Second})
+	b := open(amiiHostB, lb, amiiHostA, la.HardwareAddr(), []Name{{Host: amiiHostA, Endpoint: 3}}, Config{})
+	var replies []uint64
+	reply := a.Register(func(_ *Token, args []uint64) { replies = append(replies, args[0]) })
+	echo := b.Register(func(tok *Token, args []uint64) {
+		if err := tok.Reply(reply, args...); err != nil {
+			t.Error(err)
+		}
+	})
+	var returned []Returned
+	a.OnReturn(func(r Returned) { returned = append(returned, r) })
+	settle := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for a.Outstanding() > 0 && time.Now().Before(deadline) {
+			if _, err := b.Poll(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Poll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := 0
+	for _, nargs := range []int{1, 3} { // the compact form, the long one
+		for i := range 20 {
+			args := make([]uint64, nargs)
+			args[0] = uint64(100*nargs + i)
+			if err := a.Request(i%2, echo, args...); err != nil {
+				t.Fatal(err)
+			}
+			want++
+			if i%4 == 3 {
+				settle()
+			}
+		}
+		settle()
+	}
+	if len(replies) != want || a.Outstanding() != 0 {
+		t.Fatalf("%d replies of %d, %d outstanding", len(replies), want, a.Outstanding())
+	}
+	for _, nargs := range []uint64{1, 3} {
+		if err := a.Request(1, 100, make([]uint64, nargs)...); err != nil { // no handler 100 at B
+			t.Fatal(err)
+		}
+		settle()
+	}
+	// The reply timeout passes, with A's timer running.
+	clk.Advance(10 * time.Second)
+	for range 4 * replyCheckPolls {
+		if _, err := a.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(returned) != 2 {
+		t.Fatalf("returned %+v, want the two requests to handler 100", returned)
+	}
+	for _, r := range returned {
+		if r.Reason != ReasonNoHandler || r.Dest != 1 || r.Handler != 100 {
+			t.Errorf("returned %+v, want handler 100 at index 1, ReasonNoHandler", r)
+		}
+	}
+	if s := a.Stats(); s.Unanswered != 0 || s.LateReplies != 0 || a.Outstanding() != 0 {
+		t.Errorf("stats %+v, %d outstanding", s, a.Outstanding())
+	}
 }

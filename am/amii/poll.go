@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/xam-project/xam/nicfw/endpoint"
 )
@@ -223,9 +224,10 @@ func (ep *Endpoint) sendNullReplies() error {
 // names if r is given and it is found. It reports whether there was one.
 func (ep *Endpoint) answered(dest uint32, r *Returned) bool {
 	at := -1
+	dest = ep.canonical(dest)
 	for i := range ep.pending.Len() {
 		p := ep.pending.at(i)
-		if p.dest != dest {
+		if ep.canonical(p.dest) != dest {
 			continue
 		}
 		if at < 0 {
@@ -242,8 +244,68 @@ func (ep *Endpoint) answered(dest uint32, r *Returned) bool {
 	if at < 0 {
 		return false
 	}
+	if r != nil && dest != endpoint.NoIndex {
+		r.Dest = int(ep.pending.at(at).dest) // the index it was sent to
+	}
 	ep.pending.remove(at)
 	return true
+}
+
+// canonical returns the first index of the translation table that names
+// the endpoint index i names. A table may name an endpoint more than once:
+// a message from it, or one of ours coming back in the compact form
+// (docs/wire.md), names its first index, and a request sent to another is
+// answered by it all the same.
+func (ep *Endpoint) canonical(i uint32) uint32 {
+	if ep.canon != nil && uint64(i) < uint64(len(ep.canon)) {
+		return ep.canon[i]
+	}
+	return i
+}
+
+// noteTable notes the endpoint's translation table: canon maps each index
+// to its endpoint's first, where some endpoint is named twice (nil where
+// none is).
+func (ep *Endpoint) noteTable(table []Name) {
+	first := make(map[Name]uint32, len(table))
+	canon := make([]uint32, len(table))
+	twice := false
+	for i, n := range table {
+		f, ok := first[n]
+		if !ok {
+			f = uint32(i)
+			first[n] = f
+		}
+		canon[i], twice = f, twice || ok
+	}
+	if twice {
+		ep.canon = canon
+	}
+}
+
+// expiring is the reply timer's look from Wait: it stamps the requests it
+// sees first, as expire does, and reports whether one has waited past
+// ReplyTimeout (the next Poll's timer then returns it), else how long
+// until the first will have (wait <= 0: none will).
+func (ep *Endpoint) expiring(now time.Time) (due bool, wait time.Duration) {
+	if ep.cfg.ReplyTimeout <= 0 {
+		return false, 0
+	}
+	for i := range ep.pending.Len() {
+		p := ep.pending.at(i)
+		if p.seen.IsZero() {
+			p.seen = now
+		}
+		left := ep.cfg.ReplyTimeout - now.Sub(p.seen) + 1 // past it: expire's test
+		if left <= 0 {
+			ep.polls = replyCheckPolls - 1 // the next Poll looks
+			return true, 0
+		}
+		if wait <= 0 || left < wait {
+			wait = left
+		}
+	}
+	return false, wait
 }
 
 // expire returns, to the error handler, the requests whose reply has not

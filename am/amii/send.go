@@ -143,9 +143,20 @@ func (ep *Endpoint) waitCredit() error {
 		if ep.pending.Len() < ep.cfg.Credits {
 			return nil
 		}
-		left := ep.cfg.GiveUp - ep.cfg.Clock.Now().Sub(start)
+		now := ep.cfg.Clock.Now()
+		left := ep.cfg.GiveUp - now.Sub(start)
 		if left < 0 {
-			return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, ep.pending.Len(), ep.cfg.GiveUp)
+			// Past the default GiveUp, the reply timer still gives a
+			// credit back within ReplyTimeout (a request unanswered
+			// comes back): wait for it.
+			due, until := false, time.Duration(0)
+			if ep.creditWait {
+				due, until = ep.expiring(now)
+			}
+			if !due && until <= 0 {
+				return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, ep.pending.Len(), ep.cfg.GiveUp)
+			}
+			left = until + time.Millisecond
 		}
 		if n == 0 && ep.poll == nil {
 			if err := ep.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {

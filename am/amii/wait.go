@@ -14,8 +14,11 @@ import (
 // goroutines (Config.Shared) take turns.
 
 // Wait waits until a message is in one of the endpoint's receive queues,
-// for at most timeout. ready true: Poll has handlers to run (with
-// Config.Shared, another goroutine may have run them first); ready false
+// or a request has waited for its reply past Config.ReplyTimeout (its
+// return is then due), for at most timeout. ready true: Poll has handlers
+// to run (with Config.Shared, another goroutine may have run them first;
+// a request past its timeout goes to the error handler in the next Poll);
+// ready false
 // and no error: nothing arrived within timeout. An error is a failure: a
 // handler called Wait, or firmware mode's daemon went away. In inline mode
 // it runs the engine meanwhile, in a loop that does not block (the link
@@ -51,16 +54,32 @@ func (ep *Endpoint) waitLocked(timeout time.Duration) error {
 	}
 	const all = endpoint.EventRequest | endpoint.EventReply
 	start := ep.cfg.Clock.Now()
-	for {
+	for n := 0; ; n++ {
 		if ep.view.Ready() != 0 {
 			return nil
 		}
-		left := timeout - ep.cfg.Clock.Now().Sub(start)
+		now := ep.cfg.Clock.Now()
+		left := timeout - now.Sub(start)
 		if left <= 0 {
 			if ep.poll == nil {
 				ep.view.Arm(0)
 			}
 			return errNothing
+		}
+		// The reply timer runs in Poll, which a goroutine that waits does
+		// not call: a request past ReplyTimeout makes the wait end (its
+		// error handler is due), and no wait blocks past the first.
+		if n%replyCheckPolls == 0 || ep.poll == nil {
+			due, until := ep.expiring(now)
+			if due {
+				if ep.poll == nil {
+					ep.view.Arm(0)
+				}
+				return nil
+			}
+			if until > 0 {
+				left = min(left, until+time.Millisecond)
+			}
 		}
 		if ep.poll != nil {
 			if _, err := ep.runEngine(); err != nil {

@@ -369,3 +369,42 @@ func TestGRIMFirmwareWaitSleeps(t *testing.T) {
 	}
 	t.Logf("a one-second firmware-mode wait polled %d times", polls)
 }
+
+// TestGRIMPublishFromHandler: Publish from a handler is a discipline
+// error, as Poll, Wait, Drain and Close from one are: on the central
+// endpoint (which merges at once) and on another. Before, the central
+// endpoint's returned nil and another's a misleading ErrBusy.
+func TestGRIMPublishFromHandler(t *testing.T) {
+	hosts := cluster(t, xdptest.Hub(t, 2, memlink.Options{}), clusterConfig{channels: 1, window: 1})
+	var mu sync.Mutex
+	errs := map[int]error{}
+	for i, h := range hosts {
+		ep := h.ep
+		if err := ep.Handle(16, func(*Token, [ShortArgs]uint32, []byte) {
+			err := ep.Publish()
+			mu.Lock()
+			errs[i] = err
+			mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, h := range hosts {
+		h.start()
+	}
+	for i, h := range hosts {
+		var err error
+		h.do(func(ep *Endpoint) { err = ep.ch(0).Short(1-i, 16) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, &mu, "both handlers run", func() bool { return len(errs) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	for i, err := range errs {
+		if !errors.Is(err, ErrDiscipline) {
+			t.Errorf("Publish from a handler on host %d: %v, want ErrDiscipline", i, err)
+		}
+	}
+}

@@ -205,6 +205,9 @@ func (ep *Endpoint) Publish() error {
 	if err := ep.usable(); err != nil {
 		return err
 	}
+	if ep.depth > 0 {
+		return fmt.Errorf("%w: a handler may not publish", ErrDiscipline)
+	}
 	list := Table{}
 	for name, id := range ep.names {
 		list[name] = Entry{ID: id, Name: name}
