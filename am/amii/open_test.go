@@ -3,6 +3,9 @@ package amii
 import (
 	"errors"
 	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,4 +245,49 @@ func TestTableNamesEndpointTwice(t *testing.T) {
 	if s := a.Stats(); s.Unanswered != 0 || s.LateReplies != 0 || a.Outstanding() != 0 {
 		t.Errorf("stats %+v, %d outstanding", s, a.Outstanding())
 	}
+}
+
+// TestAMIIPollLetsOthersIn: on one processor, a client that polls in a
+// loop for its reply, from a server in another goroutine of the same
+// process, lets that goroutine run within a few empty Polls (when it waits
+// for the processor) instead of holding the processor until the Go
+// scheduler preempts it. It counts the client's Polls per round trip.
+func TestAMIIPollLetsOthersIn(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	a, b := openPair(t)
+	replies := 0
+	reply := a.Register(func(*Token, []uint64) { replies++ })
+	echo := b.Register(func(tok *Token, args []uint64) {
+		if err := tok.Reply(reply, args...); err != nil {
+			t.Error(err)
+		}
+	})
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	defer func() { stop.Store(true); wg.Wait() }()
+	wg.Go(func() {
+		for !stop.Load() {
+			if _, err := b.Poll(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	const rounds = 50
+	polls := 0
+	for i := range rounds {
+		if err := a.Request(0, echo, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		for replies <= i {
+			if _, err := a.Poll(); err != nil {
+				t.Fatal(err)
+			}
+			polls++
+		}
+	}
+	if per := polls / rounds; per > 500 {
+		t.Errorf("%d Polls per round trip", per)
+	}
+	t.Logf("%d Polls per round trip", polls/rounds)
 }

@@ -21,14 +21,23 @@ import (
 // once more, so that their replies leave before Poll returns (unless they
 // all left by the express path, with the acknowledgements owed); when
 // messages wait already as it starts (a Wait has just run the engine), it
-// runs their handlers first and the engine after them. It may not be
-// called from a handler.
+// runs their handlers first and the engine after them. Inline, every few
+// Polls that run nothing yield the processor when another goroutine of the
+// process waits for one, so a loop of Polls does not hold it against the
+// goroutine it waits for. It may not be called from a handler.
 func (ep *Endpoint) Poll() (int, error) {
 	if err := ep.enter(); err != nil {
 		return 0, err
 	}
 	defer ep.exit()
-	return ep.pollLocked()
+	n, err := ep.pollLocked()
+	if n == 0 && ep.poll != nil {
+		// An application that polls in a loop holds its processor: now
+		// and then, when another goroutine waits for one, it lets it in
+		// (a host of the same process, say, that this one waits for).
+		ep.letOthersIn()
+	}
+	return n, err
 }
 
 // pollLocked is Poll, the lock (if Shared) held.

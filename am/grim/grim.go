@@ -260,6 +260,7 @@ type Endpoint struct {
 	closed                    bool
 	gone                      error     // firmware mode: the daemon stopped (ErrClosed wrapped)
 	polls                     uint64    // Polls run, for the reply timer's period
+	idles                     uint      // inline Polls that ran nothing, for their yields
 	handlerCap                HandlerID // the engine accepts requests for ids below it
 }
 

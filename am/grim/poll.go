@@ -73,12 +73,20 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 			if time.Now().After(deadline) {
 				return false, nil
 			}
+		}
+		if n%othersEvery == othersEvery-1 {
 			// Now and then only, and only when another goroutine
 			// waits for the processor (endpoint.Gosched).
 			endpoint.Gosched()
 		}
 	}
 }
+
+// othersEvery is how many turns of an inline Wait pass between two looks
+// for goroutines that wait for the processor (endpoint.Gosched, about
+// 100 ns): where hosts of one process outnumber the processors, each
+// message between two of them waits for such a yield.
+const othersEvery = 16
 
 // spin looks at the channels' receive queues for up to d (Yielder.Spin:
 // its yields go on from the last spin's).
@@ -141,7 +149,10 @@ const replyCheckPolls = 64
 // (and the error handler for what came back, or went unanswered past
 // Config.ReplyTimeout), and returns how many ran. Inline, the engine runs
 // before the handlers (unless messages wait already) and after them if
-// they answered requests, so that the replies leave in this Poll.
+// they answered requests, so that the replies leave in this Poll; and
+// every few Polls that run nothing yield the processor when another
+// goroutine of the process waits for one, so a loop of Polls does not hold
+// it against the goroutine it waits for.
 func (ep *Endpoint) Poll() (int, error) {
 	if err := ep.usable(); err != nil {
 		return 0, err
@@ -215,6 +226,14 @@ func (ep *Endpoint) Poll() (int, error) {
 		// their hosts.
 		if _, err := ep.runEngine(); err != nil {
 			return n, err
+		}
+	}
+	if n == 0 && ep.eng != nil {
+		// An application that polls in a loop holds its processor: now
+		// and then, when another goroutine waits for one, it lets it in
+		// (a host of the same process, say, that this one waits for).
+		if ep.idles++; ep.idles%othersEvery == 0 {
+			endpoint.Gosched()
 		}
 	}
 	return n, nil
