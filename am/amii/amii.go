@@ -324,6 +324,7 @@ type Endpoint struct {
 	// creditWait: GiveUp is the default, and a request that waits for a
 	// credit waits past it for the reply timer (waitCredit).
 	creditWait bool
+	idlePolls  uint   // inline Polls that ran nothing, for their yields
 	table      uint32 // the translation table's size
 	entries    int    // entries per queue
 	handlers   []handler

@@ -35,7 +35,9 @@ func (ep *Endpoint) Poll() (int, error) {
 		// An application that polls in a loop holds its processor: now
 		// and then, when another goroutine waits for one, it lets it in
 		// (a host of the same process, say, that this one waits for).
-		ep.letOthersIn()
+		if ep.idlePolls++; ep.idlePolls%idleYieldEvery == 0 {
+			endpoint.Gosched()
+		}
 	}
 	return n, err
 }

@@ -244,6 +244,14 @@ func (ep *Endpoint) releaseLock() { ep.unlocked(func() {}) }
 // look reads the scheduler's counts, about 100 ns.
 const othersEvery = 16
 
+// idleYieldEvery is how many inline Polls that run nothing pass between
+// two looks for goroutines that wait for the processor (Poll): a look
+// costs about 100 ns, which a loop of Polls waiting for a reply pays every
+// few microseconds. Where the hosts of one process outnumber the
+// processors, a message between two of them waits for such a yield: a few
+// hundred Polls, not the scheduler's 10 ms.
+const idleYieldEvery = 256
+
 // unlocked runs f (a blocking wait) without the lock of a Shared endpoint,
 // when no handler is running in this goroutine; otherwise with it.
 func (ep *Endpoint) unlocked(f func()) {

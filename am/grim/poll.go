@@ -73,8 +73,6 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 			if time.Now().After(deadline) {
 				return false, nil
 			}
-		}
-		if n%othersEvery == othersEvery-1 {
 			// Now and then only, and only when another goroutine
 			// waits for the processor (endpoint.Gosched).
 			endpoint.Gosched()
@@ -82,11 +80,14 @@ func (ep *Endpoint) waitInline(timeout time.Duration) (bool, error) {
 	}
 }
 
-// othersEvery is how many turns of an inline Wait pass between two looks
-// for goroutines that wait for the processor (endpoint.Gosched, about
-// 100 ns): where hosts of one process outnumber the processors, each
-// message between two of them waits for such a yield.
-const othersEvery = 16
+// idleYieldEvery is how many inline Polls that run nothing pass between
+// two looks for goroutines that wait for the processor (endpoint.Gosched):
+// a look reads the scheduler's counts, about 100 ns, which a loop of Polls
+// waiting for a reply from another host pays every few microseconds.
+// Where the hosts of one process outnumber the processors, a message
+// between two of them waits for such a yield: a few hundred Polls, not the
+// scheduler's 10 ms.
+const idleYieldEvery = 256
 
 // spin looks at the channels' receive queues for up to d (Yielder.Spin:
 // its yields go on from the last spin's).
@@ -232,7 +233,7 @@ func (ep *Endpoint) Poll() (int, error) {
 		// An application that polls in a loop holds its processor: now
 		// and then, when another goroutine waits for one, it lets it in
 		// (a host of the same process, say, that this one waits for).
-		if ep.idles++; ep.idles%othersEvery == 0 {
+		if ep.idles++; ep.idles%idleYieldEvery == 0 {
 			endpoint.Gosched()
 		}
 	}
