@@ -16,8 +16,14 @@ import (
 )
 
 // openPair opens A and B with Open, each on an engine of its own over a
-// memlink pair.
+// memlink pair, each table naming the other's endpoint once.
 func openPair(t *testing.T) (a, b *Endpoint) {
+	t.Helper()
+	return openPairWith(t, []Name{{Host: amiiHostB, Endpoint: 3}}, Config{})
+}
+
+// openPairWith is openPair with A's translation table and configuration.
+func openPairWith(t *testing.T, tableA []Name, cfgA Config) (a, b *Endpoint) {
 	t.Helper()
 	testenv.NoMemfdLeaks(t, "xam-endpoint")
 	la, lb, err := memlink.NewPair(memlink.Options{})
@@ -25,9 +31,9 @@ func openPair(t *testing.T) (a, b *Endpoint) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	open := func(self HostID, l *memlink.Link, peer HostID, mac net.HardwareAddr) *Endpoint {
+	open := func(self HostID, l *memlink.Link, peer HostID, mac net.HardwareAddr, table []Name, cfg Config) *Endpoint {
 		e, err := Open(l, Inline{Host: self, Hosts: map[HostID]net.HardwareAddr{peer: mac}},
-			VNet{ID: 3, Tag: amiiRed, Table: []Name{{Host: peer, Endpoint: 3}}}, Config{})
+			VNet{ID: 3, Tag: amiiRed, Table: table}, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +44,23 @@ func openPair(t *testing.T) (a, b *Endpoint) {
 		})
 		return e
 	}
-	return open(amiiHostA, la, amiiHostB, lb.HardwareAddr()), open(amiiHostB, lb, amiiHostA, la.HardwareAddr())
+	return open(amiiHostA, la, amiiHostB, lb.HardwareAddr(), tableA, cfgA),
+		open(amiiHostB, lb, amiiHostA, la.HardwareAddr(), []Name{{Host: amiiHostA, Endpoint: 3}}, Config{})
+}
+
+// settlePair polls b and a until a has no request outstanding, for at
+// most ten seconds.
+func settlePair(t *testing.T, a, b *Endpoint) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Outstanding() > 0 && time.Now().Before(deadline) {
+		if _, err := b.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestHandleIDs: handlers at ids the receiver chooses, whatever the order
@@ -68,15 +90,7 @@ func TestHandleIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Outstanding() > 0 && time.Now().Before(deadline) {
-		if _, err := b.Poll(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.Poll(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	settlePair(t, a, b)
 	if len(got) != 2 || got[0] != 7001 || got[1] != 40001 {
 		t.Errorf("handlers ran for %v, want [7001 40001]", got)
 	}
@@ -162,26 +176,8 @@ func TestFamily(t *testing.T) {
 // second time unanswered, and the compact return named index 0.
 func TestTableNamesEndpointTwice(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1000, 0))
-	la, lb, err := memlink.NewPair(memlink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close(); lb.Close() })
-	open := func(self HostID, l *memlink.Link, peer HostID, mac net.HardwareAddr, table []Name, cfg Config) *Endpoint {
-		e, err := Open(l, Inline{Host: self, Hosts: map[HostID]net.HardwareAddr{peer: mac}}, VNet{ID: 3, Tag: amiiRed, Table: table}, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := e.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		return e
-	}
 	bName := Name{Host: amiiHostB, Endpoint: 3}
-	a := open(amiiHostA, la, amiiHostB, lb.HardwareAddr(), []Name{bName, bName}, Config{Clock: clk, ReplyTimeout: time.Second})
-	b := open(amiiHostB, lb, amiiHostA, la.HardwareAddr(), []Name{{Host: amiiHostA, Endpoint: 3}}, Config{})
+	a, b := openPairWith(t, []Name{bName, bName}, Config{Clock: clk, ReplyTimeout: time.Second})
 	var replies []uint64
 	reply := a.Register(func(_ *Token, args []uint64) { replies = append(replies, args[0]) })
 	echo := b.Register(func(tok *Token, args []uint64) {
@@ -191,18 +187,7 @@ func TestTableNamesEndpointTwice(t *testing.T) {
 	})
 	var returned []Returned
 	a.OnReturn(func(r Returned) { returned = append(returned, r) })
-	settle := func() {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for a.Outstanding() > 0 && time.Now().Before(deadline) {
-			if _, err := b.Poll(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.Poll(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	settle := func() { t.Helper(); settlePair(t, a, b) }
 	want := 0
 	for _, nargs := range []int{1, 3} { // the compact form, the long one
 		for i := range 20 {

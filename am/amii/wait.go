@@ -18,15 +18,14 @@ import (
 // return is then due), for at most timeout. ready true: Poll has handlers
 // to run (with Config.Shared, another goroutine may have run them first;
 // a request past its timeout goes to the error handler in the next Poll);
-// ready false
-// and no error: nothing arrived within timeout. An error is a failure: a
-// handler called Wait, or firmware mode's daemon went away. In inline mode
-// it runs the engine meanwhile, in a loop that does not block (the link
-// gives it nothing to block on): it keeps its CPU busy until a message
-// comes or the timeout passes, now and then giving the processor to the
-// process's other goroutines when they wait for one. In firmware mode it
-// arms the endpoint's events and blocks on the daemon's notification. It
-// may not be called from a handler.
+// ready false and no error: nothing arrived within timeout. An error is a
+// failure: a handler called Wait, or firmware mode's daemon went away. In
+// inline mode it runs the engine meanwhile, in a loop that does not block
+// (the link gives it nothing to block on): it keeps its CPU busy until a
+// message comes or the timeout passes, now and then giving the processor
+// to the process's other goroutines when they wait for one. In firmware
+// mode it arms the endpoint's events and blocks on the daemon's
+// notification. It may not be called from a handler.
 func (ep *Endpoint) Wait(timeout time.Duration) (ready bool, err error) {
 	if err := ep.enter(); err != nil {
 		return false, err
