@@ -224,6 +224,17 @@ func TestGRIMOpenWait(t *testing.T) {
 	if _, err := Open(la, Inline{}, Config{Peers: peers}); !errors.Is(err, ErrConfig) {
 		t.Errorf("Open without the peer's address: %v, want ErrConfig", err)
 	}
+	// Peers whose channels would share endpoints: the same one twice, or
+	// two on one host less than MaxChannels ids apart.
+	hosts := Inline{Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}}
+	for _, ps := range [][]nicfw.Name{
+		{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 16}, {Host: 2, Endpoint: 16}},
+		{{Host: 1, Endpoint: 16}, {Host: 2, Endpoint: 40}, {Host: 2, Endpoint: 16 + MaxChannels + 9}},
+	} {
+		if _, err := Open(la, hosts, Config{Peers: ps}); !errors.Is(err, ErrConfig) {
+			t.Errorf("Open with peers %v: %v, want ErrConfig", ps, err)
+		}
+	}
 	a, err := Open(la, Inline{Hosts: map[nicfw.HostID]net.HardwareAddr{2: lb.HardwareAddr()}}, Config{Peers: peers})
 	if err != nil {
 		t.Fatal(err)

@@ -89,9 +89,10 @@ var (
 type Config struct {
 	// Peers names every GRIM endpoint of the cluster, this one included,
 	// in the same order on every host: a message's destination is an
-	// index into it. Peers[0] is the central endpoint that keeps the
-	// handler registry; it is fixed (it does not follow the mapper's
-	// leader).
+	// index into it. An endpoint's channels are the MaxChannels endpoint
+	// ids from its own on, so peers on one host are at least that far
+	// apart. Peers[0] is the central endpoint that keeps the handler
+	// registry; it is fixed (it does not follow the mapper's leader).
 	Peers []Name
 	// Self is this endpoint's index in Peers.
 	Self int
@@ -366,12 +367,35 @@ func (cfg *Config) fill() error {
 	case len(cfg.Peers)*MaxChannels > 1<<20:
 		return fmt.Errorf("%w: %d peers", ErrConfig, len(cfg.Peers))
 	}
+	if i, j, ok := overlapping(cfg.Peers); ok {
+		return fmt.Errorf("%w: Peers[%d] (%v) and Peers[%d] (%v) share endpoints: the channels of peers on one host are %d endpoint ids each", ErrConfig, i, cfg.Peers[i], j, cfg.Peers[j], MaxChannels)
+	}
 	for name, peer := range cfg.Bind {
 		if name == "" || len(name) > maxName || peer < 0 || peer >= len(cfg.Peers) {
 			return fmt.Errorf("%w: Bind %q to peer %d of %d", ErrConfig, name, peer, len(cfg.Peers))
 		}
 	}
 	return nil
+}
+
+// overlapping finds two peers whose channels would share endpoints: on
+// one host, less than MaxChannels endpoint ids apart (the table names
+// every peer's every possible channel, and a message from an endpoint
+// named twice could not say which peer's channel sent it).
+func overlapping(peers []Name) (i, j int, ok bool) {
+	byHost := map[nicfw.HostID][]int{}
+	for k, p := range peers {
+		byHost[p.Host] = append(byHost[p.Host], k)
+	}
+	for _, ks := range byHost {
+		slices.SortFunc(ks, func(a, b int) int { return int(peers[a].Endpoint) - int(peers[b].Endpoint) })
+		for n := 1; n < len(ks); n++ {
+			if int(peers[ks[n]].Endpoint)-int(peers[ks[n-1]].Endpoint) < MaxChannels {
+				return min(ks[n-1], ks[n]), max(ks[n-1], ks[n]), true
+			}
+		}
+	}
+	return 0, 0, false
 }
 
 func newEndpoint(cfg Config) *Endpoint {
