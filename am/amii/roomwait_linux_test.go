@@ -67,3 +67,50 @@ func TestAMIIFirmwareRoomWaitSleeps(t *testing.T) {
 	}
 	t.Logf("after %d requests: %v; the %v wait used %v of CPU", sent, err, took.Round(time.Millisecond), used)
 }
+
+// TestAMIIFirmwareWaitRunsReplyTimer: in firmware mode, a client that
+// blocks in Wait for the reply to a request its server took and never
+// answers wakes when the reply timeout passes (Wait ends ready), and the
+// next Poll hands the request to the error handler. Before, the block
+// lasted Wait's whole timeout, and a loop of such Waits never ran the
+// timer, which Poll runs every few dozen calls.
+func TestAMIIFirmwareWaitRunsReplyTimer(t *testing.T) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	pa, pb := startDaemons(t, la, lb)
+	server, err := Dial(pb, VNet{ID: 20, Tag: amiiRed, Table: []Name{{Host: amiiHostA, Endpoint: 21}}}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	server.Register(func(*Token, []uint64) {}) // never polled: never runs
+	client, err := Dial(pa, VNet{ID: 21, Tag: amiiRed, Table: []Name{{Host: amiiHostB, Endpoint: 20}}},
+		Config{ReplyTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	var returned []Returned
+	client.OnReturn(func(r Returned) { returned = append(returned, r) })
+	if err := client.Request(0, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	for len(returned) == 0 {
+		ready, err := client.Wait(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ready {
+			t.Fatal("a minute's Wait ended without the request's return")
+		}
+		if _, err := client.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := returned[0]; len(returned) != 1 || r.Reason != ReasonNoReply || r.Dest != 0 || len(r.Args) != 1 || r.Args[0] != 5 {
+		t.Errorf("returned %+v", returned)
+	}
+}
