@@ -125,8 +125,12 @@
 // and gives its credit back, so credits are never lost for good. A reply
 // that comes after its request timed out still runs its handler. AM-II
 // replies do not name their request, so a reply ends the oldest request
-// outstanding to its sender; the timer starts when Poll's timers first see
-// a request (every few dozen polls).
+// outstanding to its sender (a table that names the sender at several
+// indices: to any of them); the timer starts when Poll's timers first see
+// a request (every few dozen polls), or a Wait does. A Wait ends when a
+// request's timeout passes, and the next Poll hands it over. With the
+// default Config.GiveUp, a request that waits for a credit held by
+// requests unanswered waits for the timer to give one back.
 //
 // Threads. By default an Endpoint, like the engine it drives in inline mode,
 // belongs to one goroutine: every method, and every handler, runs in it.
