@@ -82,21 +82,22 @@ func forgedTable(names []string, id uint32, owner nicfw.Name) []byte {
 // after its first round.
 func attackRegistry(o registryOrders, in io.Reader, out io.Writer) (*registryTally, error) {
 	t := &registryTally{}
-	dial := func(self nicfw.Name) (*grim.Endpoint, error) {
-		peers := append(append([]nicfw.Name(nil), o.Members...), self)
+	dial := func(peers []nicfw.Name) (*grim.Endpoint, error) {
 		return grim.Dial(o.Socket, grim.Config{Tag: o.Tag, Peers: peers, Self: len(peers) - 1,
 			ReplyTimeout: 20 * time.Millisecond, GiveUp: 50 * time.Millisecond})
 	}
 	// An unused channel id of the central's, which the members' tables
-	// name as the central's: it would speak as the central.
-	if sq, err := dial(o.Squat); err == nil {
+	// name as the central's: it would speak as the central. Alone in its
+	// Peers: grim's own check refuses peers whose channels share
+	// endpoints, and the daemon must refuse the id whatever the Peers.
+	if sq, err := dial([]nicfw.Name{o.Squat}); err == nil {
 		sq.Close()
 	} else if errors.Is(err, nicfw.ErrEndpointInUse) {
 		t.SquatRefused = true
 	} else {
 		return nil, fmt.Errorf("the squat: %w", err)
 	}
-	ep, err := dial(o.Self)
+	ep, err := dial(append(append([]nicfw.Name(nil), o.Members...), o.Self))
 	if err != nil {
 		return nil, fmt.Errorf("the stranger's endpoint: %w", err)
 	}
