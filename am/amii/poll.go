@@ -234,18 +234,19 @@ func (ep *Endpoint) sendNullReplies() error {
 // dest, or r, the request's return) ends: the oldest to dest, the one r
 // names if r is given and it is found. It reports whether there was one.
 func (ep *Endpoint) answered(dest uint32, r *Returned) bool {
-	at := -1
+	at, exact := -1, false
+	sent := dest // a return names the index it was sent to (long form) or the first
 	dest = ep.canonical(dest)
 	for i := range ep.pending.Len() {
 		p := ep.pending.at(i)
 		if ep.canonical(p.dest) != dest {
 			continue
 		}
-		if at < 0 {
-			at = i
+		if at < 0 || r != nil && p.dest == sent && ep.pending.at(at).dest != sent {
+			at = i // the oldest, preferring one sent to the index named
 		}
 		if r == nil || p.handler == uint32(r.Handler) && p.class == r.Class && slices.Equal(p.args[:p.nargs], r.Args) {
-			at = i
+			at, exact = i, true
 			break
 		}
 	}
@@ -255,7 +256,7 @@ func (ep *Endpoint) answered(dest uint32, r *Returned) bool {
 	if at < 0 {
 		return false
 	}
-	if r != nil && dest != endpoint.NoIndex {
+	if r != nil && exact && dest != endpoint.NoIndex {
 		r.Dest = int(ep.pending.at(at).dest) // the index it was sent to
 	}
 	ep.pending.remove(at)

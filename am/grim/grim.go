@@ -385,6 +385,9 @@ func (cfg *Config) fill() error {
 func overlapping(peers []Name) (i, j int, ok bool) {
 	byHost := map[nicfw.HostID][]int{}
 	for k, p := range peers {
+		if int(p.Endpoint) > 0xffff-(MaxChannels-1) {
+			return k, k, true // its channels would wrap round to ids 0 and up
+		}
 		byHost[p.Host] = append(byHost[p.Host], k)
 	}
 	for _, ks := range byHost {
