@@ -52,7 +52,8 @@ func (e *Engine) laneShort(src HostID, p []byte) (taken, ok bool) {
 	if kind == endpoint.ReplySend {
 		q = endpoint.ReplyReceive
 	}
-	if put, taken := e.putOutcome(s.mem.Put(q, &d)); !put {
+	if err := s.mem.Put(q, &d); err != nil {
+		_, taken := e.putOutcome(err)
 		return taken, true
 	}
 	e.stats.Lane++
@@ -139,7 +140,9 @@ func (e *Engine) laneReady(s *epState, q endpoint.Queue, d *endpoint.Descriptor)
 // lane. sent false: the transport did not take it, and nothing is left
 // behind (the message is for the slot); otherwise err is the link's.
 func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, p *transport.Peer) (sent bool, err error) {
-	e.res.Touch(int(s.id)) // resident (Express checked): marks it used, never faults
+	if !e.res.hit(int(s.id)) {
+		e.res.Touch(int(s.id)) // resident (Express checked): marks it used, never faults
+	}
 	to := s.table[d.Dest].Endpoint
 	var m []byte
 	if compactable(q, d.NArgs, d.Handler) {

@@ -28,7 +28,16 @@ import (
 // Poll (Transport.AckNow, whatever the AckDelay).
 func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	e.answering, e.replyIn = false, false
-	taken := e.offer(src, p)
+	if len(e.down) > 0 {
+		delete(e.down, src)
+	}
+	taken, ok := false, false
+	if len(p) > 1 && (p[0]&msgCompact != 0 || endpoint.Class(p[1]) == endpoint.ClassShort) {
+		taken, ok = e.laneShort(src, p)
+	}
+	if !ok {
+		taken = e.offer(src, p)
+	}
 	switch {
 	case e.answering:
 	case e.replyIn:
@@ -39,16 +48,10 @@ func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	return taken
 }
 
-// offer is deliver without the acknowledgement's timing.
+// offer is deliver's general path, for a message that the compact lane
+// did not take (accept), with its envelope opened and its return made;
+// it returns whether the message is taken.
 func (e *Engine) offer(src HostID, p []byte) (taken bool) {
-	if len(e.down) > 0 {
-		delete(e.down, src)
-	}
-	if len(p) > 1 && (p[0]&msgCompact != 0 || endpoint.Class(p[1]) == endpoint.ClassShort) {
-		if taken, ok := e.laneShort(src, p); ok {
-			return taken
-		}
-	}
 	if len(p) > 0 && p[0] == msgControl {
 		e.acceptControl(src, p)
 		return true

@@ -27,6 +27,9 @@ package nicfw
 // an owner at its share of the frames evicts its own endpoints first
 // (Residency.Touch).
 func (e *Engine) touch(s *epState) bool {
+	if s.resident && e.res.hit(int(s.id)) {
+		return true // resident, in the frame last looked up: nothing moves
+	}
 	t, err := e.res.Touch(int(s.id))
 	return err == nil && e.moved(s, t)
 }

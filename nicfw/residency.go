@@ -304,13 +304,25 @@ func (r *Residency) drop(b *ownerBook) {
 // one of its own endpoints, or one of an owner without work; when none is
 // unpinned, another owner's (Overdrawn).
 func (r *Residency) Touch(ep int) (Touched, error) {
-	if f := &r.frames[r.hint]; f.used && f.ep == ep { // the frame last looked up (lookup): touch's work in short
-		r.stats.Touches++
-		r.tick++
-		f.last = r.tick
+	if r.hit(ep) {
 		return Touched{Frame: r.hint}, nil
 	}
 	return r.touch(ep, nil, false)
+}
+
+// hit is Touch's common case, small enough to be inlined where it is
+// called: when ep is in the frame last looked up, it counts the touch as
+// Touch does and reports true; otherwise it does nothing and reports
+// false, and Touch is to be called.
+func (r *Residency) hit(ep int) bool {
+	f := &r.frames[r.hint]
+	if !f.used || f.ep != ep {
+		return false
+	}
+	r.stats.Touches++
+	r.tick++
+	f.last = r.tick
+	return true
 }
 
 // TouchIf is Touch with the victims of a fault restricted to the
@@ -445,6 +457,15 @@ func (r *Residency) shared(o uint32, own *ownerBook, may func(ep int) bool, stri
 // Hold records an outstanding message of ep, which pins it; ep must be
 // resident (touch it first).
 func (r *Residency) Hold(ep int) error {
+	if f := &r.frames[r.hint]; f.used && f.ep == ep { // the frame last looked up
+		f.outstanding++
+		return nil
+	}
+	return r.hold(ep)
+}
+
+// hold is Hold past the frame last looked up.
+func (r *Residency) hold(ep int) error {
 	f, ok := r.lookup(ep)
 	if !ok {
 		return fmt.Errorf("hold endpoint %d: %w", ep, ErrNotResident)
@@ -456,6 +477,15 @@ func (r *Residency) Hold(ep int) error {
 // Release records that one outstanding message of ep was acknowledged (or
 // returned to its sender); with none left, ep may be evicted again.
 func (r *Residency) Release(ep int) error {
+	if f := &r.frames[r.hint]; f.used && f.ep == ep && f.outstanding > 0 { // the frame last looked up
+		f.outstanding--
+		return nil
+	}
+	return r.release(ep)
+}
+
+// release is Release past the frame last looked up, and its errors.
+func (r *Residency) release(ep int) error {
 	f, ok := r.lookup(ep)
 	if !ok {
 		return fmt.Errorf("release endpoint %d: %w", ep, ErrNotResident)

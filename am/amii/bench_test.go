@@ -184,3 +184,17 @@ func BenchmarkAMIIStream(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAMIIIdlePoll is the processor cost of an inline Poll that finds
+// nothing: a client that waits for its reply by polling notices it on
+// average half an idle Poll late, on each host, so this is part of every
+// round trip over a wire (am/ssam's BenchmarkSSAMIdlePoll is SSAM's).
+func BenchmarkAMIIIdlePoll(b *testing.B) {
+	ha, _ := ownEnginePair(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ha.Poll(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -26,30 +26,52 @@ import (
 // process waits for one, so a loop of Polls does not hold it against the
 // goroutine it waits for. It may not be called from a handler.
 func (ep *Endpoint) Poll() (int, error) {
+	if ep.cfg.Shared {
+		return ep.pollShared()
+	}
+	n, err := ep.pollLocked()
+	if n == 0 && ep.poll != nil {
+		ep.idle()
+	}
+	return n, err
+}
+
+// pollShared is Poll on a Shared endpoint: the lock held while it polls.
+func (ep *Endpoint) pollShared() (int, error) {
 	if err := ep.enter(); err != nil {
 		return 0, err
 	}
 	defer ep.exit()
 	n, err := ep.pollLocked()
 	if n == 0 && ep.poll != nil {
-		// An application that polls in a loop holds its processor: now
-		// and then, when another goroutine waits for one, it lets it in
-		// (a host of the same process, say, that this one waits for).
-		if ep.idlePolls++; ep.idlePolls%idleYieldEvery == 0 {
-			endpoint.Gosched()
-		}
+		ep.idle()
 	}
 	return n, err
+}
+
+// idle counts an inline Poll that ran nothing. An application that polls
+// in a loop holds its processor: now and then, when another goroutine
+// waits for one, it lets it in (a host of the same process, say, that
+// this one waits for).
+func (ep *Endpoint) idle() {
+	if ep.idlePolls++; ep.idlePolls%idleYieldEvery == 0 {
+		endpoint.Gosched()
+	}
 }
 
 // pollLocked is Poll, the lock (if Shared) held.
 func (ep *Endpoint) pollLocked() (int, error) {
 	ran, took, err := ep.pollRun()
 	if took > 0 && ep.changed != nil {
-		close(ep.changed) // wake the goroutines waiting for credits or messages
-		ep.changed = make(chan struct{})
+		ep.wake()
 	}
 	return ran, err
+}
+
+// wake wakes the goroutines waiting for credits or messages.
+func (ep *Endpoint) wake() {
+	close(ep.changed)
+	ep.changed = make(chan struct{})
 }
 
 // pollRun is pollLocked but for the wake-up of the goroutines that wait:
@@ -78,7 +100,8 @@ func (ep *Endpoint) pollRun() (ran, took int, err error) {
 		ran, took = n, n
 	}
 	requests := 0 // requests dispatched: each queued a reply, explicit or implicit
-	for _, q := range [...]endpoint.Queue{endpoint.ReplyReceive, endpoint.RequestReceive} {
+	// Replies first, then requests.
+	for q := endpoint.ReplyReceive; q >= endpoint.RequestReceive; q-- {
 		if q == endpoint.RequestReceive && ep.express != nil {
 			ep.batch = ep.view.Waiting(q) > 1
 		}
@@ -117,7 +140,9 @@ func (ep *Endpoint) pollRun() (ran, took int, err error) {
 			}
 		}
 	}
-	err = ep.sendNullReplies()
+	if len(ep.owedList) > 0 {
+		err = ep.sendNullReplies()
+	}
 	ep.batch = false // (an error above leaves it set: messages are queued until the next Poll's end)
 	if err != nil {
 		return ran, took, err

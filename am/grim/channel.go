@@ -80,10 +80,12 @@ func (c *Channel) short(dest int, h HandlerID, args []uint32) error {
 	if err := c.ep.usable(); err != nil {
 		return err
 	}
-	var d endpoint.Descriptor
-	if err := c.header(&d, dest, h, args); err != nil {
-		return err
+	if dest < 0 || dest >= len(c.ep.cfg.Peers) || len(args) > ShortArgs {
+		var d endpoint.Descriptor
+		return c.header(&d, dest, h, args) // the error
 	}
+	var d endpoint.Descriptor
+	putShort(&d, uint32(dest*MaxChannels), h, args) // (header, its checks made)
 	return c.send(endpoint.RequestSend, &d)
 }
 
@@ -103,13 +105,19 @@ func shortDesc(d *endpoint.Descriptor, idx uint32, h HandlerID, args []uint32) e
 	if len(args) > ShortArgs {
 		return fmt.Errorf("%w: %d integers, at most %d", ErrTooLarge, len(args), ShortArgs)
 	}
+	putShort(d, idx, h, args)
+	return nil
+}
+
+// putShort is shortDesc for at most ShortArgs integers, small enough to
+// be inlined where it is called.
+func putShort(d *endpoint.Descriptor, idx uint32, h HandlerID, args []uint32) {
 	var a [ShortArgs]uint32
-	for i, x := range args { // a copy is a call
-		a[i] = x
+	for i := 0; i < len(args) && i < ShortArgs; i++ { // a copy is a call
+		a[i] = args[i]
 	}
 	d.Class, d.Dest, d.Handler, d.NArgs = endpoint.ClassShort, idx, uint32(h), engineArgs
 	d.Args[0], d.Args[1] = uint64(a[0])|uint64(a[1])<<32, uint64(a[2])|uint64(a[3])<<32
-	return nil
 }
 
 // engineArgs is the number of the engine's 64-bit arguments that carry a

@@ -218,9 +218,10 @@ func (t *Token) Reply(h HandlerID, args ...uint32) error {
 // for it (Endpoint.run).
 func (t *Token) send(h HandlerID, args []uint32) error {
 	var d endpoint.Descriptor
-	if err := shortDesc(&d, t.src, h, args); err != nil {
-		return err
+	if len(args) > ShortArgs {
+		return shortDesc(&d, t.src, h, args) // the error
 	}
+	putShort(&d, t.src, h, args)
 	t.replied = true
 	return t.ch.send(endpoint.ReplySend, &d)
 }

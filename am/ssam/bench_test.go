@@ -48,3 +48,21 @@ func BenchmarkSSAMRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSSAMIdlePoll is the processor cost of a Poll that finds
+// nothing, as am/amii's BenchmarkAMIIIdlePoll measures AM-II's.
+func BenchmarkSSAMIdlePoll(b *testing.B) {
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	ha, _ := endpoints(b, la, lb, Config{Timeout: time.Hour})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ha.Poll(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

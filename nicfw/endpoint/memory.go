@@ -352,22 +352,26 @@ func (m *Memory) put(q Queue, d *Descriptor, data []byte) error {
 		return ErrWrongQueue
 	}
 	r := &m.rings[q]
-	err := r.room()
-	if err == nil {
-		if data != nil {
+	var err error
+	if data != nil {
+		if err = r.room(); err == nil {
 			// The entry at r.own is free, so is its slot: the application
 			// gave both back when it released the entry before.
 			off := m.l.recvSlot(q, r.own)
 			slot := m.mem[m.l.recvOff+off : m.l.recvOff+off+MaxMedium]
 			d.Offset, d.Length = uint32(off), uint32(copy(slot, data))
 		}
-		err = r.produce(d)
+	}
+	if err == nil {
+		err = r.produce(d) // (room again: the same answer, from the cached index)
 	}
 	switch {
 	case err == nil:
 		m.stats.Put++
 		m.arrivals.Arrive(m.arrivalBit)
-		m.signal(q)
+		if m.armed.Load()&uint32(q.event()) != 0 {
+			m.signal(q)
+		}
 	case errors.Is(err, ErrQueueFull):
 		m.stats.PutFull++
 	default:
