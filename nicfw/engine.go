@@ -757,7 +757,7 @@ func (e *Engine) poll() (work int, err error) {
 			return work, err
 		}
 	}
-	if len(e.bellList) > 0 {
+	if len(e.bellList) > 0 && (len(e.bellList) > 1 || e.bellList[0].b.Rung()) { // (one page unrung: no call)
 		work += e.ringBells()
 	}
 	if len(e.evicted) > 0 {

@@ -157,6 +157,9 @@ func (e *Engine) peek(s *epState) (uint32, endpoint.Class, bool) {
 
 // sendPhase makes up to SendBudget scheduling decisions.
 func (e *Engine) sendPhase() (int, error) {
+	if e.sched.quiescent() {
+		return 0, nil
+	}
 	work := 0
 	for range e.cfg.SendBudget {
 		id, ok := e.sched.Next(e.pending)

@@ -256,7 +256,8 @@ type Endpoint struct {
 	publishing                bool
 	publishStatus, publishGen uint32
 	depth                     int
-	tok                       Token // the message the handler running is for (run)
+	tok                       Token               // the message the handler running is for (run)
+	d                         endpoint.Descriptor // the message dispatch took (handlers do not nest)
 	stats                     Stats
 	onReturn                  func(Returned)
 	closed                    bool

@@ -248,17 +248,18 @@ func (ep *Endpoint) pollChannel(c *Channel, n, requests *int) error {
 	// together at the end. A queue found empty costs no dispatch.
 	if w := c.view.Waiting(endpoint.RequestReceive); w > 0 {
 		ep.expressReply = ep.eng != nil && *requests == 0 && w == 1
-		k, err := ep.dispatch(c, endpoint.RequestReceive)
+		k, err := ep.dispatch(c, endpoint.RequestReceive, w)
 		ep.expressReply = false
 		*n, *requests = *n+k, *requests+k
 		if err != nil {
 			return err
 		}
 	}
-	if c.view.Waiting(endpoint.ReplyReceive) == 0 {
+	w := c.view.Waiting(endpoint.ReplyReceive)
+	if w == 0 {
 		return nil
 	}
-	k, err := ep.dispatch(c, endpoint.ReplyReceive)
+	k, err := ep.dispatch(c, endpoint.ReplyReceive, w)
 	*n += k
 	return err
 }
@@ -269,34 +270,37 @@ func (ep *Endpoint) runEngine() (int, error) {
 	return ep.eng.Poll()
 }
 
-// dispatch runs the handlers of what receive queue q of c holds.
-func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue) (int, error) {
+// dispatch runs the handlers of what receive queue q of c holds, where
+// k wait (the caller's count).
+func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue, k uint32) (int, error) {
 	n := 0
+	d := &ep.d // Peek writes all of it
 	for {
 		// As many Peeks as wait, then the count again: an empty queue
 		// costs no Peek (Peek reports an invalid index). Poll found the
 		// endpoint open, and its channels close with it.
-		k := c.view.Waiting(q)
+		if n > 0 {
+			k = c.view.Waiting(q)
+		}
 		if k == 0 {
 			return n, nil
 		}
-		var d endpoint.Descriptor // Peek writes all of it
 		for ; k > 0; k-- {
-			ok, err := c.view.Peek(q, &d)
+			ok, err := c.view.Peek(q, d)
 			if err != nil || !ok {
 				return n, err
 			}
 			if reason, from, returned := d.ReturnInfo(); returned {
-				ep.returned(c, &d, reason, from == endpoint.RequestSend)
+				ep.returned(c, d, reason, from == endpoint.RequestSend)
 				n++
 			} else {
 				var data []byte
 				if d.Class == endpoint.ClassBulk {
-					if data, err = c.view.Data(&d); err != nil {
+					if data, err = c.view.Data(d); err != nil {
 						return n, err
 					}
 				}
-				ep.run(c, q, &d, data)
+				ep.run(c, q, d, data)
 				n++
 			}
 			if err := c.view.Release(q); err != nil {
@@ -316,19 +320,22 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		ep.stats.Strangers++
 		return
 	}
-	var req pendingRequest
-	answered := false
+	wrote := false // the reply answers a memory write
 	if q == endpoint.ReplyReceive {
-		if req, answered = c.answered(d.Dest, nil); !answered {
-			ep.stats.LateReplies++
-		} else if req.write {
-			c.writes--
-		}
 		if h == HandlerNoHandler {
-			if answered {
+			if req, answered := c.answered(d.Dest, nil); !answered {
+				ep.stats.LateReplies++
+			} else {
+				if req.write {
+					c.writes--
+				}
 				ep.giveBack(c, req, endpoint.ReasonNoHandler, true)
 			}
 			return
+		}
+		answered := false
+		if answered, wrote = c.replied(d.Dest); !answered {
+			ep.stats.LateReplies++
 		}
 	}
 	// Handlers do not nest (Poll refuses to run inside one), so one Token
@@ -356,7 +363,7 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 		ep.tableArrived(args, data)
 	case HandlerMemory:
 		if !tok.request {
-			if answered && req.write {
+			if wrote {
 				ep.stats.Completed++
 			}
 			tok.replied = true

@@ -81,7 +81,19 @@ type pendingRequest struct {
 	// timer first saw it sent (the queue's done count past seq), zero
 	// before.
 	seq  uint32
-	seen time.Time
+	seen int64 // a stamp (stamp): without pointers the record is copied and cleared cheaply
+}
+
+// clockBase is the origin of the reply timer's stamps.
+var clockBase = time.Now()
+
+// stamp returns t as a reply timer's stamp: nanoseconds since clockBase
+// (monotonic, as time.Now reads it), at least 1, so that 0 is "not yet".
+func stamp(t time.Time) int64 { return max(1, int64(t.Sub(clockBase))) }
+
+// waited returns how long before now the reply timer first saw p sent.
+func (p *pendingRequest) waited(now time.Time) time.Duration {
+	return time.Duration(stamp(now) - p.seen)
 }
 
 // sentRequest records request d, just queued on c, as outstanding.
@@ -120,6 +132,29 @@ func (c *Channel) answered(dest uint32, like *pendingRequest) (pendingRequest, b
 		return pendingRequest{}, false
 	}
 	r := c.pending[at]
+	c.drop(at)
+	return r, true
+}
+
+// replied is answered for a reply from dest that runs its handler: it
+// removes the record of the oldest request to dest (a memory write's
+// counted done) and reports whether there was one, and whether it was a
+// memory write.
+func (c *Channel) replied(dest uint32) (found, write bool) {
+	for i := range c.pending {
+		if p := &c.pending[i]; p.dest == dest || dest == endpoint.NoIndex {
+			if write = p.write; write {
+				c.writes--
+			}
+			c.drop(i)
+			return true, write
+		}
+	}
+	return false, false
+}
+
+// drop removes the record at of c.pending.
+func (c *Channel) drop(at int) {
 	if at == len(c.pending)-1 {
 		// The last (with one outstanding, the only): cut off, with no
 		// copy of the rest.
@@ -128,7 +163,6 @@ func (c *Channel) answered(dest uint32, like *pendingRequest) (pendingRequest, b
 	} else {
 		c.pending = slices.Delete(c.pending, at, at+1)
 	}
-	return r, true
 }
 
 // returned hands the message d describes, which came back to c with
@@ -182,11 +216,11 @@ func (ep *Endpoint) expiring(now time.Time) bool {
 		done := c.view.Done()
 		for i := range c.pending {
 			p := &c.pending[i]
-			if p.seen.IsZero() {
+			if p.seen == 0 {
 				if int32(done-p.seq) > 0 {
-					p.seen = now // sent: its reply may come from now on
+					p.seen = stamp(now) // sent: its reply may come from now on
 				}
-			} else if now.Sub(p.seen) > ep.cfg.ReplyTimeout {
+			} else if p.waited(now) > ep.cfg.ReplyTimeout {
 				ep.polls = replyCheckPolls - 1 // the next Poll looks
 				return true
 			}
@@ -205,10 +239,10 @@ func (ep *Endpoint) expire(now time.Time) int {
 		done := c.view.Done()
 		for i := 0; i < len(c.pending); {
 			p := &c.pending[i]
-			if p.seen.IsZero() && int32(done-p.seq) > 0 {
-				p.seen = now // sent: its reply may come from now on
+			if p.seen == 0 && int32(done-p.seq) > 0 {
+				p.seen = stamp(now) // sent: its reply may come from now on
 			}
-			if p.seen.IsZero() || now.Sub(p.seen) <= ep.cfg.ReplyTimeout {
+			if p.seen == 0 || p.waited(now) <= ep.cfg.ReplyTimeout {
 				i++
 				continue
 			}
