@@ -718,15 +718,26 @@ func TestReassemblyDiscard(t *testing.T) {
 
 // TestCRC10Trailer: the trailer's CRC is the CRC-10 of the bytes followed
 // by the length indicator's byte, and catches a changed indicator.
+// Both ways of computing the CRC (the tables, and carry-less
+// multiplication where the processor has it) and a message shorter than
+// the multiplication takes are checked, against the tables' CRC10 of the
+// bytes with the indicator's byte appended.
 func TestCRC10Trailer(t *testing.T) {
-	p := []byte("a compact cell's forty-six bytes, more or less")
-	for li := range uint8(64) {
-		want := CRC10(append(append([]byte(nil), p...), li<<2))
-		if got := CRC10Trailer(p, li); got != want {
-			t.Fatalf("CRC10Trailer(li=%d) = %#03x, want %#03x", li, got, want)
-		}
-		if li > 0 && CRC10Trailer(p, li) == CRC10Trailer(p, li-1) {
-			t.Fatalf("li %d and %d share a CRC", li, li-1)
+	defer func(was bool) { useCRC10CLMUL = was }(useCRC10CLMUL)
+	clmuls := []bool{false, useCRC10CLMUL}
+	for _, p := range [][]byte{[]byte("a compact cell's forty-six bytes, more or less"), []byte("short")} {
+		for li := range uint8(64) {
+			useCRC10CLMUL = false
+			want := CRC10(append(append([]byte(nil), p...), li<<2))
+			for _, clmul := range clmuls {
+				useCRC10CLMUL = clmul
+				if got := CRC10Trailer(p, li); got != want {
+					t.Fatalf("multiplication %v, %d bytes: CRC10Trailer(li=%d) = %#03x, want %#03x", clmul, len(p), li, got, want)
+				}
+				if li > 0 && CRC10Trailer(p, li) == CRC10Trailer(p, li-1) {
+					t.Fatalf("li %d and %d share a CRC", li, li-1)
+				}
+			}
 		}
 	}
 }

@@ -80,7 +80,12 @@ func crc10Update(c uint16, p []byte) uint16 {
 // and two zero bits). A 16-bit trailer li<<10 | CRC10Trailer(p, li) then
 // carries both, every bit of it covered. li above 63 is cut to 6 bits.
 func CRC10Trailer(p []byte, li uint8) uint16 {
-	c := crc10(p) << crc10Shift
+	var c uint16 // crc10(p), its call spared: every compact cell with an acknowledgement computes one
+	if useCRC10CLMUL && len(p) >= 16 {
+		c = crc10CLMUL(p) << crc10Shift
+	} else {
+		c = crc10Update(0, p)
+	}
 	c = c<<8 ^ crc10Table[0][byte(c>>8)^li<<2]
 	return c >> crc10Shift
 }

@@ -151,7 +151,8 @@ func (e *Engine) laneSend(s *epState, q endpoint.Queue, d *endpoint.Descriptor, 
 		m = e.buf[:putMsgHeader(e.buf, q, endpoint.ClassShort, 0, to, s.id, d.Handler, d.Dest, s.tag, d.Args[:d.NArgs])]
 	}
 	f, cookie := e.flightSlot()
-	*f = flight{s: s, d: *d, q: q, peer: p, to: to}
+	// Field by field: the composite literal is built aside and copied.
+	f.s, f.d, f.q, f.peer, f.to, f.chunk, f.id = s, *d, q, p, to, false, 0
 	sent, err = e.tr.SendNow(p, m, cookie)
 	if !sent {
 		e.freeFlight(cookie)

@@ -89,27 +89,33 @@ func (ep *Endpoint) pollRun() (ran, took int, err error) {
 	// end with the acknowledgements owed, where a run before the handlers
 	// would flush those in an ACK frame of their own.
 	engineRan := false
-	if ep.poll != nil && ep.view.Waiting(endpoint.ReplyReceive) == 0 && ep.view.Waiting(endpoint.RequestReceive) == 0 {
+	replies, requests := ep.view.Waiting(endpoint.ReplyReceive), ep.view.Waiting(endpoint.RequestReceive)
+	if ep.poll != nil && replies == 0 && requests == 0 {
 		if _, err := ep.runEngine(); err != nil {
 			return 0, 0, err
 		}
 		engineRan = true
+		replies, requests = ep.view.Waiting(endpoint.ReplyReceive), ep.view.Waiting(endpoint.RequestReceive)
 	}
 	if ep.polls++; ep.polls%replyCheckPolls == 0 && ep.pending.Len() > 0 && ep.cfg.ReplyTimeout > 0 {
 		n := ep.expire()
 		ran, took = n, n
 	}
-	requests := 0 // requests dispatched: each queued a reply, explicit or implicit
+	dispatched := 0 // requests dispatched: each queued a reply, explicit or implicit
 	// Replies first, then requests.
 	for q := endpoint.ReplyReceive; q >= endpoint.RequestReceive; q-- {
-		if q == endpoint.RequestReceive && ep.express != nil {
-			ep.batch = ep.view.Waiting(q) > 1
+		waiting := replies // (counted above: only the engine's run adds to them inline)
+		if q == endpoint.RequestReceive {
+			waiting = requests
+			if ep.express != nil {
+				ep.batch = waiting > 1
+			}
 		}
 		// At most a queue's worth, as many Peeks as wait, then the count
 		// again: an empty queue costs no Peek (Peek reports an invalid
 		// index).
-		for budget := ep.entries; budget > 0; {
-			k := min(ep.view.Waiting(q), uint32(budget))
+		for budget := ep.entries; budget > 0; waiting = ep.view.Waiting(q) {
+			k := min(waiting, uint32(budget))
 			if k == 0 {
 				break
 			}
@@ -129,7 +135,7 @@ func (ep *Endpoint) pollRun() (ran, took int, err error) {
 				ran += n
 				took++
 				if q == endpoint.RequestReceive {
-					requests++
+					dispatched++
 				}
 				if rerr := ep.view.Release(q); err == nil {
 					err = rerr
@@ -147,7 +153,7 @@ func (ep *Endpoint) pollRun() (ran, took int, err error) {
 	if err != nil {
 		return ran, took, err
 	}
-	if ep.poll != nil && (requests > 0 && ep.mustRun() || !engineRan) {
+	if ep.poll != nil && (dispatched > 0 && ep.mustRun() || !engineRan) {
 		// The replies leave now, as a request does (sent), not at the
 		// next Poll: an application that polls now and then answers at
 		// once. Replies sent by the express path left already, with the

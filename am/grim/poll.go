@@ -341,7 +341,7 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 	// Handlers do not nest (Poll refuses to run inside one), so one Token
 	// serves every message.
 	tok := &ep.tok
-	*tok = Token{ep: ep, ch: c, src: d.Dest, request: q == endpoint.RequestReceive}
+	tok.ep, tok.ch, tok.src, tok.request, tok.replied = ep, c, d.Dest, q == endpoint.RequestReceive, false // (field by field: no literal built aside)
 	ep.depth++
 	switch h {
 	case HandlerRegister:

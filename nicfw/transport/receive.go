@@ -35,6 +35,9 @@ import (
 // zero for some peer). It returns the link's errors.
 func (t *Transport) Poll() (int, error) {
 	t.polls++
+	if t.pass > 0 {
+		return t.poll() // inside a pass (the engine's Poll): its end is the pass's
+	}
 	t.BeginPass()
 	n, err := t.poll()
 	if eerr := t.EndPass(); eerr != nil {
