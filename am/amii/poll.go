@@ -63,15 +63,10 @@ func (ep *Endpoint) idle() {
 func (ep *Endpoint) pollLocked() (int, error) {
 	ran, took, err := ep.pollRun()
 	if took > 0 && ep.changed != nil {
-		ep.wake()
+		close(ep.changed) // wake the goroutines waiting for credits or messages
+		ep.changed = make(chan struct{})
 	}
 	return ran, err
-}
-
-// wake wakes the goroutines waiting for credits or messages.
-func (ep *Endpoint) wake() {
-	close(ep.changed)
-	ep.changed = make(chan struct{})
 }
 
 // pollRun is pollLocked but for the wake-up of the goroutines that wait:
@@ -89,13 +84,11 @@ func (ep *Endpoint) pollRun() (ran, took int, err error) {
 	// end with the acknowledgements owed, where a run before the handlers
 	// would flush those in an ACK frame of their own.
 	engineRan := false
-	replies, requests := ep.view.Waiting(endpoint.ReplyReceive), ep.view.Waiting(endpoint.RequestReceive)
-	if ep.poll != nil && replies == 0 && requests == 0 {
+	if ep.poll != nil && ep.view.Waiting(endpoint.ReplyReceive) == 0 && ep.view.Waiting(endpoint.RequestReceive) == 0 {
 		if _, err := ep.runEngine(); err != nil {
 			return 0, 0, err
 		}
 		engineRan = true
-		replies, requests = ep.view.Waiting(endpoint.ReplyReceive), ep.view.Waiting(endpoint.RequestReceive)
 	}
 	if ep.polls++; ep.polls%replyCheckPolls == 0 && ep.pending.Len() > 0 && ep.cfg.ReplyTimeout > 0 {
 		n := ep.expire()
@@ -104,18 +97,14 @@ func (ep *Endpoint) pollRun() (ran, took int, err error) {
 	dispatched := 0 // requests dispatched: each queued a reply, explicit or implicit
 	// Replies first, then requests.
 	for q := endpoint.ReplyReceive; q >= endpoint.RequestReceive; q-- {
-		waiting := replies // (counted above: only the engine's run adds to them inline)
-		if q == endpoint.RequestReceive {
-			waiting = requests
-			if ep.express != nil {
-				ep.batch = waiting > 1
-			}
+		if q == endpoint.RequestReceive && ep.express != nil {
+			ep.batch = ep.view.Waiting(q) > 1
 		}
 		// At most a queue's worth, as many Peeks as wait, then the count
 		// again: an empty queue costs no Peek (Peek reports an invalid
 		// index).
-		for budget := ep.entries; budget > 0; waiting = ep.view.Waiting(q) {
-			k := min(waiting, uint32(budget))
+		for budget := ep.entries; budget > 0; {
+			k := min(ep.view.Waiting(q), uint32(budget))
 			if k == 0 {
 				break
 			}

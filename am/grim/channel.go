@@ -80,12 +80,15 @@ func (c *Channel) short(dest int, h HandlerID, args []uint32) error {
 	if err := c.ep.usable(); err != nil {
 		return err
 	}
-	if dest < 0 || dest >= len(c.ep.cfg.Peers) || len(args) > ShortArgs {
-		var d endpoint.Descriptor
-		return c.header(&d, dest, h, args) // the error
+	idx, err := c.ep.index(dest)
+	if err != nil {
+		return err
 	}
 	var d endpoint.Descriptor
-	putShort(&d, uint32(dest*MaxChannels), h, args) // (header, its checks made)
+	if len(args) > ShortArgs {
+		return shortDesc(&d, idx, h, args) // the error
+	}
+	putShort(&d, idx, h, args) // (header without shortDesc's call)
 	return c.send(endpoint.RequestSend, &d)
 }
 

@@ -637,7 +637,12 @@ func (ep *Endpoint) accept(id HandlerID) {
 // index returns the engine table index of peer dest's channel 0.
 func (ep *Endpoint) index(dest int) (uint32, error) {
 	if dest < 0 || dest >= len(ep.cfg.Peers) {
-		return 0, fmt.Errorf("%w: peer %d of %d", ErrBadDest, dest, len(ep.cfg.Peers))
+		return 0, ep.badDest(dest) // (the error apart: index is inlined)
 	}
 	return uint32(dest * MaxChannels), nil
+}
+
+// badDest is index's error for dest.
+func (ep *Endpoint) badDest(dest int) error {
+	return fmt.Errorf("%w: peer %d of %d", ErrBadDest, dest, len(ep.cfg.Peers))
 }

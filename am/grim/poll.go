@@ -326,9 +326,6 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 			if req, answered := c.answered(d.Dest, nil); !answered {
 				ep.stats.LateReplies++
 			} else {
-				if req.write {
-					c.writes--
-				}
 				ep.giveBack(c, req, endpoint.ReasonNoHandler, true)
 			}
 			return

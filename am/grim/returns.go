@@ -137,15 +137,12 @@ func (c *Channel) answered(dest uint32, like *pendingRequest) (pendingRequest, b
 }
 
 // replied is answered for a reply from dest that runs its handler: it
-// removes the record of the oldest request to dest (a memory write's
-// counted done) and reports whether there was one, and whether it was a
-// memory write.
+// removes the record of the oldest request to dest and reports whether
+// there was one, and whether it was a memory write.
 func (c *Channel) replied(dest uint32) (found, write bool) {
 	for i := range c.pending {
 		if p := &c.pending[i]; p.dest == dest || dest == endpoint.NoIndex {
-			if write = p.write; write {
-				c.writes--
-			}
+			write = p.write
 			c.drop(i)
 			return true, write
 		}
@@ -153,8 +150,12 @@ func (c *Channel) replied(dest uint32) (found, write bool) {
 	return false, false
 }
 
-// drop removes the record at of c.pending.
+// drop removes the record at of c.pending; a memory write's is counted
+// done (Writes).
 func (c *Channel) drop(at int) {
+	if c.pending[at].write {
+		c.writes--
+	}
 	if at == len(c.pending)-1 {
 		// The last (with one outstanding, the only): cut off, with no
 		// copy of the rest.
@@ -182,9 +183,6 @@ func (ep *Endpoint) returned(c *Channel, d *endpoint.Descriptor, reason endpoint
 			return
 		}
 		r.seen = p.seen
-		if p.write {
-			c.writes--
-		}
 	}
 	ep.giveBack(c, r, reason, request)
 }
@@ -247,10 +245,7 @@ func (ep *Endpoint) expire(now time.Time) int {
 				continue
 			}
 			r := *p
-			c.pending = slices.Delete(c.pending, i, i+1)
-			if r.write {
-				c.writes--
-			}
+			c.drop(i)
 			ep.stats.Unanswered++
 			ep.giveBack(c, r, endpoint.ReasonNoReply, true)
 			n++

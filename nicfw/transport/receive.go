@@ -461,13 +461,8 @@ func (t *Transport) control(p *Peer, typ uint8, h *header, dst, want uint32) {
 // until the batch goes, ctlHeld).
 func (t *Transport) flush() error {
 	if len(t.tx) == 0 {
-		return nil // (inlined: most calls find nothing)
+		return nil
 	}
-	return t.flushTx()
-}
-
-// flushTx is flush with frames to send.
-func (t *Transport) flushTx() error {
 	err := t.output(t.tx)
 	if t.pass > 0 {
 		t.ctlHeld += len(t.tx) // in the pass's batch until flushOut

@@ -349,13 +349,8 @@ type outFrame struct {
 // them.
 func (t *Transport) flushOut() error {
 	if len(t.out) == 0 {
-		return nil // (inlined: most calls find nothing)
+		return nil
 	}
-	return t.sendOut()
-}
-
-// sendOut is flushOut with frames to send.
-func (t *Transport) sendOut() error {
 	send := t.pack()
 	t.seal(send)
 	t.stats.Batches++
