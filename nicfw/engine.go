@@ -409,10 +409,11 @@ type Engine struct {
 	// answering: the message deliver is storing is a request that its
 	// application will answer (its acknowledgement may wait for the reply).
 	answering bool
-	// replyIn: it is a reply (short or medium), whose application will
-	// likely send its next request soon (its acknowledgement may wait
-	// Transport.Config.AckSoonDelay for that request).
+	// replyIn: it is a reply (short or medium), whose application will likely
+	// send its next request soon (its acknowledgement may wait AckSoonDelay).
 	replyIn bool
+	inc     uint8             // the Descriptor.Incarnation of the host whose message deliver stores
+	incs    []hostIncarnation // by host (incarnation)
 
 	pinned int // endpoints with a message in flight (residency Hold per message)
 	// owners counts, by owner, the endpoints open and pinned: an owner

@@ -139,6 +139,7 @@ func TestEngineMedium(t *testing.T) {
 	for i, r := range got {
 		want := medium(0, uint32(i), int(r.d.Offset), sizes[i], uint64(i), 2, 3)
 		want.Tag = tagRed
+		want.Incarnation = 1 // the first incarnation of the sending host
 		if r.d != want || !bytes.Equal(r.data, pattern(sizes[i], byte(i))) {
 			t.Fatalf("message %d: %+v with %d bytes, want %+v with %d", i, r.d, len(r.data), want, sizes[i])
 		}
@@ -259,6 +260,7 @@ func testEngineBulk(t *testing.T, n *engNet, window int, lossy bool) {
 	}
 	want := bulk(0, 77, remote, 0, length, 1, 2)
 	want.Tag = tagRed
+	want.Incarnation = 1 // the first incarnation of the sending host
 	if atB[0].d != want || !bytes.Equal(atB[0].data, data) {
 		t.Errorf("B1 received %+v with %d bytes, want %+v", atB[0].d, len(atB[0].data), want)
 	}
@@ -334,6 +336,10 @@ func testEngineBulkReturned(t *testing.T, window int) {
 		reason, from, ok := r.ReturnInfo()
 		r.Class &^= endpoint.ClassReturned
 		r.Tag = 0
+		if r.Incarnation != 1 { // returned by B, in its first incarnation
+			t.Errorf("returned with incarnation %d", r.Incarnation)
+		}
+		r.Incarnation = 0
 		if !ok || reason != want || from != endpoint.RequestSend || r != d {
 			t.Errorf("returned %+v (%v), want %+v (%v)", r, reason, d, want)
 		}

@@ -48,6 +48,7 @@ func (e *Engine) laneShort(src HostID, p []byte) (taken, ok bool) {
 	if i, ok := s.index(Name{src, from}); ok {
 		d.Dest = i
 	}
+	d.Incarnation = e.inc
 	q := endpoint.RequestReceive
 	if kind == endpoint.ReplySend {
 		q = endpoint.ReplyReceive

@@ -58,7 +58,7 @@ func (e *Engine) flushReturning() int {
 	work, j := 0, 0
 	for _, s := range e.returning {
 		d := s.d
-		d.Class |= endpoint.ClassReturned
+		d.Class, d.Incarnation = d.Class|endpoint.ClassReturned, 0 // returned here: no host's incarnation
 		d.Tag = uint64(s.reason) | uint64(s.q)<<8
 		var err error
 		if s.d.Class == endpoint.ClassMedium {
@@ -156,7 +156,7 @@ func (e *Engine) returnFlight(s *epState, f *flight, payload []byte, reason endp
 		return
 	}
 	r := returnedFlight{s: s, d: f.d}
-	r.d.Class |= endpoint.ClassReturned
+	r.d.Class, r.d.Incarnation = r.d.Class|endpoint.ClassReturned, 0
 	r.d.Tag = uint64(reason) | uint64(f.q)<<8
 	if f.d.Class == endpoint.ClassMedium {
 		if m, ok := decodeMsg(payload); ok {

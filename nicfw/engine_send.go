@@ -206,6 +206,7 @@ func (e *Engine) sendFrom(s *epState) (bool, error) {
 		m = e.chunkBytes() // a bulk chunk, needed whole before it goes
 	}
 	if dst.Host == e.cfg.Host {
+		e.inc = 1                                         // incarnation: this host's
 		ok, reason := e.accept(e.cfg.Host, m, true, true) // this host's own: no envelope
 		switch {
 		case reason != 0:

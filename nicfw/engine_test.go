@@ -268,6 +268,7 @@ func TestEngineVirtualNetworks(t *testing.T) {
 		for i, d := range got {
 			want := short(0, handler, uint64(i), tag)
 			want.Tag = tag
+			want.Incarnation = 1 // the first incarnation of the sending host
 			if d != want {
 				t.Fatalf("%s: message %d = %+v, want %+v", name, i, d, want)
 			}
@@ -288,12 +289,13 @@ func TestEngineVirtualNetworks(t *testing.T) {
 	for i, d := range gotA1Rep {
 		want := short(1, 300, uint64(i)) // B1 is index 1 in A1's table
 		want.Tag = tagRed
+		want.Incarnation = 1 // the first incarnation of the sending host
 		if d != want {
 			t.Fatalf("reply %d = %+v, want %+v", i, d, want)
 		}
 	}
 	drain(t, a1, endpoint.RequestReceive, &gotA1)
-	if want := (endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 1, Handler: 50, Tag: tagRed, Args: [8]uint64{42}}); len(gotA1) != 1 || gotA1[0] != want {
+	if want := (endpoint.Descriptor{Class: endpoint.ClassShort, NArgs: 1, Incarnation: 1, Handler: 50, Tag: tagRed, Args: [8]uint64{42}}); len(gotA1) != 1 || gotA1[0] != want {
 		t.Errorf("A1 to itself: %+v, want %+v", gotA1, want)
 	}
 
@@ -354,6 +356,11 @@ func TestEngineVirtualNetworks(t *testing.T) {
 		}
 		d.Class &^= endpoint.ClassReturned
 		d.Tag = 0
+		// Returned by B (its first incarnation), or by A's own engine.
+		if wantInc := map[bool]uint8{true: 0, false: 1}[w.reason == endpoint.ReasonNoHost]; d.Incarnation != wantInc {
+			t.Errorf("returned %d (%v): incarnation %d, want %d", i, w.reason, d.Incarnation, wantInc)
+		}
+		d.Incarnation = 0
 		if d != w.d {
 			t.Errorf("returned %d (%v) = %+v, want %+v", i, w.reason, d, w.d)
 		}

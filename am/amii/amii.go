@@ -211,7 +211,10 @@ type Config struct {
 	// restarted) and comes back to the error handler with
 	// endpoint.ReasonNoReply, its credit given back. Default
 	// DefaultReplyTimeout; negative: never. A reply that comes later still
-	// runs its handler (counted in Stats.LateReplies).
+	// runs its handler (counted in Stats.LateReplies), and a return that
+	// comes later is only counted: a request goes to the error handler at
+	// most once. See the package documentation for how late replies are
+	// told from the next requests' replies.
 	ReplyTimeout time.Duration
 	Clock        clock.Clock // default the system clock
 	// MediumSlots is the number of endpoint.MaxMedium-byte slots, at the end
@@ -266,7 +269,8 @@ type Stats struct {
 	ReplyHandled      uint64 // reply handlers run (implicit replies not counted)
 	Returned          uint64 // returned messages handed to the error handler (or dropped without one)
 	Unanswered        uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
-	LateReplies       uint64 // replies that came for no request outstanding (after their ReplyTimeout)
+	LateReplies       uint64 // replies and returns that came for no request outstanding (after their ReplyTimeout)
+	Forgotten         uint64 // requests past their ReplyTimeout whose answer will not come (their destination restarted or closed): no longer awaited
 	HandlerErrors     uint64 // messages naming no registered handler, or one of the other kind
 	Malformed         uint64 // received descriptors of an unknown class, or naming bytes outside their area
 }
@@ -285,6 +289,14 @@ type pendingRequest struct {
 	handler uint32
 	args    [MaxArgs]uint64
 	seen    time.Time // zero until expire stamps it
+	// expired: handed to the error handler past its reply timeout, and
+	// kept for its late answer, which would otherwise be taken for the
+	// next request's (replies name no request); inc: its destination's
+	// incarnation when it was sent (0: none heard yet). The record goes
+	// without an answer when that host restarts or the endpoint closes
+	// (forget): then none will come.
+	expired bool
+	inc     uint8
 }
 
 // replyCheckPolls is how often Poll looks at the reply timers: every so
@@ -330,6 +342,8 @@ type Endpoint struct {
 	handlers   []handler
 	onReturn   func(Returned)
 	pending    pendingRing      // requests sent and not answered, in the order sent
+	expired    int              // of them, past their reply timeout (pendingRequest.expired)
+	incs       []uint8          // by canonical index: the incarnation of its host last heard (heard)
 	polls      uint             // pollLocked calls, for the reply timers
 	yield      endpoint.Yielder // firmware mode: the waits' yields (spin)
 	idles      uint             // letOthersIn calls
@@ -534,8 +548,12 @@ func (ep *Endpoint) Outstanding() int {
 		return 0
 	}
 	defer ep.exit()
-	return ep.pending.Len()
+	return ep.outstanding()
 }
+
+// outstanding returns the requests sent and neither answered, returned
+// nor past their reply timeout: the credits in use.
+func (ep *Endpoint) outstanding() int { return ep.pending.Len() - ep.expired }
 
 // Staging returns the application's part of the endpoint's staging area
 // (the medium slots after it excluded): the bulk data it sends from

@@ -36,6 +36,9 @@ type amiiNet struct {
 	ea, eb     *nicfw.Engine
 	a1, b1, b2 *Endpoint
 	serveB     bool // poll drives B1's AMII too (its handlers run)
+	// restartB replaces host B by a new incarnation: a new engine on its
+	// link (a new epoch) with B1 opened again.
+	restartB func()
 }
 
 // poll runs both engines once; with serveB, B1's handlers too.
@@ -115,6 +118,17 @@ func newAMIINet(t testing.TB, cfgA Config) *amiiNet {
 	n.a1 = open(n.ea, 1, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{b1, b2}}, n.poll, cfgA)
 	n.b1 = open(n.eb, 1, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{a1}}, n.enginesOnly, Config{})
 	n.b2 = open(n.eb, 2, nicfw.VNet{Tag: amiiBlue, Table: []nicfw.Name{a1}}, n.enginesOnly, Config{})
+	n.restartB = func() {
+		if err := n.eb.Close(); err != nil {
+			t.Fatal(err)
+		}
+		n.eb = mk(amiiHostB, lb)
+		if err := n.eb.AddHost(amiiHostA, la.HardwareAddr()); err != nil {
+			t.Fatal(err)
+		}
+		n.b1 = open(n.eb, 1, nicfw.VNet{Tag: amiiRed, Table: []nicfw.Name{a1}}, n.enginesOnly, Config{})
+		n.b2 = open(n.eb, 2, nicfw.VNet{Tag: amiiBlue, Table: []nicfw.Name{a1}}, n.enginesOnly, Config{})
+	}
 	return n
 }
 
@@ -866,6 +880,175 @@ func TestAMIIReplyLeavesInPoll(t *testing.T) {
 		if len(got) != int(i)+1 || got[i] != 10*i+1 {
 			t.Fatalf("after request %d, replies %v", i, got)
 		}
+	}
+}
+
+// TestAMIILateRepliesKeepTheirPlace: a reply that comes after its
+// request's reply timeout answers that request, not the next one
+// outstanding to the same endpoint. Replies name no request, so each ends
+// the oldest record to its sender: the record of a request past its
+// timeout stays (handed to the error handler, no longer counted
+// outstanding) until its late reply takes it. Before, the late replies
+// took the records of the requests sent after them, which were then
+// counted answered before their own replies came, and a Drain returned
+// with replies still to come.
+func TestAMIILateRepliesKeepTheirPlace(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	n := newAMIINet(t, Config{Clock: clk, ReplyTimeout: time.Second, Credits: 8})
+	type answer struct {
+		id          uint64
+		outstanding int // when its reply ran
+	}
+	var answers []answer
+	var returned []uint64
+	reply := n.a1.Register(func(_ *Token, args []uint64) { answers = append(answers, answer{args[0], n.a1.outstanding()}) })
+	n.b1.Register(func(tok *Token, args []uint64) {
+		if err := tok.Reply(reply, args...); err != nil {
+			t.Error(err)
+		}
+	})
+	n.a1.OnReturn(func(r Returned) { returned = append(returned, r.Args[0]) })
+	for i := range uint64(3) {
+		if err := n.a1.Request(0, 0, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 * replyCheckPolls { // B's engine takes them; its application does not poll
+		if _, err := n.a1.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(2 * time.Second)
+	until(t, n.a1, func() bool { return len(returned) == 3 })
+	for i := range uint64(2) { // outstanding behind the three past their timeout
+		if err := n.a1.Request(0, 0, 3+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.a1.Outstanding(); got != 2 {
+		t.Fatalf("%d outstanding, want 2", got)
+	}
+	n.serveB = true
+	until(t, n.a1, func() bool { return len(answers) == 5 })
+	want := []answer{{0, 2}, {1, 2}, {2, 2}, {3, 1}, {4, 0}}
+	if !slices.Equal(answers, want) || !slices.Equal(returned, []uint64{0, 1, 2}) {
+		t.Errorf("replies (id, outstanding as it ran) %v, want %v; returned %v", answers, want, returned)
+	}
+	if s := n.a1.Stats(); s.LateReplies != 3 || s.Unanswered != 3 || s.Returned != 3 || n.a1.Outstanding() != 0 || n.a1.expired != 0 {
+		t.Errorf("stats %+v, outstanding %d, %d records past their timeout", s, n.a1.Outstanding(), n.a1.expired)
+	}
+}
+
+// TestAMIIRestartForgets: the requests past their reply timeout that a
+// host took before it restarted will never be answered: the first message
+// of its new incarnation (endpoint.Descriptor.Incarnation) drops their
+// records, so the new incarnation's replies answer the requests sent to
+// it, not those.
+func TestAMIIRestartForgets(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	n := newAMIINet(t, Config{Clock: clk, ReplyTimeout: time.Second, Credits: 8})
+	type answer struct {
+		id          uint64
+		outstanding int
+	}
+	var answers []answer
+	var returned, restarted []uint64
+	reply := n.a1.Register(func(_ *Token, args []uint64) { answers = append(answers, answer{args[0], n.a1.outstanding()}) })
+	serve := func(b *Endpoint) {
+		b.Register(func(tok *Token, args []uint64) {
+			if err := tok.Reply(reply, args...); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	serve(n.b1)
+	n.a1.OnReturn(func(r Returned) {
+		if r.Reason == endpoint.ReasonRestarted {
+			restarted = append(restarted, r.Args[0])
+			return
+		}
+		returned = append(returned, r.Args[0])
+	})
+	n.serveB = true // A hears B's first incarnation
+	if err := n.a1.Request(0, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	until(t, n.a1, func() bool { return len(answers) == 1 })
+	n.serveB = false
+	for i := range uint64(3) {
+		if err := n.a1.Request(0, 0, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 * replyCheckPolls {
+		if _, err := n.a1.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(2 * time.Second)
+	until(t, n.a1, func() bool { return len(returned) == 3 })
+	// B restarts holding the three: they are lost with it.
+	n.restartB()
+	serve(n.b1)
+	n.serveB = true
+	// The first request to B after its restart may come back
+	// ReasonRestarted (A's transport learns the new epoch from B's answer
+	// to it): it is sent again.
+	for i := uint64(10); i < 12; {
+		if err := n.a1.Request(0, 0, i); err != nil {
+			t.Fatal(err)
+		}
+		until(t, n.a1, func() bool { return len(answers) == int(i)-8 || len(restarted) > 0 })
+		if len(restarted) > 0 {
+			restarted = restarted[:0]
+			continue
+		}
+		i++
+	}
+	want := []answer{{100, 0}, {10, 0}, {11, 0}}
+	if !slices.Equal(answers, want) || !slices.Equal(returned, []uint64{0, 1, 2}) {
+		t.Errorf("replies (id, outstanding as it ran) %v, want %v; returned %v", answers, want, returned)
+	}
+	if s := n.a1.Stats(); s.LateReplies != 0 || s.Forgotten != 3 || n.a1.Outstanding() != 0 || n.a1.expired != 0 {
+		t.Errorf("stats %+v, outstanding %d, %d records past their timeout", s, n.a1.Outstanding(), n.a1.expired)
+	}
+	if len(n.a1.incs) == 0 || n.a1.incs[0] != 2 {
+		t.Errorf("incarnations heard %v, want B's second (2) at index 0", n.a1.incs)
+	}
+}
+
+// TestAMIIIncarnationForgets: a message from another incarnation of a
+// destination's host than the one last heard drops the records of the
+// requests past their reply timeout sent to it (their answers will not
+// come), and only those; a first message does not (a request past its
+// timeout sent before any message came may yet be answered).
+func TestAMIIIncarnationForgets(t *testing.T) {
+	n := newAMIINet(t, Config{Credits: 8})
+	a := n.a1
+	add := func(dest uint32, expired bool, inc uint8) {
+		a.pending.push(pendingRequest{dest: dest, expired: expired, inc: inc})
+		if expired {
+			a.expired++
+		}
+	}
+	add(0, true, 0)
+	add(1, true, 0)
+	add(0, false, 0)
+	a.heard(0, 5) // first heard: nothing forgotten
+	if a.pending.Len() != 3 || a.stats.Forgotten != 0 {
+		t.Fatalf("first heard: %d records, %d forgotten", a.pending.Len(), a.stats.Forgotten)
+	}
+	add(0, true, 5)
+	a.heard(0, 5)
+	if a.pending.Len() != 4 {
+		t.Fatalf("same incarnation: %d records", a.pending.Len())
+	}
+	a.heard(0, 6) // restarted: index 0's two expired records go, index 1's and the outstanding one stay
+	if a.pending.Len() != 2 || a.stats.Forgotten != 2 || a.expired != 1 || a.outstanding() != 1 {
+		t.Fatalf("after a restart: %d records, %d forgotten, %d expired, %d outstanding", a.pending.Len(), a.stats.Forgotten, a.expired, a.outstanding())
+	}
+	if p := a.pending.at(0); p.dest != 1 || !p.expired {
+		t.Errorf("kept %+v first", *p)
 	}
 }
 

@@ -126,7 +126,16 @@
 // that comes after its request timed out still runs its handler. AM-II
 // replies do not name their request, so a reply ends the oldest request
 // outstanding to its sender (a table that names the sender at several
-// indices: to any of them); the timer starts when Poll's timers first see
+// indices: to any of them). A request past its timeout therefore stays
+// awaited, its credit given back and no longer counted (Outstanding,
+// Drain), so that its late reply (or late return, only counted) ends it
+// and not the request sent after it; it is no longer awaited once its
+// destination's host restarts (a message from it carries another
+// incarnation, endpoint.Descriptor.Incarnation, or a request to it comes
+// back ReasonRestarted) or its endpoint closes (ReasonClosed,
+// ReasonNoEndpoint): Stats.Forgotten counts those. A host that took
+// requests and restarted before this endpoint heard from it at all is not
+// told from its new incarnation. The timer starts when Poll's timers first see
 // a request (every few dozen polls), or a Wait does. A Wait ends when a
 // request's timeout passes, and the next Poll hands it over. With the
 // default Config.GiveUp, a request that waits for a credit held by

@@ -165,6 +165,9 @@ func (ep *Endpoint) mustRun() bool {
 // dispatch handles ep.d, just peeked from receive queue q.
 func (ep *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 	d := &ep.d
+	if d.Incarnation != 0 {
+		ep.heard(d.Dest, d.Incarnation)
+	}
 	if reason, from, ok := d.ReturnInfo(); ok {
 		return ep.returned(reason, from == endpoint.RequestSend), nil
 	}
@@ -195,15 +198,20 @@ func (ep *Endpoint) dispatch(q endpoint.Queue) (int, error) {
 			n = min(d.Args[0], uint64(ep.cfg.Credits))
 		}
 		for range n {
-			if !ep.answered(d.Dest, nil) {
+			found, outstanding := ep.answered(d.Dest, nil)
+			if !outstanding {
 				ep.stats.LateReplies++
+			}
+			if !found {
 				break
 			}
 		}
 		return 0, nil
 	}
-	if !request && !ep.answered(d.Dest, nil) {
-		ep.stats.LateReplies++
+	if !request {
+		if _, outstanding := ep.answered(d.Dest, nil); !outstanding {
+			ep.stats.LateReplies++
+		}
 	}
 	ep.args = d.Args // the handler sees d.NArgs of them
 	ep.tok = Token{a: ep, src: d.Dest, request: request}
@@ -252,8 +260,10 @@ func (ep *Endpoint) sendNullReplies() error {
 
 // answered removes the record of the request an answer (a reply from
 // dest, or r, the request's return) ends: the oldest to dest, the one r
-// names if r is given and it is found. It reports whether there was one.
-func (ep *Endpoint) answered(dest uint32, r *Returned) bool {
+// names if r is given and it is found. It reports whether there was one,
+// and whether it was outstanding (not past its reply timeout: handed to
+// the error handler already).
+func (ep *Endpoint) answered(dest uint32, r *Returned) (found, outstanding bool) {
 	at, exact := -1, false
 	sent := dest // a return names the index it was sent to (long form) or the first
 	dest = ep.canonical(dest)
@@ -274,13 +284,60 @@ func (ep *Endpoint) answered(dest uint32, r *Returned) bool {
 		at = 0 // a reply from outside the table answers the oldest
 	}
 	if at < 0 {
-		return false
+		return false, false
 	}
+	p := ep.pending.at(at)
 	if r != nil && exact && dest != endpoint.NoIndex {
-		r.Dest = int(ep.pending.at(at).dest) // the index it was sent to
+		r.Dest = int(p.dest) // the index it was sent to
+	}
+	if outstanding = !p.expired; !outstanding {
+		ep.expired--
 	}
 	ep.pending.remove(at)
-	return true
+	return true, outstanding
+}
+
+// heard notes the incarnation of the host of index dest, which a message
+// from it carried (endpoint.Descriptor.Incarnation; 0: a return of this
+// host's engine, which says nothing of it).
+func (ep *Endpoint) heard(dest uint32, inc uint8) {
+	if i := ep.canonical(dest); uint64(i) >= uint64(len(ep.incs)) || ep.incs[i] != inc {
+		ep.incarnation(i, inc)
+	}
+}
+
+// incarnation is heard for an index first heard, or heard in another
+// incarnation: a restart, after which the requests past their reply
+// timeout that the old one took will never be answered.
+func (ep *Endpoint) incarnation(i uint32, inc uint8) {
+	if i == endpoint.NoIndex || i >= ep.table {
+		return
+	}
+	if len(ep.incs) == 0 {
+		ep.incs = make([]uint8, ep.table)
+	}
+	old := ep.incs[i]
+	ep.incs[i] = inc
+	if old != 0 {
+		ep.forget(i)
+	}
+}
+
+// forget drops the records of requests to canonical index i past their
+// reply timeout (handed to the error handler already), whose answers
+// will not come: its host restarted or its endpoint closed.
+func (ep *Endpoint) forget(i uint32) {
+	if ep.expired == 0 {
+		return
+	}
+	ep.pending.keep(func(p *pendingRequest) bool {
+		if p.expired && ep.canonical(p.dest) == i {
+			ep.expired--
+			ep.stats.Forgotten++
+			return false
+		}
+		return true
+	})
 }
 
 // canonical returns the first index of the translation table that names
@@ -325,6 +382,9 @@ func (ep *Endpoint) expiring(now time.Time) (due bool, wait time.Duration) {
 	}
 	for i := range ep.pending.Len() {
 		p := ep.pending.at(i)
+		if p.expired {
+			continue
+		}
 		if p.seen.IsZero() {
 			p.seen = now
 		}
@@ -346,7 +406,11 @@ func (ep *Endpoint) expiring(now time.Time) (due bool, wait time.Duration) {
 func (ep *Endpoint) expire() int {
 	now := ep.cfg.Clock.Now()
 	ran := 0
+	var late []Returned // handed over once the records are kept: a handler may send
 	ep.pending.keep(func(p *pendingRequest) bool {
+		if p.expired {
+			return true
+		}
 		if p.seen.IsZero() {
 			p.seen = now
 		}
@@ -355,10 +419,21 @@ func (ep *Endpoint) expire() int {
 		}
 		ep.stats.Returned++
 		ep.stats.Unanswered++
-		ran += ep.handReturn(Returned{Reason: endpoint.ReasonNoReply, Request: true, Class: p.class, Dest: int(p.dest),
+		late = append(late, Returned{Reason: endpoint.ReasonNoReply, Request: true, Class: p.class, Dest: int(p.dest),
 			Handler: HandlerID(p.handler), Args: slices.Clone(p.args[:p.nargs])})
-		return false
+		// Kept for its late answer, unless its destination restarted
+		// since it was sent: then none will come.
+		if i := ep.canonical(p.dest); p.inc != 0 && uint64(i) < uint64(len(ep.incs)) && ep.incs[i] != p.inc {
+			ep.stats.Forgotten++
+			return false
+		}
+		p.expired = true
+		ep.expired++
+		return true
 	})
+	for _, r := range late {
+		ran += ep.handReturn(r)
+	}
 	return ran
 }
 
@@ -376,7 +451,18 @@ func (ep *Endpoint) returned(reason endpoint.Reason, request bool) int {
 		r.Offset, r.Length, r.RemoteOffset = d.Offset, d.Length, d.RemoteOffset
 	}
 	if r.Request {
-		ep.answered(d.Dest, &r)
+		found, outstanding := ep.answered(d.Dest, &r)
+		switch reason {
+		case endpoint.ReasonRestarted, endpoint.ReasonClosed, endpoint.ReasonNoEndpoint:
+			// What the destination took before will never be answered.
+			ep.forget(ep.canonical(d.Dest))
+		}
+		if found && !outstanding {
+			// Handed to the error handler already, past its reply
+			// timeout: a request comes back at most once.
+			ep.stats.LateReplies++
+			return 0
+		}
 	}
 	ep.stats.Returned++
 	return ep.handReturn(r)

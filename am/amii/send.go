@@ -133,7 +133,7 @@ func (ep *Endpoint) checkRequest(dest int, args []uint64) error {
 // waitCredit polls, running handlers, until a credit is free, for at most
 // the give-up time; in firmware mode it blocks (Wait) while nothing comes.
 func (ep *Endpoint) waitCredit() error {
-	if ep.pending.Len() < ep.cfg.Credits {
+	if ep.outstanding() < ep.cfg.Credits {
 		return nil
 	}
 	start := ep.cfg.Clock.Now()
@@ -142,7 +142,7 @@ func (ep *Endpoint) waitCredit() error {
 		if err != nil {
 			return err
 		}
-		if ep.pending.Len() < ep.cfg.Credits {
+		if ep.outstanding() < ep.cfg.Credits {
 			return nil
 		}
 		now := ep.cfg.Clock.Now()
@@ -156,7 +156,7 @@ func (ep *Endpoint) waitCredit() error {
 				due, until = ep.expiring(now)
 			}
 			if !due && until <= 0 {
-				return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, ep.pending.Len(), ep.cfg.GiveUp)
+				return fmt.Errorf("%w: %d requests unanswered for %v", ErrTimeout, ep.outstanding(), ep.cfg.GiveUp)
 			}
 			left = until + time.Millisecond
 		}
@@ -176,6 +176,9 @@ func (ep *Endpoint) waitCredit() error {
 func (ep *Endpoint) sent(class endpoint.Class, dest, handler uint32, args []uint64) error {
 	p := pendingRequest{class: class, dest: dest, handler: handler, nargs: uint8(len(args))}
 	putArgs(&p.args, args)
+	if i := ep.canonical(dest); uint64(i) < uint64(len(ep.incs)) {
+		p.inc = ep.incs[i]
+	}
 	ep.pending.push(p)
 	ep.stats.Requests++
 	if ep.poll == nil || ep.cfg.Coalesce || !ep.queued {

@@ -168,16 +168,16 @@ func (ep *Endpoint) Drain(timeout time.Duration) error {
 		return fmt.Errorf("%w: a handler may not drain", ErrDiscipline)
 	}
 	start := ep.cfg.Clock.Now()
-	for ep.pending.Len() > 0 {
+	for ep.outstanding() > 0 {
 		left := timeout - ep.cfg.Clock.Now().Sub(start)
 		if left < 0 {
-			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, ep.pending.Len(), timeout)
+			return fmt.Errorf("%w: %d requests still unanswered after %v", ErrTimeout, ep.outstanding(), timeout)
 		}
 		n, err := ep.pollLocked()
 		if err != nil {
 			return err
 		}
-		if n == 0 && ep.poll == nil && ep.pending.Len() > 0 {
+		if n == 0 && ep.poll == nil && ep.outstanding() > 0 {
 			if err := ep.waitLocked(left); err != nil && !errors.Is(err, ErrTimeout) {
 				return err
 			}

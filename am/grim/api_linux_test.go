@@ -133,7 +133,7 @@ func TestGRIMReturns(t *testing.T) {
 }
 
 // settle runs cond in h's goroutine until it holds, for at most a minute.
-func settle(t *testing.T, h *host, what string, cond func(*Endpoint) bool) {
+func settle(t *testing.T, h *host, what string, cond func(*Endpoint) bool, report ...func(*Endpoint) string) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; {
 		ok := false
@@ -142,6 +142,9 @@ func settle(t *testing.T, h *host, what string, cond func(*Endpoint) bool) {
 			return
 		}
 		if time.Now().After(deadline) {
+			for _, r := range report {
+				h.do(func(ep *Endpoint) { what += "; " + r(ep) })
+			}
 			t.Fatalf("%s: not after a minute", what)
 		}
 		time.Sleep(time.Millisecond)

@@ -26,9 +26,11 @@ type Channel struct {
 	next    int // the payload region's next free byte (a ring)
 	// writes: memory messages sent and not yet completed; pending: the
 	// requests sent whose reply (or return) has not come back, oldest
-	// first (a channel's requests to one peer are answered in order).
+	// first (a channel's requests to one peer are answered in order),
+	// expired of them past their reply timeout (pendingRequest).
 	writes  int
 	pending []pendingRequest
+	expired int
 	// replies: replies handlers sent while the reply queue was full, in
 	// order, for the next Poll to send.
 	replies []endpoint.Descriptor
@@ -316,7 +318,7 @@ func (st *Stream) Close() error {
 
 // Outstanding returns c's requests not yet answered or returned (memory
 // messages not yet completed included).
-func (c *Channel) Outstanding() int { return len(c.pending) }
+func (c *Channel) Outstanding() int { return len(c.pending) - c.expired }
 
 // Writes returns c's memory messages not yet completed.
 func (c *Channel) Writes() int { return c.writes }

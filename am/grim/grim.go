@@ -129,7 +129,15 @@ type Config struct {
 	// DefaultReplyTimeout; negative: never. A reply that comes later
 	// still runs its handler, and a return that comes later is only
 	// counted (Stats.LateReplies): a request is handed to the error
-	// handler at most once.
+	// handler at most once. Replies name no request (a channel's requests
+	// to a peer are answered in order), so a request past its timeout is
+	// still awaited, no longer counted outstanding (Outstanding, Drain),
+	// for its late answer to end it and not the next request's: until
+	// the answer comes, or its peer's host restarts or its endpoint
+	// closes (Stats.Forgotten). One limit: a host that took requests and
+	// restarted before this endpoint heard from it at all is not told
+	// from its new incarnation, and the new one's replies are taken for
+	// those requests' late ones.
 	ReplyTimeout time.Duration
 	// Bind binds registry names to the peers (indices in Peers) that alone
 	// may register them: a key ending in "." binds every name it starts
@@ -239,6 +247,7 @@ type Endpoint struct {
 	cfg          Config
 	name         nicfw.Name
 	chans        []*Channel
+	incs         []uint8          // by peer: the incarnation of its host last heard (heard)
 	yield        endpoint.Yielder // firmware mode: the waits' yields (spin)
 	arrivals     *endpoint.Bells  // the channels' page of doorbells, if they share one (useArrivals)
 	arrWords     []arrivalWord    // with arrivals: the words that hold the channels' bits
@@ -279,6 +288,7 @@ type Stats struct {
 	Returned              uint64 // messages returned (to OnReturn, or dropped without one), ReasonNoReply included
 	Unanswered            uint64 // requests returned for want of a reply (ReplyTimeout), counted in Returned too
 	LateReplies           uint64 // replies and returns that came for no request outstanding (after their ReplyTimeout)
+	Forgotten             uint64 // requests past their ReplyTimeout whose answer will not come (their peer restarted or closed): no longer awaited
 	HandlerErrors         uint64 // requests for a handler not registered here (answered HandlerNoHandler)
 	Strangers             uint64 // messages from endpoints outside Config.Peers, dropped: no handler runs
 	Refused               uint64 // registry messages refused: a table or a Publish answer not from the central endpoint, a generation that jumps

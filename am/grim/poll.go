@@ -129,7 +129,7 @@ func (ep *Endpoint) QueueState() string {
 			put, taken := c.view.Progress(q)
 			fmt.Fprintf(&b, " %v %d/%d,", q, put, taken)
 		}
-		fmt.Fprintf(&b, " done %d, %d outstanding", c.view.Done(), len(c.pending))
+		fmt.Fprintf(&b, " done %d, %d outstanding, %d past their reply timeout", c.view.Done(), c.Outstanding(), c.expired)
 		if ep.arrivals != nil {
 			fmt.Fprintf(&b, ", arrival bit %d set %v", c.bit, ep.arrived(c))
 		}
@@ -290,6 +290,9 @@ func (ep *Endpoint) dispatch(c *Channel, q endpoint.Queue, k uint32) (int, error
 			if err != nil || !ok {
 				return n, err
 			}
+			if d.Incarnation != 0 {
+				ep.heard(d.Dest, d.Incarnation)
+			}
 			if reason, from, returned := d.ReturnInfo(); returned {
 				ep.returned(c, d, reason, from == endpoint.RequestSend)
 				n++
@@ -323,7 +326,7 @@ func (ep *Endpoint) run(c *Channel, q endpoint.Queue, d *endpoint.Descriptor, da
 	wrote := false // the reply answers a memory write
 	if q == endpoint.ReplyReceive {
 		if h == HandlerNoHandler {
-			if req, answered := c.answered(d.Dest, nil); !answered {
+			if req, answered := c.answered(d.Dest, nil); !answered || req.expired {
 				ep.stats.LateReplies++
 			} else {
 				ep.giveBack(c, req, endpoint.ReasonNoHandler, true)
@@ -407,7 +410,7 @@ func (ep *Endpoint) Drain(timeout time.Duration) error {
 		return fmt.Errorf("%w: a handler may not drain", ErrDiscipline)
 	}
 	return ep.runFor(timeout, func() bool {
-		return !slices.ContainsFunc(ep.chans, func(c *Channel) bool { return len(c.pending) > 0 })
+		return !slices.ContainsFunc(ep.chans, func(c *Channel) bool { return c.Outstanding() > 0 })
 	},
 		func() string { return "requests unanswered" })
 }

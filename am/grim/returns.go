@@ -70,6 +70,16 @@ func (r Returned) String() string {
 // pendingRequest is a request sent on a channel and not yet answered:
 // what identifies it, and when the reply timer first saw it (zero: not
 // yet).
+//
+// A request past its reply timeout goes to the error handler and its
+// record stays, marked expired, until the answer it still may get comes:
+// its late reply or return, which would otherwise be taken for the
+// answer of the next request to the same peer (replies name no request:
+// a channel's requests to one peer are answered in order). The record
+// goes without an answer when the peer's host restarted (its
+// incarnation, which every message carries, changed, or a request came
+// back ReasonRestarted) or its endpoint closed (ReasonClosed,
+// ReasonNoEndpoint): that answer will never come.
 type pendingRequest struct {
 	dest    uint32 // engine table index
 	handler HandlerID
@@ -77,6 +87,8 @@ type pendingRequest struct {
 	length  uint32
 	at      uint32 // a memory message's offset
 	write   bool
+	expired bool  // handed to the error handler (ReplyTimeout); kept for its late answer
+	inc     uint8 // the peer's incarnation when it was sent (0: none heard yet)
 	// seq is its index in the request send queue; seen when the reply
 	// timer first saw it sent (the queue's done count past seq), zero
 	// before.
@@ -107,6 +119,9 @@ func (c *Channel) sentRequest(d *endpoint.Descriptor) {
 	}
 	put, _ := c.view.Progress(endpoint.RequestSend)
 	r.seq = put - 1
+	if peer := d.Dest / MaxChannels; int(peer) < len(c.ep.incs) {
+		r.inc = c.ep.incs[peer]
+	}
 	c.pending = append(c.pending, r)
 }
 
@@ -138,22 +153,26 @@ func (c *Channel) answered(dest uint32, like *pendingRequest) (pendingRequest, b
 
 // replied is answered for a reply from dest that runs its handler: it
 // removes the record of the oldest request to dest and reports whether
-// there was one, and whether it was a memory write.
+// there was one outstanding (not one past its reply timeout), and whether
+// it was a memory write.
 func (c *Channel) replied(dest uint32) (found, write bool) {
 	for i := range c.pending {
 		if p := &c.pending[i]; p.dest == dest || dest == endpoint.NoIndex {
-			write = p.write
+			found, write = !p.expired, p.write && !p.expired
 			c.drop(i)
-			return true, write
+			return found, write
 		}
 	}
 	return false, false
 }
 
-// drop removes the record at of c.pending; a memory write's is counted
-// done (Writes).
+// drop removes the record at of c.pending; an outstanding memory write's
+// is counted done (Writes).
 func (c *Channel) drop(at int) {
-	if c.pending[at].write {
+	switch p := &c.pending[at]; {
+	case p.expired:
+		c.expired--
+	case p.write:
 		c.writes--
 	}
 	if at == len(c.pending)-1 {
@@ -178,13 +197,57 @@ func (ep *Endpoint) returned(c *Channel, d *endpoint.Descriptor, reason endpoint
 	}
 	if request {
 		p, ok := c.answered(d.Dest, &r)
-		if !ok {
+		switch reason {
+		case endpoint.ReasonRestarted, endpoint.ReasonClosed, endpoint.ReasonNoEndpoint:
+			// What the peer took before will never be answered.
+			ep.forget(d.Dest / MaxChannels)
+		}
+		if !ok || p.expired {
 			ep.stats.LateReplies++ // handed over already (ReplyTimeout)
 			return
 		}
 		r.seen = p.seen
 	}
 	ep.giveBack(c, r, reason, request)
+}
+
+// heard notes the incarnation of the host of dest, which a message from
+// dest carried (endpoint.Descriptor.Incarnation; 0: a return of this
+// host's engine, which says nothing of it).
+func (ep *Endpoint) heard(dest uint32, inc uint8) {
+	if peer := dest / MaxChannels; inc != 0 && dest != endpoint.NoIndex && (int(peer) >= len(ep.incs) || ep.incs[peer] != inc) {
+		ep.incarnation(peer, inc)
+	}
+}
+
+// incarnation is heard for a peer first heard or heard in another
+// incarnation: a restart, after which the requests past their reply
+// timeout that the old one took will never be answered.
+func (ep *Endpoint) incarnation(peer uint32, inc uint8) {
+	if int(peer) >= len(ep.incs) {
+		ep.incs = append(ep.incs, make([]uint8, int(peer)+1-len(ep.incs))...)
+	}
+	old := ep.incs[peer]
+	ep.incs[peer] = inc
+	if old != 0 {
+		ep.forget(peer)
+	}
+}
+
+// forget drops the records of requests to peer past their reply timeout
+// (handed to the error handler already), whose answers will not come:
+// the peer restarted or its endpoint closed.
+func (ep *Endpoint) forget(peer uint32) {
+	for _, c := range ep.chans {
+		for i := 0; c.expired > 0 && i < len(c.pending); {
+			if p := &c.pending[i]; p.expired && p.dest/MaxChannels == peer && p.dest != endpoint.NoIndex {
+				c.drop(i)
+				ep.stats.Forgotten++
+				continue
+			}
+			i++
+		}
+	}
 }
 
 // giveBack counts r, a message of c that came back with reason, and hands
@@ -214,6 +277,9 @@ func (ep *Endpoint) expiring(now time.Time) bool {
 		done := c.view.Done()
 		for i := range c.pending {
 			p := &c.pending[i]
+			if p.expired {
+				continue
+			}
 			if p.seen == 0 {
 				if int32(done-p.seq) > 0 {
 					p.seen = stamp(now) // sent: its reply may come from now on
@@ -235,17 +301,28 @@ func (ep *Endpoint) expire(now time.Time) int {
 	n := 0
 	for _, c := range ep.chans {
 		done := c.view.Done()
-		for i := 0; i < len(c.pending); {
+		for i := 0; i < len(c.pending); i++ {
 			p := &c.pending[i]
 			if p.seen == 0 && int32(done-p.seq) > 0 {
 				p.seen = stamp(now) // sent: its reply may come from now on
 			}
-			if p.seen == 0 || p.waited(now) <= ep.cfg.ReplyTimeout {
-				i++
+			if p.expired || p.seen == 0 || p.waited(now) <= ep.cfg.ReplyTimeout {
 				continue
 			}
+			// Handed over, and kept for its late answer (pendingRequest),
+			// unless the peer restarted since it was sent: then none will
+			// come.
 			r := *p
-			c.drop(i)
+			if p.write {
+				c.writes--
+			}
+			p.expired = true
+			c.expired++
+			if peer := p.dest / MaxChannels; p.inc != 0 && int(peer) < len(ep.incs) && ep.incs[peer] != p.inc {
+				c.drop(i)
+				i--
+				ep.stats.Forgotten++
+			}
 			ep.stats.Unanswered++
 			ep.giveBack(c, r, endpoint.ReasonNoReply, true)
 			n++

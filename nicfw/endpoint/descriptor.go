@@ -71,13 +71,23 @@ const (
 //     (Offset is then the RemoteOffset it was sent with, and RemoteOffset
 //     is 0). View.Data returns them.
 //
+// In a receive queue Incarnation numbers the incarnation of the host the
+// message came from, as this host's engine knows it: it changes (1 to
+// 255, then 1 again) when that host restarts, and is 1 for this host's
+// own messages and 0 for a message returned by this host's engine. A
+// layer that matches answers to its requests by their order (AM-II's
+// replies name no request) tells by it that a host restarted, so that its
+// requests to the old incarnation will never be answered. Send queues
+// ignore it.
+//
 // In the shared memory a descriptor takes 96 bytes, little-endian:
 //
 //	offset  size  field
 //	0       1     class
 //	1       1     number of arguments
 //	2       1     flags
-//	3       1     reserved, 0
+//	3       1     incarnation: in a receive queue, the sending host's
+//	              (Incarnation); ignored in a send queue
 //	4       4     destination index
 //	8       4     handler
 //	12      4     offset (staging area; received medium: receive area)
@@ -89,6 +99,7 @@ type Descriptor struct {
 	Class        Class
 	NArgs        uint8
 	Flags        Flag
+	Incarnation  uint8
 	Dest         uint32
 	Handler      uint32
 	Offset       uint32
@@ -124,7 +135,7 @@ const PoolOffset = ^uint32(0)
 var descWhole = func() bool {
 	var d Descriptor
 	return binary.NativeEndian.Uint16([]byte{1, 0}) == 1 && unsafe.Sizeof(d) == descSize && unsafe.Offsetof(d.Class) == 0 && unsafe.Offsetof(d.NArgs) == 1 &&
-		unsafe.Offsetof(d.Flags) == 2 && unsafe.Offsetof(d.Dest) == 4 && unsafe.Offsetof(d.Handler) == 8 &&
+		unsafe.Offsetof(d.Flags) == 2 && unsafe.Offsetof(d.Incarnation) == 3 && unsafe.Offsetof(d.Dest) == 4 && unsafe.Offsetof(d.Handler) == 8 &&
 		unsafe.Offsetof(d.Offset) == 12 && unsafe.Offsetof(d.Length) == 16 && unsafe.Offsetof(d.RemoteOffset) == 20 &&
 		unsafe.Offsetof(d.Tag) == 24 && unsafe.Offsetof(d.Args) == 32
 }()
@@ -142,11 +153,10 @@ func wholeSlot(b []byte) *Descriptor {
 func (d *Descriptor) encode(b []byte) {
 	if w := wholeSlot(b); w != nil {
 		*w = *d
-		b[3] = 0 // the reserved byte, the struct's padding
 		return
 	}
 	_ = b[descSize-1]
-	b[0], b[1], b[2], b[3] = byte(d.Class), d.NArgs, byte(d.Flags), 0
+	b[0], b[1], b[2], b[3] = byte(d.Class), d.NArgs, byte(d.Flags), d.Incarnation
 	binary.LittleEndian.PutUint32(b[4:], d.Dest)
 	binary.LittleEndian.PutUint32(b[8:], d.Handler)
 	binary.LittleEndian.PutUint32(b[12:], d.Offset)
@@ -164,7 +174,7 @@ func (d *Descriptor) decode(b []byte) {
 		return
 	}
 	_ = b[descSize-1]
-	d.Class, d.NArgs, d.Flags = Class(b[0]), b[1], Flag(b[2])
+	d.Class, d.NArgs, d.Flags, d.Incarnation = Class(b[0]), b[1], Flag(b[2]), b[3]
 	d.Dest = binary.LittleEndian.Uint32(b[4:])
 	d.Handler = binary.LittleEndian.Uint32(b[8:])
 	d.Offset = binary.LittleEndian.Uint32(b[12:])

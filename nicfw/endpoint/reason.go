@@ -12,9 +12,14 @@ type Reason uint8
 
 // The reasons of return-to-sender; 0 is not a reason.
 const (
-	ReasonBadTag      Reason = 1  // the destination's tag differs from the message's
-	ReasonNoEndpoint  Reason = 2  // the destination host has no such endpoint
-	ReasonUnreachable Reason = 3  // the transport gave up (ErrUnreachable)
+	ReasonBadTag     Reason = 1 // the destination's tag differs from the message's
+	ReasonNoEndpoint Reason = 2 // the destination host has no such endpoint
+	// ReasonUnreachable: the transport gave up (ErrUnreachable). The host
+	// is then held down: for the transport's give-up time
+	// (transport.Config.GiveUpAfter, default 3 s), or until a message
+	// from it arrives, whichever comes first, messages to it come back
+	// with this reason at once, unsent.
+	ReasonUnreachable Reason = 3
 	ReasonNoHost      Reason = 4  // the destination host is not in the host table
 	ReasonTooLarge    Reason = 5  // the message does not fit in the transport's largest payload
 	ReasonClosed      Reason = 6  // the destination endpoint was closed (CloseEndpoint)
