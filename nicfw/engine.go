@@ -412,8 +412,7 @@ type Engine struct {
 	// replyIn: it is a reply (short or medium), whose application will likely
 	// send its next request soon (its acknowledgement may wait AckSoonDelay).
 	replyIn bool
-	inc     uint8             // the Descriptor.Incarnation of the host whose message deliver stores
-	incs    []hostIncarnation // by host (incarnation)
+	inc     uint8 // the Descriptor.Incarnation of the host whose message deliver stores (transport.Peer.Incarnation)
 
 	pinned int // endpoints with a message in flight (residency Hold per message)
 	// owners counts, by owner, the endpoints open and pinned: an owner

@@ -28,7 +28,10 @@ import (
 // Poll (Transport.AckNow, whatever the AckDelay).
 func (e *Engine) deliver(src HostID, _ int, p []byte) bool {
 	e.answering, e.replyIn = false, false
-	e.inc = e.incarnation(src)
+	e.inc = 0 // a host out of the table: unknown
+	if p := e.tr.Peer(src); p != nil {
+		e.inc = p.Incarnation()
+	}
 	if len(e.down) > 0 {
 		delete(e.down, src)
 	}
@@ -360,49 +363,4 @@ func (s *epState) index(n Name) (uint32, bool) {
 		s.revLast = n
 	}
 	return s.revIdx, s.revOK
-}
-
-// hostIncarnation is what the engine knows of a host's incarnations: the
-// epoch its transport last delivered under, and the number it gives that
-// incarnation.
-type hostIncarnation struct {
-	epoch uint32
-	n     uint8
-}
-
-// incarnation returns the incarnation number of host src, which the
-// receive descriptors of its messages carry (Descriptor.Incarnation): it
-// changes (1 to 255, then 1 again) each time the transport delivers under
-// another epoch of src, that is after src restarted. This host's own
-// messages carry 1.
-func (e *Engine) incarnation(src HostID) uint8 {
-	if src == e.cfg.Host {
-		return 1
-	}
-	if int(src) < len(e.incs) {
-		if h, p := &e.incs[src], e.tr.Peer(src); h.n != 0 && p != nil && p.Epoch() == h.epoch {
-			return h.n
-		}
-	}
-	return e.newIncarnation(src)
-}
-
-// newIncarnation is incarnation for a host first heard, or heard under
-// another epoch.
-func (e *Engine) newIncarnation(src HostID) uint8 {
-	if int(src) >= len(e.incs) {
-		e.incs = append(e.incs, make([]hostIncarnation, int(src)+1-len(e.incs))...)
-	}
-	h := &e.incs[src]
-	var epoch uint32
-	if p := e.tr.Peer(src); p != nil {
-		epoch = p.Epoch()
-	}
-	if h.n == 0 || epoch != h.epoch {
-		h.epoch = epoch
-		if h.n++; h.n == 0 {
-			h.n = 1
-		}
-	}
-	return h.n
 }

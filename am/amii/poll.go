@@ -301,15 +301,16 @@ func (ep *Endpoint) answered(dest uint32, r *Returned) (found, outstanding bool)
 // from it carried (endpoint.Descriptor.Incarnation; 0: a return of this
 // host's engine, which says nothing of it).
 func (ep *Endpoint) heard(dest uint32, inc uint8) {
-	if i := ep.canonical(dest); uint64(i) >= uint64(len(ep.incs)) || ep.incs[i] != inc {
-		ep.incarnation(i, inc)
+	if uint64(dest) >= uint64(len(ep.incs)) || ep.incs[dest] != inc {
+		ep.incarnation(dest, inc)
 	}
 }
 
 // incarnation is heard for an index first heard, or heard in another
 // incarnation: a restart, after which the requests past their reply
 // timeout that the old one took will never be answered.
-func (ep *Endpoint) incarnation(i uint32, inc uint8) {
+func (ep *Endpoint) incarnation(dest uint32, inc uint8) {
+	i := ep.canonical(dest)
 	if i == endpoint.NoIndex || i >= ep.table {
 		return
 	}

@@ -119,8 +119,8 @@ func (c *Channel) sentRequest(d *endpoint.Descriptor) {
 	}
 	put, _ := c.view.Progress(endpoint.RequestSend)
 	r.seq = put - 1
-	if peer := d.Dest / MaxChannels; int(peer) < len(c.ep.incs) {
-		r.inc = c.ep.incs[peer]
+	if d.Dest < uint32(len(c.ep.incs)) {
+		r.inc = c.ep.incs[d.Dest]
 	}
 	c.pending = append(c.pending, r)
 }
@@ -215,20 +215,29 @@ func (ep *Endpoint) returned(c *Channel, d *endpoint.Descriptor, reason endpoint
 // dest carried (endpoint.Descriptor.Incarnation; 0: a return of this
 // host's engine, which says nothing of it).
 func (ep *Endpoint) heard(dest uint32, inc uint8) {
-	if peer := dest / MaxChannels; inc != 0 && dest != endpoint.NoIndex && (int(peer) >= len(ep.incs) || ep.incs[peer] != inc) {
-		ep.incarnation(peer, inc)
+	if dest < uint32(len(ep.incs)) && ep.incs[dest] == inc {
+		return
 	}
+	ep.incarnation(dest, inc)
 }
 
 // incarnation is heard for a peer first heard or heard in another
 // incarnation: a restart, after which the requests past their reply
-// timeout that the old one took will never be answered.
-func (ep *Endpoint) incarnation(peer uint32, inc uint8) {
-	if int(peer) >= len(ep.incs) {
-		ep.incs = append(ep.incs, make([]uint8, int(peer)+1-len(ep.incs))...)
+// timeout that the old one took will never be answered. ep.incs holds a
+// peer's at each of its channels' indices (each looked up where the
+// index is at hand).
+func (ep *Endpoint) incarnation(dest uint32, inc uint8) {
+	peer := dest / MaxChannels
+	if inc == 0 || dest == endpoint.NoIndex || int(peer) >= len(ep.cfg.Peers) {
+		return
 	}
-	old := ep.incs[peer]
-	ep.incs[peer] = inc
+	if len(ep.incs) == 0 {
+		ep.incs = make([]uint8, len(ep.cfg.Peers)*MaxChannels)
+	}
+	old := ep.incs[dest]
+	for ch := range uint32(MaxChannels) {
+		ep.incs[peer*MaxChannels+ch] = inc
+	}
 	if old != 0 {
 		ep.forget(peer)
 	}
@@ -318,7 +327,7 @@ func (ep *Endpoint) expire(now time.Time) int {
 			}
 			p.expired = true
 			c.expired++
-			if peer := p.dest / MaxChannels; p.inc != 0 && int(peer) < len(ep.incs) && ep.incs[peer] != p.inc {
+			if p.inc != 0 && p.dest < uint32(len(ep.incs)) && ep.incs[p.dest] != p.inc {
 				c.drop(i)
 				i--
 				ep.stats.Forgotten++

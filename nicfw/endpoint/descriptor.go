@@ -72,9 +72,10 @@ const (
 //     is 0). View.Data returns them.
 //
 // In a receive queue Incarnation numbers the incarnation of the host the
-// message came from, as this host's engine knows it: it changes (1 to
-// 255, then 1 again) when that host restarts, and is 1 for this host's
-// own messages and 0 for a message returned by this host's engine. A
+// message came from, as this host's transport knows it
+// (transport.Peer.Incarnation): it changes (within 1 to 255) when that
+// host restarts, and is 1 for this host's own messages and 0 for a
+// message returned by this host's engine. A
 // layer that matches answers to its requests by their order (AM-II's
 // replies name no request) tells by it that a host restarted, so that its
 // requests to the old incarnation will never be answered. Send queues

@@ -33,8 +33,10 @@ type Peer struct {
 	recv []recvChannel
 
 	// epoch is the peer's incarnation as its frames name it (0: not heard
-	// yet), prevEpoch the one before (epochs.go).
+	// yet), prevEpoch the one before (epochs.go); incarnation numbers it
+	// (Incarnation).
 	epoch, prevEpoch uint32
+	incarnation      uint8
 	// believed counts the epochs of the peer believed: the challenge
 	// depends on it, so that a frame of (or replayed from) an incarnation
 	// believed before does not answer it again (epochs.go, auth.go).
@@ -140,6 +142,14 @@ func (p *Peer) ID() HostID { return p.id }
 // (epochs.go): while it stays the same, everything acknowledged went to
 // the same incarnation.
 func (p *Peer) Epoch() uint32 { return p.epoch }
+
+// Incarnation returns a number for the incarnation of the host that the
+// transport knows (Epoch), 0 while none is: it changes each time Epoch
+// does, to the next of a count the transport keeps over all its peers
+// (1 to 255, then 1 again). So a host's number changes when it restarts,
+// also across its row of the host table made again, unless the transport
+// took in exactly a multiple of 255 new epochs meanwhile.
+func (p *Peer) Incarnation() uint8 { return p.incarnation }
 
 // SrcEpoch returns the epoch this transport names itself with to the peer
 // (its frames' source epoch): Config.Epoch at first, another after a new

@@ -163,6 +163,7 @@ func (t *Transport) checkEpochs(p *Peer, h *header, payload []byte) bool {
 			// unless its row for this host was made again (then its
 			// answer to the first frame that names src says what).
 			p.epoch, p.confirmed, p.dstOut, p.dstOK = src, false, src, true
+			t.numberIncarnation(p)
 		case src == p.prevEpoch:
 			// A late frame of the incarnation p replaced: stale.
 			t.stats.StaleEpoch++
@@ -177,6 +178,7 @@ func (t *Transport) checkEpochs(p *Peer, h *header, payload []byte) bool {
 				// answer, starts (a pair of incarnations is never
 				// entered twice).
 				p.epoch, p.prevEpoch, p.dstOut = src, p.epoch, src
+				t.numberIncarnation(p)
 				t.newIncarnation(p, ErrRestarted, true)
 			}
 			return false
@@ -263,6 +265,7 @@ func (t *Transport) challenge(p *Peer, src uint32) uint32 {
 func (t *Transport) believe(p *Peer, src, challenge uint32) {
 	old, restart := p.epoch, p.confirmed || p.heard
 	p.epoch, p.dstOut, p.dstIn = src, src, challenge
+	t.numberIncarnation(p)
 	p.heard, p.confirmed, p.dstOK, p.dstHeard = false, false, false, 0
 	p.believed++      // no frame of an earlier incarnation answers this challenge again
 	p.prevEpoch = old // its late frames are stale: never believed again
@@ -420,4 +423,13 @@ func (t *Transport) startAgain(p *Peer, why error, keepWaiting bool) {
 			t.cfg.Returned(p.id, c.cookie, t.payload(c), why)
 		}
 	}
+}
+
+// numberIncarnation gives p's epoch, just taken in, the next incarnation
+// number (Peer.Incarnation).
+func (t *Transport) numberIncarnation(p *Peer) {
+	if t.incarnations++; t.incarnations == 0 {
+		t.incarnations = 1
+	}
+	p.incarnation = t.incarnations
 }

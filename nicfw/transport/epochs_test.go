@@ -66,6 +66,10 @@ func restartBody(t *testing.T, p *pair, lb afxdp.Link, cfg Config) {
 	p.exchange(t, p.a, hostB, numbers(0, 40))
 	p.exchange(t, p.b, hostA, numbers(0, 40))
 	old := p.b
+	first := p.a.tr.Peer(hostB).Incarnation()
+	if first == 0 {
+		t.Fatal("A numbers B's incarnation 0 after hearing it")
+	}
 
 	// Three messages leave A for the old B, which never reads them.
 	for n := uint32(100); n < 103; n++ {
@@ -117,6 +121,9 @@ func restartBody(t *testing.T, p *pair, lb afxdp.Link, cfg Config) {
 	}
 	if s := p.a.tr.Stats(); s.Restarts != 1 || s.Returned != 3 {
 		t.Errorf("A: %+v, want 1 restart and 3 returned", s)
+	}
+	if n := p.a.tr.Peer(hostB).Incarnation(); n == 0 || n == first {
+		t.Errorf("A numbers B's incarnations %d, then %d: want another, not 0", first, n)
 	}
 
 	// A late DATA frame of the old B: dropped, not delivered.

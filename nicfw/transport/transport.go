@@ -272,6 +272,8 @@ type Transport struct {
 	compactKey uint32                 // its GFC, VPI and VCI bits, as receive tells compact cells apart
 	maxPL      int
 	frameRoom  int // the payload one DATA frame carries (FrameRoom)
+	// incarnations counts the peers' epochs taken in (Peer.Incarnation).
+	incarnations uint8
 
 	perFrame  int  // cells per frame
 	maxAcks   int  // acknowledgements one DATA frame may carry
