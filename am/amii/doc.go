@@ -132,8 +132,9 @@
 // and not the request sent after it; it is no longer awaited once its
 // destination's host restarts (a message from it carries another
 // incarnation, endpoint.Descriptor.Incarnation, or a request to it comes
-// back ReasonRestarted) or its endpoint closes (ReasonClosed,
-// ReasonNoEndpoint): Stats.Forgotten counts those. A host that took
+// back ReasonRestarted), its endpoint closes (ReasonClosed,
+// ReasonNoEndpoint) or it leaves the host table (ReasonNoHost):
+// Stats.Forgotten counts those. A host that took
 // requests and restarted before this endpoint heard from it at all is not
 // told from its new incarnation. The timer starts when Poll's timers first see
 // a request (every few dozen polls), or a Wait does. A Wait ends when a

@@ -454,7 +454,7 @@ func (ep *Endpoint) returned(reason endpoint.Reason, request bool) int {
 	if r.Request {
 		found, outstanding := ep.answered(d.Dest, &r)
 		switch reason {
-		case endpoint.ReasonRestarted, endpoint.ReasonClosed, endpoint.ReasonNoEndpoint:
+		case endpoint.ReasonRestarted, endpoint.ReasonClosed, endpoint.ReasonNoEndpoint, endpoint.ReasonNoHost:
 			// What the destination took before will never be answered.
 			ep.forget(ep.canonical(d.Dest))
 		}

@@ -397,7 +397,7 @@ func (c *Channel) expressible(q endpoint.Queue, d *endpoint.Descriptor) bool {
 	if q == endpoint.ReplySend {
 		return c.ep.expressReply
 	}
-	return q == endpoint.RequestSend && c.ep.depth == 0 && len(c.pending) == 0
+	return q == endpoint.RequestSend && c.ep.depth == 0 && len(c.pending) == c.expired // none outstanding
 }
 
 // send queues d on queue q of c, running the engine while the queue is

@@ -133,8 +133,8 @@ type Config struct {
 	// to a peer are answered in order), so a request past its timeout is
 	// still awaited, no longer counted outstanding (Outstanding, Drain),
 	// for its late answer to end it and not the next request's: until
-	// the answer comes, or its peer's host restarts or its endpoint
-	// closes (Stats.Forgotten). One limit: a host that took requests and
+	// the answer comes, or its peer's host restarts, its endpoint
+	// closes or it leaves the host table (Stats.Forgotten). One limit: a host that took requests and
 	// restarted before this endpoint heard from it at all is not told
 	// from its new incarnation, and the new one's replies are taken for
 	// those requests' late ones.

@@ -78,8 +78,11 @@ func (r Returned) String() string {
 // a channel's requests to one peer are answered in order). The record
 // goes without an answer when the peer's host restarted (its
 // incarnation, which every message carries, changed, or a request came
-// back ReasonRestarted) or its endpoint closed (ReasonClosed,
-// ReasonNoEndpoint): that answer will never come.
+// back ReasonRestarted), its endpoint closed (ReasonClosed,
+// ReasonNoEndpoint) or it left the host table (ReasonNoHost): that
+// answer will never come. (A host that stops for good and stays in the
+// table leaves such records for good: a few, those it held when it
+// stopped.)
 type pendingRequest struct {
 	dest    uint32 // engine table index
 	handler HandlerID
@@ -198,7 +201,7 @@ func (ep *Endpoint) returned(c *Channel, d *endpoint.Descriptor, reason endpoint
 	if request {
 		p, ok := c.answered(d.Dest, &r)
 		switch reason {
-		case endpoint.ReasonRestarted, endpoint.ReasonClosed, endpoint.ReasonNoEndpoint:
+		case endpoint.ReasonRestarted, endpoint.ReasonClosed, endpoint.ReasonNoEndpoint, endpoint.ReasonNoHost:
 			// What the peer took before will never be answered.
 			ep.forget(d.Dest / MaxChannels)
 		}
