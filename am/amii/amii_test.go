@@ -891,51 +891,61 @@ func TestAMIIReplyLeavesInPoll(t *testing.T) {
 // outstanding) until its late reply takes it. Before, the late replies
 // took the records of the requests sent after them, which were then
 // counted answered before their own replies came, and a Drain returned
-// with replies still to come.
+// with replies still to come. Over memlink (TestAMIILateRepliesOverAFXDP:
+// over AF_XDP).
 func TestAMIILateRepliesKeepTheirPlace(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1000, 0))
 	n := newAMIINet(t, Config{Clock: clk, ReplyTimeout: time.Second, Credits: 8})
+	lateReplies(t, clk, n.a1, n.b1, func(done func() bool) { until(t, n.a1, done) }, func() { n.serveB = true })
+}
+
+// lateReplies is the body of TestAMIILateRepliesKeepTheirPlace: a (its
+// Config.Clock clk, ReplyTimeout a second) sends requests to b, the
+// endpoint at its index 0, whose engine runs and whose application does
+// not poll until serveB is called; until polls a (and what else its net
+// needs) until done.
+func lateReplies(t *testing.T, clk *clock.Manual, a, b *Endpoint, until func(done func() bool), serveB func()) {
 	type answer struct {
 		id          uint64
 		outstanding int // when its reply ran
 	}
 	var answers []answer
 	var returned []uint64
-	reply := n.a1.Register(func(_ *Token, args []uint64) { answers = append(answers, answer{args[0], n.a1.outstanding()}) })
-	n.b1.Register(func(tok *Token, args []uint64) {
-		if err := tok.Reply(reply, args...); err != nil {
+	b.Register(func(tok *Token, args []uint64) {
+		if err := tok.Reply(0, args...); err != nil {
 			t.Error(err)
 		}
 	})
-	n.a1.OnReturn(func(r Returned) { returned = append(returned, r.Args[0]) })
+	a.Register(func(_ *Token, args []uint64) { answers = append(answers, answer{args[0], a.outstanding()}) })
+	a.OnReturn(func(r Returned) { returned = append(returned, r.Args[0]) })
 	for i := range uint64(3) {
-		if err := n.a1.Request(0, 0, i); err != nil {
+		if err := a.Request(0, 0, i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range 2 * replyCheckPolls { // B's engine takes them; its application does not poll
-		if _, err := n.a1.Poll(); err != nil {
+	for range 2 * replyCheckPolls { // the reply timers see them
+		if _, err := a.Poll(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clk.Advance(2 * time.Second)
-	until(t, n.a1, func() bool { return len(returned) == 3 })
+	until(func() bool { return len(returned) == 3 })
 	for i := range uint64(2) { // outstanding behind the three past their timeout
-		if err := n.a1.Request(0, 0, 3+i); err != nil {
+		if err := a.Request(0, 0, 3+i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := n.a1.Outstanding(); got != 2 {
+	if got := a.Outstanding(); got != 2 {
 		t.Fatalf("%d outstanding, want 2", got)
 	}
-	n.serveB = true
-	until(t, n.a1, func() bool { return len(answers) == 5 })
+	serveB()
+	until(func() bool { return len(answers) == 5 })
 	want := []answer{{0, 2}, {1, 2}, {2, 2}, {3, 1}, {4, 0}}
 	if !slices.Equal(answers, want) || !slices.Equal(returned, []uint64{0, 1, 2}) {
 		t.Errorf("replies (id, outstanding as it ran) %v, want %v; returned %v", answers, want, returned)
 	}
-	if s := n.a1.Stats(); s.LateReplies != 3 || s.Unanswered != 3 || s.Returned != 3 || n.a1.Outstanding() != 0 || n.a1.expired != 0 {
-		t.Errorf("stats %+v, outstanding %d, %d records past their timeout", s, n.a1.Outstanding(), n.a1.expired)
+	if s := a.Stats(); s.LateReplies != 3 || s.Unanswered != 3 || s.Returned != 3 || a.Outstanding() != 0 || a.expired != 0 {
+		t.Errorf("stats %+v, outstanding %d, %d records past their timeout", s, a.Outstanding(), a.expired)
 	}
 }
 

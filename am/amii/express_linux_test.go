@@ -12,6 +12,7 @@ import (
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/clock"
 	"github.com/xam-project/xam/internal/netnstest"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
@@ -309,4 +310,31 @@ func TestExpressRepliesBatched(t *testing.T) {
 	if got := round(6); got != 0 {
 		t.Errorf("six requests in a Poll: %d replies by the express path, want 0 (queued together)", got)
 	}
+}
+
+// TestAMIILateRepliesOverAFXDP is TestAMIILateRepliesKeepTheirPlace over
+// AF_XDP: B's engine runs in a goroutine of its own, its application not
+// at first (a receiver that stopped polling), then B is served.
+func TestAMIILateRepliesOverAFXDP(t *testing.T) {
+	la, lb := vethLinks(t, 0, 23)
+	clk := clock.NewManual(time.Unix(1000, 0))
+	a, b := expressPair(t, la, lb, Config{Clock: clk, ReplyTimeout: time.Second, Credits: 8}, Config{}, nicfw.EngineConfig{})
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !stop.Load() {
+			if n, err := b.poll(); err != nil { // the engine alone
+				t.Error(err)
+				return
+			} else if n == 0 {
+				endpoint.Gosched()
+			}
+		}
+	})
+	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+	lateReplies(t, clk, a, b, func(done func() bool) { pollUntil(t, a, done) }, func() {
+		stop.Store(true)
+		wg.Wait()
+		serve(t, b)
+	})
 }
