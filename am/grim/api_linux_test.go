@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,27 +96,13 @@ func TestGRIMReturns(t *testing.T) {
 			// delivers: the daemon's, or inline its own run here) and
 			// closes it: the request is taken and never answered.
 			recv.halt()
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			if recv.eng != nil {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-							recv.eng.Poll() //nolint:errcheck
-						}
-					}
-				})
-			}
+			stop := recv.engineOnly(t)
 			hosts[0].do(func(ep *Endpoint) { err = ep.ch(1).Short(1, 16, 77) })
 			if err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, &mu, "the unanswered request returned", func() bool { return len(got) == 1 })
-			close(stop)
-			wg.Wait()
+			stop()
 			if err := recv.ep.Close(); err != nil {
 				t.Error(err)
 			}
@@ -130,6 +117,28 @@ func TestGRIMReturns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// engineOnly runs h's inline engine, not its handlers, in a goroutine of
+// its own until stop is called (a firmware-mode host's daemon runs
+// anyway): a receiver whose application stopped polling.
+func (h *host) engineOnly(t *testing.T) (stop func()) {
+	var halt atomic.Bool
+	var wg sync.WaitGroup
+	if h.eng != nil {
+		wg.Go(func() {
+			for !halt.Load() {
+				if _, err := h.eng.Poll(); err != nil {
+					t.Error(err)
+					return
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	stop = func() { halt.Store(true); wg.Wait() }
+	t.Cleanup(stop)
+	return stop
 }
 
 // settle runs cond in h's goroutine until it holds, for at most a minute.

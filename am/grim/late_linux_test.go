@@ -4,7 +4,6 @@ package grim
 
 import (
 	"errors"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -79,22 +78,7 @@ func lateReplies(t *testing.T, links []afxdp.Link) {
 	// request not yet sent is not timed); its handlers do not yet: a
 	// receiver that stopped polling.
 	a.start()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				if _, err := b.eng.Poll(); err != nil {
-					t.Error(err)
-					return
-				}
-				runtime.Gosched()
-			}
-		}
-	})
+	stop := b.engineOnly(t)
 	send := func(from, to int) {
 		var err error
 		a.do(func(ep *Endpoint) {
@@ -110,8 +94,7 @@ func lateReplies(t *testing.T, links []afxdp.Link) {
 	settle(t, a, "the first requests past their reply timeout", func(ep *Endpoint) bool { return ep.Stats().Unanswered == early },
 		func(ep *Endpoint) string { return ep.QueueState() })
 	send(early, early+later)
-	close(stop)
-	wg.Wait()
+	stop()
 	b.start()
 	settle(t, a, "every reply run", func(ep *Endpoint) bool {
 		mu.Lock()
