@@ -172,6 +172,24 @@ func UnpackCell(frame []byte, etherType uint16) (c Cell, hdr FrameHeader, ok boo
 	return Cell(x[EthernetHeaderSize+FrameHeaderSize:]), FrameHeader(x[EthernetHeaderSize : EthernetHeaderSize+FrameHeaderSize]), true
 }
 
+// UnpackPair is UnpackCell for a frame of exactly two cells.
+func UnpackPair(frame []byte, etherType uint16) (c, next Cell, hdr FrameHeader, ok bool) {
+	if etherType == 0 {
+		etherType = EtherType
+	}
+	const n = EthernetHeaderSize + FrameHeaderSize + 2*CellSize
+	if len(frame) != n {
+		return nil, nil, nil, false
+	}
+	x := (*[n]byte)(frame) // checked once
+	if binary.BigEndian.Uint16(x[12:]) != etherType || x[EthernetHeaderSize] != FrameVersion ||
+		binary.BigEndian.Uint16(x[EthernetHeaderSize+2:]) != 2 {
+		return nil, nil, nil, false
+	}
+	const at = EthernetHeaderSize + FrameHeaderSize
+	return Cell(x[at : at+CellSize]), Cell(x[at+CellSize:]), FrameHeader(x[EthernetHeaderSize:at]), true
+}
+
 // UnpackPayload is Unpack for the bytes after the Ethernet header.
 func UnpackPayload(p []byte) (cells []byte, hdr FrameHeader, err error) {
 	if len(p) < FrameHeaderSize {

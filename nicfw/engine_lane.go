@@ -67,11 +67,11 @@ func (e *Engine) laneShort(src HostID, p []byte) (taken, ok bool) {
 // sent from and its endpoints; ok false if p is not a well-formed compact
 // message (decodeCompact's checks).
 func readCompact(p []byte, d *endpoint.Descriptor) (kind endpoint.Queue, dst, src EndpointID, ok bool) {
-	if len(p) < msgCompactLen || p[0]&^0b111 != msgCompact {
+	if len(p) < msgCompactLen || p[0]&^0b1111 != msgCompact {
 		return 0, 0, 0, false
 	}
 	x := (*[msgCompactLen]byte)(p) // checked once, and once for the arguments
-	nargs := x[0] >> 1 & 0b11
+	nargs := x[0] >> 1 & 0b111
 	if nargs > msgCompactArgs || len(p) != msgCompactLen+8*int(nargs) {
 		return 0, 0, 0, false
 	}
@@ -83,6 +83,14 @@ func readCompact(p []byte, d *endpoint.Descriptor) (kind endpoint.Queue, dst, sr
 		d.Args[0], d.Args[1] = binary.BigEndian.Uint64(a[msgCompactLen:]), binary.BigEndian.Uint64(a[msgCompactLen+8:])
 	case 1:
 		d.Args[0] = binary.BigEndian.Uint64((*[msgCompactLen + 8]byte)(p)[msgCompactLen:])
+	case 4: // a compact message of two cells
+		a := (*[msgCompactLen + 32]byte)(p)
+		d.Args[0], d.Args[1] = binary.BigEndian.Uint64(a[msgCompactLen:]), binary.BigEndian.Uint64(a[msgCompactLen+8:])
+		d.Args[2], d.Args[3] = binary.BigEndian.Uint64(a[msgCompactLen+16:]), binary.BigEndian.Uint64(a[msgCompactLen+24:])
+	case 3:
+		a := (*[msgCompactLen + 24]byte)(p)
+		d.Args[0], d.Args[1] = binary.BigEndian.Uint64(a[msgCompactLen:]), binary.BigEndian.Uint64(a[msgCompactLen+8:])
+		d.Args[2] = binary.BigEndian.Uint64(a[msgCompactLen+16:])
 	}
 	return endpoint.Queue(x[0] & 1), EndpointID(binary.BigEndian.Uint16(x[1:])), EndpointID(binary.BigEndian.Uint16(x[3:])), true
 }

@@ -50,9 +50,9 @@ import (
 // (queue, class, argument count, return reason, endpoints, handler, index,
 // tag), the arguments, and for medium and bulk messages an extension and
 // the data; docs/wire.md has the table, and that of a module's control
-// message. A short message of up to two arguments goes in a compact form
+// message. A short message of up to four arguments goes in a compact form
 // of 15 bytes and its arguments (engine_msg.go), which the transport
-// carries in one cell.
+// carries in one cell (two arguments) or two.
 
 // The engine's message, the transport payload of every message the engine
 // sends, big-endian (the message classes above): a 24-byte
@@ -86,21 +86,22 @@ type msg struct {
 	data   []byte // the bytes carried: a medium message's, a bulk chunk's
 }
 
-// The compact form of a short message of at most two arguments to a
-// handler below 2^16, not a return: what the transport carries in one cell
-// (transport.CompactPayload bytes at most). It leaves out the reason
-// (none), the class (short) and the index, which a receiver that returns
-// the message cannot name: the return says NoIndex, and the sender looks
-// the index up by the returning endpoint's name (accept). Big-endian:
+// The compact form of a short message of at most four arguments to a
+// handler below 2^16, not a return: what the transport carries in a
+// compact cell (two arguments at most: transport.CompactPayload bytes)
+// or two (transport.CompactMax). It leaves out the reason (none), the
+// class (short) and the index, which a receiver that returns the message
+// cannot name: the return says NoIndex, and the sender looks the index up
+// by the returning endpoint's name (accept). Big-endian:
 //
-//	 0                          1      3      5         7     15
-//	+--------------------------+------+------+---------+-----+---------
-//	| 1, 0000, nargs(2), kind  | dst  | src  | handler | tag | args, 8n
-//	+--------------------------+------+------+---------+-----+---------
+//	 0                         1      3      5         7     15
+//	+-------------------------+------+------+---------+-----+---------
+//	| 1, 000, nargs(3), kind  | dst  | src  | handler | tag | args, 8n
+//	+-------------------------+------+------+---------+-----+---------
 const (
 	msgCompact       = 0x80 // the first byte's top bit: the compact form
 	msgCompactLen    = 15
-	msgCompactArgs   = 2
+	msgCompactArgs   = 4
 	msgCompactMaxLen = msgCompactLen + 8*msgCompactArgs
 )
 
@@ -115,8 +116,12 @@ func compactable(kind endpoint.Queue, nargs uint8, handler uint32) bool {
 	return nargs <= msgCompactArgs && handler <= math.MaxUint16 && (kind == endpoint.RequestSend || kind == endpoint.ReplySend)
 }
 
-// A compact message fits in a compact cell of the transport.
-const _ = uint(transport.CompactPayload - msgCompactMaxLen)
+// A compact message fits in the transport's compact form (two cells at
+// most), one of two arguments in one cell.
+const (
+	_ = uint(transport.CompactMax - msgCompactMaxLen)
+	_ = uint(transport.CompactPayload - msgCompactLen - 16)
+)
 
 // hasExt reports whether m's class carries the extension.
 func (m *msg) hasExt() bool { return m.class == endpoint.ClassMedium || m.class == endpoint.ClassBulk }
@@ -171,6 +176,17 @@ func putCompactMsg(b []byte, kind endpoint.Queue, dst, src EndpointID, handler u
 		binary.BigEndian.PutUint64(a[msgCompactLen+8:], args[1])
 	case 1:
 		binary.BigEndian.PutUint64((*[msgCompactLen + 8]byte)(b)[msgCompactLen:], args[0])
+	case 4: // two cells
+		a, v := (*[msgCompactLen + 32]byte)(b), (*[4]uint64)(args)
+		binary.BigEndian.PutUint64(a[msgCompactLen:], v[0])
+		binary.BigEndian.PutUint64(a[msgCompactLen+8:], v[1])
+		binary.BigEndian.PutUint64(a[msgCompactLen+16:], v[2])
+		binary.BigEndian.PutUint64(a[msgCompactLen+24:], v[3])
+	case 3:
+		a, v := (*[msgCompactLen + 24]byte)(b), (*[3]uint64)(args)
+		binary.BigEndian.PutUint64(a[msgCompactLen:], v[0])
+		binary.BigEndian.PutUint64(a[msgCompactLen+8:], v[1])
+		binary.BigEndian.PutUint64(a[msgCompactLen+16:], v[2])
 	}
 	return msgCompactLen + 8*len(args)
 }

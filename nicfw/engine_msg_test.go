@@ -18,7 +18,7 @@ func msgSamples() [][]byte {
 		out = append(out, b)
 	}
 	m := base
-	m.class, m.nargs, m.args[2] = endpoint.ClassShort, 3, 10 // three arguments: the full form
+	m.class, m.nargs, m.args[2], m.args[3], m.args[4] = endpoint.ClassShort, 5, 10, 11, 12 // five arguments: the full form
 	add(m)
 	m.reason = endpoint.ReasonBadTag
 	add(m)
@@ -37,6 +37,10 @@ func msgSamples() [][]byte {
 	add(m)
 	m.kind, m.nargs, m.handler = endpoint.RequestSend, 0, 65535
 	add(m)
+	m.nargs, m.args = 4, [8]uint64{8, 9, 10, 11} // four: the compact form of two cells
+	add(m)
+	m.kind, m.nargs = endpoint.ReplySend, 3
+	add(m)
 	return out
 }
 
@@ -48,7 +52,7 @@ func TestMsgCodec(t *testing.T) {
 		if !ok {
 			t.Fatalf("sample %d does not decode: %x", i, b)
 		}
-		if compact := i >= 6; compact != (b[0]&msgCompact != 0) || compact && (len(b) > transport.CompactPayload || m.index != endpoint.NoIndex) {
+		if compact := i >= 6; compact != (b[0]&msgCompact != 0) || compact && (len(b) > transport.CompactMax || m.index != endpoint.NoIndex) {
 			t.Errorf("sample %d: %d bytes %x, index %d", i, len(b), b, m.index)
 		}
 		again := make([]byte, m.size())
@@ -79,9 +83,11 @@ func TestMsgCodec(t *testing.T) {
 		return b[:len(b)-5]
 	})
 	corrupt("header cut", 0, func(b []byte) []byte { return b[:msgHeaderLen-1] })
-	corrupt("compact in the full form", 0, func(b []byte) []byte { b[2] = 2; return b[:len(b)-8] })
+	corrupt("compact in the full form", 0, func(b []byte) []byte { b[2] = 4; return b[:len(b)-8] })
 	corrupt("compact too long", 6, func(b []byte) []byte { return append(b, 0) })
-	corrupt("compact, three arguments", 6, func(b []byte) []byte { b[0] |= 3 << 1; return append(b, make([]byte, 8)...) })
+	corrupt("compact of four, too long", 8, func(b []byte) []byte { return append(b, 0) })
+	corrupt("compact of four, cut", 8, func(b []byte) []byte { return b[:len(b)-1] })
+	corrupt("compact, seven arguments", 6, func(b []byte) []byte { b[0] |= 5 << 1; return append(b, make([]byte, 40)...) })
 	corrupt("compact, bits left over", 7, func(b []byte) []byte { b[0] |= 0x10; return b })
 	corrupt("compact header cut", 7, func(b []byte) []byte { return b[:msgCompactLen-1] })
 	for name, b := range bad {

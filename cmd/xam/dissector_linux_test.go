@@ -45,10 +45,14 @@ func TestWiresharkDissector(t *testing.T) {
 		if _, err := bench.SSAMBulk(pa, pb, 100_000, 4000, 0, ssam.Config{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil { // 32 bytes: four arguments, AAL5 PDUs
+		if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil { // 32 bytes: four arguments, compact cells in pairs
 			t.Fatal(err)
 		}
 		cfg.Size = 16 // two arguments: compact cells
+		if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Size = 40 // five arguments: AAL5 PDUs
 		if _, err := bench.AMIIPing(pa, pb, cfg, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +121,7 @@ func TestWiresharkDissector(t *testing.T) {
 	}
 	for _, want := range []string{"Direction: Inbound", "Direction: Outbound", "SSAM single-cell message", "SSAM bulk message: request",
 		"Session tag, high 16 bits: 0x", "Handler index: 0", "Session tag, low 7 bits: 0x", "[Session tag: 0x", "Session number: ", "Firmware transport: DATA",
-		"Firmware transport, compact cell: DATA (compact)", "Type: DATA (compact, with an ACK) (7)", "Acknowledged sequence: ", "AM-II engine message (compact): AM-II request short",
+		"Firmware transport, compact cell: DATA (compact)", "Type: DATA (compact, with an ACK) (7)", "DATA (compact, continued) ch ", "Acknowledged sequence: ", "AM-II engine message (compact): AM-II request short",
 		"Raw frame on 0/40, 1 cells, no protocol", "Raw frame on 0/40, 3 cells, no protocol", "Sequence: 19"} {
 		if !strings.Contains(string(v), want) {
 			t.Errorf("tshark -V shows no %q", want)
@@ -565,10 +569,26 @@ func TestWiresharkDissectorCompactCells(t *testing.T) {
 			binary.BigEndian.PutUint16(b[46:], uint16(length)<<10|cells.CRC10Trailer(b[:46], 4))
 		})
 	}
+	// A message of 40 bytes: a compact DATA cell with its first 31, and
+	// the continuation cell with the other 9, in one frame.
+	first := cell(func(b []byte) {
+		b[0], b[1] = 5, 1
+		binary.BigEndian.PutUint16(b[2:], 9)
+		epochs(b[6:])
+		b[14] = 40
+		copy(b[15:46], strings.Repeat("x", 31))
+		binary.BigEndian.PutUint16(b[46:], cells.CRC10(b[:46]))
+	})
+	more := cell(func(b []byte) {
+		b[0], b[1] = 8, 1
+		binary.BigEndian.PutUint16(b[2:], 9)
+		copy(b[4:], "123456789")
+		binary.BigEndian.PutUint16(b[46:], cells.CRC10(b[:46]))
+	})
 	macA, macB := []byte{2, 0, 0, 0, 0, 0xa}, []byte{2, 0, 0, 0, 0, 0xb}
 	fr := cells.Framer{Dst: macB, Src: macA}
 	var frames [][]byte
-	for _, c := range [][]byte{ack, data, acked(4), acked(5)} {
+	for _, c := range [][]byte{ack, data, acked(4), acked(5), append(first, more...)} {
 		f, err := fr.Append(nil, c)
 		if err != nil {
 			t.Fatal(err)
@@ -577,7 +597,7 @@ func TestWiresharkDissectorCompactCells(t *testing.T) {
 		frames = append(frames, f)
 	}
 	path := writeFrames(t, "compact.pcapng", frames)
-	rows := tsharkFields(t, tshark, script, path, 4, "frame.number", "xam.tr.type", "xam.tr.crc10_ok",
+	rows := tsharkFields(t, tshark, script, path, 5, "frame.number", "xam.tr.type", "xam.tr.crc10_ok",
 		"xam.tr.ack.channel", "xam.tr.ack.seq", "xam.tr.src_epoch", "xam.tr.dst_epoch", "_ws.expert.severity", "_ws.lua.text")
 	want := [][]string{
 		{"1", "6", "1", "2,3", "8,9", "0x11111111", "0x22222222", "", ""},
@@ -591,6 +611,9 @@ func TestWiresharkDissectorCompactCells(t *testing.T) {
 	}
 	if rows[3][1] != "" {
 		t.Errorf("frame 4, its length changed under the CRC: decoded as transport type %q", rows[3][1])
+	}
+	if w := []string{"5", "5,8", "1,1"}; !slices.Equal(rows[4][:3], w) {
+		t.Errorf("frame 5, a compact message of two cells: fields %q, want %q first", rows[4], w)
 	}
 }
 

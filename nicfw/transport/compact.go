@@ -62,15 +62,39 @@ import (
 // so that a NACK of it, echoing 0, matches. (A NACK of an earlier such
 // transmission of the same message matches too; it only moves the
 // retransmission a NACK delay later.)
+//
+// A payload of CompactPayload+1 to CompactMax bytes takes two cells: the
+// compact DATA cell (either kind), its length the whole payload's, with
+// the first CompactPayload bytes, and right behind it in the same frame a
+// continuation cell (typeCompactMore) with the rest, which names the
+// first cell's channel and sequence number, and its own CRC-10:
+//
+//	 0      1      2         4                          46
+//	+------+------+---------+--------------------------+--------+
+//	| type | chan |   seq   | the rest, zero fill       | CRC-10 |
+//	+------+------+---------+--------------------------+--------+
+//
+// So a short message of four arguments (AM-II's) travels without an AAL5
+// PDU too. The receiver takes the two cells as one (compactPair); a first
+// cell without its continuation, or a continuation alone, is a bad cell.
 const (
-	// CompactPayload is the largest payload a compact cell carries.
+	// CompactPayload is the largest payload one compact cell carries.
 	CompactPayload = cells.PayloadSize - compactHeaderLen - compactCRCLen
+	// CompactMax is the largest payload of a compact message: two cells
+	// (the length field of a compact DATA cell with an acknowledgement
+	// has six bits).
+	CompactMax = 63
 
 	compactHeaderLen = 15
 	compactCRCLen    = 2
 	compactOffLength = 14
 	compactOffCRC    = cells.PayloadSize - compactCRCLen
+	compactMoreLen   = 4 // a continuation cell's header
+	compactCells     = 2 // the most cells of a compact message
 )
+
+// A continuation cell holds the rest of a compact message's payload.
+const _ = uint(compactOffCRC - compactMoreLen - (CompactMax - CompactPayload))
 
 // typeCompact is the type byte of a compact DATA cell, typeCompactAck that
 // of a compact ACK cell, typeCompactAcked that of a compact DATA cell with
@@ -79,6 +103,7 @@ const (
 	typeCompact      uint8 = 5
 	typeCompactAck   uint8 = 6
 	typeCompactAcked uint8 = 7
+	typeCompactMore  uint8 = 8 // the second cell of a compact message of two
 )
 
 // A compact ACK cell's entries (3 bytes each), and the acknowledgements it
@@ -92,7 +117,15 @@ const (
 // compactable reports whether a message with payload goes as a compact
 // cell.
 func (t *Transport) compactable(payload []byte) bool {
-	return len(payload) <= CompactPayload && !t.cfg.NoCompact
+	return len(payload) <= CompactMax && !t.cfg.NoCompact
+}
+
+// compactCellsOf returns the cells of a compact message of n bytes.
+func compactCellsOf(n int) int {
+	if n > CompactPayload {
+		return 2
+	}
+	return 1
 }
 
 // buildCompact builds, in c's buffer, the one frame of the compact message
@@ -125,23 +158,47 @@ func (t *Transport) buildCompact(p *Peer, c *sendChannel) ([][]byte, error) {
 // p: a compact DATA cell that carries it (typeCompactAcked, stamp 0), or
 // one with a fresh stamp and none (typeCompact). It returns the frame.
 func (t *Transport) compactCell(p *Peer, c *sendChannel, h *header) []byte {
-	f := t.compactFrame(p, c, 0)
+	payload := t.payload(c)
+	f := t.compactFrame(p, c, compactCellsOf(len(payload)))
 	cell := cells.Cell(f[len(t.eth) : len(t.eth)+cells.CellSize])
 	*(*[cells.HeaderSize]byte)(cell) = t.compactHdr
 	if len(p.ackList) == 0 {
 		c.stamp = t.nextStamp() & 0xffff
 		h.setStamp(c.stamp)
-		putCompact(cell.Payload(), h, t.payload(c))
-		return f
+		putCompact(cell.Payload(), h, payload)
+	} else {
+		c.stamp = 0
+		h.setStamp(0)
+		t.stats.AcksPiggybacked++
+		ch := p.ackList[0]
+		putCompactAcked(cell.Payload(), h, payload, ch, p.ackSeq[ch])
+		p.ackOn[ch] = false
+		t.dropAcks(p, 1)
 	}
-	c.stamp = 0
-	h.setStamp(0)
-	t.stats.AcksPiggybacked++
-	ch := p.ackList[0]
-	putCompactAcked(cell.Payload(), h, t.payload(c), ch, p.ackSeq[ch])
-	p.ackOn[ch] = false
-	t.dropAcks(p, 1)
+	if len(payload) > CompactPayload {
+		t.moreCell(f[len(t.eth)+cells.CellSize:], h, payload)
+	}
 	return f
+}
+
+// moreCell writes, at the start of b, the continuation cell of the
+// compact message with header h and payload (more than CompactPayload
+// bytes).
+func (t *Transport) moreCell(b []byte, h *header, payload []byte) {
+	cell := cells.Cell(b[:cells.CellSize])
+	*(*[cells.HeaderSize]byte)(cell) = t.compactHdr
+	putCompactMore(cell.Payload(), h, payload)
+}
+
+// putCompactMore writes the 48-byte payload of the continuation cell of
+// the compact message with header h and payload (more than
+// CompactPayload bytes).
+func putCompactMore(b []byte, h *header, payload []byte) {
+	x := (*[cells.PayloadSize]byte)(b) // checked once
+	x[0], x[1], x[2], x[3] = typeCompactMore, h[offChan], h[offSeq], h[offSeq+1]
+	n := copy(x[compactMoreLen:compactOffCRC], payload[CompactPayload:])
+	clear(x[compactMoreLen+n : compactOffCRC])
+	binary.BigEndian.PutUint16(x[compactOffCRC:], cells.CRC10(x[:compactOffCRC]))
 }
 
 // compactAcks is compactCell with several acknowledgements owed to p: the
@@ -163,7 +220,8 @@ func (t *Transport) compactAcks(p *Peer, c *sendChannel, h *header) ([]byte, err
 		ackCells = cells.CellCount(len(ackSDU))
 		t.stats.AcksPiggybacked += uint64(n)
 	}
-	f := t.compactFrame(p, c, ackCells)
+	payload := t.payload(c)
+	f := t.compactFrame(p, c, ackCells+compactCellsOf(len(payload)))
 	at := len(t.eth)
 	switch {
 	case ackCompact > 0:
@@ -177,20 +235,23 @@ func (t *Transport) compactAcks(p *Peer, c *sendChannel, h *header) ([]byte, err
 	}
 	cell := cells.Cell(f[at : at+cells.CellSize])
 	*(*[cells.HeaderSize]byte)(cell) = t.compactHdr
-	putCompact(cell.Payload(), h, t.payload(c))
+	putCompact(cell.Payload(), h, payload)
+	if len(payload) > CompactPayload {
+		t.moreCell(f[at+cells.CellSize:], h, payload)
+	}
 	return f, nil
 }
 
-// compactFrame returns c's frame buffer for a compact message behind
-// ackCells cells of acknowledgements, its Ethernet and frame headers
-// written.
-func (t *Transport) compactFrame(p *Peer, c *sendChannel, ackCells int) []byte {
-	total := len(t.eth) + (ackCells+1)*cells.CellSize + t.trail
+// compactFrame returns c's frame buffer for a frame of n cells (a compact
+// message's, and acknowledgements before them), its Ethernet and frame
+// headers written.
+func (t *Transport) compactFrame(p *Peer, c *sendChannel, n int) []byte {
+	total := len(t.eth) + n*cells.CellSize + t.trail
 	if cap(c.frameBuf) < total {
 		c.frameBuf = make([]byte, total, max(total, 2*cap(c.frameBuf)))
 	}
 	f := c.frameBuf[:total]
-	t.putHeaders(f, p, ackCells+1, cells.FlagStart)
+	t.putHeaders(f, p, n, cells.FlagStart)
 	return f
 }
 
@@ -204,7 +265,7 @@ func putCompact(b []byte, h *header, payload []byte) {
 	binary.BigEndian.PutUint16(x[4:], uint16(h.stamp()))
 	copy(x[6:14], h[offSrc:offDst+4])
 	n := copy(x[compactHeaderLen:compactOffCRC], payload)
-	x[compactOffLength] = uint8(n)
+	x[compactOffLength] = uint8(len(payload)) // more than n: a continuation cell follows
 	clear(x[compactHeaderLen+n : compactOffCRC])
 	binary.BigEndian.PutUint16(x[compactOffCRC:], cells.CRC10(x[:compactOffCRC]))
 }
@@ -222,7 +283,8 @@ func putCompactAcked(b []byte, h *header, payload []byte, ch uint8, seq uint16) 
 	copy(x[7:15], h[offSrc:offDst+4])
 	n := copy(x[compactHeaderLen:compactOffCRC], payload)
 	clear(x[compactHeaderLen+n : compactOffCRC])
-	binary.BigEndian.PutUint16(x[compactOffCRC:], uint16(n)<<10|cells.CRC10Trailer(x[:compactOffCRC], uint8(n)))
+	l := uint8(len(payload)) // more than n: a continuation cell follows
+	binary.BigEndian.PutUint16(x[compactOffCRC:], uint16(l)<<10|cells.CRC10Trailer(x[:compactOffCRC], l))
 }
 
 // putCompactAck writes into cell the compact ACK cell that carries the
@@ -251,59 +313,112 @@ func (t *Transport) putCompactAck(cell cells.Cell, p *Peer, n int) {
 	t.dropAcks(p, n)
 }
 
-// receiveCompact handles a compact cell from p: checked, it is dispatched
-// as the DATA or ACK PDU it stands for.
-func (t *Transport) receiveCompact(p *Peer, cell cells.Cell) bool {
+// receiveCompact handles the compact cell at the start of cs, the rest of
+// a frame from p: checked, it is dispatched as the DATA or ACK PDU it
+// stands for, with its continuation cell (the next) if it has one. It
+// returns the cells it took (1, or 2: the continuation too).
+func (t *Transport) receiveCompact(p *Peer, cs []byte) (used int, ok bool) {
+	cell := cells.Cell(cs[:cells.CellSize])
 	var h header
-	if cell.Payload()[0] == typeCompactAck {
+	switch cell.Payload()[0] {
+	case typeCompactAck:
 		var acks [compactAckEntries * ackEntryLen]byte
 		n, ok := decodeCompactAck(cell, t.vc.VPI, len(p.send), &h, acks[:])
 		if ok {
 			t.dispatch(p, &h, acks[:n*ackEntryLen], nil)
 		}
-		return ok
-	}
-	if cell.Payload()[0] == typeCompactAcked {
-		if ok, taken := t.laneAcked(p, cell); taken {
-			return ok
+		return 1, ok
+	case typeCompactAcked:
+		if binary.BigEndian.Uint16(cell.Payload()[compactOffCRC:])>>10 <= CompactPayload {
+			if ok, taken := t.laneAcked(p, cell, nil); taken {
+				return 1, ok
+			}
 		}
 		var ack [ackEntryLen]byte
-		payload, ok := decodeCompactAcked(cell, t.vc.VPI, len(p.send), &h, ack[:])
+		first, n, ok := decodeCompactAcked(cell, t.vc.VPI, len(p.send), &h, ack[:])
+		if !ok {
+			return 1, false
+		}
+		payload, used, ok := t.compactPair(cs, &h, first, n)
 		if ok {
 			t.dispatch(p, &h, ack[:], payload)
 		}
-		return ok
+		return used, ok
 	}
-	payload, ok := decodeCompact(cell, t.vc.VPI, len(p.send), &h)
+	first, n, ok := decodeCompact(cell, t.vc.VPI, len(p.send), &h)
+	if !ok {
+		return 1, false
+	}
+	payload, used, ok := t.compactPair(cs, &h, first, n)
 	if ok {
 		t.dispatch(p, &h, nil, payload)
 	}
-	return ok
+	return used, ok
+}
+
+// compactPair returns the payload of the compact DATA cell at the start
+// of cs, which decoded to header h, the bytes first and the length n:
+// first itself, or (n above CompactPayload) first and the rest from the
+// continuation cell that must follow, in t.pairBuf. used counts the cells
+// it took: a cell of the continuation's type behind the first is taken
+// with it, good or bad.
+func (t *Transport) compactPair(cs []byte, h *header, first []byte, n int) (payload []byte, used int, ok bool) {
+	if n <= CompactPayload {
+		return first, 1, true
+	}
+	if len(cs) < 2*cells.CellSize || binary.BigEndian.Uint32(cs[cells.CellSize:])>>4 != t.compactKey {
+		return nil, 1, false // no continuation
+	}
+	more := cells.Cell(cs[cells.CellSize : 2*cells.CellSize])
+	if more.Payload()[0] != typeCompactMore {
+		return nil, 1, false
+	}
+	rest, ok := decodeCompactMore(more, h, n)
+	if !ok {
+		return nil, 2, false
+	}
+	copy(t.pairBuf[:CompactPayload], first)
+	copy(t.pairBuf[CompactPayload:n], rest)
+	return t.pairBuf[:n], 2, true
+}
+
+// decodeCompactMore checks the continuation cell (typeCompactMore) of the
+// compact DATA cell that decoded to header h and length n (above
+// CompactPayload), and returns the rest of the payload, which aliases the
+// cell.
+func decodeCompactMore(cell cells.Cell, h *header, n int) (rest []byte, ok bool) {
+	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
+	if !cell.Valid() || b[0] != typeCompactMore || b[1] != h[offChan] || b[2] != h[offSeq] || b[3] != h[offSeq+1] ||
+		binary.BigEndian.Uint16(b[compactOffCRC:]) != cells.CRC10(b[:compactOffCRC]) {
+		return nil, false
+	}
+	return b[compactMoreLen : compactMoreLen+n-CompactPayload], true
 }
 
 // decodeCompactAcked checks a compact DATA cell with an acknowledgement
 // (typeCompactAcked) on VPI vpi for a transport of channels channels,
 // writes the header of the DATA PDU it stands for into h and its
-// acknowledgement entry into ack (ackEntryLen bytes); the payload aliases
-// the cell.
-func decodeCompactAcked(cell cells.Cell, vpi uint16, channels int, h *header, ack []byte) (payload []byte, ok bool) {
+// acknowledgement entry into ack (ackEntryLen bytes), and returns the
+// payload's length n and its bytes in this cell (all n of them, or the
+// first CompactPayload: compactPair), which alias the cell.
+func decodeCompactAcked(cell cells.Cell, vpi uint16, channels int, h *header, ack []byte) (first []byte, n int, ok bool) {
 	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
 	tr := binary.BigEndian.Uint16(b[compactOffCRC:])
-	n := int(tr >> 10)
+	n = int(tr >> 10)
 	switch {
 	case !cell.Valid(), cell.VPI(cells.UNI) != vpi,
-		b[0] != typeCompactAcked, n > CompactPayload, int(b[1]) >= channels, int(b[4]) >= channels,
+		b[0] != typeCompactAcked, n > CompactMax, int(b[1]) >= channels, int(b[4]) >= channels,
 		tr&0x3ff != cells.CRC10Trailer(b[:compactOffCRC], uint8(n)):
-		return nil, false
+		return nil, 0, false
 	}
 	src := binary.BigEndian.Uint32(b[7:])
 	if src == 0 {
-		return nil, false
+		return nil, 0, false
 	}
 	h.put(typeData, int(b[1]), binary.BigEndian.Uint16(b[2:]), 0, n, src, binary.BigEndian.Uint32(b[11:]))
 	h.setAcks(1)
 	putAck(ack, 0, int(b[4]), binary.BigEndian.Uint16(b[5:]))
-	return b[compactHeaderLen : compactHeaderLen+n], true
+	return b[compactHeaderLen : compactHeaderLen+min(n, CompactPayload)], n, true
 }
 
 // decodeCompactAck checks a compact ACK cell on VPI vpi for a transport
@@ -337,23 +452,24 @@ func decodeCompactAck(cell cells.Cell, vpi uint16, channels int, h *header, acks
 }
 
 // decodeCompact checks a compact cell on VPI vpi for a transport of
-// channels channels and writes the header of the DATA PDU it stands for
-// into h; the payload aliases the cell.
-func decodeCompact(cell cells.Cell, vpi uint16, channels int, h *header) (payload []byte, ok bool) {
+// channels channels, writes the header of the DATA PDU it stands for into
+// h, and returns the payload's length n and its bytes in this cell (as
+// decodeCompactAcked).
+func decodeCompact(cell cells.Cell, vpi uint16, channels int, h *header) (first []byte, n int, ok bool) {
 	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
-	n := int(b[compactOffLength])
+	n = int(b[compactOffLength])
 	switch {
 	case !cell.Valid(), cell.VPI(cells.UNI) != vpi,
-		b[0] != typeCompact, n > CompactPayload, int(b[1]) >= channels,
+		b[0] != typeCompact, n > CompactMax, int(b[1]) >= channels,
 		binary.BigEndian.Uint16(b[compactOffCRC:]) != cells.CRC10(b[:compactOffCRC]):
-		return nil, false
+		return nil, 0, false
 	}
 	h.put(typeData, int(b[1]), binary.BigEndian.Uint16(b[2:]), uint32(binary.BigEndian.Uint16(b[4:])), n,
 		binary.BigEndian.Uint32(b[6:]), binary.BigEndian.Uint32(b[10:]))
 	if h.src() == 0 {
-		return nil, false
+		return nil, 0, false
 	}
-	return b[compactHeaderLen : compactHeaderLen+n], true
+	return b[compactHeaderLen : compactHeaderLen+min(n, CompactPayload)], n, true
 }
 
 // ackPDU builds, in the transport's scratch buffer, an ACK SDU that

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 
@@ -101,10 +102,19 @@ func TestCompactCells(t *testing.T) {
 		if sa, sb := p.a.tr.Stats(), p.b.tr.Stats(); sa.Acked != n+m || sb.AckFrames != 0 || sb.AcksPiggybacked != n+m {
 			t.Errorf("after the answer to %d: A %+v, B %+v", m, sa, sb)
 		}
-		// A longer message (message n+m: 62 bytes) is a PDU.
+		// A longer message (message n+m: 62 bytes) is a compact cell and
+		// its continuation; one longer than CompactMax (message n+m+1:
+		// 79 bytes) a PDU.
 		send(p.a, hostB, n+m, 1, CompactPayload+40)
-		if pl := payload(n+m, CompactPayload+40); len(pl) <= CompactPayload {
-			t.Fatalf("message %d has %d bytes: it fits a compact cell", n+m, len(pl))
+		if pl := payload(n+m, CompactPayload+40); len(pl) <= CompactPayload || len(pl) > CompactMax {
+			t.Fatalf("message %d has %d bytes: not a compact message of two cells", n+m, len(pl))
+		}
+		if got := take(p.b.link, p.b.tr); len(got) != 1 || !slices.Equal(got[0], []uint16{DefaultVCI + 1, DefaultVCI + 1}) {
+			t.Errorf("a message of two compact cells: frames %v", got)
+		}
+		send(p.a, hostB, n+m+1, 1, 101)
+		if pl := payload(n+m+1, 101); len(pl) <= CompactMax {
+			t.Fatalf("message %d has %d bytes: it fits the compact form", n+m+1, len(pl))
 		}
 		if got := take(p.b.link, p.b.tr); len(got) != 1 || got[0][len(got[0])-1] != DefaultVCI {
 			t.Errorf("a longer message: frames %v", got)
@@ -113,23 +123,16 @@ func TestCompactCells(t *testing.T) {
 			p.poll(t)
 			p.clk.Advance(DefaultRetransmitAfter)
 		}
-		checkExactlyOnce(t, p.b, hostA, n+m+1)
+		checkExactlyOnce(t, p.b, hostA, n+m+2)
 	}
 }
 
-// compactPDU decodes compact cell c (DATA or ACK) into the PDU it stands
-// for: its header, then its acknowledgement entries or its payload.
-func compactPDU(tb testing.TB, c cells.Cell) tpdu {
+// compactPDU decodes compact cell c (DATA or ACK), with its continuation
+// cell if it has one (more), into the PDU it stands for: its header, then
+// its acknowledgement entries or its payload.
+func compactPDU(tb testing.TB, c cells.Cell, more ...cells.Cell) tpdu {
 	tb.Helper()
-	h := make(tpdu, headerLen, headerLen+CompactPayload)
-	if c.Payload()[0] == typeCompactAcked {
-		ack := make([]byte, ackEntryLen)
-		body, ok := decodeCompactAcked(c, 0, MaxChannels, h.h(), ack)
-		if !ok {
-			tb.Fatalf("bad compact cell with an acknowledgement % x", []byte(c))
-		}
-		return append(append(h, ack...), body...)
-	}
+	h := make(tpdu, headerLen, headerLen+CompactMax)
 	if c.Payload()[0] == typeCompactAck {
 		acks := make([]byte, compactAckEntries*ackEntryLen)
 		n, ok := decodeCompactAck(c, 0, MaxChannels, h.h(), acks)
@@ -138,9 +141,29 @@ func compactPDU(tb testing.TB, c cells.Cell) tpdu {
 		}
 		return append(h, acks[:n*ackEntryLen]...)
 	}
-	body, ok := decodeCompact(c, 0, MaxChannels, h.h())
+	var body []byte
+	var n int
+	ok := false
+	if c.Payload()[0] == typeCompactAcked {
+		ack := make([]byte, ackEntryLen)
+		body, n, ok = decodeCompactAcked(c, 0, MaxChannels, h.h(), ack)
+		h = append(h, ack...)
+	} else {
+		body, n, ok = decodeCompact(c, 0, MaxChannels, h.h())
+	}
 	if !ok {
 		tb.Fatalf("bad compact cell % x", []byte(c))
+	}
+	body = slices.Clip(body)
+	if n > CompactPayload {
+		if len(more) == 0 {
+			tb.Fatalf("a compact cell of %d bytes without its continuation", n)
+		}
+		rest, ok := decodeCompactMore(more[0], h.h(), n)
+		if !ok {
+			tb.Fatalf("bad continuation cell % x", []byte(more[0]))
+		}
+		body = append(body, rest...)
 	}
 	return append(h, body...)
 }
@@ -290,6 +313,65 @@ func TestCompactAckedChecked(t *testing.T) {
 	inject(compactAckedCell(sdu, body, 0, 0))
 	if st := p.a.tr.Stats(); st.Acked != 1 || st.Delivered != 1 || st.LaneCells != 1 {
 		t.Fatalf("the good cell: %+v", st)
+	}
+}
+
+// TestCompactPairChecked: a compact message of two cells (a payload of
+// CompactPayload+1 to CompactMax bytes) is checked whole: a first cell
+// without its continuation, a continuation alone, or one that names
+// another message or fails its CRC makes a bad frame that delivers
+// nothing; the good pair delivers the whole payload once, also with the
+// acknowledgement in its first cell.
+func TestCompactPairChecked(t *testing.T) {
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	if err := p.a.tr.Send(hostB, payload(0, CompactPayload), 0); err != nil {
+		t.Fatal(err)
+	}
+	rx := make([][]byte, 8)
+	if _, err := p.b.link.Recv(rx); err != nil { // B never sees it
+		t.Fatal(err)
+	}
+	pb := p.b.tr.Peer(hostA) // B's frames to A name these epochs
+	body := payload(3, CompactMax)
+	if len(body) <= CompactPayload {
+		t.Fatalf("a body of %d bytes", len(body))
+	}
+	h := new(header)
+	h.put(typeData, 0, 0, 0, len(body), pb.srcOut, pb.dstOut)
+	more := func(h *header, b []byte) []byte {
+		c := compactCell(h, nil) // the cell header; its payload written next
+		putCompactMore(cells.Cell(c).Payload(), h, b)
+		return c
+	}
+	first := compactCell(h, body)
+	other := new(header)
+	other.put(typeData, 0, 1, 0, len(body), pb.srcOut, pb.dstOut) // the next message's
+	corrupt := more(h, body)
+	corrupt[cells.HeaderSize+30] ^= 2
+	for i, f := range [][]byte{
+		first,
+		more(h, body),
+		slices.Concat(first, more(other, body)),
+		slices.Concat(first, corrupt),
+	} {
+		injectCell(t, p, f)
+		if st := p.a.tr.Stats(); st.BadFrames != uint64(i+1) || st.Delivered != 0 {
+			t.Fatalf("after bad frame %d: %+v", i, st)
+		}
+	}
+	var got [][]byte
+	p.a.tr.cfg.Deliver = func(_ HostID, _ int, b []byte) bool { got = append(got, slices.Clone(b)); return true }
+	injectCell(t, p, slices.Concat(first, more(h, body)))
+	injectCell(t, p, slices.Concat(first, more(h, body))) // a duplicate
+	if st := p.a.tr.Stats(); st.Delivered != 1 || st.Duplicates != 1 || len(got) != 1 || !bytes.Equal(got[0], body) {
+		t.Fatalf("the good pair: %+v, delivered %x, want %x", st, got, body)
+	}
+	// With an acknowledgement in the first cell (of A's message 0), as
+	// the next message of the channel.
+	h.put(typeData, 0, 1, 0, len(body), pb.srcOut, pb.dstOut)
+	injectCell(t, p, slices.Concat(compactAckedCell(h, body, 0, 0), more(h, body)))
+	if st := p.a.tr.Stats(); st.Delivered != 2 || st.Acked != 1 || st.BadFrames != 4 || len(got) != 2 || !bytes.Equal(got[1], body) {
+		t.Fatalf("the pair with an acknowledgement: %+v", st)
 	}
 }
 

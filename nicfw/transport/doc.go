@@ -183,7 +183,8 @@
 // # Wire format
 //
 // A message of up to CompactPayload bytes is one ATM cell of its own on
-// circuit Config.VPI/VCI+1 (compact.go), which also carries the
+// circuit Config.VPI/VCI+1 (compact.go), one of up to CompactMax bytes
+// that cell and a continuation cell behind it; the first cell also carries the
 // acknowledgement owed to its destination when there is exactly one (so a
 // round trip of short requests and replies is two frames of one cell
 // each), else follows a compact ACK cell in the same frame. The steady

@@ -283,6 +283,11 @@ func framePDUs(tb testing.TB, f []byte) []tpdu {
 	for o := 0; o < len(cs); o += cells.CellSize {
 		c := cells.Cell(cs[o : o+cells.CellSize])
 		if c.VCI() == DefaultVCI+1 {
+			if next := o + cells.CellSize; next < len(cs) && cs[next+cells.HeaderSize] == typeCompactMore {
+				out = append(out, compactPDU(tb, c, cells.Cell(cs[next:next+cells.CellSize])))
+				o = next
+				continue
+			}
 			out = append(out, compactPDU(tb, c))
 			continue
 		}

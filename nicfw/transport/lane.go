@@ -32,24 +32,42 @@ import (
 
 // laneFrame handles frame f from p by the compact lane if it is a frame
 // of one compact DATA cell with an acknowledgement that starts a message
-// (cells.UnpackCell): taken false, it is not or the lane declined, and
-// nothing happened; otherwise ok reports whether the cell checked.
+// (cells.UnpackCell), or of such a cell and its continuation
+// (cells.UnpackPair): taken false, it is not or the lane declined, and
+// nothing happened; otherwise ok reports whether the cells checked.
 func (t *Transport) laneFrame(p *Peer, f []byte) (ok, taken bool) {
 	cell, fh, one := cells.UnpackCell(f, t.cfg.EtherType)
-	if !one || fh.Flags()&cells.FlagStart == 0 || binary.BigEndian.Uint32(cell)>>4 != t.compactKey || cell.Payload()[0] != typeCompactAcked {
+	if !one {
+		return t.lanePairFrame(p, f)
+	}
+	if fh.Flags()&cells.FlagStart == 0 || binary.BigEndian.Uint32(cell)>>4 != t.compactKey || cell.Payload()[0] != typeCompactAcked {
 		return false, false
 	}
-	if ok, taken = t.laneAcked(p, cell); taken && p.reasm.Discard(t.vc) {
+	if ok, taken = t.laneAcked(p, cell, nil); taken && p.reasm.Discard(t.vc) {
 		t.stats.Abandoned++ // a PDU in progress that this frame's start cut short
 	}
 	return ok, taken
 }
 
-// laneAcked handles compact DATA cell with an acknowledgement from p by
-// the compact lane (above). taken false: the lane declined, nothing
-// happened, and the general path is to handle the cell; otherwise ok
-// reports whether the cell checked.
-func (t *Transport) laneAcked(p *Peer, cell cells.Cell) (ok, taken bool) {
+// lanePairFrame is laneFrame for a frame of two cells.
+func (t *Transport) lanePairFrame(p *Peer, f []byte) (ok, taken bool) {
+	cell, more, fh, two := cells.UnpackPair(f, t.cfg.EtherType)
+	if !two || fh.Flags()&cells.FlagStart == 0 || binary.BigEndian.Uint32(cell)>>4 != t.compactKey ||
+		binary.BigEndian.Uint32(more)>>4 != t.compactKey || cell.Payload()[0] != typeCompactAcked {
+		return false, false
+	}
+	if ok, taken = t.laneAcked(p, cell, more); taken && p.reasm.Discard(t.vc) {
+		t.stats.Abandoned++
+	}
+	return ok, taken
+}
+
+// laneAcked handles compact DATA cell with an acknowledgement from p, and
+// more, its continuation cell or nil (then a message of two cells is
+// bad), by the compact lane (above). taken false: the lane declined,
+// nothing happened, and the general path is to handle the cell; otherwise
+// ok reports whether the cells checked.
+func (t *Transport) laneAcked(p *Peer, cell, more cells.Cell) (ok, taken bool) {
 	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
 	ch, ach := int(b[1]), int(b[4])
 	if t.cfg.Unreliable || p.waiting > 0 || ch >= len(p.send) || ach >= len(p.send) {
@@ -63,14 +81,20 @@ func (t *Transport) laneAcked(p *Peer, cell cells.Cell) (ok, taken bool) {
 	}
 	tr := binary.BigEndian.Uint16(b[compactOffCRC:])
 	n := int(tr >> 10)
-	if !cell.Valid() || cell.VPI(cells.UNI) != t.vc.VPI || n > CompactPayload ||
+	if !cell.Valid() || cell.VPI(cells.UNI) != t.vc.VPI ||
 		tr&0x3ff != cells.CRC10Trailer(b[:compactOffCRC], uint8(n)) {
 		return false, true
+	}
+	payload := b[compactHeaderLen:compactOffCRC]
+	if n <= CompactPayload {
+		payload = payload[:n]
+	} else if payload = t.lanePair(b, more, n); payload == nil {
+		return false, true // (a first cell alone: receiveCompact hands the lane none that a continuation follows)
 	}
 	p.heardCurrent(dst)
 	t.stats.LaneCells++
 	t.acked(p, ach, aseq)
-	t.deliverNext(p, r, ch, seq, 0, b[compactHeaderLen:compactHeaderLen+n], nil)
+	t.deliverNext(p, r, ch, seq, 0, payload, nil)
 	return true, true
 }
 
@@ -119,4 +143,22 @@ func (t *Transport) SendNow(p *Peer, payload []byte, cookie uint64) (sent bool, 
 		return true, fmt.Errorf("nicfw: send: %w", err)
 	}
 	return true, nil
+}
+
+// lanePair returns the payload, n bytes, of the compact DATA cell with an
+// acknowledgement whose payload is b and of its continuation cell more,
+// in t.pairBuf; nil if more does not check.
+func (t *Transport) lanePair(b *[cells.PayloadSize]byte, more cells.Cell, n int) []byte {
+	if more == nil {
+		return nil
+	}
+	var h header
+	h[offChan], h[offSeq], h[offSeq+1] = b[1], b[2], b[3]
+	rest, ok := decodeCompactMore(more, &h, n)
+	if !ok {
+		return nil
+	}
+	copy(t.pairBuf[:CompactPayload], b[compactHeaderLen:])
+	copy(t.pairBuf[CompactPayload:n], rest)
+	return t.pairBuf[:n]
 }

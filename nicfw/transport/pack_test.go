@@ -102,6 +102,7 @@ func FuzzPackedFrame(f *testing.F) {
 	f.Add([]byte{100, 0, 40, 100, 0, 40, 150, 1, 3})
 	f.Add([]byte{100, 0, 10, 50, 0, 2, 51, 1, 3, 52, 2, 11, 0, 1, 20})   // compact ACK cells: good, corrupt, bad channel and count
 	f.Add([]byte{30, 0, 10, 31, 1, 12, 32, 0, 35, 30, 2, 31, 100, 1, 5}) // compact cells with an acknowledgement: good, corrupt, too long, bad channel
+	f.Add([]byte{20, 0, 10, 21, 1, 40, 28, 0, 3, 22, 1, 31, 100, 0, 5})  // compact messages of two cells: good, corrupt, without its continuation
 	f.Fuzz(func(t *testing.T, spec []byte) {
 		if len(spec) > 300 {
 			return
@@ -142,6 +143,25 @@ func FuzzPackedFrame(f *testing.F) {
 				c := compactCell((*header)(sdu), body[:min(len(body), CompactPayload)])
 				if typ%2 == 1 {
 					c[cells.HeaderSize+n%cells.PayloadSize] ^= 1 << (typ % 8)
+				}
+				cs = append(cs, c...)
+				continue
+			}
+			if typ >= 20 && typ < 30 {
+				// A compact message of two cells (CompactPayload+1 to
+				// CompactMax bytes): typ odd, one byte of either cell
+				// flipped; typ 28 or more, the continuation left out.
+				b := make([]byte, CompactPayload+1+n%(CompactMax-CompactPayload))
+				copy(b, body)
+				(*header)(sdu).put(typeData, ch%3, uint16(spec[i+1]>>4), 1, len(b), 9, 0)
+				c := compactCell((*header)(sdu), b)
+				if typ < 28 {
+					m := compactCell((*header)(sdu), nil)
+					putCompactMore(cells.Cell(m).Payload(), (*header)(sdu), b)
+					c = append(c, m...)
+				}
+				if typ%2 == 1 {
+					c[cells.HeaderSize+n%(len(c)-cells.HeaderSize)] ^= 1 << (typ % 8)
 				}
 				cs = append(cs, c...)
 				continue
@@ -237,8 +257,8 @@ func compactAckedCell(h *header, payload []byte, ch uint8, seq uint16) []byte {
 		panic(err)
 	}
 	b := c.Payload()
-	putCompactAcked(b, h, payload[:min(len(payload), CompactPayload)], ch, seq)
-	if n := uint8(len(payload)) & 63; len(payload) > CompactPayload {
+	putCompactAcked(b, h, payload, ch, seq)
+	if n := uint8(len(payload)) & 63; len(payload) > CompactMax {
 		// A length no sender writes, with a CRC that covers it.
 		binary.BigEndian.PutUint16(b[compactOffCRC:], uint16(n)<<10|cells.CRC10Trailer(b[:compactOffCRC], n))
 	}

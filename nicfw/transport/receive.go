@@ -180,7 +180,7 @@ func (t *Transport) receive(f []byte) {
 		t.stats.AuthFailed++
 		return
 	}
-	if t.aead == nil && len(f) == len(t.eth)+cells.CellSize {
+	if t.aead == nil && (len(f) == len(t.eth)+cells.CellSize || len(f) == len(t.eth)+2*cells.CellSize) {
 		if ok, taken := t.laneFrame(p, f); taken {
 			if !ok {
 				t.stats.BadFrames++
@@ -213,9 +213,11 @@ func (t *Transport) receive(f []byte) {
 		if o > from {
 			p.reasm.PushCells(cs[from:o], t.onPDU)
 		}
-		if !t.receiveCompact(p, cells.Cell(cs[o:o+cells.CellSize])) {
+		used, ok := t.receiveCompact(p, cs[o:])
+		if !ok {
 			t.bad = true
 		}
+		o += (used - 1) * cells.CellSize // a continuation cell, taken with its first
 		from = o + cells.CellSize
 	}
 	if from < len(cs) {

@@ -274,6 +274,9 @@ type Transport struct {
 	frameRoom  int // the payload one DATA frame carries (FrameRoom)
 	// incarnations counts the peers' epochs taken in (Peer.Incarnation).
 	incarnations uint8
+	// pairBuf holds the payload of a compact message of two cells while
+	// Deliver has it (compact.go).
+	pairBuf [CompactMax]byte
 
 	perFrame  int  // cells per frame
 	maxAcks   int  // acknowledgements one DATA frame may carry
@@ -404,8 +407,9 @@ func New(link afxdp.Link, cfg Config) (*Transport, error) {
 		hadRow:    make(map[[6]byte]struct{}),
 		epoch:     cfg.Epoch,
 	}
-	// A compact cell's frame: the cell, and an ACK PDU in the cells left.
-	if room := (perFrame-1)*cells.PayloadSize - cells.TrailerSize - headerLen; room >= 0 {
+	// A compact message's frame: its cells (two at most), and an ACK PDU
+	// in the cells left.
+	if room := (perFrame-compactCells)*cells.PayloadSize - cells.TrailerSize - headerLen; room >= 0 {
 		t.ackCompactMax = min(room/ackEntryLen+1, cfg.Channels)
 	}
 	if err := t.makeHeaders(); err != nil {

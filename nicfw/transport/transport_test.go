@@ -405,6 +405,9 @@ func parseFrame(tb testing.TB, f []byte) tpdu {
 	}
 	var h tpdu
 	if c := cells.Cell(cs[len(cs)-cells.CellSize:]); c.VCI() == DefaultVCI+1 {
+		if c.Payload()[0] == typeCompactMore && len(cs) >= 2*cells.CellSize {
+			return compactPDU(tb, cells.Cell(cs[len(cs)-2*cells.CellSize:len(cs)-cells.CellSize]), c)
+		}
 		return compactPDU(tb, c)
 	}
 	r := cells.NewReassembler(cells.ReassemblerConfig{})

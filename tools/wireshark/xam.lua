@@ -39,7 +39,7 @@
 local xam = Proto("xam", "xam: ATM cells over Ethernet")
 
 local kinds = { [0] = "request", [1] = "reply", [2] = "ack", [3] = "sync" }
-local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET", [5] = "DATA (compact)", [6] = "ACK (compact)", [7] = "DATA (compact, with an ACK)" }
+local trtypes = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "RESET", [5] = "DATA (compact)", [6] = "ACK (compact)", [7] = "DATA (compact, with an ACK)", [8] = "DATA (compact, continued)" }
 local queues = { [0] = "request", [1] = "reply" }
 local syncs = { [0] = "ask", [1] = "answer" }
 local reject_index = 0xffff -- an ack's index when the request named no handler
@@ -313,11 +313,12 @@ local function dissect_ssam_cell(tvb, tree)
 end
 
 -- dissect_am_compact decodes an engine message in the compact form: a
--- short message of at most two arguments in a compact cell.
+-- short message of at most four arguments in a compact cell (those of
+-- the first cell where they take two).
 local function dissect_am_compact(tvb, tree)
 	local t = tree:add(xam, tvb(), "AM-II engine message (compact)")
 	local b0 = tvb(0, 1):uint()
-	local nargs = band(rshift(b0, 1), 3)
+	local nargs = band(rshift(b0, 1), 7)
 	t:add(f.am_queue, tvb(0, 1), band(b0, 1))
 	t:add(f.am_class, tvb(0, 1), 1)
 	t:add(f.am_nargs, tvb(0, 1), nargs)
@@ -348,9 +349,10 @@ end
 -- bytes that what names: the engine message it carries, if one, is added,
 -- and the text returned.
 local function compact_data_text(tvb, t, what, n)
+	if n > 31 then what = what .. string.format(", %d bytes, continued in the next cell", n) end
 	t:append_text(": " .. what)
 	if n >= 15 and band(tvb(15, 1):uint(), 0x80) ~= 0 then
-		what = what .. "; " .. dissect_am_compact(tvb(15, n):tvb(), t)
+		what = what .. "; " .. dissect_am_compact(tvb(15, math.min(n, 31)):tvb(), t)
 	end
 	return what
 end
@@ -361,7 +363,7 @@ end
 local function dissect_compact_acked(tvb, tree)
 	local tr = tvb(46, 2):uint()
 	local n = rshift(tr, 10)
-	if n > 31 or crc10(tvb:bytes(0, 47), 47, false, true) ~= band(tr, 0x3ff) then return nil end
+	if crc10(tvb:bytes(0, 47), 47, false, true) ~= band(tr, 0x3ff) then return nil end
 	local t = tree:add(xam, tvb(), "Firmware transport, compact cell")
 	t:add(f.tr_type, tvb(0, 1))
 	t:add(f.tr_channel, tvb(1, 1))
@@ -383,13 +385,21 @@ local function dissect_compact(tvb, tree)
 	local crc = tvb(46, 2):uint()
 	local typ = tvb(0, 1):uint()
 	if typ == 7 then return dissect_compact_acked(tvb, tree) end
-	if (typ ~= 5 and typ ~= 6) or crc10(tvb:bytes(0, 46), 46, false) ~= crc then return nil end
+	if (typ ~= 5 and typ ~= 6 and typ ~= 8) or crc10(tvb:bytes(0, 46), 46, false) ~= crc then return nil end
 	local n = tvb(14, 1):uint()
-	if typ == 5 and n > 31 or typ == 6 and n > 10 then return nil end
+	if typ == 5 and n > 63 or typ == 6 and n > 10 then return nil end
 	local t = tree:add(xam, tvb(), "Firmware transport, compact cell")
 	t:add(f.tr_type, tvb(0, 1))
 	t:add(f.tr_channel, tvb(1, 1))
 	t:add(f.tr_seq, tvb(2, 2))
+	if typ == 8 then
+		-- the rest of the payload of the compact DATA cell before it
+		t:add(f.tr_crc, tvb(46, 2))
+		t:add(f.tr_crc_ok, tvb(46, 2), true)
+		local what = string.format("DATA (compact, continued) ch %d seq %d", tvb(1, 1):uint(), tvb(2, 2):uint())
+		t:append_text(": " .. what)
+		return what
+	end
 	t:add(f.tr_stamp16, tvb(4, 2))
 	t:add(f.tr_src_epoch, tvb(6, 4))
 	t:add(f.tr_dst_epoch, tvb(10, 4))
