@@ -443,7 +443,7 @@ func fuzzCheckFrameError(t *testing.T, what string, err error) {
 	t.Fatalf("%s: error %v wraps none of the frame sentinels", what, err)
 }
 
-// FuzzUnpack: Unpack, UnpackPayload and UnpackCell on arbitrary bytes
+// FuzzUnpack: Unpack, UnpackPayload, UnpackCell and UnpackPair on arbitrary bytes
 // never panic,
 // return exactly the announced cells on success and a frame sentinel on
 // failure; a frame Unpack accepts is what a Framer would send; and gopacket
@@ -462,6 +462,8 @@ func FuzzUnpack(f *testing.F) {
 	f.Add(frame, cells.EtherType)
 	one, _ := fr.Append(nil, cs[:53])
 	f.Add(one, uint16(0))
+	two, _ := fr.Append(nil, cs[:2*53]) // UnpackPair's
+	f.Add(two, uint16(0))
 	custom, _ := (&cells.Framer{Dst: mac1, Src: mac2, EtherType: 0x88B6}).Append(nil, cs)
 	f.Add(custom, uint16(0x88B6))
 	f.Add(custom, uint16(0))
@@ -501,6 +503,11 @@ func FuzzUnpack(f *testing.F) {
 		if c, ch, ok := cells.UnpackCell(frame, etherType); ok != (err == nil && len(got) == cells.CellSize) ||
 			ok && (!bytes.Equal(c, got) || !bytes.Equal(ch, hdr)) {
 			t.Fatalf("UnpackCell %v (%x, %x), Unpack %v (%d bytes)", ok, c, ch, err, len(got))
+		}
+		// UnpackPair likewise for the frames of two.
+		if c, next, ph, ok := cells.UnpackPair(frame, etherType); ok != (err == nil && len(got) == 2*cells.CellSize) ||
+			ok && (!bytes.Equal(append(bytes.Clone(c), next...), got) || !bytes.Equal(ph, hdr)) {
+			t.Fatalf("UnpackPair %v (%x, %x, %x), Unpack %v (%d bytes)", ok, c, next, ph, err, len(got))
 		}
 		if err != nil {
 			fuzzCheckFrameError(t, "Unpack", err)
