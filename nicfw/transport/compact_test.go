@@ -285,14 +285,7 @@ func TestCompactAcked(t *testing.T) {
 // length beyond CompactPayload make it a bad frame that acknowledges and
 // delivers nothing.
 func TestCompactAckedChecked(t *testing.T) {
-	p := newPair(t, memlink.Options{}, Config{Channels: 2})
-	if err := p.a.tr.Send(hostB, payload(0, CompactPayload), 0); err != nil {
-		t.Fatal(err)
-	}
-	rx := make([][]byte, 8)
-	if _, err := p.b.link.Recv(rx); err != nil { // B never sees it
-		t.Fatal(err)
-	}
+	p := unackedPair(t)
 	inject := func(c []byte) { t.Helper(); injectCell(t, p, c) }
 	sdu := new(header)
 	pb := p.b.tr.Peer(hostA) // B's frames to A name these epochs
@@ -323,14 +316,7 @@ func TestCompactAckedChecked(t *testing.T) {
 // nothing; the good pair delivers the whole payload once, also with the
 // acknowledgement in its first cell.
 func TestCompactPairChecked(t *testing.T) {
-	p := newPair(t, memlink.Options{}, Config{Channels: 2})
-	if err := p.a.tr.Send(hostB, payload(0, CompactPayload), 0); err != nil {
-		t.Fatal(err)
-	}
-	rx := make([][]byte, 8)
-	if _, err := p.b.link.Recv(rx); err != nil { // B never sees it
-		t.Fatal(err)
-	}
+	p := unackedPair(t)
 	pb := p.b.tr.Peer(hostA) // B's frames to A name these epochs
 	body := payload(3, CompactMax)
 	if len(body) <= CompactPayload {
@@ -373,6 +359,22 @@ func TestCompactPairChecked(t *testing.T) {
 	if st := p.a.tr.Stats(); st.Delivered != 2 || st.Acked != 1 || st.BadFrames != 4 || len(got) != 2 || !bytes.Equal(got[1], body) {
 		t.Fatalf("the pair with an acknowledgement: %+v", st)
 	}
+}
+
+// unackedPair returns a pair of two channels whose A has sent B one
+// message, which B never saw: the cells a test injects from B may
+// acknowledge it.
+func unackedPair(t *testing.T) *pair {
+	t.Helper()
+	p := newPair(t, memlink.Options{}, Config{Channels: 2})
+	if err := p.a.tr.Send(hostB, payload(0, CompactPayload), 0); err != nil {
+		t.Fatal(err)
+	}
+	rx := make([][]byte, 8)
+	if _, err := p.b.link.Recv(rx); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // injectCell sends cell c from B's link to A in a frame of its own, as B's
