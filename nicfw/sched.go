@@ -97,6 +97,9 @@ type Scheduler struct {
 	// endpoints parked since the last TakeParked.
 	parkAfter int
 	parkedNew []int
+	// full turns the shortcut for a lone busy endpoint (again) off, so
+	// that tests can check it against the full search.
+	full bool
 }
 
 // schedOwner is an owner: its endpoints, by place in the order they came,
@@ -256,6 +259,14 @@ func (s *Scheduler) Next(p Pending) (ep int, ok bool) {
 			return s.charge(e, o.run+1, s.run+1), true
 		}
 	}
+	// Alone: the current endpoint is the only busy one and none is idle,
+	// so the round robin below could only choose it again; it is charged
+	// as the round robin would charge it, its owner's new round included.
+	if o != nil && s.nbusy == 1 && o.nbusy == 1 && len(s.idle) == 0 && !s.full {
+		if e := o.cur; e != nil && o.busy.has(e.at) && s.ask(p, e) {
+			return s.again(e), true
+		}
+	}
 	// A visit ends: first a look at some idle endpoints.
 	if len(s.idle) > 0 {
 		s.sweepIdle(p)
@@ -338,6 +349,27 @@ func (s *Scheduler) pick(p Pending, o *schedOwner) (*schedEntry, int) {
 		e.left, e.round = e.weight, o.round
 	}
 	return anyPend, 1
+}
+
+// again chooses e, its owner's current endpoint and the only busy one,
+// once more: what pick and turn would do, without their search. The visit
+// goes on if it may, else a new one starts; so does the owner's turn; if e
+// has no weight left, its owner's new round starts.
+func (s *Scheduler) again(e *schedEntry) int {
+	o := e.owner
+	run, orun := 1, 1
+	if o.run < s.loiter && e.left > 0 {
+		run = o.run + 1
+	}
+	if s.run < s.loiter {
+		orun = s.run + 1
+	}
+	if e.left <= 0 {
+		s.rounds++
+		o.round++
+		e.left, e.round = e.weight, o.round
+	}
+	return s.charge(e, run, orun)
 }
 
 // charge makes e current, in its visit's run-th send and its owner's

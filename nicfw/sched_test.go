@@ -3,6 +3,7 @@ package nicfw
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -275,5 +276,84 @@ func TestSchedParks(t *testing.T) {
 	take()
 	if len(parked) != 0 {
 		t.Fatalf("parked %v after a busy spell", parked)
+	}
+}
+
+// TestSchedulerAloneMatchesSearch runs two schedulers side by side through
+// the same random changes, one with the shortcut for a lone busy endpoint
+// and one with the full search only, and checks that they choose alike,
+// ask Pending alike and count the same rounds.
+func TestSchedulerAloneMatchesSearch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n, loiter = 4, 3
+	owners := []uint32{0, 0, 1, 1}
+	weights := []int{1, 3, 1, 2}
+	mk := func(full bool) *Scheduler {
+		s, err := NewScheduler(loiter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.full = full
+		s.SetParkAfter(5)
+		for ep := range n {
+			if err := s.AddOwned(ep, owners[ep], weights[ep]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	}
+	fast, full := mk(false), mk(true)
+	set := map[int]bool{}
+	pf, pl := &pendingSet{set: set}, &pendingSet{set: set}
+	in := []bool{true, true, true, true}
+	alone := 0
+	for step := range 200000 {
+		// Mostly one endpoint pending for a stretch, so that the shortcut
+		// has its chance; now and then another, a removal or an Unpark.
+		switch r := rng.IntN(100); {
+		case r < 4:
+			ep := rng.IntN(n)
+			set[ep] = !set[ep]
+		case r == 4:
+			ep := rng.IntN(n)
+			if in[ep] {
+				fast.Remove(ep)
+				full.Remove(ep)
+			} else {
+				w := 1 + rng.IntN(3)
+				if err := fast.AddOwned(ep, owners[ep], w); err != nil {
+					t.Fatal(err)
+				}
+				if err := full.AddOwned(ep, owners[ep], w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			in[ep] = !in[ep]
+		case r < 8:
+			var a, b []int
+			fast.TakeParked(func(ep int) { a = append(a, ep) })
+			full.TakeParked(func(ep int) { b = append(b, ep) })
+			if !slices.Equal(a, b) {
+				t.Fatalf("step %d: parked %v and %v", step, a, b)
+			}
+			for _, ep := range a {
+				if set[ep] {
+					fast.Unpark(ep)
+					full.Unpark(ep)
+				}
+			}
+		}
+		if fast.cur != nil && fast.nbusy == 1 && fast.cur.nbusy == 1 && len(fast.idle) == 0 {
+			alone++
+		}
+		e1, ok1 := fast.Next(pf)
+		e2, ok2 := full.Next(pl)
+		if e1 != e2 || ok1 != ok2 || pf.asked != pl.asked || fast.Rounds() != full.Rounds() {
+			t.Fatalf("step %d: shortcut %d %v (asked %d, rounds %d), search %d %v (asked %d, rounds %d)",
+				step, e1, ok1, pf.asked, fast.Rounds(), e2, ok2, pl.asked, full.Rounds())
+		}
+	}
+	if alone < 10000 {
+		t.Fatalf("the shortcut's case came up %d times", alone)
 	}
 }
