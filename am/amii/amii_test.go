@@ -1231,3 +1231,28 @@ func TestAMIICreditWaitsForReplyTimer(t *testing.T) {
 		t.Errorf("Request without a reply timer: %v, want ErrTimeout", err)
 	}
 }
+
+// TestAMIIReturnOfForgottenRequest: a request past its reply timeout was
+// handed to the error handler, and its record forgotten when its
+// destination restarted; its return, if it still comes, finds no record
+// and is counted late, not handed over a second time.
+func TestAMIIReturnOfForgottenRequest(t *testing.T) {
+	n := newAMIINet(t, Config{Credits: 8})
+	a := n.a1
+	handed := 0
+	a.OnReturn(func(Returned) { handed++ })
+	a.pending.push(pendingRequest{dest: 0, expired: true, inc: 5})
+	a.expired++
+	a.heard(0, 5)
+	a.heard(0, 6) // restarted: the expired record goes
+	if a.pending.Len() != 0 || a.stats.Forgotten != 1 {
+		t.Fatalf("after a restart: %d records, %d forgotten", a.pending.Len(), a.stats.Forgotten)
+	}
+	a.d = endpoint.Descriptor{Class: endpoint.ClassShort | endpoint.ClassReturned, Dest: 0, Handler: 3, NArgs: 1}
+	if ran := a.returned(endpoint.ReasonUnreachable, true); ran != 0 || handed != 0 {
+		t.Fatalf("the forgotten request's return ran %d error handlers (%d)", ran, handed)
+	}
+	if a.stats.LateReplies != 1 || a.stats.Returned != 0 {
+		t.Fatalf("LateReplies %d, Returned %d; want 1, 0", a.stats.LateReplies, a.stats.Returned)
+	}
+}

@@ -134,7 +134,8 @@
 // incarnation, endpoint.Descriptor.Incarnation, or a request to it comes
 // back ReasonRestarted), its endpoint closes (ReasonClosed,
 // ReasonNoEndpoint) or it leaves the host table (ReasonNoHost):
-// Stats.Forgotten counts those. A host that took
+// Stats.Forgotten counts those (a return that still comes for one is only
+// counted, in Stats.LateReplies). A host that took
 // requests and restarted before this endpoint heard from it at all is not
 // told from its new incarnation. The timer starts when Poll's timers first see
 // a request (every few dozen polls), or a Wait does. A Wait ends when a

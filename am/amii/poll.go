@@ -452,15 +452,16 @@ func (ep *Endpoint) returned(reason endpoint.Reason, request bool) int {
 		r.Offset, r.Length, r.RemoteOffset = d.Offset, d.Length, d.RemoteOffset
 	}
 	if r.Request {
-		found, outstanding := ep.answered(d.Dest, &r)
+		_, outstanding := ep.answered(d.Dest, &r)
 		switch reason {
 		case endpoint.ReasonRestarted, endpoint.ReasonClosed, endpoint.ReasonNoEndpoint, endpoint.ReasonNoHost:
 			// What the destination took before will never be answered.
 			ep.forget(ep.canonical(d.Dest))
 		}
-		if found && !outstanding {
+		if !outstanding {
 			// Handed to the error handler already, past its reply
-			// timeout: a request comes back at most once.
+			// timeout (its record kept, or forgotten since: none left
+			// for it): a request comes back at most once.
 			ep.stats.LateReplies++
 			return 0
 		}
