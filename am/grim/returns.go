@@ -251,14 +251,18 @@ func (ep *Endpoint) incarnation(dest uint32, inc uint8) {
 // the peer restarted or its endpoint closed.
 func (ep *Endpoint) forget(peer uint32) {
 	for _, c := range ep.chans {
-		for i := 0; c.expired > 0 && i < len(c.pending); {
-			if p := &c.pending[i]; p.expired && p.dest/MaxChannels == peer && p.dest != endpoint.NoIndex {
-				c.drop(i)
-				ep.stats.Forgotten++
-				continue
-			}
-			i++
+		if c.expired == 0 {
+			continue
 		}
+		// One pass: the records kept slide down over those dropped.
+		c.pending = slices.DeleteFunc(c.pending, func(p pendingRequest) bool {
+			if !p.expired || p.dest/MaxChannels != peer || p.dest == endpoint.NoIndex {
+				return false
+			}
+			c.expired--
+			ep.stats.Forgotten++
+			return true
+		})
 	}
 }
 
