@@ -66,3 +66,45 @@ func BenchmarkSSAMIdlePoll(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSSAMStream is the processor cost per message of a stream of
+// 16-byte requests, batched 28 to a trap with a window of 63, as bench's
+// SSAM message rate runs it ("ssam batch 28"), on a memlink pair, both
+// endpoints run by the benchmark's goroutine: A requests while its window
+// has room, and polls both when it has none; B's handler takes each
+// without replying. am/amii's BenchmarkAMIIStream is AM-II's.
+func BenchmarkSSAMStream(b *testing.B) {
+	const window = 63
+	la, lb, err := memlink.NewPair(memlink.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	ha, hb := endpoints(b, la, lb, Config{Window: window, Batch: 28, Timeout: time.Hour})
+	delivered := 0
+	sink := hb.Register(func(*Token, []byte) { delivered++ })
+	msg := make([]byte, 16)
+	poll := func(e *Endpoint) {
+		if _, err := e.Poll(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	frames := func() (a, b uint64) { return ha.Device().Stats().FramesSent, hb.Device().Stats().FramesSent }
+	a0, b0 := frames()
+	b.ReportAllocs()
+	defer func() {
+		a1, b1 := frames()
+		b.ReportMetric(float64(a1-a0)/float64(b.N), "Aframes/op")
+		b.ReportMetric(float64(b1-b0)/float64(b.N), "Bframes/op")
+	}()
+	for b.Loop() {
+		for ha.Outstanding(0) >= window {
+			poll(hb)
+			poll(ha)
+		}
+		if err := ha.Request(0, sink, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
