@@ -3,7 +3,8 @@
 # to optimise the xam binary (profile-guided optimisation: hot calls
 # inlined, interface calls devirtualised), from the processor-only
 # message paths of the three APIs: SSAM's, AM-II's and GRIM's round trips
-# and AM-II's coalesced stream (go test -bench, memlink, no wire).
+# and SSAM's batched and AM-II's coalesced streams (go test -bench,
+# memlink, no wire).
 #
 #   scripts/pgo.sh            write cmd/xam/default.pgo
 #
@@ -22,7 +23,7 @@ run() { # package, benchmarks, profile
 	go test -c -o "$dir/t" "$1"
 	"$dir/t" -test.run NONE -test.bench "$2" -test.benchtime 2s -test.cpuprofile "$3" >/dev/null
 }
-run ./am/ssam 'SSAMRoundTrip' "$dir/ssam.prof"
+run ./am/ssam 'SSAMRoundTrip|SSAMStream' "$dir/ssam.prof"
 run ./am/amii 'AMIIRoundTrip/args=(2|4)$|AMIIStream' "$dir/amii.prof"
 run ./am/grim 'GRIMRoundTrip$' "$dir/grim.prof"
 go tool pprof -proto "$dir/ssam.prof" "$dir/amii.prof" "$dir/grim.prof" >cmd/xam/default.pgo
