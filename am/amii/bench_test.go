@@ -7,6 +7,7 @@ import (
 
 	"github.com/xam-project/xam/afxdp"
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/testenv"
 	"github.com/xam-project/xam/nicfw"
 	"github.com/xam-project/xam/nicfw/endpoint"
 	"github.com/xam-project/xam/nicfw/transport"
@@ -158,18 +159,12 @@ func BenchmarkAMIIStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	args := []uint64{1, 2}
-	frames := func() (a, b uint64) {
+	b.ReportAllocs()
+	defer testenv.FramesPerOp(b, func() (a, b uint64) {
 		sa, _ := la.Stats()
 		sb, _ := lb.Stats()
 		return sa.TxFrames, sb.TxFrames
-	}
-	a0, b0 := frames()
-	b.ReportAllocs()
-	defer func() {
-		a1, b1 := frames()
-		b.ReportMetric(float64(a1-a0)/float64(b.N), "Aframes/op")
-		b.ReportMetric(float64(b1-b0)/float64(b.N), "Bframes/op")
-	}()
+	})()
 	for b.Loop() {
 		for ha.Outstanding() >= window {
 			if _, err := hb.Poll(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/xam-project/xam/afxdp/memlink"
+	"github.com/xam-project/xam/internal/testenv"
 )
 
 // BenchmarkSSAMRoundTrip is the processor cost of one SSAM request of 32
@@ -90,14 +91,8 @@ func BenchmarkSSAMStream(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	frames := func() (a, b uint64) { return ha.Device().Stats().FramesSent, hb.Device().Stats().FramesSent }
-	a0, b0 := frames()
 	b.ReportAllocs()
-	defer func() {
-		a1, b1 := frames()
-		b.ReportMetric(float64(a1-a0)/float64(b.N), "Aframes/op")
-		b.ReportMetric(float64(b1-b0)/float64(b.N), "Bframes/op")
-	}()
+	defer testenv.FramesPerOp(b, func() (a, b uint64) { return ha.Device().Stats().FramesSent, hb.Device().Stats().FramesSent })()
 	for b.Loop() {
 		for ha.Outstanding(0) >= window {
 			poll(hb)

@@ -44,3 +44,16 @@ func RequireCommand(tb testing.TB, name string) string {
 	}
 	return path
 }
+
+// FramesPerOp takes the frames two hosts, A and B, have sent so far, by
+// frames, and returns a function that reports, once b's loop is over, the
+// frames each sent per operation since ("Aframes/op", "Bframes/op"): a
+// benchmark defers it.
+func FramesPerOp(b *testing.B, frames func() (a, b uint64)) func() {
+	a0, b0 := frames()
+	return func() {
+		a1, b1 := frames()
+		b.ReportMetric(float64(a1-a0)/float64(b.N), "Aframes/op")
+		b.ReportMetric(float64(b1-b0)/float64(b.N), "Bframes/op")
+	}
+}
