@@ -373,22 +373,33 @@ func (t *Transport) compactPair(cs []byte, h *header, first []byte, n int) (payl
 	if more.Payload()[0] != typeCompactMore {
 		return nil, 1, false
 	}
-	rest, ok := decodeCompactMore(more, h, n)
-	if !ok {
+	if payload = t.joinPair(first, more, [3]byte(h[offChan:offSeq+2]), n); payload == nil {
 		return nil, 2, false
+	}
+	return payload, 2, true
+}
+
+// joinPair returns the payload, n bytes, of a compact message of two
+// cells, in t.pairBuf: first, the first cell's CompactPayload bytes, and
+// the rest from its continuation cell more, which must name id, the first
+// cell's channel and sequence number; nil if more does not check.
+func (t *Transport) joinPair(first []byte, more cells.Cell, id [3]byte, n int) []byte {
+	rest, ok := decodeCompactMore(more, id, n)
+	if !ok {
+		return nil
 	}
 	copy(t.pairBuf[:CompactPayload], first)
 	copy(t.pairBuf[CompactPayload:n], rest)
-	return t.pairBuf[:n], 2, true
+	return t.pairBuf[:n]
 }
 
 // decodeCompactMore checks the continuation cell (typeCompactMore) of the
-// compact DATA cell that decoded to header h and length n (above
-// CompactPayload), and returns the rest of the payload, which aliases the
-// cell.
-func decodeCompactMore(cell cells.Cell, h *header, n int) (rest []byte, ok bool) {
+// compact DATA cell whose channel and sequence number are id and whose
+// length is n (above CompactPayload), and returns the rest of the
+// payload, which aliases the cell.
+func decodeCompactMore(cell cells.Cell, id [3]byte, n int) (rest []byte, ok bool) {
 	b := (*[cells.PayloadSize]byte)(cell.Payload()) // checked once
-	if !cell.Valid() || b[0] != typeCompactMore || b[1] != h[offChan] || b[2] != h[offSeq] || b[3] != h[offSeq+1] ||
+	if !cell.Valid() || b[0] != typeCompactMore || [3]byte(b[1:4]) != id ||
 		binary.BigEndian.Uint16(b[compactOffCRC:]) != cells.CRC10(b[:compactOffCRC]) {
 		return nil, false
 	}

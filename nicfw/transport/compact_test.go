@@ -159,7 +159,7 @@ func compactPDU(tb testing.TB, c cells.Cell, more ...cells.Cell) tpdu {
 		if len(more) == 0 {
 			tb.Fatalf("a compact cell of %d bytes without its continuation", n)
 		}
-		rest, ok := decodeCompactMore(more[0], h.h(), n)
+		rest, ok := decodeCompactMore(more[0], [3]byte(h.h()[offChan:offSeq+2]), n)
 		if !ok {
 			tb.Fatalf("bad continuation cell % x", []byte(more[0]))
 		}

@@ -88,8 +88,10 @@ func (t *Transport) laneAcked(p *Peer, cell, more cells.Cell) (ok, taken bool) {
 	payload := b[compactHeaderLen:compactOffCRC]
 	if n <= CompactPayload {
 		payload = payload[:n]
-	} else if payload = t.lanePair(b, more, n); payload == nil {
-		return false, true // (a first cell alone: receiveCompact hands the lane none that a continuation follows)
+	} else if more == nil {
+		return false, true // a first cell alone (receiveCompact hands the lane none that a continuation follows)
+	} else if payload = t.joinPair(payload[:CompactPayload], more, [3]byte(b[1:4]), n); payload == nil {
+		return false, true
 	}
 	p.heardCurrent(dst)
 	t.stats.LaneCells++
@@ -143,22 +145,4 @@ func (t *Transport) SendNow(p *Peer, payload []byte, cookie uint64) (sent bool, 
 		return true, fmt.Errorf("nicfw: send: %w", err)
 	}
 	return true, nil
-}
-
-// lanePair returns the payload, n bytes, of the compact DATA cell with an
-// acknowledgement whose payload is b and of its continuation cell more,
-// in t.pairBuf; nil if more does not check.
-func (t *Transport) lanePair(b *[cells.PayloadSize]byte, more cells.Cell, n int) []byte {
-	if more == nil {
-		return nil
-	}
-	var h header
-	h[offChan], h[offSeq], h[offSeq+1] = b[1], b[2], b[3]
-	rest, ok := decodeCompactMore(more, &h, n)
-	if !ok {
-		return nil
-	}
-	copy(t.pairBuf[:CompactPayload], b[compactHeaderLen:])
-	copy(t.pairBuf[CompactPayload:n], rest)
-	return t.pairBuf[:n]
 }
