@@ -3,9 +3,7 @@ package grim
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/xam-project/xam/afxdp/memlink"
@@ -83,20 +81,7 @@ func TestGRIMSixteenChannels(t *testing.T) {
 			if err := recv.ep.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if recv.eng != nil {
-				var stop sync.WaitGroup
-				var done atomic.Bool
-				stop.Go(func() {
-					for !done.Load() {
-						if _, err := recv.eng.Poll(); err != nil {
-							t.Error(err)
-							return
-						}
-						runtime.Gosched()
-					}
-				})
-				defer func() { done.Store(true); stop.Wait() }()
-			}
+			defer recv.engineOnly(t)()
 			var err error
 			hosts[0].do(func(ep *Endpoint) {
 				for c := range MaxChannels {
