@@ -122,7 +122,10 @@ type EngineConfig struct {
 	// (default DefaultReturnQueue).
 	ReturnQueue int
 	// SendBudget is the most scheduling decisions per Poll (default the
-	// link's batch size).
+	// link's batch size). Left 0, a Poll past half of it also stops where
+	// the frame its last messages were packed into is full: a coalesced
+	// stream of short messages leaves in full frames, not two full and the
+	// budget's rest in a third.
 	SendBudget int
 	// Window is the most short and medium messages of one endpoint in
 	// flight at once to one destination endpoint (default 1). With 1, an
@@ -437,6 +440,7 @@ type Engine struct {
 	maxPL       int           // the transport's MaxPayload
 	chunkMsg    msg           // the bulk chunk being sent (message)
 	frameRoom   int           // the transport's FrameRoom
+	fullFrames  int           // with a default SendBudget, its half: past it a send phase stops at a full frame (sendPhase)
 	giveUp      time.Duration // the transport's GiveUpAfter
 	buf         []byte        // a message being built: short, or a bulk chunk
 	auth        authState     // message authentication (auth.go)
@@ -517,6 +521,7 @@ func NewEngine(link afxdp.Link, cfg EngineConfig) (*Engine, error) {
 	}
 	if e.cfg.SendBudget == 0 {
 		e.cfg.SendBudget = max(link.BatchSize(), 1)
+		e.fullFrames = e.cfg.SendBudget / 2
 	}
 	e.maxPL = e.tr.MaxPayload()
 	e.frameRoom = e.tr.FrameRoom()

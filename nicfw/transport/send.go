@@ -332,8 +332,24 @@ func (t *Transport) output(frames [][]byte) error {
 	for _, f := range frames {
 		t.out = append(t.out, outFrame{f, whole})
 	}
+	if !whole {
+		t.tailCells = 0 // pack closes the host's frame: nothing open to fill
+		return nil
+	}
+	f := frames[0]
+	n := (len(f) - len(t.eth) - t.trail) / cells.CellSize
+	if dst := [6]byte(f[:6]); dst == t.tailDst && t.tailCells > 0 && t.tailCells+n <= t.perFrame {
+		t.tailCells += n
+	} else {
+		t.tailDst, t.tailCells = dst, n
+	}
 	return nil
 }
+
+// PassFull reports whether the frame that the pass's last whole-PDU frames
+// are packed into (pack) is full: a sender that stops now sends no frame
+// partly empty, where one more message would begin one.
+func (t *Transport) PassFull() bool { return t.tailCells == t.perFrame }
 
 // outFrame is a frame of a pass's batch; whole if it holds whole PDUs only
 // (every frame that holds one PDU, or acknowledgements), which may then
@@ -357,6 +373,7 @@ func (t *Transport) flushOut() error {
 	t.stats.BatchFrames += uint64(len(send))
 	_, err := t.link.Send(send)
 	t.ctlHeld = 0
+	t.tailCells = 0
 	clearFew(t.out)
 	clearFew(t.sendList)
 	t.out = t.out[:0]

@@ -300,9 +300,11 @@ type Transport struct {
 	lastStamp uint32
 	nextScan  time.Time
 	polls     uint64
-	sysClock  bool // the clock is the system's (receive.go, "The clock")
-	idle      int  // Polls since the timer scan was last checked
-	pass      int  // depth of BeginPass
+	sysClock  bool    // the clock is the system's (receive.go, "The clock")
+	idle      int     // Polls since the timer scan was last checked
+	pass      int     // depth of BeginPass
+	tailDst   [6]byte // the destination of the pass's last whole-PDU frame
+	tailCells int     // cells of the frame that pack fills for tailDst (0: none)
 	tnow      time.Time
 	nowOK     bool  // tnow is this pass's time
 	last      *Peer // the source of the last frame received
