@@ -122,10 +122,7 @@ type EngineConfig struct {
 	// (default DefaultReturnQueue).
 	ReturnQueue int
 	// SendBudget is the most scheduling decisions per Poll (default the
-	// link's batch size). Left 0, a Poll past half of it also stops where
-	// the frame its last messages were packed into is full: a coalesced
-	// stream of short messages leaves in full frames, not two full and the
-	// budget's rest in a third.
+	// link's batch size, past half of which a Poll stops at a full frame).
 	SendBudget int
 	// Window is the most short and medium messages of one endpoint in
 	// flight at once to one destination endpoint (default 1). With 1, an
@@ -307,8 +304,7 @@ type epState struct {
 	admit     admitState
 	admitPeer *transport.Peer
 	// published: a cut-through message's published length when the
-	// engine last looked (cutThroughReady), which its next chunk is cut
-	// to.
+	// engine last looked (cutThroughReady), to which its next chunk is cut.
 	published uint32
 
 	// flying counts the endpoint's messages in flight, each a flight
