@@ -337,14 +337,17 @@ func (t *Transport) output(frames [][]byte) error {
 		return nil
 	}
 	f := frames[0]
-	n := (len(f) - len(t.eth) - t.trail) / cells.CellSize
-	if dst := [6]byte(f[:6]); dst == t.tailDst && t.tailCells > 0 && t.tailCells+n <= t.perFrame {
+	n := t.cellsIn(f)
+	if dst := [6]byte(f[:6]); dst == t.tailDst && t.tailCells+n <= t.perFrame {
 		t.tailCells += n
 	} else {
 		t.tailDst, t.tailCells = dst, n
 	}
 	return nil
 }
+
+// cellsIn returns the number of cells of frame f, one of whole PDUs.
+func (t *Transport) cellsIn(f []byte) int { return (len(f) - len(t.eth) - t.trail) / cells.CellSize }
 
 // PassFull reports whether the frame that the pass's last whole-PDU frames
 // are packed into (pack) is full: a sender that stops now sends no frame
@@ -431,7 +434,7 @@ func (t *Transport) pack() [][]byte {
 			t.sendList = append(t.sendList, f)
 			continue
 		}
-		n := (len(f) - hdr - t.trail) / cells.CellSize
+		n := t.cellsIn(f)
 		if open >= 0 && t.packs[open].cells+n > t.perFrame {
 			t.packs[open].open = false
 			open = -1
