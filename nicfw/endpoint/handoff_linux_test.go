@@ -47,11 +47,7 @@ func BenchmarkHandoffs(b *testing.B) {
 // blockingHandoffs is handoffs with each thread asleep on an eventfd of
 // its own until its turn, the one before it waking it.
 func blockingHandoffs(b *testing.B, chain []int) {
-	threads := 0
-	for _, t := range chain {
-		threads = max(threads, t+1)
-	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads + 1))
+	threads := chainThreads(b, chain)
 	fds := make([]int, threads)
 	for i := range fds {
 		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
@@ -64,70 +60,79 @@ func blockingHandoffs(b *testing.B, chain []int) {
 	steps := len(chain)
 	total := b.N * steps
 	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for t := range threads {
-		wg.Go(func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			var buf [8]byte
-			for v := 0; v < total; v++ {
-				if chain[v%steps] != t {
-					continue
-				}
-				if v > 0 {
-					if _, err := unix.Read(fds[t], buf[:]); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-				if v+1 < total {
-					unix.Write(fds[chain[(v+1)%steps]], one)
+	runThreads(b, threads, func(t int) {
+		var buf [8]byte
+		for v := 0; v < total; v++ {
+			if chain[v%steps] != t {
+				continue
+			}
+			if v > 0 {
+				if _, err := unix.Read(fds[t], buf[:]); err != nil {
+					b.Error(err)
+					return
 				}
 			}
-		})
-	}
-	wg.Wait()
+			if v+1 < total {
+				unix.Write(fds[chain[(v+1)%steps]], one)
+			}
+		}
+	})
 }
 
 // handoffs runs b.N round trips of chain's hand-offs.
 func handoffs(b *testing.B, chain []int) {
+	threads := chainThreads(b, chain)
+	steps := uint64(len(chain))
+	total := uint64(b.N) * steps
+	var turn atomic.Uint64 // the steps taken
+	runThreads(b, threads, func(t int) {
+		var y Yielder
+		waiting := false
+		for {
+			v := turn.Load()
+			if v >= total {
+				return
+			}
+			if chain[v%steps] == t {
+				turn.Store(v + 1)
+				waiting = false
+				continue
+			}
+			now := time.Now()
+			if !waiting {
+				y.Restart(now)
+				waiting = true
+			} else if y.Due(now) {
+				y.Yield(now)
+			}
+		}
+	})
+}
+
+// chainThreads returns the number of threads of chain, and gives the
+// program a Go processor for each of them, as if each were a process of
+// its own (a daemon), and one for the rest, until b ends.
+func chainThreads(b *testing.B, chain []int) int {
 	threads := 0
 	for _, t := range chain {
 		threads = max(threads, t+1)
 	}
-	// A Go processor for each thread, as if each were a process of its
-	// own (a daemon), and one for the rest of the program.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads + 1))
-	steps := uint64(len(chain))
-	total := uint64(b.N) * steps
-	var turn atomic.Uint64 // the steps taken
+	old := runtime.GOMAXPROCS(threads + 1)
+	b.Cleanup(func() { runtime.GOMAXPROCS(old) })
+	return threads
+}
+
+// runThreads restarts b's timer and runs step(t) for each of threads
+// threads, each in a goroutine locked to a thread of its own, until all
+// return.
+func runThreads(b *testing.B, threads int, step func(t int)) {
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	for t := range threads {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			var y Yielder
-			waiting := false
-			for {
-				v := turn.Load()
-				if v >= total {
-					return
-				}
-				if chain[v%steps] == t {
-					turn.Store(v + 1)
-					waiting = false
-					continue
-				}
-				now := time.Now()
-				if !waiting {
-					y.Restart(now)
-					waiting = true
-				} else if y.Due(now) {
-					y.Yield(now)
-				}
-			}
+			step(t)
 		})
 	}
 	wg.Wait()
